@@ -1,0 +1,722 @@
+"""The fast codec: precompiled ``struct`` encode/decode and the sans-IO stream decoder.
+
+This module is the hot path. :mod:`jetwire.schema` (construct) is the declarative
+source of truth; tests prove the two agree on every vector and on generated messages.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, Callable, Iterator, Optional
+
+from .codes import (
+    DEFAULT_MAX_BODY,
+    HEADER_SIZE,
+    EventCode,
+    FrameType,
+    Function,
+    Status,
+    ValueType,
+)
+from .errors import LocalProtocolError, RemoteProtocolError
+from .messages import (
+    AddMethod,
+    AddState,
+    CallMethod,
+    Close,
+    FetchAdd,
+    FetchChange,
+    FetchEvent,
+    FetchRemove,
+    FetchStates,
+    GetState,
+    Info,
+    Message,
+    NotifyState,
+    RemoveMethod,
+    RemoveState,
+    Request,
+    Response,
+    SetState,
+    Unfetch,
+)
+from .values import Value
+
+__all__ = ["encode", "decode_frame", "decode_body", "Decoder", "frame_size"]
+
+_HEADER = struct.Struct(">BI")
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_ID_BYTE = struct.Struct(">IB")  # REQUEST id|function, RESPONSE id|status
+_VALUE_HEAD = struct.Struct(">BI")
+_INFO_HEAD = struct.Struct(">BBII")
+_REQ_KEY = struct.Struct(">BIIBH")  # header + id + function + key length
+_EVT_KEY = struct.Struct(">BIBH")  # header + code + key length
+_EVT_FID_KEY = struct.Struct(">BIBIH")  # header + code + fetch_id + key length
+_RESP_HEAD = struct.Struct(">BIIB")  # header + id + status
+
+_REQUEST = FrameType.REQUEST
+_RESPONSE = FrameType.RESPONSE
+_EVENT = FrameType.EVENT
+_INFO = FrameType.INFO
+
+# Frozen dataclasses are slow to build through __init__ (object.__setattr__ per
+# field); the decoder fills the slots directly, skipping only that indirection.
+_new = object.__new__
+
+
+def _slot_setters(cls: type, *names: str) -> tuple[Callable[[object, object], None], ...]:
+    return tuple(getattr(cls, name).__set__ for name in names)
+
+
+_V_TYPE, _V_DATA = _slot_setters(Value, "vtype", "data")
+
+
+def _make_value(vtype: int, data: bytes) -> Value:
+    value = _new(Value)
+    _V_TYPE(value, vtype)
+    _V_DATA(value, data)
+    return value
+
+
+# PROTOCOL.md 5.3: fixed widths; BOOL additionally 0x00/0x01; STRING valid UTF-8.
+_WIDTH = {0: 0, 1: 1, 2: 8, 3: 8}
+_RESERVED_VTYPES = frozenset(range(0x09, 0x80))
+# Per type byte: the fixed width, or _OPAQUE for data carried without looking inside,
+# or _CHECKED for STRING (UTF-8) and the reserved types (the careful path decides).
+_OPAQUE = -1
+_CHECKED = -2
+_FAST_WIDTH = [
+    _WIDTH.get(t, _OPAQUE if t in (5, 6, 7, 8) or t >= 0x80 else _CHECKED) for t in range(256)
+]
+_U16_FROM = _U16.unpack_from
+_U32_FROM = _U32.unpack_from
+_VALUE_HEAD_FROM = _VALUE_HEAD.unpack_from
+_ID_BYTE_FROM = _ID_BYTE.unpack_from
+_HEADER_FROM = _HEADER.unpack_from
+
+Parser = Callable[[bytes, int, int, Optional[int], int], Message]
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _bad(message: str, rid: Optional[int], ftype: int) -> RemoteProtocolError:
+    return RemoteProtocolError(message, Status.MALFORMED, request_id=rid, frame_type=ftype)
+
+
+def _parse_value(buf: bytes, off: int, end: int, rid: Optional[int], ftype: int) -> Value:
+    """Parse a Value that must fill ``buf[off:end]`` exactly."""
+    if end - off < 5:
+        raise _bad("value truncated: need 5 header bytes", rid, ftype)
+    vtype, n = _VALUE_HEAD_FROM(buf, off)
+    stop = off + 5 + n
+    if stop != end:
+        if stop > end:
+            raise _bad(f"value length {n} runs past the body end", rid, ftype)
+        raise _bad(f"{end - stop} trailing byte(s) after the value", rid, ftype)
+    data = buf[off + 5 : stop]
+    if vtype in _WIDTH:
+        if n != _WIDTH[vtype]:
+            raise _bad(f"{ValueType(vtype).name} value must be {_WIDTH[vtype]} bytes, got {n}", rid, ftype)
+        if vtype == 1 and data[0] > 1:
+            raise _bad(f"BOOL value must be 0x00 or 0x01, got 0x{data[0]:02X}", rid, ftype)
+    elif vtype == 4:
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise _bad(f"STRING value is not valid UTF-8 ({exc.reason})", rid, ftype) from None
+    elif vtype in _RESERVED_VTYPES:
+        raise _bad(f"reserved value type 0x{vtype:02X}", rid, ftype)
+    return _make_value(vtype, data)
+
+
+def _parse_str16(buf: bytes, off: int, end: int, what: str, rid: Optional[int], ftype: int) -> tuple[str, int]:
+    if end - off < 2:
+        raise _bad(f"{what} length truncated", rid, ftype)
+    (n,) = _U16_FROM(buf, off)
+    stop = off + 2 + n
+    if stop > end:
+        raise _bad(f"{what} length {n} runs past the body end", rid, ftype)
+    try:
+        text = buf[off + 2 : stop].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _bad(f"{what} is not valid UTF-8 ({exc.reason})", rid, ftype) from None
+    return text, stop
+
+
+def _parse_key(buf: bytes, off: int, end: int, rid: Optional[int], ftype: int) -> tuple[str, int]:
+    if end - off >= 2 and _U16_FROM(buf, off)[0] == 0:
+        raise _bad("empty key", rid, ftype)
+    return _parse_str16(buf, off, end, "key", rid, ftype)
+
+
+def _end(off: int, end: int, rid: Optional[int], ftype: int) -> None:
+    if off != end:
+        raise _bad(f"{end - off} trailing byte(s)", rid, ftype)
+
+
+def _key_value_parser(cls: type, lead_name: str) -> Parser:
+    """Key, Value payload parser for ``cls``; ``lead`` fills the field ``lead_name``
+    (the request id, None for the EVENT form, or a fetch event's fetch id)."""
+    set_lead, set_key, set_value = _slot_setters(cls, lead_name, "key", "value")
+    lead_is_id = lead_name == "id"
+
+    def parse(buf: bytes, off: int, end: int, lead: Any, ftype: int) -> Message:
+        # The common, valid case in one pass; anything doubtful goes to the careful
+        # parsers below, which name the exact fault.
+        if end - off >= 7:
+            (n,) = _U16_FROM(buf, off)
+            kstop = off + 2 + n
+            if n and kstop + 5 <= end:
+                vtype, vn = _VALUE_HEAD_FROM(buf, kstop)
+                if kstop + 5 + vn == end:
+                    width = _FAST_WIDTH[vtype]
+                    if width >= 0:
+                        plain = vn == width and (vtype != 1 or buf[kstop + 5] < 2)
+                    elif width == _OPAQUE:
+                        plain = True
+                    else:
+                        plain = vtype == 4 and _is_utf8(buf[kstop + 5 : end])
+                    if plain:
+                        try:
+                            key = buf[off + 2 : kstop].decode("utf-8")
+                        except UnicodeDecodeError:
+                            pass
+                        else:
+                            value = _new(Value)
+                            _V_TYPE(value, vtype)
+                            _V_DATA(value, buf[kstop + 5 : end])
+                            msg = _new(cls)
+                            set_lead(msg, lead)
+                            set_key(msg, key)
+                            set_value(msg, value)
+                            return msg  # type: ignore[no-any-return]
+        rid = lead if lead_is_id else None
+        key, off = _parse_key(buf, off, end, rid, ftype)
+        return cls(lead, key, _parse_value(buf, off, end, rid, ftype))  # type: ignore[no-any-return]
+
+    return parse
+
+
+def _key_only_parser(cls: type) -> Parser:
+    def parse(buf: bytes, off: int, end: int, rid: Optional[int], ftype: int) -> Message:
+        key, off = _parse_key(buf, off, end, rid, ftype)
+        _end(off, end, rid, ftype)
+        return cls(rid, key)  # type: ignore[no-any-return]
+
+    return parse
+
+
+def _parse_fetch(buf: bytes, off: int, end: int, rid: Optional[int], ftype: int) -> Message:
+    prefix, off = _parse_str16(buf, off, end, "prefix", rid, ftype)
+    _end(off, end, rid, ftype)
+    return FetchStates(rid, prefix)
+
+
+def _parse_unfetch(buf: bytes, off: int, end: int, rid: Optional[int], ftype: int) -> Message:
+    if end - off != 4:
+        raise _bad(f"UNFETCH payload must be 4 bytes, got {end - off}", rid, ftype)
+    return Unfetch(rid, _U32_FROM(buf, off)[0])
+
+
+_REQUEST_PARSERS: dict[int, Parser] = {
+    Function.ADD_STATE: _key_value_parser(AddState, "id"),
+    Function.REMOVE_STATE: _key_only_parser(RemoveState),
+    Function.SET_STATE: _key_value_parser(SetState, "id"),
+    Function.NOTIFY_STATE: _key_value_parser(NotifyState, "id"),
+    Function.CALL_METHOD: _key_value_parser(CallMethod, "id"),
+    Function.ADD_METHOD: _key_only_parser(AddMethod),
+    Function.REMOVE_METHOD: _key_only_parser(RemoveMethod),
+    Function.FETCH_STATES: _parse_fetch,
+    Function.UNFETCH: _parse_unfetch,
+    Function.GET_STATE: _key_only_parser(GetState),
+}
+
+_EVENT_REQUEST_PARSERS = {
+    code: _REQUEST_PARSERS[code]
+    for code in (Function.SET_STATE, Function.NOTIFY_STATE, Function.CALL_METHOD)
+}
+
+
+def _fetch_event_parser(cls: type) -> Callable[[bytes, int, int], Message]:
+    parse_rest = _key_value_parser(cls, "fetch_id")
+
+    def parse(buf: bytes, off: int, end: int) -> Message:
+        if end - off < 4:
+            raise _bad("fetch_id truncated", None, _EVENT)
+        return parse_rest(buf, off + 4, end, _U32_FROM(buf, off)[0], _EVENT)
+
+    return parse
+
+
+_FETCH_EVENT_RAW_PARSERS: dict[int, Parser] = {
+    EventCode.FETCH_ADD: _key_value_parser(FetchAdd, "fetch_id"),
+    EventCode.FETCH_CHANGE: _key_value_parser(FetchChange, "fetch_id"),
+    EventCode.FETCH_REMOVE: _key_value_parser(FetchRemove, "fetch_id"),
+}
+
+_FETCH_EVENT_PARSERS = {
+    EventCode.FETCH_ADD: _fetch_event_parser(FetchAdd),
+    EventCode.FETCH_CHANGE: _fetch_event_parser(FetchChange),
+    EventCode.FETCH_REMOVE: _fetch_event_parser(FetchRemove),
+}
+
+_STATUSES = {int(s): s for s in Status}
+_OK = Status.OK
+
+
+def _decode_request(buf: bytes, off: int, end: int) -> Message:
+    if end - off < 5:
+        rid = _U32_FROM(buf, off)[0] if end - off >= 4 else None
+        raise _bad(f"REQUEST body of {end - off} bytes is shorter than id and function", rid, _REQUEST)
+    rid, function = _ID_BYTE_FROM(buf, off)
+    parser = _REQUEST_PARSERS.get(function)
+    if parser is None:
+        raise RemoteProtocolError(
+            f"unknown function 0x{function:02X}",
+            Status.UNKNOWN_FUNCTION,
+            request_id=rid,
+            frame_type=_REQUEST,
+        )
+    return parser(buf, off + 5, end, rid, _REQUEST)
+
+
+def _decode_response(buf: bytes, off: int, end: int) -> Message:
+    if end - off < 5:
+        rid = _U32_FROM(buf, off)[0] if end - off >= 4 else None
+        raise _bad(f"RESPONSE body of {end - off} bytes is shorter than id and status", rid, _RESPONSE)
+    rid, status_byte = _ID_BYTE_FROM(buf, off)
+    status = _STATUSES.get(status_byte)
+    if status is None:
+        raise _bad(f"unknown status 0x{status_byte:02X}", rid, _RESPONSE)
+    off += 5
+    rest = end - off
+    if status is _OK:
+        # PROTOCOL.md 4.2: the three OK payload shapes have disjoint lengths.
+        if rest == 0:
+            return Response(rid, _OK)
+        if rest == 4:
+            return Response(rid, _OK, None, _U32_FROM(buf, off)[0])
+        if rest < 4:
+            raise _bad(f"OK payload of {rest} bytes is neither empty, fetch_id nor Value", rid, _RESPONSE)
+        return Response(rid, _OK, _parse_value(buf, off, end, rid, _RESPONSE))
+    message, off = _parse_str16(buf, off, end, "message", rid, _RESPONSE)
+    _end(off, end, rid, _RESPONSE)
+    return Response(rid, status, None, None, message)
+
+
+def _decode_event(buf: bytes, off: int, end: int) -> Message:
+    if end == off:
+        raise _bad("EVENT body is empty", None, _EVENT)
+    code = buf[off]
+    fetch_parser = _FETCH_EVENT_PARSERS.get(code)
+    if fetch_parser is not None:
+        return fetch_parser(buf, off + 1, end)
+    request_parser = _EVENT_REQUEST_PARSERS.get(code)
+    if request_parser is not None:
+        return request_parser(buf, off + 1, end, None, _EVENT)
+    if code == EventCode.CLOSE:
+        if end - off < 2:
+            raise _bad("CLOSE status truncated", None, _EVENT)
+        status = _STATUSES.get(buf[off + 1])
+        if status is None:
+            raise _bad(f"unknown status 0x{buf[off + 1]:02X}", None, _EVENT)
+        message, off = _parse_str16(buf, off + 2, end, "message", None, _EVENT)
+        _end(off, end, None, _EVENT)
+        return Close(status, message)
+    raise RemoteProtocolError(
+        f"unknown event code 0x{code:02X}", Status.UNKNOWN_FUNCTION, frame_type=_EVENT
+    )
+
+
+def _decode_info(buf: bytes, off: int, end: int) -> Message:
+    if end - off < 12:
+        raise _bad(f"INFO body of {end - off} bytes is shorter than its fixed part", None, _INFO)
+    major, minor, max_body, features = _INFO_HEAD.unpack_from(buf, off)
+    name, off = _parse_str16(buf, off + 10, end, "name", None, _INFO)
+    _end(off, end, None, _INFO)
+    return Info(name, max_body, features, major, minor)
+
+
+_BODY_DECODERS: dict[int, Callable[[bytes, int, int], Message]] = {
+    FrameType.REQUEST: _decode_request,
+    FrameType.RESPONSE: _decode_response,
+    FrameType.EVENT: _decode_event,
+    FrameType.INFO: _decode_info,
+}
+
+
+def decode_body(frame_type: int, body: bytes) -> Message:
+    """Decode one frame body whose type byte is already known.
+
+    Raises:
+        RemoteProtocolError: for anything the spec does not allow; ``fatal`` is set for
+            an unknown frame type.
+    """
+    decoder = _BODY_DECODERS.get(frame_type)
+    if decoder is None:
+        raise RemoteProtocolError(
+            f"unknown frame type 0x{frame_type:02X}", Status.MALFORMED, frame_type=frame_type, fatal=True
+        )
+    body = bytes(body)
+    return decoder(body, 0, len(body))
+
+
+def frame_size(data: bytes, offset: int = 0) -> Optional[int]:
+    """Total size (header + body) of the frame starting at ``offset``, or None if the
+    header is not complete yet."""
+    if len(data) - offset < HEADER_SIZE:
+        return None
+    return HEADER_SIZE + _HEADER.unpack_from(data, offset)[1]
+
+
+def decode_frame(frame: bytes) -> Message:
+    """Decode exactly one complete frame (header included).
+
+    Raises:
+        RemoteProtocolError: if ``frame`` is not exactly one valid frame.
+    """
+    if len(frame) < HEADER_SIZE:
+        raise RemoteProtocolError(
+            f"frame of {len(frame)} bytes is shorter than the 5-byte header", fatal=True
+        )
+    ftype, length = _HEADER.unpack_from(frame, 0)
+    if length != len(frame) - HEADER_SIZE:
+        raise RemoteProtocolError(
+            f"length field says {length} body bytes, frame has {len(frame) - HEADER_SIZE}",
+            frame_type=ftype,
+            fatal=True,
+        )
+    return decode_body(ftype, frame[HEADER_SIZE:])
+
+
+# --- encoding -----------------------------------------------------------------------
+
+
+def _key_bytes(key: str) -> bytes:
+    try:
+        raw = key.encode("utf-8")
+    except (UnicodeEncodeError, AttributeError) as exc:
+        raise LocalProtocolError(f"key must be a str encodable as UTF-8: {exc}") from None
+    if not raw or len(raw) > 0xFFFF:
+        raise LocalProtocolError(f"key must be 1..65535 UTF-8 bytes, got {len(raw)}")
+    return raw
+
+
+def _str16_bytes(text: str, what: str) -> bytes:
+    try:
+        raw = text.encode("utf-8")
+    except (UnicodeEncodeError, AttributeError) as exc:
+        raise LocalProtocolError(f"{what} must be a str encodable as UTF-8: {exc}") from None
+    if len(raw) > 0xFFFF:
+        raise LocalProtocolError(f"{what} must be at most 65535 UTF-8 bytes, got {len(raw)}")
+    return raw
+
+
+def _value_of(value: object) -> Value:
+    if type(value) is not Value:
+        raise LocalProtocolError(f"value must be a jetwire.Value, got {type(value).__name__}")
+    return value  # type: ignore[return-value]
+
+
+def _encode_key_value(msg: SetState) -> bytes:
+    kb = _key_bytes(msg.key)
+    value = _value_of(msg.value)
+    data = value.data
+    klen = len(kb)
+    if msg.id is None:
+        if msg.function not in (Function.SET_STATE, Function.NOTIFY_STATE, Function.CALL_METHOD):
+            raise LocalProtocolError(f"{msg.function.name} needs an id: it has no EVENT form")
+        head = _EVT_KEY.pack(_EVENT, 1 + 2 + klen + 5 + len(data), msg.function, klen)
+    else:
+        head = _REQ_KEY.pack(_REQUEST, 4 + 1 + 2 + klen + 5 + len(data), msg.id, msg.function, klen)
+    return b"".join((head, kb, _VALUE_HEAD.pack(value.vtype, len(data)), data))
+
+
+def _encode_key_only(msg: RemoveState) -> bytes:
+    kb = _key_bytes(msg.key)
+    return _REQ_KEY.pack(_REQUEST, 7 + len(kb), msg.id, msg.function, len(kb)) + kb
+
+
+def _encode_fetch(msg: FetchStates) -> bytes:
+    pb = _str16_bytes(msg.prefix, "prefix")
+    return _REQ_KEY.pack(_REQUEST, 7 + len(pb), msg.id, msg.function, len(pb)) + pb
+
+
+def _encode_unfetch(msg: Unfetch) -> bytes:
+    return _HEADER.pack(_REQUEST, 9) + _ID_BYTE.pack(msg.id, msg.function) + _U32.pack(msg.fetch_id)
+
+
+def _encode_response(msg: Response) -> bytes:
+    if msg.status == Status.OK:
+        if msg.message:
+            raise LocalProtocolError("an OK response carries no message")
+        if msg.value is not None:
+            if msg.fetch_id is not None:
+                raise LocalProtocolError("an OK response carries a value or a fetch_id, not both")
+            value = _value_of(msg.value)
+            data = value.data
+            return b"".join(
+                (
+                    _RESP_HEAD.pack(_RESPONSE, 10 + len(data), msg.id, 0),
+                    _VALUE_HEAD.pack(value.vtype, len(data)),
+                    data,
+                )
+            )
+        if msg.fetch_id is not None:
+            return _RESP_HEAD.pack(_RESPONSE, 9, msg.id, 0) + _U32.pack(msg.fetch_id)
+        return _RESP_HEAD.pack(_RESPONSE, 5, msg.id, 0)
+    if msg.value is not None or msg.fetch_id is not None:
+        raise LocalProtocolError(f"a {Status(msg.status).name} response carries only a message")
+    mb = _str16_bytes(msg.message, "message")
+    return b"".join((_RESP_HEAD.pack(_RESPONSE, 7 + len(mb), msg.id, msg.status), _U16.pack(len(mb)), mb))
+
+
+def _encode_fetch_event(msg: FetchEvent) -> bytes:
+    kb = _key_bytes(msg.key)
+    value = _value_of(msg.value)
+    data = value.data
+    klen = len(kb)
+    return b"".join(
+        (
+            _EVT_FID_KEY.pack(_EVENT, 1 + 4 + 2 + klen + 5 + len(data), msg.code, msg.fetch_id, klen),
+            kb,
+            _VALUE_HEAD.pack(value.vtype, len(data)),
+            data,
+        )
+    )
+
+
+def _encode_close(msg: Close) -> bytes:
+    mb = _str16_bytes(msg.message, "message")
+    return b"".join(
+        (_HEADER.pack(_EVENT, 4 + len(mb)), bytes((EventCode.CLOSE, Status(msg.status))), _U16.pack(len(mb)), mb)
+    )
+
+
+def _encode_info(msg: Info) -> bytes:
+    nb = _str16_bytes(msg.name, "name")
+    return b"".join(
+        (
+            _HEADER.pack(_INFO, 12 + len(nb)),
+            _INFO_HEAD.pack(msg.major, msg.minor, msg.max_body, msg.features),
+            _U16.pack(len(nb)),
+            nb,
+        )
+    )
+
+
+_ENCODERS: dict[type, Callable[[Message], bytes]] = {
+    AddState: _encode_key_value,  # type: ignore[dict-item]
+    SetState: _encode_key_value,  # type: ignore[dict-item]
+    NotifyState: _encode_key_value,  # type: ignore[dict-item]
+    CallMethod: _encode_key_value,  # type: ignore[dict-item]
+    RemoveState: _encode_key_only,  # type: ignore[dict-item]
+    AddMethod: _encode_key_only,  # type: ignore[dict-item]
+    RemoveMethod: _encode_key_only,  # type: ignore[dict-item]
+    GetState: _encode_key_only,  # type: ignore[dict-item]
+    FetchStates: _encode_fetch,  # type: ignore[dict-item]
+    Unfetch: _encode_unfetch,  # type: ignore[dict-item]
+    Response: _encode_response,  # type: ignore[dict-item]
+    FetchAdd: _encode_fetch_event,  # type: ignore[dict-item]
+    FetchChange: _encode_fetch_event,  # type: ignore[dict-item]
+    FetchRemove: _encode_fetch_event,  # type: ignore[dict-item]
+    Close: _encode_close,  # type: ignore[dict-item]
+    Info: _encode_info,  # type: ignore[dict-item]
+}
+
+
+def encode(message: Message) -> bytes:
+    """Encode one message as a complete frame (header included).
+
+    Raises:
+        LocalProtocolError: if the message cannot be sent as it is (empty or oversized
+            key, id or fetch_id outside u32, a status/payload combination the spec
+            forbids, a request without id that has no EVENT form).
+    """
+    encoder = _ENCODERS.get(type(message))
+    if encoder is None:
+        raise LocalProtocolError(f"not a jet message: {type(message).__name__}")
+    if isinstance(message, Request) and message.id is None and not isinstance(
+        message, (SetState, NotifyState, CallMethod)
+    ):
+        raise LocalProtocolError(f"{message.function.name} needs an id: it has no EVENT form")
+    try:
+        return encoder(message)
+    except struct.error as exc:
+        raise LocalProtocolError(f"{type(message).__name__}: field out of range ({exc})") from None
+    except (ValueError, TypeError) as exc:
+        raise LocalProtocolError(f"{type(message).__name__}: {exc}") from None
+
+
+# --- the stream decoder -------------------------------------------------------------
+
+
+class Decoder:
+    """Sans-IO stream decoder: feed bytes in any chunking, pull complete messages.
+
+    Usage::
+
+        decoder = Decoder(max_body=1 << 20)
+        decoder.receive_data(chunk)
+        while (message := decoder.next_message()) is not None:
+            ...
+
+    Every body length is checked against ``max_body`` as soon as its header is
+    complete, before the body is buffered (PROTOCOL.md 9.2).
+
+    After a non-fatal :class:`RemoteProtocolError` the bad frame has been consumed and
+    decoding may go on; after a fatal one the stream is unusable and every further call
+    raises the same error.
+    """
+
+    __slots__ = ("max_body", "_buf", "_pos", "_chunks", "_extra", "_need", "_error", "_dropped")
+
+    def __init__(self, *, max_body: int = DEFAULT_MAX_BODY) -> None:
+        if not 0 <= max_body <= 0xFFFF_FFFF:
+            raise LocalProtocolError(f"max_body must be within u32, got {max_body}")
+        self.max_body = max_body
+        self._buf = b""
+        self._pos = 0
+        self._chunks: list[bytes] = []
+        self._extra = 0  # bytes in _chunks
+        self._need = HEADER_SIZE  # bytes from _pos needed before the next step can run
+        self._error: Optional[RemoteProtocolError] = None
+        self._dropped = 0  # bytes compacted away in front of _buf
+
+    @property
+    def consumed(self) -> int:
+        """Bytes of the stream returned (or rejected) as complete frames so far."""
+        return self._dropped + self._pos
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet returned as frames."""
+        return len(self._buf) - self._pos + self._extra
+
+    def receive_data(self, data: bytes) -> None:
+        """Feed bytes received from the peer (any chunking; ``b""`` is ignored)."""
+        if data:
+            self._chunks.append(bytes(data))
+            self._extra += len(data)
+
+    def _fill(self) -> bool:
+        """Make at least ``_need`` bytes contiguous in ``_buf`` from ``_pos``."""
+        have = len(self._buf) - self._pos
+        if have >= self._need:
+            return True
+        if have + self._extra < self._need:
+            return False
+        self._dropped += self._pos
+        self._chunks.insert(0, self._buf[self._pos :])
+        self._buf = b"".join(self._chunks)
+        self._pos = 0
+        self._chunks.clear()
+        self._extra = 0
+        return True
+
+    def _split(self) -> Optional[tuple[int, int, int]]:
+        """Locate the next complete frame in ``_buf``: (type, body start, body end)."""
+        if self._error is not None:
+            raise self._error
+        if not self._fill():
+            return None
+        pos = self._pos
+        ftype, length = _HEADER_FROM(self._buf, pos)
+        if ftype not in _BODY_DECODERS:
+            self._error = RemoteProtocolError(
+                f"unknown frame type 0x{ftype:02X}", Status.MALFORMED, frame_type=ftype, fatal=True
+            )
+            raise self._error
+        if length > self.max_body:
+            # PROTOCOL.md 9.2: checked before a single body byte is buffered for it.
+            self._error = RemoteProtocolError(
+                f"body of {length} bytes exceeds the maximum of {self.max_body}",
+                Status.TOO_LARGE,
+                frame_type=ftype,
+                fatal=True,
+            )
+            raise self._error
+        if pos + HEADER_SIZE + length > len(self._buf):
+            self._need = HEADER_SIZE + length
+            if not self._fill():
+                return None
+            pos = 0
+        self._need = HEADER_SIZE
+        end = pos + HEADER_SIZE + length
+        self._pos = end
+        return ftype, pos + HEADER_SIZE, end
+
+    def next_frame(self) -> Optional[tuple[int, bytes]]:
+        """Return the next complete ``(frame_type, body)``, or None if more bytes are needed.
+
+        Only the header is checked: a known frame type and a body within ``max_body``.
+
+        Raises:
+            RemoteProtocolError: fatal, for an unknown frame type or an oversized body.
+        """
+        located = self._split()
+        if located is None:
+            return None
+        ftype, start, end = located
+        return ftype, self._buf[start:end]
+
+    def next_message(self) -> Optional[Message]:
+        """Return the next complete message, or None if more bytes are needed.
+
+        Raises:
+            RemoteProtocolError: for anything malformed (see the class docstring).
+        """
+        located = self._split()
+        if located is None:
+            return None
+        ftype, start, end = located
+        return _BODY_DECODERS[ftype](self._buf, start, end)
+
+    def messages(self) -> Iterator[Message]:
+        """Iterate over the complete messages buffered so far (the fast way to drain).
+
+        Messages before a bad frame are yielded first; then the error is raised.
+        """
+        decoders = _BODY_DECODERS
+        request_parsers = _REQUEST_PARSERS
+        fetch_parsers = _FETCH_EVENT_RAW_PARSERS
+        max_body = self.max_body
+        while self._error is None:
+            buf = self._buf
+            pos = self._pos
+            limit = len(buf) - HEADER_SIZE
+            # Whole frames already contiguous in the buffer: no bookkeeping per frame.
+            while pos <= limit:
+                ftype, length = _HEADER_FROM(buf, pos)
+                end = pos + HEADER_SIZE + length
+                if end > len(buf) or length > max_body or ftype not in decoders:
+                    break
+                self._pos = end
+                # REQUEST and fetch events dominate traffic: dispatch them here directly.
+                if ftype == 1 and length >= 5:
+                    rid, function = _ID_BYTE_FROM(buf, pos + 5)
+                    parser = request_parsers.get(function)
+                    if parser is not None:
+                        yield parser(buf, pos + 10, end, rid, 1)
+                        pos = end
+                        continue
+                elif ftype == 3 and length >= 5:
+                    fetch_parser = fetch_parsers.get(buf[pos + 5])
+                    if fetch_parser is not None:
+                        yield fetch_parser(buf, pos + 10, end, _U32_FROM(buf, pos + 6)[0], 3)
+                        pos = end
+                        continue
+                yield decoders[ftype](buf, pos + HEADER_SIZE, end)
+                pos = end
+            message = self.next_message()
+            if message is None:
+                return
+            yield message
+        raise self._error

@@ -1,0 +1,59 @@
+"""The one error tree of jet (after h11's ``_util.py``)."""
+
+from __future__ import annotations
+
+from .codes import Status
+
+
+class JetError(Exception):
+    """Base of every error raised by jet."""
+
+
+class ProtocolError(JetError):
+    """A violation of spec/PROTOCOL.md.
+
+    Attributes:
+        status: the :class:`Status` a daemon answers (or closes) with.
+        message: human-readable reason.
+    """
+
+    def __init__(self, message: str, status: Status = Status.MALFORMED) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = Status(status)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.message!r}, {self.status.name})"
+
+
+class LocalProtocolError(ProtocolError):
+    """You tried to build or send something the spec forbids (API misuse)."""
+
+
+class RemoteProtocolError(ProtocolError):
+    """The other side sent bytes that are not valid jet.
+
+    Attributes:
+        request_id: the id of the REQUEST or RESPONSE the bad frame carried, when it
+            was readable (PROTOCOL.md 9.1: then the sender gets an error RESPONSE and
+            the connection stays up), else ``None``.
+        frame_type: the frame's type byte when the header was readable, else ``None``.
+        fatal: True when the byte stream cannot be resynchronised (bad header, unknown
+            frame type, body over the maximum): the connection must be closed
+            (PROTOCOL.md 9.2). False when the bad frame was skipped whole and decoding
+            may go on.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        status: Status = Status.MALFORMED,
+        *,
+        request_id: int | None = None,
+        frame_type: int | None = None,
+        fatal: bool = False,
+    ) -> None:
+        super().__init__(message, status)
+        self.request_id = request_id
+        self.frame_type = frame_type
+        self.fatal = fatal

@@ -1,0 +1,368 @@
+"""The event-log format (spec/JETLOG.md): segment header, records, and a streaming reader.
+
+Sans-IO like the wire codec: :func:`encode_header` / :func:`encode_record` return bytes
+for the daemon to write; :class:`LogReader` takes bytes in any chunking and yields
+headers, records, corruption reports and, at the end, a truncation report.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import BinaryIO, Iterator, Optional, Union
+
+from .codes import Status
+from .errors import LocalProtocolError, RemoteProtocolError
+
+__all__ = [
+    "MAGIC",
+    "RECORD_MARKER",
+    "LogKind",
+    "LogHeader",
+    "LogRecord",
+    "Corruption",
+    "Truncation",
+    "LogReader",
+    "encode_header",
+    "encode_record",
+    "iter_log",
+    "parse_record_data",
+    "conn_open_data",
+    "conn_close_data",
+    "conn_name_data",
+    "conn_snapshot_data",
+    "route_data",
+]
+
+MAGIC = b"\x89JETLOG\n"  # JETLOG.md 2: like PNG's, catches text-mode and 7-bit damage
+FORMAT_VERSION = 1
+RECORD_MARKER = 0x4A52  # "JR", JETLOG.md 3: lets a reader resynchronise quickly
+RECORD_HEAD_SIZE = 10  # marker:u16 | length:u32 | crc:u32
+RECORD_FIXED_SIZE = 13  # ts_ns:u64 | conn_id:u32 | kind:u8
+DEFAULT_MAX_RECORD = 64 * 1024 * 1024 + 1024  # JETLOG.md 3: a 64 MiB frame and change
+
+_HEADER_FIXED = struct.Struct(">8sHHQI")  # magic, version, flags, created_ns, segment
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_RECORD_HEAD = struct.Struct(">HII")
+_RECORD_FIXED = struct.Struct(">QIB")
+_ROUTE = struct.Struct(">IIIIB")
+
+
+class LogKind(IntEnum):
+    """Record kinds (JETLOG.md 4)."""
+
+    FRAME_IN = 0x01  # data: one whole frame received from the connection
+    FRAME_OUT = 0x02  # data: one whole frame sent to the connection
+    CONN_OPEN = 0x03  # data: address:str16
+    CONN_CLOSE = 0x04  # data: status:u8 | reason:str16
+    CONN_NAME = 0x05  # data: name:str16 (the peer's INFO named it)
+    CONN_SNAPSHOT = 0x06  # data: address:str16 | name:str16 (open at segment start)
+    ROUTE = 0x07  # data: requester conn,id | owner conn,id | function | key:str16
+
+
+@dataclass(frozen=True, slots=True)
+class LogHeader:
+    """Segment file header (JETLOG.md 2)."""
+
+    name: str
+    created_ns: int
+    segment: int = 0
+    version: int = FORMAT_VERSION
+    flags: int = 0
+    size: int = 0  # bytes the header occupies in the file (set by the reader)
+
+
+@dataclass(frozen=True, slots=True)
+class LogRecord:
+    """One record (JETLOG.md 3); ``offset`` is where it starts in the file."""
+
+    ts_ns: int
+    conn_id: int
+    kind: int
+    data: bytes
+    offset: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Corruption:
+    """Bytes ``[offset, offset + length)`` are not valid records and were skipped."""
+
+    offset: int
+    length: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Truncation:
+    """The input ends inside a record (a writer still writing, or one that crashed)."""
+
+    offset: int
+    present: int
+    needed: int
+
+
+LogItem = Union[LogHeader, LogRecord, Corruption]
+
+
+def _str16(text: str, what: str) -> bytes:
+    raw = text.encode("utf-8")
+    if len(raw) > 0xFFFF:
+        raise LocalProtocolError(f"{what} longer than 65535 UTF-8 bytes")
+    return _U16.pack(len(raw)) + raw
+
+
+def encode_header(header: LogHeader) -> bytes:
+    """Encode a segment header, CRC included."""
+    head = _HEADER_FIXED.pack(MAGIC, header.version, header.flags, header.created_ns, header.segment)
+    head += _str16(header.name, "name")
+    return head + _U32.pack(zlib.crc32(head))
+
+
+def encode_record(ts_ns: int, conn_id: int, kind: int, data: bytes) -> bytes:
+    """Encode one record: marker, length, CRC-32 over length and body, body."""
+    body = _RECORD_FIXED.pack(ts_ns, conn_id, kind) + data
+    length = _U32.pack(len(body))
+    return _U16.pack(RECORD_MARKER) + length + _U32.pack(zlib.crc32(body, zlib.crc32(length))) + body
+
+
+# --- record data helpers (JETLOG.md 4) ----------------------------------------------
+
+
+def conn_open_data(address: str) -> bytes:
+    return _str16(address, "address")
+
+
+def conn_close_data(status: int, reason: str) -> bytes:
+    return bytes((status,)) + _str16(reason, "reason")
+
+
+def conn_name_data(name: str) -> bytes:
+    return _str16(name, "name")
+
+
+def conn_snapshot_data(address: str, name: str) -> bytes:
+    return _str16(address, "address") + _str16(name, "name")
+
+
+def route_data(requester_conn: int, requester_id: int, owner_conn: int, owner_id: int, function: int, key: str) -> bytes:
+    return _ROUTE.pack(requester_conn, requester_id, owner_conn, owner_id, function) + _str16(key, "key")
+
+
+def _read_str16(data: bytes, off: int) -> tuple[str, int]:
+    if len(data) - off < 2:
+        raise RemoteProtocolError("str16 length truncated")
+    (n,) = _U16.unpack_from(data, off)
+    if off + 2 + n > len(data):
+        raise RemoteProtocolError(f"str16 length {n} runs past the record")
+    try:
+        return data[off + 2 : off + 2 + n].decode("utf-8"), off + 2 + n
+    except UnicodeDecodeError as exc:
+        raise RemoteProtocolError(f"str16 is not valid UTF-8 ({exc.reason})") from None
+
+
+def parse_record_data(kind: int, data: bytes) -> dict[str, object]:
+    """Decode the ``data`` of a non-frame record into named fields.
+
+    Raises:
+        RemoteProtocolError: if the data does not match its kind's layout.
+    """
+    fields: dict[str, object]
+    if kind == LogKind.CONN_OPEN:
+        address, off = _read_str16(data, 0)
+        fields = {"address": address}
+    elif kind == LogKind.CONN_CLOSE:
+        if not data:
+            raise RemoteProtocolError("CONN_CLOSE without status")
+        try:
+            status: object = Status(data[0])
+        except ValueError:
+            status = data[0]
+        reason, off = _read_str16(data, 1)
+        fields = {"status": status, "reason": reason}
+    elif kind == LogKind.CONN_NAME:
+        name, off = _read_str16(data, 0)
+        fields = {"name": name}
+    elif kind == LogKind.CONN_SNAPSHOT:
+        address, off = _read_str16(data, 0)
+        name, off = _read_str16(data, off)
+        fields = {"address": address, "name": name}
+    elif kind == LogKind.ROUTE:
+        if len(data) < _ROUTE.size:
+            raise RemoteProtocolError("ROUTE record truncated")
+        rconn, rid, oconn, oid, function = _ROUTE.unpack_from(data, 0)
+        key, off = _read_str16(data, _ROUTE.size)
+        fields = {
+            "requester_conn": rconn,
+            "requester_id": rid,
+            "owner_conn": oconn,
+            "owner_id": oid,
+            "function": function,
+            "key": key,
+        }
+    else:
+        raise RemoteProtocolError(f"record kind 0x{kind:02X} has no structured data")
+    if off != len(data):
+        raise RemoteProtocolError(f"{len(data) - off} trailing byte(s) in {LogKind(kind).name} data")
+    return fields
+
+
+# --- the streaming reader -----------------------------------------------------------
+
+
+class LogReader:
+    """Sans-IO reader of one segment: feed bytes, pull items, then :meth:`finish`.
+
+    Yields the :class:`LogHeader` first, then :class:`LogRecord` items; a damaged region
+    becomes one :class:`Corruption` item and reading resumes at the next valid record
+    (JETLOG.md 5). A record length above ``max_record`` counts as damage; nothing is
+    buffered for it.
+
+    Raises:
+        RemoteProtocolError: if the file header is not a valid jet log header.
+    """
+
+    def __init__(self, *, max_record: int = DEFAULT_MAX_RECORD) -> None:
+        self.max_record = max_record
+        self._buf = bytearray()
+        self._pos = 0  # index into _buf
+        self._base = 0  # file offset of _buf[0]
+        self._header: Optional[LogHeader] = None
+        self._bad_start: Optional[int] = None  # file offset where damage began
+        self._bad_reason = ""
+        self._pending: Optional[LogRecord] = None  # the record found right after damage
+
+    @property
+    def header(self) -> Optional[LogHeader]:
+        return self._header
+
+    def feed(self, data: bytes) -> None:
+        """Append bytes read from the file."""
+        if self._pos > 1 << 20 and self._pos > len(self._buf) // 2:
+            del self._buf[: self._pos]
+            self._base += self._pos
+            self._pos = 0
+        self._buf += data
+
+    def _read_header(self) -> Optional[LogHeader]:
+        buf = self._buf
+        if len(buf) < _HEADER_FIXED.size + 2:
+            if len(buf) >= 8 and bytes(buf[:8]) != MAGIC:
+                raise RemoteProtocolError("not a jet event log: bad magic")
+            return None
+        magic, version, flags, created_ns, segment = _HEADER_FIXED.unpack_from(buf, 0)
+        if magic != MAGIC:
+            raise RemoteProtocolError("not a jet event log: bad magic")
+        if version != FORMAT_VERSION:
+            raise RemoteProtocolError(f"unsupported jet log version {version}")
+        (n,) = _U16.unpack_from(buf, _HEADER_FIXED.size)
+        size = _HEADER_FIXED.size + 2 + n + 4
+        if len(buf) < size:
+            return None
+        (crc,) = _U32.unpack_from(buf, size - 4)
+        if crc != zlib.crc32(bytes(buf[: size - 4])):
+            raise RemoteProtocolError("jet log header CRC mismatch")
+        try:
+            name = bytes(buf[_HEADER_FIXED.size + 2 : size - 4]).decode("utf-8")
+        except UnicodeDecodeError:
+            raise RemoteProtocolError("jet log header name is not valid UTF-8") from None
+        self._pos = size
+        return LogHeader(name, created_ns, segment, version, flags, size)
+
+    def _record_at(self, pos: int) -> Union[LogRecord, str, None]:
+        """The record at ``pos``, a reason why there is none, or None if incomplete."""
+        buf = self._buf
+        if len(buf) - pos < RECORD_HEAD_SIZE:
+            if len(buf) - pos >= 2 and _U16.unpack_from(buf, pos)[0] != RECORD_MARKER:
+                return "bad record marker"
+            return None
+        marker, length, crc = _RECORD_HEAD.unpack_from(buf, pos)
+        if marker != RECORD_MARKER:
+            return "bad record marker"
+        if length < RECORD_FIXED_SIZE or length > self.max_record:
+            return f"implausible record length {length}"
+        end = pos + RECORD_HEAD_SIZE + length
+        if end > len(buf):
+            return None
+        body = bytes(buf[pos + RECORD_HEAD_SIZE : end])
+        if zlib.crc32(body, zlib.crc32(buf[pos + 2 : pos + 6])) != crc:
+            return "record CRC mismatch"
+        ts_ns, conn_id, kind = _RECORD_FIXED.unpack_from(body, 0)
+        return LogRecord(ts_ns, conn_id, kind, body[RECORD_FIXED_SIZE:], self._base + pos)
+
+    def next_item(self) -> Optional[LogItem]:
+        """The next header, record or corruption report; None if more bytes are needed."""
+        if self._header is None:
+            self._header = self._read_header()
+            return self._header
+        if self._pending is not None:
+            record, self._pending = self._pending, None
+            return record
+        buf = self._buf
+        while True:
+            pos = self._pos
+            found = self._record_at(pos)
+            if found is None:
+                return None
+            if isinstance(found, LogRecord):
+                self._pos = pos + RECORD_HEAD_SIZE + len(found.data) + RECORD_FIXED_SIZE
+                if self._bad_start is not None:
+                    report = Corruption(self._bad_start, self._base + pos - self._bad_start, self._bad_reason)
+                    self._bad_start = None
+                    self._pending = found
+                    return report
+                return found
+            # Damage: remember where it began, then look for the next marker.
+            if self._bad_start is None:
+                self._bad_start = self._base + pos
+                self._bad_reason = found
+            nxt = buf.find(b"\x4a\x52", pos + 1)
+            self._pos = nxt if nxt >= 0 else max(pos + 1, len(buf) - 1)
+            if nxt < 0:
+                return None
+
+    def items(self) -> Iterator[LogItem]:
+        """Iterate over everything complete in the bytes fed so far."""
+        while True:
+            item = self.next_item()
+            if item is None:
+                return
+            yield item
+
+    def finish(self) -> Optional[Union[Corruption, Truncation]]:
+        """Call at end of input: reports damage or a truncated record left at the end.
+
+        Raises:
+            RemoteProtocolError: if the input ended inside the file header.
+        """
+        if self._header is None:
+            raise RemoteProtocolError(f"jet log ends inside its header ({len(self._buf)} bytes)")
+        end = self._base + len(self._buf)
+        if self._bad_start is not None:
+            start = self._bad_start
+            self._bad_start = None
+            return Corruption(start, end - start, self._bad_reason)
+        remaining = len(self._buf) - self._pos
+        if remaining == 0:
+            return None
+        needed = RECORD_HEAD_SIZE
+        if remaining >= RECORD_HEAD_SIZE:
+            needed += _RECORD_HEAD.unpack_from(self._buf, self._pos)[1]
+        return Truncation(self._base + self._pos, remaining, needed)
+
+
+def iter_log(stream: BinaryIO, *, chunk_size: int = 1 << 20, max_record: int = DEFAULT_MAX_RECORD) -> Iterator[Union[LogItem, Truncation]]:
+    """Read a whole segment from a binary file object: header, records, damage reports,
+    and a final :class:`Truncation` if the file ends inside a record."""
+    reader = LogReader(max_record=max_record)
+    while True:
+        chunk = stream.read(chunk_size)
+        if not chunk:
+            break
+        reader.feed(chunk)
+        yield from reader.items()
+    tail = reader.finish()
+    if tail is not None:
+        yield tail
