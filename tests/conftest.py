@@ -1,0 +1,110 @@
+"""Shared fixtures: a real jetd process on 127.0.0.1, started and stopped per test."""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+STARTUP_TIMEOUT = 15.0
+SHUTDOWN_TIMEOUT = 10.0
+
+
+@dataclass
+class DaemonProcess:
+    """A jetd started by the tests; ``stop()`` sends SIGTERM and returns the exit code."""
+
+    proc: subprocess.Popen[bytes]
+    host: str
+    port: int
+    stderr_path: Path
+    args: list[str] = field(default_factory=list)
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return self.host, self.port
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = SHUTDOWN_TIMEOUT) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise AssertionError(f"jetd did not exit within {timeout} s of signal {sig}") from None
+        return self.proc.returncode
+
+
+def launch_jetd(args: list[str], stderr_path: Path, env: dict[str, str] | None = None) -> DaemonProcess:
+    """Start ``python -m jetd --host 127.0.0.1 --port 0 ARGS`` and wait for its first line,
+    ``jetd listening on HOST:PORT``."""
+    cmd = [sys.executable, "-m", "jetd", "--host", "127.0.0.1", "--port", "0", *args]
+    full_env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1", **(env or {})}
+    with open(stderr_path, "wb") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, env=full_env, cwd=REPO)
+    assert proc.stdout is not None
+    selector = selectors.DefaultSelector()
+    selector.register(proc.stdout, selectors.EVENT_READ)
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    line = b""
+    while not line.endswith(b"\n"):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not selector.select(remaining):
+            proc.kill()
+            proc.wait()
+            raise AssertionError(f"jetd printed no listening line: {stderr_path.read_text()}")
+        chunk = os.read(proc.stdout.fileno(), 1)
+        if not chunk:
+            proc.wait()
+            raise AssertionError(f"jetd exited ({proc.returncode}) before listening: {stderr_path.read_text()}")
+        line += chunk
+    selector.close()
+    text = line.decode().strip()
+    prefix = "jetd listening on "
+    assert text.startswith(prefix), text
+    host, _, port = text[len(prefix) :].rpartition(":")
+    return DaemonProcess(proc, host, int(port), stderr_path, args)
+
+
+@pytest.fixture
+def start_jetd(tmp_path: Path) -> Iterator[Callable[..., DaemonProcess]]:
+    """Factory: ``start_jetd("--route-timeout", "0.5")`` -> a running DaemonProcess.
+
+    Every daemon started is stopped with SIGTERM at teardown, and the test fails if one
+    does not exit cleanly (code 0) within 10 s.
+    """
+    started: list[DaemonProcess] = []
+
+    def start(*args: str, env: dict[str, str] | None = None) -> DaemonProcess:
+        daemon = launch_jetd(list(args), tmp_path / f"jetd-{len(started)}.stderr", env)
+        started.append(daemon)
+        return daemon
+
+    yield start
+    failures = []
+    for daemon in started:
+        was_running = daemon.proc.poll() is None
+        code = daemon.stop()
+        if was_running and code != 0:
+            failures.append(f"jetd {daemon.args} exited {code} on SIGTERM:\n{daemon.stderr()}")
+    if failures:
+        pytest.fail("\n".join(failures))
+
+
+@pytest.fixture
+def jetd(start_jetd: Callable[..., DaemonProcess]) -> DaemonProcess:
+    """One jetd on defaults (port 0)."""
+    return start_jetd()
