@@ -1,0 +1,1232 @@
+"""The asyncio jet peer: :class:`PeerAsync`.
+
+A thin :class:`asyncio.Protocol` feeds received bytes to :class:`jetwire.Decoder` and
+writes frames built by :func:`jetwire.encode`; everything else is bookkeeping of
+requests in flight, owned states and methods, and fetches. It runs on whatever event
+loop the application runs (uvloop included); it never installs one itself.
+
+Example::
+
+    async with await PeerAsync.connect("127.0.0.1", 11124, name="demo") as peer:
+        temp = await peer.add_state("plant/temp", 21.5, on_set=lambda v: min(v, 30.0))
+        print(await peer.set("plant/temp", 42.0))   # 30.0: the owner clamped it
+        async for event in peer.fetch("plant/"):
+            print(event.kind, event.key, event.value)
+
+Requests that need no bookkeeping of their own (:meth:`PeerAsync.set`,
+:meth:`PeerAsync.call`, :meth:`PeerAsync.get`, :meth:`State.notify`) are plain methods
+returning an :class:`asyncio.Future`: ``await`` them like coroutines, or collect many
+and ``asyncio.gather`` them to pipeline without creating a task per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import random
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Optional
+
+from jetwire import (
+    DEFAULT_MAX_BODY,
+    HEADER_SIZE,
+    PROTOCOL_MAJOR,
+    AddMethod,
+    AddState,
+    CallMethod,
+    Close,
+    Decoder,
+    FetchAdd,
+    FetchChange,
+    FetchRemove,
+    FetchStates,
+    FrameType,
+    GetState,
+    Info,
+    LocalProtocolError,
+    Message,
+    NotifyState,
+    RemoteProtocolError,
+    RemoveMethod,
+    RemoveState,
+    Response,
+    SetState,
+    Status,
+    Unfetch,
+    Value,
+    encode,
+)
+from jetwire.values import PythonValue
+
+from .errors import (
+    ConnectionClosed,
+    Internal,
+    Malformed,
+    NotFound,
+    Overloaded,
+    PeerError,
+    Rejected,
+    Timeout,
+    TooLarge,
+    error_for_status,
+)
+
+__all__ = [
+    "DEFAULT_FETCH_QUEUE",
+    "DEFAULT_PORT",
+    "DEFAULT_RECONNECT_MAX_DELAY",
+    "DEFAULT_RECONNECT_MIN_DELAY",
+    "DEFAULT_TIMEOUT",
+    "EventKind",
+    "Fetch",
+    "FetchEvent",
+    "Method",
+    "PeerAsync",
+    "State",
+]
+
+log = logging.getLogger("peer")
+
+DEFAULT_PORT = 11124  # PROTOCOL.md 3
+# Longer than jetd's default route timeout (5 s, PROTOCOL.md 10.3), so that a routed
+# request normally fails with the daemon's TIMEOUT, which names the cause, not ours.
+DEFAULT_TIMEOUT = 10.0
+DEFAULT_RECONNECT_MIN_DELAY = 0.05
+DEFAULT_RECONNECT_MAX_DELAY = 2.0
+DEFAULT_FETCH_QUEUE = 100_000  # events an `async for` consumer may fall behind
+DEFAULT_WRITE_HIGH_WATER = 4 * 1024 * 1024
+MAX_ERROR_MESSAGE = 1000  # characters of a handler's error message sent on the wire
+
+OnSet = Callable[[Any], Any]
+MethodHandler = Callable[[Any], Any]
+OnEvent = Callable[["FetchEvent"], Any]
+
+_BARRIER_KEY = "\x00peer/restore-barrier"
+
+
+class EventKind(StrEnum):
+    """What a fetch event says happened to a state (PROTOCOL.md 7.2, 10.5)."""
+
+    ADD = "add"
+    CHANGE = "change"
+    REMOVE = "remove"
+
+
+@dataclass(frozen=True, slots=True)
+class FetchEvent:
+    """One fetch event: ``kind``, ``key``, and the value as received (``raw``).
+
+    ``value`` maps ``raw`` to Python when read (see :func:`jetwire.to_python`); for a
+    JSON value that does not parse, reading ``value`` raises :class:`Malformed`.
+    """
+
+    kind: EventKind
+    key: str
+    raw: Value
+
+    @property
+    def value(self) -> PythonValue:
+        """The Python form of ``raw``."""
+        return _to_python(self.raw)
+
+
+def _to_python(raw: Value) -> PythonValue:
+    try:
+        return raw.to_python()
+    except RemoteProtocolError as exc:
+        raise Malformed(exc.message) from None
+
+
+def _as_value(obj: Any) -> Value:
+    return obj if type(obj) is Value else Value.of(obj)
+
+
+_KINDS: dict[type, EventKind] = {FetchAdd: EventKind.ADD, FetchChange: EventKind.CHANGE, FetchRemove: EventKind.REMOVE}
+
+
+class State:
+    """A state this peer owns, returned by :meth:`PeerAsync.add_state`.
+
+    Attributes:
+        key: the state's key.
+        on_set: the set handler, or None for a read-only state.
+    """
+
+    def __init__(self, peer: PeerAsync, key: str, raw: Value, on_set: Optional[OnSet]) -> None:
+        self._peer = peer
+        self.key = key
+        self.raw = raw
+        self.on_set = on_set
+        self.removed = False
+
+    @property
+    def value(self) -> PythonValue:
+        """The current value (as last added or notified), mapped to Python."""
+        return _to_python(self.raw)
+
+    def notify(self, value: Any, *, timeout: Optional[float] = None) -> asyncio.Future[None]:
+        """Announce a new complete value (NOTIFY_STATE request, PROTOCOL.md 6.4).
+
+        Returns:
+            A future resolved when the daemon confirms.
+
+        Raises:
+            LocalProtocolError: if ``value`` has no jet mapping (raised at once).
+            PeerError: (from the future) NotFound, NotOwner, Timeout, ConnectionClosed.
+        """
+        raw = _as_value(value)
+        self._check_live()
+        self.raw = raw
+        return self._peer._request(NotifyState, (self.key, raw), _convert_empty, timeout)
+
+    def notify_nowait(self, value: Any) -> None:
+        """Announce a new value as a fire-and-forget EVENT (PROTOCOL.md 7.1); no error is
+        ever reported for it."""
+        raw = _as_value(value)
+        self._check_live()
+        self.raw = raw
+        self._peer._send_event(NotifyState(None, self.key, raw))
+
+    async def remove(self, *, timeout: Optional[float] = None) -> None:
+        """Remove the state (REMOVE_STATE, PROTOCOL.md 6.2); it will not be restored.
+
+        Raises:
+            PeerError: NotFound, NotOwner, Timeout, ConnectionClosed.
+        """
+        self._check_live()
+        self.removed = True
+        if self._peer._states.get(self.key) is self:
+            del self._peer._states[self.key]
+        await self._peer._request(RemoveState, (self.key,), _convert_empty, timeout)
+
+    def _check_live(self) -> None:
+        if self.removed:
+            raise LocalProtocolError(f"state {self.key!r} was removed")
+
+    def __repr__(self) -> str:
+        return f"<State {self.key!r} = {self.raw!r}{' removed' if self.removed else ''}>"
+
+
+class Method:
+    """A method this peer owns, returned by :meth:`PeerAsync.add_method`."""
+
+    def __init__(self, peer: PeerAsync, key: str, handler: MethodHandler) -> None:
+        self._peer = peer
+        self.key = key
+        self.handler = handler
+        self.removed = False
+
+    async def remove(self, *, timeout: Optional[float] = None) -> None:
+        """Remove the method (REMOVE_METHOD, PROTOCOL.md 6.7); it will not be restored.
+
+        Raises:
+            PeerError: NotFound, NotOwner, Timeout, ConnectionClosed.
+        """
+        if self.removed:
+            raise LocalProtocolError(f"method {self.key!r} was removed")
+        self.removed = True
+        if self._peer._methods.get(self.key) is self:
+            del self._peer._methods[self.key]
+        await self._peer._request(RemoveMethod, (self.key,), _convert_empty, timeout)
+
+    def __repr__(self) -> str:
+        return f"<Method {self.key!r}{' removed' if self.removed else ''}>"
+
+
+class Fetch:
+    """A fetch of every state whose key starts with ``prefix`` (PROTOCOL.md 6.8, 10.5).
+
+    Returned by :meth:`PeerAsync.fetch`. It is awaitable (``await`` it to wait for the
+    daemon's OK; it returns itself), an async iterator of :class:`FetchEvent` when made
+    without a callback, and an async context manager that unfetches on exit.
+
+    Events are delivered from the moment the OK is processed: the initial FETCH_ADDs
+    that follow the OK can never be missed.
+    """
+
+    def __init__(
+        self, peer: PeerAsync, prefix: str, on_event: Optional[OnEvent], max_queue: int
+    ) -> None:
+        self._peer = peer
+        self.prefix = prefix
+        self.on_event = on_event
+        self.fetch_id: Optional[int] = None
+        self.active = False
+        self._ready: asyncio.Future[Fetch] = peer._loop.create_future()
+        self._queue: deque[FetchEvent] = deque()
+        self._max_queue = max_queue
+        self._waiter: Optional[asyncio.Future[None]] = None
+        self._end: Optional[BaseException] = None  # set when the fetch ends
+        self._async_callback = on_event is not None and inspect.iscoroutinefunction(on_event)
+        self._runner: Optional[asyncio.Task[None]] = None
+        # Kept only with reconnect=True: what the application has been told, so that a
+        # restored fetch reports the difference (PROTOCOL.md gives no end marker for
+        # the initial adds; a barrier request does, see PeerAsync._restore).
+        self._known: Optional[dict[str, Value]] = {} if peer.reconnect else None
+        self._restore_seen: Optional[set[str]] = None
+
+    def __await__(self) -> Generator[Any, None, Fetch]:
+        return self._ready.__await__()
+
+    async def __aenter__(self) -> Fetch:
+        return await self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.active:
+            with contextlib.suppress(ConnectionClosed):
+                await self.unfetch()
+
+    def __aiter__(self) -> AsyncIterator[FetchEvent]:
+        if self.on_event is not None:
+            raise LocalProtocolError("this fetch delivers to its callback; iterate a fetch made without one")
+        return self
+
+    async def __anext__(self) -> FetchEvent:
+        if not self._ready.done():
+            await self._ready
+        while not self._queue:
+            if self._end is not None:
+                if isinstance(self._end, StopAsyncIteration):
+                    raise StopAsyncIteration
+                raise self._end
+            self._waiter = self._peer._loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self._queue.popleft()
+
+    async def next_batch(self) -> list[FetchEvent]:
+        """Wait for at least one event and return every event queued (iterator mode).
+
+        Raises:
+            StopAsyncIteration: when the fetch ended normally (unfetch or close).
+            PeerError: ConnectionClosed or Overloaded when it ended in failure.
+        """
+        first = await self.__anext__()
+        batch = [first, *self._queue]
+        self._queue.clear()
+        return batch
+
+    async def unfetch(self, *, timeout: Optional[float] = None) -> None:
+        """End the fetch (UNFETCH, PROTOCOL.md 6.9). No event is delivered after this
+        is called; an iterator ends (StopAsyncIteration).
+
+        Raises:
+            PeerError: NotFound, Timeout, ConnectionClosed.
+        """
+        await self._ready
+        if not self.active:
+            raise LocalProtocolError(f"fetch {self.prefix!r} is not active")
+        fetch_id = self.fetch_id
+        self._finish(StopAsyncIteration())
+        if fetch_id is not None and self._peer._fetches.get(fetch_id) is self:
+            del self._peer._fetches[fetch_id]
+            await self._peer._request(Unfetch, (fetch_id,), _convert_empty, timeout)
+
+    def _deliver(self, kind: EventKind, key: str, raw: Value) -> None:
+        known = self._known
+        if known is not None:
+            if self._restore_seen is not None and kind is EventKind.ADD:
+                # A restored fetch re-announces what the application already knows.
+                self._restore_seen.add(key)
+                old = known.get(key)
+                if old == raw:
+                    return
+                if old is not None:
+                    kind = EventKind.CHANGE
+            if kind is EventKind.REMOVE:
+                known.pop(key, None)
+            else:
+                known[key] = raw
+        event = FetchEvent(kind, key, raw)
+        callback = self.on_event
+        if callback is None:
+            if len(self._queue) >= self._max_queue:
+                self._peer._drop_fetch(self)
+                self._finish(
+                    Overloaded(f"fetch {self.prefix!r}: consumer fell {self._max_queue} events behind")
+                )
+                return
+            self._queue.append(event)
+            if self._waiter is not None and not self._waiter.done():
+                self._waiter.set_result(None)
+        elif self._async_callback:
+            # Async callbacks run one at a time, in order, on a task of their own.
+            self._queue.append(event)
+            if self._runner is None or self._runner.done():
+                self._runner = self._peer._loop.create_task(self._run_callbacks())
+        else:
+            try:
+                callback(event)
+            except Exception:
+                log.exception("fetch %r: callback failed on %s %s", self.prefix, kind, key)
+
+    async def _run_callbacks(self) -> None:
+        assert self.on_event is not None
+        while self._queue:
+            event = self._queue.popleft()
+            try:
+                await self.on_event(event)
+            except Exception:
+                log.exception("fetch %r: callback failed on %s %s", self.prefix, event.kind, event.key)
+
+    def _finish(self, reason: BaseException) -> None:
+        self.active = False
+        if self._end is None:
+            self._end = reason
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+        if not self._ready.done():
+            if isinstance(reason, StopAsyncIteration):
+                reason = ConnectionClosed("peer closed")
+            self._ready.set_exception(reason)
+            self._ready.exception()  # retrieved: no "never retrieved" warning
+
+    def __repr__(self) -> str:
+        return f"<Fetch {self.prefix!r} id={self.fetch_id} {'active' if self.active else 'ended'}>"
+
+
+def _convert_empty(response: Response) -> None:
+    return None
+
+
+def _convert_value(response: Response) -> PythonValue:
+    if response.value is None:
+        # PROTOCOL.md 6.3: an empty OK to a set means NONE.
+        return None
+    return _to_python(response.value)
+
+
+def _convert_fetch_id(response: Response) -> int:
+    if response.fetch_id is None:
+        raise Malformed("FETCH_STATES answered OK without a fetch_id")
+    return response.fetch_id
+
+
+Converter = Callable[[Response], Any]
+
+
+class _Link(asyncio.Protocol):
+    """One TCP connection: decode what arrives, batch what leaves."""
+
+    def __init__(self, peer: PeerAsync, max_body: int) -> None:
+        self.peer = peer
+        self.decoder = Decoder(max_body=max_body)
+        self.transport: Optional[asyncio.Transport] = None
+        self.out: list[bytes] = []
+        self.closed = False
+        self.lost: asyncio.Future[None] = peer._loop.create_future()
+        self.info: asyncio.Future[Info] = peer._loop.create_future()
+        self.close_reason: Optional[Close] = None
+        self.writable: Optional[asyncio.Future[None]] = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        transport.set_write_buffer_limits(high=DEFAULT_WRITE_HIGH_WATER, low=DEFAULT_WRITE_HIGH_WATER // 4)
+
+    def send(self, frame: bytes) -> None:
+        if self.closed:
+            raise ConnectionClosed("connection lost")
+        out = self.out
+        if not out:
+            # One write per loop iteration however many frames were queued in it.
+            self.peer._loop.call_soon(self.flush)
+        out.append(frame)
+
+    def flush(self) -> None:
+        if self.out and not self.closed and self.transport is not None:
+            data = b"".join(self.out)
+            self.out.clear()
+            self.transport.write(data)
+        else:
+            self.out.clear()
+
+    def close(self, close: Optional[Close] = None) -> None:
+        if self.closed:
+            return
+        if close is not None:
+            self.out.append(encode(close))
+        self.flush()
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        decoder = self.decoder
+        decoder.receive_data(data)
+        peer = self.peer
+        while not self.closed:
+            try:
+                for message in decoder.messages():
+                    if type(message) is Response:
+                        peer._on_response(message)
+                    else:
+                        peer._on_message(self, message)
+                    if self.closed:
+                        return
+                return
+            except RemoteProtocolError as exc:
+                peer._on_bad_frame(self, exc)
+
+    def pause_writing(self) -> None:
+        self.writable = self.peer._loop.create_future()
+
+    def resume_writing(self) -> None:
+        if self.writable is not None and not self.writable.done():
+            self.writable.set_result(None)
+        self.writable = None
+
+    def connection_lost(self, exc: Optional[Exception]) -> None:
+        self.closed = True
+        self.resume_writing()
+        if not self.lost.done():
+            self.lost.set_result(None)
+        if not self.info.done():
+            self.info.set_exception(ConnectionClosed(self.describe_close(exc)))
+            self.info.exception()
+        self.peer._on_link_lost(self, exc)
+
+    def describe_close(self, exc: Optional[BaseException] = None) -> str:
+        if self.close_reason is not None:
+            return f"daemon closed the connection: {self.close_reason.status.name} {self.close_reason.message}"
+        if exc is not None:
+            return f"connection lost: {exc}"
+        return "connection closed"
+
+
+class PeerAsync:
+    """An asyncio jet peer: owner, client and fetcher on one connection.
+
+    Create it with :meth:`connect`. All methods must be called on the event loop the
+    peer was connected on (use :class:`peer.Peer` from other threads).
+
+    Attributes:
+        name: the name sent to the daemon in this peer's INFO.
+        reconnect: whether the peer reconnects and restores itself after a link loss.
+        timeout: the default timeout (seconds) of every request.
+    """
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        name: Optional[str] = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        reconnect: bool = False,
+        reconnect_min_delay: float = DEFAULT_RECONNECT_MIN_DELAY,
+        reconnect_max_delay: float = DEFAULT_RECONNECT_MAX_DELAY,
+        max_body: int = DEFAULT_MAX_BODY,
+        fetch_queue: int = DEFAULT_FETCH_QUEUE,
+    ) -> None:
+        if timeout <= 0:
+            raise ValueError("timeout must be positive")
+        self.host = host
+        self.port = port
+        self.name = name if name is not None else "peer"
+        self.timeout = timeout
+        self.reconnect = reconnect
+        self.reconnect_min_delay = reconnect_min_delay
+        self.reconnect_max_delay = reconnect_max_delay
+        self.max_body = max_body
+        self.fetch_queue = fetch_queue
+        self._loop = asyncio.get_running_loop()
+        self._link: Optional[_Link] = None
+        self._info: Optional[Info] = None
+        self._pending: dict[int, tuple[asyncio.Future[Any], Converter, asyncio.TimerHandle]] = {}
+        self._next_id = 0
+        self._states: dict[str, State] = {}
+        self._methods: dict[str, Method] = {}
+        self._fetches: dict[int, Fetch] = {}
+        self._fetch_objects: list[Fetch] = []  # every active fetch, for restore
+        self._closing = False
+        self._closed_error: Optional[ConnectionClosed] = None
+        self._ready = True  # False while a reconnect is restoring
+        self._backlog: list[tuple[int, bytes]] = []  # requests made while reconnecting
+        self._restored: asyncio.Event = asyncio.Event()
+        self._restored.set()
+        self._reconnector: Optional[asyncio.Task[None]] = None
+        self._handler_tasks: set[asyncio.Task[Any]] = set()
+        self.reconnects = 0  # completed reconnections, for observability
+
+    # --- connecting -------------------------------------------------------------------
+
+    @classmethod
+    async def connect(
+        cls,
+        host: str = "127.0.0.1",
+        port: int = DEFAULT_PORT,
+        *,
+        name: Optional[str] = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        reconnect: bool = False,
+        reconnect_min_delay: float = DEFAULT_RECONNECT_MIN_DELAY,
+        reconnect_max_delay: float = DEFAULT_RECONNECT_MAX_DELAY,
+        max_body: int = DEFAULT_MAX_BODY,
+        fetch_queue: int = DEFAULT_FETCH_QUEUE,
+    ) -> PeerAsync:
+        """Connect to a daemon, send this peer's INFO and wait for the daemon's.
+
+        Args:
+            host, port: the daemon's address.
+            name: this peer's name in the daemon's logs (default ``"peer"``).
+            timeout: seconds for the connection and the default for every request.
+            reconnect: after a link loss, reconnect with exponential backoff (between
+                ``reconnect_min_delay`` and ``reconnect_max_delay`` seconds, with
+                jitter) and restore states (current values), methods and fetches.
+            max_body: the largest body this peer accepts (announced in its INFO).
+            fetch_queue: how many events an ``async for`` fetch may fall behind before
+                it ends with :class:`Overloaded`.
+
+        Returns:
+            The connected peer.
+
+        Raises:
+            ConnectionClosed: the connection failed or the daemon closed it.
+            Timeout: no INFO from the daemon within ``timeout``.
+            Malformed: the daemon speaks another major version.
+        """
+        peer = cls(
+            host,
+            port,
+            name=name,
+            timeout=timeout,
+            reconnect=reconnect,
+            reconnect_min_delay=reconnect_min_delay,
+            reconnect_max_delay=reconnect_max_delay,
+            max_body=max_body,
+            fetch_queue=fetch_queue,
+        )
+        await peer._open()
+        return peer
+
+    async def _open(self) -> _Link:
+        loop = self._loop
+        try:
+            async with asyncio.timeout(self.timeout):
+                _, link = await loop.create_connection(lambda: _Link(self, self.max_body), self.host, self.port)
+                self._link = link
+                # PROTOCOL.md 4.4: our INFO first; requests may follow without waiting.
+                link.send(encode(Info(self.name, self.max_body)))
+                info = await link.info
+        except TimeoutError:
+            self._abort_link()
+            raise Timeout(f"no INFO from {self.host}:{self.port} within {self.timeout} s") from None
+        except OSError as exc:
+            self._abort_link()
+            raise ConnectionClosed(f"cannot connect to {self.host}:{self.port}: {exc.strerror or exc}") from None
+        except BaseException:
+            self._abort_link()
+            raise
+        self._info = info
+        return link
+
+    def _abort_link(self) -> None:
+        if self._link is not None:
+            self._link.close()
+            self._link = None
+
+    @property
+    def info(self) -> Info:
+        """The daemon's INFO (name, max_body, features, version)."""
+        if self._info is None:
+            raise LocalProtocolError("not connected yet")
+        return self._info
+
+    @property
+    def connected(self) -> bool:
+        """True while a link is up and (after a reconnect) restored."""
+        return self._link is not None and not self._link.closed and self._ready
+
+    async def __aenter__(self) -> PeerAsync:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the connection. Pending requests fail with :class:`ConnectionClosed`,
+        fetch iterators end; no reconnect follows. Idempotent."""
+        if self._closing:
+            if self._link is not None and not self._link.lost.done():
+                await asyncio.shield(self._link.lost)
+            return
+        self._closing = True
+        self._closed_error = ConnectionClosed("peer closed")
+        if self._reconnector is not None:
+            self._reconnector.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._reconnector
+        link = self._link
+        if link is not None:
+            # PROTOCOL.md 7.3: a peer MAY say goodbye; the daemon treats it as a disconnect.
+            link.close(Close(Status.OK, "peer closing"))
+            try:
+                async with asyncio.timeout(2.0):
+                    await link.lost
+            except TimeoutError:
+                if link.transport is not None:
+                    link.transport.abort()
+        self._fail_pending(self._closed_error)
+        self._fail_backlog(self._closed_error)
+        for fetch in list(self._fetch_objects):
+            fetch._finish(StopAsyncIteration())
+        self._fetch_objects.clear()
+        self._fetches.clear()
+        for task in list(self._handler_tasks):
+            task.cancel()
+        if self._handler_tasks:
+            await asyncio.gather(*self._handler_tasks, return_exceptions=True)
+
+    async def wait_closed(self) -> None:
+        """Wait until the current link is lost (e.g. the daemon shut down) and no
+        reconnect is under way."""
+        while True:
+            link = self._link
+            if link is not None and not link.lost.done():
+                await asyncio.shield(link.lost)
+            if self._reconnector is not None and not self._reconnector.done():
+                await asyncio.shield(self._reconnector)
+                continue
+            if link is self._link:
+                return
+
+    async def drain(self) -> None:
+        """Wait until the socket's write buffer is below its low-water mark (use it when
+        pipelining very many requests without awaiting them)."""
+        link = self._link
+        if link is not None:
+            link.flush()
+            if link.writable is not None:
+                await link.writable
+
+    # --- sending ----------------------------------------------------------------------
+
+    def _frame(self, message: Message) -> bytes:
+        frame = encode(message)
+        info = self._info
+        if info is not None and len(frame) - HEADER_SIZE > info.max_body:
+            # PROTOCOL.md 3: never send a body above the receiver's announced max_body.
+            raise TooLarge(f"body of {len(frame) - HEADER_SIZE} bytes exceeds the daemon's max_body {info.max_body}")
+        return frame
+
+    def _request(
+        self,
+        cls: type[Any],
+        fields: tuple[Any, ...],
+        convert: Converter,
+        timeout: Optional[float],
+        *,
+        restoring: bool = False,
+    ) -> asyncio.Future[Any]:
+        """Send the REQUEST ``cls(id, *fields)`` (the id is assigned here) and return
+        the future of its converted result."""
+        if self._closing:
+            raise ConnectionClosed("peer closed")
+        pending = self._pending
+        rid = self._next_id
+        while True:
+            rid = (rid + 1) & 0xFFFF_FFFF
+            if rid not in pending:
+                break
+        self._next_id = rid
+        frame = self._frame(cls(rid, *fields))
+        loop = self._loop
+        future: asyncio.Future[Any] = loop.create_future()
+        link = self._link
+        if (restoring or self._ready) and link is not None and not link.closed:
+            link.send(frame)
+        elif self.reconnect:
+            # Made while reconnecting: sent after the restore, if still pending then.
+            self._backlog.append((rid, frame))
+        else:
+            raise self._closed_error or ConnectionClosed("not connected")
+        delay = self.timeout if timeout is None else timeout
+        pending[rid] = (future, convert, loop.call_later(delay, self._expire, rid, delay))
+        return future
+
+    def _send_event(self, message: Message) -> None:
+        if self._closing:
+            raise self._closed_error or ConnectionClosed("peer closed")
+        frame = self._frame(message)
+        link = self._link
+        if link is None or link.closed or not self._ready:
+            # PROTOCOL.md 7.1: fire-and-forget; while reconnecting it is queued and sent
+            # after the restore, when the link is down for good it is dropped.
+            if self.reconnect:
+                self._backlog.append((-1, frame))
+            return
+        link.send(frame)
+
+    def _expire(self, rid: int, delay: float) -> None:
+        entry = self._pending.pop(rid, None)
+        if entry is not None and not entry[0].done():
+            entry[0].set_exception(Timeout(f"no response within {delay:g} s (peer timeout)"))
+
+    def _on_response(self, response: Response) -> None:
+        entry = self._pending.pop(response.id, None)
+        if entry is None:
+            log.debug("response to unknown request %d dropped (late after a timeout?)", response.id)
+            return
+        future, convert, handle = entry
+        handle.cancel()
+        if future.done():
+            return
+        if response.status is Status.OK:
+            try:
+                future.set_result(convert(response))
+            except PeerError as exc:
+                future.set_exception(exc)
+        else:
+            future.set_exception(error_for_status(response.status, response.message))
+
+    def _fail_pending(self, error: PeerError) -> None:
+        pending = self._pending
+        self._pending = {}
+        for future, _convert, handle in pending.values():
+            handle.cancel()
+            if not future.done():
+                future.set_exception(type(error)(error.message, error.status))
+
+    def _fail_backlog(self, error: PeerError) -> None:
+        self._backlog.clear()
+
+    # --- client role ------------------------------------------------------------------
+
+    def set(self, key: str, value: Any, *, timeout: Optional[float] = None) -> asyncio.Future[PythonValue]:
+        """Ask the owner of state ``key`` to take ``value`` (SET_STATE, PROTOCOL.md 6.3).
+
+        Returns:
+            A future of the value now in effect, as the owner answered (mapped to Python).
+
+        Raises:
+            LocalProtocolError: at once, for a value with no jet mapping or a bad key.
+            PeerError: (from the future) NotFound, WrongKind, Rejected (or any status the
+                owner answered), Timeout, OwnerGone, LimitExceeded, ConnectionClosed.
+        """
+        return self._request(SetState, (key, _as_value(value)), _convert_value, timeout)
+
+    def set_nowait(self, key: str, value: Any) -> None:
+        """Fire-and-forget set (EVENT form, PROTOCOL.md 7.1): nothing reports the outcome."""
+        self._send_event(SetState(None, key, _as_value(value)))
+
+    def call(self, key: str, args: Any = None, *, timeout: Optional[float] = None) -> asyncio.Future[PythonValue]:
+        """Call method ``key`` with ``args`` (CALL_METHOD, PROTOCOL.md 6.5).
+
+        Returns:
+            A future of the method's result, mapped to Python.
+
+        Raises:
+            PeerError: (from the future) NotFound, WrongKind, Rejected (or any status the
+                owner answered), Timeout, OwnerGone, LimitExceeded, ConnectionClosed.
+        """
+        return self._request(CallMethod, (key, _as_value(args)), _convert_value, timeout)
+
+    def call_nowait(self, key: str, args: Any = None) -> None:
+        """Fire-and-forget call (EVENT form, PROTOCOL.md 7.1)."""
+        self._send_event(CallMethod(None, key, _as_value(args)))
+
+    def get(self, key: str, *, timeout: Optional[float] = None) -> asyncio.Future[PythonValue]:
+        """Read the daemon's cached value of state ``key`` (GET_STATE, PROTOCOL.md 6.10).
+
+        Raises:
+            PeerError: (from the future) NotFound, WrongKind, Timeout, ConnectionClosed.
+        """
+        return self._request(GetState, (key,), _convert_value, timeout)
+
+    def get_raw(self, key: str, *, timeout: Optional[float] = None) -> asyncio.Future[Value]:
+        """Like :meth:`get`, but the future yields the :class:`jetwire.Value` unmapped."""
+        return self._request(GetState, (key,), _convert_raw, timeout)
+
+    def fetch(
+        self,
+        prefix: str = "",
+        on_event: Optional[OnEvent] = None,
+        *,
+        timeout: Optional[float] = None,
+    ) -> Fetch:
+        """Fetch every state whose key starts with ``prefix`` (PROTOCOL.md 6.8).
+
+        With ``on_event`` (a function or coroutine function taking a
+        :class:`FetchEvent`), every event is passed to it in order; without, iterate the
+        returned :class:`Fetch` with ``async for``. Await the result to wait for the
+        daemon's OK.
+
+        Raises:
+            PeerError: (when awaited or iterated) LimitExceeded, Timeout,
+                ConnectionClosed.
+        """
+        fetch = Fetch(self, prefix, on_event, self.fetch_queue)
+        self._start_fetch(fetch, timeout)
+        return fetch
+
+    def _start_fetch(self, fetch: Fetch, timeout: Optional[float], *, restoring: bool = False) -> asyncio.Future[Any]:
+        def activate(response: Response) -> int:
+            # Runs inside the data_received call that carries the OK: registering the
+            # fetch id here is what makes the initial adds that follow it impossible
+            # to miss (PROTOCOL.md 10.5: OK first, then the initial adds).
+            fetch_id = _convert_fetch_id(response)
+            fetch.fetch_id = fetch_id
+            if fetch._end is None:
+                fetch.active = True
+                self._fetches[fetch_id] = fetch
+                if fetch not in self._fetch_objects:
+                    self._fetch_objects.append(fetch)
+            return fetch_id
+
+        future = self._request(FetchStates, (fetch.prefix,), activate, timeout, restoring=restoring)
+        if not restoring:
+
+            def ready(done: asyncio.Future[Any]) -> None:
+                if fetch._ready.done():
+                    return
+                if done.cancelled():
+                    fetch._ready.cancel()
+                elif (error := done.exception()) is not None:
+                    fetch._finish(error)
+                else:
+                    fetch._ready.set_result(fetch)
+
+            future.add_done_callback(ready)
+        return future
+
+    def _drop_fetch(self, fetch: Fetch) -> None:
+        """Stop a fetch locally and tell the daemon, without waiting for its answer."""
+        if fetch.fetch_id is not None and self._fetches.get(fetch.fetch_id) is fetch:
+            del self._fetches[fetch.fetch_id]
+            if self._link is not None and not self._link.closed:
+                self._request(Unfetch, (fetch.fetch_id,), _convert_empty, None).add_done_callback(_ignore)
+        if fetch in self._fetch_objects:
+            self._fetch_objects.remove(fetch)
+
+    # --- owner role -------------------------------------------------------------------
+
+    async def add_state(
+        self,
+        key: str,
+        value: Any,
+        *,
+        on_set: Optional[OnSet] = None,
+        timeout: Optional[float] = None,
+    ) -> State:
+        """Add a state owned by this peer (ADD_STATE, PROTOCOL.md 6.1).
+
+        Args:
+            key: the state's key.
+            value: its initial value (Python, or a :class:`jetwire.Value`).
+            on_set: called with the requested value (mapped to Python) for every set,
+                on the event loop; may be a coroutine function. It returns the value to
+                keep: the requested one, an adapted one (clamped, rounded...), or None to
+                keep the requested value unchanged (return ``Value.of(None)`` to really
+                set NONE). Raise :class:`Rejected` to refuse with a message, or any
+                :class:`PeerError` to answer its status; any other exception answers
+                INTERNAL with ``"<handler> failed: <Type>: <message>"`` and is logged.
+                Without ``on_set`` the state is read-only: sets get REJECTED.
+            timeout: seconds to wait for the daemon.
+
+        Returns:
+            The :class:`State` handle.
+
+        Raises:
+            PeerError: AlreadyExists, TooLarge, LimitExceeded, Timeout, ConnectionClosed.
+        """
+        raw = _as_value(value)
+        if key in self._states or key in self._methods:
+            raise LocalProtocolError(f"this peer already owns {key!r}")
+        state = State(self, key, raw, on_set)
+        self._states[key] = state
+        try:
+            await self._request(AddState, (key, raw), _convert_empty, timeout)
+        except BaseException:
+            if self._states.get(key) is state:
+                del self._states[key]
+            raise
+        return state
+
+    async def add_method(
+        self, key: str, handler: MethodHandler, *, timeout: Optional[float] = None
+    ) -> Method:
+        """Add a method owned by this peer (ADD_METHOD, PROTOCOL.md 6.6).
+
+        Args:
+            key: the method's key.
+            handler: called with the argument (mapped to Python), sync or async; its
+                return value is the result (None gives NONE). Errors are answered as
+                for ``on_set`` in :meth:`add_state`.
+
+        Raises:
+            PeerError: AlreadyExists, TooLarge, LimitExceeded, Timeout, ConnectionClosed.
+        """
+        if key in self._states or key in self._methods:
+            raise LocalProtocolError(f"this peer already owns {key!r}")
+        method = Method(self, key, handler)
+        self._methods[key] = method
+        try:
+            await self._request(AddMethod, (key,), _convert_empty, timeout)
+        except BaseException:
+            if self._methods.get(key) is method:
+                del self._methods[key]
+            raise
+        return method
+
+    # --- receiving --------------------------------------------------------------------
+
+    def _on_message(self, link: _Link, message: Message) -> None:
+        kind = _KINDS.get(type(message))
+        if kind is not None:
+            fetch = self._fetches.get(message.fetch_id)  # type: ignore[attr-defined]
+            if fetch is not None:
+                fetch._deliver(kind, message.key, message.value)  # type: ignore[attr-defined]
+            return
+        if isinstance(message, SetState):
+            self._serve_set(link, message)
+        elif isinstance(message, CallMethod):
+            self._serve_call(link, message)
+        elif isinstance(message, Info):
+            if message.major != PROTOCOL_MAJOR:
+                # PROTOCOL.md 2: another major version is fatal.
+                text = f"unsupported protocol version {message.major}.{message.minor}"
+                link.close(Close(Status.MALFORMED, text))
+                if not link.info.done():
+                    link.info.set_exception(Malformed(text))
+            elif not link.info.done():
+                link.info.set_result(message)
+            else:
+                self._info = message
+        elif isinstance(message, Close):
+            link.close_reason = message
+            link.close()
+        else:
+            # PROTOCOL.md 6: a daemon routes only SET_STATE and CALL_METHOD to owners.
+            log.warning("unexpected %s from the daemon", type(message).__name__)
+            rid = getattr(message, "id", None)
+            if rid is not None:
+                link.send(encode(Response(rid, Status.UNKNOWN_FUNCTION, message="a peer serves only set and call")))
+
+    def _on_bad_frame(self, link: _Link, exc: RemoteProtocolError) -> None:
+        if exc.fatal or exc.request_id is None:
+            # PROTOCOL.md 9.2 / 9.3: the stream (or an unanswerable event) is bad.
+            log.error("closing: the daemon sent a bad frame: %s", exc.message)
+            link.close(Close(exc.status, exc.message[:MAX_ERROR_MESSAGE]))
+            return
+        if exc.frame_type == FrameType.RESPONSE:
+            entry = self._pending.pop(exc.request_id, None)
+            if entry is not None:
+                entry[2].cancel()
+                if not entry[0].done():
+                    entry[0].set_exception(Malformed(f"malformed response: {exc.message}"))
+        elif exc.frame_type == FrameType.REQUEST:
+            # PROTOCOL.md 9.1, from the owner's side: answer and keep going.
+            link.send(encode(Response(exc.request_id, exc.status, message=exc.message[:MAX_ERROR_MESSAGE])))
+
+    def _serve_set(self, link: _Link, request: SetState) -> None:
+        state = self._states.get(request.key)
+        rid = request.id
+        if state is None:
+            self._answer_error(link, rid, NotFound(f"this peer owns no state {request.key!r}"))
+            return
+        handler = state.on_set
+        if handler is None:
+            self._answer_error(link, rid, Rejected(f"state {request.key!r} is read-only"))
+            return
+        try:
+            result = handler(_to_python(request.value))
+        except Exception as exc:
+            self._answer_error(link, rid, exc, handler)
+            return
+        if inspect.isawaitable(result):
+            self._spawn(self._finish_set_async(link, rid, state, request.value, result, handler))
+        else:
+            self._finish_set(link, rid, state, request.value, result, handler)
+
+    async def _finish_set_async(
+        self, link: _Link, rid: Optional[int], state: State, requested: Value, result: Awaitable[Any], handler: Any
+    ) -> None:
+        try:
+            outcome = await result
+        except Exception as exc:
+            self._answer_error(link, rid, exc, handler)
+            return
+        self._finish_set(link, rid, state, requested, outcome, handler)
+
+    def _finish_set(
+        self, link: _Link, rid: Optional[int], state: State, requested: Value, outcome: Any, handler: Any
+    ) -> None:
+        try:
+            new = requested if outcome is None else _as_value(outcome)
+        except LocalProtocolError as exc:
+            self._answer_error(link, rid, Internal(f"{_name(handler)} returned an unmappable value: {exc.message}"))
+            return
+        if state.removed:
+            self._answer_error(link, rid, NotFound(f"state {state.key!r} was removed"))
+            return
+        state.raw = new
+        if link.closed:
+            return  # the daemon answers OWNER_GONE; the restore notifies the value
+        # PROTOCOL.md 10.3 / 11: NOTIFY_STATE with the complete new value first, then
+        # OK carrying that value, so every fetcher sees the change before the OK.
+        link.send(encode(NotifyState(None, state.key, new)))
+        if rid is not None:
+            link.send(encode(Response(rid, Status.OK, new)))
+
+    def _serve_call(self, link: _Link, request: CallMethod) -> None:
+        method = self._methods.get(request.key)
+        rid = request.id
+        if method is None:
+            self._answer_error(link, rid, NotFound(f"this peer owns no method {request.key!r}"))
+            return
+        handler = method.handler
+        try:
+            result = handler(_to_python(request.value))
+        except Exception as exc:
+            self._answer_error(link, rid, exc, handler)
+            return
+        if inspect.isawaitable(result):
+            self._spawn(self._finish_call_async(link, rid, result, handler))
+        else:
+            self._finish_call(link, rid, result, handler)
+
+    async def _finish_call_async(self, link: _Link, rid: Optional[int], result: Awaitable[Any], handler: Any) -> None:
+        try:
+            outcome = await result
+        except Exception as exc:
+            self._answer_error(link, rid, exc, handler)
+            return
+        self._finish_call(link, rid, outcome, handler)
+
+    def _finish_call(self, link: _Link, rid: Optional[int], outcome: Any, handler: Any) -> None:
+        if rid is None or link.closed:
+            return
+        try:
+            value = _as_value(outcome)
+        except LocalProtocolError as exc:
+            self._answer_error(link, rid, Internal(f"{_name(handler)} returned an unmappable value: {exc.message}"))
+            return
+        link.send(encode(Response(rid, Status.OK, value)))
+
+    def _answer_error(self, link: _Link, rid: Optional[int], exc: Exception, handler: Any = None) -> None:
+        if isinstance(exc, PeerError) and exc.status is not None and exc.status is not Status.OK:
+            status, text = exc.status, exc.message
+        else:
+            # Our documented choice: a handler that crashes is INTERNAL (a bug at the
+            # owner), distinct from REJECTED (the owner refused on purpose).
+            status = Status.INTERNAL
+            text = f"{_name(handler)} failed: {type(exc).__name__}: {exc}"
+            log.error("%s", text, exc_info=exc)
+        if rid is None:
+            log.info("fire-and-forget request failed: %s %s", status.name, text)
+            return
+        if not link.closed:
+            link.send(encode(Response(rid, status, message=text[:MAX_ERROR_MESSAGE])))
+
+    def _spawn(self, coro: Any) -> None:
+        task = self._loop.create_task(coro)
+        self._handler_tasks.add(task)
+        task.add_done_callback(self._handler_tasks.discard)
+
+    # --- losing and restoring the link -----------------------------------------------
+
+    def _on_link_lost(self, link: _Link, exc: Optional[Exception]) -> None:
+        if link is not self._link:
+            return
+        reason = link.describe_close(exc)
+        status = link.close_reason.status if link.close_reason is not None else None
+        self._fail_pending(ConnectionClosed(reason, status))
+        if self._closing:
+            return
+        if self._reconnector is not None and not self._reconnector.done():
+            return  # lost during a restore: the running reconnect loop tries again
+        if self.reconnect:
+            self._ready = False
+            self._restored.clear()
+            # Sent requests were failed above; what was queued but never sent waits.
+            self._reconnector = self._loop.create_task(self._reconnect_loop())
+            return
+        self._closed_error = ConnectionClosed(reason, status)
+        self._closing = True
+        for fetch in list(self._fetch_objects):
+            fetch._finish(ConnectionClosed(reason, status))
+        self._fetch_objects.clear()
+        self._fetches.clear()
+
+    async def _reconnect_loop(self) -> None:
+        delay = self.reconnect_min_delay
+        while not self._closing:
+            await asyncio.sleep(delay * (0.5 + random.random() / 2))
+            delay = min(delay * 2, self.reconnect_max_delay)
+            try:
+                link = await self._open()
+                await self._restore(link)
+            except (PeerError, OSError) as exc:
+                log.info("reconnect to %s:%d failed: %s", self.host, self.port, exc)
+                self._abort_link()
+                continue
+            self.reconnects += 1
+            self._ready = True
+            self._restored.set()
+            backlog, self._backlog = self._backlog, []
+            for rid, frame in backlog:
+                if rid < 0 or rid in self._pending:
+                    link.send(frame)
+            log.info("reconnected to %s:%d and restored", self.host, self.port)
+            return
+
+    async def _restore(self, link: _Link) -> None:
+        """Re-add states (current values) and methods, re-fetch, in one pipelined batch."""
+        waits: list[asyncio.Future[Any]] = []
+        lost: list[tuple[str, asyncio.Future[Any]]] = []
+        for state in list(self._states.values()):
+            future = self._request(AddState, (state.key, state.raw), _convert_empty, None, restoring=True)
+            lost.append((state.key, future))
+        for method in list(self._methods.values()):
+            future = self._request(AddMethod, (method.key,), _convert_empty, None, restoring=True)
+            lost.append((method.key, future))
+        self._fetches.clear()
+        for fetch in list(self._fetch_objects):
+            fetch._restore_seen = set() if fetch._known is not None else None
+            waits.append(self._start_fetch(fetch, None, restoring=True))
+        # The barrier's answer comes after every initial FETCH_ADD of the fetches above
+        # (PROTOCOL.md 10.1: one connection's frames are processed and answered in order).
+        barrier = self._request(GetState, (_BARRIER_KEY,), _convert_raw, None, restoring=True)
+        results = await asyncio.gather(*(f for _, f in lost), *waits, return_exceptions=True)
+        with contextlib.suppress(NotFound):
+            await barrier
+        for (key, _), result in zip(lost, results, strict=False):
+            if isinstance(result, ConnectionClosed):
+                raise result
+            if isinstance(result, BaseException):
+                log.error("could not restore %r after reconnecting: %s", key, result)
+        for result in results[len(lost) :]:
+            if isinstance(result, ConnectionClosed):
+                raise result
+        for fetch in list(self._fetch_objects):
+            seen, fetch._restore_seen = fetch._restore_seen, None
+            if fetch._known is None or seen is None:
+                continue
+            for key in [k for k in fetch._known if k not in seen]:
+                fetch._deliver(EventKind.REMOVE, key, fetch._known[key])
+
+
+def _convert_raw(response: Response) -> Value:
+    if response.value is None:
+        return Value.of(None)
+    return response.value
+
+
+def _name(handler: Any) -> str:
+    if handler is None:
+        return "handler"
+    return str(getattr(handler, "__qualname__", None) or getattr(handler, "__name__", None) or "handler")
+
+
+def _ignore(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
+

@@ -1,0 +1,187 @@
+"""Typed errors of the jet peers: one class per status of PROTOCOL.md 8.
+
+Every error a peer raises for a failed request is a :class:`PeerError`, which derives
+from :class:`jetwire.JetError`, so ``except jetwire.JetError`` catches everything jet
+raises. Each subclass fixes its ``status``; :func:`error_for_status` turns a status and
+message received from the daemon (or from an owner, passed through) into the matching
+exception.
+
+Owners may raise these from their handlers too: ``raise Rejected("must be >= 0")``
+answers the routed request with status REJECTED and that message (PROTOCOL.md 10.3).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Optional
+
+from jetwire import JetError, Status
+
+__all__ = [
+    "AlreadyExists",
+    "ConnectionClosed",
+    "Internal",
+    "LimitExceeded",
+    "Malformed",
+    "NotFound",
+    "NotOwner",
+    "Overloaded",
+    "OwnerGone",
+    "PeerError",
+    "Rejected",
+    "Timeout",
+    "TooLarge",
+    "UnknownFunction",
+    "WrongKind",
+    "error_for_status",
+]
+
+
+class PeerError(JetError):
+    """Base of every error a peer raises for a request that did not succeed.
+
+    Attributes:
+        status: the :class:`jetwire.Status` of the failure (None only for a
+            :class:`ConnectionClosed` that was not announced by a CLOSE).
+        message: the human-readable reason (from the daemon, the owner, or the peer).
+    """
+
+    default_status: ClassVar[Optional[Status]] = Status.INTERNAL
+
+    def __init__(self, message: str = "", status: Optional[Status] = None) -> None:
+        self.status: Optional[Status] = status if status is not None else self.default_status
+        self.message = message
+        label = self.status.name if self.status is not None else type(self).__name__
+        super().__init__(f"{label}: {message}" if message else label)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.message!r})"
+
+
+class NotFound(PeerError):
+    """No state or method with that key, or no such fetch (NOT_FOUND)."""
+
+    default_status = Status.NOT_FOUND
+
+
+class AlreadyExists(PeerError):
+    """The key is taken by a state or a method (ALREADY_EXISTS)."""
+
+    default_status = Status.ALREADY_EXISTS
+
+
+class NotOwner(PeerError):
+    """Only the owner may notify or remove (NOT_OWNER)."""
+
+    default_status = Status.NOT_OWNER
+
+
+class Rejected(PeerError):
+    """The owner refused the set or call (REJECTED). Raise it from a handler to refuse."""
+
+    default_status = Status.REJECTED
+
+
+class Timeout(PeerError):
+    """No answer in time (TIMEOUT): from the daemon's route timeout, or the peer's own
+    request timeout (the message says which)."""
+
+    default_status = Status.TIMEOUT
+
+
+class OwnerGone(PeerError):
+    """The owner disconnected before answering (OWNER_GONE)."""
+
+    default_status = Status.OWNER_GONE
+
+
+class Malformed(PeerError):
+    """A frame or body did not follow the protocol (MALFORMED)."""
+
+    default_status = Status.MALFORMED
+
+
+class UnknownFunction(PeerError):
+    """Unknown function or event code (UNKNOWN_FUNCTION)."""
+
+    default_status = Status.UNKNOWN_FUNCTION
+
+
+class TooLarge(PeerError):
+    """A body above the receiver's ``max_body`` or a key above its key limit (TOO_LARGE)."""
+
+    default_status = Status.TOO_LARGE
+
+
+class LimitExceeded(PeerError):
+    """A configured limit of the daemon was reached (LIMIT_EXCEEDED)."""
+
+    default_status = Status.LIMIT_EXCEEDED
+
+
+class WrongKind(PeerError):
+    """Set/get/notify on a method, call on a state, remove of the other kind (WRONG_KIND)."""
+
+    default_status = Status.WRONG_KIND
+
+
+class Internal(PeerError):
+    """The daemon (or an owner's handler) failed (INTERNAL)."""
+
+    default_status = Status.INTERNAL
+
+
+class Overloaded(PeerError):
+    """The consumer could not keep up (OVERLOADED)."""
+
+    default_status = Status.OVERLOADED
+
+
+class ConnectionClosed(PeerError):
+    """The connection is closed (or was lost) before the request could complete.
+
+    ``status`` is the status of the daemon's CLOSE when it sent one (OK for a clean
+    shutdown), else None.
+    """
+
+    default_status = None
+
+
+_BY_STATUS: dict[Status, type[PeerError]] = {
+    cls.default_status: cls
+    for cls in (
+        NotFound,
+        AlreadyExists,
+        NotOwner,
+        Rejected,
+        Timeout,
+        OwnerGone,
+        Malformed,
+        UnknownFunction,
+        TooLarge,
+        LimitExceeded,
+        WrongKind,
+        Internal,
+        Overloaded,
+    )
+}
+
+
+def error_for_status(status: int, message: str = "") -> PeerError:
+    """Build the exception matching a non-OK ``status``.
+
+    Args:
+        status: a status byte (PROTOCOL.md 8) other than OK.
+        message: the reason carried by the response or CLOSE.
+
+    Returns:
+        An instance of the matching subclass (:class:`Internal` for OK or an unknown
+        byte, which a conforming sender never uses for a failure).
+    """
+    try:
+        code = Status(status)
+    except ValueError:
+        return Internal(f"unknown status 0x{status:02X}: {message}")
+    cls = _BY_STATUS.get(code)
+    if cls is None:
+        return Internal(f"failure reported with status {code.name}: {message}")
+    return cls(message)
