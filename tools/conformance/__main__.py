@@ -1,0 +1,9 @@
+"""``python -m tools.conformance HOST:PORT ...``"""
+
+from __future__ import annotations
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

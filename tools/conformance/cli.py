@@ -1,0 +1,119 @@
+"""``jet-conformance HOST:PORT [options]``: run the conformance cases against a daemon."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+from .cases import CaseError, default_case_dir, evaluate, load_cases, select_cases
+from .report import summary_line, write_console, write_html, write_json, write_junit
+from .runner import RunConfig, run_cases
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2  # bad arguments or case files, daemon unreachable
+
+
+def _address(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
+    return host.strip("[]"), int(port)
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _variable(text: str) -> tuple[str, Any]:
+    name, sep, value = text.partition("=")
+    if not sep or not name.isidentifier():
+        raise argparse.ArgumentTypeError(f"expected NAME=NUMBER, got {text!r}")
+    try:
+        return name, evaluate(value, {})
+    except CaseError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line interface."""
+    parser = argparse.ArgumentParser(
+        prog="jet-conformance",
+        description="Run the jet protocol conformance cases (spec/conformance) against a daemon.",
+    )
+    parser.add_argument("address", nargs="?", type=_address, help="the daemon, HOST:PORT")
+    parser.add_argument("--cases", metavar="GLOB", help="only cases whose id, group or file matches GLOB")
+    parser.add_argument("--section", metavar="N.N", help="only cases of this PROTOCOL.md section (and subsections)")
+    parser.add_argument("--strict", action="store_true", help="count NON-STRICT (unmet SHOULD) as failed")
+    parser.add_argument("--timeout", type=_positive, default=5.0, metavar="S",
+                        help="how long a step waits for an expected frame (default 5)")
+    parser.add_argument("--route-timeout", type=_positive, default=5.0, metavar="S",
+                        help="the daemon's configured route timeout, PROTOCOL.md 10.3 (default 5)")
+    parser.add_argument("--var", type=_variable, action="append", default=[], metavar="NAME=N",
+                        help="set a case variable, e.g. max_key_length=256 for a daemon with other limits")
+    parser.add_argument("--jobs", type=int, default=16, metavar="N", help="cases run at once (default 16)")
+    parser.add_argument("--case-dir", type=Path, default=None, help="directory of case files (default spec/conformance)")
+    parser.add_argument("--json", type=Path, metavar="FILE", help="write the full results as JSON")
+    parser.add_argument("--junit", type=Path, metavar="FILE", help="write JUnit XML")
+    parser.add_argument("--html", type=Path, metavar="FILE", help="write a self-contained HTML report")
+    parser.add_argument("--list", action="store_true", help="list the selected cases and exit")
+    parser.add_argument("-v", "--verbose", action="store_true", help="details of every case that is not OK")
+    return parser
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """Entry point; returns the exit status (0 all passed, 1 failures, 2 usage errors)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    case_dir = args.case_dir or default_case_dir()
+    try:
+        cases = load_cases(case_dir.glob("*.json"))
+    except CaseError as exc:
+        print(f"jet-conformance: invalid case file: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    selected = select_cases(cases, args.cases, args.section)
+    if args.list:
+        for case in selected:
+            print(f"{case.section:<6} {case.requirement:<13} {case.id:<44} {case.title}")
+        print(f"{len(selected)} case(s)")
+        return EXIT_OK
+    if args.address is None:
+        parser.error("HOST:PORT is required unless --list is given")
+    if not selected:
+        print("jet-conformance: no case matches the selection", file=sys.stderr)
+        return EXIT_USAGE
+    host, port = args.address
+    config = RunConfig(
+        host=host,
+        port=port,
+        timeout=args.timeout,
+        route_timeout=args.route_timeout,
+        strict=args.strict,
+        jobs=max(1, args.jobs),
+        variables=dict(args.var),
+    )
+    try:
+        results = asyncio.run(run_cases(selected, config))
+    except ConnectionError as exc:
+        print(f"jet-conformance: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.json:
+        write_json(results, config, args.json)
+    if args.junit:
+        write_junit(results, config, args.junit)
+    if args.html:
+        write_html(results, config, args.html)
+    write_console(results, config, sys.stdout, verbose=args.verbose)
+    sys.stdout.flush()
+    failed = any(result.counts_as_failure(config.strict) for result in results)
+    assert summary_line(results, config.strict)  # printed last by write_console
+    return EXIT_FAILED if failed else EXIT_OK

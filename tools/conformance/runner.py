@@ -1,0 +1,596 @@
+"""Run conformance cases against a daemon over raw TCP sockets, with jetwire only.
+
+The runner knows nothing about any daemon's internals: it opens connections, sends the
+bytes a case describes and checks what comes back against the case's patterns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import secrets
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from jetwire import Decoder, Info, Message, Status, decode_body, encode
+from jetwire.errors import JetError, RemoteProtocolError
+
+from .cases import (
+    Case,
+    CaseError,
+    Env,
+    Pattern,
+    build_message,
+    build_raw,
+    describe_message,
+    evaluate,
+    match_message,
+)
+
+__all__ = [
+    "OUTCOMES",
+    "CaseResult",
+    "ExchangeEntry",
+    "RunConfig",
+    "probe",
+    "run_case",
+    "run_cases",
+]
+
+# Autobahn-style outcomes (issue 7). FAILED covers a MUST not met and runner errors.
+OK = "OK"
+NON_STRICT = "NON-STRICT"
+FAILED = "FAILED"
+INFORMATIONAL = "INFORMATIONAL"
+SKIPPED = "SKIPPED"
+OUTCOMES = (OK, NON_STRICT, FAILED, INFORMATIONAL, SKIPPED)
+
+# What we accept from the daemon in one frame: generous (cases send bodies up to the
+# daemon's max_body and the daemon echoes them in events), but still bounded.
+RECEIVE_MAX_BODY = 64 * 1024 * 1024
+HEX_SHOWN = 512  # bytes of a frame shown in hex in reports; the rest is elided
+READ_SIZE = 256 * 1024
+
+
+@dataclass
+class RunConfig:
+    """Settings of one run; ``variables`` seeds every case's environment."""
+
+    host: str
+    port: int
+    timeout: float = 5.0
+    route_timeout: float = 5.0
+    strict: bool = False
+    jobs: int = 16
+    case_timeout: float = 120.0
+    variables: dict[str, Any] = field(default_factory=dict)
+    run_token: str = field(default_factory=lambda: secrets.token_hex(3))
+
+    def base_env(self) -> Env:
+        """Variables every case sees before its first step."""
+        return {
+            "timeout": self.timeout,
+            "route_timeout": self.route_timeout,
+            # PROTOCOL.md 10.7: defaults of jetd, overridable with --var for other daemons.
+            "max_key_length": 1024,
+            "max_fetches_per_connection": 1000,
+            **self.variables,
+        }
+
+
+@dataclass
+class ExchangeEntry:
+    """One line of a case's exchange: a frame sent or received, or a runner note."""
+
+    time: float
+    conn: str
+    direction: str  # "send", "recv", "note", "fail"
+    text: str
+    hex: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"t": round(self.time, 4), "conn": self.conn, "dir": self.direction, "text": self.text,
+                "hex": self.hex}
+
+
+@dataclass
+class CaseResult:
+    """The outcome of one case with everything a report shows."""
+
+    case: Case
+    outcome: str
+    duration: float = 0.0
+    reason: str = ""
+    expected: list[Any] = field(default_factory=list)
+    received: list[dict[str, Any]] = field(default_factory=list)
+    exchange: list[ExchangeEntry] = field(default_factory=list)
+    namespace: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return self.outcome == FAILED
+
+    def counts_as_failure(self, strict: bool) -> bool:
+        """FAILED always; NON-STRICT too under ``--strict``."""
+        return self.outcome == FAILED or (strict and self.outcome == NON_STRICT)
+
+    def to_json(self) -> dict[str, Any]:
+        case = self.case
+        return {
+            "id": case.id,
+            "title": case.title,
+            "group": case.group,
+            "source": case.source,
+            "section": case.section,
+            "requirement": case.requirement,
+            "quote": case.quote,
+            "outcome": self.outcome,
+            "duration": round(self.duration, 4),
+            "reason": self.reason,
+            "expected": self.expected,
+            "received": self.received,
+            "namespace": self.namespace,
+            "exchange": [entry.to_json() for entry in self.exchange],
+        }
+
+
+class StepFailed(Exception):
+    """The daemon did not do what a step expects."""
+
+    def __init__(
+        self, reason: str, expected: Optional[list[Any]] = None, received: Optional[list[dict[str, Any]]] = None
+    ) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.expected = expected or []
+        self.received = received or []
+
+
+class ConnectionEnded(Exception):
+    """The daemon closed the connection (EOF or reset)."""
+
+
+def _hex(data: bytes) -> str:
+    shown = data[:HEX_SHOWN].hex(" ")
+    if len(data) > HEX_SHOWN:
+        shown += f" ... ({len(data)} bytes in all)"
+    return shown
+
+
+@dataclass
+class Received:
+    """A frame from the daemon: decoded, or the error that decoding it raised."""
+
+    raw: bytes
+    message: Optional[Message] = None
+    error: Optional[str] = None
+
+    def describe(self) -> dict[str, Any]:
+        decoded: Any = describe_message(self.message) if self.message is not None else None
+        return {"decoded": decoded, "error": self.error, "hex": _hex(self.raw)}
+
+    def text(self) -> str:
+        if self.message is not None:
+            return json.dumps(describe_message(self.message), ensure_ascii=False)
+        return f"undecodable frame: {self.error}"
+
+
+class Connection:
+    """One TCP connection of a case, with a jetwire stream decoder."""
+
+    def __init__(self, name: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, log: CaseLog):
+        self.name = name
+        self.reader = reader
+        self.writer = writer
+        self.log = log
+        self.decoder = Decoder(max_body=RECEIVE_MAX_BODY)
+        self.ended = False
+        self.broken: Optional[str] = None
+
+    async def send(self, data: bytes, text: str, timeout: float) -> None:
+        """Write ``data``; a daemon that already closed is noted, not an error here
+        (the next expect step sees the CLOSE or the disconnect)."""
+        self.log.add(self.name, "send", text, data)
+        try:
+            self.writer.write(data)
+            await asyncio.wait_for(self.writer.drain(), timeout)
+        except (ConnectionError, OSError) as exc:
+            self.log.add(self.name, "note", f"write failed: {exc!r}")
+        except TimeoutError:
+            self.log.add(self.name, "note", f"write did not drain within {timeout} s (daemon not reading)")
+
+    async def receive(self, deadline: float) -> Optional[Received]:
+        """The next frame, or None when ``deadline`` (monotonic) passes first.
+
+        Raises:
+            ConnectionEnded: when the daemon closed the connection.
+        """
+        while True:
+            if self.broken is not None:
+                raise ConnectionEnded(self.broken)
+            try:
+                frame = self.decoder.next_frame()
+            except RemoteProtocolError as exc:
+                # Fatal: an unknown frame type or a body over our bound; nothing after
+                # it can be framed (PROTOCOL.md 9.2 applies to us as receiver too).
+                self.broken = f"daemon sent an unframeable stream: {exc.message}"
+                self.log.add(self.name, "recv", self.broken)
+                return Received(b"", None, self.broken)
+            if frame is not None:
+                ftype, body = frame
+                raw = bytes([ftype]) + len(body).to_bytes(4, "big") + body
+                try:
+                    received = Received(raw, decode_body(ftype, body))
+                except RemoteProtocolError as exc:
+                    received = Received(raw, None, exc.message)
+                self.log.add(self.name, "recv", received.text(), raw)
+                return received
+            if self.ended:
+                raise ConnectionEnded("the daemon closed the connection")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            try:
+                data = await asyncio.wait_for(self.reader.read(READ_SIZE), remaining)
+            except TimeoutError:
+                return None
+            except (ConnectionError, OSError) as exc:
+                data = b""
+                self.log.add(self.name, "note", f"read failed: {exc!r}")
+            if not data:
+                self.ended = True
+                self.log.add(self.name, "note", "connection closed by the daemon")
+            else:
+                self.decoder.receive_data(data)
+
+    async def close(self, abort: bool = False) -> None:
+        if abort:
+            self.writer.transport.abort()
+        else:
+            self.writer.close()
+        with contextlib.suppress(TimeoutError, ConnectionError, OSError):
+            await asyncio.wait_for(self.writer.wait_closed(), 2.0)
+
+
+class CaseLog:
+    """The exchange of one case, timestamped from its start."""
+
+    def __init__(self) -> None:
+        self.start = time.monotonic()
+        self.entries: list[ExchangeEntry] = []
+
+    def add(self, conn: str, direction: str, text: str, raw: bytes = b"") -> None:
+        self.entries.append(ExchangeEntry(time.monotonic() - self.start, conn, direction, text, _hex(raw)))
+
+
+class CaseExecution:
+    """Executes the steps of one case (PROTOCOL.md-neutral: the case says what to check)."""
+
+    def __init__(self, case: Case, config: RunConfig, env: Env, namespace: str):
+        self.case = case
+        self.config = config
+        self.env = env
+        self.namespace = namespace
+        self.log = CaseLog()
+        self.conns: dict[str, Connection] = {}
+
+    def _seconds(self, spec: Any, default: float) -> float:
+        return float(evaluate(spec, self.env)) if spec is not None else default
+
+    def _conn(self, step: Mapping[str, Any]) -> Connection:
+        name = str(step.get("conn", "a"))
+        if name not in self.conns:
+            raise CaseError(f"connection {name!r} is not open")
+        return self.conns[name]
+
+    async def run(self, steps: list[dict[str, Any]]) -> None:
+        for step in steps:
+            await self.step(step)
+
+    async def step(self, step: dict[str, Any]) -> None:
+        op = step["op"]
+        handler = getattr(self, f"op_{op}")
+        try:
+            await handler(step)
+        except StepFailed as exc:
+            exc.reason = f"step {op}" + (f" on {step.get('conn', 'a')}" if "conn" in step or op != "sleep" else "") \
+                + f": {exc.reason}"
+            exc.requirement = step.get("requirement")  # type: ignore[attr-defined]
+            raise
+
+    async def op_connect(self, step: dict[str, Any]) -> None:
+        name = str(step.get("conn", "a"))
+        if name in self.conns:
+            raise CaseError(f"connection {name!r} is already open")
+        timeout = self._seconds(step.get("timeout"), self.config.timeout)
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(self.config.host, self.config.port, limit=READ_SIZE), timeout
+            )
+        except (OSError, TimeoutError) as exc:
+            raise StepFailed(f"cannot connect to {self.config.host}:{self.config.port}: {exc!r}") from None
+        conn = Connection(name, reader, writer, self.log)
+        self.conns[name] = conn
+        self.log.add(name, "note", "connected")
+        expect_info = step.get("info", True)
+        if expect_info is False:
+            return
+        # PROTOCOL.md 4.4: "The daemon MUST send INFO as its first frame on every
+        # accepted connection" -- checked on every connect unless the case opts out.
+        pattern = Pattern(expect_info if isinstance(expect_info, dict) else {"msg": "INFO", "major": 1})
+        await self._expect_sequence(conn, [pattern], timeout)
+        info = self.env.get(f"_info_{name}")
+        if isinstance(info, Info):
+            self.env["max_body"] = info.max_body
+            self.env["features"] = info.features
+
+    async def op_send(self, step: dict[str, Any]) -> None:
+        conn = self._conn(step)
+        if "message" in step:
+            message = build_message(step["message"], self.env, self.namespace)
+            try:
+                data = encode(message)
+            except JetError as exc:
+                raise CaseError(f"cannot encode {step['message']}: {exc}") from None
+            text = json.dumps(describe_message(message), ensure_ascii=False)
+        else:
+            data = build_raw(step, self.env, self.namespace)
+            text = "raw " + str(step.get("note", "bytes"))
+        for _ in range(int(evaluate(step.get("times", 1), self.env))):
+            await conn.send(data, text, self.config.timeout)
+
+    async def op_expect(self, step: dict[str, Any]) -> None:
+        conn = self._conn(step)
+        specs = step.get("messages") or [step["message"]]
+        patterns = [Pattern(spec) for spec in specs]
+        timeout = self._seconds(step.get("timeout"), self.config.timeout)
+        if step.get("unordered"):
+            await self._expect_set(conn, patterns, timeout)
+        else:
+            await self._expect_sequence(conn, patterns, timeout)
+
+    async def _next(self, conn: Connection, timeout: float, waiting_for: list[Pattern]) -> Received:
+        try:
+            received = await conn.receive(time.monotonic() + timeout)
+        except ConnectionEnded as exc:
+            raise StepFailed(f"{exc}, still expecting {len(waiting_for)} message(s)",
+                             [p.spec for p in waiting_for]) from None
+        if received is None:
+            raise StepFailed(f"nothing received within {timeout:g} s, still expecting {len(waiting_for)} message(s)",
+                             [p.spec for p in waiting_for])
+        return received
+
+    def _bind(self, conn: Connection, received: Received, captures: dict[str, Any]) -> None:
+        self.env.update(captures)
+        if isinstance(received.message, Info):
+            self.env[f"_info_{conn.name}"] = received.message
+
+    async def _expect_sequence(self, conn: Connection, patterns: list[Pattern], timeout: float) -> None:
+        for index, pattern in enumerate(patterns):
+            received = await self._next(conn, timeout, patterns[index:])
+            if received.message is None:
+                raise StepFailed(f"undecodable frame: {received.error}", [pattern.spec], [received.describe()])
+            reason, captures = match_message(pattern, received.message, self.env, self.namespace)
+            if reason is not None:
+                where = f"message {index + 1} of {len(patterns)}: " if len(patterns) > 1 else ""
+                raise StepFailed(where + reason, [pattern.spec], [received.describe()])
+            self._bind(conn, received, captures)
+
+    async def _expect_set(self, conn: Connection, patterns: list[Pattern], timeout: float) -> None:
+        remaining = list(patterns)
+        while remaining:
+            received = await self._next(conn, timeout, remaining)
+            if received.message is None:
+                raise StepFailed(f"undecodable frame: {received.error}", [p.spec for p in remaining],
+                                 [received.describe()])
+            reasons = []
+            for pattern in remaining:
+                reason, captures = match_message(pattern, received.message, self.env, self.namespace)
+                if reason is None:
+                    remaining.remove(pattern)
+                    self._bind(conn, received, captures)
+                    break
+                reasons.append(reason)
+            else:
+                raise StepFailed(
+                    "received a message matching none of the expected set: " + "; ".join(reasons),
+                    [p.spec for p in remaining],
+                    [received.describe()],
+                )
+
+    async def op_expect_silence(self, step: dict[str, Any]) -> None:
+        conn = self._conn(step)
+        duration = self._seconds(step.get("seconds"), 0.3)
+        try:
+            received = await conn.receive(time.monotonic() + duration)
+        except ConnectionEnded as exc:
+            raise StepFailed(f"expected {duration:g} s of silence, but {exc}") from None
+        if received is not None:
+            raise StepFailed(f"expected {duration:g} s of silence, received a frame",
+                             ["(nothing)"], [received.describe()])
+
+    async def op_expect_close(self, step: dict[str, Any]) -> None:
+        conn = self._conn(step)
+        timeout = self._seconds(step.get("timeout"), self.config.timeout)
+        spec: dict[str, Any] = {"msg": "CLOSE"}
+        if "status" in step:
+            spec["status"] = step["status"]
+        if "message" in step:
+            spec["message"] = step["message"]
+        # PROTOCOL.md 7.3: "The sender closes the connection right after sending it and
+        # sends nothing more."
+        await self._expect_sequence(conn, [Pattern(spec)], timeout)
+        await self._expect_end(conn, timeout, "after its CLOSE")
+
+    async def op_expect_disconnect(self, step: dict[str, Any]) -> None:
+        conn = self._conn(step)
+        await self._expect_end(conn, self._seconds(step.get("timeout"), self.config.timeout), "")
+
+    async def _expect_end(self, conn: Connection, timeout: float, when: str) -> None:
+        deadline = time.monotonic() + timeout
+        try:
+            received = await conn.receive(deadline)
+        except ConnectionEnded:
+            return
+        if received is None:
+            raise StepFailed(f"the daemon did not close the connection within {timeout:g} s {when}".rstrip(),
+                             ["(disconnect)"])
+        raise StepFailed(f"the daemon sent a frame {when} instead of closing".replace("  ", " "),
+                         ["(disconnect)"], [received.describe()])
+
+    async def op_disconnect(self, step: dict[str, Any]) -> None:
+        conn = self._conn(step)
+        del self.conns[conn.name]
+        self.log.add(conn.name, "note", "disconnect" + (" (reset)" if step.get("abort") else ""))
+        await conn.close(abort=bool(step.get("abort")))
+
+    async def op_sleep(self, step: dict[str, Any]) -> None:
+        seconds = self._seconds(step.get("seconds"), 0.1)
+        self.log.add("-", "note", f"sleep {seconds:g} s")
+        await asyncio.sleep(seconds)
+
+    async def op_repeat(self, step: dict[str, Any]) -> None:
+        count = int(evaluate(step["count"], self.env))
+        var = str(step.get("var", "i"))
+        start = int(evaluate(step.get("start", 0), self.env))
+        for index in range(start, start + count):
+            self.env[var] = index
+            await self.run(step["steps"])
+
+    async def op_assert_distinct(self, step: dict[str, Any]) -> None:
+        names = [str(name) for name in step["vars"]]
+        missing = [name for name in names if name not in self.env]
+        if missing:
+            raise CaseError(f"assert_distinct: {missing} not captured")
+        values = [self.env[name] for name in names]
+        if len(set(map(repr, values))) != len(values):
+            shown = ", ".join(f"{name}={self.env[name]!r}" for name in names)
+            raise StepFailed(f"expected distinct values, got {shown}", ["distinct"], [])
+
+    async def close_all(self) -> None:
+        for conn in list(self.conns.values()):
+            await conn.close()
+        self.conns.clear()
+
+
+def _failure_outcome(case: Case, step_requirement: Optional[str]) -> str:
+    requirement = step_requirement or case.requirement
+    if requirement == "SHOULD":
+        return NON_STRICT
+    if requirement == "INFORMATIONAL":
+        return INFORMATIONAL
+    return FAILED
+
+
+async def run_case(case: Case, config: RunConfig, index: int, info_env: Mapping[str, Any]) -> CaseResult:
+    """Run one case and classify it (never raises for daemon misbehaviour)."""
+    namespace = f"cf.{config.run_token}.{index}/"
+    env: Env = {**config.base_env(), **info_env, "ns_len": len(namespace.encode())}
+    result = CaseResult(case, OK, namespace=namespace)
+    for condition in case.requires:
+        try:
+            met = bool(evaluate(condition, env))
+        except CaseError as exc:
+            met, condition = False, f"{condition} ({exc})"
+        if not met:
+            result.outcome = SKIPPED
+            result.reason = f"requires {condition}"
+            return result
+    execution = CaseExecution(case, config, env, namespace)
+    start = time.monotonic()
+    try:
+        await asyncio.wait_for(execution.run(case.steps), config.case_timeout)
+        if case.requirement == INFORMATIONAL:
+            result.outcome = INFORMATIONAL
+            result.reason = "observed as described"
+    except StepFailed as exc:
+        result.outcome = _failure_outcome(case, getattr(exc, "requirement", None))
+        result.reason = exc.reason
+        result.expected = exc.expected
+        result.received = exc.received
+        execution.log.add("-", "fail", exc.reason)
+    except CaseError as exc:
+        result.outcome = FAILED
+        result.reason = f"case error (fix the case file): {exc}"
+        execution.log.add("-", "fail", result.reason)
+    except TimeoutError:
+        result.outcome = FAILED
+        result.reason = f"the case did not finish within {config.case_timeout:g} s"
+        execution.log.add("-", "fail", result.reason)
+    finally:
+        await execution.close_all()
+    result.duration = time.monotonic() - start
+    result.exchange = execution.log.entries
+    return result
+
+
+async def probe(config: RunConfig) -> dict[str, Any]:
+    """Connect once and read the daemon's INFO (PROTOCOL.md 4.4): its ``max_body``,
+    ``features`` and ``name`` become variables every case can use.
+
+    Raises:
+        ConnectionError: if the daemon cannot be reached or sends no valid INFO.
+    """
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(config.host, config.port), config.timeout)
+    except (OSError, TimeoutError) as exc:
+        raise ConnectionError(f"cannot connect to {config.host}:{config.port}: {exc}") from None
+    decoder = Decoder(max_body=RECEIVE_MAX_BODY)
+    try:
+        deadline = time.monotonic() + config.timeout
+        while True:
+            try:
+                message = decoder.next_message()
+            except RemoteProtocolError as exc:
+                raise ConnectionError(f"the daemon's first frame is not valid: {exc.message}") from None
+            if message is not None:
+                break
+            data = await asyncio.wait_for(reader.read(READ_SIZE), max(0.0, deadline - time.monotonic()))
+            if not data:
+                raise ConnectionError("the daemon closed the connection without sending INFO")
+            decoder.receive_data(data)
+    except TimeoutError:
+        raise ConnectionError(f"no INFO within {config.timeout:g} s") from None
+    finally:
+        writer.close()
+        with contextlib.suppress(TimeoutError, OSError):
+            await asyncio.wait_for(writer.wait_closed(), 2.0)
+    if not isinstance(message, Info):
+        raise ConnectionError(f"the daemon's first frame is {type(message).__name__}, not INFO")
+    return {"max_body": message.max_body, "features": message.features, "info_major": message.major}
+
+
+async def run_cases(cases: list[Case], config: RunConfig) -> list[CaseResult]:
+    """Run ``cases``: the independent ones concurrently (each in its own key namespace,
+    at most ``config.jobs`` at once), then the ``exclusive`` ones one by one.
+
+    Returns the results in the order of ``cases``.
+
+    Raises:
+        ConnectionError: if the daemon cannot be reached at all.
+    """
+    info_env = await probe(config)
+    results: dict[int, CaseResult] = {}
+    limit = asyncio.Semaphore(max(1, config.jobs))
+
+    async def one(index: int, case: Case) -> None:
+        async with limit:
+            results[index] = await run_case(case, config, index, info_env)
+
+    shared = [(i, case) for i, case in enumerate(cases) if not case.exclusive]
+    await asyncio.gather(*(one(i, case) for i, case in shared))
+    for index, case in enumerate(cases):
+        if case.exclusive:
+            results[index] = await run_case(case, config, index, info_env)
+    return [results[i] for i in range(len(cases))]
+
+
+def status_name(code: int) -> str:
+    """Name of a status byte for reports."""
+    try:
+        return Status(code).name
+    except ValueError:
+        return f"0x{code:02X}"
