@@ -1,0 +1,346 @@
+"""pcap / pcapng captures: packets (dpkt), TCP reassembly per direction, Jet stream detection.
+
+dpkt reads the capture files; link, IP and TCP headers are sliced with ``struct`` here
+because building dpkt's packet objects costs ~10 us a packet (NOTES.md).
+
+Reassembly follows the sequence numbers of each direction: retransmitted and overlapping
+bytes are delivered once, out-of-order segments wait for the bytes before them, and
+bytes that never appear become a :class:`~tools.jetdump.events.Gap` (when the hole is
+still open after ``DEFAULT_HOLE_BYTES`` of later data, ``DEFAULT_HOLE_SECONDS`` of
+capture time, or at the end of the stream). Nothing is guessed.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from typing import BinaryIO, Optional
+
+import dpkt
+
+from .events import Data, End, Event, Gap, InputError, Note, Open
+
+DEFAULT_JET_PORT = 11124  # PROTOCOL.md 3
+DEFAULT_HOLE_BYTES = 4 * 1024 * 1024  # out-of-order bytes held per direction before a hole is a gap
+DEFAULT_HOLE_SECONDS = 5.0  # capture time a hole may stay open (several TCP RTOs)
+
+PCAP_MAGICS = {b"\xa1\xb2\xc3\xd4", b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\x3c\x4d", b"\x4d\x3c\xb2\xa1"}
+PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"
+
+_IPV4 = struct.Struct(">BBHHHBBH4s4s")
+_TCP = struct.Struct(">HHIIBB")
+_U16 = struct.Struct(">H")
+_U32_LE = struct.Struct("<I")
+
+_SYN, _FIN, _RST, _ACK = 0x02, 0x01, 0x04, 0x10
+
+
+def is_capture(head: bytes) -> bool:
+    """True if ``head`` (the first 4 bytes of a file) starts a pcap or pcapng file."""
+    return head[:4] in PCAP_MAGICS or head[:4] == PCAPNG_MAGIC
+
+
+class _ShortReadDetector:
+    """File wrapper that notices a short read: dpkt's classic pcap reader silently
+    returns a short last packet when the file is cut inside it."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self._raw = raw
+        self.short = False
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._raw.read(n)
+        if n > 0 and 0 < len(data) < n:
+            self.short = True
+        return data
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._raw, name)
+
+
+def _ip_of(linktype: int, buf: bytes) -> Optional[bytes]:
+    """The IP packet inside a link-layer frame, or None for anything else."""
+    if linktype == 1:  # Ethernet
+        if len(buf) < 14:
+            return None
+        off = 12
+        (etype,) = _U16.unpack_from(buf, off)
+        while etype in (0x8100, 0x88A8) and len(buf) >= off + 6:  # VLAN tags
+            off += 4
+            (etype,) = _U16.unpack_from(buf, off)
+        return buf[off + 2 :] if etype in (0x0800, 0x86DD) else None
+    if linktype in (0, 108):  # BSD loopback: 4-byte address family
+        return buf[4:]
+    if linktype in (101, 12, 14, 228, 229):  # raw IP
+        return buf
+    if linktype == 113:  # Linux cooked v1
+        return buf[16:] if len(buf) >= 16 and _U16.unpack_from(buf, 14)[0] in (0x0800, 0x86DD) else None
+    if linktype == 276:  # Linux cooked v2
+        return buf[20:] if len(buf) >= 20 and _U16.unpack_from(buf, 0)[0] in (0x0800, 0x86DD) else None
+    return None
+
+
+def _addr(ip: bytes, port: int) -> str:
+    if len(ip) == 4:
+        return f"{ip[0]}.{ip[1]}.{ip[2]}.{ip[3]}:{port}"
+    import ipaddress
+
+    return f"[{ipaddress.IPv6Address(ip)}]:{port}"
+
+
+class _Direction:
+    """Reassembly state of one direction of a TCP connection."""
+
+    __slots__ = ("base", "ended", "fin", "held", "held_bytes", "hole_since", "next", "retransmitted")
+
+    def __init__(self) -> None:
+        self.base: Optional[int] = None  # absolute sequence number of relative offset 0
+        self.next = 0  # relative offset of the next byte to deliver
+        self.held: dict[int, bytes] = {}  # out-of-order segments by relative offset
+        self.held_bytes = 0
+        self.hole_since: Optional[float] = None
+        self.fin = False
+        self.ended = False
+        self.retransmitted = 0
+
+    def relative(self, seq: int) -> int:
+        assert self.base is not None
+        # Unwrap the 32-bit sequence number around the next expected offset.
+        diff = (seq - self.base - self.next) & 0xFFFF_FFFF
+        if diff >= 0x8000_0000:
+            diff -= 0x1_0000_0000
+        return self.next + diff
+
+    def accept(self, rel: int, payload: bytes, out: list[tuple[bool, int, bytes]]) -> None:
+        """Deliver what is in order: ``out`` gets (is_gap, size, data) pieces."""
+        end = rel + len(payload)
+        if end <= self.next:
+            self.retransmitted += len(payload)
+            return
+        if rel < self.next:
+            self.retransmitted += self.next - rel
+            payload = payload[self.next - rel :]
+            rel = self.next
+        if rel > self.next:
+            old = self.held.get(rel)
+            if old is None or len(old) < len(payload):
+                self.held_bytes += len(payload) - (len(old) if old else 0)
+                self.held[rel] = payload
+            return
+        out.append((False, len(payload), payload))
+        self.next = end
+        self.drain(out)
+
+    def drain(self, out: list[tuple[bool, int, bytes]]) -> None:
+        while self.held:
+            first = min(self.held)
+            if first > self.next:
+                return
+            payload = self.held.pop(first)
+            self.held_bytes -= len(payload)
+            if first + len(payload) <= self.next:
+                self.retransmitted += len(payload)
+                continue
+            payload = payload[self.next - first :]
+            out.append((False, len(payload), payload))
+            self.next += len(payload)
+        self.hole_since = None
+
+    def skip_hole(self, out: list[tuple[bool, int, bytes]]) -> None:
+        """Give up on the bytes before the first held segment: they are a gap."""
+        first = min(self.held)
+        out.append((True, first - self.next, b""))
+        self.next = first
+        self.drain(out)
+
+
+class _Connection:
+    __slots__ = ("client", "closed", "dirs", "kind", "labels", "pending", "stream")
+
+    def __init__(self, stream: int, client: tuple[bytes, int], server: tuple[bytes, int]) -> None:
+        self.stream = stream
+        self.client = client
+        self.labels = (_addr(*client), _addr(*server))
+        self.dirs = (_Direction(), _Direction())
+        self.kind: Optional[bool] = None  # True: jet, False: not jet, None: undecided
+        self.pending: list[Event] = []  # events held while undecided
+        self.closed = False
+
+
+def _looks_like_info(data: bytes) -> bool:
+    """PROTOCOL.md 4.4: a stream that starts with an INFO frame of major version 1."""
+    if len(data) < 7 or data[0] != 0x04:
+        return False
+    (length,) = struct.unpack_from(">I", data, 1)
+    return 14 <= length <= 12 + 2 + 0xFFFF and data[5] == 1
+
+
+def read_capture(
+    stream: BinaryIO,
+    *,
+    jet_port: int = DEFAULT_JET_PORT,
+    heuristic: bool = True,
+    hole_bytes: int = DEFAULT_HOLE_BYTES,
+    hole_seconds: float = DEFAULT_HOLE_SECONDS,
+) -> Iterator[Event]:
+    """Yield the Jet streams of a pcap or pcapng capture as events.
+
+    A TCP connection is Jet when either port is ``jet_port`` or (with ``heuristic``)
+    when the first bytes of either direction are an INFO frame. Stream numbers count
+    TCP connections in order of appearance from 0, as Wireshark's ``tcp.stream`` does.
+
+    Raises:
+        InputError: if the file is not a capture dpkt can read.
+    """
+    detector = _ShortReadDetector(stream)
+    try:
+        reader = dpkt.pcap.UniversalReader(detector)
+    except (ValueError, dpkt.UnpackError, struct.error) as exc:
+        raise InputError(f"not a readable pcap/pcapng capture: {exc}") from None
+    linktype = reader.datalink()
+    connections: dict[tuple[bytes, int, bytes, int], _Connection] = {}
+    ordered: list[_Connection] = []
+    count = 0
+    fragments = 0
+    packets = iter(reader)
+    last_ts: Optional[float] = None
+    while True:
+        try:
+            ts, buf = next(packets)
+        except StopIteration:
+            break
+        except (dpkt.NeedData, dpkt.UnpackError, struct.error, ValueError) as exc:
+            yield Note(None, last_ts, "capture-truncated", f"capture truncated after packet {count}: {exc}")
+            break
+        count += 1
+        ts = float(ts)
+        last_ts = ts
+        ip = _ip_of(linktype, buf)
+        if ip is None or not ip:
+            continue
+        version = ip[0] >> 4
+        if version == 4:
+            if len(ip) < 20:
+                continue
+            vihl, _tos, total, _ident, frag, _ttl, proto, _csum, src, dst = _IPV4.unpack_from(ip, 0)
+            if proto != 6:
+                continue
+            if frag & 0x3FFF:
+                fragments += 1
+                continue
+            ihl = (vihl & 0x0F) * 4
+            wire_end = total if total else len(ip)  # 0 with TCP segmentation offload
+            seg = ip[ihl:wire_end]
+        elif version == 6:
+            if len(ip) < 40 or ip[6] != 6:
+                continue
+            (plen,) = _U16.unpack_from(ip, 4)
+            src, dst = ip[8:24], ip[24:40]
+            seg = ip[40 : 40 + plen]
+        else:
+            continue
+        if len(seg) < 20:
+            continue
+        sport, dport, seq, _ack, doff, flags = _TCP.unpack_from(seg, 0)
+        hlen = (doff >> 4) * 4
+        payload = seg[hlen:]
+        # A snaplen-cut packet delivers only its captured bytes; the rest stays a hole
+        # that a retransmission may fill, or becomes a gap.
+        key = (src, sport, dst, dport)
+        conn = connections.get(key)
+        if conn is None or (flags & _SYN and not flags & _ACK and conn.closed):
+            if flags & _SYN and flags & _ACK:
+                client, server = (dst, dport), (src, sport)
+            elif flags & _SYN or dport == jet_port or sport != jet_port:
+                client, server = (src, sport), (dst, dport)
+            else:
+                client, server = (dst, dport), (src, sport)
+            conn = _Connection(len(ordered), client, server)
+            ordered.append(conn)
+            connections[key] = conn
+            connections[(dst, dport, src, sport)] = conn
+            if jet_port in (sport, dport):
+                conn.kind = True
+                yield Open(conn.stream, conn.labels)
+        direction = 0 if (src, sport) == conn.client else 1
+        half = conn.dirs[direction]
+        if flags & _SYN:
+            if half.base is None:
+                half.base = (seq + 1) & 0xFFFF_FFFF
+            payload = b""  # data on SYN (TCP Fast Open) is not followed here
+        if half.base is None:
+            half.base = seq
+        pieces: list[tuple[bool, int, bytes]] = []
+        if payload:
+            half.accept(half.relative(seq), payload, pieces)
+            if half.held:
+                if half.hole_since is None:
+                    half.hole_since = ts
+                elif half.held_bytes > hole_bytes or ts - half.hole_since > hole_seconds:
+                    half.skip_hole(pieces)
+        events: list[Event] = []
+        for is_gap, size, data in pieces:
+            events.append(Gap(conn.stream, direction, ts, size) if is_gap else Data(conn.stream, direction, ts, data))
+        if flags & (_FIN | _RST):
+            conn.closed = True
+            for d, h in enumerate(conn.dirs):
+                if (d == direction or flags & _RST) and not h.ended:
+                    if flags & _FIN and d == direction and half.held:
+                        continue  # the FIN waits for the missing bytes before it
+                    events.extend(_finish(conn, d, ts))
+        if not events:
+            continue
+        if conn.kind is None:
+            conn.pending.extend(events)
+            yield from _decide(conn, heuristic)
+        elif conn.kind:
+            yield from events
+    for conn in ordered:
+        events = []
+        for d in (0, 1):
+            events.extend(_finish(conn, d, last_ts))
+        if conn.kind is None:
+            conn.pending.extend(events)
+            yield from _decide(conn, heuristic, final=True)
+        elif conn.kind:
+            yield from events
+    if fragments:
+        yield Note(None, last_ts, "ip-fragments", f"{fragments} IP fragment(s) ignored (not reassembled)")
+    if detector.short:
+        yield Note(None, last_ts, "capture-truncated", f"capture truncated inside packet {count}")
+
+
+def _finish(conn: _Connection, direction: int, ts: Optional[float]) -> list[Event]:
+    half = conn.dirs[direction]
+    if half.ended:
+        return []
+    half.ended = True
+    pieces: list[tuple[bool, int, bytes]] = []
+    while half.held:
+        half.skip_hole(pieces)
+    events: list[Event] = [
+        Gap(conn.stream, direction, ts, size) if is_gap else Data(conn.stream, direction, ts, data)
+        for is_gap, size, data in pieces
+    ]
+    events.append(End(conn.stream, direction, ts))
+    return events
+
+
+def _decide(conn: _Connection, heuristic: bool, *, final: bool = False) -> Iterator[Event]:
+    """Settle whether an undecided connection is Jet from its first in-order bytes."""
+    firsts: dict[int, bytes] = {}
+    for event in conn.pending:
+        if isinstance(event, Data) and len(firsts.get(event.direction, b"")) < 7:
+            firsts[event.direction] = firsts.get(event.direction, b"") + event.data
+    verdict: Optional[bool] = None
+    if heuristic and any(_looks_like_info(head) for head in firsts.values()):
+        verdict = True
+    elif any(len(head) >= 7 for head in firsts.values()) or final or not heuristic:
+        verdict = False
+    if verdict is None:
+        return
+    conn.kind = verdict
+    pending, conn.pending = conn.pending, []
+    if verdict:
+        yield Open(conn.stream, conn.labels)
+        yield from pending

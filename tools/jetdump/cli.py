@@ -1,0 +1,407 @@
+"""The ``jetdump`` command line (see the package docstring for the JSON field names)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import IO, Any, Optional
+
+from jetwire import EventCode, FrameType, Function, Status
+
+from . import __doc__ as PACKAGE_DOC
+from .capture import DEFAULT_JET_PORT, is_capture, read_capture
+from .dissector import DEFAULT_MAX_BODY, OK, Dissector, FrameRecord, NoteRecord, Record
+from .events import Data, End, Event, Gap, InputError, Note, Open, WholeFrame
+from .logs import LogSource, expand_log_paths, is_log
+from .render import LineFormatter, field_tree, hex_dump, json_record
+from .stats import Stats, function_name, status_name, type_name
+from .tap import DEFAULT_LISTEN_HOST, serve_tap
+
+EXIT_UNREADABLE = 1
+EXIT_USAGE = 2
+RAW_CHUNK = 1 << 20
+OUTPUT_BATCH = 4096  # lines written per write() call
+
+FUNCTION_CHOICES = sorted({f.name for f in Function} | {c.name for c in EventCode})
+TYPE_CHOICES = sorted({t.name for t in FrameType} | {"MALFORMED", "TRUNCATED"})
+STATUS_CHOICES = [s.name for s in Status]
+
+
+def _json_epilog() -> str:
+    doc = PACKAGE_DOC or ""
+    start = doc.find("JSON output")
+    return doc[start:] if start >= 0 else ""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="jetdump",
+        description="Decode jet traffic from captures, event logs, raw bytes or hex, "
+        "or live with `jetdump tap --listen PORT --upstream HOST:PORT`.",
+        epilog=_json_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("inputs", nargs="*", metavar="INPUT",
+                        help="pcap/pcapng capture, event-log segment, directory of segments, or glob "
+                        "(with --hex: hex strings; none: read stdin)")
+    parser.add_argument("--raw", metavar="FILE", help="a raw byte stream of one direction ('-' for stdin)")
+    parser.add_argument("--hex", action="store_true",
+                        help="INPUTs (or stdin) are hex of one direction; whitespace, ':' and '0x' are ignored")
+    _output_options(parser)
+    parser.add_argument("--port", type=int, default=DEFAULT_JET_PORT,
+                        help=f"TCP port of jet streams in captures (default {DEFAULT_JET_PORT})")
+    parser.add_argument("--no-heuristic", action="store_true",
+                        help="do not take other TCP streams that begin with an INFO frame as jet")
+    return parser
+
+
+def _output_options(parser: argparse.ArgumentParser) -> None:
+    out = parser.add_argument_group("output")
+    out.add_argument("-V", "--verbose", action="store_true", help="full field tree with byte offsets and lengths")
+    out.add_argument("-x", "--hexdump", action="store_true", help="hex dump of each frame")
+    out.add_argument("--json", action="store_true", help="one JSON object per frame (and per note)")
+    out.add_argument("--stats", action="store_true",
+                     help="print statistics instead of frames (as one JSON object with --json)")
+    out.add_argument("--color", choices=("auto", "always", "never"), default="auto",
+                     help="colour the summary lines (auto: only on a terminal)")
+    out.add_argument("--max-body", type=int, default=DEFAULT_MAX_BODY,
+                     help=f"largest body accepted before a frame is reported TOO_LARGE (default {DEFAULT_MAX_BODY})")
+    filters = parser.add_argument_group(
+        "filters", "Malformed/truncated frames and notes always pass --key, --function and --status, "
+        "so that damage is never hidden.")
+    filters.add_argument("--key", metavar="PREFIX", help="frames whose key (or answered request's key) starts with PREFIX")
+    filters.add_argument("--function", metavar="NAME", type=_upper, help="function or event code: " + ", ".join(FUNCTION_CHOICES))
+    filters.add_argument("--type", metavar="NAME", type=_upper, help="frame type: " + ", ".join(TYPE_CHOICES))
+    filters.add_argument("--status", metavar="NAME", type=_upper, help="response or CLOSE status")
+    filters.add_argument("--stream", metavar="N", type=int, help="only stream (connection) N")
+
+
+def _upper(text: str) -> str:
+    return text.upper().replace("-", "_")
+
+
+def build_tap_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="jetdump tap",
+        description="A TCP proxy between jet peers and a daemon that prints every frame both ways as it passes.",
+    )
+    parser.add_argument("--listen", required=True, type=int, metavar="PORT", help="port to accept peers on (0: any)")
+    parser.add_argument("--listen-host", default=DEFAULT_LISTEN_HOST, help=f"address to listen on (default {DEFAULT_LISTEN_HOST})")
+    parser.add_argument("--upstream", required=True, metavar="HOST:PORT", help="the daemon to forward to")
+    _output_options(parser)
+    return parser
+
+
+def _check_names(args: argparse.Namespace) -> None:
+    for option, value, choices in (("--function", args.function, FUNCTION_CHOICES),
+                                   ("--type", args.type, TYPE_CHOICES),
+                                   ("--status", args.status, STATUS_CHOICES)):
+        if value is not None and value not in choices:
+            raise InputError(f"{option} {value}: not one of {', '.join(choices)}")
+
+
+def make_filter(args: argparse.Namespace) -> Optional[Callable[[Record], bool]]:
+    """The record filter for the options given, or None when nothing is filtered."""
+    stream, ftype, function, status, key = args.stream, args.type, args.function, args.status, args.key
+    if all(v is None for v in (stream, ftype, function, status, key)):
+        return None
+
+    def keep(record: Record) -> bool:
+        if stream is not None and record.stream is not None and record.stream != stream:
+            return False
+        if type(record) is NoteRecord:
+            return True
+        fr: FrameRecord = record  # type: ignore[assignment]
+        if ftype is not None and ftype != type_name(fr) and ftype != fr.kind.upper():
+            return False
+        if fr.kind != OK:
+            return True
+        if function is not None and function_name(fr) != function:
+            return False
+        if status is not None and status_name(fr) != status:
+            return False
+        if key is not None:
+            frame_key = getattr(fr.message, "key", None)
+            if frame_key is None and fr.request is not None:
+                frame_key = fr.request.key
+            if frame_key is None or not frame_key.startswith(key):
+                return False
+        return True
+
+    return keep
+
+
+class Output:
+    """Writes rendered records: plain lines in large batches, or colour through rich."""
+
+    STYLES = {"REQUEST": "cyan", "RESPONSE": "green", "EVENT": "yellow", "INFO": "blue"}
+
+    def __init__(self, stream: IO[str], color: bool) -> None:
+        self.stream = stream
+        self.lines: list[str] = []
+        self.console: Any = None
+        if color:
+            from rich.console import Console
+
+            self.console = Console(file=stream, force_terminal=True, highlight=False, soft_wrap=True)
+
+    def add(self, line: str, record: Optional[Record] = None) -> None:
+        if self.console is not None:
+            from rich.text import Text
+
+            self.console.print(Text(line, style=self._style(line, record)))
+            return
+        self.lines.append(line)
+        if len(self.lines) >= OUTPUT_BATCH:
+            self.flush()
+
+    def _style(self, line: str, record: Optional[Record]) -> str:
+        if record is None or type(record) is NoteRecord:
+            return "dim" if record is not None else ""
+        fr: FrameRecord = record  # type: ignore[assignment]
+        if fr.kind != OK:
+            return "bold red"
+        if status_name(fr) not in (None, "OK"):
+            return "red"
+        return self.STYLES.get(type_name(fr), "")
+
+    def flush(self) -> None:
+        if self.lines:
+            self.stream.write("\n".join(self.lines))
+            self.stream.write("\n")
+            self.lines.clear()
+        self.stream.flush()
+
+
+class Renderer:
+    """Renders the records a :class:`Dissector` produces, in the mode asked for."""
+
+    def __init__(self, args: argparse.Namespace, dissector: Dissector, output: Output) -> None:
+        self.args = args
+        self.dissector = dissector
+        self.output = output
+        self.keep = make_filter(args)
+        self.stats = Stats() if args.stats else None
+        self.fmt = LineFormatter(dissector.labels, lambda: dissector.first_ts)
+
+    def drain(self) -> None:
+        records = self.dissector.out
+        if not records:
+            return
+        self.dissector.out = []
+        keep = self.keep
+        if keep is not None:
+            records = [r for r in records if keep(r)]
+        if self.stats is not None:
+            for record in records:
+                self.stats.add(record)
+            return
+        args = self.args
+        add = self.output.add
+        if args.json:
+            for record in records:
+                add(json.dumps(json_record(record, self.fmt), ensure_ascii=False), record)
+            return
+        line = self.fmt.line
+        if not (args.verbose or args.hexdump):
+            if self.output.console is None:
+                self.output.lines.extend(map(line, records))
+                if len(self.output.lines) >= OUTPUT_BATCH:
+                    self.output.flush()
+            else:
+                for record in records:
+                    add(line(record), record)
+            return
+        for record in records:
+            add(line(record), record)
+            if type(record) is FrameRecord:
+                if args.verbose:
+                    for text in field_tree(record):
+                        add(text)
+                if args.hexdump:
+                    for text in hex_dump(record.raw or b""):
+                        add(text)
+
+    def finish(self) -> None:
+        self.drain()
+        if self.stats is not None:
+            labels = self.dissector.labels
+            if self.args.json:
+                self.output.stream.write(json.dumps(self.stats.report(labels)) + "\n")
+            else:
+                self.output.stream.write(self.stats.text(labels))
+        self.output.flush()
+
+
+def _parse_hex(text: str) -> bytes:
+    cleaned = re.sub(r"0x|[\s:,]", "", text, flags=re.IGNORECASE)
+    try:
+        return bytes.fromhex(cleaned)
+    except ValueError:
+        raise InputError("--hex: input is not hexadecimal (pairs of 0-9, a-f)") from None
+
+
+def _single(stream: int, data_chunks: Iterator[bytes], label: str) -> Iterator[Event]:
+    yield Open(stream, (label, "?"))
+    for chunk in data_chunks:
+        yield Data(stream, 0, None, chunk)
+    yield End(stream, 0, None)
+
+
+def _read_chunks(handle: IO[bytes]) -> Iterator[bytes]:
+    while chunk := handle.read(RAW_CHUNK):
+        yield chunk
+
+
+def _shift(events: Iterator[Event], offset: int, seen: set[int]) -> Iterator[Event]:
+    """Renumber a capture's streams after those of the inputs before it."""
+    for event in events:
+        stream = getattr(event, "stream", None)
+        if stream is not None:
+            seen.add(stream)
+            if offset:
+                event = event._replace(stream=stream + offset)
+        yield event
+
+
+def _input_events(args: argparse.Namespace, errors: list[str]) -> Iterator[Event]:
+    """Every input's events in order; unreadable inputs are reported and skipped."""
+    if args.raw is not None:
+        if args.raw == "-":
+            yield from _single(0, _read_chunks(sys.stdin.buffer), "stdin")
+        else:
+            try:
+                handle = open(args.raw, "rb")  # noqa: SIM115 - closed by the with below
+            except OSError as exc:
+                raise InputError(f"{args.raw}: {exc.strerror}") from None
+            with handle:
+                yield from _single(0, _read_chunks(handle), Path(args.raw).name)
+        return
+    if args.hex:
+        text = " ".join(args.inputs) if args.inputs else sys.stdin.read()
+        yield from _single(0, iter([_parse_hex(text)]), "hex")
+        return
+    if not args.inputs:
+        raise InputError("no input: give a capture, an event log, --raw FILE or --hex (see --help)")
+    logs = LogSource()
+    stream_offset = 0
+    for spec in args.inputs:
+        try:
+            paths = expand_log_paths(spec)
+        except InputError as exc:
+            errors.append(str(exc))
+            continue
+        for path in paths:
+            try:
+                with open(path, "rb") as handle:
+                    head = handle.read(8)
+                    if is_capture(head):
+                        handle.seek(0)
+                        seen: set[int] = set()
+                        yield from _shift(
+                            read_capture(handle, jet_port=args.port, heuristic=not args.no_heuristic),
+                            stream_offset, seen,
+                        )
+                        stream_offset += max(seen) + 1 if seen else 0
+                        continue
+                if is_log(head):
+                    yield from logs.read(path)
+                elif path.is_dir():
+                    errors.append(f"{path}: is a directory")
+                else:
+                    errors.append(f"{path}: not a pcap/pcapng capture or jet event log (use --raw for raw bytes)")
+            except InputError as exc:
+                errors.append(str(exc))
+            except OSError as exc:
+                errors.append(f"{path}: {exc.strerror or exc}")
+
+
+def _use_color(args: argparse.Namespace, stream: IO[str]) -> bool:
+    if args.json or args.stats:
+        return False
+    if args.color == "always":
+        return True
+    return args.color == "auto" and stream.isatty()
+
+
+def run_dump(args: argparse.Namespace, stdout: IO[str], stderr: IO[str]) -> int:
+    errors: list[str] = []
+    dissector = Dissector(keep_raw=args.verbose or args.hexdump or args.json, max_body=args.max_body)
+    renderer = Renderer(args, dissector, Output(stdout, _use_color(args, stdout)))
+    handle = dissector.event
+    try:
+        _check_names(args)
+        for event in _input_events(args, errors):
+            handle(event)
+            if len(dissector.out) >= 256:
+                renderer.drain()
+    except InputError as exc:
+        errors.append(str(exc))
+    renderer.finish()
+    for message in errors:
+        stderr.write(f"jetdump: {message}\n")
+    return EXIT_UNREADABLE if errors else 0
+
+
+def run_tap(args: argparse.Namespace, stdout: IO[str], stderr: IO[str]) -> int:
+    try:
+        _check_names(args)
+    except InputError as exc:
+        stderr.write(f"jetdump: {exc}\n")
+        return EXIT_USAGE
+    host, sep, port_text = args.upstream.rpartition(":")
+    if not sep or not port_text.isdigit():
+        stderr.write(f"jetdump: --upstream {args.upstream}: expected HOST:PORT\n")
+        return EXIT_USAGE
+    dissector = Dissector(keep_raw=args.verbose or args.hexdump or args.json, max_body=args.max_body)
+    renderer = Renderer(args, dissector, Output(stdout, _use_color(args, stdout)))
+
+    def sink(event: Event) -> None:
+        dissector.event(event)
+        if not args.stats:
+            renderer.drain()
+            renderer.output.flush()
+
+    def ready(listen_host: str, listen_port: int) -> None:
+        stderr.write(f"jetdump tap listening on {listen_host}:{listen_port}, upstream {host}:{port_text}\n")
+        stderr.flush()
+
+    try:
+        import uvloop
+
+        runner: Callable[..., Any] = uvloop.run
+    except ImportError:
+        runner = asyncio.run
+    try:
+        runner(serve_tap(args.listen_host, args.listen, host.strip("[]"), int(port_text), sink, on_ready=ready))
+    except OSError as exc:
+        stderr.write(f"jetdump: cannot listen on {args.listen_host}:{args.listen}: {exc.strerror or exc}\n")
+        return EXIT_UNREADABLE
+    renderer.finish()
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of the ``jetdump`` console script; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv[:1] == ["tap"]:
+            return run_tap(build_tap_parser().parse_args(argv[1:]), sys.stdout, sys.stderr)
+        return run_dump(build_parser().parse_args(argv), sys.stdout, sys.stderr)
+    except BrokenPipeError:
+        # `jetdump ... | head`: the reader left; that is not an error of the input.
+        # Point stdout at devnull so the interpreter's final flush does not fail again.
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        return 130
+
+
+__all__ = ["Data", "Gap", "Note", "WholeFrame", "build_parser", "build_tap_parser", "main", "make_filter"]

@@ -1,0 +1,368 @@
+"""Turn input events into numbered frame records: framing, errors, request matching.
+
+Each direction of a stream has its own :class:`jetwire.Decoder` (the fast codec). The
+bytes not yet consumed are shadowed here so that a malformed or truncated frame can be
+shown with its bytes. PROTOCOL.md 9.1: after a non-fatal error the Decoder has consumed
+the bad frame whole, so decoding resumes at the next frame boundary; after a fatal one
+(unknown type, a length above the maximum; PROTOCOL.md 9.2) the direction cannot be
+trusted and is not decoded further.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple, Optional, Union
+
+from jetwire import (
+    Decoder,
+    FrameType,
+    Message,
+    RemoteProtocolError,
+    Request,
+    Response,
+    decode_frame,
+)
+from jetwire.codes import HEADER_SIZE
+
+from .events import Data, End, Event, Gap, Note, Open, WholeFrame
+
+DEFAULT_MAX_BODY = 64 * 1024 * 1024  # accept what any daemon may be configured to carry
+DEFAULT_MAX_PENDING = 100_000  # requests remembered per dump while waiting for their response
+PROBLEM_BYTES_SHOWN = 256  # bytes of a malformed/truncated frame kept for display
+
+_HEADER = struct.Struct(">BI")
+
+# Frame record kinds.
+OK = "frame"
+MALFORMED = "malformed"
+TRUNCATED = "truncated"
+
+
+class FrameRecord(NamedTuple):
+    """One frame seen in the input, good or bad.
+
+    Attributes:
+        number: 1-based frame number over the whole input (stable under filters).
+        ts: capture/log time in seconds since the epoch, or None (raw and hex input).
+        stream: stream (connection) number.
+        direction: 0 from the connection's opener, 1 towards it.
+        offset: byte offset of the frame in its direction of the stream (for event
+            logs: the record's offset in its file).
+        message: the decoded message, or None for a malformed/truncated frame.
+        raw: the frame's bytes (always for problems, capped at PROBLEM_BYTES_SHOWN for
+            truncated/fatal ones; for good frames only when the renderer needs them).
+        kind: OK, MALFORMED or TRUNCATED.
+        error: why the frame is malformed or truncated.
+        frame_type: the type byte when readable.
+        size: the frame's length in bytes as present (header included).
+        announced: for TRUNCATED, the length the header announced (header included),
+            or None when not even the header is complete.
+        request: for a RESPONSE, the request it answers (when in view).
+        rtt: seconds from that request to this response, when both have timestamps.
+        fatal: True when decoding of this direction stopped after this frame.
+    """
+
+    number: int
+    ts: Optional[float]
+    stream: int
+    direction: int
+    offset: int
+    message: Optional[Message]
+    raw: Optional[bytes]
+    kind: str
+    error: Optional[str]
+    frame_type: Optional[int]
+    size: int
+    announced: Optional[int]
+    request: Optional[RequestSeen]
+    rtt: Optional[float]
+    fatal: bool = False
+
+
+class RequestSeen(NamedTuple):
+    """A request remembered until its response comes."""
+
+    number: int
+    function: int
+    key: Optional[str]
+    ts: Optional[float]
+
+
+class NoteRecord(NamedTuple):
+    """A line about the input that is not a frame (gap, stream stopped, log damage)."""
+
+    ts: Optional[float]
+    stream: Optional[int]
+    direction: Optional[int]
+    kind: str
+    text: str
+
+
+Record = Union[FrameRecord, NoteRecord]
+
+
+class _Half:
+    """One direction of a stream."""
+
+    __slots__ = ("base", "decoder", "shadow", "skip", "stopped")
+
+    def __init__(self, max_body: int) -> None:
+        self.decoder = Decoder(max_body=max_body)
+        self.shadow = bytearray()  # bytes fed but not consumed; stream offset ``base``
+        self.base = 0
+        self.stopped = False
+        self.skip = 0  # bytes to drop: the rest of a frame a gap cut through
+
+
+class Dissector:
+    """Feed it :mod:`~tools.jetdump.events`; it appends records to :attr:`out`.
+
+    Args:
+        keep_raw: keep every good frame's bytes in its record (for ``-V``, ``-x``,
+            ``--json``); problems always keep theirs.
+        max_body: largest body accepted before a frame is reported TOO_LARGE and its
+            direction stopped (PROTOCOL.md 3: checked before buffering).
+        max_pending: requests remembered while waiting for responses (oldest dropped).
+    """
+
+    def __init__(
+        self,
+        *,
+        keep_raw: bool = False,
+        max_body: int = DEFAULT_MAX_BODY,
+        max_pending: int = DEFAULT_MAX_PENDING,
+    ) -> None:
+        self.keep_raw = keep_raw
+        self.max_body = max_body
+        self.max_pending = max_pending
+        self.out: list[Record] = []
+        self.labels: dict[int, tuple[str, str]] = {}
+        self.number = 0
+        self.first_ts: Optional[float] = None
+        self._halves: dict[tuple[int, int], _Half] = {}
+        self._pending: dict[tuple[int, int, int], RequestSeen] = {}
+
+    # --- events -------------------------------------------------------------------
+
+    def event(self, event: Event) -> None:
+        """Process one input event."""
+        if isinstance(event, Data):
+            self.data(event.stream, event.direction, event.ts, event.data)
+        elif isinstance(event, WholeFrame):
+            self.whole_frame(event.stream, event.direction, event.ts, event.frame, event.where)
+        elif isinstance(event, Open):
+            self.labels[event.stream] = event.labels
+        elif isinstance(event, Gap):
+            self.gap(event.stream, event.direction, event.ts, event.size)
+        elif isinstance(event, End):
+            self.end(event.stream, event.direction, event.ts)
+        elif isinstance(event, Note):
+            self._first(event.ts)
+            self.out.append(NoteRecord(event.ts, event.stream, None, event.kind, event.text))
+
+    def _first(self, ts: Optional[float]) -> None:
+        if self.first_ts is None and ts is not None:
+            self.first_ts = ts
+
+    def _half(self, stream: int, direction: int) -> _Half:
+        half = self._halves.get((stream, direction))
+        if half is None:
+            half = self._halves[(stream, direction)] = _Half(self.max_body)
+        return half
+
+    def data(self, stream: int, direction: int, ts: Optional[float], data: bytes) -> None:
+        """In-order bytes of one direction."""
+        if self.first_ts is None:
+            self._first(ts)
+        half = self._halves.get((stream, direction)) or self._half(stream, direction)
+        if half.stopped:
+            return
+        if half.skip:
+            cut = min(half.skip, len(data))
+            half.skip -= cut
+            half.base += cut
+            data = data[cut:]
+            if not data:
+                return
+        half.shadow += data
+        decoder = half.decoder
+        decoder.receive_data(data)
+        out = self.out
+        pending = self._pending
+        keep_raw = self.keep_raw
+        shadow = half.shadow
+        base = half.base
+        start = decoder.consumed
+        while True:
+            try:
+                for message in decoder.messages():
+                    end = decoder.consumed
+                    self.number += 1
+                    request = rtt = None
+                    cls = type(message)
+                    if cls is Response:
+                        request = pending.pop((stream, 1 - direction, message.id), None)  # type: ignore[attr-defined]
+                        if request is not None and ts is not None and request.ts is not None:
+                            rtt = ts - request.ts
+                    elif isinstance(message, Request) and message.id is not None:
+                        self._remember(stream, direction, message, ts)
+                    out.append(
+                        FrameRecord(
+                            self.number, ts, stream, direction, start, message,
+                            bytes(shadow[start - base : end - base]) if keep_raw else None,
+                            OK, None, shadow[start - base], end - start, None, request, rtt,
+                        )
+                    )
+                    start = end
+                break
+            except RemoteProtocolError as exc:
+                if exc.fatal:
+                    self._fatal(half, stream, direction, ts, start, exc)
+                    return
+                end = decoder.consumed
+                self._malformed(stream, direction, ts, start, bytes(shadow[start - base : end - base]), exc)
+                start = end
+        consumed = decoder.consumed
+        del shadow[: consumed - base]
+        half.base = consumed
+
+    def _remember(self, stream: int, direction: int, message: Request, ts: Optional[float]) -> None:
+        pending = self._pending
+        if len(pending) >= self.max_pending:
+            del pending[next(iter(pending))]
+        pending[(stream, direction, message.id)] = RequestSeen(  # type: ignore[index]
+            self.number, message.function, getattr(message, "key", None), ts
+        )
+
+    def _malformed(
+        self, stream: int, direction: int, ts: Optional[float], offset: int, raw: bytes, exc: RemoteProtocolError
+    ) -> None:
+        self.number += 1
+        request = None
+        # PROTOCOL.md 9.1: a malformed REQUEST with a readable id still gets a response.
+        if exc.request_id is not None and raw[0] == FrameType.REQUEST:
+            function = raw[9] if len(raw) > 9 else 0
+            self._pending[(stream, direction, exc.request_id)] = RequestSeen(self.number, function, None, ts)
+        elif exc.request_id is not None and raw[0] == FrameType.RESPONSE:
+            request = self._pending.pop((stream, 1 - direction, exc.request_id), None)
+        self.out.append(
+            FrameRecord(
+                self.number, ts, stream, direction, offset, None, raw, MALFORMED, exc.message,
+                raw[0] if raw else None, len(raw), None, request, None,
+            )
+        )
+
+    def _fatal(
+        self, half: _Half, stream: int, direction: int, ts: Optional[float], start: int, exc: RemoteProtocolError
+    ) -> None:
+        half.stopped = True
+        raw = bytes(half.shadow[start - half.base : start - half.base + PROBLEM_BYTES_SHOWN])
+        self.number += 1
+        self.out.append(
+            FrameRecord(
+                self.number, ts, stream, direction, start, None, raw, MALFORMED, exc.message,
+                raw[0] if raw else None, len(raw), None, None, None, True,
+            )
+        )
+        self.out.append(
+            NoteRecord(ts, stream, direction, "stopped",
+                       f"decoding of this direction stopped at stream offset {start}: the frame boundary is lost")
+        )
+        half.shadow.clear()
+
+    def gap(self, stream: int, direction: int, ts: Optional[float], size: int) -> None:
+        """``size`` bytes of the direction were never seen."""
+        self._first(ts)
+        half = self._half(stream, direction)
+        if half.stopped:
+            return
+        at = half.base + len(half.shadow)
+        partial = bytes(half.shadow)
+        text = f"gap: {size} byte(s) missing at stream offset {at}"
+        if len(partial) >= HEADER_SIZE:
+            _ftype, length = _HEADER.unpack_from(partial, 0)
+            frame_end = half.base + HEADER_SIZE + length
+            if length <= self.max_body and frame_end >= at + size:
+                # The gap lies inside one frame whose header we have: its length tells
+                # where the next frame starts, so decoding can resume there.
+                self.out.append(NoteRecord(ts, stream, direction, "gap", text))
+                self._truncated(half, stream, direction, ts, partial, HEADER_SIZE + length, "gap in the capture")
+                half.decoder = Decoder(max_body=self.max_body)
+                half.shadow.clear()
+                half.skip = frame_end - (at + size)
+                half.base = at + size
+                return
+        self.out.append(NoteRecord(ts, stream, direction, "gap", text))
+        if partial:
+            announced = HEADER_SIZE + _HEADER.unpack_from(partial, 0)[1] if len(partial) >= HEADER_SIZE else None
+            self._truncated(half, stream, direction, ts, partial, announced, "gap in the capture")
+        half.stopped = True
+        half.shadow.clear()
+        self.out.append(
+            NoteRecord(ts, stream, direction, "stopped",
+                       f"decoding of this direction stopped at stream offset {at}: "
+                       "the next frame boundary is unknown after the gap")
+        )
+
+    def _truncated(
+        self, half: _Half, stream: int, direction: int, ts: Optional[float], partial: bytes,
+        announced: Optional[int], why: str,
+    ) -> None:
+        self.number += 1
+        total = f"{announced}" if announced is not None else "at least 5 (header incomplete)"
+        self.out.append(
+            FrameRecord(
+                self.number, ts, stream, direction, half.base, None, partial[:PROBLEM_BYTES_SHOWN], TRUNCATED,
+                f"{why}: {len(partial)} of {total} bytes present",
+                partial[0], len(partial), announced, None, None,
+            )
+        )
+
+    def end(self, stream: int, direction: int, ts: Optional[float]) -> None:
+        """The direction ended: a frame left incomplete is reported truncated."""
+        half = self._halves.get((stream, direction))
+        if half is None or half.stopped:
+            return
+        if half.shadow:
+            partial = bytes(half.shadow)
+            announced = HEADER_SIZE + _HEADER.unpack_from(partial, 0)[1] if len(partial) >= HEADER_SIZE else None
+            self._truncated(half, stream, direction, ts, partial, announced, "stream ends inside a frame")
+            half.shadow.clear()
+        half.stopped = True
+
+    def whole_frame(self, stream: int, direction: int, ts: Optional[float], frame: bytes, where: int) -> None:
+        """One frame recorded whole (event log): decoded on its own."""
+        if self.first_ts is None:
+            self._first(ts)
+        try:
+            message = decode_frame(frame)
+        except RemoteProtocolError as exc:
+            if len(frame) >= HEADER_SIZE:
+                (length,) = struct.unpack_from(">I", frame, 1)
+                if length > len(frame) - HEADER_SIZE:
+                    # JETLOG.md 4: a frame the daemon could not read whole is logged as read.
+                    self.number += 1
+                    self.out.append(
+                        FrameRecord(
+                            self.number, ts, stream, direction, where, None, frame[:PROBLEM_BYTES_SHOWN],
+                            TRUNCATED, f"recorded frame is incomplete: {len(frame)} of {HEADER_SIZE + length} bytes present",
+                            frame[0], len(frame), HEADER_SIZE + length, None, None,
+                        )
+                    )
+                    return
+            self._malformed(stream, direction, ts, where, frame, exc)
+            return
+        self.number += 1
+        request = rtt = None
+        if type(message) is Response:
+            request = self._pending.pop((stream, 1 - direction, message.id), None)
+            if request is not None and ts is not None and request.ts is not None:
+                rtt = ts - request.ts
+        elif isinstance(message, Request) and message.id is not None:
+            self._remember(stream, direction, message, ts)
+        self.out.append(
+            FrameRecord(
+                self.number, ts, stream, direction, where, message, frame if self.keep_raw else None,
+                OK, None, frame[0], len(frame), None, request, rtt,
+            )
+        )

@@ -1,0 +1,74 @@
+"""What an input produces: the small interface between readers and the dissector.
+
+Every reader (capture, event log, raw bytes, hex, live tap) yields these events. A
+*stream* is one connection (a TCP connection, or a connection id of an event log);
+``direction`` 0 is the side that opened it (client, or the peer in a log) towards the
+other, 1 the other way.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional, Union
+
+from jetwire import JetError
+
+
+class InputError(JetError):
+    """The input cannot be read at all (missing file, not a capture or log, bad hex)."""
+
+
+class Open(NamedTuple):
+    """A stream begins; ``labels[d]`` names the sender of direction ``d``."""
+
+    stream: int
+    labels: tuple[str, str]
+
+
+class Data(NamedTuple):
+    """In-order bytes of one direction of a stream."""
+
+    stream: int
+    direction: int
+    ts: Optional[float]
+    data: bytes
+
+
+class Gap(NamedTuple):
+    """``size`` bytes of the direction are missing from the input (never seen)."""
+
+    stream: int
+    direction: int
+    ts: Optional[float]
+    size: int
+
+
+class WholeFrame(NamedTuple):
+    """One frame recorded whole (an event-log FRAME_IN / FRAME_OUT record)."""
+
+    stream: int
+    direction: int
+    ts: Optional[float]
+    frame: bytes
+    where: int  # byte offset of the record in its file
+
+
+class End(NamedTuple):
+    """The direction ends (FIN, RST, end of input)."""
+
+    stream: int
+    direction: int
+    ts: Optional[float]
+
+
+class Note(NamedTuple):
+    """Something worth a line that is not a frame (connection opened, log damage...).
+
+    ``stream`` is None for notes about the input as a whole."""
+
+    stream: Optional[int]
+    ts: Optional[float]
+    kind: str
+    text: str
+
+
+Event = Union[Open, Data, Gap, WholeFrame, End, Note]

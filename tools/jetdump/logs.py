@@ -1,0 +1,177 @@
+"""jet event-log segments (spec/JETLOG.md) as input events, read with :mod:`jetwire.log`.
+
+Streams are connection ids: FRAME_IN is direction 0 (peer -> daemon), FRAME_OUT
+direction 1. Segments of one daemon run continue each other's connection ids; a segment
+numbered 0 starts a new run, whose streams are numbered ``run * RUN_STREAM_STRIDE +
+conn_id`` so that connections of different runs never mix.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Optional
+
+from jetwire import RemoteProtocolError
+from jetwire.log import (
+    MAGIC,
+    Corruption,
+    LogHeader,
+    LogKind,
+    LogReader,
+    LogRecord,
+    Truncation,
+    parse_record_data,
+)
+
+from .events import Event, InputError, Note, Open, WholeFrame
+
+RUN_STREAM_STRIDE = 1_000_000
+READ_CHUNK = 1 << 20
+
+
+def is_log(head: bytes) -> bool:
+    """True if ``head`` starts with the jet event-log magic (JETLOG.md 2)."""
+    return head[:8] == MAGIC
+
+
+def expand_log_paths(spec: str) -> list[Path]:
+    """A file, a directory (its ``*.jetlog`` files, or failing that every file that
+    starts with the log magic, in name order) or a glob.
+
+    Raises:
+        InputError: if nothing matches or a path does not exist.
+    """
+    if any(ch in spec for ch in "*?["):
+        paths = [Path(p) for p in sorted(glob.glob(spec)) if os.path.isfile(p)]
+        if not paths:
+            raise InputError(f"{spec}: no file matches")
+        return paths
+    path = Path(spec)
+    if path.is_dir():
+        paths = sorted(p for p in path.iterdir() if p.is_file() and p.suffix == ".jetlog")
+        if not paths:
+            paths = sorted(p for p in path.iterdir() if p.is_file() and _starts_with_magic(p))
+        if not paths:
+            raise InputError(f"{spec}: directory holds no jet event-log segment")
+        return paths
+    if not path.exists():
+        raise InputError(f"{spec}: no such file or directory")
+    return [path]
+
+
+def _starts_with_magic(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return is_log(f.read(8))
+    except OSError:
+        return False
+
+
+class LogSource:
+    """Reads segments one after another; keeps run and connection bookkeeping."""
+
+    def __init__(self) -> None:
+        self.run = -1
+        self.opened: set[int] = set()
+        self.daemon = "jetd"
+
+    def read(self, path: Path) -> Iterator[Event]:
+        """Yield one segment's events.
+
+        Raises:
+            InputError: if the file cannot be opened or its header is not a valid jet
+                log header (JETLOG.md 2).
+        """
+        reader = LogReader()
+        try:
+            stream = open(path, "rb")  # noqa: SIM115 - closed by the with below, opened apart to report OSError
+        except OSError as exc:
+            raise InputError(f"{path}: {exc.strerror}") from None
+        with stream:
+            try:
+                while True:
+                    chunk = stream.read(READ_CHUNK)
+                    if not chunk:
+                        break
+                    reader.feed(chunk)
+                    for item in reader.items():
+                        yield from self._item(path, item)
+                tail = reader.finish()
+            except RemoteProtocolError as exc:
+                raise InputError(f"{path}: {exc.message}") from None
+            if tail is not None:
+                yield from self._item(path, tail)
+
+    def _stream(self, conn_id: int) -> tuple[int, Optional[Open]]:
+        """The stream of a connection id, and its Open event the first time."""
+        stream = max(self.run, 0) * RUN_STREAM_STRIDE + conn_id
+        if stream in self.opened:
+            return stream, None
+        self.opened.add(stream)
+        label = f"c{conn_id}" if self.run <= 0 else f"r{self.run}c{conn_id}"
+        return stream, Open(stream, (label, self.daemon))
+
+    def _item(self, path: Path, item: object) -> Iterator[Event]:
+        if isinstance(item, LogRecord):
+            ts = item.ts_ns / 1e9
+            stream, opened = self._stream(item.conn_id)
+            if opened is not None:
+                yield opened
+            kind = item.kind
+            if kind == LogKind.FRAME_IN or kind == LogKind.FRAME_OUT:
+                yield WholeFrame(stream, 0 if kind == LogKind.FRAME_IN else 1, ts, item.data, item.offset)
+                return
+            yield Note(stream, ts, _note_kind(kind), _describe(kind, item.data))
+        elif isinstance(item, LogHeader):
+            if item.segment == 0 or self.run < 0:
+                self.run += 1
+            self.daemon = item.name or "jetd"
+            yield Note(None, item.created_ns / 1e9, "log-segment",
+                       f"{path.name}: segment {item.segment} of {item.name!r}")
+        elif isinstance(item, Corruption):
+            yield Note(None, None, "log-damage",
+                       f"{path.name}: damage at offset {item.offset}: {item.length} byte(s) skipped ({item.reason})")
+        elif isinstance(item, Truncation):
+            yield Note(None, None, "log-truncated",
+                       f"{path.name}: ends inside a record at offset {item.offset}: "
+                       f"{item.present} of {item.needed} bytes present")
+
+
+def _note_kind(kind: int) -> str:
+    try:
+        return LogKind(kind).name.lower().replace("_", "-")
+    except ValueError:
+        return "unknown-record"
+
+
+def _describe(kind: int, data: bytes) -> str:
+    try:
+        fields = parse_record_data(kind, data)
+    except RemoteProtocolError as exc:
+        try:
+            name = LogKind(kind).name
+        except ValueError:
+            return f"record of unknown kind 0x{kind:02X} ({len(data)} bytes) skipped"
+        return f"{name}: malformed record data ({exc.message})"
+    if kind == LogKind.CONN_OPEN:
+        return f"connection opened from {fields['address']}"
+    if kind == LogKind.CONN_CLOSE:
+        status = fields["status"]
+        name = getattr(status, "name", str(status))
+        return f"connection closed: {name} {fields['reason']!r}"
+    if kind == LogKind.CONN_NAME:
+        return f"peer named itself {fields['name']!r}"
+    if kind == LogKind.CONN_SNAPSHOT:
+        return f"connection already open from {fields['address']} ({fields['name']!r})"
+    if kind == LogKind.ROUTE:
+        from .render import FUNCTION_NAMES, code_name
+
+        return (
+            f"routed {code_name(FUNCTION_NAMES, int(str(fields['function'])))} key={fields['key']!r}: "
+            f"c{fields['requester_conn']} id={fields['requester_id']} -> "
+            f"c{fields['owner_conn']} id={fields['owner_id']}"
+        )
+    return str(fields)

@@ -1,0 +1,364 @@
+"""Render frame records: one summary line, the ``-V`` field tree, the ``-x`` hex dump, JSON.
+
+The summary path works from the fast codec's messages only; the field tree and JSON
+take every field with its byte offset and length from the construct schema
+(:func:`jetwire.schema.dissect`), the single source of truth for body layouts.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from collections.abc import Callable
+from typing import Any, Optional
+
+from jetwire import (
+    Close,
+    EventCode,
+    FetchAdd,
+    FetchChange,
+    FetchRemove,
+    FetchStates,
+    FrameType,
+    Function,
+    Info,
+    Message,
+    Response,
+    Status,
+    Unfetch,
+    Value,
+    ValueType,
+)
+from jetwire.messages import REQUEST_CLASSES
+from jetwire.schema import dissect
+
+from .dissector import MALFORMED, OK, FrameRecord, NoteRecord, Record
+
+SUMMARY_TEXT_LIMIT = 60  # characters of a string/JSON value shown in a summary line
+SUMMARY_HEX_LIMIT = 24  # bytes of an opaque value shown in a summary line
+PROBLEM_HEX_LIMIT = 48  # bytes of a malformed frame shown in its summary line
+
+_INT64 = struct.Struct(">q").unpack
+_FLOAT64 = struct.Struct(">d").unpack
+
+TYPE_NAMES = {int(t): t.name for t in FrameType}
+FUNCTION_NAMES = {int(f): f.name for f in Function}
+EVENT_NAMES = {int(c): c.name for c in EventCode}
+STATUS_NAMES = {int(s): s.name for s in Status}
+VALUE_TYPE_NAMES = {int(v): v.name for v in ValueType}
+
+
+def code_name(names: dict[int, str], code: int) -> str:
+    """The enum name of ``code``, or ``0xNN`` for a code the spec does not define."""
+    return names.get(code) or f"0x{code:02X}"
+
+
+def quote(text: str, limit: int = SUMMARY_TEXT_LIMIT) -> str:
+    """Quote text for one line; control and escape characters never reach the terminal."""
+    if len(text) > limit:
+        text = text[:limit] + "…"
+    if text.isprintable() and '"' not in text and "\\" not in text:
+        return f'"{text}"'
+    return json.dumps(text, ensure_ascii=False)
+
+
+def value_summary(value: Value) -> str:
+    """``INT64 42``, ``FLOAT64 21.5``, ``STRING "off"``, ``BYTES 3 bytes 6f6666``."""
+    vtype = value.vtype
+    data = value.data
+    if vtype == 2:
+        return f"INT64 {_INT64(data)[0]}"
+    if vtype == 3:
+        return f"FLOAT64 {_FLOAT64(data)[0]!r}"
+    if vtype == 1:
+        return "BOOL true" if data == b"\x01" else "BOOL false"
+    if vtype == 0:
+        return "NONE"
+    if vtype == 4:
+        return "STRING " + quote(data.decode("utf-8", "replace"))
+    if vtype == 5:
+        return "JSON " + _one_line(data.decode("utf-8", "replace"))
+    name = code_name(VALUE_TYPE_NAMES, vtype)
+    shown = data[:SUMMARY_HEX_LIMIT].hex()
+    more = "…" if len(data) > SUMMARY_HEX_LIMIT else ""
+    return f"{name} {len(data)} bytes {shown}{more}"
+
+
+def _one_line(text: str) -> str:
+    text = " ".join(text.split())
+    if len(text) > SUMMARY_TEXT_LIMIT:
+        text = text[:SUMMARY_TEXT_LIMIT] + "…"
+    return text if text.isprintable() else json.dumps(text)[1:-1]
+
+
+def _req_k(m: Any) -> str:
+    return f"REQUEST id={m.id} {m.function.name} key={quote(m.key)}"
+
+
+def _kv(m: Any) -> str:
+    if m.id is None:
+        return f"EVENT {m.function.name} key={quote(m.key)} {value_summary(m.value)}"
+    return f"REQUEST id={m.id} {m.function.name} key={quote(m.key)} {value_summary(m.value)}"
+
+
+def _fetch_event(m: Any) -> str:
+    return f"EVENT {m.code.name} fid={m.fetch_id} key={quote(m.key)} {value_summary(m.value)}"
+
+
+def _fetch(m: Any) -> str:
+    return f"REQUEST id={m.id} FETCH_STATES prefix={quote(m.prefix)}"
+
+
+def _unfetch(m: Any) -> str:
+    return f"REQUEST id={m.id} UNFETCH fid={m.fetch_id}"
+
+
+def _response(m: Any) -> str:
+    if m.status:
+        return f"RESPONSE id={m.id} {m.status.name} {quote(m.message)}"
+    if m.value is not None:
+        return f"RESPONSE id={m.id} OK {value_summary(m.value)}"
+    if m.fetch_id is not None:
+        return f"RESPONSE id={m.id} OK fid={m.fetch_id}"
+    return f"RESPONSE id={m.id} OK"
+
+
+def _close(m: Any) -> str:
+    return f"EVENT CLOSE {m.status.name} {quote(m.message)}"
+
+
+def _info(m: Any) -> str:
+    return f"INFO {quote(m.name)} v{m.major}.{m.minor} max_body={m.max_body} features=0x{m.features:08X}"
+
+
+SUMMARIZERS: dict[type, Callable[[Any], str]] = {
+    FetchAdd: _fetch_event,
+    FetchChange: _fetch_event,
+    FetchRemove: _fetch_event,
+    Response: _response,
+    Close: _close,
+    Info: _info,
+    FetchStates: _fetch,
+    Unfetch: _unfetch,
+}
+for _cls in REQUEST_CLASSES.values():
+    if _cls not in SUMMARIZERS:
+        SUMMARIZERS[_cls] = _kv if hasattr(_cls, "__dataclass_fields__") and "value" in _cls.__dataclass_fields__ else _req_k
+
+
+def message_summary(message: Message) -> str:
+    """The one-line summary of a decoded message (no frame number, time or addresses)."""
+    return SUMMARIZERS[type(message)](message)
+
+
+def problem_summary(record: FrameRecord) -> str:
+    """``MALFORMED REQUEST id=7: reason [bytes]`` / ``TRUNCATED RESPONSE: ...``."""
+    tname = code_name(TYPE_NAMES, record.frame_type) if record.frame_type is not None else "?"
+    raw = record.raw or b""
+    shown = raw[:PROBLEM_HEX_LIMIT].hex(" ")
+    more = " …" if len(raw) > PROBLEM_HEX_LIMIT else ""
+    label = "MALFORMED" if record.kind == MALFORMED else "TRUNCATED"
+    return f"{label} {tname}: {record.error} [{shown}{more}]"
+
+
+def response_suffix(record: FrameRecord) -> str:
+    """``  [answers #5 SET_STATE "a/b", 0.123 ms]`` for a matched response."""
+    request = record.request
+    if request is None:
+        return ""
+    text = f"  [answers #{request.number} {code_name(FUNCTION_NAMES, request.function)}"
+    if record.rtt is not None:
+        text += f", {record.rtt * 1000:.3f} ms"
+    return text + "]"
+
+
+class LineFormatter:
+    """Formats summary lines; knows the stream labels and the time origin."""
+
+    def __init__(self, labels: dict[int, tuple[str, str]], first_ts: Callable[[], Optional[float]]) -> None:
+        self.labels = labels
+        self._first_ts = first_ts
+
+    def where(self, stream: Optional[int], direction: Optional[int]) -> str:
+        if stream is None:
+            return "-"
+        labels = self.labels.get(stream, (f"s{stream}:a", f"s{stream}:b"))
+        if direction is None:
+            return f"{labels[0]} ↔ {labels[1]}"
+        return f"{labels[direction]} → {labels[1 - direction]}"
+
+    def rel(self, ts: Optional[float]) -> float:
+        first = self._first_ts()
+        return ts - first if ts is not None and first is not None else 0.0
+
+    def line(self, record: Record) -> str:
+        if type(record) is NoteRecord:
+            return f"{'':>7} {self.rel(record.ts):>11.6f}  {self.where(record.stream, record.direction)}  -- {record.text}"
+        fr: FrameRecord = record  # type: ignore[assignment]
+        if fr.kind == OK:
+            text = SUMMARIZERS[type(fr.message)](fr.message)
+            if fr.request is not None:
+                text += response_suffix(fr)
+        else:
+            text = problem_summary(fr) + response_suffix(fr)
+        return f"{fr.number:>7} {self.rel(fr.ts):>11.6f}  {self.where(fr.stream, fr.direction)}  {text}"
+
+
+# --- the field tree and JSON ----------------------------------------------------------
+
+
+def _field_value(name: str, value: Any) -> Any:
+    """A dissected field's value as JSON: enum names for codes, text for strings."""
+    if name == "type":
+        return code_name(TYPE_NAMES, int(value))
+    if name == "function":
+        return code_name(FUNCTION_NAMES, int(value))
+    if name == "code":
+        return code_name(EVENT_NAMES, int(value))
+    if name == "status":
+        return code_name(STATUS_NAMES, int(value))
+    if name == "value_type":
+        return code_name(VALUE_TYPE_NAMES, int(value))
+    if isinstance(value, bytes):
+        return value.hex()
+    return int(value) if isinstance(value, int) else value
+
+
+def decode_value(vtype: int, data: bytes) -> tuple[bool, Any]:
+    """The Python/JSON form of a value's data where its type allows: (ok, value).
+
+    NONE -> null, BOOL, INT64, FLOAT64 (NaN and infinities as the strings "NaN",
+    "Infinity", "-Infinity"), STRING -> text, JSON -> the parsed document. BYTES,
+    CBOR, MSGPACK and application types are not decoded (their hex is in value_hex).
+    """
+    try:
+        if vtype == 0 and not data:
+            return True, None
+        if vtype == 1 and len(data) == 1 and data[0] < 2:
+            return True, data == b"\x01"
+        if vtype == 2 and len(data) == 8:
+            return True, _INT64(data)[0]
+        if vtype == 3 and len(data) == 8:
+            number = _FLOAT64(data)[0]
+            if math.isfinite(number):
+                return True, number
+            return True, "NaN" if math.isnan(number) else ("Infinity" if number > 0 else "-Infinity")
+        if vtype == 4:
+            return True, data.decode("utf-8")
+        if vtype == 5:
+            return True, json.loads(data)
+    except (UnicodeDecodeError, ValueError):
+        pass
+    return False, None
+
+
+def frame_fields(record: FrameRecord) -> tuple[dict[str, Any], dict[str, list[int]], Optional[str]]:
+    """Every field of the frame from the schema: (values by name, [offset, length] by
+    name, schema error or None)."""
+    fields, error = dissect(record.raw or b"")
+    values: dict[str, Any] = {}
+    offsets: dict[str, list[int]] = {}
+    for field in fields:
+        values[field.name] = _field_value(field.name, field.value)
+        offsets[field.name] = [field.offset, field.length]
+        if field.name == "value":
+            vtype = next((f.value for f in fields if f.name == "value_type"), None)
+            if vtype is not None:
+                ok, decoded = decode_value(int(vtype), field.value)
+                if ok:
+                    values["value"] = decoded
+                else:
+                    del values["value"]
+                values["value_hex"] = field.value.hex()
+    return values, offsets, error.message if error is not None else None
+
+
+def json_record(record: Record, fmt: LineFormatter) -> dict[str, Any]:
+    """The ``--json`` object of one record (field names documented in the package)."""
+    if type(record) is NoteRecord:
+        return {
+            "record": "note",
+            "note": record.kind,
+            "text": record.text,
+            "stream": record.stream,
+            "direction": record.direction,
+            "time": round(fmt.rel(record.ts), 9) if record.ts is not None else None,
+            "timestamp": record.ts,
+        }
+    fr: FrameRecord = record  # type: ignore[assignment]
+    labels = fmt.labels.get(fr.stream, ("?", "?"))
+    obj: dict[str, Any] = {
+        "record": "frame",
+        "frame": fr.number,
+        "kind": fr.kind,
+        "time": round(fmt.rel(fr.ts), 9) if fr.ts is not None else None,
+        "timestamp": fr.ts,
+        "stream": fr.stream,
+        "direction": fr.direction,
+        "src": labels[fr.direction],
+        "dst": labels[1 - fr.direction],
+        "stream_offset": fr.offset,
+        "size": fr.size,
+    }
+    values, offsets, error = frame_fields(fr)
+    obj.update(values)
+    obj["offsets"] = offsets
+    if fr.kind != OK:
+        obj["error"] = fr.error
+        obj["bytes"] = (fr.raw or b"").hex()
+        if fr.announced is not None:
+            obj["announced"] = fr.announced
+    elif error is not None:
+        # The fast codec accepted what the schema rejects: a codec bug worth showing.
+        obj["schema_error"] = error
+    if fr.request is not None:
+        obj["request"] = {
+            "frame": fr.request.number,
+            "function": code_name(FUNCTION_NAMES, fr.request.function),
+            "key": fr.request.key,
+        }
+        obj["rtt_ms"] = round(fr.rtt * 1000, 6) if fr.rtt is not None else None
+    return obj
+
+
+def field_tree(record: FrameRecord) -> list[str]:
+    """The ``-V`` tree lines: every field with ``[offset +length]``, from the schema."""
+    fields, error = dissect(record.raw or b"")
+    lines = []
+    for field in fields:
+        value = field.value
+        if field.name in ("type", "function", "code", "status", "value_type"):
+            names = {
+                "type": TYPE_NAMES, "function": FUNCTION_NAMES, "code": EVENT_NAMES,
+                "status": STATUS_NAMES, "value_type": VALUE_TYPE_NAMES,
+            }[field.name]
+            shown = f"{code_name(names, int(value))} (0x{int(value):02X})"
+        elif isinstance(value, bytes):
+            vtype = next((int(f.value) for f in fields if f.name == "value_type"), -1)
+            ok, decoded = decode_value(vtype, value)
+            hex_text = value[:32].hex(" ") + (" …" if len(value) > 32 else "")
+            shown = f"{json.dumps(decoded, ensure_ascii=False)[:200]}  ({hex_text})" if ok else hex_text
+        elif isinstance(value, str):
+            shown = quote(value, 200)
+        elif field.name == "features":
+            shown = f"0x{value:08X}" + (" (CONFLATION)" if value & 1 else "")
+        else:
+            shown = str(value)
+        lines.append(f"    [{field.offset:>4} +{field.length:<4}] {field.name}: {shown}")
+    if error is not None and record.kind == OK:
+        lines.append(f"    schema error: {error.message}")
+    elif record.kind != OK:
+        lines.append(f"    [{record.kind}] {record.error}")
+    return lines
+
+
+def hex_dump(data: bytes) -> list[str]:
+    """Classic 16-bytes-a-line hex dump with an ASCII column."""
+    lines = []
+    for off in range(0, len(data), 16):
+        chunk = data[off : off + 16]
+        hexpart = " ".join(f"{b:02x}" for b in chunk[:8]) + "  " + " ".join(f"{b:02x}" for b in chunk[8:])
+        text = "".join(chr(b) if 32 <= b < 127 else "." for b in chunk)
+        lines.append(f"    {off:04x}  {hexpart:<49}  {text}")
+    return lines

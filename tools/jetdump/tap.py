@@ -1,0 +1,173 @@
+"""``jetdump tap``: a TCP proxy between peers and a daemon that shows every frame.
+
+Bytes are forwarded first and decoded after, so the tap adds one proxy hop and nothing
+for the decoding; flow control follows the slower side (reading from one side pauses
+while the other side's write buffer is above its high-water mark).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections.abc import Callable
+from typing import Optional
+
+from .events import Data, End, Event, Note, Open
+
+DEFAULT_LISTEN_HOST = "127.0.0.1"
+WRITE_HIGH_WATER = 1 << 20
+WRITE_LOW_WATER = 256 * 1024
+
+Sink = Callable[[Event], None]
+
+
+class _Side(asyncio.Protocol):
+    """One TCP connection of a proxied pair (the client's or the upstream's)."""
+
+    def __init__(self, tap: _Pair, direction: int) -> None:
+        self.tap = tap
+        self.direction = direction  # direction of the bytes this side receives
+        self.transport: Optional[asyncio.Transport] = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER, low=WRITE_LOW_WATER)
+
+    def data_received(self, data: bytes) -> None:
+        self.tap.forward(self.direction, data)
+
+    def eof_received(self) -> bool:
+        self.tap.eof(self.direction)
+        return True  # keep the other half open until it closes too
+
+    def connection_lost(self, exc: Optional[Exception]) -> None:
+        self.tap.lost(self.direction)
+
+    def pause_writing(self) -> None:
+        self.tap.other(self).pause()
+
+    def resume_writing(self) -> None:
+        self.tap.other(self).resume()
+
+    def pause(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.pause_reading()
+
+    def resume(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
+
+
+class _Pair:
+    """A client connection and its upstream connection."""
+
+    def __init__(self, stream: int, sink: Sink) -> None:
+        self.stream = stream
+        self.sink = sink
+        self.client = _Side(self, 0)
+        self.upstream = _Side(self, 1)
+        self.ended = [False, False]
+
+    def other(self, side: _Side) -> _Side:
+        return self.upstream if side is self.client else self.client
+
+    def forward(self, direction: int, data: bytes) -> None:
+        target = self.upstream if direction == 0 else self.client
+        if target.transport is not None:
+            target.transport.write(data)  # forward first: decoding adds no latency
+        self.sink(Data(self.stream, direction, time.time(), data))
+
+    def eof(self, direction: int) -> None:
+        target = self.upstream if direction == 0 else self.client
+        if target.transport is not None and target.transport.can_write_eof():
+            target.transport.write_eof()
+        self._end(direction)
+
+    def lost(self, direction: int) -> None:
+        self._end(direction)
+        for side in (self.client, self.upstream):
+            if side.transport is not None:
+                side.transport.close()
+        self._end(1 - direction)
+
+    def _end(self, direction: int) -> None:
+        if not self.ended[direction]:
+            self.ended[direction] = True
+            self.sink(End(self.stream, direction, time.time()))
+
+
+async def serve_tap(
+    listen_host: str,
+    listen_port: int,
+    upstream_host: str,
+    upstream_port: int,
+    sink: Sink,
+    *,
+    on_ready: Callable[[str, int], None] = lambda host, port: None,
+    stop: Optional[asyncio.Event] = None,
+) -> None:
+    """Run the tap until ``stop`` is set (or SIGINT/SIGTERM when ``stop`` is None).
+
+    Every accepted connection gets its own upstream connection and stream number; its
+    events go to ``sink`` as they pass.
+    """
+    loop = asyncio.get_running_loop()
+    counter = 0
+
+    def accept() -> asyncio.Protocol:
+        nonlocal counter
+        pair = _Pair(counter, sink)
+        counter += 1
+        return _Accepted(pair, upstream_host, upstream_port)
+
+    server = await loop.create_server(accept, listen_host, listen_port)
+    host, port = server.sockets[0].getsockname()[:2]
+    if stop is None:
+        stop = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+    on_ready(host, port)
+    try:
+        await stop.wait()
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+class _Accepted(_Side):
+    """The client side: connects upstream before reading from the client."""
+
+    def __init__(self, pair: _Pair, upstream_host: str, upstream_port: int) -> None:
+        super().__init__(pair, 0)
+        pair.client = self
+        self.upstream_address = (upstream_host, upstream_port)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        assert self.transport is not None
+        self.transport.pause_reading()
+        peer = transport.get_extra_info("peername")
+        client_label = f"{peer[0]}:{peer[1]}" if peer else "client"
+        host, port = self.upstream_address
+        self.tap.sink(Open(self.tap.stream, (client_label, f"{host}:{port}")))
+        asyncio.get_running_loop().create_task(self._connect())
+
+    async def _connect(self) -> None:
+        loop = asyncio.get_running_loop()
+        host, port = self.upstream_address
+        try:
+            await loop.create_connection(lambda: self.tap.upstream, host, port)
+        except OSError as exc:
+            self.tap.sink(Note(self.tap.stream, time.time(), "upstream-failed",
+                               f"cannot connect to upstream {host}:{port}: {exc.strerror or exc}"))
+            if self.transport is not None:
+                self.transport.close()
+            return
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
+        else:
+            up = self.tap.upstream.transport
+            if up is not None:
+                up.close()
