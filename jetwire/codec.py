@@ -7,11 +7,13 @@ source of truth; tests prove the two agree on every vector and on generated mess
 from __future__ import annotations
 
 import struct
-from typing import Any, Callable, Iterator, Optional
+from collections.abc import Callable, Iterator
+from typing import Any, Optional
 
 from .codes import (
     DEFAULT_MAX_BODY,
     HEADER_SIZE,
+    PROTOCOL_MAJOR,
     EventCode,
     FrameType,
     Function,
@@ -42,7 +44,7 @@ from .messages import (
 )
 from .values import Value
 
-__all__ = ["encode", "decode_frame", "decode_body", "Decoder", "frame_size"]
+__all__ = ["Decoder", "decode_body", "decode_frame", "encode", "frame_size"]
 
 _HEADER = struct.Struct(">BI")
 _U16 = struct.Struct(">H")
@@ -107,7 +109,11 @@ def _is_utf8(data: bytes) -> bool:
 
 
 def _bad(message: str, rid: Optional[int], ftype: int) -> RemoteProtocolError:
-    return RemoteProtocolError(message, Status.MALFORMED, request_id=rid, frame_type=ftype)
+    # PROTOCOL.md 9: a bad REQUEST with a readable id is answered (9.1) and a bad
+    # RESPONSE is answered or dropped (9.3): the connection stays up. A REQUEST without
+    # a readable id (9.1), any bad EVENT (9.3) and any bad INFO (9.2) close it.
+    fatal = rid is None and ftype != _RESPONSE
+    return RemoteProtocolError(message, Status.MALFORMED, request_id=rid, frame_type=ftype, fatal=fatal)
 
 
 def _parse_value(buf: bytes, off: int, end: int, rid: Optional[int], ftype: int) -> Value:
@@ -192,11 +198,11 @@ def _key_value_parser(cls: type, lead_name: str) -> Parser:
                             value = _new(Value)
                             _V_TYPE(value, vtype)
                             _V_DATA(value, buf[kstop + 5 : end])
-                            msg = _new(cls)
+                            msg: Message = _new(cls)
                             set_lead(msg, lead)
                             set_key(msg, key)
                             set_value(msg, value)
-                            return msg  # type: ignore[no-any-return]
+                            return msg
         rid = lead if lead_is_id else None
         key, off = _parse_key(buf, off, end, rid, ftype)
         return cls(lead, key, _parse_value(buf, off, end, rid, ftype))  # type: ignore[no-any-return]
@@ -238,7 +244,7 @@ _REQUEST_PARSERS: dict[int, Parser] = {
     Function.GET_STATE: _key_only_parser(GetState),
 }
 
-_EVENT_REQUEST_PARSERS = {
+_EVENT_REQUEST_PARSERS: dict[int, Parser] = {
     code: _REQUEST_PARSERS[code]
     for code in (Function.SET_STATE, Function.NOTIFY_STATE, Function.CALL_METHOD)
 }
@@ -261,7 +267,7 @@ _FETCH_EVENT_RAW_PARSERS: dict[int, Parser] = {
     EventCode.FETCH_REMOVE: _key_value_parser(FetchRemove, "fetch_id"),
 }
 
-_FETCH_EVENT_PARSERS = {
+_FETCH_EVENT_PARSERS: dict[int, Callable[[bytes, int, int], Message]] = {
     EventCode.FETCH_ADD: _fetch_event_parser(FetchAdd),
     EventCode.FETCH_CHANGE: _fetch_event_parser(FetchChange),
     EventCode.FETCH_REMOVE: _fetch_event_parser(FetchRemove),
@@ -330,8 +336,9 @@ def _decode_event(buf: bytes, off: int, end: int) -> Message:
         message, off = _parse_str16(buf, off + 2, end, "message", None, _EVENT)
         _end(off, end, None, _EVENT)
         return Close(status, message)
+    # PROTOCOL.md 9.3: an unknown event code cannot be answered; the connection closes.
     raise RemoteProtocolError(
-        f"unknown event code 0x{code:02X}", Status.UNKNOWN_FUNCTION, frame_type=_EVENT
+        f"unknown event code 0x{code:02X}", Status.UNKNOWN_FUNCTION, frame_type=_EVENT, fatal=True
     )
 
 
@@ -339,6 +346,9 @@ def _decode_info(buf: bytes, off: int, end: int) -> Message:
     if end - off < 12:
         raise _bad(f"INFO body of {end - off} bytes is shorter than its fixed part", None, _INFO)
     major, minor, max_body, features = _INFO_HEAD.unpack_from(buf, off)
+    if major != PROTOCOL_MAJOR:
+        # PROTOCOL.md 2, 9.2: another major version is fatal (CLOSE MALFORMED).
+        raise _bad(f"INFO announces protocol major version {major}, not {PROTOCOL_MAJOR}", None, _INFO)
     name, off = _parse_str16(buf, off + 10, end, "name", None, _INFO)
     _end(off, end, None, _INFO)
     return Info(name, max_body, features, major, minor)
@@ -373,11 +383,20 @@ def frame_size(data: bytes, offset: int = 0) -> Optional[int]:
     header is not complete yet."""
     if len(data) - offset < HEADER_SIZE:
         return None
-    return HEADER_SIZE + _HEADER.unpack_from(data, offset)[1]
+    length: int = _HEADER.unpack_from(data, offset)[1]
+    return HEADER_SIZE + length
 
 
-def decode_frame(frame: bytes) -> Message:
+def decode_frame(frame: bytes, *, max_body: Optional[int] = None) -> Message:
     """Decode exactly one complete frame (header included).
+
+    Args:
+        frame: the frame's bytes, header included, nothing after it.
+        max_body: when given, a ``length`` above it is rejected (TOO_LARGE, fatal)
+            before the body is looked at (PROTOCOL.md 3).
+
+    Returns:
+        The decoded message.
 
     Raises:
         RemoteProtocolError: if ``frame`` is not exactly one valid frame.
@@ -387,6 +406,13 @@ def decode_frame(frame: bytes) -> Message:
             f"frame of {len(frame)} bytes is shorter than the 5-byte header", fatal=True
         )
     ftype, length = _HEADER.unpack_from(frame, 0)
+    if max_body is not None and length > max_body:
+        raise RemoteProtocolError(
+            f"body of {length} bytes exceeds the maximum of {max_body}",
+            Status.TOO_LARGE,
+            frame_type=ftype,
+            fatal=True,
+        )
     if length != len(frame) - HEADER_SIZE:
         raise RemoteProtocolError(
             f"length field says {length} body bytes, frame has {len(frame) - HEADER_SIZE}",
@@ -422,7 +448,7 @@ def _str16_bytes(text: str, what: str) -> bytes:
 def _value_of(value: object) -> Value:
     if type(value) is not Value:
         raise LocalProtocolError(f"value must be a jetwire.Value, got {type(value).__name__}")
-    return value  # type: ignore[return-value]
+    return value
 
 
 def _encode_key_value(msg: SetState) -> bytes:
@@ -576,7 +602,7 @@ class Decoder:
     raises the same error.
     """
 
-    __slots__ = ("max_body", "_buf", "_pos", "_chunks", "_extra", "_need", "_error", "_dropped")
+    __slots__ = ("_buf", "_chunks", "_dropped", "_error", "_extra", "_need", "_pos", "max_body")
 
     def __init__(self, *, max_body: int = DEFAULT_MAX_BODY) -> None:
         if not 0 <= max_body <= 0xFFFF_FFFF:
@@ -601,8 +627,12 @@ class Decoder:
         return len(self._buf) - self._pos + self._extra
 
     def receive_data(self, data: bytes) -> None:
-        """Feed bytes received from the peer (any chunking; ``b""`` is ignored)."""
-        if data:
+        """Feed bytes received from the peer (any chunking; ``b""`` is ignored).
+
+        After a fatal error the bytes are dropped: nothing more will be read from this
+        stream (PROTOCOL.md 9.2), so nothing more is kept.
+        """
+        if data and self._error is None:
             self._chunks.append(bytes(data))
             self._extra += len(data)
 
@@ -677,7 +707,12 @@ class Decoder:
         if located is None:
             return None
         ftype, start, end = located
-        return _BODY_DECODERS[ftype](self._buf, start, end)
+        try:
+            return _BODY_DECODERS[ftype](self._buf, start, end)
+        except RemoteProtocolError as exc:
+            if exc.fatal:
+                self._error = exc  # PROTOCOL.md 9.2, 9.3: nothing more is read
+            raise
 
     def messages(self) -> Iterator[Message]:
         """Iterate over the complete messages buffered so far (the fast way to drain).
@@ -692,29 +727,34 @@ class Decoder:
             buf = self._buf
             pos = self._pos
             limit = len(buf) - HEADER_SIZE
-            # Whole frames already contiguous in the buffer: no bookkeeping per frame.
-            while pos <= limit:
-                ftype, length = _HEADER_FROM(buf, pos)
-                end = pos + HEADER_SIZE + length
-                if end > len(buf) or length > max_body or ftype not in decoders:
-                    break
-                self._pos = end
-                # REQUEST and fetch events dominate traffic: dispatch them here directly.
-                if ftype == 1 and length >= 5:
-                    rid, function = _ID_BYTE_FROM(buf, pos + 5)
-                    parser = request_parsers.get(function)
-                    if parser is not None:
-                        yield parser(buf, pos + 10, end, rid, 1)
-                        pos = end
-                        continue
-                elif ftype == 3 and length >= 5:
-                    fetch_parser = fetch_parsers.get(buf[pos + 5])
-                    if fetch_parser is not None:
-                        yield fetch_parser(buf, pos + 10, end, _U32_FROM(buf, pos + 6)[0], 3)
-                        pos = end
-                        continue
-                yield decoders[ftype](buf, pos + HEADER_SIZE, end)
-                pos = end
+            try:
+                # Whole frames already contiguous in the buffer: no bookkeeping per frame.
+                while pos <= limit:
+                    ftype, length = _HEADER_FROM(buf, pos)
+                    end = pos + HEADER_SIZE + length
+                    if end > len(buf) or length > max_body or ftype not in decoders:
+                        break
+                    self._pos = end
+                    # REQUEST and fetch events dominate traffic: dispatch them here directly.
+                    if ftype == 1 and length >= 5:
+                        rid, function = _ID_BYTE_FROM(buf, pos + 5)
+                        parser = request_parsers.get(function)
+                        if parser is not None:
+                            yield parser(buf, pos + 10, end, rid, 1)
+                            pos = end
+                            continue
+                    elif ftype == 3 and length >= 5:
+                        fetch_parser = fetch_parsers.get(buf[pos + 5])
+                        if fetch_parser is not None:
+                            yield fetch_parser(buf, pos + 10, end, _U32_FROM(buf, pos + 6)[0], 3)
+                            pos = end
+                            continue
+                    yield decoders[ftype](buf, pos + HEADER_SIZE, end)
+                    pos = end
+            except RemoteProtocolError as exc:
+                if exc.fatal:
+                    self._error = exc  # PROTOCOL.md 9.2, 9.3: nothing more is read
+                raise
             message = self.next_message()
             if message is None:
                 return

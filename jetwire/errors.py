@@ -38,10 +38,13 @@ class RemoteProtocolError(ProtocolError):
             was readable (PROTOCOL.md 9.1: then the sender gets an error RESPONSE and
             the connection stays up), else ``None``.
         frame_type: the frame's type byte when the header was readable, else ``None``.
-        fatal: True when the byte stream cannot be resynchronised (bad header, unknown
-            frame type, body over the maximum): the connection must be closed
-            (PROTOCOL.md 9.2). False when the bad frame was skipped whole and decoding
-            may go on.
+        fatal: True when the receiver must send CLOSE with ``status`` and close the
+            connection: an unknown frame type or a body over the maximum (PROTOCOL.md
+            9.2), a bad INFO or one of another major version (2, 9.2), a REQUEST body
+            too short to hold an id (9.1), a bad EVENT or unknown event code (9.3). The
+            :class:`~jetwire.Decoder` then reads nothing more. False when the bad frame
+            was skipped whole and decoding may go on: a REQUEST with a readable id is
+            answered with ``status`` (9.1), a bad RESPONSE is answered or dropped (9.3).
     """
 
     def __init__(

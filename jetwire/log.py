@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import BinaryIO, Iterator, Optional, Union
+from typing import BinaryIO, Optional, Union
 
 from .codes import Status
 from .errors import LocalProtocolError, RemoteProtocolError
@@ -19,20 +20,20 @@ from .errors import LocalProtocolError, RemoteProtocolError
 __all__ = [
     "MAGIC",
     "RECORD_MARKER",
-    "LogKind",
-    "LogHeader",
-    "LogRecord",
     "Corruption",
-    "Truncation",
+    "LogHeader",
+    "LogKind",
     "LogReader",
+    "LogRecord",
+    "Truncation",
+    "conn_close_data",
+    "conn_name_data",
+    "conn_open_data",
+    "conn_snapshot_data",
     "encode_header",
     "encode_record",
     "iter_log",
     "parse_record_data",
-    "conn_open_data",
-    "conn_close_data",
-    "conn_name_data",
-    "conn_snapshot_data",
     "route_data",
 ]
 
@@ -233,6 +234,7 @@ class LogReader:
         self._bad_start: Optional[int] = None  # file offset where damage began
         self._bad_reason = ""
         self._pending: Optional[LogRecord] = None  # the record found right after damage
+        self._eof = False
 
     @property
     def header(self) -> Optional[LogHeader]:
@@ -292,10 +294,34 @@ class LogReader:
         ts_ns, conn_id, kind = _RECORD_FIXED.unpack_from(body, 0)
         return LogRecord(ts_ns, conn_id, kind, body[RECORD_FIXED_SIZE:], self._base + pos)
 
-    def next_item(self) -> Optional[LogItem]:
-        """The next header, record or corruption report; None if more bytes are needed."""
+    def feed_eof(self) -> None:
+        """Say that the input has ended: :meth:`items` then also yields the final
+        :class:`Truncation` or :class:`Corruption`, and records that follow damage
+        whose length pointed past the end of the file (JETLOG.md 5)."""
+        self._eof = True
+
+    def _valid_record_after(self, pos: int) -> bool:
+        """True if a complete, CRC-valid record starts anywhere after ``pos``."""
+        buf = self._buf
+        nxt = buf.find(b"\x4a\x52", pos + 1)
+        while nxt >= 0:
+            if isinstance(self._record_at(nxt), LogRecord):
+                return True
+            nxt = buf.find(b"\x4a\x52", nxt + 1)
+        return False
+
+    def next_item(self) -> Optional[Union[LogItem, Truncation]]:
+        """The next header, record or damage report; None if more bytes are needed
+        (or, after :meth:`feed_eof`, when everything has been reported).
+
+        Raises:
+            RemoteProtocolError: if the file header is invalid, or the input ended
+                inside it.
+        """
         if self._header is None:
             self._header = self._read_header()
+            if self._header is None and self._eof:
+                raise RemoteProtocolError(f"jet log ends inside its header ({len(self._buf)} bytes)")
             return self._header
         if self._pending is not None:
             record, self._pending = self._pending, None
@@ -305,7 +331,25 @@ class LogReader:
             pos = self._pos
             found = self._record_at(pos)
             if found is None:
-                return None
+                if not self._eof:
+                    return None
+                if pos >= len(buf):
+                    if self._bad_start is None:
+                        return None
+                    report = Corruption(self._bad_start, self._base + pos - self._bad_start, self._bad_reason)
+                    self._bad_start = None
+                    return report
+                # JETLOG.md 5: at the end of the input an incomplete record is a
+                # truncated last record, unless valid records follow it: then its
+                # length field was damaged, and it is damage like any other.
+                if self._bad_start is None and not self._valid_record_after(pos):
+                    self._pos = len(buf)
+                    remaining = len(buf) - pos
+                    needed = RECORD_HEAD_SIZE
+                    if remaining >= RECORD_HEAD_SIZE:
+                        needed += _RECORD_HEAD.unpack_from(buf, pos)[1]
+                    return Truncation(self._base + pos, remaining, needed)
+                found = "record runs past the end of the input"
             if isinstance(found, LogRecord):
                 self._pos = pos + RECORD_HEAD_SIZE + len(found.data) + RECORD_FIXED_SIZE
                 if self._bad_start is not None:
@@ -319,12 +363,18 @@ class LogReader:
                 self._bad_start = self._base + pos
                 self._bad_reason = found
             nxt = buf.find(b"\x4a\x52", pos + 1)
-            self._pos = nxt if nxt >= 0 else max(pos + 1, len(buf) - 1)
-            if nxt < 0:
+            if nxt >= 0:
+                self._pos = nxt
+            elif self._eof:
+                self._pos = len(buf)
+            else:
+                # Keep the last byte: it may be the first half of the next marker.
+                self._pos = max(pos + 1, len(buf) - 1)
                 return None
 
-    def items(self) -> Iterator[LogItem]:
-        """Iterate over everything complete in the bytes fed so far."""
+    def items(self) -> Iterator[Union[LogItem, Truncation]]:
+        """Iterate over everything complete in the bytes fed so far (after
+        :meth:`feed_eof`: everything, final reports included)."""
         while True:
             item = self.next_item()
             if item is None:
@@ -332,25 +382,22 @@ class LogReader:
             yield item
 
     def finish(self) -> Optional[Union[Corruption, Truncation]]:
-        """Call at end of input: reports damage or a truncated record left at the end.
+        """Call at end of input, after draining :meth:`items`: the damage or truncated
+        record left at the end, if any.
+
+        Records found behind that damage (possible when a damaged length pointed past
+        the end of the file) stay queued: drain :meth:`items` again to get them, or use
+        :meth:`feed_eof` and :meth:`items` (as :func:`iter_log` does) instead.
 
         Raises:
             RemoteProtocolError: if the input ended inside the file header.
         """
-        if self._header is None:
-            raise RemoteProtocolError(f"jet log ends inside its header ({len(self._buf)} bytes)")
-        end = self._base + len(self._buf)
-        if self._bad_start is not None:
-            start = self._bad_start
-            self._bad_start = None
-            return Corruption(start, end - start, self._bad_reason)
-        remaining = len(self._buf) - self._pos
-        if remaining == 0:
-            return None
-        needed = RECORD_HEAD_SIZE
-        if remaining >= RECORD_HEAD_SIZE:
-            needed += _RECORD_HEAD.unpack_from(self._buf, self._pos)[1]
-        return Truncation(self._base + self._pos, remaining, needed)
+        self.feed_eof()
+        item = self.next_item()
+        if item is None or isinstance(item, (Corruption, Truncation)):
+            return item
+        self._pending = item  # type: ignore[assignment]
+        return None
 
 
 def iter_log(stream: BinaryIO, *, chunk_size: int = 1 << 20, max_record: int = DEFAULT_MAX_RECORD) -> Iterator[Union[LogItem, Truncation]]:
@@ -363,6 +410,5 @@ def iter_log(stream: BinaryIO, *, chunk_size: int = 1 << 20, max_record: int = D
             break
         reader.feed(chunk)
         yield from reader.items()
-    tail = reader.finish()
-    if tail is not None:
-        yield tail
+    reader.feed_eof()
+    yield from reader.items()

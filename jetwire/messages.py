@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Optional
 
-from .codes import PROTOCOL_MAJOR, PROTOCOL_MINOR, DEFAULT_MAX_BODY, EventCode, Function, Status
+from .codes import DEFAULT_MAX_BODY, PROTOCOL_MAJOR, PROTOCOL_MINOR, EventCode, Function, Status
 from .values import Value
 
 

@@ -11,9 +11,10 @@ every field with its byte offset and length, for tools such as jetdump.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any, Callable
+from typing import Any
 
 from construct import (
     Adapter,
@@ -41,6 +42,7 @@ from construct import (
 from .codes import (
     FIXED_VALUE_WIDTHS,
     HEADER_SIZE,
+    PROTOCOL_MAJOR,
     EventCode,
     FrameType,
     Function,
@@ -50,7 +52,7 @@ from .codes import (
 )
 from .errors import RemoteProtocolError
 
-__all__ = ["FRAME", "BODIES", "Field", "parse_frame", "parse_body", "build_frame", "dissect"]
+__all__ = ["BODIES", "FRAME", "Field", "build_frame", "dissect", "parse_body", "parse_frame"]
 
 
 class Code(Adapter):  # type: ignore[misc]
@@ -212,6 +214,9 @@ EVENT_BODY = Struct(
 
 INFO_BODY = Struct(
     _f("major", Int8ub),
+    # PROTOCOL.md 2, 9.2: an INFO of another major version is rejected on receipt; it
+    # can still be built, so that tests can send one.
+    Check(lambda ctx: not ctx._parsing or ctx.major == PROTOCOL_MAJOR),
     _f("minor", Int8ub),
     _f("max_body", Int32ub),
     _f("features", Int32ub),
@@ -256,12 +261,29 @@ def parse_body(frame_type: int, body: bytes) -> Container:
         raise _protocol_error(exc) from None
 
 
-def parse_frame(frame: bytes) -> Container:
+def parse_frame(frame: bytes, *, max_body: int | None = None) -> Container:
     """Parse exactly one whole frame (header included) with the schema.
+
+    Args:
+        frame: the frame's bytes, header included, nothing after it.
+        max_body: when given, a ``length`` above it is rejected (TOO_LARGE) before the
+            body is looked at, as a receiver must (PROTOCOL.md 3).
+
+    Returns:
+        The parsed container: ``type``, ``length`` and ``body`` with the body's fields.
 
     Raises:
         RemoteProtocolError: as :func:`parse_body`, also for a short or lying header.
     """
+    if max_body is not None and len(frame) >= HEADER_SIZE:
+        length = struct.unpack_from(">I", frame, 1)[0]
+        if length > max_body:
+            raise RemoteProtocolError(
+                f"body of {length} bytes exceeds the maximum of {max_body}",
+                Status.TOO_LARGE,
+                frame_type=frame[0],
+                fatal=True,
+            )
     try:
         return FRAME.parse(frame)
     except (ConstructError, struct.error, UnicodeDecodeError, ValueError) as exc:

@@ -18,7 +18,7 @@ _FLOAT64 = struct.Struct(">d")
 _BOOL_FALSE = b"\x00"
 _BOOL_TRUE = b"\x01"
 
-PythonValue = Union[None, bool, int, float, str, bytes, dict, list, "Value"]
+PythonValue = Union[None, bool, int, float, str, bytes, dict[str, Any], list[Any], "Value"]
 
 
 @dataclass(frozen=True, slots=True)
