@@ -1,0 +1,17 @@
+"""jetd: the jet daemon (spec/PROTOCOL.md), a sans-IO core in a thin uvloop server.
+
+- :mod:`jetd.core`: :class:`~jetd.core.Daemon`, the registry, router and fan-out,
+  testable without sockets.
+- :mod:`jetd.server`: the asyncio/uvloop protocol, per-turn flushing, flow control.
+- :mod:`jetd.config`: every setting, with defaults, TOML file and flags.
+- :mod:`jetd.eventlog`: the event log of spec/JETLOG.md.
+
+Run it with ``python -m jetd`` (default port 11124, see ``--help``).
+"""
+
+from __future__ import annotations
+
+from .config import DEFAULT_PORT, Config, ConfigError
+from .core import Connection, Daemon
+
+__all__ = ["DEFAULT_PORT", "Config", "ConfigError", "Connection", "Daemon"]

@@ -1,0 +1,257 @@
+"""The thin asyncio/uvloop layer around :class:`jetd.core.Daemon`.
+
+One :class:`PeerProtocol` per TCP connection feeds the bytes it reads to the core and
+asks for one flush per loop turn: every connection that got output during the turn gets
+exactly one ``transport.write`` (PROTOCOL.md says nothing about it; NOTES.md measured
+one write per frame as several times slower). Flow control: the transport's high-water
+mark is the soft limit of PROTOCOL.md 10.8; above it the core queues (and conflates)
+locally, reading from that peer pauses, and the queue drains when the transport calls
+``resume_writing``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+import sys
+from typing import Any, Optional, cast
+
+from .config import Config
+from .core import Connection, Daemon
+from .eventlog import EventLog
+
+__all__ = ["PeerProtocol", "Server", "new_event_loop", "serve"]
+
+log = logging.getLogger("jetd")
+
+DRAIN_CHUNK = 256 * 1024  # bytes handed to a paused transport per write while draining
+
+
+class PeerProtocol(asyncio.Protocol):
+    """One peer connection: bytes in to the core, flow-control callbacks to the core."""
+
+    __slots__ = ("abort_handle", "conn", "server", "transport", "write_paused")
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.transport: Optional[asyncio.Transport] = None
+        self.conn: Optional[Connection] = None
+        self.write_paused = False
+        self.abort_handle: Optional[asyncio.TimerHandle] = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports are not asyncio.Transport subclasses, but behave as one.
+        self.transport = transport = cast(asyncio.Transport, transport)
+        server = self.server
+        soft = server.config.soft_limit
+        # NOTES.md: uvloop's default low-water mark is tiny; set both marks explicitly.
+        transport.set_write_buffer_limits(high=soft, low=soft // 4)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        peer = transport.get_extra_info("peername")
+        address = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        server.protocols.add(self)
+        self.conn = server.daemon.connect(address, server.loop.time())
+        self.conn.io = self
+        server.schedule_flush()
+
+    def data_received(self, data: bytes) -> None:
+        server = self.server
+        try:
+            server.daemon.receive_data(self.conn, data, server.loop.time())  # type: ignore[arg-type]
+        except Exception:
+            # A bug in the core must cost one connection, never the daemon.
+            log.exception("internal error on %s", self.conn.label if self.conn else "?")
+            if self.conn is not None:
+                server.daemon.internal_error(self.conn, server.loop.time())
+        if not server.flush_scheduled:
+            server.flush_scheduled = True
+            server.loop.call_soon(server.flush)
+
+    def eof_received(self) -> bool:
+        return False  # close our side too
+
+    def connection_lost(self, exc: Optional[Exception]) -> None:
+        server = self.server
+        server.protocols.discard(self)
+        if self.abort_handle is not None:
+            self.abort_handle.cancel()
+        if self.conn is not None:
+            reason = f"connection lost: {exc}" if exc is not None else "peer disconnected"
+            server.daemon.disconnect(self.conn, server.loop.time(), reason)
+            self.conn.io = None
+            server.schedule_flush()
+        if not server.protocols:
+            server.all_closed.set()
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+        transport = self.transport
+        if self.conn is not None and transport is not None:
+            self.server.daemon.pause(self.conn, transport.get_write_buffer_size())
+            # A peer that does not read gets no more of our attention either.
+            if not transport.is_closing():
+                transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        self.drain()
+
+    def drain(self) -> None:
+        """Hand the locally queued frames to the transport until it pauses again."""
+        conn = self.conn
+        transport = self.transport
+        if conn is None or transport is None or transport.is_closing():
+            return
+        while conn.pending and not self.write_paused:
+            transport.write(b"".join(conn.take_pending(DRAIN_CHUNK)))
+        if not conn.pending and not self.write_paused and conn.paused and not conn.closing:
+            self.server.daemon.drained(conn)
+            transport.resume_reading()
+
+    def hang_up(self) -> None:
+        """Close after the queued bytes are written; abort if the peer takes too long."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        transport.close()
+        if self.abort_handle is None:
+            self.abort_handle = self.server.loop.call_later(self.server.config.shutdown_grace, transport.abort)
+
+
+class Server:
+    """The listening socket, the core, the per-turn flush and the clock."""
+
+    def __init__(self, config: Config, loop: asyncio.AbstractEventLoop, eventlog: Optional[EventLog] = None) -> None:
+        self.config = config
+        self.loop = loop
+        self.eventlog = eventlog
+        self.daemon = Daemon(config, eventlog.append if eventlog is not None else None)
+        self.protocols: set[PeerProtocol] = set()
+        self.flush_scheduled = False
+        self.all_closed = asyncio.Event()
+        self.server: Optional[asyncio.AbstractServer] = None
+        self._tick_handle: Optional[asyncio.TimerHandle] = None
+        self.tick_interval = min(0.1, config.route_timeout / 10)
+
+    async def start(self) -> tuple[str, int]:
+        """Listen; returns the (host, port) actually bound."""
+        self.server = await self.loop.create_server(
+            lambda: PeerProtocol(self), self.config.host, self.config.port, backlog=1024, reuse_address=True
+        )
+        port = self.server.sockets[0].getsockname()[1]
+        self._tick_handle = self.loop.call_later(self.tick_interval, self._tick)
+        return self.config.host, port
+
+    def schedule_flush(self) -> None:
+        if not self.flush_scheduled:
+            self.flush_scheduled = True
+            self.loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Write each connection's output of this loop turn with one write."""
+        self.flush_scheduled = False
+        for conn in self.daemon.take_dirty():
+            proto: Any = conn.io
+            out = conn.out
+            if proto is None or proto.transport is None or proto.transport.is_closing():
+                out.clear()
+                continue
+            transport = proto.transport
+            if out:
+                transport.write(b"".join(out) if len(out) > 1 else out[0])
+                out.clear()
+            if conn.closed:
+                if conn.pending:
+                    # A fatal close while paused: what was queued before the CLOSE goes too.
+                    transport.write(b"".join(conn.take_pending(1 << 62)))
+                proto.hang_up()
+
+    def _tick(self) -> None:
+        self.daemon.tick(self.loop.time())
+        self.flush()
+        self._tick_handle = self.loop.call_later(self.tick_interval, self._tick)
+
+    async def shutdown(self) -> None:
+        """PROTOCOL.md 10.9: stop accepting, CLOSE (OK) to every peer, hang up."""
+        if self.server is not None:
+            self.server.close()
+        if self._tick_handle is not None:
+            self._tick_handle.cancel()
+        self.daemon.shutdown(self.loop.time())
+        self.flush()
+        if self.protocols:
+            try:
+                await asyncio.wait_for(self.all_closed.wait(), self.config.shutdown_grace + 1)
+            except TimeoutError:
+                for proto in list(self.protocols):
+                    if proto.transport is not None:
+                        proto.transport.abort()
+                await asyncio.sleep(0)
+
+
+async def serve(config: Config, ready: Optional[asyncio.Future[tuple[str, int]]] = None) -> int:
+    """Run jetd until SIGTERM or SIGINT; returns the exit code.
+
+    Prints ``jetd listening on HOST:PORT`` as the first stdout line once listening.
+    """
+    loop = asyncio.get_running_loop()
+    eventlog: Optional[EventLog] = None
+    if config.log_dir:
+        eventlog = EventLog(
+            config.log_dir, name=config.name, fsync=config.log_fsync, rotate_size=config.log_rotate_size
+        )
+        eventlog.open()
+    server = Server(config, loop, eventlog)
+    try:
+        host, port = await server.start()
+    except OSError as exc:
+        if eventlog is not None:
+            eventlog.close()
+        print(f"jetd: cannot listen on {config.host}:{config.port}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    print(f"jetd listening on {host}:{port}", flush=True)
+    log.info(
+        "listening on %s:%d (loop %s, event log %s)",
+        host,
+        port,
+        type(loop).__module__.split(".")[0],
+        eventlog.path if eventlog is not None else "off",
+    )
+    if ready is not None:
+        ready.set_result((host, port))
+    await stop.wait()
+    log.info("shutting down: %d connections", len(server.protocols))
+    await server.shutdown()
+    if eventlog is not None:
+        eventlog.close()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.remove_signal_handler(sig)
+    log.info("stopped")
+    return 0
+
+
+def new_event_loop(kind: str) -> asyncio.AbstractEventLoop:
+    """A new loop: uvloop for ``uvloop``, asyncio's for ``asyncio``, and for ``auto``
+    uvloop when importable, else asyncio's.
+
+    Raises:
+        ImportError: for ``uvloop`` when uvloop is not installed.
+    """
+    if kind in ("auto", "uvloop"):
+        try:
+            import uvloop
+        except ImportError:
+            if kind == "uvloop":
+                raise
+        else:
+            return uvloop.new_event_loop()
+    return asyncio.new_event_loop()

@@ -1,0 +1,86 @@
+"""Area 01: accepting connections, INFO first, peer names, the CLI line and flags."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from jetd_testlib import RawPeer
+
+from jetwire import DEFAULT_MAX_BODY, FEATURE_CONFLATION, GetState, Info, Status, encode
+
+
+def test_info_is_first_frame(jetd):
+    with RawPeer(jetd.address, read_info=False) as peer:
+        message = peer.recv()
+        assert isinstance(message, Info)
+        assert message.name == "jetd"
+        assert (message.major, message.minor) == (1, 0)
+        assert message.max_body == DEFAULT_MAX_BODY
+        assert message.features & FEATURE_CONFLATION
+        # PROTOCOL.md 4.4: the example INFO of jetd, byte for byte.
+        assert encode(message).hex() == "0400000010010000100000000000010004" + b"jetd".hex()
+
+
+def test_requests_before_reading_info_and_peer_name_in_log(jetd):
+    with RawPeer(jetd.address, read_info=False) as peer:
+        # PROTOCOL.md 4.4: requests may be sent without waiting for the daemon's INFO.
+        peer.send(Info("sensor-7"), GetState(1, "nothing"))
+        assert isinstance(peer.recv(), Info)
+        response = peer.recv()
+        assert response.id == 1 and response.status == Status.NOT_FOUND
+    jetd.stop()
+    assert "sensor-7" in jetd.stderr()
+
+
+def test_many_connections_and_ids(jetd):
+    peers = [RawPeer(jetd.address, f"p{i}") for i in range(20)]
+    for peer in peers:
+        assert peer.request(lambda rid: GetState(rid, "x")).status == Status.NOT_FOUND
+    for peer in peers:
+        peer.close()
+
+
+def test_port_flag_and_max_body_announced(start_jetd):
+    daemon = start_jetd("--max-body", "4096", "--name", "plant-bus")
+    with RawPeer(daemon.address) as peer:
+        assert peer.info.max_body == 4096
+        assert peer.info.name == "plant-bus"
+
+
+def test_config_file_and_flags_override(start_jetd, tmp_path):
+    conf = tmp_path / "jetd.toml"
+    conf.write_text('max-body = 2048\nname = "from-file"\n[jetd]\nroute_timeout = 1.5\n')
+    daemon = start_jetd("--config", str(conf), "--max-body", "3000")
+    with RawPeer(daemon.address) as peer:
+        assert peer.info.max_body == 3000  # the flag wins
+        assert peer.info.name == "from-file"
+
+
+def _run_jetd(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "jetd", *args], capture_output=True, text=True, timeout=30, cwd=str(__import__("pathlib").Path(__file__).parents[2])
+    )
+
+
+def test_bad_settings_exit_with_message(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("max_bodyy = 3\n")
+    result = _run_jetd("--host", "127.0.0.1", "--port", "0", "--config", str(bad))
+    assert result.returncode == 2 and "unknown setting 'max_bodyy'" in result.stderr
+    result = _run_jetd("--host", "127.0.0.1", "--port", "0", "--hard-limit", "10", "--soft-limit", "100")
+    assert result.returncode == 2 and "hard_limit" in result.stderr
+    result = _run_jetd("--host", "127.0.0.1", "--port", "0", "--log-fsync", "sometimes")
+    assert result.returncode == 2 and "invalid choice" in result.stderr
+    result = _run_jetd("--help")
+    assert result.returncode == 0
+    for flag in ("--max-key-length", "--max-connections", "--max-states-per-connection",
+                 "--max-fetches-per-connection", "--max-pending-per-owner", "--soft-limit",
+                 "--hard-limit", "--slow-deadline", "--route-timeout", "--log-dir", "--log-events"):
+        assert flag in result.stdout
+
+
+def test_port_in_use_is_a_clear_error(jetd):
+    result = _run_jetd("--host", "127.0.0.1", "--port", str(jetd.port))
+    assert result.returncode == 1
+    assert "cannot listen" in result.stderr
