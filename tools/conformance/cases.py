@@ -66,7 +66,7 @@ REQUIREMENTS = ("MUST", "SHOULD", "INFORMATIONAL")
 
 OPS = frozenset(
     {"connect", "send", "expect", "expect_silence", "expect_close", "expect_disconnect",
-     "disconnect", "sleep", "repeat", "assert_distinct"}
+     "disconnect", "sleep", "repeat", "assert_distinct", "assert"}
 )
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_.]*"
@@ -630,11 +630,11 @@ def _validate_steps(steps: Any, where: str) -> None:
         op = step["op"]
         try:
             if op == "send":
-                kinds = [k for k in ("message", "hex", "frame") if k in step]
+                kinds = [k for k in ("message", "messages", "hex", "frame") if k in step]
                 if len(kinds) != 1:
-                    raise CaseError("send takes exactly one of message, hex, frame")
-                if "message" in step:
-                    _check_fields(step["message"])
+                    raise CaseError("send takes exactly one of message, messages, hex, frame")
+                for item in step.get("messages", [step["message"]] if "message" in step else []):
+                    _check_fields(item)
             elif op == "expect":
                 messages = step.get("messages", [step["message"]] if "message" in step else None)
                 if not messages:
@@ -647,6 +647,8 @@ def _validate_steps(steps: Any, where: str) -> None:
                 if "count" not in step:
                     raise CaseError("repeat needs a count")
                 _validate_steps(step.get("steps"), here)
+            elif op == "assert" and not isinstance(step.get("expr"), str):
+                raise CaseError("assert needs expr: an expression over run variables")
             elif op == "assert_distinct" and not isinstance(step.get("vars"), list):
                 raise CaseError("assert_distinct needs vars: a list of captured names")
         except CaseError as exc:

@@ -327,27 +327,50 @@ class CaseExecution:
             self.env["max_body"] = info.max_body
             self.env["features"] = info.features
 
+    def _encode(self, spec: dict[str, Any]) -> tuple[bytes, str]:
+        message = build_message(spec, self.env, self.namespace)
+        try:
+            data = encode(message)
+        except JetError as exc:
+            raise CaseError(f"cannot encode {spec}: {exc}") from None
+        return data, json.dumps(describe_message(message), ensure_ascii=False)
+
     async def op_send(self, step: dict[str, Any]) -> None:
         conn = self._conn(step)
         if "message" in step:
-            message = build_message(step["message"], self.env, self.namespace)
-            try:
-                data = encode(message)
-            except JetError as exc:
-                raise CaseError(f"cannot encode {step['message']}: {exc}") from None
-            text = json.dumps(describe_message(message), ensure_ascii=False)
+            data, text = self._encode(step["message"])
+        elif "messages" in step:
+            # Several frames in one write (PROTOCOL.md 3: several frames in one read).
+            encoded = [self._encode(spec) for spec in step["messages"]]
+            data = b"".join(item[0] for item in encoded)
+            text = " + ".join(item[1] for item in encoded)
         else:
             data = build_raw(step, self.env, self.namespace)
             text = "raw " + str(step.get("note", "bytes"))
-        for _ in range(int(evaluate(step.get("times", 1), self.env))):
-            await conn.send(data, text, self.config.timeout)
+        chunk = int(evaluate(step.get("chunk", 0), self.env))
+        if chunk > 0:
+            # PROTOCOL.md 3: frames split across any number of reads; pausing between
+            # writes keeps the kernel from coalescing the pieces again.
+            for offset in range(0, len(data), chunk):
+                await conn.send(data[offset : offset + chunk], f"{text} [bytes {offset}..]", self.config.timeout)
+                await asyncio.sleep(0.002)
+            return
+        await conn.send(data, text, self.config.timeout)
+
+    async def op_assert(self, step: dict[str, Any]) -> None:
+        if not evaluate(step["expr"], self.env):
+            raise StepFailed(f"expected {step['expr']} to hold", [step["expr"]],
+                             [{"decoded": {name: value for name, value in self.env.items()
+                                           if isinstance(value, (int, float)) and not name.startswith("_")}}])
 
     async def op_expect(self, step: dict[str, Any]) -> None:
         conn = self._conn(step)
         specs = step.get("messages") or [step["message"]]
         patterns = [Pattern(spec) for spec in specs]
         timeout = self._seconds(step.get("timeout"), self.config.timeout)
-        if step.get("unordered"):
+        if step.get("skip_unmatched"):
+            await self._expect_eventually(conn, patterns, timeout)
+        elif step.get("unordered"):
             await self._expect_set(conn, patterns, timeout)
         else:
             await self._expect_sequence(conn, patterns, timeout)
@@ -378,6 +401,21 @@ class CaseExecution:
                 where = f"message {index + 1} of {len(patterns)}: " if len(patterns) > 1 else ""
                 raise StepFailed(where + reason, [pattern.spec], [received.describe()])
             self._bind(conn, received, captures)
+
+    async def _expect_eventually(self, conn: Connection, patterns: list[Pattern], timeout: float) -> None:
+        """Each pattern in order, passing over messages that match none (for example
+        intermediate values a daemon may conflate, PROTOCOL.md 10.8)."""
+        skipped = 0
+        for index, pattern in enumerate(patterns):
+            while True:
+                received = await self._next(conn, timeout, patterns[index:])
+                if received.message is not None:
+                    reason, captures = match_message(pattern, received.message, self.env, self.namespace)
+                    if reason is None:
+                        self._bind(conn, received, captures)
+                        break
+                skipped += 1
+        self.log.add(conn.name, "note", f"passed over {skipped} message(s) matching no pattern")
 
     async def _expect_set(self, conn: Connection, patterns: list[Pattern], timeout: float) -> None:
         remaining = list(patterns)
