@@ -400,6 +400,26 @@ class Peer:
                 self.closed = True
                 self._stop_thread()
 
+    def wait_closed(self, timeout: Optional[float] = None) -> bool:
+        """Block until the connection is lost for good (the daemon shut down, or the
+        link dropped without ``reconnect``) or the peer is closed.
+
+        Returns:
+            True if it closed, False if ``timeout`` seconds passed first.
+        """
+        self._check_thread()
+        if self.closed:
+            return True
+        future = self._submit(self._aio.wait_closed)
+        try:
+            future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            return False
+        except (ConnectionClosed, concurrent.futures.CancelledError):
+            pass
+        return True
+
     def __enter__(self) -> Peer:
         return self
 

@@ -1,0 +1,337 @@
+"""``jet``: the jet command line, in the spirit of mosquitto_pub/sub, redis-cli and nats.
+
+    jet info
+    jet get plant/temp
+    jet set plant/temp 22.5
+    jet call plant/reset '[1, 2]'
+    jet fetch plant/                 # streams add/change/remove until Ctrl-C
+    jet serve-state demo/led false   # owns a state, accepts and prints sets
+
+Run ``jet --help`` for the options and the exit codes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from types import FrameType
+from typing import Any, NoReturn, Optional, TextIO
+
+from jetwire import JetError, LocalProtocolError, Status, Value, ValueType
+
+from .aio import DEFAULT_PORT, DEFAULT_TIMEOUT, FetchEvent
+from .errors import ConnectionClosed, PeerError
+from .sync import Peer
+
+__all__ = ["EXIT_CODES", "format_value", "main", "parse_value", "value_to_json"]
+
+EXIT_OK = 0
+EXIT_ERROR = 1  # any other failure status from the daemon or an owner
+EXIT_USAGE = 2  # bad arguments or a value that does not parse (argparse uses 2 too)
+EXIT_CONNECTION = 3  # cannot connect, or the connection was lost / closed
+EXIT_NOT_FOUND = 4
+EXIT_REJECTED = 5
+EXIT_TIMEOUT = 6
+
+EXIT_CODES = {
+    EXIT_OK: "success (also after Ctrl-C in fetch and serve-state)",
+    EXIT_ERROR: "the daemon or the owner answered another error status",
+    EXIT_USAGE: "bad arguments, or a VALUE that does not parse as --type",
+    EXIT_CONNECTION: "cannot connect, or the connection was closed or lost",
+    EXIT_NOT_FOUND: "NOT_FOUND: no such state or method",
+    EXIT_REJECTED: "REJECTED: the owner refused the set or call",
+    EXIT_TIMEOUT: "TIMEOUT: no answer in time",
+}
+_STATUS_EXIT = {Status.NOT_FOUND: EXIT_NOT_FOUND, Status.REJECTED: EXIT_REJECTED, Status.TIMEOUT: EXIT_TIMEOUT}
+
+TYPES = ("auto", "none", "bool", "int", "float", "string", "json", "hex")
+
+
+class UsageError(Exception):
+    """A command-line value that cannot be used."""
+
+
+def parse_value(text: str, vtype: str = "auto") -> Any:
+    """Parse a command-line VALUE.
+
+    ``auto`` reads JSON when it can (``42`` -> int, ``3.5`` -> float, ``true`` -> bool,
+    ``null`` -> None, ``"text"`` -> str, objects and arrays -> JSON) and takes anything
+    else as a string (``hello`` -> ``"hello"``). The other types force one reading:
+    ``none``, ``bool`` (true/false/1/0/yes/no/on/off), ``int``, ``float``, ``string``
+    (the text as is), ``json`` (must parse; sent as a JSON value even for scalars),
+    ``hex`` (bytes).
+
+    Raises:
+        UsageError: the text does not parse as the type asked for.
+    """
+    try:
+        if vtype == "auto":
+            try:
+                parsed = json.loads(text)
+            except ValueError:
+                return text
+            if isinstance(parsed, float) and parsed != parsed:  # NaN: keep the words
+                return text
+            return parsed
+        if vtype == "none":
+            if text.strip().lower() not in ("", "none", "null"):
+                raise UsageError(f"--type none takes no value (got {text!r})")
+            return None
+        if vtype == "bool":
+            lowered = text.strip().lower()
+            if lowered in ("true", "1", "yes", "on"):
+                return True
+            if lowered in ("false", "0", "no", "off"):
+                return False
+            raise UsageError(f"not a bool: {text!r} (true/false, 1/0, yes/no, on/off)")
+        if vtype == "int":
+            return int(text, 0)
+        if vtype == "float":
+            return float(text)
+        if vtype == "string":
+            return text
+        if vtype == "json":
+            json.loads(text)
+            return Value(ValueType.JSON, text.encode("utf-8"))
+        if vtype == "hex":
+            return bytes.fromhex(text.removeprefix("0x"))
+    except ValueError as exc:
+        raise UsageError(f"{text!r} is not a valid {vtype}: {exc}") from None
+    raise UsageError(f"unknown --type {vtype!r}")
+
+
+def value_to_json(value: Any) -> Any:
+    """A JSON-serialisable form of a mapped value: bytes as ``{"hex": ...}``, other
+    typed values as ``{"vtype": n, "hex": ...}``."""
+    if isinstance(value, (bytes, bytearray)):
+        return {"hex": bytes(value).hex()}
+    if isinstance(value, Value):
+        return {"vtype": value.vtype, "hex": value.data.hex()}
+    return value
+
+
+def format_value(value: Any) -> str:
+    """Human-readable text of a mapped value (JSON notation where possible)."""
+    if isinstance(value, (bytes, bytearray)):
+        return "0x" + bytes(value).hex()
+    if isinstance(value, Value):
+        try:
+            name = ValueType(value.vtype).name
+        except ValueError:
+            name = f"0x{value.vtype:02X}"
+        return f"<{name} {value.data.hex()}>"
+    return json.dumps(value, ensure_ascii=False)
+
+
+class Output:
+    """Writes results as readable lines (colour on a terminal) or JSON lines."""
+
+    def __init__(self, as_json: bool, stream: TextIO = sys.stdout) -> None:
+        self.as_json = as_json
+        self.stream = stream
+        self.lock = threading.Lock()
+        self.console: Any = None
+        if not as_json and stream.isatty():
+            from rich.console import Console
+
+            self.console = Console(file=stream, highlight=False)
+
+    def emit(self, obj: dict[str, Any], text: str, markup: Optional[str] = None) -> None:
+        with self.lock:
+            if self.as_json:
+                self.stream.write(json.dumps(obj, ensure_ascii=False) + "\n")
+            elif self.console is not None and markup is not None:
+                self.console.print(markup)
+            else:
+                self.stream.write(text + "\n")
+            self.stream.flush()
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+_KIND_STYLE = {"add": "green", "change": "yellow", "remove": "red", "set": "cyan"}
+
+
+def _event_line(out: Output, kind: str, key: str, value: Any, vtype: str) -> None:
+    shown = format_value(value)
+    out.emit(
+        {"event": kind, "key": key, "value": value_to_json(value), "type": vtype},
+        f"{kind:<6} {key} = {shown}",
+        f"[{_KIND_STYLE.get(kind, 'white')}]{kind:<6}[/] [bold]{_escape(key)}[/] = {_escape(shown)}",
+    )
+
+
+def _type_name(raw: Value) -> str:
+    try:
+        return ValueType(raw.vtype).name
+    except ValueError:
+        return f"0x{raw.vtype:02X}"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``jet``."""
+    codes = "\n".join(f"  {code}  {text}" for code, text in EXIT_CODES.items())
+    parser = argparse.ArgumentParser(
+        prog="jet",
+        description="Talk to a jet daemon: read, set, call, fetch, or own a state.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=(
+            "VALUE parsing (--type auto): 42 -> int, 3.5 -> float, true -> bool, null -> none,\n"
+            '\'"text"\' -> string, \'{"a": 1}\' -> JSON, any other word -> string.\n\n'
+            f"exit codes:\n{codes}\n\n"
+            f"environment: JET_HOST, JET_PORT (default 127.0.0.1:{DEFAULT_PORT})"
+        ),
+    )
+    parser.add_argument("--host", default=os.environ.get("JET_HOST", "127.0.0.1"), help="daemon host ($JET_HOST)")
+    parser.add_argument("--port", type=int, default=None, help=f"daemon port ($JET_PORT, default {DEFAULT_PORT})")
+    parser.add_argument("--json", action="store_true", help="print one JSON object per line")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds to wait (default %(default)s)")
+    parser.add_argument("--name", default="jet-cli", help="peer name sent to the daemon")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    commands.add_parser("info", help="show the daemon's INFO")
+    get = commands.add_parser("get", help="print a state's cached value")
+    get.add_argument("key")
+    set_ = commands.add_parser("set", help="ask a state's owner to take a value; print the value in effect")
+    set_.add_argument("key")
+    set_.add_argument("value")
+    set_.add_argument("--type", choices=TYPES, default="auto", help="how to read VALUE (default auto)")
+    set_.add_argument("--no-wait", action="store_true", help="fire and forget: send without waiting")
+    call = commands.add_parser("call", help="call a method; print its result")
+    call.add_argument("key")
+    call.add_argument("args", nargs="?", default=None, help="the argument (default none)")
+    call.add_argument("--type", choices=TYPES, default="auto", help="how to read ARGS (default auto)")
+    fetch = commands.add_parser("fetch", help="stream add/change/remove of states by key prefix until Ctrl-C")
+    fetch.add_argument("prefix", nargs="?", default="", help="key prefix (default: every state)")
+    serve = commands.add_parser("serve-state", help="own a state; accept and print every set until Ctrl-C")
+    serve.add_argument("key")
+    serve.add_argument("value")
+    serve.add_argument("--type", choices=TYPES, default="auto", help="how to read VALUE (default auto)")
+    serve.add_argument("--read-only", action="store_true", help="reject every set")
+    return parser
+
+
+def _port(args: argparse.Namespace) -> int:
+    if args.port is not None:
+        return int(args.port)
+    text = os.environ.get("JET_PORT")
+    if not text:
+        return DEFAULT_PORT
+    try:
+        return int(text)
+    except ValueError:
+        raise UsageError(f"JET_PORT is not a port number: {text!r}") from None
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    print(f"jet: {message}", file=sys.stderr)
+    raise SystemExit(code)
+
+
+def _interrupt(signum: int, frame: Optional[FrameType]) -> None:
+    raise KeyboardInterrupt
+
+
+def run(args: argparse.Namespace, out: Output) -> int:
+    """Run one parsed command; return the exit code (errors propagate as exceptions)."""
+    host, port = args.host, _port(args)
+    value: Any = None
+    if args.command in ("set", "serve-state"):
+        value = parse_value(args.value, args.type)
+    elif args.command == "call":
+        value = None if args.args is None else parse_value(args.args, args.type)
+    with Peer(host, port, name=args.name, timeout=args.timeout) as peer:
+        if args.command == "info":
+            info = peer.info
+            out.emit(
+                {"name": info.name, "version": f"{info.major}.{info.minor}", "max_body": info.max_body,
+                 "features": info.features, "host": host, "port": port},
+                f"{info.name} at {host}:{port}: protocol {info.major}.{info.minor}, "
+                f"max_body {info.max_body}, features 0x{info.features:08X}",
+            )
+        elif args.command == "get":
+            raw = peer.get_raw(args.key)
+            got = raw.to_python()
+            out.emit({"key": args.key, "value": value_to_json(got), "type": _type_name(raw)}, format_value(got))
+        elif args.command == "set":
+            if args.no_wait:
+                peer.set_nowait(args.key, value)
+                peer.get(args.key)  # a round trip: the event has reached the daemon
+                return EXIT_OK
+            now = peer.set(args.key, value)
+            out.emit({"key": args.key, "value": value_to_json(now)}, format_value(now))
+        elif args.command == "call":
+            result = peer.call(args.key, value)
+            out.emit({"key": args.key, "result": value_to_json(result)}, format_value(result))
+        elif args.command == "fetch":
+            with peer.fetch(args.prefix) as fetch:
+                for event in fetch:
+                    _print_event(out, event)
+        elif args.command == "serve-state":
+            return _serve_state(peer, args, value, out)
+    return EXIT_OK
+
+
+def _print_event(out: Output, event: FetchEvent) -> None:
+    try:
+        value: Any = event.value
+    except PeerError:
+        value = event.raw
+    _event_line(out, str(event.kind), event.key, value, _type_name(event.raw))
+
+
+def _serve_state(peer: Peer, args: argparse.Namespace, value: Any, out: Output) -> int:
+    def on_set(requested: Any) -> Any:
+        # Runs on the peer's thread (see peer.sync); printing is all it does.
+        _event_line(out, "set", args.key, requested, _type_name(Value.of(requested)))
+        return requested
+
+    peer.add_state(args.key, value, on_set=None if args.read_only else on_set)
+    print(f"jet: serving {args.key} = {format_value(value)} (Ctrl-C to stop)", file=sys.stderr, flush=True)
+    peer.wait_closed()
+    _fail("the daemon closed the connection", EXIT_CONNECTION)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of ``jet``; returns (and exits with) the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    out = Output(args.json)
+    # SIGTERM ends fetch/serve-state as cleanly as Ctrl-C does.
+    previous = signal.signal(signal.SIGTERM, _interrupt) if threading.current_thread() is threading.main_thread() else None
+    try:
+        return run(args, out)
+    except KeyboardInterrupt:
+        return EXIT_OK
+    except UsageError as exc:
+        _fail(str(exc), EXIT_USAGE)
+    except ConnectionClosed as exc:
+        _fail(exc.message or "connection closed", EXIT_CONNECTION)
+    except PeerError as exc:
+        status = exc.status
+        code = _STATUS_EXIT.get(status, EXIT_ERROR) if status is not None else EXIT_ERROR
+        _fail(f"{status.name if status else 'ERROR'}: {exc.message}", code)
+    except LocalProtocolError as exc:
+        _fail(exc.message, EXIT_USAGE)
+    except JetError as exc:
+        _fail(str(exc), EXIT_ERROR)
+    except BrokenPipeError:
+        # `jet fetch | head`: the reader left; that is not an error.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
