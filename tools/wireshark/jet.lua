@@ -1,0 +1,450 @@
+-- jet.lua: Wireshark dissector for the jet binary wire protocol, version 1.0
+-- (spec/PROTOCOL.md is normative; section numbers below refer to it).
+--
+-- Wireshark / tshark 4.0 (Lua 5.2 API). Registered on TCP port 11124 (PROTOCOL.md 3)
+-- and as a heuristic TCP dissector that recognises a stream starting with an INFO
+-- frame (PROTOCOL.md 4.4). Frames split across segments are reassembled with
+-- dissect_tcp_pdus; several frames in one segment each get their own subtree.
+--
+-- Field names match the JSON field names of `jetdump --json` (jet.<name>; INFO
+-- fields are jet.info.<name>), so that the two can be compared field by field.
+--
+--   tshark -X lua_script:tools/wireshark/jet.lua -r capture.pcap -Y jet
+--   tshark -X lua_script:tools/wireshark/jet.lua -r capture.pcap -T fields -e jet.key
+
+local jet = Proto("jet", "Jet binary protocol")
+
+local HEADER_SIZE = 5 -- PROTOCOL.md 3: type:u8 | length:u32
+
+local frame_types = { [1] = "REQUEST", [2] = "RESPONSE", [3] = "EVENT", [4] = "INFO" }
+local functions = {
+    [0x01] = "ADD_STATE", [0x02] = "REMOVE_STATE", [0x03] = "SET_STATE", [0x04] = "NOTIFY_STATE",
+    [0x05] = "CALL_METHOD", [0x06] = "ADD_METHOD", [0x07] = "REMOVE_METHOD", [0x08] = "FETCH_STATES",
+    [0x09] = "UNFETCH", [0x0A] = "GET_STATE",
+}
+local event_codes = {
+    [0x03] = "SET_STATE", [0x04] = "NOTIFY_STATE", [0x05] = "CALL_METHOD",
+    [0x81] = "FETCH_ADD", [0x82] = "FETCH_CHANGE", [0x83] = "FETCH_REMOVE", [0xF0] = "CLOSE",
+}
+local statuses = {
+    [0x00] = "OK", [0x01] = "NOT_FOUND", [0x02] = "ALREADY_EXISTS", [0x03] = "NOT_OWNER",
+    [0x04] = "REJECTED", [0x05] = "TIMEOUT", [0x06] = "OWNER_GONE", [0x07] = "MALFORMED",
+    [0x08] = "UNKNOWN_FUNCTION", [0x09] = "TOO_LARGE", [0x0A] = "LIMIT_EXCEEDED",
+    [0x0B] = "WRONG_KIND", [0x0C] = "INTERNAL", [0x0D] = "OVERLOADED",
+}
+local value_types = {
+    [0x00] = "NONE", [0x01] = "BOOL", [0x02] = "INT64", [0x03] = "FLOAT64", [0x04] = "STRING",
+    [0x05] = "JSON", [0x06] = "BYTES", [0x07] = "CBOR", [0x08] = "MSGPACK",
+}
+local fixed_width = { [0x00] = 0, [0x01] = 1, [0x02] = 8, [0x03] = 8 } -- PROTOCOL.md 5.3
+
+local f = jet.fields
+f.type = ProtoField.uint8("jet.type", "Frame type", base.DEC, frame_types)
+f.length = ProtoField.uint32("jet.length", "Body length", base.DEC)
+f.id = ProtoField.uint32("jet.id", "Request id", base.DEC)
+f["function"] = ProtoField.uint8("jet.function", "Function", base.DEC, functions)
+f.status = ProtoField.uint8("jet.status", "Status", base.DEC, statuses)
+f.code = ProtoField.uint8("jet.code", "Event code", base.DEC, event_codes)
+f.fetch_id = ProtoField.uint32("jet.fetch_id", "Fetch id", base.DEC)
+f.key_length = ProtoField.uint16("jet.key_length", "Key length", base.DEC)
+f.key = ProtoField.string("jet.key", "Key", base.UNICODE)
+f.prefix_length = ProtoField.uint16("jet.prefix_length", "Prefix length", base.DEC)
+f.prefix = ProtoField.string("jet.prefix", "Prefix", base.UNICODE)
+f.message_length = ProtoField.uint16("jet.message_length", "Message length", base.DEC)
+f.message = ProtoField.string("jet.message", "Message", base.UNICODE)
+f.value_type = ProtoField.uint8("jet.value_type", "Value type", base.DEC, value_types)
+f.value_length = ProtoField.uint32("jet.value_length", "Value length", base.DEC)
+f.value = ProtoField.bytes("jet.value", "Value data")
+f.value_bool = ProtoField.bool("jet.value.bool", "Value (BOOL)")
+f.value_int64 = ProtoField.int64("jet.value.int64", "Value (INT64)", base.DEC)
+f.value_float64 = ProtoField.double("jet.value.float64", "Value (FLOAT64)")
+f.value_string = ProtoField.string("jet.value.string", "Value (STRING)", base.UNICODE)
+f.value_json = ProtoField.string("jet.value.json", "Value (JSON)", base.UNICODE)
+f.info_major = ProtoField.uint8("jet.info.major", "Major version", base.DEC)
+f.info_minor = ProtoField.uint8("jet.info.minor", "Minor version", base.DEC)
+f.info_max_body = ProtoField.uint32("jet.info.max_body", "Maximum body", base.DEC)
+f.info_features = ProtoField.uint32("jet.info.features", "Features", base.HEX)
+f.info_conflation = ProtoField.bool("jet.info.features.conflation", "CONFLATION", 32, nil, 0x00000001)
+f.info_name_length = ProtoField.uint16("jet.info.name_length", "Name length", base.DEC)
+f.info_name = ProtoField.string("jet.info.name", "Name", base.UNICODE)
+f.response_to = ProtoField.framenum("jet.response_to", "Response to request in frame", base.NONE)
+f.response_in = ProtoField.framenum("jet.response_in", "Response in frame", base.NONE)
+f.rtt_ms = ProtoField.double("jet.rtt_ms", "Round-trip time (ms)")
+f.malformed = ProtoField.string("jet.malformed", "Malformed")
+f.truncated = ProtoField.string("jet.truncated", "Truncated")
+
+local e_malformed = ProtoExpert.new("jet.malformed.expert", "Malformed jet frame", expert.group.MALFORMED, expert.severity.ERROR)
+local e_oversized = ProtoExpert.new("jet.oversized", "Frame length above the maximum body", expert.group.MALFORMED, expert.severity.ERROR)
+local e_unknown_type = ProtoExpert.new("jet.unknown_type", "Unknown frame type: stream boundary lost", expert.group.MALFORMED, expert.severity.ERROR)
+local e_lost = ProtoExpert.new("jet.boundary_lost", "Data after a lost frame boundary", expert.group.SEQUENCE, expert.severity.WARN)
+local e_error_status = ProtoExpert.new("jet.error_status", "Error response", expert.group.RESPONSE_CODE, expert.severity.NOTE)
+jet.experts = { e_malformed, e_oversized, e_unknown_type, e_lost, e_error_status }
+
+jet.prefs.port = Pref.uint("TCP port", 11124, "TCP port of jet (PROTOCOL.md 3)")
+jet.prefs.max_body = Pref.uint("Maximum body", 64 * 1024 * 1024,
+    "Largest body length accepted; a larger length is reported oversized and the stream boundary lost")
+jet.prefs.heuristic = Pref.bool("Heuristic", true, "Take TCP streams that begin with an INFO frame as jet")
+
+-- State kept across packets (filled on the first pass only; Wireshark dissects each
+-- packet again when it draws the tree).
+local stopped = {}   -- direction key -> frame number where the frame boundary was lost
+local requests = {}  -- conversation key .. request id -> {frame, ts}
+local answers = {}   -- frame number .. ":" .. offset -> {request frame, rtt}
+local answered = {}  -- request frame number .. ":" .. id -> response frame number
+
+local function direction_key(pinfo, forward)
+    local a = tostring(pinfo.src) .. ":" .. tostring(pinfo.src_port)
+    local b = tostring(pinfo.dst) .. ":" .. tostring(pinfo.dst_port)
+    if forward then return a .. ">" .. b end
+    return b .. ">" .. a
+end
+
+-- Strict UTF-8 check (PROTOCOL.md 5.1: invalid UTF-8 is MALFORMED).
+local function valid_utf8(s)
+    local i, n = 1, #s
+    while i <= n do
+        local c = s:byte(i)
+        local need, min
+        if c < 0x80 then need, min = 0, 0
+        elseif c >= 0xC2 and c <= 0xDF then need, min = 1, 0x80
+        elseif c >= 0xE0 and c <= 0xEF then need, min = 2, 0x800
+        elseif c >= 0xF0 and c <= 0xF4 then need, min = 3, 0x10000
+        else return false end
+        if i + need > n then return false end
+        local cp = (need == 0) and c or (c % (2 ^ (6 - need)))
+        for k = 1, need do
+            local cc = s:byte(i + k)
+            if cc < 0x80 or cc > 0xBF then return false end
+            cp = cp * 64 + (cc - 0x80)
+        end
+        if cp < min or cp > 0x10FFFF or (cp >= 0xD800 and cp <= 0xDFFF) then return false end
+        i = i + need + 1
+    end
+    return true
+end
+
+-- A small cursor over one frame's body; every read checks the bytes are there.
+local Body = {}
+Body.__index = Body
+
+local function new_body(tvb, start, stop, tree)
+    return setmetatable({ tvb = tvb, pos = start, stop = stop, tree = tree, err = nil }, Body)
+end
+
+function Body:fail(reason)
+    if not self.err then self.err = reason end
+    return nil
+end
+
+function Body:left() return self.stop - self.pos end
+
+function Body:uint(size, field)
+    if self.err then return nil end
+    if self:left() < size then return self:fail(field.name .. " truncated") end
+    local range = self.tvb(self.pos, size)
+    self.tree:add(field, range)
+    self.pos = self.pos + size
+    return range:uint()
+end
+
+function Body:str16(len_field, text_field, what, min_len)
+    if self.err then return nil end
+    if self:left() < 2 then return self:fail(what .. " length truncated") end
+    local n = self.tvb(self.pos, 2):uint()
+    self.tree:add(len_field, self.tvb(self.pos, 2))
+    self.pos = self.pos + 2
+    if n > self:left() then return self:fail(what .. " length " .. n .. " runs past the body end") end
+    if min_len and n < min_len then return self:fail("empty " .. what) end
+    local text = ""
+    if n > 0 then
+        text = self.tvb(self.pos, n):raw()
+        self.tree:add(text_field, self.tvb(self.pos, n), text)
+        if not valid_utf8(text) then return self:fail(what .. " is not valid UTF-8") end
+    end
+    self.pos = self.pos + n
+    return text
+end
+
+-- PROTOCOL.md 5.3: a Value that must fill the rest of the body exactly.
+function Body:value()
+    if self.err then return nil end
+    if self:left() < 5 then return self:fail("value truncated: need 5 header bytes") end
+    local vtype = self.tvb(self.pos, 1):uint()
+    self.tree:add(f.value_type, self.tvb(self.pos, 1))
+    local n = self.tvb(self.pos + 1, 4):uint()
+    self.tree:add(f.value_length, self.tvb(self.pos + 1, 4))
+    self.pos = self.pos + 5
+    if n ~= self:left() then
+        if n > self:left() then return self:fail("value length " .. n .. " runs past the body end") end
+    end
+    if vtype >= 0x09 and vtype <= 0x7F then return self:fail(string.format("reserved value type 0x%02X", vtype)) end
+    local width = fixed_width[vtype]
+    if width and n ~= width then
+        return self:fail(value_types[vtype] .. " value must be " .. width .. " bytes, got " .. n)
+    end
+    local summary = value_types[vtype] or string.format("0x%02X", vtype)
+    if n > 0 then
+        local range = self.tvb(self.pos, n)
+        self.tree:add(f.value, range)
+        if vtype == 0x01 then
+            local b = range:uint()
+            if b > 1 then return self:fail(string.format("BOOL value must be 0x00 or 0x01, got 0x%02X", b)) end
+            self.tree:add(f.value_bool, range, b == 1)
+            summary = summary .. (b == 1 and " true" or " false")
+        elseif vtype == 0x02 then
+            self.tree:add(f.value_int64, range)
+            summary = summary .. " " .. tostring(range:int64())
+        elseif vtype == 0x03 then
+            self.tree:add(f.value_float64, range)
+            summary = summary .. " " .. tostring(range:float())
+        elseif vtype == 0x04 or vtype == 0x05 then
+            local text = range:raw()
+            if not valid_utf8(text) then
+                if vtype == 0x04 then return self:fail("STRING value is not valid UTF-8") end
+            else
+                self.tree:add(vtype == 0x04 and f.value_string or f.value_json, range, text)
+                local shown = #text > 40 and (text:sub(1, 40) .. "...") or text
+                summary = summary .. (vtype == 0x04 and (" \"" .. shown .. "\"") or (" " .. shown))
+            end
+        else
+            summary = summary .. " " .. n .. " bytes"
+        end
+    end
+    self.pos = self.pos + n
+    if self:left() > 0 then return self:fail(self:left() .. " trailing byte(s) after the value") end
+    return summary
+end
+
+function Body:finish()
+    if not self.err and self:left() > 0 then self:fail(self:left() .. " trailing byte(s)") end
+end
+
+local function key_value(body)
+    local key = body:str16(f.key_length, f.key, "key", 1)
+    local value = body:value()
+    return key, value
+end
+
+-- Remember requests and match responses (PROTOCOL.md 4.1: the response echoes the id).
+local function track_request(pinfo, tree, id)
+    if not pinfo.visited then
+        requests[direction_key(pinfo, true) .. "#" .. id] = { frame = pinfo.number, ts = pinfo.abs_ts }
+    end
+end
+
+local function track_response(pinfo, tree, id, offset)
+    local slot = pinfo.number .. ":" .. offset
+    if not pinfo.visited then
+        local key = direction_key(pinfo, false) .. "#" .. id
+        local req = requests[key]
+        if req then
+            requests[key] = nil
+            answers[slot] = { frame = req.frame, rtt = (pinfo.abs_ts - req.ts) * 1000 }
+        end
+    end
+    local ans = answers[slot]
+    if ans then
+        tree:add(f.response_to, ans.frame):set_generated()
+        tree:add(f.rtt_ms, ans.rtt):set_generated()
+    end
+end
+
+local function dissect_frame(tvb, pinfo, root)
+    local total = tvb:len()
+    local ftype = tvb(0, 1):uint()
+    local length = tvb(1, 4):uint()
+    local tree = root:add(jet, tvb(0, math.min(total, HEADER_SIZE + length)))
+    tree:add(f.type, tvb(0, 1))
+    local len_item = tree:add(f.length, tvb(1, 4))
+    local name = frame_types[ftype]
+    if not name then
+        -- PROTOCOL.md 9.2: an unknown type is fatal; nothing after it can be framed.
+        tree:add_proto_expert_info(e_unknown_type, string.format("unknown frame type 0x%02X", ftype))
+        tree:add(f.malformed, tvb(0, 1), string.format("unknown frame type 0x%02X", ftype))
+        if not pinfo.visited then stopped[direction_key(pinfo, true)] = pinfo.number end
+        return string.format("MALFORMED 0x%02X", ftype)
+    end
+    if length > jet.prefs.max_body then
+        len_item:add_proto_expert_info(e_oversized,
+            "body of " .. length .. " bytes exceeds the maximum of " .. jet.prefs.max_body)
+        tree:add(f.malformed, tvb(1, 4), "body of " .. length .. " bytes exceeds the maximum of " .. jet.prefs.max_body)
+        if not pinfo.visited then stopped[direction_key(pinfo, true)] = pinfo.number end
+        return name .. " OVERSIZED"
+    end
+    if total < HEADER_SIZE + length then
+        local text = (total) .. " of " .. (HEADER_SIZE + length) .. " bytes present"
+        tree:add(f.truncated, tvb(0, total), text)
+        tree:add_proto_expert_info(e_malformed, "truncated frame: " .. text)
+        return name .. " TRUNCATED"
+    end
+    local body = new_body(tvb, HEADER_SIZE, HEADER_SIZE + length, tree)
+    local summary
+    if ftype == 1 then -- PROTOCOL.md 4.1
+        local id = body:uint(4, f.id)
+        local func = body:uint(1, f["function"])
+        summary = "REQUEST id=" .. tostring(id)
+        if func then
+            local fname = functions[func]
+            if not fname then
+                body:fail(string.format("unknown function 0x%02X", func))
+            else
+                summary = summary .. " " .. fname
+                if func == 0x01 or func == 0x03 or func == 0x04 or func == 0x05 then
+                    local key, value = key_value(body)
+                    summary = summary .. " key=\"" .. tostring(key) .. "\" " .. tostring(value)
+                elseif func == 0x08 then
+                    local prefix = body:str16(f.prefix_length, f.prefix, "prefix")
+                    summary = summary .. " prefix=\"" .. tostring(prefix) .. "\""
+                elseif func == 0x09 then
+                    if body:left() ~= 4 then
+                        body:fail("UNFETCH payload must be 4 bytes, got " .. body:left())
+                    else
+                        summary = summary .. " fid=" .. tostring(body:uint(4, f.fetch_id))
+                    end
+                else
+                    local key = body:str16(f.key_length, f.key, "key", 1)
+                    summary = summary .. " key=\"" .. tostring(key) .. "\""
+                end
+            end
+        end
+        if id then track_request(pinfo, tree, id) end
+    elseif ftype == 2 then -- PROTOCOL.md 4.2
+        local id = body:uint(4, f.id)
+        local status = body:uint(1, f.status)
+        summary = "RESPONSE id=" .. tostring(id)
+        if status then
+            if not statuses[status] then
+                body:fail(string.format("unknown status 0x%02X", status))
+            elseif status == 0 then
+                summary = summary .. " OK"
+                local rest = body:left()
+                if rest == 4 then
+                    summary = summary .. " fid=" .. tostring(body:uint(4, f.fetch_id))
+                elseif rest >= 5 then
+                    summary = summary .. " " .. tostring(body:value())
+                elseif rest > 0 then
+                    body:fail("OK payload of " .. rest .. " bytes is neither empty, fetch_id nor Value")
+                end
+            else
+                tree:add_proto_expert_info(e_error_status, statuses[status])
+                local msg = body:str16(f.message_length, f.message, "message")
+                summary = summary .. " " .. statuses[status] .. " \"" .. tostring(msg) .. "\""
+            end
+        end
+        if id then track_response(pinfo, tree, id, tvb:offset()) end
+    elseif ftype == 3 then -- PROTOCOL.md 4.3, 7
+        local code = body:uint(1, f.code)
+        summary = "EVENT"
+        if code then
+            local cname = event_codes[code]
+            if not cname then
+                body:fail(string.format("unknown event code 0x%02X", code))
+            else
+                summary = summary .. " " .. cname
+                if code >= 0x81 and code <= 0x83 then
+                    local fid = body:uint(4, f.fetch_id)
+                    local key, value = key_value(body)
+                    summary = summary .. " fid=" .. tostring(fid) .. " key=\"" .. tostring(key) .. "\" " .. tostring(value)
+                elseif code == 0xF0 then
+                    local status = body:uint(1, f.status)
+                    if status and not statuses[status] then
+                        body:fail(string.format("unknown status 0x%02X", status))
+                    end
+                    local msg = body:str16(f.message_length, f.message, "message")
+                    summary = summary .. " " .. tostring(statuses[status or 0]) .. " \"" .. tostring(msg) .. "\""
+                else
+                    local key, value = key_value(body)
+                    summary = summary .. " key=\"" .. tostring(key) .. "\" " .. tostring(value)
+                end
+            end
+        end
+    else -- PROTOCOL.md 4.4
+        body:uint(1, f.info_major)
+        body:uint(1, f.info_minor)
+        body:uint(4, f.info_max_body)
+        if not body.err and body:left() >= 4 then
+            local range = tvb(body.pos, 4)
+            local item = tree:add(f.info_features, range)
+            item:add(f.info_conflation, range)
+            body.pos = body.pos + 4
+        else
+            body:fail("features truncated")
+        end
+        local nm = body:str16(f.info_name_length, f.info_name, "name")
+        summary = "INFO \"" .. tostring(nm) .. "\""
+    end
+    body:finish()
+    if body.err then
+        tree:add(f.malformed, tvb(0, total), body.err)
+        tree:add_proto_expert_info(e_malformed, body.err)
+        summary = "MALFORMED " .. name .. ": " .. body.err
+    end
+    tree:append_text(": " .. summary)
+    return summary
+end
+
+local function frame_length(tvb, pinfo, offset)
+    local ftype = tvb(offset, 1):uint()
+    local length = tvb(offset + 1, 4):uint()
+    if not frame_types[ftype] or length > jet.prefs.max_body then
+        -- PROTOCOL.md 9.2: the boundary is lost; take the rest of the segment as one
+        -- bad frame instead of asking TCP to reassemble an absurd length.
+        return tvb:len() - offset
+    end
+    return HEADER_SIZE + length
+end
+
+-- The Info column lists every frame of a packet; TCP may call the dissector more than
+-- once per packet (a reassembled PDU, then the rest of the segment).
+local info_frame = -1
+
+local function dissect_pdu(tvb, pinfo, tree)
+    pinfo.cols.protocol = "JET"
+    local summary = dissect_frame(tvb, pinfo, tree)
+    if info_frame ~= pinfo.number then
+        info_frame = pinfo.number
+        pinfo.cols.info:clear_fence()
+        pinfo.cols.info:set(summary)
+    else
+        pinfo.cols.info:append(" | " .. summary)
+    end
+    return tvb:len()
+end
+
+function jet.dissector(tvb, pinfo, tree)
+    local since = stopped[direction_key(pinfo, true)]
+    if since and pinfo.number > since then
+        pinfo.cols.protocol = "JET"
+        local item = tree:add(jet, tvb())
+        item:add_proto_expert_info(e_lost, "not decoded: the frame boundary was lost in frame " .. since)
+        pinfo.cols.info:set("[data after lost frame boundary]")
+        return tvb:len()
+    end
+    dissect_tcp_pdus(tvb, tree, HEADER_SIZE, frame_length, dissect_pdu, true)
+    return tvb:len()
+end
+
+-- PROTOCOL.md 4.4: a daemon's first frame is INFO, major version 1.
+local function heuristic(tvb, pinfo, tree)
+    if not jet.prefs.heuristic or tvb:len() < 7 then return false end
+    if tvb(0, 1):uint() ~= 4 then return false end
+    local length = tvb(1, 4):uint()
+    if length < 14 or length > 12 + 2 + 65535 or tvb(5, 1):uint() ~= 1 then return false end
+    pinfo.conversation = jet
+    jet.dissector(tvb, pinfo, tree)
+    return true
+end
+
+local registered_port = 0
+function jet.init()
+    stopped, requests, answers, answered = {}, {}, {}, {}
+    info_frame = -1
+    local tcp_port = DissectorTable.get("tcp.port")
+    if registered_port ~= 0 then tcp_port:remove(registered_port, jet) end
+    registered_port = jet.prefs.port
+    tcp_port:add(registered_port, jet)
+end
+
+DissectorTable.get("tcp.port"):add(11124, jet)
+registered_port = 11124
+jet:register_heuristic("tcp", heuristic)
