@@ -1,0 +1,350 @@
+"""JVM-free tests of the vectorised event-log parser (tools/ingest/parse.py).
+
+The oracle is jetwire: logs are written with ``jetwire.log``'s writer, and every row is
+checked against ``jetwire.log.iter_log`` + ``jetwire.decode_frame`` reading the same
+bytes.
+"""
+
+from __future__ import annotations
+
+import io
+import zlib
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from jetwire import (
+    AddMethod,
+    AddState,
+    CallMethod,
+    Close,
+    FetchAdd,
+    FetchRemove,
+    FetchStates,
+    GetState,
+    Info,
+    NotifyState,
+    RemoveState,
+    Response,
+    SetState,
+    Status,
+    Unfetch,
+    Value,
+    ValueType,
+    decode_frame,
+    encode,
+)
+from jetwire.log import (
+    Corruption,
+    LogHeader,
+    LogKind,
+    LogRecord,
+    Truncation,
+    conn_close_data,
+    conn_name_data,
+    conn_open_data,
+    conn_snapshot_data,
+    encode_header,
+    encode_record,
+    iter_log,
+    route_data,
+)
+from tools.ingest.parse import ARROW_SCHEMA, JetlogError, read_segment
+
+T0 = 1_767_225_600_000_000_000
+
+FRAMES = [
+    (1, LogKind.FRAME_IN, encode(Info(name="owner"))),
+    (1, LogKind.FRAME_IN, encode(AddState(1, "plant/temp", Value.of(21)))),
+    (1, LogKind.FRAME_OUT, encode(Response(1))),
+    (1, LogKind.FRAME_IN, encode(AddMethod(2, "plant/reset"))),
+    (2, LogKind.FRAME_IN, encode(FetchStates(1, ""))),
+    (2, LogKind.FRAME_OUT, encode(Response(1, fetch_id=7))),
+    (2, LogKind.FRAME_OUT, encode(FetchAdd(7, "plant/temp", Value.of(21)))),
+    (2, LogKind.FRAME_IN, encode(SetState(5, "plant/temp", Value.of(22.5)))),
+    (0, LogKind.ROUTE, route_data(2, 5, 1, 9, 3, "plant/temp")),
+    (1, LogKind.FRAME_OUT, encode(SetState(9, "plant/temp", Value.of(22.5)))),
+    (1, LogKind.FRAME_IN, encode(NotifyState(None, "plant/temp", Value.of(True)))),
+    (1, LogKind.FRAME_IN, encode(Response(9, Status.REJECTED, message="too hot"))),
+    (2, LogKind.FRAME_OUT, encode(Response(5, Status.REJECTED, message="too hot"))),
+    (2, LogKind.FRAME_IN, encode(CallMethod(6, "plant/reset", Value.of({"a": [1, 2]})))),
+    (2, LogKind.FRAME_IN, encode(CallMethod(None, "plant/reset", Value(ValueType.CBOR, b"\xa0")))),
+    (2, LogKind.FRAME_IN, encode(GetState(8, "plant/temp"))),
+    (2, LogKind.FRAME_OUT, encode(Response(8, value=Value.of("naïve ✓")))),
+    (2, LogKind.FRAME_IN, encode(Unfetch(10, 7))),
+    (1, LogKind.FRAME_IN, encode(RemoveState(3, "plant/temp"))),
+    (2, LogKind.FRAME_OUT, encode(FetchRemove(7, "plant/temp", Value.of(-(2**63))))),
+    (2, LogKind.FRAME_OUT, encode(Close(Status.OVERLOADED, "slow"))),
+    (2, LogKind.FRAME_OUT, encode(Response(11, value=Value.of(None)))),
+]
+
+
+def build_log(records: list[tuple[int, int, bytes]] | None = None, *, name: str = "jetd", segment: int = 0) -> bytes:
+    """A segment with CONN_OPEN/NAME/SNAPSHOT/CLOSE around ``records`` (default FRAMES)."""
+    recs: list[tuple[int, int, bytes]] = [
+        (1, LogKind.CONN_OPEN, conn_open_data("127.0.0.1:40001")),
+        (2, LogKind.CONN_SNAPSHOT, conn_snapshot_data("127.0.0.1:40002", "client")),
+        *(records if records is not None else FRAMES),
+        (2, LogKind.CONN_NAME, conn_name_data("client-2")),
+        (2, LogKind.FRAME_IN, encode(GetState(12, "x"))),
+        (1, LogKind.CONN_CLOSE, conn_close_data(Status.OK, "bye")),
+    ]
+    out = [encode_header(LogHeader(name, T0, segment))]
+    out += [encode_record(T0 + i * 1000, conn, kind, data) for i, (conn, kind, data) in enumerate(recs)]
+    return b"".join(out)
+
+
+def read(path: Path, **kw: Any) -> list[dict[str, Any]]:
+    batches = list(read_segment(str(path), **kw))
+    for batch in batches:
+        assert batch.schema.equals(ARROW_SCHEMA)
+    return pa.Table.from_batches(batches, ARROW_SCHEMA).to_pylist()
+
+
+def oracle(data: bytes) -> list[Any]:
+    return list(iter_log(io.BytesIO(data)))
+
+
+def expected_row(rec: LogRecord) -> dict[str, Any]:
+    """What the parser must say about a record, derived from jetwire's decoder."""
+    want: dict[str, Any] = {"offset": rec.offset, "ts_ns": rec.ts_ns, "conn_id": rec.conn_id,
+                            "kind": LogKind(rec.kind).name, "size": len(rec.data)}
+    if rec.kind in (LogKind.FRAME_IN, LogKind.FRAME_OUT):
+        msg = decode_frame(rec.data)
+        want["direction"] = "in" if rec.kind == LogKind.FRAME_IN else "out"
+        want["key"] = getattr(msg, "key", getattr(msg, "prefix", None))
+        want["request_id"] = getattr(msg, "id", None)
+        value = getattr(msg, "value", None)
+        want["value"] = value.data if value is not None else None
+        want["value_type"] = ValueType(value.vtype).name if value is not None else None
+        want["fetch_id"] = getattr(msg, "fetch_id", None)
+        if isinstance(msg, Response):
+            want["status"] = msg.status.name
+            want["text"] = msg.message if msg.status != Status.OK else None
+        if isinstance(msg, Close):
+            want["status"] = msg.status.name
+            want["text"] = msg.message
+        if isinstance(msg, Info):
+            want["text"] = msg.name
+        want["frame_error"] = None
+    return want
+
+
+def test_round_trip_matches_jetwire(tmp_path: Path) -> None:
+    data = build_log()
+    path = tmp_path / "a.jetlog"
+    path.write_bytes(data)
+    rows = read(path)
+    records = [item for item in oracle(data) if isinstance(item, LogRecord)]
+    assert len(rows) == len(records) == len(FRAMES) + 5
+    for row, rec in zip(rows, records, strict=True):
+        for col, value in expected_row(rec).items():
+            assert row[col] == value, (col, row, rec)
+        assert row["file"] == str(path) and row["daemon"] == "jetd" and row["segment"] == 0
+        assert row["corrupt"] is None
+        assert row["ts"].timestamp() == pytest.approx(rec.ts_ns / 1e9)
+
+
+def test_decoded_fields(tmp_path: Path) -> None:
+    path = tmp_path / "a.jetlog"
+    path.write_bytes(build_log())
+    rows = read(path)
+    by_text = {(r["kind"], r["msg_type"], r["function"], r["value_text"]) for r in rows}
+    assert ("FRAME_IN", "REQUEST", "ADD_STATE", "21") in by_text
+    assert ("FRAME_IN", "REQUEST", "SET_STATE", "22.5") in by_text
+    assert ("FRAME_IN", "EVENT", "NOTIFY_STATE", "true") in by_text
+    assert ("FRAME_IN", "REQUEST", "CALL_METHOD", '{"a":[1,2]}') in by_text
+    assert ("FRAME_IN", "EVENT", "CALL_METHOD", None) in by_text  # CBOR has no text form
+    assert ("FRAME_OUT", "RESPONSE", None, "naïve ✓") in by_text
+    assert ("FRAME_OUT", "EVENT", "FETCH_REMOVE", str(-(2**63))) in by_text
+    route = next(r for r in rows if r["kind"] == "ROUTE")
+    assert (route["route_requester_conn"], route["route_requester_id"], route["route_owner_conn"],
+            route["route_owner_id"], route["function"], route["key"]) == (2, 5, 1, 9, "SET_STATE", "plant/temp")
+    close = next(r for r in rows if r["kind"] == "CONN_CLOSE")
+    assert (close["status"], close["text"]) == ("OK", "bye")
+    assert next(r for r in rows if r["kind"] == "CONN_OPEN")["address"] == "127.0.0.1:40001"
+    # Peer names follow INFO, CONN_SNAPSHOT and CONN_NAME within the segment.
+    assert rows[0]["peer_name"] is None  # conn 1 opened, not yet named
+    assert {r["peer_name"] for r in rows if r["conn_id"] == 1 and r["offset"] > rows[2]["offset"]} == {"owner"}
+    conn2 = [r["peer_name"] for r in rows if r["conn_id"] == 2]
+    assert conn2[0] == "client" and conn2[-1] == "client-2"
+
+
+def test_crc_damage_is_reported_and_resynced(tmp_path: Path) -> None:
+    data = bytearray(build_log())
+    records = [item for item in oracle(bytes(data)) if isinstance(item, LogRecord)]
+    victim = records[5]
+    data[victim.offset + 10 + 3] ^= 0xFF  # a ts_ns byte: only the CRC can tell
+    path = tmp_path / "a.jetlog"
+    path.write_bytes(bytes(data))
+    rows = read(path)
+    bad = [r for r in rows if r["corrupt"]]
+    assert len(bad) == 1
+    assert bad[0]["offset"] == victim.offset
+    assert bad[0]["corrupt"].startswith("record CRC mismatch")
+    assert bad[0]["size"] == records[6].offset - victim.offset
+    assert [r["offset"] for r in rows if not r["corrupt"]] == [r.offset for r in records if r is not victim]
+    assert [r["offset"] for r in read(path, mode="DROPMALFORMED")] == [r.offset for r in records if r is not victim]
+    with pytest.raises(JetlogError, match="CRC mismatch at offset"):
+        read(path, mode="FAILFAST")
+
+
+def test_mid_file_garbage_matches_jetwire_reader(tmp_path: Path) -> None:
+    clean = build_log()
+    records = [item for item in oracle(clean) if isinstance(item, LogRecord)]
+    cut = records[10].offset
+    data = clean[:cut] + b"\x00JR garbage \xff" * 7 + clean[cut:]
+    path = tmp_path / "a.jetlog"
+    path.write_bytes(data)
+    rows = read(path)
+    damage = [r for r in rows if r["corrupt"]]
+    corruption = [item for item in oracle(data) if isinstance(item, Corruption)]
+    assert [(d["offset"], d["size"]) for d in damage] == [(c.offset, c.length) for c in corruption]
+    assert len([r for r in rows if not r["corrupt"]]) == len(records)
+
+
+def test_lying_length_is_damage_without_allocation(tmp_path: Path) -> None:
+    clean = build_log()
+    records = [item for item in oracle(clean) if isinstance(item, LogRecord)]
+    data = bytearray(clean)
+    data[records[3].offset + 2 : records[3].offset + 6] = b"\xff\xff\xff\xf0"
+    path = tmp_path / "a.jetlog"
+    path.write_bytes(bytes(data))
+    rows = read(path)
+    damage = [r for r in rows if r["corrupt"]]
+    assert len(damage) == 1 and damage[0]["corrupt"].startswith("implausible record length 4294967280")
+    assert len(rows) == len(records)  # one record lost, replaced by one damage row
+
+
+def test_truncation_at_every_offset(tmp_path: Path) -> None:
+    data = build_log(FRAMES[6:14])  # every record kind, a few of each, ~700 bytes
+    records = [item for item in oracle(data) if isinstance(item, LogRecord)]
+    header_size = records[0].offset
+    path = tmp_path / "a.jetlog"
+    for cut in range(len(data) + 1):
+        path.write_bytes(data[:cut])
+        stats: dict[str, object] = {}
+        rows = read(path, stats=stats)
+        whole = [r for r in records if r.offset + 10 + 13 + len(r.data) <= cut]
+        assert [r["offset"] for r in rows] == [r.offset for r in whole], cut
+        assert all(r["corrupt"] is None for r in rows), cut
+        if cut >= header_size:
+            done = whole[-1].offset + 23 + len(whole[-1].data) if whole else header_size
+            assert stats["end"] == done, cut
+            tail = [item for item in oracle(data[:cut]) if isinstance(item, Truncation)]
+            if tail:
+                assert stats["truncated"] == (tail[0].offset, tail[0].present, tail[0].needed), cut
+            else:
+                assert stats["truncated"] is None, cut
+        # FAILFAST must not complain about a truncated tail either.
+        read(path, mode="FAILFAST")
+
+
+def test_bad_utf8(tmp_path: Path) -> None:
+    bad_key_frame = bytearray(encode(GetState(4, "abc")))
+    bad_key_frame[-2] = 0xFF  # key "a\xffc"
+    bad_string = bytearray(encode(SetState(5, "k", Value.of("xyz"))))
+    bad_string[-1] = 0xC3  # truncated 2-byte sequence
+    bad_json = bytearray(encode(SetState(6, "k", Value(ValueType.JSON, b'"ok"'))))
+    bad_json[-2] = 0xFE  # JSON is carried opaquely: no error, just no text
+    recs = [
+        (3, LogKind.FRAME_IN, bytes(bad_key_frame)),
+        (3, LogKind.FRAME_IN, bytes(bad_string)),
+        (3, LogKind.FRAME_IN, bytes(bad_json)),
+        (3, LogKind.CONN_NAME, b"\x00\x02\xc3\x28"),
+    ]
+    path = tmp_path / "a.jetlog"
+    path.write_bytes(build_log(recs))
+    rows = {r["request_id"] if r["kind"] != "CONN_NAME" else "name": r for r in read(path) if r["conn_id"] == 3}
+    assert rows[4]["frame_error"] == "text is not valid UTF-8" and rows[4]["key"] is None
+    assert rows[5]["frame_error"] == "text is not valid UTF-8" and rows[5]["value_text"] is None
+    assert rows[5]["value"] == bytes(bad_string[-3:])
+    assert rows[6]["frame_error"] is None and rows[6]["value_text"] is None
+    assert rows["name"]["corrupt"] == "bad record data: text is not valid UTF-8"
+    assert all(r["corrupt"] is None for r in read(path, mode="DROPMALFORMED"))
+    with pytest.raises(JetlogError, match="not valid UTF-8"):
+        read(path, mode="FAILFAST")
+
+
+def test_malformed_frames_stay_rows(tmp_path: Path) -> None:
+    cases = {
+        b"\x09\x00\x00\x00\x00": "unknown frame type",
+        b"\x01\x00\x00\x00\x05\x00\x00\x00\x01\x42": "unknown function",
+        b"\x01\x00\x00": "frame shorter than its 5-byte header",
+        b"\x01\x00\x00\x00\x09\x00\x00\x00\x01\x0a\x00\x05ab": "str16 or value length runs past the frame, or trailing bytes",
+        b"\x01\x00\x00\x00\x07\x00\x00\x00\x01\x0a\x00\x00": "empty key",
+        b"\x02\x00\x00\x00\x07\x00\x00\x00\x01\x00\x00\x00": "invalid OK payload length",
+        b"\x03\x00\x00\x00\x0c\x04\x00\x01k\x06\x00\x00\x00\x09\x00\x00\x00": "str16 or value length runs past the frame, or trailing bytes",
+        b"\x03\x00\x00\x00\x09\x04\x00\x01k\x09\x00\x00\x00\x00": "reserved value type",
+        b"\x03\x00\x00\x00\x0a\x04\x00\x01k\x01\x00\x00\x00\x01\x02": "value has the wrong width or byte for its type",
+        b"\x03\x00\x00\x00\x01\x77": "unknown event code",
+        b"\x02\x00\x00\x00\x0b\x00\x00\x00\x01\x00\x00\x00\x00\x00\x07": "frame length field disagrees with the record",
+    }
+    path = tmp_path / "a.jetlog"
+    path.write_bytes(build_log([(4, LogKind.FRAME_IN, frame) for frame in cases]))
+    rows = [r for r in read(path, mode="FAILFAST") if r["conn_id"] == 4]
+    assert [r["frame_error"] for r in rows] == list(cases.values())
+
+
+def test_unknown_kinds_are_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "a.jetlog"
+    path.write_bytes(build_log([(1, 0x42, b"future"), (1, LogKind.FRAME_IN, encode(GetState(1, "k")))]))
+    rows = read(path)
+    assert "0x42" not in {r["kind"] for r in rows}
+    assert any(r["key"] == "k" for r in rows)
+
+
+@pytest.mark.parametrize("damage", ["magic", "version", "crc", "short"])
+def test_bad_header(tmp_path: Path, damage: str) -> None:
+    data = bytearray(build_log())
+    if damage == "magic":
+        data[1] = ord("X")
+    elif damage == "version":
+        data[9] = 2
+        data[30:34] = zlib.crc32(bytes(data[:30])).to_bytes(4, "big")
+    elif damage == "crc":
+        data[20] ^= 1
+    path = tmp_path / "a.jetlog"
+    path.write_bytes(bytes(data[:20]) if damage == "short" else bytes(data))
+    if damage == "short":  # a file still being created: nothing yet, never an error
+        assert read(path) == [] and read(path, mode="FAILFAST") == []
+        return
+    rows = read(path)
+    assert len(rows) == 1 and rows[0]["corrupt"].startswith("bad segment header")
+    assert read(path, mode="DROPMALFORMED") == []
+    with pytest.raises(JetlogError):
+        read(path, mode="FAILFAST")
+
+
+def test_chunks_at_every_split_yield_each_record_once(tmp_path: Path) -> None:
+    data = build_log()
+    path = tmp_path / "a.jetlog"
+    path.write_bytes(data)
+    whole = read(path)
+    for split in range(0, len(data) + 1, 7):
+        rows = read(path, start=0, stop=split) + read(path, start=split)
+        assert rows == whole, split
+
+
+def test_small_batches_and_many_records(tmp_path: Path) -> None:
+    from tools.ingest.synth import write_synthetic_log
+
+    path = tmp_path / "a.jetlog"
+    count = write_synthetic_log(str(path), 2000)
+    rows = read(path, batch_rows_max=333)
+    assert len(rows) == count
+    assert [r["offset"] for r in rows] == sorted(r["offset"] for r in rows)
+    assert {r["peer_name"] for r in rows if r["conn_id"] in (1, 2, 3) and r["kind"] == "FRAME_OUT"} == {
+        "owner", "client", "fetcher"}
+    sets = [r for r in rows if r["function"] == "SET_STATE" and r["direction"] == "in"]
+    assert len(sets) == 2000 - 200
+    assert all(r["frame_error"] is None and r["corrupt"] is None for r in rows)
+
+
+def test_bad_mode(tmp_path: Path) -> None:
+    path = tmp_path / "a.jetlog"
+    path.write_bytes(build_log())
+    with pytest.raises(ValueError, match="mode"):
+        read(path, mode="LENIENT")
