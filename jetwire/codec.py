@@ -480,6 +480,8 @@ def _encode_unfetch(msg: Unfetch) -> bytes:
 
 
 def _encode_response(msg: Response) -> bytes:
+    if msg.status not in _STATUSES:
+        raise LocalProtocolError(f"unknown status {msg.status!r}")  # PROTOCOL.md 8
     if msg.status == Status.OK:
         if msg.message:
             raise LocalProtocolError("an OK response carries no message")

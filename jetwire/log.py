@@ -50,6 +50,7 @@ _U32 = struct.Struct(">I")
 _RECORD_HEAD = struct.Struct(">HII")
 _RECORD_FIXED = struct.Struct(">QIB")
 _ROUTE = struct.Struct(">IIIIB")
+_STATUS_VALUES = frozenset(int(s) for s in Status)
 
 
 class LogKind(IntEnum):
@@ -109,22 +110,49 @@ LogItem = Union[LogHeader, LogRecord, Corruption]
 
 
 def _str16(text: str, what: str) -> bytes:
-    raw = text.encode("utf-8")
+    try:
+        raw = text.encode("utf-8")
+    except (UnicodeEncodeError, AttributeError) as exc:
+        raise LocalProtocolError(f"{what} must be a str encodable as UTF-8: {exc}") from None
     if len(raw) > 0xFFFF:
         raise LocalProtocolError(f"{what} longer than 65535 UTF-8 bytes")
     return _U16.pack(len(raw)) + raw
 
 
 def encode_header(header: LogHeader) -> bytes:
-    """Encode a segment header, CRC included."""
-    head = _HEADER_FIXED.pack(MAGIC, header.version, header.flags, header.created_ns, header.segment)
+    """Encode a segment header, CRC included (JETLOG.md 2).
+
+    Raises:
+        LocalProtocolError: if a field does not fit its width or the name is too long.
+    """
+    try:
+        head = _HEADER_FIXED.pack(MAGIC, header.version, header.flags, header.created_ns, header.segment)
+    except struct.error as exc:
+        raise LocalProtocolError(f"log header field out of range ({exc})") from None
     head += _str16(header.name, "name")
     return head + _U32.pack(zlib.crc32(head))
 
 
 def encode_record(ts_ns: int, conn_id: int, kind: int, data: bytes) -> bytes:
-    """Encode one record: marker, length, CRC-32 over length and body, body."""
-    body = _RECORD_FIXED.pack(ts_ns, conn_id, kind) + data
+    """Encode one record: marker, length, CRC-32 over length and body, body (JETLOG.md 3).
+
+    Args:
+        ts_ns: nanoseconds since the Unix epoch (u64).
+        conn_id: the daemon's connection id (u32; 0 is the daemon itself).
+        kind: a :class:`LogKind` (u8).
+        data: the kind's data (a whole frame, or one of the ``*_data`` helpers' output).
+
+    Raises:
+        LocalProtocolError: if a field does not fit its width.
+    """
+    try:
+        body = _RECORD_FIXED.pack(ts_ns, conn_id, kind) + data
+    except struct.error as exc:
+        raise LocalProtocolError(f"log record field out of range ({exc})") from None
+    except TypeError:
+        raise LocalProtocolError(f"record data must be bytes, got {type(data).__name__}") from None
+    if len(body) > 0xFFFF_FFFF:
+        raise LocalProtocolError("log record longer than 2**32 - 1 bytes")
     length = _U32.pack(len(body))
     return _U16.pack(RECORD_MARKER) + length + _U32.pack(zlib.crc32(body, zlib.crc32(length))) + body
 
@@ -133,23 +161,42 @@ def encode_record(ts_ns: int, conn_id: int, kind: int, data: bytes) -> bytes:
 
 
 def conn_open_data(address: str) -> bytes:
+    """CONN_OPEN data: ``address:str16`` (JETLOG.md 4). Raises LocalProtocolError if too long."""
     return _str16(address, "address")
 
 
 def conn_close_data(status: int, reason: str) -> bytes:
+    """CONN_CLOSE data: ``status:u8 | reason:str16`` (JETLOG.md 4).
+
+    Raises:
+        LocalProtocolError: for an unknown status or a reason over 65535 bytes.
+    """
+    if status not in _STATUS_VALUES:
+        raise LocalProtocolError(f"unknown status {status!r}")  # PROTOCOL.md 8
     return bytes((status,)) + _str16(reason, "reason")
 
 
 def conn_name_data(name: str) -> bytes:
+    """CONN_NAME data: ``name:str16`` (JETLOG.md 4). Raises LocalProtocolError if too long."""
     return _str16(name, "name")
 
 
 def conn_snapshot_data(address: str, name: str) -> bytes:
+    """CONN_SNAPSHOT data: ``address:str16 | name:str16`` (JETLOG.md 4)."""
     return _str16(address, "address") + _str16(name, "name")
 
 
 def route_data(requester_conn: int, requester_id: int, owner_conn: int, owner_id: int, function: int, key: str) -> bytes:
-    return _ROUTE.pack(requester_conn, requester_id, owner_conn, owner_id, function) + _str16(key, "key")
+    """ROUTE data (JETLOG.md 4): requester and owner (connection, request id), function, key.
+
+    Raises:
+        LocalProtocolError: if a number does not fit its width or the key is too long.
+    """
+    try:
+        head = _ROUTE.pack(requester_conn, requester_id, owner_conn, owner_id, function)
+    except struct.error as exc:
+        raise LocalProtocolError(f"ROUTE field out of range ({exc})") from None
+    return head + _str16(key, "key")
 
 
 def _read_str16(data: bytes, off: int) -> tuple[str, int]:

@@ -36,6 +36,15 @@ class Value:
     data: bytes = b""
 
     def __post_init__(self) -> None:
+        if type(self.vtype) is not int:
+            if not isinstance(self.vtype, int) or isinstance(self.vtype, bool):
+                raise LocalProtocolError(f"value type must be an int, got {type(self.vtype).__name__}")
+            object.__setattr__(self, "vtype", int(self.vtype))  # a ValueType member: keep the plain int
+        if type(self.data) is not bytes:
+            if not isinstance(self.data, (bytes, bytearray, memoryview)):
+                raise LocalProtocolError(f"value data must be bytes, got {type(self.data).__name__}")
+            # Immutable like the message that carries it, and hashable.
+            object.__setattr__(self, "data", bytes(self.data))
         check_value(self.vtype, self.data, LocalProtocolError)
 
     @classmethod
@@ -130,6 +139,10 @@ def from_python(obj: PythonValue) -> Value:
     )
 
 
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
 def to_python(value: Value) -> PythonValue:
     """Map a :class:`Value` to Python; the inverse of :func:`from_python`.
 
@@ -153,9 +166,11 @@ def to_python(value: Value) -> PythonValue:
     if vtype == ValueType.BYTES:
         return data
     if vtype == ValueType.JSON:
+        # PROTOCOL.md 5.3: JSON is UTF-8 (json.loads would also guess UTF-16/32 from
+        # bytes), and NaN/Infinity are not JSON (from_python refuses to send them).
         try:
-            result: Any = json.loads(data)
-        except (ValueError, UnicodeDecodeError) as exc:
+            result: Any = json.loads(data.decode("utf-8"), parse_constant=_refuse_constant)
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             raise RemoteProtocolError(f"JSON value is not valid JSON: {exc}") from None
         return result  # type: ignore[no-any-return]
     return value

@@ -17,6 +17,7 @@ The module also offers the JSON-form conversions the tests and other tools use:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import struct
@@ -77,7 +78,9 @@ def value_to_json(value: Value) -> JsonObj:
     elif vtype == ValueType.FLOAT64:
         out["float"] = _float_text(struct.unpack(">d", value.data)[0])
     elif vtype in (ValueType.STRING, ValueType.JSON):
-        out["text"] = value.data.decode("utf-8")
+        # JSON data is carried opaquely (PROTOCOL.md 5.3): it may not even be UTF-8.
+        with contextlib.suppress(UnicodeDecodeError):
+            out["text"] = value.data.decode("utf-8")
     return out
 
 
