@@ -1,0 +1,28 @@
+"""Area 12: the plain asyncio loop (--loop asyncio) runs the same daemon."""
+
+from __future__ import annotations
+
+from jetd_testlib import RawPeer, v
+
+from jetwire import AddState, FetchAdd, FetchChange, FetchStates, NotifyState, Response, SetState, Status
+
+
+def test_asyncio_loop_routes_and_fetches(start_jetd):
+    daemon = start_jetd("--loop", "asyncio", "--log-level", "DEBUG")
+    owner = RawPeer(daemon.address)
+    client = RawPeer(daemon.address)
+    owner.request(lambda rid: AddState(rid, "k", v(1)))
+    fid = client.request(lambda rid: FetchStates(rid, "")).fetch_id
+    assert client.recv() == FetchAdd(fid, "k", v(1))
+    client.send(SetState(4, "k", v(2)))
+    routed = owner.recv()
+    owner.send(NotifyState(None, "k", v(2)), Response(routed.id, Status.OK, v(2)))
+    assert client.recv() == FetchChange(fid, "k", v(2))
+    assert client.recv() == Response(4, Status.OK, v(2))
+    daemon.stop()
+    assert "loop asyncio" in daemon.stderr()
+
+
+def test_uvloop_is_the_default(jetd):
+    jetd.stop()
+    assert "loop uvloop" in jetd.stderr()
