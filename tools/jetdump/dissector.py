@@ -31,6 +31,7 @@ DEFAULT_MAX_PENDING = 100_000  # requests remembered per dump while waiting for 
 PROBLEM_BYTES_SHOWN = 256  # bytes of a malformed/truncated frame kept for display
 
 _HEADER = struct.Struct(">BI")
+TYPE_CODES = frozenset(int(t) for t in FrameType)
 
 # Frame record kinds.
 OK = "frame"
@@ -104,10 +105,11 @@ Record = Union[FrameRecord, NoteRecord]
 class _Half:
     """One direction of a stream."""
 
-    __slots__ = ("base", "decoder", "shadow", "skip", "stopped")
+    __slots__ = ("base", "decoder", "origin", "shadow", "skip", "stopped")
 
     def __init__(self, max_body: int) -> None:
         self.decoder = Decoder(max_body=max_body)
+        self.origin = 0  # stream offset of the decoder's first byte
         self.shadow = bytearray()  # bytes fed but not consumed; stream offset ``base``
         self.base = 0
         self.stopped = False
@@ -192,11 +194,12 @@ class Dissector:
         keep_raw = self.keep_raw
         shadow = half.shadow
         base = half.base
-        start = decoder.consumed
+        origin = half.origin
+        start = origin + decoder.consumed
         while True:
             try:
                 for message in decoder.messages():
-                    end = decoder.consumed
+                    end = origin + decoder.consumed
                     self.number += 1
                     request = rtt = None
                     cls = type(message)
@@ -216,15 +219,36 @@ class Dissector:
                     start = end
                 break
             except RemoteProtocolError as exc:
-                if exc.fatal:
+                if not exc.fatal:
+                    end = origin + decoder.consumed
+                    self._malformed(stream, direction, ts, start, bytes(shadow[start - base : end - base]), exc)
+                    start = end
+                    continue
+                size = self._frame_size(shadow, start - base)
+                if size is None:
                     self._fatal(half, stream, direction, ts, start, exc)
                     return
-                end = decoder.consumed
+                # PROTOCOL.md 9.3 makes a bad EVENT or INFO fatal for the connection, but
+                # its header is sound and its length still says where the next frame
+                # begins: a dump goes on there with a fresh decoder.
+                end = start + size
                 self._malformed(stream, direction, ts, start, bytes(shadow[start - base : end - base]), exc)
+                decoder = half.decoder = Decoder(max_body=self.max_body)
+                origin = half.origin = end
+                decoder.receive_data(bytes(shadow[end - base :]))
                 start = end
-        consumed = decoder.consumed
+        consumed = origin + decoder.consumed
         del shadow[: consumed - base]
         half.base = consumed
+
+    def _frame_size(self, shadow: bytearray, pos: int) -> Optional[int]:
+        """Size of the complete frame at ``shadow[pos:]`` if its header is sound."""
+        if len(shadow) - pos < HEADER_SIZE:
+            return None
+        ftype, length = _HEADER.unpack_from(shadow, pos)
+        if ftype not in TYPE_CODES or length > self.max_body or pos + HEADER_SIZE + length > len(shadow):
+            return None
+        return HEADER_SIZE + length
 
     def _remember(self, stream: int, direction: int, message: Request, ts: Optional[float]) -> None:
         pending = self._pending
@@ -288,6 +312,7 @@ class Dissector:
                 self.out.append(NoteRecord(ts, stream, direction, "gap", text))
                 self._truncated(half, stream, direction, ts, partial, HEADER_SIZE + length, "gap in the capture")
                 half.decoder = Decoder(max_body=self.max_body)
+                half.origin = frame_end
                 half.shadow.clear()
                 half.skip = frame_end - (at + size)
                 half.base = at + size

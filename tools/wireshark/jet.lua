@@ -157,9 +157,16 @@ function Body:str16(len_field, text_field, what, min_len)
     if min_len and n < min_len then return self:fail("empty " .. what) end
     local text = ""
     if n > 0 then
-        text = self.tvb(self.pos, n):raw()
-        self.tree:add(text_field, self.tvb(self.pos, n), text)
-        if not valid_utf8(text) then return self:fail(what .. " is not valid UTF-8") end
+        local range = self.tvb(self.pos, n)
+        text = range:raw()
+        if not valid_utf8(text) then
+            -- Shown with replacement characters, never as raw invalid bytes.
+            self.tree:add_packet_field(text_field, range, ENC_UTF_8)
+            return self:fail(what .. " is not valid UTF-8")
+        end
+        self.tree:add(text_field, range, text)
+    else
+        self.tree:add(text_field, self.tvb(self.pos, 0), "")
     end
     self.pos = self.pos + n
     return text
@@ -183,7 +190,9 @@ function Body:value()
         return self:fail(value_types[vtype] .. " value must be " .. width .. " bytes, got " .. n)
     end
     local summary = value_types[vtype] or string.format("0x%02X", vtype)
-    if n > 0 then
+    if n == 0 then
+        self.tree:add(f.value, self.tvb(self.pos, 0))
+    else
         local range = self.tvb(self.pos, n)
         self.tree:add(f.value, range)
         if vtype == 0x01 then

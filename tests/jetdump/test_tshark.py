@@ -1,0 +1,265 @@
+"""tshark with tools/wireshark/jet.lua and jetdump --json must agree field by field on
+every frame: synthetic captures with segmentation, retransmissions, overlaps and
+out-of-order segments, a heuristic (non-default port) stream, and a real jetd session
+captured on loopback."""
+
+from __future__ import annotations
+
+import random
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+from jdhelpers import (
+    CONVERSATION,
+    TSHARK,
+    jet_frames,
+    jetdump_json,
+    normalise_jetdump,
+    tshark_pdus,
+)
+
+from jetwire import (
+    AddState,
+    Decoder,
+    FetchStates,
+    GetState,
+    Info,
+    Message,
+    Request,
+    Response,
+    SetState,
+    Status,
+    Value,
+    encode,
+)
+from tools.jetdump.synth import CaptureWriter, TcpSession
+
+pytestmark = [pytest.mark.tshark, pytest.mark.skipif(TSHARK is None, reason="tshark is not installed")]
+
+CLIENT = ("127.0.0.1", 40001)
+SERVER = ("127.0.0.1", 11124)
+
+
+def bursts(conversation: list[tuple[int, Message]]) -> list[tuple[int, bytes]]:
+    """Consecutive frames of one direction joined into one burst of bytes."""
+    out: list[tuple[int, bytes]] = []
+    for direction, message in conversation:
+        frame = encode(message)
+        if out and out[-1][0] == direction:
+            out[-1] = (direction, out[-1][1] + frame)
+        else:
+            out.append((direction, frame))
+    return out
+
+
+def chunks(data: bytes, sizes: list[int]) -> list[bytes]:
+    out, pos, i = [], 0, 0
+    while pos < len(data):
+        size = sizes[i % len(sizes)]
+        out.append(data[pos : pos + size])
+        pos += size
+        i += 1
+    return out
+
+
+def write_segmented(path: Path, *, pcapng: bool = False, server: tuple[str, int] = SERVER) -> None:
+    """Frames split across segments (down to 1 byte) and several frames per segment."""
+    with open(path, "wb") as f:
+        session = TcpSession(CaptureWriter(f, pcapng=pcapng), CLIENT, server)
+        session.handshake()
+        for i, (direction, data) in enumerate(bursts(CONVERSATION)):
+            # The daemon's INFO arrives whole, as from a real daemon: Wireshark's
+            # heuristic looks at one segment at a time.
+            sizes = [len(data)] if i == 0 else [1, 4, 60, 3, 200, 17, 2]
+            for piece in chunks(data, sizes):
+                session.send(direction, piece)
+        session.close()
+
+
+def write_damaged_order(path: Path) -> None:
+    """Retransmissions, overlaps and out-of-order segments in both directions."""
+    rng = random.Random(5)
+    with open(path, "wb") as f:
+        session = TcpSession(CaptureWriter(f), CLIENT, SERVER)
+        session.handshake()
+        for direction, data in bursts(CONVERSATION):
+            pieces = chunks(data, [9, 30, 5, 70, 13])
+            start = session.next[direction] - session.isn[direction] - 1
+            offsets = []
+            pos = start
+            for piece in pieces:
+                offsets.append(pos)
+                pos += len(piece)
+            order = list(range(len(pieces)))
+            for i in range(0, len(order) - 1, 3):
+                order[i], order[i + 1] = order[i + 1], order[i]  # out of order
+            for i in order:
+                session.send(direction, pieces[i], at=offsets[i], advance=False)
+                if rng.random() < 0.3:
+                    session.send(direction, pieces[i], at=offsets[i], advance=False)  # retransmission
+                if rng.random() < 0.2 and i + 1 < len(pieces):
+                    # overlap: the tail of this piece and the head of the next one
+                    tail = pieces[i][len(pieces[i]) // 2 :] + pieces[i + 1][:3]
+                    session.send(direction, tail, at=offsets[i] + len(pieces[i]) // 2, advance=False)
+            session.next[direction] = session.isn[direction] + 1 + pos
+        session.close()
+
+
+def assert_agree(capture: Path, *jetdump_args: str) -> list[dict[str, Any]]:
+    """Compare every frame: fields, stream, timestamp, response matching."""
+    pdus = tshark_pdus(capture)
+    frames = jet_frames(jetdump_json(str(capture), *jetdump_args))
+    assert len(frames) == len(pdus) > 0, (len(frames), len(pdus))
+    by_number = {frame["frame"]: i for i, frame in enumerate(frames)}
+    for pdu, frame in zip(pdus, frames):
+        assert pdu["stream"] == frame["stream"]
+        assert pdu["timestamp"] == pytest.approx(frame["timestamp"], abs=2e-6)
+        got = {k: v for k, v in pdu["fields"].items() if k not in ("kind", "error", "response_to", "rtt_ms")}
+        if frame["kind"] == "frame":
+            assert "kind" not in pdu["fields"], (pdu, frame)
+            assert got == normalise_jetdump(frame), (pdu, frame)
+        else:
+            assert pdu["fields"].get("kind") in ("malformed", "truncated"), (pdu, frame)
+            for name in ("type", "length", "id"):
+                if name in got:
+                    assert got[name] == normalise_jetdump(frame).get(name), (name, pdu, frame)
+        if "request" in frame:
+            request_pdu = pdus[by_number[frame["request"]["frame"]]]
+            assert pdu["fields"]["response_to"] == request_pdu["packet"]
+            assert pdu["fields"]["rtt_ms"] == pytest.approx(frame["rtt_ms"], abs=1e-3)
+        else:
+            assert "response_to" not in pdu["fields"]
+    return frames
+
+
+def test_segmented_pcap_agrees(tmp_path: Path) -> None:
+    capture = tmp_path / "segmented.pcap"
+    write_segmented(capture)
+    frames = assert_agree(capture)
+    assert len(frames) == len(CONVERSATION)
+    assert all(frame["kind"] == "frame" for frame in frames)
+    assert sum("request" in frame for frame in frames) >= 10
+
+
+def test_segmented_pcapng_agrees(tmp_path: Path) -> None:
+    capture = tmp_path / "segmented.pcapng"
+    write_segmented(capture, pcapng=True)
+    assert len(assert_agree(capture)) == len(CONVERSATION)
+
+
+def test_retransmissions_and_reordering_agree(tmp_path: Path) -> None:
+    capture = tmp_path / "damaged-order.pcap"
+    write_damaged_order(capture)
+    frames = assert_agree(capture)
+    # Every frame exactly once, in order, despite duplicates and reordering.
+    assert [f["type"] for f in frames] == [wire_type(m) for _, m in CONVERSATION]
+    assert [f.get("key") or f.get("prefix") or f.get("message") or f.get("name") for f in frames] == [
+        getattr(m, "key", None) or getattr(m, "prefix", None) or getattr(m, "message", None) or getattr(m, "name", None)
+        for _, m in CONVERSATION
+    ]
+
+
+def wire_type(message: Message) -> str:
+    if isinstance(message, Info):
+        return "INFO"
+    if isinstance(message, Response):
+        return "RESPONSE"
+    if isinstance(message, Request) and message.id is not None:
+        return "REQUEST"
+    return "EVENT"
+
+
+def test_heuristic_stream_on_another_port_agrees(tmp_path: Path) -> None:
+    capture = tmp_path / "heuristic.pcap"
+    write_segmented(capture, server=("127.0.0.1", 40999))
+    frames = assert_agree(capture, "--port", "1")
+    assert len(frames) == len(CONVERSATION)
+    # Without the heuristic, jetdump ignores the stream.
+    assert jet_frames(jetdump_json(str(capture), "--port", "1", "--no-heuristic")) == []
+
+
+def test_malformed_frames_agree(tmp_path: Path) -> None:
+    good = encode(SetState(1, "a", Value.of(1)))
+    bad = [
+        b"\x01\x00\x00\x00\x06\x00\x00\x00\x02\x77\x00",  # unknown function
+        b"\x01\x00\x00\x00\x07\x00\x00\x00\x03\x0a\x00\x00",  # empty key
+        b"\x03\x00\x00\x00\x0d\x03\x00\x01k\x01\x00\x00\x00\x01\x07\x00\x00\x00",  # bad BOOL + trailing
+        b"\x02\x00\x00\x00\x07\x00\x00\x00\x04\x00\x01\x02",  # OK payload of 2 bytes
+        b"\x01\x00\x00\x00\x09\x00\x00\x00\x05\x02\x00\x02\xff\xfe",  # key not UTF-8
+    ]
+    capture = tmp_path / "malformed.pcap"
+    with open(capture, "wb") as f:
+        session = TcpSession(CaptureWriter(f), CLIENT, SERVER)
+        session.handshake()
+        session.send(0, good + b"".join(bad[:3]))
+        session.send(0, bad[3] + bad[4][:6])
+        session.send(0, bad[4][6:] + good)
+        session.close()
+    frames = assert_agree(capture)
+    assert [f["kind"] for f in frames] == ["frame"] + ["malformed"] * 5 + ["frame"]
+
+
+def _drive_jetd(host: str, port: int) -> int:
+    """A short session of raw frames against a real jetd; returns frames received."""
+    with socket.create_connection((host, port), timeout=5) as sock:
+        sock.sendall(encode(Info("capture-test")))
+        sock.sendall(encode(AddState(1, "cap/temp", Value.of(20.5))))
+        sock.sendall(encode(FetchStates(2, "cap/")) + encode(GetState(3, "cap/temp")))
+        sock.sendall(encode(SetState(4, "cap/missing", Value.of(1))))
+        # Answer the routed set the daemon sends us for our own state.
+        sock.sendall(encode(SetState(5, "cap/temp", Value.of(21.0))))
+        decoder = Decoder()
+        received = 0
+        deadline = time.monotonic() + 5
+        answered = set()
+        while time.monotonic() < deadline and not {1, 2, 3, 4, 5} <= answered:
+            decoder.receive_data(sock.recv(65536))
+            for message in decoder.messages():
+                received += 1
+                if isinstance(message, SetState) and message.id is not None:
+                    sock.sendall(encode(Response(message.id, Status.OK, message.value)))
+                elif isinstance(message, Response):
+                    answered.add(message.id)
+    return received
+
+
+def test_real_jetd_session_captured_on_loopback_agrees(tmp_path: Path, start_jetd: Callable[..., Any]) -> None:
+    daemon = start_jetd()
+    capture = tmp_path / "live.pcapng"
+    proc = subprocess.Popen(
+        [str(TSHARK), "-i", "lo", "-f", f"tcp port {daemon.port}", "-w", str(capture)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    try:
+        assert proc.stderr is not None
+        started = b""
+        deadline = time.monotonic() + 15
+        while b"Capturing on" not in started and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            if not line:
+                break
+            started += line
+        if b"Capturing on" not in started:
+            pytest.skip(f"capturing on loopback is not permitted here: {started.decode(errors='replace')}")
+        time.sleep(0.3)  # the capture filter is compiled and attached after the message
+        received = _drive_jetd(daemon.host, daemon.port)
+        assert received >= 6
+        time.sleep(0.3)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    frames = assert_agree(capture, "--port", str(daemon.port))
+    summary = [(f["type"], f.get("function") or f.get("code") or f.get("status")) for f in frames]
+    assert ("INFO", None) in summary
+    assert ("REQUEST", "ADD_STATE") in summary
+    assert ("RESPONSE", "NOT_FOUND") in summary
+    assert any(f.get("request", {}).get("function") == "SET_STATE" for f in frames)
