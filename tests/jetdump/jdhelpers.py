@@ -34,7 +34,6 @@ from jetwire import (
     Unfetch,
     Value,
     ValueType,
-    encode,
 )
 
 REPO = Path(__file__).resolve().parents[2]

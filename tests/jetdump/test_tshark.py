@@ -10,8 +10,9 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 from jdhelpers import (
@@ -116,7 +117,7 @@ def assert_agree(capture: Path, *jetdump_args: str) -> list[dict[str, Any]]:
     frames = jet_frames(jetdump_json(str(capture), *jetdump_args))
     assert len(frames) == len(pdus) > 0, (len(frames), len(pdus))
     by_number = {frame["frame"]: i for i, frame in enumerate(frames)}
-    for pdu, frame in zip(pdus, frames):
+    for pdu, frame in zip(pdus, frames, strict=True):
         assert pdu["stream"] == frame["stream"]
         assert pdu["timestamp"] == pytest.approx(frame["timestamp"], abs=2e-6)
         got = {k: v for k, v in pdu["fields"].items() if k not in ("kind", "error", "response_to", "rtt_ms")}
