@@ -77,6 +77,8 @@ class RunConfig:
             # PROTOCOL.md 10.7: defaults of jetd, overridable with --var for other daemons.
             "max_key_length": 1024,
             "max_fetches_per_connection": 1000,
+            "max_states_per_connection": 100_000,
+            "max_pending_per_owner": 10_000,
             **self.variables,
         }
 
