@@ -87,6 +87,8 @@ def format_value(value: float, unit: str) -> str:
     """A human-readable number with its unit."""
     if unit == "/s":
         return f"{value:,.0f}/s"
+    if unit == "cores":
+        return f"{value:.2f} cores"
     if unit == "ratio":
         return f"{value:.2f}"
     if unit in ("µs", "ms"):

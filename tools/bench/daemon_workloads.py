@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 import socket
 import statistics
 import time
@@ -100,6 +101,12 @@ def _keys(prefix: str, count: int) -> list[str]:
     return [f"{prefix}{i:0{width}d}" for i in range(count)]
 
 
+def _own_cpu() -> float:
+    """CPU seconds used by this process (the load generator) so far."""
+    times = os.times()
+    return times.user + times.system
+
+
 def _check_alive(daemon: DaemonProcess) -> None:
     if not daemon.alive():
         raise BenchError(f"{daemon.kind} exited ({daemon.proc.returncode}): {daemon.stderr_tail()}")
@@ -144,14 +151,15 @@ def w1_routed_set(start: StartDaemon, dialect: Dialect, sizes: Sizes) -> list[Sa
                         latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] / 1000)
         _check_alive(daemon)
         for rep in range(sizes.repeat):
-            rate, cpu = _w1_pipelined(daemon, dialect, owner, requester, key, sizes, rep)
+            rate, cpu, generator = _w1_pipelined(daemon, dialect, owner, requester, key, sizes, rep)
             samples.add("W1 routed set", f"pipelined ({sizes.w1_in_flight} in flight) sets/s", "/s", rate)
             samples.add("W1 routed set", "daemon CPU per routed set", "µs", cpu * 1e6)
+            samples.add("W1 routed set", "load generator CPU while pipelining", "cores", generator)
     return samples.list()
 
 
 def _w1_pipelined(daemon: DaemonProcess, dialect: Dialect, owner: socket.socket, requester: socket.socket,
-                  key: str, sizes: Sizes, rep: int) -> tuple[float, float]:
+                  key: str, sizes: Sizes, rep: int) -> tuple[float, float, float]:
     """One pipelined window: every response releases the next set, until the window ends."""
     cycle = max(10 * sizes.w1_in_flight, 1000)
     base = 1_000_000_000 + rep * 10_000_000
@@ -183,9 +191,9 @@ def _w1_pipelined(daemon: DaemonProcess, dialect: Dialect, owner: socket.socket,
         requester_channel = pump.add(Channel(requester, on_data=on_responses))
         requester_channel.write(take(sizes.w1_in_flight))
         pump.run_until(time.perf_counter() + sizes.warmup)
-        t0, cpu0, ok0 = time.perf_counter(), daemon.cpu_seconds(), scanner.ok
+        t0, cpu0, ok0, gen0 = time.perf_counter(), daemon.cpu_seconds(), scanner.ok, _own_cpu()
         pump.run_until(t0 + sizes.window)
-        t1, cpu1, ok1 = time.perf_counter(), daemon.cpu_seconds(), scanner.ok
+        t1, cpu1, ok1, gen1 = time.perf_counter(), daemon.cpu_seconds(), scanner.ok, _own_cpu()
         # Let the sets in flight finish so the next repetition starts on quiet connections.
         state["stop"] = 1
         pump.run_until(time.perf_counter() + 10, lambda: scanner.ok >= state["sent"])
@@ -201,7 +209,7 @@ def _w1_pipelined(daemon: DaemonProcess, dialect: Dialect, owner: socket.socket,
     sets = ok1 - ok0
     if sets <= 0:
         raise BenchError("no routed set completed in the window")
-    return sets / (t1 - t0), (cpu1 - cpu0) / sets
+    return sets / (t1 - t0), (cpu1 - cpu0) / sets, (gen1 - gen0) / (t1 - t0)
 
 
 # --- W2 / W5: fan-out ------------------------------------------------------------------
@@ -218,6 +226,7 @@ class _FanOut:
         # Values alternate so that no notify repeats its key's cached value (node-jet drops those).
         self.block = (dialect.notify_block(keys, 1) + dialect.notify_block(keys, 2)) * max(1, 500 // len(keys))
         self.owner_responses = dialect.response_scanner()
+        self.generator_load = 0.0  # this process's CPU seconds per second in the last window
 
     def run(self, fetchers: int, sizes: Sizes, *, slow_rcvbuf: int | None = None,
             warmup: float | None = None) -> tuple[float, float, int]:
@@ -249,8 +258,14 @@ class _FanOut:
             rss0 = self.daemon.rss_bytes()
             pump.run_until(time.perf_counter() + (sizes.warmup if warmup is None else warmup))
             t0, cpu0, ev0 = time.perf_counter(), self.daemon.cpu_seconds(), sum(c.events for c in counters)
+            gen0 = _own_cpu()
             pump.run_until(t0 + sizes.window)
+            # A daemon may deliver in bursts far apart (it may read the owner for a long
+            # time before it writes): stretch the window until something has arrived.
+            stretch = t0 + sizes.window + 10
+            pump.run_until(stretch, lambda: sum(c.events for c in counters) > ev0)
             t1, cpu1, ev1 = time.perf_counter(), self.daemon.cpu_seconds(), sum(c.events for c in counters)
+            self.generator_load = (_own_cpu() - gen0) / (t1 - t0)
             rss1 = self.daemon.rss_bytes()
             # Stop producing, but never leave half a frame on the owner's stream.
             owner_channel.produce = None
@@ -308,6 +323,7 @@ def w2_fanout(start: StartDaemon, dialect: Dialect, sizes: Sizes) -> list[Sample
                 fanout.drain_owner(0.2)
                 samples.add("W2 fan-out", f"{fetchers} fetchers: delivered events/s", "/s", rate)
                 samples.add("W2 fan-out", f"{fetchers} fetchers: daemon CPU per delivered event", "µs", cpu * 1e6)
+                samples.add("W2 fan-out", f"{fetchers} fetchers: load generator CPU", "cores", fanout.generator_load)
     return samples.list()
 
 
