@@ -587,6 +587,7 @@ class Daemon:
             conn.paused = True
             conn.slow_since = self.now
             self.slow.add(conn)
+            log.debug("slow %s: %d bytes in the transport, queueing locally", conn.label, transport_size)
 
     def drained(self, conn: Connection) -> None:
         """The local queue is empty and the transport below its low mark again."""
@@ -594,6 +595,7 @@ class Daemon:
         conn.transport_size = 0
         conn.slow_since = None
         self.slow.discard(conn)
+        log.debug("drained %s", conn.label)
 
     # --- receiving ----------------------------------------------------------------------
 

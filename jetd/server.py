@@ -28,6 +28,10 @@ __all__ = ["PeerProtocol", "Server", "new_event_loop", "serve"]
 log = logging.getLogger("jetd")
 
 DRAIN_CHUNK = 256 * 1024  # bytes handed to a paused transport per write while draining
+# libuv reads up to 32 times per readiness event, so one loop turn can bring megabytes;
+# after a read this large we flush at once, which bounds what one turn queues per peer
+# (input chunk times fan-out) and lets the soft limit act close to its value.
+FLUSH_AFTER_READ = 32 * 1024
 
 
 class PeerProtocol(asyncio.Protocol):
@@ -69,7 +73,9 @@ class PeerProtocol(asyncio.Protocol):
             log.exception("internal error on %s", self.conn.label if self.conn else "?")
             if self.conn is not None:
                 server.daemon.internal_error(self.conn, server.loop.time())
-        if not server.flush_scheduled:
+        if len(data) >= FLUSH_AFTER_READ:
+            server.flush()
+        elif not server.flush_scheduled:
             server.flush_scheduled = True
             server.loop.call_soon(server.flush)
 
