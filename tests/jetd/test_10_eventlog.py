@@ -1,0 +1,171 @@
+"""Area 10: the event log (spec/JETLOG.md): records, ROUTE, rotation, snapshots, repair."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from jetd_testlib import RawPeer, v
+
+from jetwire import (
+    AddState,
+    FetchStates,
+    FrameType,
+    NotifyState,
+    Response,
+    SetState,
+    Status,
+    decode_frame,
+)
+from jetwire.log import LogHeader, LogKind, LogRecord, Truncation, iter_log, parse_record_data
+
+
+def _read(path: Path) -> tuple[LogHeader, list[LogRecord], list[object]]:
+    with open(path, "rb") as stream:
+        items = list(iter_log(stream))
+    header = items[0]
+    assert isinstance(header, LogHeader)
+    records = [i for i in items[1:] if isinstance(i, LogRecord)]
+    problems = [i for i in items[1:] if not isinstance(i, LogRecord)]
+    return header, records, problems
+
+
+def _segments(directory: Path) -> list[Path]:
+    return sorted(directory.glob("jet-*.jetlog"))
+
+
+def _traffic(address):
+    owner = RawPeer(address, "owner")
+    client = RawPeer(address, "client")
+    owner.request(lambda rid: AddState(rid, "k", v(1)))
+    fid = client.request(lambda rid: FetchStates(rid, "")).fetch_id
+    client.recv()
+    client.send(SetState(50, "k", v(2)))
+    routed = owner.recv()
+    owner.send(NotifyState(None, "k", v(2)), Response(routed.id, Status.OK, v(2)))
+    client.recv_n(2)
+    owner.close()
+    client.recv()  # FETCH_REMOVE
+    return fid, routed.id, client
+
+
+@pytest.mark.parametrize("fsync", ["interval", "always", "never"])
+def test_records_of_a_session(start_jetd, tmp_path, fsync):
+    logdir = tmp_path / "log"
+    daemon = start_jetd("--log-dir", str(logdir), "--log-fsync", fsync)
+    fid, owner_id, client = _traffic(daemon.address)
+    daemon.stop()
+    client.close()
+    [segment] = _segments(logdir)
+    assert segment.name.startswith("jet-") and f"-{daemon.proc.pid}-000000.jetlog" in segment.name
+    header, records, problems = _read(segment)
+    assert (header.name, header.segment) == ("jetd", 0)
+    assert problems == []
+    assert all(a.ts_ns <= b.ts_ns for a, b in zip(records, records[1:]))
+    kinds = [r.kind for r in records]
+    opens = [r for r in records if r.kind == LogKind.CONN_OPEN]
+    assert len(opens) == 2 and parse_record_data(LogKind.CONN_OPEN, opens[0].data)["address"].startswith("127.0.0.1:")
+    names = {r.conn_id: parse_record_data(r.kind, r.data)["name"] for r in records if r.kind == LogKind.CONN_NAME}
+    assert sorted(names.values()) == ["client", "owner"]
+    owner_conn = next(c for c, n in names.items() if n == "owner")
+    client_conn = next(c for c, n in names.items() if n == "client")
+    # The requester's FRAME_IN, then ROUTE, then the FRAME_OUT to the owner.
+    route_at = kinds.index(LogKind.ROUTE)
+    route = parse_record_data(LogKind.ROUTE, records[route_at].data)
+    assert route == {
+        "requester_conn": client_conn,
+        "requester_id": 50,
+        "owner_conn": owner_conn,
+        "owner_id": owner_id,
+        "function": 3,
+        "key": "k",
+    }
+    before, after = records[route_at - 1], records[route_at + 1]
+    assert before.kind == LogKind.FRAME_IN and before.conn_id == client_conn
+    assert decode_frame(before.data) == SetState(50, "k", v(2))
+    assert after.kind == LogKind.FRAME_OUT and after.conn_id == owner_conn
+    assert decode_frame(after.data) == SetState(owner_id, "k", v(2))
+    # Every frame logged is a whole frame; fetch events are not in FRAME_OUT by default.
+    outs = [decode_frame(r.data) for r in records if r.kind == LogKind.FRAME_OUT]
+    assert not any(type(m).__name__.startswith("Fetch") and hasattr(m, "fetch_id") and not isinstance(m, Response) for m in outs)
+    assert Response(50, Status.OK, v(2)) in outs
+    closes = [parse_record_data(r.kind, r.data) for r in records if r.kind == LogKind.CONN_CLOSE]
+    assert len(closes) == 2 and all(c["status"] == Status.OK for c in closes)
+    assert any(c["reason"] == "shutting down" for c in closes)
+
+
+def test_log_events_records_fetch_events(start_jetd, tmp_path):
+    logdir = tmp_path / "log"
+    daemon = start_jetd("--log-dir", str(logdir), "--log-events")
+    fid, _, client = _traffic(daemon.address)
+    daemon.stop()
+    _, records, _ = _read(_segments(logdir)[0])
+    events = [r.data for r in records if r.kind == LogKind.FRAME_OUT and r.data[0] == FrameType.EVENT]
+    names = [type(decode_frame(e)).__name__ for e in events]
+    assert names.count("FetchAdd") == 1 and names.count("FetchChange") == 1 and names.count("FetchRemove") == 1
+
+
+def test_rotation_with_snapshots_and_new_segment_on_restart(start_jetd, tmp_path):
+    logdir = tmp_path / "log"
+    daemon = start_jetd("--log-dir", str(logdir), "--log-rotate-size", "2000")
+    owner = RawPeer(daemon.address, "stayer")
+    owner.request(lambda rid: AddState(rid, "k", v(0)))
+    for i in range(60):
+        owner.request(lambda rid, i=i: NotifyState(rid, "k", v(i)))
+        if i % 20 == 0:
+            time.sleep(0.06)  # let the writer run between bursts
+    daemon.stop()
+    segments = _segments(logdir)
+    assert len(segments) >= 3
+    total_in = 0
+    for number, path in enumerate(segments):
+        header, records, problems = _read(path)
+        assert header.segment == number and problems == []
+        if number > 0:
+            first = records[0]
+            assert first.kind == LogKind.CONN_SNAPSHOT
+            assert parse_record_data(first.kind, first.data)["name"] == "stayer"
+        total_in += sum(1 for r in records if r.kind == LogKind.FRAME_IN)
+    assert total_in == 1 + 1 + 60  # INFO, ADD_STATE, 60 notifies: nothing lost across segments
+    second = start_jetd("--log-dir", str(logdir))
+    second.stop()
+    assert len(_segments(logdir)) == len(segments) + 1
+
+
+def test_truncated_last_record_is_cut_on_start(start_jetd, tmp_path):
+    logdir = tmp_path / "log"
+    daemon = start_jetd("--log-dir", str(logdir))
+    client = _traffic(daemon.address)[2]
+    daemon.stop()
+    client.close()
+    [segment] = _segments(logdir)
+    _, records, _ = _read(segment)
+    good_size = segment.stat().st_size
+    with open(segment, "ab") as stream:  # a crash in the middle of a record
+        stream.write(b"JR\x00\x00\x01\x00\x12\x34\x56\x78partial")
+    with open(segment, "rb") as stream:
+        assert isinstance(list(iter_log(stream))[-1], Truncation)
+    again = start_jetd("--log-dir", str(logdir))
+    again.stop()
+    assert segment.stat().st_size == good_size
+    _, after, problems = _read(segment)
+    assert after == records and problems == []
+    assert "cut it there" in again.stderr()
+
+
+def test_unwritable_log_dir_is_a_clear_error(tmp_path):
+    import subprocess
+    import sys
+
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    result = subprocess.run(
+        [sys.executable, "-m", "jetd", "--host", "127.0.0.1", "--port", "0", "--log-dir", str(blocker / "x")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=str(Path(__file__).parents[2]),
+    )
+    assert result.returncode == 1
+    assert "jetd: error" in result.stderr and "Traceback" not in result.stderr
