@@ -267,6 +267,22 @@ _FETCH_EVENT_RAW_PARSERS: dict[int, Parser] = {
     EventCode.FETCH_REMOVE: _key_value_parser(FetchRemove, "fetch_id"),
 }
 
+# Decoder.messages() builds the common key/value messages inline. Per function or
+# event code: (class, setter of its lead field, of ``key``, of ``value``).
+_Builder = tuple[type, Callable[[object, object], None], Callable[[object, object], None], Callable[[object, object], None]]
+
+
+def _builder(cls: type, lead_name: str) -> _Builder:
+    return (cls, *_slot_setters(cls, lead_name, "key", "value"))  # type: ignore[return-value]
+
+
+_INLINE_REQUESTS: dict[int, _Builder] = {
+    cls.function: _builder(cls, "id") for cls in (AddState, SetState, NotifyState, CallMethod)
+}
+_INLINE_FETCH_EVENTS: dict[int, _Builder] = {
+    cls.code: _builder(cls, "fetch_id") for cls in (FetchAdd, FetchChange, FetchRemove)
+}
+
 _FETCH_EVENT_PARSERS: dict[int, Callable[[bytes, int, int], Message]] = {
     EventCode.FETCH_ADD: _fetch_event_parser(FetchAdd),
     EventCode.FETCH_CHANGE: _fetch_event_parser(FetchChange),
@@ -722,43 +738,88 @@ class Decoder:
         Messages before a bad frame are yielded first; then the error is raised.
         """
         decoders = _BODY_DECODERS
-        request_parsers = _REQUEST_PARSERS
-        fetch_parsers = _FETCH_EVENT_RAW_PARSERS
+        inline_requests = _INLINE_REQUESTS
+        inline_fetch_events = _INLINE_FETCH_EVENTS
+        req_head = _REQ_KEY.unpack_from
+        evt_head = _EVT_FID_KEY.unpack_from
+        frame_head = _HEADER_FROM
+        value_head = _VALUE_HEAD_FROM
+        fast_width = _FAST_WIDTH
+        new = _new
+        set_vtype = _V_TYPE
+        set_vdata = _V_DATA
         max_body = self.max_body
         while self._error is None:
             buf = self._buf
             pos = self._pos
-            limit = len(buf) - HEADER_SIZE
+            size = len(buf)
             try:
-                # Whole frames already contiguous in the buffer: no bookkeeping per frame.
-                while pos <= limit:
-                    ftype, length = _HEADER_FROM(buf, pos)
-                    end = pos + HEADER_SIZE + length
-                    if end > len(buf) or length > max_body or ftype not in decoders:
-                        break
+                # Whole frames already contiguous in the buffer. Key/value REQUESTs and
+                # fetch events (most of the traffic) are parsed right here with one
+                # unpack for header + id/code + key length and one for the value head;
+                # anything unusual or doubtful goes to the careful parsers, which name
+                # the exact fault.
+                while pos + 12 <= size:
+                    ftype = buf[pos]
+                    if ftype == 1:
+                        _, length, lead, code, klen = req_head(buf, pos)
+                        build = inline_requests.get(code)
+                    elif ftype == 3:
+                        _, length, code, lead, klen = evt_head(buf, pos)
+                        build = inline_fetch_events.get(code)
+                    else:
+                        if ftype not in decoders:
+                            break  # next_message() raises the fatal error
+                        _, length = frame_head(buf, pos)
+                        build = None
+                    end = pos + 5 + length
+                    if end > size or length > max_body:
+                        break  # next_message() waits, or raises the fatal error
                     self._pos = end
-                    # REQUEST and fetch events dominate traffic: dispatch them here directly.
-                    if ftype == 1 and length >= 5:
-                        rid, function = _ID_BYTE_FROM(buf, pos + 5)
-                        parser = request_parsers.get(function)
-                        if parser is not None:
-                            yield parser(buf, pos + 10, end, rid, 1)
-                            pos = end
-                            continue
-                    elif ftype == 3 and length >= 5:
-                        fetch_parser = fetch_parsers.get(buf[pos + 5])
-                        if fetch_parser is not None:
-                            yield fetch_parser(buf, pos + 10, end, _U32_FROM(buf, pos + 6)[0], 3)
-                            pos = end
-                            continue
+                    if build is not None:
+                        kstop = pos + 12 + klen
+                        if klen and kstop + 5 <= end:
+                            vtype, vn = value_head(buf, kstop)
+                            if kstop + 5 + vn == end:
+                                width = fast_width[vtype]
+                                data = buf[kstop + 5 : end]
+                                if width >= 0:
+                                    plain = vn == width and (vtype != 1 or data[0] < 2)
+                                elif width == _OPAQUE:
+                                    plain = True
+                                else:
+                                    plain = False
+                                    if vtype == 4:
+                                        try:
+                                            data.decode("utf-8")
+                                            plain = True
+                                        except UnicodeDecodeError:
+                                            pass
+                                if plain:
+                                    try:
+                                        key = buf[pos + 12 : kstop].decode("utf-8")
+                                    except UnicodeDecodeError:
+                                        pass
+                                    else:
+                                        value = new(Value)
+                                        set_vtype(value, vtype)
+                                        set_vdata(value, data)
+                                        cls, set_lead, set_key, set_value = build
+                                        message: Message = new(cls)
+                                        set_lead(message, lead)
+                                        set_key(message, key)
+                                        set_value(message, value)
+                                        yield message
+                                        pos = end
+                                        continue
                     yield decoders[ftype](buf, pos + HEADER_SIZE, end)
                     pos = end
             except RemoteProtocolError as exc:
                 if exc.fatal:
                     self._error = exc  # PROTOCOL.md 9.2, 9.3: nothing more is read
                 raise
-            message = self.next_message()
-            if message is None:
+            pending = self.next_message()
+            if pending is None:
                 return
-            yield message
+            yield pending
         raise self._error

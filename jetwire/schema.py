@@ -77,6 +77,31 @@ class Code(Adapter):  # type: ignore[misc]
         return int(obj)
 
 
+class Verify(Check):  # type: ignore[misc]
+    """``Check`` with a plain Python predicate that also survives ``compile()``.
+
+    construct's compiler writes a Check's lambda into its generated source as its repr
+    (a syntax error); a construct whose ``_emitparse`` raises NotImplementedError is
+    linked into the compiled parser as an instance instead.
+    """
+
+    def _emitparse(self, code: Any) -> str:
+        raise NotImplementedError
+
+    def _emitbuild(self, code: Any) -> str:
+        raise NotImplementedError
+
+
+class PySwitch(Switch):  # type: ignore[misc]
+    """``Switch`` on a plain Python function, linked (not inlined) by ``compile()``."""
+
+    def _emitparse(self, code: Any) -> str:
+        raise NotImplementedError
+
+    def _emitbuild(self, code: Any) -> str:
+        raise NotImplementedError
+
+
 class Located(Subconstruct):  # type: ignore[misc]
     """Records (name, offset, length, value) of the field it wraps into the ``_fields``
     parse parameter, when given; otherwise transparent."""
@@ -107,7 +132,7 @@ def _str16(name: str, *, min_len: int = 0) -> tuple[Construct, ...]:
     length = f"{name}_length"
     fields: list[Construct] = [_f(length, Rebuild(Int16ub, _utf8_len(name)))]
     if min_len:
-        fields.append(Check(lambda ctx: ctx[length] >= min_len))
+        fields.append(Verify(lambda ctx: ctx[length] >= min_len))
     fields.append(_f(name, StringEncoded(Bytes(lambda ctx: ctx[length]), "utf8")))
     return tuple(fields)
 
@@ -130,7 +155,7 @@ VALUE_FIELDS: tuple[Construct, ...] = (
     _f("value_type", Code(ValueType, accept=is_known_value_type)),
     _f("value_length", Rebuild(Int32ub, lambda ctx: len(ctx.value))),
     _f("value", Bytes(this.value_length)),
-    Check(_value_ok),
+    Verify(_value_ok),
 )
 KEY_FIELDS = _str16("key", min_len=1)
 
@@ -154,7 +179,7 @@ REQUEST_PAYLOADS = {
 REQUEST_BODY = Struct(
     _f("id", Int32ub),
     _f("function", Code(Function)),
-    "payload" / Switch(this.function, REQUEST_PAYLOADS),
+    "payload" / Switch(this.function, {int(k): v for k, v in REQUEST_PAYLOADS.items()}),
     Terminated,
 )
 
@@ -179,13 +204,13 @@ def _ok_shape(ctx: Any) -> str:
     return "fetch_id" if "fetch_id" in payload else "empty"
 
 
-OK_PAYLOAD = Switch(
+OK_PAYLOAD = PySwitch(
     _ok_shape,
     {
         "empty": Struct(),
         "fetch_id": Struct(_f("fetch_id", Int32ub)),
         "value": Struct(*VALUE_FIELDS),
-        "bad": Check(lambda ctx: False),
+        "bad": Verify(lambda ctx: False),
     },
 )
 
@@ -208,7 +233,7 @@ EVENT_PAYLOADS = {
 
 EVENT_BODY = Struct(
     _f("code", Code(EventCode)),
-    "payload" / Switch(this.code, EVENT_PAYLOADS),
+    "payload" / Switch(this.code, {int(k): v for k, v in EVENT_PAYLOADS.items()}),
     Terminated,
 )
 
@@ -216,7 +241,7 @@ INFO_BODY = Struct(
     _f("major", Int8ub),
     # PROTOCOL.md 2, 9.2: an INFO of another major version is rejected on receipt; it
     # can still be built, so that tests can send one.
-    Check(lambda ctx: not ctx._parsing or ctx.major == PROTOCOL_MAJOR),
+    Verify(lambda ctx: not ctx._parsing or ctx.major == PROTOCOL_MAJOR),
     _f("minor", Int8ub),
     _f("max_body", Int32ub),
     _f("features", Int32ub),
@@ -234,7 +259,7 @@ BODIES: dict[int, Construct] = {
 FRAME = Struct(
     _f("type", Code(FrameType)),
     _f("length", Rebuild(Int32ub, lambda ctx: len(BODIES[ctx.type].build(ctx.body)))),
-    "body" / FixedSized(this.length, Switch(this.type, BODIES)),
+    "body" / FixedSized(this.length, Switch(this.type, {int(k): v for k, v in BODIES.items()})),
     Terminated,
 )
 
