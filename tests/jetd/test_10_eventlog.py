@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from pathlib import Path
 
@@ -54,7 +55,7 @@ def _traffic(address):
 def test_records_of_a_session(start_jetd, tmp_path, fsync):
     logdir = tmp_path / "log"
     daemon = start_jetd("--log-dir", str(logdir), "--log-fsync", fsync)
-    fid, owner_id, client = _traffic(daemon.address)
+    _fid, owner_id, client = _traffic(daemon.address)
     daemon.stop()
     client.close()
     [segment] = _segments(logdir)
@@ -62,7 +63,7 @@ def test_records_of_a_session(start_jetd, tmp_path, fsync):
     header, records, problems = _read(segment)
     assert (header.name, header.segment) == ("jetd", 0)
     assert problems == []
-    assert all(a.ts_ns <= b.ts_ns for a, b in zip(records, records[1:]))
+    assert all(a.ts_ns <= b.ts_ns for a, b in itertools.pairwise(records))
     kinds = [r.kind for r in records]
     opens = [r for r in records if r.kind == LogKind.CONN_OPEN]
     assert len(opens) == 2 and parse_record_data(LogKind.CONN_OPEN, opens[0].data)["address"].startswith("127.0.0.1:")
@@ -98,8 +99,9 @@ def test_records_of_a_session(start_jetd, tmp_path, fsync):
 def test_log_events_records_fetch_events(start_jetd, tmp_path):
     logdir = tmp_path / "log"
     daemon = start_jetd("--log-dir", str(logdir), "--log-events")
-    fid, _, client = _traffic(daemon.address)
+    _fid, _, client = _traffic(daemon.address)
     daemon.stop()
+    client.close()
     _, records, _ = _read(_segments(logdir)[0])
     events = [r.data for r in records if r.kind == LogKind.FRAME_OUT and r.data[0] == FrameType.EVENT]
     names = [type(decode_frame(e)).__name__ for e in events]
