@@ -336,6 +336,10 @@ def run_dump(args: argparse.Namespace, stdout: IO[str], stderr: IO[str]) -> int:
     handle = dissector.event
     try:
         _check_names(args)
+    except InputError as exc:
+        stderr.write(f"jetdump: {exc}\n")
+        return EXIT_USAGE
+    try:
         for event in _input_events(args, errors):
             handle(event)
             if len(dissector.out) >= 256:

@@ -1,0 +1,378 @@
+"""jetdump's command line: every input kind, every output mode, filters, stats, damaged
+input and exit statuses."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Optional
+
+import pytest
+from jdhelpers import CONVERSATION, jet_frames, jetdump_json, run_jetdump
+
+import tools.jetdump as package
+from jetwire import (
+    Close,
+    FetchChange,
+    GetState,
+    Info,
+    Request,
+    Response,
+    SetState,
+    Status,
+    Value,
+    encode,
+)
+from jetwire.schema import dissect
+from tools.jetdump.synth import CaptureWriter, TcpSession
+
+CLIENT = ("10.0.0.1", 50000)
+SERVER = ("10.0.0.2", 11124)
+
+SET = encode(SetState(7, "a/b", Value.of(42)))
+NOT_FOUND = encode(Response(7, Status.NOT_FOUND, message="no such state"))
+CHANGE = encode(FetchChange(3, "plant/temp", Value.of(21.5)))
+BAD_FUNCTION = bytes.fromhex("01 00000006 00000009 77 00")
+CLOSE = encode(Close(Status.OK, "shutting down"))
+
+
+def lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def write_conversation(path: Path, *, pcapng: bool = False) -> None:
+    with open(path, "wb") as f:
+        session = TcpSession(CaptureWriter(f, pcapng=pcapng), CLIENT, SERVER)
+        session.handshake()
+        for direction, message in CONVERSATION:
+            session.send(direction, encode(message), dt=0.001)
+        session.close()
+
+
+@pytest.fixture
+def capture(tmp_path: Path) -> Path:
+    path = tmp_path / "conversation.pcap"
+    write_conversation(path)
+    return path
+
+
+# --- inputs -----------------------------------------------------------------------------
+
+
+def test_raw_file_summary_lines(tmp_path: Path) -> None:
+    raw = tmp_path / "stream.bin"
+    raw.write_bytes(SET + NOT_FOUND + CHANGE + BAD_FUNCTION + CLOSE[:9])
+    result = run_jetdump("--raw", str(raw))
+    assert result.returncode == 0, result.stderr
+    out = lines(result.stdout)
+    assert out[0].endswith('REQUEST id=7 SET_STATE key="a/b" INT64 42')
+    assert out[1].endswith('RESPONSE id=7 NOT_FOUND "no such state"')
+    assert out[2].endswith('EVENT FETCH_CHANGE fid=3 key="plant/temp" FLOAT64 21.5')
+    assert "MALFORMED REQUEST: unknown function 0x77 [01 00 00 00 06 00 00 00 09 77 00]" in out[3]
+    # The stream ends inside the CLOSE frame: 9 of its 22 bytes are there.
+    assert "TRUNCATED EVENT: stream ends inside a frame: 9 of 22 bytes present" in out[4]
+    assert [line.split()[0] for line in out] == ["1", "2", "3", "4", "5"]
+
+
+def test_raw_from_stdin() -> None:
+    result = run_jetdump("--raw", "-", stdin=SET)
+    assert result.returncode == 0
+    assert 'SET_STATE key="a/b" INT64 42' in result.stdout
+
+
+def test_hex_on_command_line_and_stdin() -> None:
+    spaced = " ".join(f"{b:02x}" for b in CHANGE)
+    by_args = run_jetdump("--hex", spaced[:20], spaced[20:])
+    by_stdin = run_jetdump("--hex", stdin=("0x" + CHANGE.hex(":")).encode())
+    for result in (by_args, by_stdin):
+        assert result.returncode == 0, result.stderr
+        assert 'EVENT FETCH_CHANGE fid=3 key="plant/temp" FLOAT64 21.5' in result.stdout
+
+
+def test_bad_hex_is_unreadable_input() -> None:
+    result = run_jetdump("--hex", "01 zz")
+    assert result.returncode == 1
+    assert "not hexadecimal" in result.stderr
+
+
+def test_pcap_and_pcapng_give_the_same_frames(tmp_path: Path, capture: Path) -> None:
+    pcapng = tmp_path / "conversation.pcapng"
+    write_conversation(pcapng, pcapng=True)
+    a = run_jetdump(str(capture))
+    b = run_jetdump(str(pcapng))
+    assert a.returncode == b.returncode == 0
+
+    def untimed(text: str) -> list[str]:
+        return [line.split(None, 2)[2] for line in lines(text)]
+
+    # pcap stores microseconds, pcapng here nanoseconds: only the time column differs.
+    assert untimed(a.stdout) == untimed(b.stdout)
+    out = lines(a.stdout)
+    assert len(out) == len(CONVERSATION)
+    assert "10.0.0.2:11124 → 10.0.0.1:50000" in out[0] and 'INFO "jetd"' in out[0]
+    # The response shows the request it answers and the round trip (1 ms per packet here).
+    assert re.search(r'RESPONSE id=5 NOT_FOUND "no such state"  \[answers #15 GET_STATE, 1\.000 ms\]', a.stdout)
+
+
+def test_port_option_selects_streams(tmp_path: Path) -> None:
+    path = tmp_path / "port.pcap"
+    with open(path, "wb") as f:
+        session = TcpSession(CaptureWriter(f), CLIENT, ("10.0.0.2", 7000))
+        session.handshake()
+        session.send(0, SET)  # no INFO at the start: only the port can say it is jet
+        session.close()
+    assert lines(run_jetdump(str(path)).stdout) == []
+    assert "SET_STATE" in run_jetdump(str(path), "--port", "7000").stdout
+
+
+def test_missing_and_unrecognised_inputs_exit_non_zero(tmp_path: Path, capture: Path) -> None:
+    text = tmp_path / "notes.txt"
+    text.write_text("hello, this is not a capture\n")
+    missing = run_jetdump(str(tmp_path / "nope.pcap"))
+    assert missing.returncode == 1 and "no such file" in missing.stderr
+    unrecognised = run_jetdump(str(text))
+    assert unrecognised.returncode == 1 and "not a pcap/pcapng capture or jet event log" in unrecognised.stderr
+    # A readable input next to an unreadable one is still shown; the status says something failed.
+    mixed = run_jetdump(str(capture), str(text))
+    assert mixed.returncode == 1 and len(lines(mixed.stdout)) == len(CONVERSATION)
+    nothing = run_jetdump()
+    assert nothing.returncode == 1 and "no input" in nothing.stderr
+    empty_dir = tmp_path / "empty"
+    empty_dir.mkdir()
+    assert run_jetdump(str(empty_dir)).returncode == 1
+
+
+@pytest.mark.parametrize("pcapng", [False, True])
+def test_truncated_capture_is_reported_not_fatal(tmp_path: Path, pcapng: bool) -> None:
+    whole = tmp_path / ("c.pcapng" if pcapng else "c.pcap")
+    write_conversation(whole, pcapng=pcapng)
+    data = whole.read_bytes()
+    cut = tmp_path / ("cut.pcapng" if pcapng else "cut.pcap")
+    cut.write_bytes(data[: len(data) * 2 // 3])
+    result = run_jetdump(str(cut))
+    assert result.returncode == 0, result.stderr
+    assert "capture truncated" in result.stdout
+    frames = [line for line in lines(result.stdout) if line.split()[0].isdigit()]
+    assert 5 < len(frames) < len(CONVERSATION)
+
+
+def test_gap_inside_a_frame_resumes_at_the_next_frame(tmp_path: Path) -> None:
+    path = tmp_path / "gap.pcap"
+    big = encode(SetState(1, "k", Value.of("x" * 100)))
+    with open(path, "wb") as f:
+        session = TcpSession(CaptureWriter(f), CLIENT, SERVER)
+        session.handshake()
+        session.send(0, SET + big[:30])
+        session.skip(0, 40)  # 40 bytes of the big frame never captured
+        session.send(0, big[70:] + CHANGE)
+        session.close()
+    result = run_jetdump(str(path))
+    out = lines(result.stdout)
+    assert result.returncode == 0
+    assert "SET_STATE" in out[0]
+    assert "gap: 40 byte(s) missing at stream offset 58" in out[1]
+    assert f"TRUNCATED REQUEST: gap in the capture: 30 of {len(big)} bytes present" in out[2]
+    assert "FETCH_CHANGE" in out[3]
+
+
+def test_gap_across_a_frame_boundary_stops_the_direction(tmp_path: Path) -> None:
+    path = tmp_path / "gap2.pcap"
+    with open(path, "wb") as f:
+        session = TcpSession(CaptureWriter(f), CLIENT, SERVER)
+        session.handshake()
+        session.send(0, SET + CHANGE[:10])
+        session.skip(0, len(CHANGE) - 10 + 3)  # the rest of CHANGE and 3 bytes of the next
+        session.send(0, SET[3:] + SET)
+        session.send(1, NOT_FOUND)  # the other direction is unaffected
+        session.close()
+    result = run_jetdump(str(path))
+    out = lines(result.stdout)
+    # The hole stays open until the client's FIN: the server's response comes first.
+    assert "NOT_FOUND" in out[1]
+    assert "gap: 28 byte(s) missing at stream offset 38" in out[2]
+    assert "TRUNCATED EVENT: gap in the capture: 10 of 35 bytes present" in out[3]
+    assert "next frame boundary is unknown" in out[4]
+    assert len(out) == 5
+
+
+def test_fatal_header_error_stops_only_that_direction(tmp_path: Path) -> None:
+    raw = tmp_path / "fatal.bin"
+    raw.write_bytes(SET + b"\x09\x00\x00\x00\x01\xff" + SET)
+    out = lines(run_jetdump("--raw", str(raw)).stdout)
+    assert "MALFORMED 0x09: unknown frame type 0x09" in out[1]
+    assert "decoding of this direction stopped at stream offset 28" in out[2]
+    assert len(out) == 3
+    oversized = run_jetdump("--max-body", "16", "--raw", str(raw))
+    assert "exceeds the maximum of 16" in oversized.stdout
+
+
+def test_bad_event_body_resumes_at_next_frame() -> None:
+    bad_event = bytes.fromhex("03 0000000d 03 0001 6b 01 00000001 07 000000")
+    result = run_jetdump("--hex", (bad_event + SET).hex())
+    out = lines(result.stdout)
+    assert "MALFORMED EVENT" in out[0]
+    assert "SET_STATE" in out[1]
+
+
+# --- outputs ----------------------------------------------------------------------------
+
+
+def test_verbose_tree_offsets_come_from_the_schema() -> None:
+    result = run_jetdump("-V", "--hex", SET.hex())
+    tree = [line for line in result.stdout.splitlines() if line.startswith("    [")]
+    fields, error = dissect(SET)
+    assert error is None
+    assert len(tree) == len(fields)
+    for line, field in zip(tree, fields, strict=True):
+        assert re.match(rf"\s+\[\s*{field.offset} \+{field.length}\s*\] {field.name}: ", line), line
+    assert "value: 42  (00 00 00 00 00 00 00 2a)" in result.stdout
+
+
+def test_hexdump_beside_the_tree() -> None:
+    result = run_jetdump("-x", "--hex", SET.hex())
+    assert "    0000  01 00 00 00 17 00 00 00  07 03 00 03 61 2f 62 02   ............a/b." in result.stdout
+    assert "    0010  00 00 00 08 00 00 00 00  00 00 00 2a" in result.stdout
+
+
+def test_json_fields_and_documented_names(capture: Path) -> None:
+    objs = jetdump_json(str(capture))
+    frames = jet_frames(objs)
+    assert len(frames) == len(CONVERSATION)
+    doc = package.__doc__ or ""
+    for obj in objs:
+        for name in obj:
+            assert re.search(rf"\b{re.escape(name)}\b", doc), f"JSON field {name} is not documented"
+    set_state = next(f for f in frames if f.get("function") == "SET_STATE" and f["type"] == "REQUEST")
+    assert set_state["key"] == "plant/temp" and set_state["value_type"] == "FLOAT64" and set_state["value"] == 22.5
+    assert set_state["offsets"]["key"] == [12, 10]
+    assert set_state["src"] == "10.0.0.1:50000" and set_state["stream"] == 0
+    call = next(f for f in frames if f.get("function") == "CALL_METHOD")
+    assert call["value"] == [1, 2]
+    cbor = next(f for f in frames if f.get("key") == "plant/cbor")
+    assert "value" not in cbor and cbor["value_hex"] == "a1616101"
+    answered = next(f for f in frames if f["type"] == "RESPONSE" and f["id"] == 5)
+    assert answered["request"] == {"frame": 15, "function": "GET_STATE", "key": "plant/missing"}
+    assert answered["rtt_ms"] == pytest.approx(1.0, abs=1e-3)
+    assert frames[0]["time"] == 0.0 and frames[1]["time"] == pytest.approx(0.001, abs=1e-6)
+
+
+def test_json_of_problem_frames(tmp_path: Path) -> None:
+    objs = jetdump_json("--hex", (BAD_FUNCTION + CLOSE[:9]).hex())
+    bad, truncated = objs
+    assert bad["kind"] == "malformed" and bad["error"] == "unknown function 0x77"
+    assert bad["bytes"] == BAD_FUNCTION.hex() and bad["id"] == 9
+    assert truncated["kind"] == "truncated" and truncated["announced"] == 22 and truncated["size"] == 9
+
+
+def expected_frames(keep: Callable[[str, Optional[str], Optional[str], Optional[str], Optional[str]], bool]) -> set[int]:
+    """Frame numbers of CONVERSATION that ``keep(type, function, status, key)`` selects,
+    computed from the messages themselves (responses inherit their request's function
+    and key)."""
+    pending: dict[tuple[int, int], tuple[str, Optional[str]]] = {}
+    selected = set()
+    for number, (direction, message) in enumerate(CONVERSATION, 1):
+        key = getattr(message, "key", None)
+        status = None
+        if isinstance(message, Info):
+            ftype, function = "INFO", None
+        elif isinstance(message, Response):
+            ftype, status = "RESPONSE", message.status.name
+            function, key = pending.pop((1 - direction, message.id), (None, None))
+        elif isinstance(message, Request):
+            ftype = "REQUEST" if message.id is not None else "EVENT"
+            function = message.function.name
+            if message.id is not None:
+                pending[(direction, message.id)] = (function, key)
+        elif isinstance(message, Close):
+            ftype, function, status = "EVENT", "CLOSE", message.status.name
+        else:
+            ftype, function = "EVENT", message.code.name  # type: ignore[attr-defined]
+        if keep(ftype, function, status, key, None):
+            selected.add(number)
+    return selected
+
+
+@pytest.mark.parametrize(
+    ("option", "keep"),
+    [
+        (["--key", "plant/te"], lambda t, f, s, k, _: bool(k and k.startswith("plant/te"))),
+        (["--function", "get_state"], lambda t, f, s, k, _: f == "GET_STATE"),
+        (["--type", "EVENT"], lambda t, f, s, k, _: t == "EVENT"),
+        (["--type", "INFO"], lambda t, f, s, k, _: t == "INFO"),
+        (["--status", "REJECTED"], lambda t, f, s, k, _: s == "REJECTED"),
+        (["--function", "FETCH_CHANGE"], lambda t, f, s, k, _: f == "FETCH_CHANGE"),
+        (["--function", "SET_STATE", "--type", "RESPONSE"], lambda t, f, s, k, _: f == "SET_STATE" and t == "RESPONSE"),
+    ],
+)
+def test_filters(capture: Path, option: list[str], keep: Callable[..., bool]) -> None:
+    frames = jet_frames(jetdump_json(str(capture), *option))
+    expected = expected_frames(keep)
+    assert expected
+    assert {f["frame"] for f in frames} == expected
+
+
+def test_stream_filter_and_stream_numbers(tmp_path: Path) -> None:
+    path = tmp_path / "two.pcap"
+    with open(path, "wb") as f:
+        writer = CaptureWriter(f)
+        first = TcpSession(writer, CLIENT, SERVER)
+        second = TcpSession(writer, ("10.0.0.3", 50001), SERVER, ts=1_700_000_000.5)
+        first.handshake()
+        second.handshake()
+        first.send(0, SET)
+        second.send(0, encode(GetState(1, "other")))
+        first.close()
+        second.close()
+    frames = jet_frames(jetdump_json(str(path), "--stream", "1"))
+    assert [f.get("key") for f in frames] == ["other"]
+    assert frames[0]["stream"] == 1
+
+
+def test_unknown_filter_name_is_a_usage_error(capture: Path) -> None:
+    result = run_jetdump(str(capture), "--function", "FROB")
+    assert result.returncode == 2 and "not one of" in result.stderr
+
+
+def test_stats(capture: Path) -> None:
+    types = Counter(
+        "INFO" if isinstance(m, Info) else "RESPONSE" if isinstance(m, Response)
+        else "REQUEST" if isinstance(m, Request) and m.id is not None else "EVENT"
+        for _, m in CONVERSATION
+    )
+    text = run_jetdump("--stats", str(capture))
+    assert text.returncode == 0
+    assert re.search(rf"REQUEST\s+{types['REQUEST']}\n", text.stdout)
+    assert "request/response latency (ms):" in text.stdout
+    report = json.loads(run_jetdump("--stats", "--json", str(capture)).stdout)
+    assert report["frames"] == len(CONVERSATION)
+    assert report["types"] == dict(types)
+    statuses = Counter(m.status.name for _, m in CONVERSATION if isinstance(m, (Response, Close)))
+    assert report["statuses"] == dict(statuses)
+    assert report["functions"]["FETCH_ADD"] == 1 and report["functions"]["GET_STATE"] == 2
+    latency = report["latency_ms"]
+    assert latency["GET_STATE"] == pytest.approx({"count": 1, "p50": 1.0, "p90": 1.0, "p99": 1.0, "max": 1.0}, abs=1e-3)
+    assert latency["ALL"]["count"] == types["RESPONSE"]
+    assert sum(s["bytes"] for s in report["streams"]) == sum(len(encode(m)) for _, m in CONVERSATION)
+
+
+def test_colour_only_when_asked_or_on_a_terminal(capture: Path) -> None:
+    plain = run_jetdump(str(capture))
+    assert "\x1b[" not in plain.stdout
+    coloured = run_jetdump("--color", "always", str(capture))
+    assert "\x1b[" in coloured.stdout
+    assert re.sub(r"\x1b\[[0-9;]*m", "", coloured.stdout) == plain.stdout
+
+
+def test_control_characters_never_reach_the_terminal() -> None:
+    nasty = encode(SetState(1, "evil\x1b[2Jkey", Value.of("\x07bell")))
+    result = run_jetdump("--hex", nasty.hex())
+    assert "\x1b" not in result.stdout and "\x07" not in result.stdout
+    assert '"evil\\u001b[2Jkey"' in result.stdout
+
+
+def test_info_summary() -> None:
+    result = run_jetdump("--hex", encode(Info("jetd", features=1)).hex())
+    assert 'INFO "jetd" v1.0 max_body=1048576 features=0x00000001' in result.stdout
