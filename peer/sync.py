@@ -147,6 +147,7 @@ class SyncFetch:
         self._fetch = fetch
         self.prefix = fetch.prefix
         self._buffer: list[FetchEvent] = []
+        self._inflight: Optional[concurrent.futures.Future[list[FetchEvent]]] = None
 
     @property
     def fetch_id(self) -> Optional[int]:
@@ -199,16 +200,22 @@ class SyncFetch:
         """
         if not self._buffer:
             self._peer._check_thread()
-            if self._peer._loop.is_closed():
-                raise StopAsyncIteration
-            future = self._peer._submit(self._fetch.next_batch)
+            future = self._inflight
+            if future is None:
+                if self._peer._loop.is_closed():
+                    raise StopAsyncIteration
+                future = self._inflight = self._peer._submit(self._fetch.next_batch)
             try:
-                self._buffer = future.result(timeout)
+                batch = future.result(timeout)
             except concurrent.futures.TimeoutError:
-                if future.cancel():
-                    raise TimeoutError(f"no fetch event within {timeout} s") from None
-                self._buffer = future.result()
-            self._buffer.reverse()
+                # The wait on the peer's loop goes on; the next call picks it up, so
+                # no event is lost to a timeout.
+                raise TimeoutError(f"no fetch event within {timeout} s") from None
+            finally:
+                if future.done():
+                    self._inflight = None
+            batch.reverse()
+            self._buffer = batch
         return self._buffer.pop()
 
 

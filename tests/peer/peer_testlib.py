@@ -1,0 +1,35 @@
+"""Helpers shared by the peer tests."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+TEST_DEADLINE = 20.0
+
+
+def run(coro: Coroutine[Any, Any, T], deadline: float = TEST_DEADLINE) -> T:
+    """Run one async test body on a fresh loop, bounded in time."""
+
+    async def bounded() -> T:
+        async with asyncio.timeout(deadline):
+            return await coro
+
+    return asyncio.run(bounded())
+
+
+async def eventually(check: Callable[[], bool], timeout: float = 5.0, what: str = "condition") -> None:
+    """Poll ``check`` until true; fail after ``timeout`` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not check():
+        if loop.time() > deadline:
+            raise AssertionError(f"{what} not reached within {timeout} s")
+        await asyncio.sleep(0.01)
+
+
+async def settle(awaitable: Awaitable[T]) -> T:
+    return await awaitable
