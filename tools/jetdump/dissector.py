@@ -248,7 +248,7 @@ class Dissector:
         ftype, length = _HEADER.unpack_from(shadow, pos)
         if ftype not in TYPE_CODES or length > self.max_body or pos + HEADER_SIZE + length > len(shadow):
             return None
-        return HEADER_SIZE + length
+        return HEADER_SIZE + int(length)
 
     def _remember(self, stream: int, direction: int, message: Request, ts: Optional[float]) -> None:
         pending = self._pending
