@@ -117,7 +117,7 @@ class Results:
 
 
 def _ratio(jetd: Sample | None, other: Sample | None) -> str:
-    if jetd is None or other is None or not jetd.values or not other.values or jetd.unit == "ratio":
+    if jetd is None or other is None or not jetd.values or not other.values or jetd.unit in ("ratio", "cores"):
         return ""
     a, b = jetd.median, other.median
     if a <= 0 or b <= 0:

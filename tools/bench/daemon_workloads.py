@@ -224,7 +224,11 @@ class _FanOut:
         self.owner = owner
         self.keys = keys
         # Values alternate so that no notify repeats its key's cached value (node-jet drops those).
-        self.block = (dialect.notify_block(keys, 1) + dialect.notify_block(keys, 2)) * max(1, 500 // len(keys))
+        repeats = max(1, 500 // len(keys))
+        self.block = (dialect.notify_block(keys, 1) + dialect.notify_block(keys, 2)) * repeats
+        # Every notify frame has the same size (keys of one length, values 1 and 2).
+        self.notify_size = len(self.block) / (2 * len(keys) * repeats)
+        self.delivered_share = 0.0  # delivered events / (notifies sent x fetchers), last window
         self.owner_responses = dialect.response_scanner()
         self.generator_load = 0.0  # this process's CPU seconds per second in the last window
 
@@ -258,7 +262,7 @@ class _FanOut:
             rss0 = self.daemon.rss_bytes()
             pump.run_until(time.perf_counter() + (sizes.warmup if warmup is None else warmup))
             t0, cpu0, ev0 = time.perf_counter(), self.daemon.cpu_seconds(), sum(c.events for c in counters)
-            gen0 = _own_cpu()
+            gen0, sent0 = _own_cpu(), owner_channel.sent_bytes
             pump.run_until(t0 + sizes.window)
             # A daemon may deliver in bursts far apart (it may read the owner for a long
             # time before it writes): stretch the window until something has arrived.
@@ -266,6 +270,8 @@ class _FanOut:
             pump.run_until(stretch, lambda: sum(c.events for c in counters) > ev0)
             t1, cpu1, ev1 = time.perf_counter(), self.daemon.cpu_seconds(), sum(c.events for c in counters)
             self.generator_load = (_own_cpu() - gen0) / (t1 - t0)
+            notifies = (owner_channel.sent_bytes - sent0) / self.notify_size
+            self.delivered_share = (ev1 - ev0) / (notifies * fetchers) if notifies else 0.0
             rss1 = self.daemon.rss_bytes()
             # Stop producing, but never leave half a frame on the owner's stream.
             owner_channel.produce = None
@@ -323,6 +329,8 @@ def w2_fanout(start: StartDaemon, dialect: Dialect, sizes: Sizes) -> list[Sample
                 fanout.drain_owner(0.2)
                 samples.add("W2 fan-out", f"{fetchers} fetchers: delivered events/s", "/s", rate)
                 samples.add("W2 fan-out", f"{fetchers} fetchers: daemon CPU per delivered event", "µs", cpu * 1e6)
+                samples.add("W2 fan-out", f"{fetchers} fetchers: delivered / (notifies sent x fetchers)", "ratio",
+                            fanout.delivered_share)
                 samples.add("W2 fan-out", f"{fetchers} fetchers: load generator CPU", "cores", fanout.generator_load)
     return samples.list()
 
