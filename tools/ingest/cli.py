@@ -1,0 +1,319 @@
+"""``jet-ingest LOGDIR --out WAREHOUSE [--master URL] [--since TS] [--follow]``.
+
+Reads a jetd log directory with the ``jetlog`` source and maintains a Parquet
+warehouse (layout and exactly-once commit: :mod:`tools.ingest.warehouse`):
+
+- ``frames``: every record (the ``jetlog`` schema plus ``run_ns``), appended;
+- ``state_changes``, ``requests``, ``connections``: rebuilt from ``frames`` each run;
+
+all partitioned by ``date`` (UTC), codes stored by their spec names. It prints a summary
+and writes ``WAREHOUSE/report.html``.
+
+Master: ``local[*]`` unless ``--master`` or ``spark-submit --master`` says otherwise
+(``spark-submit -m tools.ingest`` is not a thing: submit ``tools/ingest/cli.py``'s
+``main`` via a one-line driver script, with the project installed on every node as
+:mod:`tools.ingest.session` explains).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Optional
+
+from rich.console import Console
+
+__all__ = ["ingest_once", "main", "rebuild_tables"]
+
+DERIVED = ("state_changes", "requests", "connections")
+
+
+def _parse_since(text: str) -> int:
+    """``--since``: epoch seconds or an ISO 8601 time (UTC unless it says otherwise) -> ns."""
+    try:
+        return int(float(text) * 1e9)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--since: not a time: {text!r} (use ISO 8601 or epoch seconds)") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1e9)
+
+
+class _Progress:
+    """Shows "files done/total" while Spark tasks run (one task per file or chunk)."""
+
+    def __init__(self, spark: Any, console: Console, files: int, tasks: int) -> None:
+        self.tracker = spark.sparkContext.statusTracker()
+        self.console = console
+        self.files = files
+        self.tasks = max(tasks, 1)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> _Progress:
+        if self.console.is_terminal or self.files:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(2)
+        if not exc[0]:
+            self.console.print(f"files done {self.files}/{self.files}")
+
+    def _run(self) -> None:
+        last = -1
+        while not self._stop.wait(1.0):
+            done = 0
+            for stage_id in self.tracker.getActiveStageIds():
+                info = self.tracker.getStageInfo(stage_id)
+                if info is not None and info.numTasks == self.tasks:
+                    done = max(done, info.numCompletedTasks)
+            files_done = done * self.files // self.tasks
+            if files_done != last:
+                self.console.print(f"files done {files_done}/{self.files}")
+                last = files_done
+
+
+def _plan(manifest: Any, logdir: str) -> tuple[list[tuple[str, int, int]], dict[str, Any]]:
+    """Byte ranges still to ingest per file, and the file states to record."""
+    from tools.ingest.source import expand_paths
+    from tools.ingest.warehouse import FileState, header_identity
+
+    files = expand_paths({"path": logdir})
+    idents = {f: header_identity(f) for f in files}
+    # Runs: per daemon name, segments in creation order; a segment numbered no higher
+    # than its predecessor starts a new run (JETLOG.md 1: a new segment on every start).
+    run_of: dict[str, int] = {}
+    by_daemon: dict[str, list[tuple[int, int, str]]] = {}
+    for f, ident in idents.items():
+        if ident is not None:
+            by_daemon.setdefault(ident[1], []).append((ident[2], ident[3], f))
+    for segs in by_daemon.values():
+        run_ns, prev = None, None
+        for created, segment, f in sorted(segs):
+            known = manifest.files.get(f)
+            if known is not None and known.created_ns == created:
+                run_ns = known.run_ns
+            elif run_ns is None or prev is None or segment <= prev:
+                run_ns = created
+            run_of[f] = run_ns
+            prev = segment
+    ranges: list[tuple[str, int, int]] = []
+    states: dict[str, Any] = {}
+    for f, ident in idents.items():
+        size = Path(f).stat().st_size
+        known = manifest.files.get(f)
+        if ident is None:
+            if known is None and not _header_incomplete(f):
+                ranges.append((f, 0, size))  # a bad header: reported once as a corrupt row
+                states[f] = FileState(0, "", 0, 0, 0, size)
+            continue
+        crc, daemon, created, segment, header_size = ident
+        start = known.done if known is not None and known.header_crc == crc else 0
+        states[f] = FileState(crc, daemon, created, segment, run_of[f], max(start, header_size))
+        if size > max(start, header_size):
+            ranges.append((f, start, size))
+    return ranges, states
+
+
+def _header_incomplete(path: str) -> bool:
+    from tools.ingest.parse import JetlogError, read_header
+
+    try:
+        with open(path, "rb") as fh:
+            return read_header(fh.read(1 << 17)) is None
+    except (OSError, JetlogError):
+        return False
+
+
+def _frames_df(spark: Any, df: Any, states: dict[str, Any], since_ns: Optional[int]) -> Any:
+    from pyspark.sql import functions as F
+
+    runs = spark.createDataFrame([(f, s.run_ns) for f, s in states.items()], "file string, run_ns long")
+    out = df.join(F.broadcast(runs), "file", "left").withColumn(
+        "date", F.date_format(F.col("ts"), "yyyy-MM-dd")
+    )
+    if since_ns is not None:
+        out = out.filter(F.col("ts_ns").isNull() | (F.col("ts_ns") >= F.lit(since_ns)))
+    return out
+
+
+def _commit_frames(spark: Any, frames: Any, manifest: Any, states: dict[str, Any], run_id: str,
+                   limits: dict[str, int]) -> int:
+    """Write ``frames`` as run ``run_id`` and commit it in the manifest; returns rows."""
+    from pyspark.sql import functions as F
+
+    from tools.ingest.warehouse import move_staged
+
+    staging = manifest.root / "_jet_ingest" / "staging" / run_id
+    frames.write.mode("overwrite").partitionBy("date").parquet(str(staging / "frames"))
+    written = spark.read.parquet(str(staging / "frames"))
+    # The offset after each file's last record ingested: a record ends 10 + 13 + size
+    # bytes after its start (JETLOG.md 3); a damage row covers [offset, offset + size).
+    rec_end = F.when(F.col("kind").isNotNull(), F.col("offset") + 23 + F.col("size")).otherwise(
+        F.col("offset") + F.col("size"))
+    bad_header = F.col("corrupt").startswith("bad segment header")
+    ends = written.groupBy("file").agg(F.max(rec_end).alias("end"), F.max(bad_header.cast("int")).alias("bad"),
+                                       F.count("*").alias("rows")).collect()
+    rows = 0
+    for row in ends:
+        rows += row["rows"]
+        state = states.get(row["file"])
+        if state is not None:
+            state.done = limits[row["file"]] if row["bad"] else max(state.done, int(row["end"]))
+    move_staged(staging / "frames", manifest.root / "frames", run_id)
+    manifest.files.update(states)
+    manifest.runs.append(run_id)
+    manifest.save()
+    import shutil
+
+    shutil.rmtree(staging, ignore_errors=True)
+    return rows
+
+
+def ingest_once(spark: Any, logdir: str, warehouse: Path, *, since_ns: Optional[int] = None,
+                console: Optional[Console] = None, mode: str = "PERMISSIVE") -> int:
+    """Ingest what is new in ``logdir`` into ``warehouse/frames``; returns rows added."""
+    from tools.ingest.source import DEFAULT_CHUNK, plan_ranges
+    from tools.ingest.warehouse import Manifest, new_run_id
+
+    console = console or Console(stderr=True)
+    manifest = Manifest.load(warehouse)
+    removed = manifest.remove_uncommitted()
+    if removed:
+        console.print(f"removed {removed} file(s) of an ingest run that never committed")
+    ranges, states = _plan(manifest, logdir)
+    if not ranges:
+        manifest.files.update(states)
+        manifest.save()
+        console.print("nothing new to ingest")
+        return 0
+    tasks = len(plan_ranges(ranges, DEFAULT_CHUNK, 0))
+    console.print(f"ingesting {len(ranges)} file(s), {sum(lim - s for _, s, lim in ranges):,} bytes")
+    df = (spark.read.format("jetlog").option("ranges", json.dumps(ranges)).option("groupSize", "0")
+          .option("mode", mode).load())
+    frames = _frames_df(spark, df, states, since_ns)
+    with _Progress(spark, console, len(ranges), tasks):
+        return _commit_frames(spark, frames, manifest, states, new_run_id(), {f: lim for f, _, lim in ranges})
+
+
+def rebuild_tables(spark: Any, warehouse: Path) -> dict[str, Any]:
+    """Recompute the derived tables from all of ``frames``; returns every table's DataFrame."""
+    from tools.ingest import tables
+    from tools.ingest.warehouse import replace_dir
+
+    frames_dir = warehouse / "frames"
+    if not frames_dir.exists():
+        raise FileNotFoundError(f"{frames_dir}: nothing ingested yet")
+    frames = tables.with_seq(spark.read.parquet(str(frames_dir)))
+    build = {"state_changes": tables.state_changes, "requests": tables.requests, "connections": tables.connections}
+    out: dict[str, Any] = {"frames": frames}
+    for name, fn in build.items():
+        staged = warehouse / "_jet_ingest" / "staging" / f"derived-{name}"
+        fn(frames).write.mode("overwrite").partitionBy("date").parquet(str(staged))
+        replace_dir(staged, warehouse / name)
+        out[name] = spark.read.parquet(str(warehouse / name))
+    return out
+
+
+def _follow(spark: Any, args: argparse.Namespace, console: Console) -> None:
+    """Keep ingesting with the streaming reader until interrupted (or --follow-for)."""
+    from pyspark.sql import functions as F
+
+    from tools.ingest.warehouse import Manifest, new_run_id
+
+    warehouse = Path(args.out)
+    manifest = Manifest.load(warehouse)
+    starting = {f: s.done for f, s in manifest.files.items()}
+    last_refresh = [time.monotonic()]
+
+    def batch(df: Any, batch_id: int) -> None:
+        m = Manifest.load(warehouse)
+        _, states = _plan(m, args.logdir)
+        # The manifest is the truth: rows it already holds (from a batch run, or a
+        # micro-batch replayed after a crash) are filtered out.
+        done = spark.createDataFrame([(f, s.done) for f, s in m.files.items()] or [("", 0)], "file string, _done long")
+        fresh = df.join(F.broadcast(done), "file", "left").filter(
+            F.col("_done").isNull() | (F.col("offset") >= F.col("_done"))).drop("_done")
+        sizes = {f: Path(f).stat().st_size for f in states}
+        rows = _commit_frames(spark, _frames_df(spark, fresh, states, args.since), m, states, new_run_id(), sizes)
+        console.print(f"micro-batch {batch_id}: {rows} new record(s)")
+        if rows and time.monotonic() - last_refresh[0] >= args.refresh:
+            rebuild_tables(spark, warehouse)
+            last_refresh[0] = time.monotonic()
+
+    query = (
+        spark.readStream.format("jetlog").option("path", args.logdir)
+        .option("startingOffsets", json.dumps(starting)).load()
+        .writeStream.foreachBatch(batch)
+        .option("checkpointLocation", str(warehouse / "_jet_ingest" / "checkpoint"))
+        .trigger(processingTime=f"{args.interval} seconds").start()
+    )
+    console.print(f"following {args.logdir} (Ctrl-C to stop)")
+    try:
+        query.awaitTermination(args.follow_for)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        query.stop()
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """Entry point of ``jet-ingest``; returns the exit status."""
+    parser = argparse.ArgumentParser(prog="jet-ingest", description=__doc__.split("\n\n")[0])
+    parser.add_argument("logdir", help="jetd log directory (or a segment file or glob)")
+    parser.add_argument("--out", required=True, help="warehouse directory (created if missing)")
+    parser.add_argument("--master", help="Spark master URL (default: spark-submit's, else local[*])")
+    parser.add_argument("--since", type=_parse_since, help="skip records before this time (ISO 8601 or epoch s)")
+    parser.add_argument("--follow", action="store_true", help="keep ingesting new records (streaming reader)")
+    parser.add_argument("--interval", type=float, default=5.0, help="--follow: seconds between micro-batches")
+    parser.add_argument("--refresh", type=float, default=60.0,
+                        help="--follow: rebuild derived tables at most this often (s)")
+    parser.add_argument("--follow-for", type=float, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--mode", default="PERMISSIVE", choices=["PERMISSIVE", "DROPMALFORMED", "FAILFAST"])
+    parser.add_argument("--no-report", action="store_true", help="skip the summary and report.html")
+    args = parser.parse_args(argv)
+    console = Console()
+    if not Path(args.logdir.split("*")[0] or ".").exists():
+        console.print(f"[red]jet-ingest: no such log directory: {args.logdir}[/red]")
+        return 2
+    warehouse = Path(args.out).resolve()
+    warehouse.mkdir(parents=True, exist_ok=True)
+    from tools.ingest.session import spark_session
+
+    started = time.monotonic()
+    spark = spark_session(args.master)
+    try:
+        added = ingest_once(spark, args.logdir, warehouse, since_ns=args.since, console=console, mode=args.mode)
+        if args.follow:
+            _follow(spark, args, console)
+        if not (warehouse / "frames").exists():
+            console.print("no records ingested yet")
+            return 0
+        tables = rebuild_tables(spark, warehouse)
+        console.print(f"added {added:,} record(s) in {time.monotonic() - started:.1f} s")
+        if not args.no_report:
+            from tools.ingest.report import collect_summary, print_summary, write_report
+
+            summary = collect_summary(tables)
+            print_summary(summary, console)
+            write_report(summary, warehouse / "report.html")
+            console.print(f"report: {warehouse / 'report.html'}")
+    finally:
+        spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
