@@ -427,9 +427,11 @@ class _Link(asyncio.Protocol):
         self.writable: Optional[asyncio.Future[None]] = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        transport.set_write_buffer_limits(high=DEFAULT_WRITE_HIGH_WATER, low=DEFAULT_WRITE_HIGH_WATER // 4)
+        # uvloop's TCPTransport is not an asyncio.Transport subclass: no isinstance check.
+        self.transport = transport  # type: ignore[assignment]
+        transport.set_write_buffer_limits(  # type: ignore[attr-defined]
+            high=DEFAULT_WRITE_HIGH_WATER, low=DEFAULT_WRITE_HIGH_WATER // 4
+        )
 
     def send(self, frame: bytes) -> None:
         if self.closed:

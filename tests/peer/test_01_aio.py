@@ -364,3 +364,18 @@ def test_too_large_is_refused_locally(start_jetd):
             assert await peer.get("k") == "x" * 900
 
     run(body())
+
+
+def test_runs_on_uvloop(jetd):
+    """The application's loop is used as is; uvloop transports differ from asyncio's."""
+    uvloop = pytest.importorskip("uvloop")
+
+    async def body():
+        assert "uvloop" in type(asyncio.get_running_loop()).__module__
+        async with await PeerAsync.connect(jetd.host, jetd.port, timeout=5) as peer:
+            await peer.add_state("uv/x", 1, on_set=lambda v: v * 2)
+            assert await peer.set("uv/x", 4) == 8
+            fetch = await peer.fetch("uv/")
+            assert (await fetch.__anext__()).value == 8
+
+    uvloop.run(asyncio.wait_for(body(), 20))
