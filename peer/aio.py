@@ -107,6 +107,7 @@ MethodHandler = Callable[[Any], Any]
 OnEvent = Callable[["FetchEvent"], Any]
 
 _BARRIER_KEY = "\x00peer/restore-barrier"
+_MISSING: tuple[None, None, None] = (None, None, None)
 
 
 class EventKind(StrEnum):
@@ -542,7 +543,9 @@ class PeerAsync:
         self._loop = asyncio.get_running_loop()
         self._link: Optional[_Link] = None
         self._info: Optional[Info] = None
-        self._pending: dict[int, tuple[asyncio.Future[Any], Converter, asyncio.TimerHandle]] = {}
+        self._pending: dict[int, tuple[asyncio.Future[Any], Converter, Optional[asyncio.TimerHandle]]] = {}
+        self._deadlines: deque[tuple[float, int, asyncio.Future[Any]]] = deque()
+        self._sweeper: Optional[asyncio.TimerHandle] = None
         self._next_id = 0
         self._states: dict[str, State] = {}
         self._methods: dict[str, Method] = {}
@@ -678,6 +681,9 @@ class PeerAsync:
                     link.transport.abort()
         self._fail_pending(self._closed_error)
         self._fail_backlog(self._closed_error)
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         for fetch in list(self._fetch_objects):
             fetch._finish(StopAsyncIteration())
         self._fetch_objects.clear()
@@ -750,9 +756,40 @@ class PeerAsync:
             self._backlog.append((rid, frame))
         else:
             raise self._closed_error or ConnectionClosed("not connected")
-        delay = self.timeout if timeout is None else timeout
-        pending[rid] = (future, convert, loop.call_later(delay, self._expire, rid, delay))
+        if timeout is None:
+            # The default timeout is the same for every request, so deadlines in
+            # request order are sorted: one deque and one timer serve them all (a
+            # timer per request costs more than the rest of a request's bookkeeping).
+            pending[rid] = (future, convert, None)
+            deadlines = self._deadlines
+            deadlines.append((loop.time() + self.timeout, rid, future))
+            while pending.get(deadlines[0][1], _MISSING)[0] is not deadlines[0][2]:
+                deadlines.popleft()  # answered already
+            if self._sweeper is None:
+                self._sweeper = loop.call_at(deadlines[0][0], self._sweep)
+        else:
+            pending[rid] = (future, convert, loop.call_later(timeout, self._expire, rid, timeout))
         return future
+
+    def _sweep(self) -> None:
+        """Fail the default-timeout requests whose deadline passed; re-arm the timer."""
+        self._sweeper = None
+        deadlines = self._deadlines
+        pending = self._pending
+        now = self._loop.time()
+        while deadlines:
+            deadline, rid, future = deadlines[0]
+            entry = pending.get(rid)
+            if entry is None or entry[0] is not future:
+                deadlines.popleft()
+            elif deadline <= now:
+                deadlines.popleft()
+                del pending[rid]
+                if not future.done():
+                    future.set_exception(Timeout(f"no response within {self.timeout:g} s (peer timeout)"))
+            else:
+                self._sweeper = self._loop.call_at(deadline, self._sweep)
+                break
 
     def _send_event(self, message: Message) -> None:
         if self._closing:
@@ -778,7 +815,8 @@ class PeerAsync:
             log.debug("response to unknown request %d dropped (late after a timeout?)", response.id)
             return
         future, convert, handle = entry
-        handle.cancel()
+        if handle is not None:
+            handle.cancel()
         if future.done():
             return
         if response.status is Status.OK:
@@ -792,8 +830,10 @@ class PeerAsync:
     def _fail_pending(self, error: PeerError) -> None:
         pending = self._pending
         self._pending = {}
+        self._deadlines.clear()
         for future, _convert, handle in pending.values():
-            handle.cancel()
+            if handle is not None:
+                handle.cancel()
             if not future.done():
                 future.set_exception(type(error)(error.message, error.status))
 
@@ -1021,7 +1061,8 @@ class PeerAsync:
         if exc.frame_type == FrameType.RESPONSE:
             entry = self._pending.pop(exc.request_id, None)
             if entry is not None:
-                entry[2].cancel()
+                if entry[2] is not None:
+                    entry[2].cancel()
                 if not entry[0].done():
                     entry[0].set_exception(Malformed(f"malformed response: {exc.message}"))
         elif exc.frame_type == FrameType.REQUEST:

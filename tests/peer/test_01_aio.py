@@ -379,3 +379,31 @@ def test_runs_on_uvloop(jetd):
             assert (await fetch.__anext__()).value == 8
 
     uvloop.run(asyncio.wait_for(body(), 20))
+
+
+def test_default_timeout_expires_in_order(start_jetd):
+    """Requests on the peer's default timeout fail on time, answered ones never do."""
+    daemon = start_jetd("--route-timeout", "5")
+
+    async def body():
+        async with await PeerAsync.connect(daemon.host, daemon.port, timeout=0.3) as owner, await PeerAsync.connect(
+            daemon.host, daemon.port, timeout=0.3
+        ) as client:
+
+            async def sleepy(value):
+                await asyncio.sleep(2)
+
+            await owner.add_state("t/slow", 0, on_set=sleepy)
+            await owner.add_state("t/fast", 0, on_set=lambda v: v)
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+            slow = [client.set("t/slow", i) for i in range(3)]
+            fast = [client.set("t/fast", i) for i in range(50)]
+            assert await asyncio.gather(*fast) == list(range(50))
+            for future in slow:
+                with pytest.raises(Timeout, match="peer timeout"):
+                    await future
+            assert 0.25 < loop.time() - start < 1.5
+            assert await client.get("t/fast") == 49  # still usable after timeouts
+
+    run(body())
