@@ -11,7 +11,7 @@ import asyncio
 import signal
 import time
 from collections.abc import Callable
-from typing import Optional
+from typing import Optional, cast
 
 from .events import Data, End, Event, Note, Open
 
@@ -31,9 +31,9 @@ class _Side(asyncio.Protocol):
         self.transport: Optional[asyncio.Transport] = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER, low=WRITE_LOW_WATER)
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        self.transport = cast(asyncio.Transport, transport)
+        self.transport.set_write_buffer_limits(high=WRITE_HIGH_WATER, low=WRITE_LOW_WATER)
 
     def data_received(self, data: bytes) -> None:
         self.tap.forward(self.direction, data)
@@ -69,13 +69,25 @@ class _Pair:
         self.client = _Side(self, 0)
         self.upstream = _Side(self, 1)
         self.ended = [False, False]
+        self.early: list[bytes] = []  # bytes from the client before upstream is ready
+        self.ready = False
+
+    def upstream_ready(self) -> None:
+        """The upstream connection is up: send what the client sent meanwhile, in order."""
+        transport = self.upstream.transport
+        if transport is not None and self.early:
+            transport.write(b"".join(self.early))
+        self.early.clear()
+        self.ready = True
 
     def other(self, side: _Side) -> _Side:
         return self.upstream if side is self.client else self.client
 
     def forward(self, direction: int, data: bytes) -> None:
         target = self.upstream if direction == 0 else self.client
-        if target.transport is not None:
+        if direction == 0 and not self.ready:
+            self.early.append(data)  # keeps order until upstream_ready() flushes
+        elif target.transport is not None:
             target.transport.write(data)  # forward first: decoding adds no latency
         self.sink(Data(self.stream, direction, time.time(), data))
 
@@ -166,6 +178,7 @@ class _Accepted(_Side):
                 self.transport.close()
             return
         if self.transport is not None and not self.transport.is_closing():
+            self.tap.upstream_ready()
             self.transport.resume_reading()
         else:
             up = self.tap.upstream.transport
