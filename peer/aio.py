@@ -426,6 +426,7 @@ class _Link(asyncio.Protocol):
         self.info: asyncio.Future[Info] = peer._loop.create_future()
         self.close_reason: Optional[Close] = None
         self.writable: Optional[asyncio.Future[None]] = None
+        self.local_error: Optional[str] = None  # why this side closed the link
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's TCPTransport is not an asyncio.Transport subclass: no isinstance check.
@@ -499,6 +500,8 @@ class _Link(asyncio.Protocol):
     def describe_close(self, exc: Optional[BaseException] = None) -> str:
         if self.close_reason is not None:
             return f"daemon closed the connection: {self.close_reason.status.name} {self.close_reason.message}"
+        if self.local_error is not None:
+            return f"connection closed: {self.local_error}"
         if exc is not None:
             return f"connection lost: {exc}"
         return "connection closed"
@@ -921,6 +924,8 @@ class PeerAsync:
                 self._fetches[fetch_id] = fetch
                 if fetch not in self._fetch_objects:
                     self._fetch_objects.append(fetch)
+                if not fetch._ready.done():
+                    fetch._ready.set_result(fetch)
             return fetch_id
 
         future = self._request(FetchStates, (fetch.prefix,), activate, timeout, restoring=restoring)
@@ -1056,6 +1061,9 @@ class PeerAsync:
         if exc.fatal or exc.request_id is None:
             # PROTOCOL.md 9.2 / 9.3: the stream (or an unanswerable event) is bad.
             log.error("closing: the daemon sent a bad frame: %s", exc.message)
+            link.local_error = f"the daemon sent a bad frame ({exc.status.name}): {exc.message}"
+            if not link.info.done():
+                link.info.set_exception(error_for_status(exc.status, exc.message))
             link.close(Close(exc.status, exc.message[:MAX_ERROR_MESSAGE]))
             return
         if exc.frame_type == FrameType.RESPONSE:

@@ -407,3 +407,84 @@ def test_default_timeout_expires_in_order(start_jetd):
             assert await client.get("t/fast") == 49  # still usable after timeouts
 
     run(body())
+
+
+def test_slow_iterator_consumer_ends_with_overloaded(jetd):
+    async def body():
+        async with await PeerAsync.connect(jetd.host, jetd.port, fetch_queue=10) as peer:
+            for i in range(30):
+                await peer.add_state(f"o/{i:02d}", i)
+            fetch = await peer.fetch("o/")
+            await peer.get("o/00")  # every initial add has arrived by now
+            got = []
+            with pytest.raises(peer_errors.Overloaded, match="fell 10 events behind"):
+                async for event in fetch:
+                    got.append(event.key)
+            assert got == [f"o/{i:02d}" for i in range(10)]  # delivered before the error
+            assert not fetch.active
+            assert await peer.get("o/29") == 29  # the connection is fine
+
+    run(body())
+
+
+def test_undecodable_json_value_is_reported_on_access(jetd):
+    async def body():
+        async with await PeerAsync.connect(jetd.host, jetd.port) as peer:
+            await peer.add_state("j/bad", Value(ValueType.JSON, b"{nope"))
+            with pytest.raises(peer_errors.Malformed, match="JSON"):
+                await peer.get("j/bad")
+            assert (await peer.get_raw("j/bad")).data == b"{nope"
+            fetch = await peer.fetch("j/")
+            event = await fetch.__anext__()
+            assert event.raw.data == b"{nope"
+            with pytest.raises(peer_errors.Malformed):
+                _ = event.value
+
+    run(body())
+
+
+async def _garbage_server(*frames: bytes):
+    """A TCP server on 127.0.0.1 that sends fixed frames (0.1 s apart) and records what
+    it receives: jetd never sends bad frames, so this is how a peer gets fed garbage."""
+    received = bytearray()
+
+    async def handle(reader, writer):
+        for frame in frames:
+            writer.write(frame)
+            await writer.drain()
+            await asyncio.sleep(0.1)
+        while chunk := await reader.read(4096):
+            received.extend(chunk)
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1], received
+
+
+def test_peer_closes_on_a_fatal_frame_from_the_daemon():
+    from jetwire import Info, encode
+
+    async def body():
+        # PROTOCOL.md 9.2: an unknown frame type is fatal.
+        server, port, received = await _garbage_server(encode(Info("fake")), b"\x09\x00\x00\x00\x00")
+        async with server:
+            peer = await PeerAsync.connect("127.0.0.1", port, timeout=2)
+            with pytest.raises(ConnectionClosed):
+                await peer.get("x")
+            await eventually(lambda: b"\xf0\x07" in received, what="CLOSE MALFORMED sent")
+            await peer.close()
+
+    run(body())
+
+
+def test_connect_refuses_another_major_version():
+    from jetwire import Info, encode
+
+    async def body():
+        server, port, received = await _garbage_server(encode(Info("future", major=2)))
+        async with server:
+            with pytest.raises(peer_errors.Malformed, match="version 2"):
+                await PeerAsync.connect("127.0.0.1", port, timeout=2)
+            await eventually(lambda: b"\xf0\x07" in received, what="CLOSE MALFORMED sent")
+
+    run(body())
