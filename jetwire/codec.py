@@ -810,9 +810,13 @@ class Decoder:
                                         set_key(message, key)
                                         set_value(message, value)
                                         yield message
+                                        if self._pos != end or self._buf is not buf:
+                                            break  # the caller pulled frames meanwhile: resync
                                         pos = end
                                         continue
                     yield decoders[ftype](buf, pos + HEADER_SIZE, end)
+                    if self._pos != end or self._buf is not buf:
+                        break
                     pos = end
             except RemoteProtocolError as exc:
                 if exc.fatal:

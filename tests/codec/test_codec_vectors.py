@@ -226,3 +226,19 @@ def test_vector_coverage() -> None:
         ("UNKNOWN_FUNCTION", True),
         ("TOO_LARGE", True),
     }
+
+
+def test_mixing_messages_and_next_message_keeps_order() -> None:
+    """Pulling with next_message() while a messages() iterator is open neither repeats
+    nor skips a frame."""
+    vectors = [v for v in VALID["vectors"] if "max_body" not in v][:40]
+    stream = b"".join(bytes.fromhex(v["hex"]) for v in vectors)
+    decoder = Decoder()
+    decoder.receive_data(stream)
+    iterator = decoder.messages()
+    got = []
+    for index, message in enumerate(iterator):
+        got.append(message)
+        if index % 3 == 0 and (extra := decoder.next_message()) is not None:
+            got.append(extra)
+    assert [message_to_json(m) for m in got] == [v["message"] for v in vectors]

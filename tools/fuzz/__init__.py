@@ -1,0 +1,1 @@
+"""Fuzz harnesses (atheris, OSS-Fuzz shape) for the jetwire decoders."""
