@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import gc
 import os
 import threading
 
@@ -13,6 +14,7 @@ from peer import ConnectionClosed, EventKind, Internal, NotFound, Peer, Rejected
 
 
 def _open_fds() -> int:
+    gc.collect()  # sockets of earlier tests that only await collection are not ours
     return len(os.listdir("/proc/self/fd"))
 
 
@@ -136,7 +138,7 @@ def test_close_joins_thread_and_leaks_nothing(jetd):
         peer.close()  # idempotent
         assert not peer._thread.is_alive()
     assert threading.active_count() == threads_before
-    assert _open_fds() == fds_before
+    assert _open_fds() <= fds_before
     with pytest.raises(ConnectionClosed):
         peer.get("leak/x")
     with pytest.raises(ConnectionClosed):
@@ -149,7 +151,7 @@ def test_failed_connect_leaks_nothing():
     with pytest.raises(ConnectionClosed):
         Peer("127.0.0.1", 1, timeout=2)
     assert threading.active_count() == threads_before
-    assert _open_fds() == fds_before
+    assert _open_fds() <= fds_before
 
 
 def test_close_from_another_thread_fails_pending(start_jetd):
