@@ -488,3 +488,23 @@ def test_connect_refuses_another_major_version():
             await eventually(lambda: b"\xf0\x07" in received, what="CLOSE MALFORMED sent")
 
     run(body())
+
+
+def test_fast_value_path_equals_value_of():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from peer.aio import _as_value
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.one_of(st.integers(-(2**63), 2**63 - 1), st.floats(allow_nan=False), st.text(), st.booleans()))
+    def check(obj):
+        assert _as_value(obj) == Value.of(obj)
+        assert type(_as_value(obj)) is Value
+
+    check()
+    for edge in (float("inf"), float("-inf"), -0.0):
+        assert _as_value(edge).data == Value.of(edge).data
+    assert _as_value(float("nan")).vtype == ValueType.FLOAT64
+    with pytest.raises(LocalProtocolError):
+        _as_value(2**63)
