@@ -13,6 +13,7 @@ Run ``jet --help`` for the options and the exit codes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -265,7 +266,10 @@ def run(args: argparse.Namespace, out: Output) -> int:
         elif args.command == "set":
             if args.no_wait:
                 peer.set_nowait(args.key, value)
-                peer.get(args.key)  # a round trip: the event has reached the daemon
+                # A round trip after it: the event has reached the daemon before we
+                # close. Its outcome is not reported (PROTOCOL.md 7.1), nor this one's.
+                with contextlib.suppress(PeerError):
+                    peer.get_raw(args.key)
                 return EXIT_OK
             now = peer.set(args.key, value)
             out.emit({"key": args.key, "value": value_to_json(now)}, format_value(now))

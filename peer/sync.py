@@ -491,6 +491,10 @@ class Peer:
         """Like :meth:`get`, returning the :class:`jetwire.Value` unmapped."""
         return self._call(self._aio.get_raw, key, timeout=timeout)  # type: ignore[no-any-return]
 
+    def get_raw_future(self, key: str, *, timeout: Optional[float] = None) -> concurrent.futures.Future[Value]:
+        """Like :meth:`get_raw`, returning a future at once."""
+        return self._submit(self._aio.get_raw, key, timeout=timeout)
+
     def fetch(
         self, prefix: str = "", on_event: Optional[OnEvent] = None, *, timeout: Optional[float] = None
     ) -> SyncFetch:

@@ -399,7 +399,11 @@ class TinyPeer:
             raise TinyError(MALFORMED, "connection closed")
         readable, _, _ = select.select([self._sock], [], [], max(timeout, 0.0))
         if readable:
-            chunk = self._sock.recv(65536)
+            try:
+                chunk = self._sock.recv(65536)
+            except OSError as exc:
+                self.close()
+                raise TinyError(MALFORMED, f"connection lost: {exc}") from None
             if not chunk:
                 self.close()
                 raise TinyError(MALFORMED, "connection closed by the daemon")
