@@ -23,6 +23,7 @@ from jetwire import (
     decode_frame,
 )
 from jetwire.codes import HEADER_SIZE
+from jetwire.messages import REQUEST_CLASSES
 
 from .events import Data, End, Event, Gap, Note, Open, WholeFrame
 
@@ -32,6 +33,8 @@ PROBLEM_BYTES_SHOWN = 256  # bytes of a malformed/truncated frame kept for displ
 
 _HEADER = struct.Struct(">BI")
 TYPE_CODES = frozenset(int(t) for t in FrameType)
+REQUEST_TYPES = frozenset(REQUEST_CLASSES.values())
+new_tuple = tuple.__new__
 
 # Frame record kinds.
 OK = "frame"
@@ -189,7 +192,7 @@ class Dissector:
         half.shadow += data
         decoder = half.decoder
         decoder.receive_data(data)
-        out = self.out
+        append = self.out.append
         pending = self._pending
         keep_raw = self.keep_raw
         shadow = half.shadow
@@ -198,27 +201,30 @@ class Dissector:
         start = origin + decoder.consumed
         while True:
             try:
+                number = self.number
                 for message in decoder.messages():
                     end = origin + decoder.consumed
-                    self.number += 1
+                    number += 1
                     request = rtt = None
                     cls = type(message)
                     if cls is Response:
                         request = pending.pop((stream, 1 - direction, message.id), None)  # type: ignore[attr-defined]
                         if request is not None and ts is not None and request.ts is not None:
                             rtt = ts - request.ts
-                    elif isinstance(message, Request) and message.id is not None:
-                        self._remember(stream, direction, message, ts)
-                    out.append(
-                        FrameRecord(
-                            self.number, ts, stream, direction, start, message,
-                            bytes(shadow[start - base : end - base]) if keep_raw else None,
-                            OK, None, shadow[start - base], end - start, None, request, rtt,
-                        )
-                    )
+                    elif cls in REQUEST_TYPES and message.id is not None:  # type: ignore[attr-defined]
+                        self.number = number
+                        self._remember(stream, direction, message, ts)  # type: ignore[arg-type]
+                    # tuple.__new__ skips the NamedTuple's Python-level __new__ (hot path).
+                    append(new_tuple(FrameRecord, (
+                        number, ts, stream, direction, start, message,
+                        bytes(shadow[start - base : end - base]) if keep_raw else None,
+                        OK, None, shadow[start - base], end - start, None, request, rtt, False,
+                    )))
                     start = end
+                self.number = number
                 break
             except RemoteProtocolError as exc:
+                self.number = number  # the frames before the bad one
                 if not exc.fatal:
                     end = origin + decoder.consumed
                     self._malformed(stream, direction, ts, start, bytes(shadow[start - base : end - base]), exc)

@@ -92,18 +92,31 @@ def _one_line(text: str) -> str:
     return text if text.isprintable() else json.dumps(text)[1:-1]
 
 
-def _req_k(m: Any) -> str:
-    return f"REQUEST id={m.id} {m.function.name} key={quote(m.key)}"
+# Summarizers are built per message class with the function or code name already in
+# place: enum ``.name`` is a descriptor call, and this runs once per frame.
 
 
-def _kv(m: Any) -> str:
-    if m.id is None:
-        return f"EVENT {m.function.name} key={quote(m.key)} {value_summary(m.value)}"
-    return f"REQUEST id={m.id} {m.function.name} key={quote(m.key)} {value_summary(m.value)}"
+def _key_only(name: str) -> Callable[[Any], str]:
+    def summary(m: Any) -> str:
+        return f"REQUEST id={m.id} {name} key={quote(m.key)}"
+
+    return summary
 
 
-def _fetch_event(m: Any) -> str:
-    return f"EVENT {m.code.name} fid={m.fetch_id} key={quote(m.key)} {value_summary(m.value)}"
+def _key_value(name: str) -> Callable[[Any], str]:
+    def summary(m: Any) -> str:
+        if m.id is None:
+            return f"EVENT {name} key={quote(m.key)} {value_summary(m.value)}"
+        return f"REQUEST id={m.id} {name} key={quote(m.key)} {value_summary(m.value)}"
+
+    return summary
+
+
+def _fetch_event(name: str) -> Callable[[Any], str]:
+    def summary(m: Any) -> str:
+        return f"EVENT {name} fid={m.fetch_id} key={quote(m.key)} {value_summary(m.value)}"
+
+    return summary
 
 
 def _fetch(m: Any) -> str:
@@ -116,7 +129,7 @@ def _unfetch(m: Any) -> str:
 
 def _response(m: Any) -> str:
     if m.status:
-        return f"RESPONSE id={m.id} {m.status.name} {quote(m.message)}"
+        return f"RESPONSE id={m.id} {STATUS_NAMES[m.status]} {quote(m.message)}"
     if m.value is not None:
         return f"RESPONSE id={m.id} OK {value_summary(m.value)}"
     if m.fetch_id is not None:
@@ -125,7 +138,7 @@ def _response(m: Any) -> str:
 
 
 def _close(m: Any) -> str:
-    return f"EVENT CLOSE {m.status.name} {quote(m.message)}"
+    return f"EVENT CLOSE {STATUS_NAMES[m.status]} {quote(m.message)}"
 
 
 def _info(m: Any) -> str:
@@ -133,9 +146,9 @@ def _info(m: Any) -> str:
 
 
 SUMMARIZERS: dict[type, Callable[[Any], str]] = {
-    FetchAdd: _fetch_event,
-    FetchChange: _fetch_event,
-    FetchRemove: _fetch_event,
+    FetchAdd: _fetch_event("FETCH_ADD"),
+    FetchChange: _fetch_event("FETCH_CHANGE"),
+    FetchRemove: _fetch_event("FETCH_REMOVE"),
     Response: _response,
     Close: _close,
     Info: _info,
@@ -144,7 +157,8 @@ SUMMARIZERS: dict[type, Callable[[Any], str]] = {
 }
 for _cls in REQUEST_CLASSES.values():
     if _cls not in SUMMARIZERS:
-        SUMMARIZERS[_cls] = _kv if hasattr(_cls, "__dataclass_fields__") and "value" in _cls.__dataclass_fields__ else _req_k
+        _fields = getattr(_cls, "__dataclass_fields__", {})
+        SUMMARIZERS[_cls] = (_key_value if "value" in _fields else _key_only)(_cls.function.name)
 
 
 def message_summary(message: Message) -> str:
@@ -193,16 +207,36 @@ class LineFormatter:
         return ts - first if ts is not None and first is not None else 0.0
 
     def line(self, record: Record) -> str:
-        if type(record) is NoteRecord:
-            return f"{'':>7} {self.rel(record.ts):>11.6f}  {self.where(record.stream, record.direction)}  -- {record.text}"
-        fr: FrameRecord = record  # type: ignore[assignment]
-        if fr.kind == OK:
-            text = SUMMARIZERS[type(fr.message)](fr.message)
-            if fr.request is not None:
-                text += response_suffix(fr)
-        else:
-            text = problem_summary(fr) + response_suffix(fr)
-        return f"{fr.number:>7} {self.rel(fr.ts):>11.6f}  {self.where(fr.stream, fr.direction)}  {text}"
+        """One summary line."""
+        return self.lines([record])[0]
+
+    def lines(self, records: list[Record]) -> list[str]:
+        """Summary lines of many records: the hot path of the default output, with the
+        per-stream labels cached and everything looked up once."""
+        out: list[str] = []
+        append = out.append
+        first = self._first_ts()
+        places: dict[tuple[Optional[int], Optional[int]], str] = {}
+        summarizers = SUMMARIZERS
+        for record in records:
+            place = places.get((record.stream, record.direction))
+            if place is None:
+                place = places[(record.stream, record.direction)] = self.where(record.stream, record.direction)
+            ts = record.ts
+            rel = ts - first if ts is not None and first is not None else 0.0
+            if type(record) is NoteRecord:
+                append(f"{'':>7} {rel:>11.6f}  {place}  -- {record.text}")
+                continue
+            fr: FrameRecord = record  # type: ignore[assignment]
+            message = fr.message
+            if message is not None:
+                text = summarizers[type(message)](message)
+                if fr.request is not None:
+                    text += response_suffix(fr)
+            else:
+                text = problem_summary(fr) + response_suffix(fr)
+            append(f"{fr.number:>7} {rel:>11.6f}  {place}  {text}")
+        return out
 
 
 # --- the field tree and JSON ----------------------------------------------------------
