@@ -282,6 +282,9 @@ _INLINE_REQUESTS: dict[int, _Builder] = {
 _INLINE_FETCH_EVENTS: dict[int, _Builder] = {
     cls.code: _builder(cls, "fetch_id") for cls in (FetchAdd, FetchChange, FetchRemove)
 }
+# The same, indexed by the code byte (a list index is cheaper than a dict lookup).
+_INLINE_REQUEST_TABLE: list[Optional[_Builder]] = [_INLINE_REQUESTS.get(code) for code in range(256)]
+_INLINE_FETCH_EVENT_TABLE: list[Optional[_Builder]] = [_INLINE_FETCH_EVENTS.get(code) for code in range(256)]
 
 _FETCH_EVENT_PARSERS: dict[int, Callable[[bytes, int, int], Message]] = {
     EventCode.FETCH_ADD: _fetch_event_parser(FetchAdd),
@@ -738,8 +741,8 @@ class Decoder:
         Messages before a bad frame are yielded first; then the error is raised.
         """
         decoders = _BODY_DECODERS
-        inline_requests = _INLINE_REQUESTS
-        inline_fetch_events = _INLINE_FETCH_EVENTS
+        inline_requests = _INLINE_REQUEST_TABLE
+        inline_fetch_events = _INLINE_FETCH_EVENT_TABLE
         req_head = _REQ_KEY.unpack_from
         evt_head = _EVT_FID_KEY.unpack_from
         frame_head = _HEADER_FROM
@@ -763,10 +766,10 @@ class Decoder:
                     ftype = buf[pos]
                     if ftype == 1:
                         _, length, lead, code, klen = req_head(buf, pos)
-                        build = inline_requests.get(code)
+                        build = inline_requests[code]
                     elif ftype == 3:
                         _, length, code, lead, klen = evt_head(buf, pos)
-                        build = inline_fetch_events.get(code)
+                        build = inline_fetch_events[code]
                     else:
                         if ftype not in decoders:
                             break  # next_message() raises the fatal error
@@ -783,8 +786,8 @@ class Decoder:
                             if kstop + 5 + vn == end:
                                 width = fast_width[vtype]
                                 data = buf[kstop + 5 : end]
-                                if width >= 0:
-                                    plain = vn == width and (vtype != 1 or data[0] < 2)
+                                if width == vn:  # NONE, BOOL, INT64, FLOAT64 of the right width
+                                    plain = vtype != 1 or data[0] < 2
                                 elif width == _OPAQUE:
                                     plain = True
                                 else:
@@ -810,12 +813,16 @@ class Decoder:
                                         set_key(message, key)
                                         set_value(message, value)
                                         yield message
-                                        if self._pos != end or self._buf is not buf:
-                                            break  # the caller pulled frames meanwhile: resync
+                                        # The caller pulled frames with next_message()
+                                        # meanwhile: resync. (The buffer itself is only
+                                        # replaced when the frame at ``end`` is incomplete,
+                                        # which makes this loop stop there anyway.)
+                                        if self._pos != end:
+                                            break
                                         pos = end
                                         continue
                     yield decoders[ftype](buf, pos + HEADER_SIZE, end)
-                    if self._pos != end or self._buf is not buf:
+                    if self._pos != end:
                         break
                     pos = end
             except RemoteProtocolError as exc:
