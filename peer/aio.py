@@ -191,6 +191,8 @@ class State:
         self.raw = raw
         self.on_set = on_set
         self.removed = False
+        # Set when a reconnect could not re-add the state (e.g. AlreadyExists).
+        self.restore_error: Optional[BaseException] = None
 
     @property
     def value(self) -> PythonValue:
@@ -234,7 +236,8 @@ class State:
 
     def _check_live(self) -> None:
         if self.removed:
-            raise LocalProtocolError(f"state {self.key!r} was removed")
+            why = f" (lost on reconnect: {self.restore_error})" if self.restore_error else ""
+            raise LocalProtocolError(f"state {self.key!r} was removed{why}")
 
     def __repr__(self) -> str:
         return f"<State {self.key!r} = {self.raw!r}{' removed' if self.removed else ''}>"
@@ -248,6 +251,7 @@ class Method:
         self.key = key
         self.handler = handler
         self.removed = False
+        self.restore_error: Optional[BaseException] = None
 
     async def remove(self, *, timeout: Optional[float] = None) -> None:
         """Remove the method (REMOVE_METHOD, PROTOCOL.md 6.7); it will not be restored.
@@ -1280,7 +1284,13 @@ class PeerAsync:
             if isinstance(result, ConnectionClosed):
                 raise result
             if isinstance(result, BaseException):
+                # Typically ALREADY_EXISTS: another peer took the key while we were
+                # away. Its handle is dead from now on; nothing is served for it.
                 log.error("could not restore %r after reconnecting: %s", key, result)
+                handle = self._states.pop(key, None) or self._methods.pop(key, None)
+                if handle is not None:
+                    handle.removed = True
+                    handle.restore_error = result
         for result in results[len(lost) :]:
             if isinstance(result, ConnectionClosed):
                 raise result

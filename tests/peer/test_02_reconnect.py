@@ -6,7 +6,7 @@ import asyncio
 
 from peer_testlib import eventually, run
 
-from peer import EventKind, Peer, PeerAsync
+from peer import AlreadyExists, EventKind, Peer, PeerAsync
 
 
 def test_daemon_restart_restores_everything(start_jetd):
@@ -89,3 +89,27 @@ def test_sync_peer_reconnects(start_jetd):
         assert peer.reconnects == 1
     finally:
         peer.close()
+
+
+def test_key_taken_during_outage_marks_state_lost(start_jetd):
+    first = start_jetd()
+    port = first.port
+
+    async def body():
+        app = await PeerAsync.connect(first.host, port, reconnect=True, reconnect_min_delay=1.0)
+        state = await app.add_state("c/x", "mine", on_set=lambda v: v)
+        await app.add_state("c/kept", 1)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, first.stop)
+        second = await loop.run_in_executor(None, start_jetd, "--port", str(port))
+        # The app waits at least 0.5 s before reconnecting: someone else is faster.
+        async with await PeerAsync.connect(second.host, port) as other:
+            await other.add_state("c/x", "theirs", on_set=lambda v: f"theirs:{v}")
+            await eventually(lambda: app.reconnects == 1, timeout=10, what="reconnect")
+            assert state.removed
+            assert isinstance(state.restore_error, AlreadyExists)
+            assert await app.set("c/x", "v") == "theirs:v"  # served by the other owner
+            assert await app.get("c/kept") == 1  # the rest was restored
+        await app.close()
+
+    run(body(), deadline=30)
