@@ -13,6 +13,6 @@ def spark() -> Iterator[Any]:
     pytest.importorskip("pyspark")
     from tools.ingest.session import spark_session
 
-    session = spark_session("local[2]", app="jet-ingest-tests", conf={"spark.sql.shuffle.partitions": "4"})
+    session = spark_session("local[2]", app="jet-ingest-tests", conf={"spark.sql.shuffle.partitions": "2"})
     yield session
     session.stop()

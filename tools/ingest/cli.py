@@ -216,7 +216,8 @@ def rebuild_tables(spark: Any, warehouse: Path) -> dict[str, Any]:
     frames_dir = warehouse / "frames"
     if not frames_dir.exists():
         raise FileNotFoundError(f"{frames_dir}: nothing ingested yet")
-    frames = tables.with_seq(spark.read.parquet(str(frames_dir)))
+    # Cached: every derived table and the summary scan it again.
+    frames = tables.with_seq(spark.read.parquet(str(frames_dir))).cache()
     build = {"state_changes": tables.state_changes, "requests": tables.requests, "connections": tables.connections}
     out: dict[str, Any] = {"frames": frames}
     for name, fn in build.items():

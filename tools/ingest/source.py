@@ -138,7 +138,7 @@ def _read_ranges(ranges: list[Range], options: dict[str, str]) -> Iterator[Any]:
     from tools.ingest.parse import read_segment
 
     mode = options.get("mode", "PERMISSIVE")
-    max_record = int(options.get("maxRecordSize", DEFAULT_MAX_RECORD))
+    max_record = int(options.get("maxrecordsize", DEFAULT_MAX_RECORD))
     for path, start, stop, limit in ranges:
         try:
             yield from read_segment(path, start, stop, mode=mode, max_record=max_record, limit=limit)
@@ -149,7 +149,8 @@ def _read_ranges(ranges: list[Range], options: dict[str, str]) -> Iterator[Any]:
 
 
 def _options(options: Any) -> dict[str, str]:
-    return {str(k): str(v) for k, v in dict(options).items()}
+    # Spark hands options over case-insensitively (lower-cased keys); look them up so.
+    return {str(k).lower(): str(v) for k, v in dict(options).items()}
 
 
 class JetlogReader(DataSourceReader):
@@ -168,8 +169,8 @@ class JetlogReader(DataSourceReader):
             ranges = [(str(p), int(s), int(lim)) for p, s, lim in json.loads(opts["ranges"])]
         else:
             ranges = [(f, 0, os.path.getsize(f)) for f in expand_paths(opts)]
-        chunk = int(opts.get("chunkSize", DEFAULT_CHUNK))
-        group = int(opts.get("groupSize", DEFAULT_GROUP))
+        chunk = int(opts.get("chunksize", DEFAULT_CHUNK))
+        group = int(opts.get("groupsize", DEFAULT_GROUP))
         return [JetlogPartition(p) for p in plan_ranges(ranges, chunk, group)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
@@ -189,10 +190,10 @@ class JetlogStreamReader(DataSourceStreamReader):
     def __init__(self, options: dict[str, str]) -> None:
         self.options = options
         self._ends: dict[str, tuple[int, int]] = {}  # file -> (scanned up to, size seen)
-        self.max_record = int(options.get("maxRecordSize", DEFAULT_MAX_RECORD))
+        self.max_record = int(options.get("maxrecordsize", DEFAULT_MAX_RECORD))
 
     def initialOffset(self) -> dict[str, Any]:
-        start = self.options.get("startingOffsets")
+        start = self.options.get("startingoffsets")
         return {"files": json.loads(start) if start else {}}
 
     def _complete_end(self, path: str, start: int) -> int:
@@ -231,8 +232,8 @@ class JetlogStreamReader(DataSourceStreamReader):
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         begin = start.get("files", {})
         ranges = [(p, int(begin.get(p, 0)), int(e)) for p, e in sorted(end.get("files", {}).items())]
-        chunk = int(self.options.get("chunkSize", DEFAULT_CHUNK))
-        group = int(self.options.get("groupSize", DEFAULT_GROUP))
+        chunk = int(self.options.get("chunksize", DEFAULT_CHUNK))
+        group = int(self.options.get("groupsize", DEFAULT_GROUP))
         return [JetlogPartition(p) for p in plan_ranges(ranges, chunk, group)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:

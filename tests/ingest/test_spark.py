@@ -1,0 +1,262 @@
+"""Spark tests of the ``jetlog`` source and ``jet-ingest`` on one local[2] session.
+
+The scenario test drives a real jetd (``--log-dir``) over raw TCP sockets with jetwire,
+then checks every warehouse table against what the scenario did.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jetwire import (
+    AddMethod,
+    AddState,
+    CallMethod,
+    Decoder,
+    Info,
+    Message,
+    NotifyState,
+    Response,
+    SetState,
+    Status,
+    Value,
+    encode,
+)
+from tools.ingest.synth import write_synthetic_log
+
+pytestmark = pytest.mark.spark
+
+
+class RawPeer:
+    """A jet connection over a plain socket: counts every frame and byte each way."""
+
+    def __init__(self, host: str, port: int, name: str) -> None:
+        self.sock = socket.create_connection((host, port), timeout=5)
+        self.decoder = Decoder()
+        self.sent = [0, 0]  # frames, bytes
+        self.received = [0, 0]
+        self.inbox: list[Message] = []
+        self.send(Info(name=name))
+        assert isinstance(self.next(), Info)  # PROTOCOL.md 10.1: INFO first
+
+    def send(self, msg: Message) -> None:
+        data = encode(msg)
+        self.sent[0] += 1
+        self.sent[1] += len(data)
+        self.sock.sendall(data)
+
+    def next(self) -> Message:
+        while True:
+            if self.inbox:
+                return self.inbox.pop(0)
+            msg = self.decoder.next_message()
+            if msg is not None:
+                self.received[0] += 1
+                self.received[1] += self.decoder.consumed - getattr(self, "_consumed", 0)
+                self._consumed = self.decoder.consumed
+                return msg
+            data = self.sock.recv(65536)
+            assert data, "jetd closed the connection"
+            self.decoder.receive_data(data)
+
+    def expect(self, kind: type, **fields: Any) -> Any:
+        msg = self.next()
+        assert isinstance(msg, kind), msg
+        for name, value in fields.items():
+            assert getattr(msg, name) == value, (name, msg)
+        return msg
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def run_scenario(host: str, port: int) -> dict[str, Any]:
+    owner = RawPeer(host, port, "owner")
+    client = RawPeer(host, port, "client")
+    owner.send(AddState(1, "plant/temp", Value.of(20)))
+    owner.expect(Response, id=1, status=Status.OK)
+    owner.send(AddMethod(2, "plant/reset"))
+    owner.expect(Response, id=2, status=Status.OK)
+
+    # 10: an accepted SET (PROTOCOL.md 10.3: NOTIFY before OK)
+    client.send(SetState(10, "plant/temp", Value.of(21)))
+    routed = owner.expect(SetState, key="plant/temp")
+    owner.send(NotifyState(3, "plant/temp", Value.of(21)))
+    owner.expect(Response, id=3, status=Status.OK)
+    time.sleep(0.002)  # the owner "thinks": latencies must be visibly positive
+    owner.send(Response(routed.id, value=Value.of(21)))
+    client.expect(Response, id=10, status=Status.OK)
+    # 11: a rejected SET
+    client.send(SetState(11, "plant/temp", Value.of(99)))
+    routed = owner.expect(SetState, key="plant/temp")
+    owner.send(Response(routed.id, Status.REJECTED, message="too hot"))
+    client.expect(Response, id=11, status=Status.REJECTED)
+    # 12: a CALL
+    client.send(CallMethod(12, "plant/reset", Value.of({"hard": True})))
+    routed = owner.expect(CallMethod, key="plant/reset")
+    time.sleep(0.004)
+    owner.send(Response(routed.id, value=Value.of(7)))
+    client.expect(Response, id=12, status=Status.OK)
+    # 13: a SET nobody can take: answered by the daemon, never routed
+    client.send(SetState(13, "plant/nope", Value.of(1)))
+    client.expect(Response, id=13, status=Status.NOT_FOUND)
+    # a fire-and-forget NOTIFY from the owner (PROTOCOL.md 7.1)
+    owner.send(NotifyState(None, "plant/temp", Value.of(22.5)))
+    # 14: routed, then the owner disconnects without answering (PROTOCOL.md 10.6)
+    client.send(SetState(14, "plant/temp", Value.of(23)))
+    owner.expect(SetState, key="plant/temp")
+    owner.close()
+    client.expect(Response, id=14, status=Status.OWNER_GONE)
+    client.close()
+    return {"owner": owner, "client": client}
+
+
+def _wait_closed(log_dir: Path, spark: Any, closes: int) -> None:
+    """jetd logs a CONN_CLOSE when it notices the client's close: wait for both."""
+    from tools.ingest.parse import read_segment
+
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        n = sum(
+            sum(1 for k in b.column("kind").to_pylist() if k == "CONN_CLOSE")
+            for f in log_dir.iterdir()
+            for b in read_segment(str(f))
+        )
+        if n >= closes:
+            return
+        time.sleep(0.05)
+
+
+def test_scenario_tables_match(spark: Any, start_jetd: Callable[..., Any], tmp_path: Path) -> None:
+    from pyspark.sql import functions as F
+
+    from tools.ingest.cli import ingest_once, rebuild_tables
+    from tools.ingest.report import collect_summary, write_report
+
+    log_dir = tmp_path / "logs"
+    log_dir.mkdir()
+    daemon = start_jetd("--log-dir", str(log_dir), "--log-fsync", "always")
+    peers = run_scenario(daemon.host, daemon.port)
+    time.sleep(0.2)
+    assert daemon.stop() == 0  # flushes the log
+    warehouse = tmp_path / "wh"
+    added = ingest_once(spark, str(log_dir), warehouse)
+    tables = rebuild_tables(spark, warehouse)
+    frames = tables["frames"]
+    assert frames.count() == added > 0
+    assert frames.filter(F.col("corrupt").isNotNull() | F.col("frame_error").isNotNull()).count() == 0
+
+    reqs = {r["request_id"]: r for r in tables["requests"].collect()}
+    assert sorted(reqs) == [10, 11, 12, 13, 14]
+    assert {i: reqs[i]["status"] for i in reqs} == {
+        10: "OK", 11: "REJECTED", 12: "OK", 13: "NOT_FOUND", 14: "OWNER_GONE"}
+    assert {i: reqs[i]["routed"] for i in reqs} == {10: True, 11: True, 12: True, 13: False, 14: True}
+    assert {i: reqs[i]["owner_status"] for i in reqs} == {10: "OK", 11: "REJECTED", 12: "OK", 13: None, 14: None}
+    assert {i: reqs[i]["function"] for i in reqs} == {
+        10: "SET_STATE", 11: "SET_STATE", 12: "CALL_METHOD", 13: "SET_STATE", 14: "SET_STATE"}
+    assert all(reqs[i]["requester_name"] == "client" for i in reqs)
+    assert all(reqs[i]["owner_name"] == "owner" for i in (10, 11, 12, 14))
+    assert reqs[12]["result_text"] == "7" and reqs[10]["result_text"] == "21"
+    assert reqs[11]["message"] == "too hot"
+    for i in reqs:
+        assert reqs[i]["latency_ns"] > 0
+    for i in (10, 11, 12):  # the owner's part is inside the requester's latency
+        assert 0 < reqs[i]["owner_latency_ns"] < reqs[i]["latency_ns"]
+    assert reqs[10]["latency_ns"] > 2_000_000 and reqs[12]["latency_ns"] > 4_000_000
+    starts = [reqs[i]["ts_ns"] for i in sorted(reqs)]
+    assert starts == sorted(starts)
+
+    changes = tables["state_changes"].orderBy("seq").collect()
+    assert [(c["key"], c["change"], c["value_before"], c["value_after"]) for c in changes] == [
+        ("plant/temp", "ADD", None, "20"),
+        ("plant/temp", "NOTIFY", "20", "21"),
+        ("plant/temp", "NOTIFY", "21", "22.5"),
+        ("plant/temp", "DISCONNECT", "22.5", None),
+    ]
+    assert {c["owner_name"] for c in changes} == {"owner"}
+    assert [c["ts_ns"] for c in changes] == sorted(c["ts_ns"] for c in changes)
+
+    conns = {c["name"]: c for c in tables["connections"].collect()}
+    assert set(conns) == {"owner", "client"}
+    for name, peer in peers.items():
+        c = conns[name]
+        assert (c["frames_in"], c["bytes_in"]) == tuple(peer.sent), name
+        assert (c["frames_out"], c["bytes_out"]) == tuple(peer.received), name
+        assert c["address"].startswith("127.0.0.1:")
+        assert c["closed"] is not None and c["duration_s"] > 0
+    assert conns["owner"]["closed"] < conns["client"]["closed"]
+
+    # Idempotent: a second run over the same logs adds nothing.
+    assert ingest_once(spark, str(log_dir), warehouse) == 0
+    assert spark.read.parquet(str(warehouse / "frames")).count() == added
+
+    summary = collect_summary(tables)
+    assert summary.rows == {"frames": added, "state_changes": 4, "requests": 5, "connections": 2}
+    assert dict(zip(summary.errors["status"], summary.errors["count"], strict=True)) == {
+        "REJECTED": 1, "NOT_FOUND": 1, "OWNER_GONE": 1}
+    write_report(summary, warehouse / "report.html")
+    html = (warehouse / "report.html").read_text()
+    assert html.count("data:image/png;base64,") == 3 and "OWNER_GONE" in html
+
+
+def test_source_reads_dir_glob_list_and_sql(spark: Any, tmp_path: Path) -> None:
+    a = tmp_path / "jet-a.jetlog"
+    b = tmp_path / "sub" / "jet-b.jetlog"
+    b.parent.mkdir()
+    na = write_synthetic_log(str(a), 50)
+    nb = write_synthetic_log(str(b), 30, segment=1)
+    (tmp_path / "notes.txt").write_text("not a log")
+    assert spark.read.format("jetlog").load(str(tmp_path)).count() == na  # the dir: logs only
+    assert spark.read.format("jetlog").load(str(tmp_path / "**" / "*.jetlog")).count() == na + nb
+    assert spark.read.format("jetlog").load([str(a), str(b)]).count() == na + nb
+    # Chunked reads of one file give each record exactly once, peer names included.
+    chunked = spark.read.format("jetlog").option("chunkSize", "997").load(str(a))
+    assert chunked.rdd.getNumPartitions() > 5
+    assert chunked.select("offset").distinct().count() == na
+    assert chunked.filter("conn_id = 2 and kind = 'FRAME_OUT' and peer_name is null").count() == 0
+    spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW jl USING jetlog OPTIONS (path '{a}')")
+    got = spark.sql("SELECT function, count(*) AS n FROM jl WHERE kind = 'ROUTE' GROUP BY function").collect()
+    assert {r["function"]: r["n"] for r in got} == {"SET_STATE": 45, "CALL_METHOD": 5}
+    with pytest.raises(Exception, match="CRC mismatch"):
+        data = bytearray(a.read_bytes())
+        data[200] ^= 0xFF
+        a.write_bytes(bytes(data))
+        spark.read.format("jetlog").option("mode", "FAILFAST").load(str(a)).count()
+
+
+def test_streaming_reads_each_record_once(spark: Any, tmp_path: Path) -> None:
+    from jetwire.log import LogHeader, LogKind, conn_open_data, encode_header, encode_record
+
+    log_dir = tmp_path / "logs"
+    log_dir.mkdir()
+    seg = log_dir / "jet-0.jetlog"
+    records = [encode_record(10**18 + i, 1 + i % 3, LogKind.CONN_OPEN, conn_open_data(f"127.0.0.1:{i}"))
+               for i in range(60)]
+    seg.write_bytes(encode_header(LogHeader("jetd", 10**18, 0)) + b"".join(records[:20]) + records[20][:7])
+    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+
+    def run() -> None:
+        query = (spark.readStream.format("jetlog").load(str(log_dir)).writeStream.format("parquet")
+                 .option("path", str(out)).option("checkpointLocation", str(ckpt)).start())
+        query.processAllAvailable()
+        query.stop()
+
+    run()
+    assert spark.read.parquet(str(out)).count() == 20  # the partial record waits
+    with open(seg, "ab") as fh:  # the daemon finishes the record and writes more
+        fh.write(records[20][7:] + b"".join(records[21:40]))
+    (log_dir / "jet-1.jetlog").write_bytes(encode_header(LogHeader("jetd", 2 * 10**18, 1)) + b"".join(records[40:]))
+    run()  # a restart from the checkpoint
+    rows = spark.read.parquet(str(out)).select("file", "offset", "address").collect()
+    assert len(rows) == 60 == len({(r["file"], r["offset"]) for r in rows})
+    assert sorted(int(r["address"].split(":")[1]) for r in rows) == list(range(60))
+    batches = sorted((p for p in (ckpt / "offsets").iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+    offsets = json.loads(batches[-1].read_text().splitlines()[-1])
+    assert offsets["files"][str(seg)] == seg.stat().st_size
