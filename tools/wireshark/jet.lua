@@ -239,6 +239,9 @@ local function track_request(pinfo, tree, id)
     if not pinfo.visited then
         requests[direction_key(pinfo, true) .. "#" .. id] = { frame = pinfo.number, ts = pinfo.abs_ts }
     end
+    -- Known once the response has been seen: in Wireshark, or tshark with -2.
+    local response = answered[pinfo.number .. ":" .. id]
+    if response then tree:add(f.response_in, response):set_generated() end
 end
 
 local function track_response(pinfo, tree, id, offset)
@@ -249,6 +252,7 @@ local function track_response(pinfo, tree, id, offset)
         if req then
             requests[key] = nil
             answers[slot] = { frame = req.frame, rtt = (pinfo.abs_ts - req.ts) * 1000 }
+            answered[req.frame .. ":" .. id] = pinfo.number
         end
     end
     local ans = answers[slot]
