@@ -24,6 +24,7 @@ import struct
 import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from enum import IntEnum
 from typing import Optional
 
 import numpy as np
@@ -264,7 +265,7 @@ def scan_records(
 # --- vectorised field extraction ------------------------------------------------------
 
 
-def _names(enum: type, width: int = 256) -> pa.Array:
+def _names(enum: type[IntEnum], width: int = 256) -> pa.Array:
     known = {int(m): m.name for m in enum}
     return pa.array([known.get(i, f"0x{i:02X}") for i in range(width)], pa.string())
 

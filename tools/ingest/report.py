@@ -8,7 +8,7 @@ import html
 import io
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 from pyspark.sql import DataFrame
@@ -33,31 +33,35 @@ class Summary:
     notes: list[str] = field(default_factory=list)
 
 
+def _pandas(df: DataFrame) -> pd.DataFrame:
+    return cast(pd.DataFrame, df.toPandas())
+
+
 def collect_summary(tables: dict[str, DataFrame], *, top: int = 10) -> Summary:
     """Aggregate the tables with Spark and collect the (small) results."""
     rows = {name: df.count() for name, df in tables.items()}
     changes, reqs, frames, conns = (tables[t] for t in ("state_changes", "requests", "frames", "connections"))
-    top_keys = (
+    top_keys = _pandas(
         changes.groupBy("key").agg(
             F.count("*").alias("changes"),
             ((F.max("ts_ns") - F.min("ts_ns")) / F.lit(1e9)).alias("span_s"),
         ).withColumn("per_s", F.col("changes") / F.greatest(F.col("span_s"), F.lit(1.0)))
-        .orderBy(F.desc("per_s"), F.desc("changes"), "key").limit(top).toPandas()
+        .orderBy(F.desc("per_s"), F.desc("changes"), "key").limit(top)
     )
     answered = reqs.filter(F.col("latency_ns").isNotNull())
-    latency = (
+    latency = _pandas(
         answered.groupBy("function", "key_prefix").agg(
             F.count("*").alias("n"),
             F.percentile_approx("latency_ms", [0.5, 0.95, 0.99], 10000).alias("p"),
-        ).orderBy("function", "key_prefix").toPandas()
+        ).orderBy("function", "key_prefix")
     )
     if len(latency):
         latency[["p50_ms", "p95_ms", "p99_ms"]] = pd.DataFrame(latency.pop("p").tolist(), index=latency.index)
     else:
         latency = pd.DataFrame(columns=["function", "key_prefix", "n", "p50_ms", "p95_ms", "p99_ms"])
-    errors = (
+    errors = _pandas(
         frames.filter((F.col("kind") == "FRAME_OUT") & (F.col("msg_type") == "RESPONSE") & (F.col("status") != "OK"))
-        .groupBy("status").count().orderBy(F.desc("count"), "status").toPandas()
+        .groupBy("status").count().orderBy(F.desc("count"), "status")
     )
     span = frames.agg(F.min("ts_ns").alias("lo"), F.max("ts_ns").alias("hi")).first()
     lo, hi = (span["lo"], span["hi"]) if span is not None else (None, None)
@@ -65,10 +69,10 @@ def collect_summary(tables: dict[str, DataFrame], *, top: int = 10) -> Summary:
     if lo is not None and hi is not None:
         # At most ~600 buckets, at least one second wide.
         bucket = max(10**9, (hi - lo) // 600 + 1)
-        per_second = (
+        per_second = _pandas(
             frames.filter(F.col("ts_ns").isNotNull())
             .groupBy(((F.col("ts_ns") - F.lit(lo)) / F.lit(bucket)).cast("long").alias("b"))
-            .count().orderBy("b").toPandas()
+            .count().orderBy("b")
         )
         per_second["t"] = pd.to_datetime(lo + per_second["b"] * bucket, unit="ns", utc=True)
         per_second["events"] = per_second["count"] / (bucket / 1e9)
@@ -76,12 +80,12 @@ def collect_summary(tables: dict[str, DataFrame], *, top: int = 10) -> Summary:
     n = rows["requests"]
     if n > 200_000:
         sample = sample.sample(fraction=200_000 / n, seed=1)
-    latencies = sample.toPandas()["latency_ms"]
-    talkers = (
+    latencies = _pandas(sample)["latency_ms"]
+    talkers = _pandas(
         conns.withColumn("frames", F.col("frames_in") + F.col("frames_out"))
         .withColumn("bytes", F.col("bytes_in") + F.col("bytes_out"))
         .orderBy(F.desc("frames"), "conn_id").limit(15)
-        .select("run_ns", "conn_id", "name", "address", "frames", "bytes").toPandas()
+        .select("run_ns", "conn_id", "name", "address", "frames", "bytes")
     )
     return Summary(rows, top_keys, latency, errors, per_second, latencies, talkers)
 
@@ -133,7 +137,7 @@ def write_report(summary: Summary, path: Path) -> None:
         import numpy as np
 
         bins = np.logspace(np.log10(lat.min()), np.log10(lat.max() * 1.01), 50)
-        ax.hist(lat, bins=bins)
+        ax.hist(lat, bins=bins.tolist())
         ax.set_xscale("log")
     ax.set_title("SET/CALL latency (request in to response out)")
     ax.set_xlabel("ms")

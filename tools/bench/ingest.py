@@ -1,0 +1,112 @@
+"""Benchmark of the Spark ingest: ``python -m tools.bench.ingest [--records N] [--repeat R]``.
+
+1. Writes N records (default 2,000,000) of a realistic routed-request mix
+   (:mod:`tools.ingest.synth`) as jet log segments of about 1M records each.
+2. Writes the same records as JSON lines (the ``jetlog`` rows, value as base64).
+3. In one local[2] SparkSession, times R times each: ``format("jetlog")`` -> Parquet,
+   and Spark's native JSON reader (explicit schema, no inference) -> Parquet.
+4. Times the whole ``jet-ingest LOGDIR --out WAREHOUSE`` as a subprocess (JVM start,
+   frames, derived tables, summary and report included).
+
+Prints a markdown table of medians and the jetlog/JSON ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def _timed(fn: object) -> float:
+    start = time.perf_counter()
+    fn()  # type: ignore[operator]
+    return time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=2_000_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--keep", help="work directory to keep (default: a temporary one)")
+    args = parser.parse_args(argv)
+
+    from tools.ingest.session import REPO_ROOT, spark_session
+    from tools.ingest.synth import BASE_NS, write_synthetic_log
+
+    work = Path(args.keep or tempfile.mkdtemp(prefix="jet-bench-ingest-"))
+    logs = work / "logs"
+    shutil.rmtree(work / "logs", ignore_errors=True)
+    logs.mkdir(parents=True)
+    rounds = int(args.records / 7.4)  # tools.ingest.synth: 7.4 records per round on average
+    total = 0
+    per_segment = max(1, rounds // max(1, round(args.records / 1_000_000)))
+    segment = 0
+    t = time.perf_counter()
+    while rounds > 0:
+        n = min(per_segment, rounds)
+        total += write_synthetic_log(str(logs / f"jet-bench-{segment:06d}.jetlog"), n, segment=segment,
+                                     start_ns=BASE_NS + segment * 10**12)
+        rounds -= n
+        segment += 1
+    gen_s = time.perf_counter() - t
+    log_bytes = sum(f.stat().st_size for f in logs.iterdir())
+
+    spark = spark_session(args.master, app="jet-bench-ingest")
+    from tools.ingest.parse import SPARK_SCHEMA
+
+    jsonl = work / "json"
+    if not jsonl.exists():
+        spark.read.format("jetlog").load(str(logs)).write.mode("overwrite").json(str(jsonl))
+    json_bytes = sum(f.stat().st_size for f in jsonl.glob("*.json"))
+    out = work / "parquet"
+
+    def jetlog_run() -> None:
+        spark.read.format("jetlog").load(str(logs)).write.mode("overwrite").parquet(str(out / "jetlog"))
+
+    def json_run() -> None:
+        spark.read.schema(SPARK_SCHEMA).json(str(jsonl)).write.mode("overwrite").parquet(str(out / "json"))
+
+    jetlog_run()  # warm-up: the first Python data source query pays for worker start-up
+    json_run()
+    jet_t, json_t = [], []
+    for _ in range(args.repeat):  # interleaved, so both see the same machine load
+        jet_t.append(_timed(jetlog_run))
+        json_t.append(_timed(json_run))
+    counted = spark.read.parquet(str(out / "jetlog")).count()
+    spark.stop()
+    assert counted == total, (counted, total)
+
+    warehouse = work / "warehouse"
+    shutil.rmtree(warehouse, ignore_errors=True)
+    env = {**os.environ, "PYTHONPATH": REPO_ROOT}
+    cmd = [sys.executable, "-m", "tools.ingest", str(logs), "--out", str(warehouse)]
+    if args.master:
+        cmd += ["--master", args.master]
+    ingest_s = _timed(lambda: subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL,
+                                             stderr=subprocess.DEVNULL))
+
+    jm, sm = statistics.median(jet_t), statistics.median(json_t)
+    print(f"\n{total:,} records, {log_bytes / 2**20:.0f} MiB of jet log in {segment} segments "
+          f"({json_bytes / 2**20:.0f} MiB as JSON lines); generated in {gen_s:.1f} s; "
+          f"master {args.master}; medians of {args.repeat} interleaved runs\n")
+    print("| what | time (s) | records/s |")
+    print("|---|---|---|")
+    print(f"| `format(\"jetlog\")` -> Parquet | {jm:.1f} | {total / jm:,.0f} |")
+    print(f"| native JSON reader (explicit schema) -> Parquet | {sm:.1f} | {total / sm:,.0f} |")
+    print(f"| jetlog / JSON speed ratio | | {sm / jm:.2f}x |")
+    print(f"| whole `jet-ingest` (JVM start, 4 tables, summary, report) | {ingest_s:.1f} | {total / ingest_s:,.0f} |")
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
