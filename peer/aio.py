@@ -751,6 +751,13 @@ class PeerAsync:
 
     # --- sending ----------------------------------------------------------------------
 
+    def _copy_closed_error(self) -> ConnectionClosed:
+        # A fresh exception per raise: one instance raised twice grows its traceback.
+        error = self._closed_error
+        if error is None:
+            return ConnectionClosed("peer closed")
+        return ConnectionClosed(error.message, error.status)
+
     def _frame(self, message: Message) -> bytes:
         frame = encode(message)
         info = self._info
@@ -771,7 +778,7 @@ class PeerAsync:
         """Send the REQUEST ``cls(id, *fields)`` (the id is assigned here) and return
         the future of its converted result."""
         if self._closing:
-            raise ConnectionClosed("peer closed")
+            raise self._copy_closed_error()
         pending = self._pending
         rid = self._next_id
         while True:
@@ -789,7 +796,7 @@ class PeerAsync:
             # Made while reconnecting: sent after the restore, if still pending then.
             self._backlog.append((rid, frame))
         else:
-            raise self._closed_error or ConnectionClosed("not connected")
+            raise self._copy_closed_error()
         if timeout is None:
             # The default timeout is the same for every request, so deadlines in
             # request order are sorted: one deque and one timer serve them all (a
@@ -827,7 +834,7 @@ class PeerAsync:
 
     def _send_event(self, message: Message) -> None:
         if self._closing:
-            raise self._closed_error or ConnectionClosed("peer closed")
+            raise self._copy_closed_error()
         frame = self._frame(message)
         link = self._link
         if link is None or link.closed or not self._ready:

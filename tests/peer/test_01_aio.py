@@ -344,8 +344,9 @@ def test_daemon_shutdown_fails_pending_and_ends_iterators(start_jetd):
             async for _ in fetch:
                 pass
         await client.wait_closed()
-        with pytest.raises(ConnectionClosed):
+        with pytest.raises(ConnectionClosed, match="shutting down") as info:
             await client.get("k")
+        assert info.value.status is Status.OK  # PROTOCOL.md 10.9: CLOSE(OK) on shutdown
         await owner.close()
         await client.close()
 
