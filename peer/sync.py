@@ -93,7 +93,12 @@ class SyncState:
         return self._peer._submit(self._state.notify, value, timeout=timeout)
 
     def notify_nowait(self, value: Any) -> None:
-        """Fire-and-forget notify (EVENT form, PROTOCOL.md 7.1)."""
+        """Fire-and-forget notify (EVENT form, PROTOCOL.md 7.1).
+
+        Raises:
+            LocalProtocolError: at once, for a value with no jet mapping.
+        """
+        Value.of(value)  # refuse unmappable values here, in the caller's thread
         self._peer._submit(self._state.notify_nowait, value)
 
     def remove(self, *, timeout: Optional[float] = None) -> None:

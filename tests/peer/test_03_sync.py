@@ -46,6 +46,10 @@ def test_blocking_api_and_futures(jetd):
             client.get("s/ro")
         with pytest.raises(LocalProtocolError):
             client.set_nowait("s/temp", object())
+        with pytest.raises(LocalProtocolError):
+            state.notify_nowait(object())
+        with pytest.raises(LocalProtocolError):
+            client.set("s/temp", object())
 
 
 def test_fetch_iterator_and_callback(jetd):
