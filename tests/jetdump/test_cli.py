@@ -376,3 +376,20 @@ def test_control_characters_never_reach_the_terminal() -> None:
 def test_info_summary() -> None:
     result = run_jetdump("--hex", encode(Info("jetd", features=1)).hex())
     assert 'INFO "jetd" v1.0 max_body=1048576 features=0x00000001' in result.stdout
+
+
+def test_json_fast_path_equals_the_schema_path(capture: Path) -> None:
+    """--json takes values from the fast codec and offsets from a per-shape cache of the
+    schema's dissection; on every frame it must equal dissecting that frame."""
+    from tools.jetdump.dissector import Dissector, FrameRecord
+    from tools.jetdump.render import fast_frame_fields, frame_fields
+
+    dissector = Dissector(keep_raw=True)
+    data = b"".join(encode(m) for _, m in CONVERSATION)
+    for size in (len(data), 7):  # whole, and in small chunks (different record timing)
+        for start in range(0, len(data), size):
+            dissector.data(0, 0, None, data[start : start + size])
+    records = [r for r in dissector.out if isinstance(r, FrameRecord)]
+    assert len(records) == 2 * len(CONVERSATION)
+    for record in records:
+        assert fast_frame_fields(record) == frame_fields(record), record.message
