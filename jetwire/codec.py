@@ -618,9 +618,22 @@ class Decoder:
     Every body length is checked against ``max_body`` as soon as its header is
     complete, before the body is buffered (PROTOCOL.md 9.2).
 
-    After a non-fatal :class:`RemoteProtocolError` the bad frame has been consumed and
-    decoding may go on; after a fatal one the stream is unusable and every further call
-    raises the same error.
+    After a non-fatal :class:`RemoteProtocolError` (a bad REQUEST with a readable id,
+    answer it with ``exc.status`` under ``exc.request_id``; a bad RESPONSE) the bad
+    frame has been consumed and decoding may go on. After a fatal one (PROTOCOL.md 9.1
+    short REQUEST, 9.2, 9.3 bad EVENT: send CLOSE with ``exc.status``) the stream is
+    unusable: every further call raises the same error and bytes fed afterwards are
+    dropped.
+
+    :meth:`messages` is the fast way to drain a buffer (it parses key/value requests and
+    fetch events inline); :meth:`next_message` is one call per message.
+
+    Args:
+        max_body: the largest body accepted (u32); a larger ``length`` is a fatal
+            TOO_LARGE error raised from the 5 header bytes alone.
+
+    Raises:
+        LocalProtocolError: if ``max_body`` is not a u32.
     """
 
     __slots__ = ("_buf", "_chunks", "_dropped", "_error", "_extra", "_need", "_pos", "max_body")
