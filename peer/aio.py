@@ -620,6 +620,10 @@ class PeerAsync:
             reconnect: after a link loss, reconnect with exponential backoff (between
                 ``reconnect_min_delay`` and ``reconnect_max_delay`` seconds, with
                 jitter) and restore states (current values), methods and fetches.
+                Requests in flight when the link drops fail with ConnectionClosed
+                (whether the daemon carried them out is unknown); requests made while
+                reconnecting wait for the restore (within their timeout). The first
+                connection must succeed.
             max_body: the largest body this peer accepts (announced in its INFO).
             fetch_queue: how many events an ``async for`` fetch may fall behind before
                 it ends with :class:`Overloaded`.
@@ -714,7 +718,7 @@ class PeerAsync:
                 if link.transport is not None:
                     link.transport.abort()
         self._fail_pending(self._closed_error)
-        self._fail_backlog(self._closed_error)
+        self._backlog.clear()  # their futures were in _pending, failed just above
         if self._sweeper is not None:
             self._sweeper.cancel()
             self._sweeper = None
@@ -877,9 +881,6 @@ class PeerAsync:
                 handle.cancel()
             if not future.done():
                 future.set_exception(type(error)(error.message, error.status))
-
-    def _fail_backlog(self, error: PeerError) -> None:
-        self._backlog.clear()
 
     # --- client role ------------------------------------------------------------------
 
