@@ -1,0 +1,83 @@
+"""JVM-free tests of the warehouse manifest, partition planning and CLI argument parsing."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from jetwire.log import LogHeader, encode_header
+from tools.ingest.cli import _parse_since, _plan
+from tools.ingest.source import expand_paths, plan_ranges
+from tools.ingest.synth import BASE_NS, write_synthetic_log
+from tools.ingest.warehouse import FileState, Manifest, move_staged
+
+
+def test_manifest_round_trip_and_uncommitted_cleanup(tmp_path: Path) -> None:
+    m = Manifest(tmp_path)
+    m.files["/x.jetlog"] = FileState(123, "jetd", 5, 0, 5, 999)
+    m.runs.append("aaa")
+    m.save()
+    staged = tmp_path / "stage" / "date=2026-01-01"
+    staged.mkdir(parents=True)
+    (staged / "part-0.parquet").write_bytes(b"x")
+    assert move_staged(tmp_path / "stage", tmp_path / "frames", "bbb") == 1
+    (tmp_path / "frames" / "date=2026-01-01" / "run-aaa-part-1.parquet").write_bytes(b"y")
+    loaded = Manifest.load(tmp_path)
+    assert loaded.files == m.files and loaded.runs == ["aaa"]
+    assert loaded.remove_uncommitted() == 1  # run bbb never committed
+    assert [f.name for f in (tmp_path / "frames").rglob("*.parquet")] == ["run-aaa-part-1.parquet"]
+
+
+def test_manifest_rejects_unknown_version(tmp_path: Path) -> None:
+    (tmp_path / "_jet_ingest").mkdir()
+    (tmp_path / "_jet_ingest" / "manifest.json").write_text('{"version": 99}')
+    with pytest.raises(ValueError, match="unknown manifest version"):
+        Manifest.load(tmp_path)
+
+
+def test_plan_resumes_and_assigns_runs(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    write_synthetic_log(str(logs / "a"), 10, segment=0, start_ns=BASE_NS)
+    write_synthetic_log(str(logs / "b"), 10, segment=1, start_ns=BASE_NS + 10)
+    write_synthetic_log(str(logs / "c"), 10, segment=0, start_ns=BASE_NS + 20)  # the daemon restarted
+    (logs / "d").write_bytes(encode_header(LogHeader("jetd", BASE_NS + 30, 0))[:15])  # still being created
+    m = Manifest(tmp_path / "wh")
+    ranges, states = _plan(m, str(logs))
+    assert [Path(f).name for f, _, _ in ranges] == ["a", "b", "c"]
+    assert [states[str(logs / n)].run_ns for n in "abc"] == [BASE_NS, BASE_NS, BASE_NS + 20]
+    size_a = (logs / "a").stat().st_size
+    states[str(logs / "a")].done = size_a
+    m.files.update(states)
+    ranges, _ = _plan(m, str(logs))
+    assert [Path(f).name for f, _, _ in ranges] == ["b", "c"]  # a is done
+    with open(logs / "a", "ab") as fh:
+        fh.write(b"JR")  # the daemon goes on writing
+    ranges, _ = _plan(m, str(logs))
+    assert ranges[0] == (str(logs / "a"), size_a, size_a + 2)
+
+
+def test_plan_ranges_groups_and_chunks() -> None:
+    parts = plan_ranges([("a", 0, 10), ("b", 0, 10), ("c", 0, 95), ("d", 50, 60)], chunk=40, group=15)
+    assert parts == [
+        [("a", 0, None, 10), ("b", 0, None, 10)],
+        [("c", 0, 40, 95)], [("c", 40, 80, 95)], [("c", 80, None, 95)],
+        [("d", 50, None, 60)],
+    ]
+
+
+def test_expand_paths_errors(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        expand_paths({"path": str(tmp_path / "missing")})
+    with pytest.raises(ValueError, match="give a path"):
+        expand_paths({})
+
+
+def test_parse_since() -> None:
+    assert _parse_since("2026-01-01T00:00:00") == BASE_NS
+    assert _parse_since("2026-01-01T01:00:00+01:00") == BASE_NS
+    assert _parse_since("1767225600") == BASE_NS
+    with pytest.raises(argparse.ArgumentTypeError):
+        _parse_since("yesterday")
