@@ -1,0 +1,299 @@
+"""The sans-IO core without sockets: a Daemon and in-memory connections (h11's
+ConnectionPair idea), the registries, the conflating queue, and the fast body checks
+against jetwire's decoder."""
+
+from __future__ import annotations
+
+import struct
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jetd.config import Config
+from jetd.core import (
+    Connection,
+    Daemon,
+    Fetch,
+    FetchRegistry,
+    RouteTable,
+    State,
+    StateRegistry,
+    _key_value_end,
+    _value_ok,
+)
+from jetwire import (
+    AddState,
+    Close,
+    Decoder,
+    FetchAdd,
+    FetchChange,
+    FetchRemove,
+    FetchStates,
+    Info,
+    Message,
+    NotifyState,
+    RemoteProtocolError,
+    RemoveState,
+    Response,
+    SetState,
+    Status,
+    Value,
+    decode_body,
+    encode,
+)
+
+
+class Harness:
+    """A Daemon with in-memory peers: ``send(conn, *msgs)`` then ``recv(conn)``."""
+
+    def __init__(self, **settings: object) -> None:
+        self.daemon = Daemon(Config(**settings))  # type: ignore[arg-type]
+        self.now = 0.0
+        self.decoders: dict[int, Decoder] = {}
+
+    def connect(self, name: str = "") -> Connection:
+        conn = self.daemon.connect(f"mem:{name}", self.now)
+        self.decoders[conn.conn_id] = Decoder(max_body=1 << 30)
+        assert isinstance(self.recv(conn)[0], Info)
+        return conn
+
+    def send(self, conn: Connection, *messages: Message) -> None:
+        self.daemon.receive_data(conn, b"".join(encode(m) for m in messages), self.now)
+
+    def recv(self, conn: Connection) -> list[Message]:
+        """Everything queued for ``conn`` (the output of this 'loop turn')."""
+        self.daemon.take_dirty()
+        data = b"".join(conn.out)
+        conn.out.clear()
+        decoder = self.decoders[conn.conn_id]
+        decoder.receive_data(data)
+        return list(decoder.messages())
+
+    def tick(self, seconds: float) -> None:
+        self.now += seconds
+        self.daemon.tick(self.now)
+
+
+def v(x: object) -> Value:
+    return Value.of(x)  # type: ignore[arg-type]
+
+
+def test_route_and_fetch_through_the_core():
+    h = Harness()
+    owner, client = h.connect("o"), h.connect("c")
+    h.send(owner, AddState(1, "a", v(1)))
+    assert h.recv(owner) == [Response(1, Status.OK)]
+    h.send(client, FetchStates(2, ""), SetState(3, "a", v(5)))
+    ok, add = h.recv(client)
+    fid = ok.fetch_id
+    assert add == FetchAdd(fid, "a", v(1))
+    routed = h.recv(owner)
+    assert len(routed) == 1 and routed[0].key == "a"
+    h.send(owner, NotifyState(None, "a", v(5)), Response(routed[0].id, Status.OK, v(5)))
+    assert h.recv(client) == [FetchChange(fid, "a", v(5)), Response(3, Status.OK, v(5))]
+    assert h.daemon.stats.routed == 1
+
+
+def test_route_timeout_driven_by_now():
+    h = Harness(route_timeout=2.0)
+    owner, client = h.connect(), h.connect()
+    h.send(owner, AddState(1, "a", v(1)))
+    h.recv(owner)
+    h.send(client, SetState(9, "a", v(2)))
+    routed = h.recv(owner)[0]
+    h.tick(1.9)
+    assert h.recv(client) == []
+    h.tick(0.2)
+    [answer] = h.recv(client)
+    assert (answer.id, answer.status) == (9, Status.TIMEOUT)
+    h.send(owner, Response(routed.id, Status.OK, v(2)))  # late: dropped
+    assert h.recv(client) == []
+    assert owner.routes == {}
+
+
+def test_route_ids_skip_ids_in_use_and_wrap():
+    table = RouteTable(5.0)
+    owner, requester = Connection(1, "o"), Connection(2, "r")
+    owner.next_route_id = 0xFFFF_FFFE
+    first = table.open(requester, 1, owner, 3, 0.0)
+    second = table.open(requester, 2, owner, 3, 0.0)
+    third = table.open(requester, 3, owner, 3, 0.0)
+    assert [first.oid, second.oid, third.oid] == [0xFFFF_FFFE, 0xFFFF_FFFF, 0]
+    owner.next_route_id = 0xFFFF_FFFF  # in use: skipped
+    assert table.open(requester, 4, owner, 3, 0.0).oid == 1
+    assert [r.oid for r in table.expired(10.0)] == [0xFFFF_FFFE, 0xFFFF_FFFF, 0, 1]
+
+
+def test_state_registry_prefix_scan_is_a_range():
+    registry = StateRegistry()
+    owner = Connection(1, "o")
+    for key in (b"b", b"a/2", b"a/1", b"a", b"a0", b"\xc3\xa9"):
+        registry.add_state(key, State(b"", owner))
+    assert [k for k, _ in registry.matching(b"a/")] == [b"a/1", b"a/2"]
+    assert [k for k, _ in registry.matching(b"")] == [b"a", b"a/1", b"a/2", b"a0", b"b", b"\xc3\xa9"]
+    assert [k for k, _ in registry.matching(b"c")] == []
+
+
+def test_fetch_registry_visits_only_matching_prefixes():
+    registry = FetchRegistry()
+    conn = Connection(1, "c")
+    fetches = [Fetch(i, conn, p) for i, p in enumerate([b"", b"plant/", b"plant/line3/", b"other/", b"plant/"], 1)]
+    for fetch in fetches:
+        registry.add(fetch)
+    # 1000 fetches on unrelated prefixes of an existing length do not add matches.
+    for i in range(1000):
+        registry.add(Fetch(100 + i, conn, b"zz%04d" % i))
+    matched = sorted(f.fid for g in registry.groups(b"plant/line3/temp") for f in g.values())
+    assert matched == [1, 2, 3, 5]
+    registry.remove(fetches[1])
+    matched = sorted(f.fid for g in registry.groups(b"plant/x") for f in g.values())
+    assert matched == [1, 5]
+    assert registry.lengths == [0, 6, 12]
+
+
+def test_conflation_keeps_order_and_latest():
+    conn = Connection(1, "c")
+    conn.enqueue(b"R1")
+    conn.enqueue_fetch_event(7, b"k", b"C1", True)
+    conn.enqueue_fetch_event(7, b"j", b"J1", True)
+    conn.enqueue_fetch_event(7, b"k", b"C2", True)  # replaces C1 in place
+    conn.enqueue_fetch_event(8, b"k", b"D1", True)  # another fetch: separate
+    conn.enqueue_fetch_event(7, b"k", b"REMOVE", False)
+    conn.enqueue_fetch_event(7, b"k", b"ADD", False)
+    conn.enqueue_fetch_event(7, b"k", b"C3", True)  # after the ADD, not merged before it
+    conn.enqueue_fetch_event(7, b"k", b"C4", True)
+    assert conn.pending_size == sum(map(len, [b"R1", b"C2", b"J1", b"D1", b"REMOVE", b"ADD", b"C4"]))
+    assert conn.take_pending(3) == [b"R1", b"C2"]
+    assert conn.take_pending(1 << 20) == [b"J1", b"D1", b"REMOVE", b"ADD", b"C4"]
+    assert conn.pending_size == 0 and conn.pending_index == {}
+
+
+def test_paused_connection_conflates_and_hard_limit_overloads():
+    h = Harness(soft_limit=100, hard_limit=2000)
+    owner, slow = h.connect(), h.connect()
+    h.send(owner, AddState(1, "a", v(0)), AddState(2, "b", v(0)))
+    h.recv(owner)
+    h.send(slow, FetchStates(1, ""))
+    fid = h.recv(slow)[0].fetch_id
+    h.daemon.pause(slow, 150)
+    h.send(owner, *(NotifyState(None, "a", v(i)) for i in range(100)), NotifyState(None, "b", v(7)))
+    frames = slow.take_pending(1 << 20)
+    decoder = Decoder()
+    decoder.receive_data(b"".join(frames))
+    assert list(decoder.messages()) == [FetchChange(fid, "a", v(99)), FetchChange(fid, "b", v(7))]
+    assert h.daemon.stats.conflated == 99
+    # Non-conflatable events pile up until the hard limit: CLOSE OVERLOADED.
+    for i in range(100):
+        h.send(owner, AddState(10 + i, f"n{i}", v(b"x" * 50)))
+    assert slow.closed
+    [close] = h.recv(slow)
+    assert close == Close(Status.OVERLOADED, "output above the hard limit")
+    h.send(owner, NotifyState(None, "a", v(1)))  # nothing more for it
+    assert h.recv(slow) == []
+
+
+def test_slow_deadline_overloads():
+    h = Harness(soft_limit=100, slow_deadline=3.0)
+    slow = h.connect()
+    h.daemon.pause(slow, 150)
+    h.tick(2.0)
+    assert not slow.closing
+    h.tick(1.5)
+    assert slow.closed and h.recv(slow)[0].status == Status.OVERLOADED
+
+
+def test_teardown_order_and_nothing_after_close():
+    h = Harness()
+    owner, client = h.connect(), h.connect()
+    h.send(owner, AddState(1, "z", v(1)), AddState(2, "y", v(2)))
+    h.recv(owner)
+    h.send(client, FetchStates(1, ""), SetState(2, "y", v(3)))
+    fid = h.recv(client)[0].fetch_id
+    h.recv(owner)
+    # A fatal frame from the owner: CLOSE is the last thing it gets.
+    h.daemon.receive_data(owner, b"\x07\x00\x00\x00\x00" + encode(AddState(3, "x", v(1))), h.now)
+    assert h.recv(owner) == [Close(Status.MALFORMED, "unknown frame type 0x07")]
+    assert h.recv(client) == [
+        Response(2, Status.OWNER_GONE, message="the owner disconnected"),
+        FetchRemove(fid, "y", v(2)),
+        FetchRemove(fid, "z", v(1)),
+    ]
+    h.daemon.disconnect(owner, h.now)
+    assert h.daemon.registry.states == {}
+
+
+def test_shutdown_closes_everyone_ok():
+    h = Harness()
+    peers = [h.connect() for _ in range(3)]
+    h.daemon.shutdown(h.now)
+    for peer in peers:
+        assert h.recv(peer) == [Close(Status.OK, "shutting down")]
+        assert peer.closed
+
+
+def test_fetch_ids_never_reused():
+    h = Harness()
+    a, b = h.connect(), h.connect()
+    seen = []
+    for conn in (a, b, a):
+        h.send(conn, FetchStates(1, "p"))
+        seen.append(h.recv(conn)[0].fetch_id)
+        h.send(conn, __import__("jetwire").Unfetch(2, seen[-1]))
+        h.recv(conn)
+    assert seen == [1, 2, 3]
+
+
+def test_remove_state_fans_out_last_value():
+    h = Harness()
+    owner, f = h.connect(), h.connect()
+    h.send(owner, AddState(1, "k", v(1)), NotifyState(None, "k", v(2)))
+    h.recv(owner)
+    h.send(f, FetchStates(1, "k"))
+    fid = h.recv(f)[0].fetch_id
+    h.send(owner, RemoveState(2, "k"))
+    assert h.recv(f) == [FetchRemove(fid, "k", v(2))]
+
+
+# --- the fast body checks agree with jetwire's decoder ---------------------------------------
+
+
+def _kv_payload_accepted_by_jetwire(payload: bytes) -> bool:
+    body = struct.pack(">IB", 1, 3) + payload  # SET_STATE request body
+    try:
+        decode_body(1, body)
+    except RemoteProtocolError:
+        return False
+    return True
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    key=st.binary(min_size=0, max_size=6),
+    vtype=st.sampled_from([0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0x7F, 0x80, 0xFF]),
+    data=st.binary(max_size=10),
+    length_delta=st.sampled_from([0, 0, 0, -1, 1]),
+    trailing=st.binary(max_size=2),
+)
+def test_fast_key_value_check_matches_jetwire(key, vtype, data, length_delta, trailing):
+    n = max(0, len(data) + length_delta)
+    payload = struct.pack(">H", len(key)) + key + struct.pack(">BI", vtype, n) + data + trailing
+    body = struct.pack(">IB", 1, 3) + payload
+    kend = _key_value_end(body, 5, len(body))
+    fast = kend >= 0 and _utf8_or_registered(body[7:kend])
+    assert fast == _kv_payload_accepted_by_jetwire(payload)
+
+
+def _utf8_or_registered(key: bytes) -> bool:
+    # The daemon checks a key's UTF-8 when it is not registered (see _unknown_key).
+    try:
+        key.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**63 - 1), st.floats(allow_nan=False), st.text(max_size=20), st.binary(max_size=20)))
+def test_value_check_accepts_every_valid_value(value):
+    raw = encode(Response(1, Status.OK, Value.of(value)))[10:]
+    assert _value_ok(raw, 0, len(raw))
