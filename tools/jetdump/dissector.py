@@ -385,15 +385,14 @@ class Dissector:
             return
         self.number += 1
         request = rtt = None
-        if type(message) is Response:
-            request = self._pending.pop((stream, 1 - direction, message.id), None)
+        cls = type(message)
+        if cls is Response:
+            request = self._pending.pop((stream, 1 - direction, message.id), None)  # type: ignore[attr-defined]
             if request is not None and ts is not None and request.ts is not None:
                 rtt = ts - request.ts
-        elif isinstance(message, Request) and message.id is not None:
-            self._remember(stream, direction, message, ts)
-        self.out.append(
-            FrameRecord(
-                self.number, ts, stream, direction, where, message, frame if self.keep_raw else None,
-                OK, None, frame[0], len(frame), None, request, rtt,
-            )
-        )
+        elif cls in REQUEST_TYPES and message.id is not None:  # type: ignore[attr-defined]
+            self._remember(stream, direction, message, ts)  # type: ignore[arg-type]
+        self.out.append(new_tuple(FrameRecord, (
+            self.number, ts, stream, direction, where, message, frame if self.keep_raw else None,
+            OK, None, frame[0], len(frame), None, request, rtt, False,
+        )))
