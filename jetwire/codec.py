@@ -737,12 +737,43 @@ class Decoder:
         Raises:
             RemoteProtocolError: for anything malformed (see the class docstring).
         """
-        located = self._split()
-        if located is None:
-            return None
-        ftype, start, end = located
+        buf = self._buf
+        pos = self._pos
+        decoder = None
+        if self._error is None and pos + HEADER_SIZE <= len(buf):
+            # The next frame is often complete in the buffer already: skip the
+            # bookkeeping of _split() then.
+            ftype, length = _HEADER_FROM(buf, pos)
+            end = pos + HEADER_SIZE + length
+            if end <= len(buf) and length <= self.max_body:
+                decoder = _BODY_DECODERS.get(ftype)
+        if decoder is not None:
+            self._pos = end
+            start = pos + HEADER_SIZE
+            try:
+                # The bulk of the traffic skips one dispatch level.
+                if ftype == 1 and length >= 5:
+                    rid, function = _ID_BYTE_FROM(buf, start)
+                    parser = _REQUEST_PARSERS.get(function)
+                    if parser is not None:
+                        return parser(buf, start + 5, end, rid, 1)
+                elif ftype == 3 and length >= 5:
+                    fetch_parser = _FETCH_EVENT_RAW_PARSERS.get(buf[start])
+                    if fetch_parser is not None:
+                        return fetch_parser(buf, start + 5, end, _U32_FROM(buf, start + 1)[0], 3)
+            except RemoteProtocolError as exc:
+                if exc.fatal:
+                    self._error = exc  # PROTOCOL.md 9.3
+                raise
+        else:
+            located = self._split()
+            if located is None:
+                return None
+            ftype, start, end = located
+            buf = self._buf
+            decoder = _BODY_DECODERS[ftype]
         try:
-            return _BODY_DECODERS[ftype](self._buf, start, end)
+            return decoder(buf, start, end)
         except RemoteProtocolError as exc:
             if exc.fatal:
                 self._error = exc  # PROTOCOL.md 9.2, 9.3: nothing more is read
