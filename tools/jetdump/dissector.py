@@ -194,6 +194,7 @@ class Dissector:
         decoder.receive_data(data)
         append = self.out.append
         pending = self._pending
+        max_pending = self.max_pending
         keep_raw = self.keep_raw
         shadow = half.shadow
         base = half.base
@@ -212,8 +213,12 @@ class Dissector:
                         if request is not None and ts is not None and request.ts is not None:
                             rtt = ts - request.ts
                     elif cls in REQUEST_TYPES and message.id is not None:  # type: ignore[attr-defined]
-                        self.number = number
-                        self._remember(stream, direction, message, ts)  # type: ignore[arg-type]
+                        # _remember(), inlined: a third of all frames pass here.
+                        if len(pending) >= max_pending:
+                            del pending[next(iter(pending))]
+                        pending[(stream, direction, message.id)] = new_tuple(  # type: ignore[attr-defined]
+                            RequestSeen, (number, cls.function, getattr(message, "key", None), ts)
+                        )
                     # tuple.__new__ skips the NamedTuple's Python-level __new__ (hot path).
                     append(new_tuple(FrameRecord, (
                         number, ts, stream, direction, start, message,
