@@ -42,7 +42,7 @@ from jetwire.log import LogKind, conn_close_data, conn_name_data, conn_open_data
 
 from .config import Config
 
-__all__ = ["Connection", "Daemon", "Fetch", "FetchRegistry", "Route", "RouteTable", "State", "StateRegistry"]
+__all__ = ["Connection", "Daemon", "Fetch", "FetchRegistry", "Route", "RouteTable", "StateRegistry"]
 
 log = logging.getLogger("jetd")
 
@@ -157,23 +157,13 @@ def _why_malformed(ftype: int, body: bytes) -> tuple[Status, str]:
 # --- registries ---------------------------------------------------------------------
 
 
-class State:
-    """One cached state: ``kv`` is its ``Key, Value`` payload as on the wire
-    (u16 klen | key | Value), so a fetch event is a head, a fetch id and ``kv``."""
-
-    __slots__ = ("kv", "owner")
-
-    def __init__(self, kv: bytes, owner: Connection) -> None:
-        self.kv = kv
-        self.owner = owner
-
-    def value(self, key_length: int) -> bytes:
-        """The encoded Value (vtype | n | data)."""
-        return self.kv[2 + key_length :]
-
-
 class StateRegistry:
     """States and methods by key bytes, with a sorted index of state keys.
+
+    ``states`` maps a key to its owner; the cached value lives in the owner's
+    ``Connection.states`` as the ``Key, Value`` payload exactly as on the wire
+    (u16 klen | key | Value), so a fetch event is a head, a fetch id and that payload,
+    and a state costs two dict entries and two bytes objects (PROTOCOL.md 10.4 cache).
 
     PROTOCOL.md 5.2: keys sort by their UTF-8 bytes, so the index holds ``bytes`` and a
     prefix fetch is one range scan: O(log n + matches), never a walk over all states.
@@ -182,26 +172,29 @@ class StateRegistry:
     __slots__ = ("index", "methods", "states")
 
     def __init__(self) -> None:
-        self.states: dict[bytes, State] = {}
+        self.states: dict[bytes, Connection] = {}
         self.methods: dict[bytes, Connection] = {}
         self.index: SortedList = SortedList()
 
-    def add_state(self, key: bytes, state: State) -> None:
-        self.states[key] = state
+    def add_state(self, key: bytes, kv: bytes, owner: Connection) -> None:
+        self.states[key] = owner
+        owner.states[key] = kv
         self.index.add(key)
 
-    def remove_state(self, key: bytes) -> State:
-        state = self.states.pop(key)
+    def remove_state(self, key: bytes) -> bytes:
+        """Forget ``key``; returns its last ``Key, Value`` payload."""
+        owner = self.states.pop(key)
         self.index.remove(key)
-        return state
+        return owner.states.pop(key)
 
-    def matching(self, prefix: bytes) -> Iterator[tuple[bytes, State]]:
-        """States whose key starts with ``prefix``, in byte order of key."""
+    def matching(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """(key, ``Key, Value`` payload) of the states whose key starts with ``prefix``,
+        in byte order of key."""
         states = self.states
         for key in self.index.irange(minimum=prefix):
             if not key.startswith(prefix):
                 return
-            yield key, states[key]
+            yield key, states[key].states[key]
 
 
 class Fetch:
@@ -383,7 +376,7 @@ class Connection:
         self.close_status = Status.OK
         self.close_reason = ""
         self.close_at = -1
-        self.states: set[bytes] = set()
+        self.states: dict[bytes, bytes] = {}  # its states: key -> Key, Value payload
         self.methods: set[bytes] = set()
         self.fetches: dict[int, Fetch] = {}
         self.routes: dict[int, Route] = {}  # routed to this connection, by our id
@@ -791,9 +784,7 @@ class Daemon:
         conn.routes.clear()
         registry = self.registry
         for key in sorted(conn.states):
-            state = registry.remove_state(key)
-            self._fanout(key, _FETCH_REMOVE, state.kv)
-        conn.states.clear()
+            self._fanout(key, _FETCH_REMOVE, registry.remove_state(key))
         for key in conn.methods:
             del registry.methods[key]
         conn.methods.clear()
@@ -882,8 +873,7 @@ class Daemon:
         if not self._check_new_key(conn, key, rid):
             return None
         kv = buf[pos + 10 : end]
-        self.registry.add_state(key, State(kv, conn))
-        conn.states.add(key)
+        self.registry.add_state(key, kv, conn)
         self._send(conn, _ok(rid))
         self._fanout(key, _FETCH_ADD, kv)
         return None
@@ -892,16 +882,15 @@ class Daemon:
         if not _key_only_end(buf, pos + 10, end):
             return self._malformed(conn, buf, pos, end, rid)
         key = buf[pos + 12 : end]
-        state = self.registry.states.get(key)
-        if state is None:
+        owner = self.registry.states.get(key)
+        if owner is None:
             self._unknown_key(conn, key, rid, "state")
             return None
-        if state.owner is not conn:
+        if owner is not conn:
             return self._reply(conn, rid, Status.NOT_OWNER, "only the owner may remove a state")
-        self.registry.remove_state(key)
-        conn.states.discard(key)
+        kv = self.registry.remove_state(key)
         self._send(conn, _ok(rid))
-        self._fanout(key, _FETCH_REMOVE, state.kv)
+        self._fanout(key, _FETCH_REMOVE, kv)
         return None
 
     def _add_method(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
@@ -939,8 +928,7 @@ class Daemon:
         function = buf[pos + 9]
         owner: Optional[Connection]
         if function == Function.SET_STATE:
-            state = self.registry.states.get(key)
-            owner = state.owner if state is not None else None
+            owner = self.registry.states.get(key)
             kind = "state"
         else:
             owner = self.registry.methods.get(key)
@@ -981,13 +969,13 @@ class Daemon:
         if kend < 0:
             return self._malformed(conn, buf, pos, end, rid)
         key = buf[pos + 12 : kend]
-        state = self.registry.states.get(key)
-        if state is None:
+        owner = self.registry.states.get(key)
+        if owner is None:
             self._unknown_key(conn, key, rid, "state")
             return None
-        if state.owner is not conn:
+        if owner is not conn:
             return self._reply(conn, rid, Status.NOT_OWNER, "only the owner may notify")
-        kv = state.kv = buf[pos + 10 : end]
+        kv = conn.states[key] = buf[pos + 10 : end]
         self._send(conn, _ok(rid))
         self._fanout(key, _FETCH_CHANGE, kv)
         return None
@@ -1009,8 +997,7 @@ class Daemon:
         self._send(conn, _RESP_HEAD_PACK(_RESPONSE, 9, rid, 0) + fetch.fid_bytes)
         fid_bytes = fetch.fid_bytes
         log_events = self._log_events and self._log is not None
-        for key, state in self.registry.matching(prefix):
-            kv = state.kv
+        for key, kv in self.registry.matching(prefix):
             head = _EVT_HEAD_PACK(_EVENT, 5 + len(kv), _FETCH_ADD)
             if conn.paused:
                 self._fanout_paused(conn, fetch, key, _FETCH_ADD, head + fid_bytes + kv)
@@ -1042,11 +1029,11 @@ class Daemon:
         if not _key_only_end(buf, pos + 10, end):
             return self._malformed(conn, buf, pos, end, rid)
         key = buf[pos + 12 : end]
-        state = self.registry.states.get(key)
-        if state is None:
+        owner = self.registry.states.get(key)
+        if owner is None:
             self._unknown_key(conn, key, rid, "state")
             return None
-        value = state.value(len(key))
+        value = owner.states[key][2 + len(key) :]
         self._send(conn, _RESP_HEAD_PACK(_RESPONSE, 5 + len(value), rid, 0) + value)
         return None
 
@@ -1059,7 +1046,7 @@ class Daemon:
         route = conn.routes.pop(oid, None)
         if route is None:
             # Late (after TIMEOUT), or invented: dropped (PROTOCOL.md 9.3).
-            log.info("dropped response id %d from %s: nothing pending under that id", oid, conn.label)
+            self._violation(conn, f"dropped response id {oid}: nothing pending under that id")
             return
         route.done = True
         requester = route.requester
@@ -1094,17 +1081,16 @@ class Daemon:
                 return self._fatal(conn, status, message)
             key = buf[pos + 8 : kend]
             if code == EventCode.NOTIFY_STATE:
-                state = self.registry.states.get(key)
-                if state is None or state.owner is not conn:
-                    reason = self._unknown_key(conn, key, None, "state") if state is None else "not the owner"
+                state_owner = self.registry.states.get(key)
+                if state_owner is not conn:
+                    reason = self._unknown_key(conn, key, None, "state") if state_owner is None else "not the owner"
                     return self._drop_event(conn, code, key, reason)
-                kv = state.kv = buf[pos + 6 : end]
+                kv = conn.states[key] = buf[pos + 6 : end]
                 self._fanout(key, _FETCH_CHANGE, kv)
                 return None
             owner: Optional[Connection]
             if code == EventCode.SET_STATE:
-                state = self.registry.states.get(key)
-                owner = state.owner if state is not None else None
+                owner = self.registry.states.get(key)
             else:
                 owner = self.registry.methods.get(key)
             if owner is None:
@@ -1145,5 +1131,5 @@ class Daemon:
         conn.name = info.name
         if self._log is not None:
             self._log(conn.conn_id, LogKind.CONN_NAME, conn_name_data(info.name))
-        log.info("name %s", conn.label)
+        log.debug("name %s", conn.label)
         return None

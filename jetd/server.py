@@ -80,7 +80,13 @@ class PeerProtocol(asyncio.Protocol):
             server.loop.call_soon(server.flush)
 
     def eof_received(self) -> bool:
-        return False  # close our side too
+        # The peer will send nothing more: it is gone for the registry (PROTOCOL.md
+        # 10.6), but the answers already produced for it still go out before we close.
+        server = self.server
+        if self.conn is not None:
+            server.daemon.disconnect(self.conn, server.loop.time(), "peer closed its side")
+            server.schedule_flush()
+        return True
 
     def connection_lost(self, exc: Optional[Exception]) -> None:
         server = self.server

@@ -16,7 +16,6 @@ from jetd.core import (
     Fetch,
     FetchRegistry,
     RouteTable,
-    State,
     StateRegistry,
     _key_value_end,
     _value_ok,
@@ -128,10 +127,13 @@ def test_state_registry_prefix_scan_is_a_range():
     registry = StateRegistry()
     owner = Connection(1, "o")
     for key in (b"b", b"a/2", b"a/1", b"a", b"a0", b"\xc3\xa9"):
-        registry.add_state(key, State(b"", owner))
+        registry.add_state(key, b"kv:" + key, owner)
     assert [k for k, _ in registry.matching(b"a/")] == [b"a/1", b"a/2"]
     assert [k for k, _ in registry.matching(b"")] == [b"a", b"a/1", b"a/2", b"a0", b"b", b"\xc3\xa9"]
     assert [k for k, _ in registry.matching(b"c")] == []
+    assert registry.remove_state(b"a/1") == b"kv:a/1"
+    assert list(registry.matching(b"a/")) == [(b"a/2", b"kv:a/2")]
+    assert set(owner.states) == {b"b", b"a/2", b"a", b"a0", b"\xc3\xa9"}
 
 
 def test_fetch_registry_visits_only_matching_prefixes():

@@ -84,3 +84,16 @@ def test_port_in_use_is_a_clear_error(jetd):
     result = _run_jetd("--host", "127.0.0.1", "--port", str(jetd.port))
     assert result.returncode == 1
     assert "cannot listen" in result.stderr
+
+
+def test_half_close_still_gets_its_answers(jetd):
+    import socket as socketlib
+
+    owner = RawPeer(jetd.address)
+    owner.request(lambda rid: __import__("jetwire").AddState(rid, "k", __import__("jetwire").Value.of(1)))
+    peer = RawPeer(jetd.address)
+    peer.send(*(GetState(i, "k") for i in range(1, 101)))
+    peer.sock.shutdown(socketlib.SHUT_WR)
+    answers = peer.recv_n(100)
+    assert [a.id for a in answers] == list(range(1, 101)) and all(a.status == Status.OK for a in answers)
+    peer.expect_eof()
