@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import io
 import os
 import platform
 import statistics
@@ -34,6 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from jetwire import Decoder, FetchChange, Message, SetState, Value, encode
+from jetwire.log import LogHeader, LogKind, LogRecord, encode_header, encode_record, iter_log
 from jetwire.schema import FRAME
 
 _HEADER = struct.Struct(">BI")
@@ -184,6 +186,19 @@ def main(argv: list[str] | None = None) -> int:
             # The ratio is taken within each run, then the median of those ratios.
             ratio = statistics.median(f / r for f, r in zip(floor, rates[name], strict=True))
             print(f"| {kind} | {name} | {statistics.median(rates[name]):,.0f} | {ratio:.2f} |")
+    # The event-log reader (JETLOG.md) over FRAME_IN records of the same frames.
+    frames = [encode(m) for m in make_messages("SET_STATE", args.frames)]
+    log = encode_header(LogHeader("jetd", 0)) + b"".join(
+        encode_record(i, 7, LogKind.FRAME_IN, frame) for i, frame in enumerate(frames)
+    )
+
+    def read_log(data: bytes) -> int:
+        return sum(1 for item in iter_log(io.BytesIO(data)) if isinstance(item, LogRecord))
+
+    log_rates = measure([("jetwire.log iter_log", read_log)], log, args.runs)["jetwire.log iter_log"]
+    rate = statistics.median(log_rates)
+    print("\n| event log | implementation | records/s (median) | MB/s |\n|---|---|---:|---:|")
+    print(f"| FRAME_IN of SET_STATE | jetwire.log iter_log | {rate:,.0f} | {rate * len(log) / len(frames) / 1e6:.0f} |")
     if compiled_note:
         print(f"\nconstruct (compiled): {compiled_note}")
     return 0
