@@ -74,7 +74,7 @@ def target_for(sample: Sample) -> Target | None:
         return Target("<=", 300.0, "≤ 300 B")
     if metric.startswith("RSS per idle connection"):
         return Target("<=", 10.0, "≤ 10 KiB")
-    if metric.startswith("rate with / without"):  # W5
+    if metric.startswith("rate with / without") or metric.startswith("CPU per event without / with"):  # W5
         return Target(">=", 0.9, "≥ 0.90 (within 10%)")
     return None
 
