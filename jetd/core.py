@@ -38,7 +38,7 @@ from jetwire import (
     decode_body,
     encode,
 )
-from jetwire.log import LogKind, conn_close_data, conn_name_data, conn_open_data, route_data
+from jetwire.log import LogKind, conn_close_data, conn_name_data, conn_open_data
 
 from .config import Config
 
@@ -78,6 +78,8 @@ _VTYPE_CHECK = [
     for t in range(256)
 ]
 
+_ROUTE_PACK = struct.Struct(">IIIIBH").pack  # JETLOG.md 4: ROUTE data up to the key bytes
+_ROUTE_KIND = LogKind.ROUTE.value
 _FRAME_IN = LogKind.FRAME_IN.value
 _FRAME_OUT = LogKind.FRAME_OUT.value
 
@@ -948,10 +950,11 @@ class Daemon:
         head = _ID_HEAD_PACK(_REQUEST, end - pos - 5, route.oid)
         tail = buf[pos + 9 : end]
         if self._log is not None:
+            # JETLOG.md 4 ROUTE, packed here from the key bytes (route_data would need a str).
             self._log(
                 conn.conn_id,
-                LogKind.ROUTE,
-                route_data(conn.conn_id, rid, owner.conn_id, route.oid, function, key.decode("utf-8")),
+                _ROUTE_KIND,
+                _ROUTE_PACK(conn.conn_id, rid, owner.conn_id, route.oid, function, len(key)) + key,
             )
             self._send(owner, head + tail)
         elif owner.paused or owner.closed:
