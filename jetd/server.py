@@ -185,8 +185,11 @@ class Server:
                 proto.hang_up()
 
     def _tick(self) -> None:
-        self.daemon.tick(self.loop.time())
-        self.flush()
+        try:
+            self.daemon.tick(self.loop.time())
+            self.flush()
+        except Exception:  # a bug here must not stop the clock for everyone
+            log.exception("internal error in the periodic tick")
         self._tick_handle = self.loop.call_later(self.tick_interval, self._tick)
 
     async def shutdown(self) -> None:
