@@ -344,6 +344,7 @@ class Connection:
         "conn_id",
         "fetches",
         "io",
+        "max_body",
         "methods",
         "name",
         "need",
@@ -388,6 +389,9 @@ class Connection:
         self.need = 5
         self.violations = 0
         self.io: object = None  # the IO layer's handle (a protocol object)
+        # PROTOCOL.md 3: the largest body this peer accepts; until its INFO says
+        # otherwise we assume it accepts what we do.
+        self.max_body = 0xFFFF_FFFF
 
     @property
     def label(self) -> str:
@@ -486,6 +490,7 @@ class Daemon:
         self._next_fetch_id = 1  # PROTOCOL.md 10.5: jetd counts from 1, never reuses
         self._to_close: list[Connection] = []
         self._max_body = config.max_body
+        self._small_body_peers = 0  # peers whose INFO announced a max_body below ours
         self._max_key = config.max_key_length
         self.info_frame = encode(Info(config.name, config.max_body, FEATURE_CONFLATION))
         self._shutdown_frame = _close_frame(Status.OK, "shutting down")
@@ -659,6 +664,16 @@ class Daemon:
         """Queue one (non fan-out) frame for ``conn`` and log it."""
         if conn.closed:
             return
+        if self._small_body_peers and len(frame) - 5 > conn.max_body:
+            # PROTOCOL.md 3: never send a body above the max_body the peer announced.
+            body_length = len(frame) - 5
+            if frame[0] == _RESPONSE:
+                message = f"the answer of {body_length} bytes exceeds your max_body {conn.max_body}"
+                frame = _response(_U32_FROM(frame, 5)[0], Status.TOO_LARGE, message)
+            else:
+                message = f"a frame of {body_length} bytes exceeds your max_body {conn.max_body}"
+                self._close_with(conn, Status.TOO_LARGE, message, _close_frame(Status.TOO_LARGE, message))
+                return
         if conn.paused:
             conn.enqueue(frame)
             if conn.pending_size + conn.transport_size > self.config.hard_limit:
@@ -677,13 +692,17 @@ class Daemon:
         groups = self.fetches.groups(key)
         if not groups:
             return
-        head = _EVT_HEAD_PACK(_EVENT, 5 + len(kv), code)
+        body_length = 5 + len(kv)
+        head = _EVT_HEAD_PACK(_EVENT, body_length, code)
         dirty = self.dirty
         count = 0
+        careful = self._small_body_peers > 0
         for group in groups:
             for fetch in group.values():
                 conn = fetch.conn
-                if conn.paused:
+                if careful and body_length > conn.max_body:
+                    self._event_too_large(conn, body_length)
+                elif conn.paused:
                     self._fanout_paused(conn, fetch, key, code, head + fetch.fid_bytes + kv)
                 else:
                     out = conn.out
@@ -698,6 +717,16 @@ class Daemon:
             for group in groups:
                 for fetch in group.values():
                     self._log(fetch.conn.conn_id, _FRAME_OUT, head + fetch.fid_bytes + kv)
+
+    def _event_too_large(self, conn: Connection, body_length: int) -> None:
+        """A fetch event does not fit the fetcher's announced max_body: rather than lose
+        it silently, the fetcher is closed with TOO_LARGE."""
+        message = f"a fetch event of {body_length} bytes exceeds your max_body {conn.max_body}"
+        self._close_with(conn, Status.TOO_LARGE, message, _close_frame(Status.TOO_LARGE, message))
+
+    def _too_large_for(self, conn: Connection, body_length: int) -> bool:
+        """True if ``conn`` announced a max_body below ``body_length`` (PROTOCOL.md 3)."""
+        return self._small_body_peers > 0 and body_length > conn.max_body
 
     def _fanout_paused(self, conn: Connection, fetch: Fetch, key: bytes, code: int, frame: bytes) -> None:
         if conn.closed:
@@ -779,6 +808,8 @@ class Daemon:
             else:
                 del conn.out[conn.close_at :]
         conn.closed = True
+        if conn.max_body < self._max_body:
+            self._small_body_peers -= 1
         for route in conn.routes.values():
             route.done = True
             if not route.requester.closed:
@@ -945,6 +976,10 @@ class Daemon:
                 Status.LIMIT_EXCEEDED,
                 f"the owner has {self.config.max_pending_per_owner} requests pending",
             )
+        if self._small_body_peers and end - pos - 5 > owner.max_body:
+            return self._reply(
+                conn, rid, Status.TOO_LARGE, f"the owner accepts bodies of at most {owner.max_body} bytes"
+            )
         route = self.routes.open(conn, rid, owner, function, self.now)
         self.stats.routed += 1
         head = _ID_HEAD_PACK(_REQUEST, end - pos - 5, route.oid)
@@ -1000,8 +1035,12 @@ class Daemon:
         self._send(conn, _RESP_HEAD_PACK(_RESPONSE, 9, rid, 0) + fetch.fid_bytes)
         fid_bytes = fetch.fid_bytes
         log_events = self._log_events and self._log is not None
+        careful = self._small_body_peers > 0
         for key, kv in self.registry.matching(prefix):
             head = _EVT_HEAD_PACK(_EVENT, 5 + len(kv), _FETCH_ADD)
+            if careful and 5 + len(kv) > conn.max_body:
+                self._event_too_large(conn, 5 + len(kv))
+                return None
             if conn.paused:
                 self._fanout_paused(conn, fetch, key, _FETCH_ADD, head + fid_bytes + kv)
                 if conn.closing:
@@ -1088,6 +1127,12 @@ class Daemon:
                 if state_owner is not conn:
                     reason = self._unknown_key(conn, key, None, "state") if state_owner is None else "not the owner"
                     return self._drop_event(conn, code, key, reason)
+                if end - pos > self._max_body:
+                    # Its FETCH_CHANGE (4 bytes longer) would exceed the max_body we
+                    # announced to the fetchers (PROTOCOL.md 3).
+                    return self._fatal(
+                        conn, Status.TOO_LARGE, f"NOTIFY_STATE event too large to fetch (max_body {self._max_body})"
+                    )
                 kv = conn.states[key] = buf[pos + 6 : end]
                 self._fanout(key, _FETCH_CHANGE, kv)
                 return None
@@ -1099,6 +1144,8 @@ class Daemon:
             if owner is None:
                 reason = self._unknown_key(conn, key, None, "state" if code == 3 else "method")
                 return self._drop_event(conn, code, key, reason)
+            if self._too_large_for(owner, end - pos - 5):
+                return self._drop_event(conn, code, key, f"the owner accepts at most {owner.max_body} bytes")
             # PROTOCOL.md 7.1: forwarded as the very same EVENT frame.
             self._send(owner, buf[pos:end])
             return None
@@ -1132,6 +1179,9 @@ class Daemon:
         if info.major != PROTOCOL_MAJOR:
             return self._fatal(conn, Status.MALFORMED, f"unsupported protocol major version {info.major}")
         conn.name = info.name
+        was_small = conn.max_body < self._max_body
+        conn.max_body = info.max_body
+        self._small_body_peers += (conn.max_body < self._max_body) - was_small
         if self._log is not None:
             self._log(conn.conn_id, LogKind.CONN_NAME, conn_name_data(info.name))
         log.debug("name %s", conn.label)

@@ -12,6 +12,8 @@ from jetwire import (
     CallMethod,
     FetchStates,
     GetState,
+    Info,
+    NotifyState,
     Response,
     SetState,
     Status,
@@ -91,3 +93,28 @@ def test_max_pending_per_owner(start_jetd):
     assert client.recv() == Response(1, Status.OK, v(1))
     client.send(SetState(5, "k", v(5)))  # room again
     assert isinstance(owner.recv(), SetState)
+
+
+def test_peer_max_body_is_respected(start_jetd):
+    daemon = start_jetd("--max-body", "4096")
+    owner = RawPeer(daemon.address)
+    owner.request(lambda rid: AddState(rid, "big", v(b"x" * 2000)))
+    owner.request(lambda rid: AddState(rid, "small", v(1)))
+    small = RawPeer(daemon.address)
+    small.send(Info("tiny", max_body=1000))
+    # A GET whose answer would not fit: TOO_LARGE instead of an oversized frame.
+    assert small.request(lambda rid: GetState(rid, "big")).status == Status.TOO_LARGE
+    assert small.request(lambda rid: GetState(rid, "small")).ok
+    # A set routed to an owner that cannot take it: TOO_LARGE for the requester.
+    small.request(lambda rid: AddState(rid, "mine", v(0)))
+    assert owner.request(lambda rid: SetState(rid, "mine", v(b"y" * 1500))).status == Status.TOO_LARGE
+    # A fetch event that does not fit: the fetcher is closed TOO_LARGE, never sent it.
+    small.send(FetchStates(99, ""))
+    ok = small.recv()
+    assert ok.id == 99 and ok.ok
+    small.expect_close(Status.TOO_LARGE)
+    assert owner.request(lambda rid: GetState(rid, "small")).ok
+    # A NOTIFY event whose FETCH_CHANGE would exceed our own max_body closes its sender.
+    # Event body 1 + 2 + 5 + 5 + 4083 = 4096 fits; its FETCH_CHANGE would be 4100.
+    owner.send(NotifyState(None, "small", v(b"z" * 4083)))
+    assert "too large to fetch" in owner.expect_close(Status.TOO_LARGE).message
