@@ -181,3 +181,58 @@ def test_random_bytes_only_raise_protocol_errors(data: bytes, step: int, max_bod
                 break
         # Never more than one incomplete frame (header + max_body) is kept.
         assert decoder.buffered <= 5 + max_body + step
+
+
+def _outcomes_next_message(data: bytes, step: int, max_body: int) -> list[object]:
+    decoder = Decoder(max_body=max_body)
+    out: list[object] = []
+    for i in range(0, len(data), step):
+        decoder.receive_data(data[i : i + step])
+        while True:
+            try:
+                message = decoder.next_message()
+            except RemoteProtocolError as exc:
+                out.append(("error", str(exc), exc.status, exc.fatal, exc.request_id))
+                if exc.fatal:
+                    return out
+                continue
+            if message is None:
+                break
+            out.append(message)
+    return out
+
+
+def _outcomes_messages(data: bytes, step: int, max_body: int) -> list[object]:
+    decoder = Decoder(max_body=max_body)
+    out: list[object] = []
+    for i in range(0, len(data), step):
+        decoder.receive_data(data[i : i + step])
+        while True:
+            try:
+                out.extend(decoder.messages())
+            except RemoteProtocolError as exc:
+                out.append(("error", str(exc), exc.status, exc.fatal, exc.request_id))
+                if exc.fatal:
+                    return out
+                continue
+            break
+    return out
+
+
+@BOUNDED
+@given(
+    st.lists(st.sampled_from(VALID_FRAMES), min_size=1, max_size=6),
+    st.lists(st.tuples(st.integers(0, 10_000), st.integers(1, 255)), max_size=4),
+    st.integers(1, 40),
+    st.sampled_from([16, 64, 1 << 20]),
+)
+def test_messages_and_next_message_agree(
+    frames: list[bytes], flips: list[tuple[int, int]], step: int, max_body: int
+) -> None:
+    """messages() parses the common frames inline; next_message() goes through the
+    careful parsers. On any (mutated) stream both give the same messages and errors."""
+    stream = bytearray(b"".join(frames))
+    for position, mask in flips:
+        stream[position % len(stream)] ^= mask
+    data = bytes(stream)
+    assert _outcomes_messages(data, step, max_body) == _outcomes_next_message(data, step, max_body)

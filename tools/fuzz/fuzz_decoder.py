@@ -13,6 +13,8 @@ What one input checks:
   decoder always makes progress and never buffers more than one frame it waits for;
 - every frame it accepts re-encodes to exactly its own bytes (the format is canonical),
   and the construct schema accepts exactly the frames the fast path accepts;
+- ``Decoder.messages()`` (inline fast path) and ``Decoder.next_message()`` (careful
+  parsers) give the same messages and errors;
 - fed to a :class:`jetwire.log.LogReader` (after a valid header, and raw), nothing but
   RemoteProtocolError escapes and the reported offsets tile the input.
 
@@ -76,14 +78,32 @@ def _fuzz_decoder(data: bytes, step: int, max_body: int) -> None:
             except RemoteProtocolError:
                 raise HarnessFailure(f"schema rejects a frame the fast path accepts: {raw.hex()}") from None
         _check(decoder.buffered <= 5 + max_body + step, "the decoder buffers beyond one frame")
-    # The same bytes through the generator API must give the same outcome shape.
+    # messages() parses common frames inline, next_message() through the careful
+    # parsers: on the same bytes they must give the same messages and errors.
+    _check(
+        _outcomes(data, max_body, generator=True) == _outcomes(data, max_body, generator=False),
+        "messages() and next_message() disagree",
+    )
+
+
+def _outcomes(data: bytes, max_body: int, *, generator: bool) -> list[object]:
     decoder = Decoder(max_body=max_body)
     decoder.receive_data(data)
-    try:
-        for _ in decoder.messages():
-            pass
-    except RemoteProtocolError:
-        pass
+    out: list[object] = []
+    for _ in range(len(data) + 2):  # each round consumes a frame or ends
+        try:
+            if generator:
+                out.extend(decoder.messages())
+                return out
+            message = decoder.next_message()
+            if message is None:
+                return out
+            out.append(message)
+        except RemoteProtocolError as exc:
+            out.append((str(exc), exc.status, exc.fatal, exc.request_id, exc.frame_type))
+            if exc.fatal:
+                return out
+    raise HarnessFailure("the decoder does not make progress")
 
 
 def _fuzz_log(data: bytes, step: int) -> None:
