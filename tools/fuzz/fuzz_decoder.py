@@ -110,7 +110,7 @@ def _fuzz_log(data: bytes, step: int) -> None:
     for prefix in (_LOG_HEADER, b""):
         reader = LogReader(max_record=4096)
         stream = prefix + data
-        items = []
+        items: list[object] = []
         try:
             for start in range(0, len(stream), step):
                 reader.feed(stream[start : start + step])
