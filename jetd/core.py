@@ -451,7 +451,7 @@ class Connection:
 
 @dataclass
 class DaemonStats:
-    """Counters for logs and benchmarks."""
+    """Counters for logs and benchmarks (logged at shutdown and on SIGUSR1)."""
 
     connections: int = 0
     frames_in: int = 0
@@ -460,6 +460,10 @@ class DaemonStats:
     conflated: int = 0
     overloaded: int = 0
     violations: int = 0
+
+    def summary(self) -> str:
+        """One log line: ``name=value`` for every counter."""
+        return " ".join(f"{name}={value}" for name, value in vars(self).items())
 
 
 # --- the daemon ---------------------------------------------------------------------
@@ -525,7 +529,8 @@ class Daemon:
         self._send(conn, self.info_frame)
         log.info("open %s", conn.label)
         if len(self.connections) > self.config.max_connections:
-            self._fatal(conn, Status.LIMIT_EXCEEDED, f"too many connections (max {self.config.max_connections})")
+            message = f"too many connections (max {self.config.max_connections})"
+            self._close_with(conn, Status.LIMIT_EXCEEDED, message, _close_frame(Status.LIMIT_EXCEEDED, message))
             self._finish_closes()
         return conn
 

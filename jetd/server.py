@@ -233,6 +233,7 @@ async def serve(config: Config, ready: Optional[asyncio.Future[tuple[str, int]]]
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGUSR1, lambda: log.info("stats: %s", server.daemon.stats.summary()))
     print(f"jetd listening on {host}:{port}", flush=True)
     log.info(
         "listening on %s:%d (loop %s, event log %s)",
@@ -248,9 +249,9 @@ async def serve(config: Config, ready: Optional[asyncio.Future[tuple[str, int]]]
     await server.shutdown()
     if eventlog is not None:
         eventlog.close()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
         loop.remove_signal_handler(sig)
-    log.info("stopped")
+    log.info("stopped; stats: %s", server.daemon.stats.summary())
     return 0
 
 
