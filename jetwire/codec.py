@@ -665,10 +665,17 @@ class Decoder:
 
         After a fatal error the bytes are dropped: nothing more will be read from this
         stream (PROTOCOL.md 9.2), so nothing more is kept.
+
+        Raises:
+            LocalProtocolError: if ``data`` is not bytes-like.
         """
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            # bytes(5) would be five zero bytes: refuse instead of inventing data.
+            raise LocalProtocolError(f"receive_data takes bytes, got {type(data).__name__}")
         if data and self._error is None:
-            self._chunks.append(bytes(data))
-            self._extra += len(data)
+            chunk = bytes(data)  # the caller may reuse its buffer
+            self._chunks.append(chunk)
+            self._extra += len(chunk)
 
     def _fill(self) -> bool:
         """Make at least ``_need`` bytes contiguous in ``_buf`` from ``_pos``."""

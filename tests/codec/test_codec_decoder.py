@@ -143,3 +143,11 @@ def test_dissect_never_raises(frame: bytes) -> None:
     for field in fields:
         assert field.offset >= position and field.offset + field.length <= len(frame)
         position = field.offset + field.length
+
+
+@pytest.mark.parametrize("data", [5, "text", None, [1, 2]])
+def test_receive_data_refuses_non_bytes(data: object) -> None:
+    decoder = Decoder()
+    with pytest.raises(LocalProtocolError):
+        decoder.receive_data(data)  # type: ignore[arg-type]
+    assert decoder.buffered == 0
