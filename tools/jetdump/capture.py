@@ -262,6 +262,10 @@ def read_capture(
             if jet_port in (sport, dport):
                 conn.kind = True
                 yield Open(conn.stream, conn.labels)
+        if conn.kind is False:
+            if flags & (_FIN | _RST):
+                conn.closed = True  # a later SYN on the same addresses is a new stream
+            continue  # not jet: no reassembly work or memory spent on it
         direction = 0 if (src, sport) == conn.client else 1
         half = conn.dirs[direction]
         if flags & _SYN:
