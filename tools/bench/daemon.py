@@ -28,6 +28,7 @@ from pathlib import Path
 
 from .daemon_procs import (
     DEFAULT_NODEJET_PREFIX,
+    REPO,
     DaemonProcess,
     DaemonUnavailable,
     ensure_nodejet,
@@ -158,17 +159,18 @@ def render_table(results: Results) -> str:
 
 
 @contextlib.contextmanager
-def _daemon_factory(kind: str, nodejet_prefix: Path) -> Iterator[Callable[[], contextlib.AbstractContextManager[DaemonProcess]]]:
+def _daemon_factory(kind: str, nodejet_prefix: Path,
+                    jetd_source: Path) -> Iterator[Callable[[], contextlib.AbstractContextManager[DaemonProcess]]]:
     """A no-argument function starting a fresh daemon of ``kind`` (jetd-log writes to a temp dir)."""
     with tempfile.TemporaryDirectory(prefix="bench-jetd-log-") as log_dir:
         if kind == "jetd-log":
-            yield lambda: start_daemon("jetd", jetd_args=["--log-dir", log_dir])
+            yield lambda: start_daemon("jetd", jetd_args=["--log-dir", log_dir], jetd_source=jetd_source)
         else:
-            yield lambda: start_daemon(kind, nodejet_prefix=nodejet_prefix)
+            yield lambda: start_daemon(kind, nodejet_prefix=nodejet_prefix, jetd_source=jetd_source)
 
 
 def run_benchmark(kinds: Sequence[str], workloads: Sequence[str], sizes: Sizes, *,
-                  nodejet_prefix: Path = DEFAULT_NODEJET_PREFIX,
+                  nodejet_prefix: Path = DEFAULT_NODEJET_PREFIX, jetd_source: Path = REPO,
                   progress: Callable[[str], None] = lambda line: None) -> Results:
     """Run ``workloads`` against every daemon kind in ``kinds``; failures become problems."""
     results = Results(list(kinds), {}, {})
@@ -183,7 +185,7 @@ def run_benchmark(kinds: Sequence[str], workloads: Sequence[str], sizes: Sizes, 
                 progress(f"node-jet skipped: {exc}")
                 continue
         dialect = dialect_for("jetd" if kind.startswith("jetd") else kind)
-        with _daemon_factory(kind, nodejet_prefix) as start:
+        with _daemon_factory(kind, nodejet_prefix, jetd_source) as start:
             for name in workloads:
                 progress(f"{KIND_LABELS[kind]}: {name} ...")
                 began = time.monotonic()
@@ -209,6 +211,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--window", type=float, help="seconds per measured window")
     parser.add_argument("--nodejet-prefix", type=Path, default=DEFAULT_NODEJET_PREFIX,
                         help="scratch directory for npm install of node-jet (default: %(default)s)")
+    parser.add_argument("--jetd-source", type=Path, default=REPO,
+                        help="directory with the jetd and jetwire packages to run (default: this checkout); "
+                             "e.g. a `git archive` of one commit, so that a long run sees one jetd")
     parser.add_argument("--json", type=Path, help="also write every sample to this JSON file")
     args = parser.parse_args(argv)
     workloads = [w.strip().upper() for w in args.workloads.split(",") if w.strip()]
@@ -224,11 +229,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.window:
         sizes = replace(sizes, window=args.window)
     load_before = os.getloadavg()
-    results = run_benchmark(kinds, workloads, sizes, nodejet_prefix=args.nodejet_prefix,
+    results = run_benchmark(kinds, workloads, sizes, nodejet_prefix=args.nodejet_prefix, jetd_source=args.jetd_source,
                             progress=lambda line: print(line, file=sys.stderr, flush=True))
     load_after = os.getloadavg()
     print(f"Medians of {sizes.repeat} runs ({sizes.window:g} s windows); {os.cpu_count()} cores; "
-          f"1-min load average {load_before[0]:.2f} before, {load_after[0]:.2f} after.\n")
+          f"1-min load average {load_before[0]:.2f} before, {load_after[0]:.2f} after; "
+          f"jetd from {args.jetd_source}.\n")
     print(render_table(results))
     if args.json:
         args.json.write_text(json.dumps({

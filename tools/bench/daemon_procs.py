@@ -126,11 +126,15 @@ def _spawn(kind: str, cmd: list[str], prefix: str, env: dict[str, str], cwd: Pat
 
 
 @contextlib.contextmanager
-def start_jetd(extra_args: list[str] | None = None) -> Iterator[DaemonProcess]:
-    """Run ``python -m jetd --host 127.0.0.1 --port 0 EXTRA_ARGS`` for the ``with`` block."""
+def start_jetd(extra_args: list[str] | None = None, source: Path = REPO) -> Iterator[DaemonProcess]:
+    """Run ``python -m jetd --host 127.0.0.1 --port 0 EXTRA_ARGS`` for the ``with`` block.
+
+    ``source`` is the directory holding the ``jetd`` and ``jetwire`` packages (this
+    checkout by default; a frozen copy keeps a long run on one version of jetd).
+    """
     cmd = [sys.executable, "-m", "jetd", "--host", "127.0.0.1", "--port", "0", *(extra_args or [])]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
-    with _spawn("jetd", cmd, "jetd listening on ", env, REPO) as daemon:
+    env = {**os.environ, "PYTHONPATH": str(source), "PYTHONUNBUFFERED": "1"}
+    with _spawn("jetd", cmd, "jetd listening on ", env, source) as daemon:
         yield daemon
 
 
@@ -182,10 +186,10 @@ def start_nodejet(prefix: Path = DEFAULT_NODEJET_PREFIX) -> Iterator[DaemonProce
 
 @contextlib.contextmanager
 def start_daemon(kind: str, *, nodejet_prefix: Path = DEFAULT_NODEJET_PREFIX,
-                 jetd_args: list[str] | None = None) -> Iterator[DaemonProcess]:
+                 jetd_args: list[str] | None = None, jetd_source: Path = REPO) -> Iterator[DaemonProcess]:
     """Start ``kind`` ("jetd" or "nodejet") for the ``with`` block."""
     if kind == "jetd":
-        with start_jetd(jetd_args) as daemon:
+        with start_jetd(jetd_args, jetd_source) as daemon:
             yield daemon
     elif kind == "nodejet":
         with start_nodejet(nodejet_prefix) as daemon:
