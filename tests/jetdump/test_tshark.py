@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from jdhelpers import (
     CONVERSATION,
+    LUA,
     TSHARK,
     jet_frames,
     jetdump_json,
@@ -264,3 +265,43 @@ def test_real_jetd_session_captured_on_loopback_agrees(tmp_path: Path, start_jet
     assert ("REQUEST", "ADD_STATE") in summary
     assert ("RESPONSE", "NOT_FOUND") in summary
     assert any(f.get("request", {}).get("function") == "SET_STATE" for f in frames)
+
+
+@pytest.mark.parametrize(
+    ("bad", "expert", "reason"),
+    [
+        (b"\x09\x00\x00\x00\x01\xff", "jet.unknown_type", "unknown frame type 0x09"),
+        (b"\x01\x7f\x00\x00\x00" + b"\x00" * 20, "jet.oversized", "exceeds the maximum"),
+    ],
+)
+def test_lost_frame_boundary_agrees(tmp_path: Path, bad: bytes, expert: str, reason: str) -> None:
+    """An unknown type or an absurd length loses the frame boundary: both tools report
+    the bad frame, decode nothing more in that direction, and go on in the other."""
+    good = encode(SetState(1, "a", Value.of(1)))
+    capture = tmp_path / "lost.pcap"
+    with open(capture, "wb") as f:
+        session = TcpSession(CaptureWriter(f), CLIENT, SERVER)
+        session.handshake()
+        session.send(0, good + bad)
+        session.send(0, good)  # after the lost boundary: not framed
+        session.send(1, encode(Response(1, Status.OK, Value.of(1))))
+        session.close()
+    frames = jet_frames(jetdump_json(str(capture), "--max-body", str(64 * 1024 * 1024)))
+    assert [(f["direction"], f["kind"]) for f in frames] == [(0, "frame"), (0, "malformed"), (1, "frame")]
+    assert reason in frames[1]["error"]
+    result = subprocess.run(
+        [str(TSHARK), "-o", "tcp.reassemble_out_of_order:TRUE", "-X", f"lua_script:{LUA}", "-r", str(capture),
+         "-T", "fields", "-E", "occurrence=a", "-e", "frame.number", "-e", "jet.type", "-e", "jet.malformed",
+         "-e", "_ws.expert.message", "-Y", "jet"],
+        capture_output=True, text=True, timeout=60,
+    )
+    rows = [line.split("\t") for line in result.stdout.splitlines()]
+    assert len(rows) == 3, rows
+    assert rows[0][1].split(",")[0] == "1" and reason in rows[0][2]  # good frame, then the bad one
+    assert "frame boundary was lost" in rows[1][3]
+    assert rows[2][1] == "2" and rows[2][2] == ""
+    expert_rows = subprocess.run(
+        [str(TSHARK), "-X", f"lua_script:{LUA}", "-r", str(capture), "-Y", expert],
+        capture_output=True, text=True, timeout=60,
+    ).stdout.splitlines()
+    assert len(expert_rows) == 1
