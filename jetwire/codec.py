@@ -74,6 +74,24 @@ def _slot_setters(cls: type, *names: str) -> tuple[Callable[[object, object], No
 _V_TYPE, _V_DATA = _slot_setters(Value, "vtype", "data")
 
 
+_R_ID, _R_STATUS, _R_VALUE, _R_FID, _R_MESSAGE = _slot_setters(
+    Response, "id", "status", "value", "fetch_id", "message"
+)
+
+
+def _make_response(
+    rid: int, status: Status, value: Optional[Value], fetch_id: Optional[int], message: str
+) -> Response:
+    # Every routed set or call ends in one of these: skip the frozen __init__ (see above).
+    response = _new(Response)
+    _R_ID(response, rid)
+    _R_STATUS(response, status)
+    _R_VALUE(response, value)
+    _R_FID(response, fetch_id)
+    _R_MESSAGE(response, message)
+    return response  # type: ignore[no-any-return]
+
+
 def _make_value(vtype: int, data: bytes) -> Value:
     value = _new(Value)
     _V_TYPE(value, vtype)
@@ -325,15 +343,15 @@ def _decode_response(buf: bytes, off: int, end: int) -> Message:
     if status is _OK:
         # PROTOCOL.md 4.2: the three OK payload shapes have disjoint lengths.
         if rest == 0:
-            return Response(rid, _OK)
+            return _make_response(rid, _OK, None, None, "")
         if rest == 4:
-            return Response(rid, _OK, None, _U32_FROM(buf, off)[0])
+            return _make_response(rid, _OK, None, _U32_FROM(buf, off)[0], "")
         if rest < 4:
             raise _bad(f"OK payload of {rest} bytes is neither empty, fetch_id nor Value", rid, _RESPONSE)
-        return Response(rid, _OK, _parse_value(buf, off, end, rid, _RESPONSE))
+        return _make_response(rid, _OK, _parse_value(buf, off, end, rid, _RESPONSE), None, "")
     message, off = _parse_str16(buf, off, end, "message", rid, _RESPONSE)
     _end(off, end, rid, _RESPONSE)
-    return Response(rid, status, None, None, message)
+    return _make_response(rid, status, None, None, message)
 
 
 def _decode_event(buf: bytes, off: int, end: int) -> Message:
