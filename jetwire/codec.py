@@ -89,7 +89,7 @@ def _make_response(
     _R_VALUE(response, value)
     _R_FID(response, fetch_id)
     _R_MESSAGE(response, message)
-    return response  # type: ignore[no-any-return]
+    return response
 
 
 def _make_value(vtype: int, data: bytes) -> Value:

@@ -91,8 +91,8 @@ def check_value(vtype: int, data: bytes, error: type[Exception] = RemoteProtocol
         raise error("value longer than 2**32 - 1 bytes")
 
 
-_SET_VTYPE = Value.vtype.__set__  # type: ignore[attr-defined]
-_SET_DATA = Value.data.__set__  # type: ignore[attr-defined]
+_SET_VTYPE = vars(Value)["vtype"].__set__
+_SET_DATA = vars(Value)["data"].__set__
 
 
 def _trusted(vtype: int, data: bytes) -> Value:
