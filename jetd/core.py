@@ -184,7 +184,8 @@ class StateRegistry:
         self.index.add(key)
 
     def remove_state(self, key: bytes) -> bytes:
-        """Forget ``key``; returns its last ``Key, Value`` payload."""
+        """Forget ``key``; returns its last ``Key, Value`` payload (the caller fans out
+        FETCH_REMOVE and then drops the key's cached fetch targets)."""
         owner = self.states.pop(key)
         self.index.remove(key)
         return owner.states.pop(key)
@@ -216,14 +217,35 @@ class FetchRegistry:
     some fetch uses, found by slicing K at each distinct prefix length in use (usually
     one or two), so its cost follows the fetches it matches, not all fetches."""
 
-    __slots__ = ("_length_counts", "by_prefix", "lengths")
+    __slots__ = ("_cache", "_length_counts", "by_prefix", "generation", "lengths")
 
     def __init__(self) -> None:
         self.by_prefix: dict[bytes, dict[int, Fetch]] = {}
         self.lengths: list[int] = []
         self._length_counts: dict[int, int] = {}
+        self.generation = 0  # bumped by every add/remove: invalidates cached targets
+        self._cache: dict[bytes, tuple[int, list[Fetch]]] = {}
+
+    def targets(self, key: bytes) -> list[Fetch]:
+        """Every fetch matching ``key``, as one list cached per key until the set of
+        fetches changes: a stream of changes to one key (the common case) pays for
+        the prefix walk once. Keys without fetchers are not cached (no memory cost)."""
+        cached = self._cache.get(key)
+        if cached is not None and cached[0] == self.generation:
+            return cached[1]
+        found = [fetch for group in self.groups(key) for fetch in group.values()]
+        if found:
+            self._cache[key] = (self.generation, found)
+        elif cached is not None:
+            del self._cache[key]
+        return found
+
+    def forget(self, key: bytes) -> None:
+        """Drop the cached targets of a key that no longer exists."""
+        self._cache.pop(key, None)
 
     def add(self, fetch: Fetch) -> None:
+        self.generation += 1
         self.by_prefix.setdefault(fetch.prefix, {})[fetch.fid] = fetch
         n = len(fetch.prefix)
         count = self._length_counts.get(n, 0)
@@ -232,6 +254,7 @@ class FetchRegistry:
             self.lengths = sorted(self._length_counts)
 
     def remove(self, fetch: Fetch) -> None:
+        self.generation += 1
         group = self.by_prefix[fetch.prefix]
         del group[fetch.fid]
         if not group:
@@ -623,6 +646,7 @@ class Daemon:
         pos = 0
         max_body = self._max_body
         logger = self._log
+        states = self.registry.states
         frames = 0
         while n - pos >= 5:
             ftype, length = _HDR_FROM(buf, pos)
@@ -647,6 +671,26 @@ class Daemon:
             elif ftype == _RESPONSE:
                 self._response(conn, buf, pos, end)
             elif ftype == _EVENT:
+                # The owner's NOTIFY_STATE event is the busiest frame of all: a
+                # well-formed one with a fixed-width or opaque value, from the owner,
+                # is applied right here; anything else takes the careful path.
+                if buf[pos + 5] == 4 and end - pos >= 13:
+                    (klen,) = _U16_FROM(buf, pos + 6)
+                    kend = pos + 8 + klen
+                    if klen and kend + 5 <= end:
+                        vtype, vn = _VHEAD_FROM(buf, kend)
+                        check = _VTYPE_CHECK[vtype]
+                        if kend + 5 + vn == end and (
+                            check == _OPAQUE or (vn == check and (vtype != 1 or buf[kend + 5] < 2))
+                        ):
+                            key = buf[pos + 8 : kend]
+                            if states.get(key) is conn and length + 4 <= max_body:
+                                kv = conn.states[key] = buf[pos + 6 : end]
+                                self._fanout(key, _FETCH_CHANGE, kv)
+                                pos = end
+                                if conn.closing:  # it fetches its own states and overflowed
+                                    break
+                                continue
                 self._event(conn, buf, pos, end)
             else:
                 self._info(conn, buf, pos, end)
@@ -694,34 +738,40 @@ class Daemon:
     def _fanout(self, key: bytes, code: int, kv: bytes) -> None:
         """Send one fetch event for ``key`` to every matching fetch: the frame is
         encoded once as (head, kv); each fetcher gets head + its fetch id + kv."""
-        groups = self.fetches.groups(key)
-        if not groups:
+        if not self.fetches.lengths:
+            return
+        targets = self.fetches.targets(key)
+        if not targets:
             return
         body_length = 5 + len(kv)
         head = _EVT_HEAD_PACK(_EVENT, body_length, code)
         dirty = self.dirty
-        count = 0
         careful = self._small_body_peers > 0
-        for group in groups:
-            for fetch in group.values():
-                conn = fetch.conn
-                if careful and body_length > conn.max_body:
-                    self._event_too_large(conn, body_length)
-                elif conn.paused:
-                    self._fanout_paused(conn, fetch, key, code, head + fetch.fid_bytes + kv)
+        for fetch in targets:
+            conn = fetch.conn
+            if careful and body_length > conn.max_body:
+                self._event_too_large(conn, body_length)
+            elif conn.paused:
+                frame = head + fetch.fid_bytes + kv
+                slot = conn.pending_index.get((fetch.fid, key)) if code == _FETCH_CHANGE else None
+                if slot is not None and not conn.closing:
+                    # PROTOCOL.md 10.8: the queued change of this (fetch, key) is replaced.
+                    conn.pending_size += len(frame) - len(slot[0])  # type: ignore[arg-type]
+                    slot[0] = frame
+                    self.stats.conflated += 1
                 else:
-                    out = conn.out
-                    if not out:
-                        dirty.append(conn)
-                    out.append(head)
-                    out.append(fetch.fid_bytes)
-                    out.append(kv)
-                count += 1
-        self.stats.fanout_events += count
+                    self._fanout_paused(conn, fetch, key, code, frame)
+            else:
+                out = conn.out
+                if not out:
+                    dirty.append(conn)
+                out.append(head)
+                out.append(fetch.fid_bytes)
+                out.append(kv)
+        self.stats.fanout_events += len(targets)
         if self._log_events and self._log is not None:
-            for group in groups:
-                for fetch in group.values():
-                    self._log(fetch.conn.conn_id, _FRAME_OUT, head + fetch.fid_bytes + kv)
+            for fetch in targets:
+                self._log(fetch.conn.conn_id, _FRAME_OUT, head + fetch.fid_bytes + kv)
 
     def _event_too_large(self, conn: Connection, body_length: int) -> None:
         """A fetch event does not fit the fetcher's announced max_body: rather than lose
@@ -820,15 +870,18 @@ class Daemon:
             if not route.requester.closed:
                 self._reply(route.requester, route.rid, Status.OWNER_GONE, "the owner disconnected")
         conn.routes.clear()
-        registry = self.registry
-        for key in sorted(conn.states):
-            self._fanout(key, _FETCH_REMOVE, registry.remove_state(key))
-        for key in conn.methods:
-            del registry.methods[key]
-        conn.methods.clear()
+        # Its own fetches go first (nobody else can tell): nothing, not even the
+        # FETCH_REMOVE of its own states, may follow its CLOSE.
         for fetch in conn.fetches.values():
             self.fetches.remove(fetch)
         conn.fetches.clear()
+        registry = self.registry
+        for key in sorted(conn.states):
+            self._fanout(key, _FETCH_REMOVE, registry.remove_state(key))
+            self.fetches.forget(key)
+        for key in conn.methods:
+            del registry.methods[key]
+        conn.methods.clear()
         self.slow.discard(conn)
         if conn not in self.dirty:
             self.dirty.append(conn)  # the IO layer closes the transport after the flush
@@ -929,6 +982,7 @@ class Daemon:
         kv = self.registry.remove_state(key)
         self._send(conn, _ok(rid))
         self._fanout(key, _FETCH_REMOVE, kv)
+        self.fetches.forget(key)
         return None
 
     def _add_method(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:

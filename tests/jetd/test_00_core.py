@@ -299,3 +299,36 @@ def _utf8_or_registered(key: bytes) -> bool:
 def test_value_check_accepts_every_valid_value(value):
     raw = encode(Response(1, Status.OK, Value.of(value)))[10:]
     assert _value_ok(raw, 0, len(raw))
+
+
+def test_owner_fetching_itself_overflows_on_the_notify_fast_path():
+    h = Harness(soft_limit=100, hard_limit=1000)
+    owner = h.connect()
+    h.send(owner, AddState(1, "a", v(0)), FetchStates(2, ""))
+    h.recv(owner)
+    h.daemon.pause(owner, 150)
+    h.send(owner, NotifyState(None, "a", v(b"x" * 1200)), AddState(3, "evil", v(1)))
+    assert owner.closed
+    assert b"evil" not in h.daemon.registry.states
+    assert h.recv(owner) == [Close(Status.OVERLOADED, "output above the hard limit")]
+
+
+def test_fetch_targets_cache_follows_fetch_changes():
+    h = Harness()
+    owner, f = h.connect(), h.connect()
+    h.send(owner, AddState(1, "k", v(0)))
+    h.recv(owner)
+    h.send(owner, NotifyState(None, "k", v(1)))  # no fetchers yet: nothing cached
+    h.send(f, FetchStates(1, "k"))
+    first = h.recv(f)[0].fetch_id
+    h.recv(f)
+    h.send(owner, NotifyState(None, "k", v(2)))
+    assert h.recv(f) == [FetchChange(first, "k", v(2))]
+    h.send(f, FetchStates(2, ""))
+    second = h.recv(f)[0].fetch_id
+    h.send(owner, NotifyState(None, "k", v(3)))
+    assert sorted(m.fetch_id for m in h.recv(f)) == [first, second]
+    h.send(f, __import__("jetwire").Unfetch(3, first))
+    h.recv(f)
+    h.send(owner, NotifyState(None, "k", v(4)))
+    assert h.recv(f) == [FetchChange(second, "k", v(4))]
