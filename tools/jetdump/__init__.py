@@ -39,7 +39,8 @@ JSON output (``--json``), one object per line; these names are stable:
   request        for a RESPONSE whose request is in view: {frame, function, key}
   rtt_ms         milliseconds from that request to this response (null if untimed)
   error          why a frame is malformed or truncated
-  bytes          hex of a malformed/truncated frame (as much as was present)
+  bytes          hex of a malformed/truncated frame, as much as was present (at most
+                 256 bytes from a header that lost the frame boundary)
   announced      bytes a truncated frame's header announced (header included)
   schema_error   the construct schema rejects a frame the fast codec accepted (a bug)
   note, text     for notes: their kind (gap, stopped, capture-truncated, log-damage,

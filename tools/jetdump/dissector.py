@@ -29,7 +29,7 @@ from .events import Data, End, Event, Gap, Note, Open, WholeFrame
 
 DEFAULT_MAX_BODY = 64 * 1024 * 1024  # accept what any daemon may be configured to carry
 DEFAULT_MAX_PENDING = 100_000  # requests remembered per dump while waiting for their response
-PROBLEM_BYTES_SHOWN = 256  # bytes of a malformed/truncated frame kept for display
+LOST_BOUNDARY_BYTES = 256  # bytes kept from a frame whose header lost the boundary
 
 _HEADER = struct.Struct(">BI")
 TYPE_CODES = frozenset(int(t) for t in FrameType)
@@ -53,8 +53,9 @@ class FrameRecord(NamedTuple):
         offset: byte offset of the frame in its direction of the stream (for event
             logs: the record's offset in its file).
         message: the decoded message, or None for a malformed/truncated frame.
-        raw: the frame's bytes (always for problems, capped at PROBLEM_BYTES_SHOWN for
-            truncated/fatal ones; for good frames only when the renderer needs them).
+        raw: the frame's bytes: always for problems (after a lost frame boundary, the
+            first LOST_BOUNDARY_BYTES from the bad header on); for good frames only when
+            the renderer needs them.
         kind: OK, MALFORMED or TRUNCATED.
         error: why the frame is malformed or truncated.
         frame_type: the type byte when readable.
@@ -291,7 +292,7 @@ class Dissector:
         self, half: _Half, stream: int, direction: int, ts: Optional[float], start: int, exc: RemoteProtocolError
     ) -> None:
         half.stopped = True
-        raw = bytes(half.shadow[start - half.base : start - half.base + PROBLEM_BYTES_SHOWN])
+        raw = bytes(half.shadow[start - half.base : start - half.base + LOST_BOUNDARY_BYTES])
         self.number += 1
         self.out.append(
             FrameRecord(
@@ -348,7 +349,7 @@ class Dissector:
         total = f"{announced}" if announced is not None else "at least 5 (header incomplete)"
         self.out.append(
             FrameRecord(
-                self.number, ts, stream, direction, half.base, None, partial[:PROBLEM_BYTES_SHOWN], TRUNCATED,
+                self.number, ts, stream, direction, half.base, None, partial, TRUNCATED,
                 f"{why}: {len(partial)} of {total} bytes present",
                 partial[0], len(partial), announced, None, None,
             )
@@ -380,7 +381,7 @@ class Dissector:
                     self.number += 1
                     self.out.append(
                         FrameRecord(
-                            self.number, ts, stream, direction, where, None, frame[:PROBLEM_BYTES_SHOWN],
+                            self.number, ts, stream, direction, where, None, frame,
                             TRUNCATED, f"recorded frame is incomplete: {len(frame)} of {HEADER_SIZE + length} bytes present",
                             frame[0], len(frame), HEADER_SIZE + length, None, None,
                         )
