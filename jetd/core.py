@@ -597,7 +597,7 @@ class Daemon:
         self.now = now
         for route in self.routes.expired(now):
             requester = route.requester
-            log.info("route to %s id %d timed out", route.owner.label, route.oid)
+            self._violation(route.owner, f"routed request id {route.oid} not answered within the route timeout")
             if not requester.closed:
                 self._send(requester, _response(route.rid, Status.TIMEOUT, "the owner did not answer in time"))
         deadline = self.config.slow_deadline

@@ -26,3 +26,21 @@ def test_asyncio_loop_routes_and_fetches(start_jetd):
 def test_uvloop_is_the_default(jetd):
     jetd.stop()
     assert "loop uvloop" in jetd.stderr()
+
+
+def _asyncio(start_jetd):
+    return lambda *args, **kwargs: start_jetd("--loop", "asyncio", *args, **kwargs)
+
+
+def test_asyncio_loop_flow_control_conflation(start_jetd):
+    # The same slow-consumer scenario as area 09: asyncio's transports pause and resume
+    # writing at other moments than uvloop's, so flow control is checked on both.
+    import test_09_slow_consumer as slow
+
+    slow.test_conflation_keeps_latest_values_and_others_get_everything(_asyncio(start_jetd))
+
+
+def test_asyncio_loop_hard_limit(start_jetd):
+    import test_09_slow_consumer as slow
+
+    slow.test_hard_limit_closes_overloaded(_asyncio(start_jetd))
