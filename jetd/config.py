@@ -164,6 +164,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="jetd",
         description="jet daemon: the binary Jet object bus (spec/PROTOCOL.md).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=(
+            "The first line on stdout is 'jetd listening on HOST:PORT'. SIGTERM or SIGINT:\n"
+            "CLOSE (OK, 'shutting down') to every peer, event log flushed, exit 0.\n"
+            "SIGUSR1 logs the counters. Exit codes: 0 clean stop, 1 cannot listen or\n"
+            "write the event log, 2 bad settings.\n\n"
+            "Config file (TOML), keys named like the flags:\n"
+            "  [jetd]\n  port = 11124\n  max-body = 1048576\n  log-dir = \"/var/log/jetd\"\n"
+        ),
     )
     parser.add_argument("--config", metavar="FILE", help="TOML file with settings (flags override it)")
     for name, f in _FIELDS.items():
@@ -174,7 +183,6 @@ def build_parser() -> argparse.ArgumentParser:
         kind: Any = {"int": int, "float": float}.get(str(f.type), str)
         choices = {"log_fsync": FSYNC_POLICIES, "loop": LOOPS}.get(name)
         parser.add_argument(flag, type=kind, default=None, choices=choices, metavar=name.upper(), help=_HELP[name])
-    # The route timeout is also the spec's name for it; --max-body is in the issue.
     return parser
 
 
