@@ -120,6 +120,7 @@ def tshark_pdus(capture: Path, *extra: str) -> list[dict[str, Any]]:
             pdus.append({
                 "packet": int(layers["frame"]["frame.number"]),
                 "timestamp": float(layers["frame"]["frame.time_epoch"]),
+                "time": float(layers["frame"]["frame.time_relative"]),
                 "stream": int(layers["tcp"]["tcp.stream"]),
                 "fields": normalise_tshark(layer),
             })

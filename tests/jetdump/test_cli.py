@@ -256,7 +256,9 @@ def test_json_fields_and_documented_names(capture: Path) -> None:
     answered = next(f for f in frames if f["type"] == "RESPONSE" and f["id"] == 5)
     assert answered["request"] == {"frame": 15, "function": "GET_STATE", "key": "plant/missing"}
     assert answered["rtt_ms"] == pytest.approx(1.0, abs=1e-3)
-    assert frames[0]["time"] == 0.0 and frames[1]["time"] == pytest.approx(0.001, abs=1e-6)
+    # Relative times count from the capture's first packet (the SYN), as Wireshark's do.
+    assert frames[0]["time"] == pytest.approx(0.0012, abs=1e-6)
+    assert frames[1]["time"] - frames[0]["time"] == pytest.approx(0.001, abs=1e-6)
 
 
 def test_json_of_problem_frames(tmp_path: Path) -> None:
@@ -393,3 +395,12 @@ def test_json_fast_path_equals_the_schema_path(capture: Path) -> None:
     assert len(records) == 2 * len(CONVERSATION)
     for record in records:
         assert fast_frame_fields(record) == frame_fields(record), record.message
+
+
+def test_several_captures_number_their_streams_apart(tmp_path: Path, capture: Path) -> None:
+    second = tmp_path / "second.pcapng"
+    write_conversation(second, pcapng=True)
+    frames = jet_frames(jetdump_json(str(capture), str(second)))
+    assert len(frames) == 2 * len(CONVERSATION)
+    assert [f["stream"] for f in frames] == [0] * len(CONVERSATION) + [1] * len(CONVERSATION)
+    assert [f["frame"] for f in frames] == list(range(1, 2 * len(CONVERSATION) + 1))

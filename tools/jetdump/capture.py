@@ -18,7 +18,7 @@ from typing import BinaryIO, Optional
 
 import dpkt
 
-from .events import Data, End, Event, Gap, InputError, Note, Open
+from .events import Data, End, Event, Gap, InputError, Note, Open, Origin
 
 DEFAULT_JET_PORT = 11124  # PROTOCOL.md 3
 DEFAULT_HOLE_BYTES = 4 * 1024 * 1024  # out-of-order bytes held per direction before a hole is a gap
@@ -214,6 +214,8 @@ def read_capture(
             break
         count += 1
         ts = float(ts)
+        if last_ts is None:
+            yield Origin(ts)
         last_ts = ts
         ip = _ip_of(linktype, buf)
         if ip is None or not ip:

@@ -25,7 +25,7 @@ from jetwire import (
 from jetwire.codes import HEADER_SIZE
 from jetwire.messages import REQUEST_CLASSES
 
-from .events import Data, End, Event, Gap, Note, Open, WholeFrame
+from .events import Data, End, Event, Gap, Note, Open, Origin, WholeFrame
 
 DEFAULT_MAX_BODY = 64 * 1024 * 1024  # accept what any daemon may be configured to carry
 DEFAULT_MAX_PENDING = 100_000  # requests remembered per dump while waiting for their response
@@ -162,6 +162,8 @@ class Dissector:
             self.gap(event.stream, event.direction, event.ts, event.size)
         elif isinstance(event, End):
             self.end(event.stream, event.direction, event.ts)
+        elif isinstance(event, Origin):
+            self._first(event.ts)
         elif isinstance(event, Note):
             self._first(event.ts)
             self.out.append(NoteRecord(event.ts, event.stream, None, event.kind, event.text))

@@ -71,4 +71,11 @@ class Note(NamedTuple):
     text: str
 
 
-Event = Union[Open, Data, Gap, WholeFrame, End, Note]
+class Origin(NamedTuple):
+    """Time zero of relative times: the first packet of a capture, jet or not (as in
+    Wireshark's relative times)."""
+
+    ts: float
+
+
+Event = Union[Open, Data, Gap, WholeFrame, End, Note, Origin]
