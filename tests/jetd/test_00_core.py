@@ -332,3 +332,68 @@ def test_fetch_targets_cache_follows_fetch_changes():
     h.recv(f)
     h.send(owner, NotifyState(None, "k", v(4)))
     assert h.recv(f) == [FetchChange(second, "k", v(4))]
+
+
+# --- no input crashes the core, and its indexes stay consistent ------------------------------
+
+_KEYS = ["a", "a/b", "b", "\u00e9"]
+_message = st.one_of(
+    st.builds(AddState, st.integers(0, 3), st.sampled_from(_KEYS), st.sampled_from([v(1), v("x"), v(None)])),
+    st.builds(RemoveState, st.integers(0, 3), st.sampled_from(_KEYS)),
+    st.builds(SetState, st.one_of(st.none(), st.integers(0, 3)), st.sampled_from(_KEYS), st.just(v(2))),
+    st.builds(NotifyState, st.one_of(st.none(), st.integers(0, 3)), st.sampled_from(_KEYS), st.just(v(3))),
+    st.builds(FetchStates, st.integers(0, 3), st.sampled_from(["", "a", "b", "zz"])),
+    st.builds(__import__("jetwire").Unfetch, st.integers(0, 3), st.integers(0, 6)),
+    st.builds(Response, st.integers(0, 6), st.sampled_from([Status.OK, Status.REJECTED])),
+    st.builds(__import__("jetwire").AddMethod, st.integers(0, 3), st.sampled_from(_KEYS)),
+    st.builds(__import__("jetwire").CallMethod, st.integers(0, 3), st.sampled_from(_KEYS), st.just(v(0))),
+)
+_step = st.tuples(
+    st.integers(0, 2),  # which connection
+    st.one_of(_message.map(encode), st.binary(max_size=12)),  # a message or raw bytes
+    st.sampled_from(["send", "send", "send", "tick", "pause", "drain", "disconnect"]),
+)
+
+
+def _check_invariants(daemon: Daemon) -> None:
+    registry = daemon.registry
+    assert list(registry.index) == sorted(registry.states)
+    for key, owner in registry.states.items():
+        assert not owner.closed and key in owner.states
+    for key, owner in registry.methods.items():
+        assert not owner.closed and key in owner.methods
+    fetch_count = sum(len(g) for g in daemon.fetches.by_prefix.values())
+    live = [c for c in daemon.connections.values() if not c.closed]
+    assert fetch_count == sum(len(c.fetches) for c in live)
+    for conn in live:
+        for oid, route in conn.routes.items():
+            assert route.owner is conn and route.oid == oid and not route.done
+
+
+@settings(max_examples=100, deadline=None)
+@given(steps=st.lists(_step, max_size=40))
+def test_any_input_keeps_the_core_consistent(steps):
+    h = Harness(soft_limit=64, hard_limit=600, max_pending_per_owner=3, route_timeout=1.0)
+    conns = [h.connect(str(i)) for i in range(3)]
+    saw_close: set[int] = set()
+    for which, data, action in steps:
+        conn = conns[which]
+        if action == "send":
+            h.daemon.receive_data(conn, data, h.now)
+        elif action == "tick":
+            h.tick(0.6)
+        elif action == "pause" and not conn.closing:
+            h.daemon.pause(conn, 100)
+        elif action == "drain" and conn.paused and not conn.closing:
+            conn.take_pending(1 << 30)
+            h.daemon.drained(conn)
+        elif action == "disconnect":
+            h.daemon.disconnect(conn, h.now)
+            conns[which] = h.connect("again")
+        _check_invariants(h.daemon)
+        # Whatever went out decodes as valid jet, and nothing follows a CLOSE.
+        for peer in conns:
+            for message in h.recv(peer):
+                assert peer.conn_id not in saw_close, message
+                if isinstance(message, Close):
+                    saw_close.add(peer.conn_id)
