@@ -179,6 +179,7 @@ class StateRegistry:
         self.index: SortedList = SortedList()
 
     def add_state(self, key: bytes, kv: bytes, owner: Connection) -> None:
+        """Register ``key`` owned by ``owner`` with its ``Key, Value`` payload ``kv``."""
         self.states[key] = owner
         owner.states[key] = kv
         self.index.add(key)
@@ -245,6 +246,7 @@ class FetchRegistry:
         self._cache.pop(key, None)
 
     def add(self, fetch: Fetch) -> None:
+        """Index a new fetch under its prefix."""
         self.generation += 1
         self.by_prefix.setdefault(fetch.prefix, {})[fetch.fid] = fetch
         n = len(fetch.prefix)
@@ -254,6 +256,7 @@ class FetchRegistry:
             self.lengths = sorted(self._length_counts)
 
     def remove(self, fetch: Fetch) -> None:
+        """Drop a fetch (UNFETCH or its connection closed)."""
         self.generation += 1
         group = self.by_prefix[fetch.prefix]
         del group[fetch.fid]
