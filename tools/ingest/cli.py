@@ -218,11 +218,16 @@ def rebuild_tables(spark: Any, warehouse: Path) -> dict[str, Any]:
         raise FileNotFoundError(f"{frames_dir}: nothing ingested yet")
     # Cached: every derived table and the summary scan it again.
     frames = tables.with_seq(spark.read.parquet(str(frames_dir))).cache()
-    build = {"state_changes": tables.state_changes, "requests": tables.requests, "connections": tables.connections}
+    pairs = tables.request_pairs(frames).cache()  # shared by state_changes and requests
+    build = {
+        "state_changes": tables.state_changes(frames, pairs),
+        "requests": tables.requests(frames, pairs),
+        "connections": tables.connections(frames),
+    }
     out: dict[str, Any] = {"frames": frames}
-    for name, fn in build.items():
+    for name, df in build.items():
         staged = warehouse / "_jet_ingest" / "staging" / f"derived-{name}"
-        fn(frames).write.mode("overwrite").partitionBy("date").parquet(str(staged))
+        df.write.mode("overwrite").partitionBy("date").parquet(str(staged))
         replace_dir(staged, warehouse / name)
         out[name] = spark.read.parquet(str(warehouse / name))
     return out

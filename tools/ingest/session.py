@@ -50,6 +50,9 @@ def spark_session(master: Optional[str] = None, *, app: str = "jet-ingest", ui: 
         "spark.sql.shuffle.partitions": "8",
         "spark.executorEnv.PYTHONPATH": os.environ["PYTHONPATH"],
         "spark.sql.sources.partitionOverwriteMode": "dynamic",
+        # Date-partitioned writes without the per-task sort Spark otherwise adds: a log
+        # spans few dates, so a writer per date is cheap.
+        "spark.sql.maxConcurrentOutputFileWriters": "32",
     }
     if local:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

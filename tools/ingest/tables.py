@@ -1,6 +1,7 @@
 """The derived warehouse tables, computed with Spark from the ``frames`` table.
 
-Every function takes the frames DataFrame (the ``jetlog`` schema plus ``run_ns``, the
+Every function takes the frames DataFrame (and, optionally, the precomputed
+:func:`request_pairs` of it, which two of them need) (the ``jetlog`` schema plus ``run_ns``, the
 daemon run a segment belongs to: connection ids and request ids are only unique within
 a run, JETLOG.md 3) and returns a DataFrame. Order inside a run is ``seq`` (segment,
 offset): records are appended in the order the daemon handled them (JETLOG.md 6).
@@ -64,14 +65,15 @@ def request_pairs(frames: DataFrame, *, daemon_side: bool = False) -> DataFrame:
     )
 
 
-def requests(frames: DataFrame) -> DataFrame:
+def requests(frames: DataFrame, peer_pairs: DataFrame | None = None) -> DataFrame:
     """Every SET_STATE and CALL_METHOD request (the REQUEST form; PROTOCOL.md 6.3, 6.5).
 
     Routed ones (JETLOG.md 4 ROUTE) carry the owner, the owner's id, the owner's own
     status and latency. ``latency_ns`` is the requester's request FRAME_IN to the
     response FRAME_OUT to the requester.
     """
-    peer = request_pairs(frames).filter(F.col("function").isin("SET_STATE", "CALL_METHOD"))
+    peer = (peer_pairs if peer_pairs is not None else request_pairs(frames)).filter(
+        F.col("function").isin("SET_STATE", "CALL_METHOD"))
     owner = request_pairs(frames, daemon_side=True).select(
         F.col("run_ns").alias("o_run"), F.col("conn_id").alias("o_conn"), F.col("request_id").alias("o_id"),
         F.col("peer_name").alias("owner_name"), F.col("req_seq").alias("o_seq"), F.col("req_ns").alias("o_req_ns"),
@@ -110,14 +112,14 @@ def requests(frames: DataFrame) -> DataFrame:
     )
 
 
-def state_changes(frames: DataFrame) -> DataFrame:
+def state_changes(frames: DataFrame, peer_pairs: DataFrame | None = None) -> DataFrame:
     """The timeline of every state: one row per change, with the value before and after.
 
     Changes (PROTOCOL.md 10.4): ADD_STATE, NOTIFY_STATE (request answered OK, or an
     EVENT from the owner, PROTOCOL.md 7.1), REMOVE_STATE answered OK, and DISCONNECT:
     the owner's connection closed while it owned the state (PROTOCOL.md 10.6).
     """
-    pairs = request_pairs(frames).filter(
+    pairs = (peer_pairs if peer_pairs is not None else request_pairs(frames)).filter(
         F.col("function").isin("ADD_STATE", "NOTIFY_STATE", "REMOVE_STATE") & (F.col("status") == "OK")
     ).select("run_ns", "daemon", "key", "conn_id", "peer_name", "function", "value_type", "value", "value_text",
              F.col("req_seq").alias("seq"), F.col("req_ns").alias("ts_ns"), F.col("req_ts").alias("ts"),
