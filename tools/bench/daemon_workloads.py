@@ -371,12 +371,12 @@ def w5_slow_consumer(start: StartDaemon, dialect: Dialect, sizes: Sizes) -> list
     pair_ratios = [b / a for a, b in zip(alone, slowed, strict=True)]
     result.insert(0, Sample("W5 slow consumer", "rate with / without the slow peer (median of pairs)", "ratio",
                             pair_ratios))
-    cpu = {s.metric: s.median for s in result if s.metric.startswith("daemon CPU per delivered event")}
+    cpu_per_event = {s.metric: s.median for s in result if s.metric.startswith("daemon CPU per delivered event")}
     # Where the daemon is the bottleneck, rate ~ 1 / CPU per event: this ratio says how much
     # the slow peer costs the others without the machine's noise in it.
     result.insert(1, Sample("W5 slow consumer", "CPU per event without / with the slow peer", "ratio",
-                            [cpu["daemon CPU per delivered event, no slow peer"]
-                             / cpu["daemon CPU per delivered event, slow peer attached"]]))
+                            [cpu_per_event["daemon CPU per delivered event, no slow peer"]
+                             / cpu_per_event["daemon CPU per delivered event, slow peer attached"]]))
     return result
 
 
@@ -431,7 +431,7 @@ def _verify_jet_fetch(stream: bytes, keys: list[str]) -> None:
     adds = messages[1:]
     if len(adds) != len(keys) or not all(isinstance(m, FetchAdd) and m.fetch_id == first.fetch_id for m in adds):
         raise BenchError(f"expected {len(keys)} FETCH_ADDs after the response, got {len(adds)} messages")
-    if [m.key for m in adds] != sorted(keys, key=lambda k: k.encode()):  # type: ignore[union-attr]
+    if [m.key for m in adds if isinstance(m, FetchAdd)] != sorted(keys, key=lambda k: k.encode()):
         raise BenchError("initial FETCH_ADDs are not in byte order of key")
 
 
