@@ -650,6 +650,9 @@ class Daemon:
         max_body = self._max_body
         logger = self._log
         states = self.registry.states
+        fetches = self.fetches
+        dirty = self.dirty
+        plain_fanout = not self._log_events
         frames = 0
         while n - pos >= 5:
             ftype, length = _HDR_FROM(buf, pos)
@@ -689,7 +692,29 @@ class Daemon:
                             key = buf[pos + 8 : kend]
                             if states.get(key) is conn and length + 4 <= max_body:
                                 kv = conn.states[key] = buf[pos + 6 : end]
-                                self._fanout(key, _FETCH_CHANGE, kv)
+                                if fetches.lengths:
+                                    targets = fetches.targets(key)
+                                    if not targets:
+                                        pass
+                                    elif plain_fanout and not self._small_body_peers:
+                                        # _fanout inlined: head + fetch id + kv per fetcher.
+                                        head = _EVT_HEAD_PACK(_EVENT, 5 + len(kv), _FETCH_CHANGE)
+                                        for fetch in targets:
+                                            fconn = fetch.conn
+                                            if fconn.paused:
+                                                self._queue_event(
+                                                    fconn, fetch, key, _FETCH_CHANGE, head + fetch.fid_bytes + kv
+                                                )
+                                            else:
+                                                out = fconn.out
+                                                if not out:
+                                                    dirty.append(fconn)
+                                                out.append(head)
+                                                out.append(fetch.fid_bytes)
+                                                out.append(kv)
+                                        self.stats.fanout_events += len(targets)
+                                    else:
+                                        self._fanout(key, _FETCH_CHANGE, kv)
                                 pos = end
                                 if conn.closing:  # it fetches its own states and overflowed
                                     break
@@ -755,15 +780,7 @@ class Daemon:
             if careful and body_length > conn.max_body:
                 self._event_too_large(conn, body_length)
             elif conn.paused:
-                frame = head + fetch.fid_bytes + kv
-                slot = conn.pending_index.get((fetch.fid, key)) if code == _FETCH_CHANGE else None
-                if slot is not None and not conn.closing:
-                    # PROTOCOL.md 10.8: the queued change of this (fetch, key) is replaced.
-                    conn.pending_size += len(frame) - len(slot[0])  # type: ignore[arg-type]
-                    slot[0] = frame
-                    self.stats.conflated += 1
-                else:
-                    self._fanout_paused(conn, fetch, key, code, frame)
+                self._queue_event(conn, fetch, key, code, head + fetch.fid_bytes + kv)
             else:
                 out = conn.out
                 if not out:
@@ -785,6 +802,17 @@ class Daemon:
     def _too_large_for(self, conn: Connection, body_length: int) -> bool:
         """True if ``conn`` announced a max_body below ``body_length`` (PROTOCOL.md 3)."""
         return self._small_body_peers > 0 and body_length > conn.max_body
+
+    def _queue_event(self, conn: Connection, fetch: Fetch, key: bytes, code: int, frame: bytes) -> None:
+        """A fetch event for a paused connection: conflated or queued (PROTOCOL.md 10.8)."""
+        slot = conn.pending_index.get((fetch.fid, key)) if code == _FETCH_CHANGE else None
+        if slot is not None and not conn.closing:
+            # The queued change of this (fetch, key) is replaced by the newer one.
+            conn.pending_size += len(frame) - len(slot[0])  # type: ignore[arg-type]
+            slot[0] = frame
+            self.stats.conflated += 1
+        else:
+            self._fanout_paused(conn, fetch, key, code, frame)
 
     def _fanout_paused(self, conn: Connection, fetch: Fetch, key: bytes, code: int, frame: bytes) -> None:
         if conn.closed:
