@@ -88,6 +88,8 @@ def format_value(value: float, unit: str) -> str:
     """A human-readable number with its unit."""
     if unit == "/s":
         return f"{value:,.0f}/s"
+    if unit == "count":
+        return f"{value:,.0f}"
     if unit == "cores":
         return f"{value:.2f} cores"
     if unit == "ratio":
@@ -118,7 +120,7 @@ class Results:
 
 
 def _ratio(jetd: Sample | None, other: Sample | None) -> str:
-    if jetd is None or other is None or not jetd.values or not other.values or jetd.unit in ("ratio", "cores"):
+    if jetd is None or other is None or not jetd.values or not other.values or jetd.unit in ("ratio", "cores", "count"):
         return ""
     a, b = jetd.median, other.median
     if a <= 0 or b <= 0:

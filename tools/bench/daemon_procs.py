@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -43,6 +43,7 @@ class DaemonProcess:
     host: str
     port: int
     stderr_path: Path
+    exit_stats: dict[str, int] = field(default_factory=dict)  # jetd's "stopped; stats:" counters
 
     @property
     def address(self) -> tuple[str, int]:
@@ -120,9 +121,28 @@ def _spawn(kind: str, cmd: list[str], prefix: str, env: dict[str, str], cwd: Pat
                 host, port = _read_listening_line(proc, prefix, STARTUP_TIMEOUT)
             except RuntimeError as exc:
                 raise RuntimeError(f"{kind}: {exc}: {stderr_path.read_text(errors='replace')[-2000:]}") from None
-            yield DaemonProcess(kind, proc, host, port, stderr_path)
+            daemon = DaemonProcess(kind, proc, host, port, stderr_path)
+            yield daemon
         finally:
             _stop(proc)
+        daemon.exit_stats = _exit_stats(stderr_path)
+
+
+def _exit_stats(stderr_path: Path) -> dict[str, int]:
+    """The counters of jetd's last ``stats: name=value ...`` log line, if it wrote one."""
+    try:
+        text = stderr_path.read_text(errors="replace")
+    except OSError:
+        return {}
+    _, found, rest = text.rpartition("stats: ")
+    if not found:
+        return {}
+    stats = {}
+    for pair in rest.split("\n", 1)[0].split():
+        name, _, value = pair.partition("=")
+        if value.isdigit():
+            stats[name] = int(value)
+    return stats
 
 
 @contextlib.contextmanager
