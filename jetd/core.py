@@ -22,7 +22,7 @@ import struct
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 from sortedcontainers import SortedList
 
@@ -202,15 +202,17 @@ class StateRegistry:
 
 
 class Fetch:
-    """One fetch: its daemon-unique id (and that id packed once) and its connection."""
+    """One fetch: its daemon-unique id (and that id packed once), its connection, and
+    the FETCH_CHANGE events of it queued while the connection is paused, by key."""
 
-    __slots__ = ("conn", "fid", "fid_bytes", "prefix")
+    __slots__ = ("conn", "fid", "fid_bytes", "prefix", "queued")
 
     def __init__(self, fid: int, conn: Connection, prefix: bytes) -> None:
         self.fid = fid
         self.fid_bytes = _U32_PACK(fid)
         self.conn = conn
         self.prefix = prefix
+        self.queued: dict[bytes, list[Any]] = {}  # key -> [kv, fetch, key] in Connection.pending
 
 
 class FetchRegistry:
@@ -347,8 +349,8 @@ class RouteTable:
 
 # --- connections --------------------------------------------------------------------
 
-# A pending item is a frame, or [frame, (fid, key)]: a FETCH_CHANGE that can be replaced.
-PendingItem = Union[bytes, "list[object]"]  # bytes, or [frame, (fid, key)] for a conflatable change
+# A pending item is a frame, or [kv, fetch, key]: a FETCH_CHANGE whose value can be replaced.
+PendingItem = Union[bytes, "list[Any]"]  # bytes, or [frame, (fid, key)] for a conflatable change
 
 
 class Connection:
@@ -378,7 +380,6 @@ class Connection:
         "out",
         "paused",
         "pending",
-        "pending_index",
         "pending_size",
         "rest",
         "rest_len",
@@ -396,7 +397,6 @@ class Connection:
         self.out: list[bytes] = []
         self.paused = False
         self.pending: deque[PendingItem] = deque()
-        self.pending_index: dict[tuple[int, bytes], list[object]] = {}
         self.pending_size = 0
         self.transport_size = 0  # bytes the transport buffers; set by the IO layer
         self.slow_since: Optional[float] = None
@@ -434,41 +434,46 @@ class Connection:
         self.pending.append(frame)
         self.pending_size += len(frame)
 
-    def enqueue_fetch_event(self, fid: int, key: bytes, frame: bytes, conflate: bool) -> None:
-        """Queue a fetch event; a FETCH_CHANGE replaces a queued one of the same
-        (fetch, key) in place. An ADD or REMOVE ends that (fetch, key)'s conflation so
-        that a later change is queued after it (PROTOCOL.md 10.8: never reordered)."""
-        index = self.pending_index
-        slot_key = (fid, key)
-        if conflate:
-            queued = index.get(slot_key)
-            if queued is not None:
-                self.pending_size += len(frame) - len(queued[0])  # type: ignore[arg-type]
-                queued[0] = frame
-                return
-            slot: list[object] = [frame, slot_key]
-            index[slot_key] = slot
+    def enqueue_fetch_event(self, fetch: Fetch, key: bytes, code: int, kv: bytes) -> bool:
+        """Queue a fetch event (``kv``: its ``Key, Value`` payload); returns True if it
+        was conflated.
+
+        A FETCH_CHANGE replaces the value of a queued change of the same (fetch, key)
+        in place; its frame is only built when it leaves the queue. An ADD or REMOVE
+        ends that (fetch, key)'s conflation so that a later change is queued after it
+        (PROTOCOL.md 10.8: never reordered against them)."""
+        queued = fetch.queued
+        if code == _FETCH_CHANGE:
+            slot = queued.get(key)
+            if slot is not None:
+                self.pending_size += len(kv) - len(slot[0])
+                slot[0] = kv
+                return True
+            slot = [kv, fetch, key]
+            queued[key] = slot
             self.pending.append(slot)
-        else:
-            index.pop(slot_key, None)
-            self.pending.append(frame)
+            self.pending_size += 10 + len(kv)
+            return False
+        queued.pop(key, None)
+        frame = _EVT_HEAD_PACK(_EVENT, 5 + len(kv), code) + fetch.fid_bytes + kv
+        self.pending.append(frame)
         self.pending_size += len(frame)
+        return False
 
     def take_pending(self, budget: int) -> list[bytes]:
         """Pop queued frames, in order, up to about ``budget`` bytes (at least one)."""
         taken: list[bytes] = []
         size = 0
         pending = self.pending
-        index = self.pending_index
         while pending and size < budget:
             item = pending.popleft()
             if type(item) is list:
-                frame: bytes = item[0]  # type: ignore[assignment]
-                slot_key: tuple[int, bytes] = item[1]  # type: ignore[assignment]
-                if index.get(slot_key) is item:
-                    del index[slot_key]
+                kv, fetch, key = item
+                if fetch.queued.get(key) is item:
+                    del fetch.queued[key]
+                frame = _EVT_HEAD_PACK(_EVENT, 5 + len(kv), _FETCH_CHANGE) + fetch.fid_bytes + kv
             else:
-                frame = item  # type: ignore[assignment]
+                frame = item
             taken.append(frame)
             size += len(frame)
         self.pending_size -= size
@@ -702,9 +707,13 @@ class Daemon:
                                         for fetch in targets:
                                             fconn = fetch.conn
                                             if fconn.paused:
-                                                self._queue_event(
-                                                    fconn, fetch, key, _FETCH_CHANGE, head + fetch.fid_bytes + kv
-                                                )
+                                                slot = fetch.queued.get(key)
+                                                if slot is not None and not fconn.closing:
+                                                    fconn.pending_size += len(kv) - len(slot[0])
+                                                    slot[0] = kv
+                                                    self.stats.conflated += 1
+                                                else:
+                                                    self._fanout_paused(fconn, fetch, key, _FETCH_CHANGE, kv)
                                             else:
                                                 out = fconn.out
                                                 if not out:
@@ -780,7 +789,14 @@ class Daemon:
             if careful and body_length > conn.max_body:
                 self._event_too_large(conn, body_length)
             elif conn.paused:
-                self._queue_event(conn, fetch, key, code, head + fetch.fid_bytes + kv)
+                slot = fetch.queued.get(key) if code == _FETCH_CHANGE else None
+                if slot is not None and not conn.closing:
+                    # PROTOCOL.md 10.8: conflated, the queued change takes the new value.
+                    conn.pending_size += len(kv) - len(slot[0])
+                    slot[0] = kv
+                    self.stats.conflated += 1
+                else:
+                    self._fanout_paused(conn, fetch, key, code, kv)
             else:
                 out = conn.out
                 if not out:
@@ -803,23 +819,11 @@ class Daemon:
         """True if ``conn`` announced a max_body below ``body_length`` (PROTOCOL.md 3)."""
         return self._small_body_peers > 0 and body_length > conn.max_body
 
-    def _queue_event(self, conn: Connection, fetch: Fetch, key: bytes, code: int, frame: bytes) -> None:
-        """A fetch event for a paused connection: conflated or queued (PROTOCOL.md 10.8)."""
-        slot = conn.pending_index.get((fetch.fid, key)) if code == _FETCH_CHANGE else None
-        if slot is not None and not conn.closing:
-            # The queued change of this (fetch, key) is replaced by the newer one.
-            conn.pending_size += len(frame) - len(slot[0])  # type: ignore[arg-type]
-            slot[0] = frame
-            self.stats.conflated += 1
-        else:
-            self._fanout_paused(conn, fetch, key, code, frame)
-
-    def _fanout_paused(self, conn: Connection, fetch: Fetch, key: bytes, code: int, frame: bytes) -> None:
+    def _fanout_paused(self, conn: Connection, fetch: Fetch, key: bytes, code: int, kv: bytes) -> None:
+        """A fetch event for a paused connection: queued or conflated (PROTOCOL.md 10.8)."""
         if conn.closed:
             return
-        before = len(conn.pending)
-        conn.enqueue_fetch_event(fetch.fid, key, frame, code == _FETCH_CHANGE)
-        if len(conn.pending) == before:
+        if conn.enqueue_fetch_event(fetch, key, code, kv):
             self.stats.conflated += 1
         if conn.pending_size + conn.transport_size > self.config.hard_limit:
             self._overload(conn, "output above the hard limit")
@@ -868,7 +872,8 @@ class Daemon:
         self.stats.overloaded += 1
         log.info("overloaded %s: %s (%d bytes queued)", conn.label, reason, conn.queued)
         conn.pending.clear()
-        conn.pending_index.clear()
+        for fetch in conn.fetches.values():
+            fetch.queued.clear()
         conn.pending_size = 0
         conn.paused = False  # the CLOSE goes straight to the transport
         conn.out.clear()
@@ -889,8 +894,8 @@ class Daemon:
             if conn.paused:
                 while len(conn.pending) > conn.close_at:
                     item = conn.pending.pop()
-                    frame = item[0] if type(item) is list else item
-                    conn.pending_size -= len(frame)  # type: ignore[arg-type]
+                    # A conflatable change counts as its frame: 10 + len(kv) bytes.
+                    conn.pending_size -= 10 + len(item[0]) if type(item) is list else len(item)
             else:
                 del conn.out[conn.close_at :]
         conn.closed = True
@@ -1132,7 +1137,7 @@ class Daemon:
                 self._event_too_large(conn, 5 + len(kv))
                 return None
             if conn.paused:
-                self._fanout_paused(conn, fetch, key, _FETCH_ADD, head + fid_bytes + kv)
+                self._fanout_paused(conn, fetch, key, _FETCH_ADD, kv)
                 if conn.closing:
                     return None
             else:

@@ -155,19 +155,36 @@ def test_fetch_registry_visits_only_matching_prefixes():
 
 def test_conflation_keeps_order_and_latest():
     conn = Connection(1, "c")
+    f7, f8 = Fetch(7, conn, b""), Fetch(8, conn, b"")
+
+    def change(fetch, key, value):
+        return encode(FetchChange(fetch.fid, key.decode(), v(value)))
+
+    def kv(key, value):
+        return encode(FetchChange(0, key.decode(), v(value)))[10:]
+
     conn.enqueue(b"R1")
-    conn.enqueue_fetch_event(7, b"k", b"C1", True)
-    conn.enqueue_fetch_event(7, b"j", b"J1", True)
-    conn.enqueue_fetch_event(7, b"k", b"C2", True)  # replaces C1 in place
-    conn.enqueue_fetch_event(8, b"k", b"D1", True)  # another fetch: separate
-    conn.enqueue_fetch_event(7, b"k", b"REMOVE", False)
-    conn.enqueue_fetch_event(7, b"k", b"ADD", False)
-    conn.enqueue_fetch_event(7, b"k", b"C3", True)  # after the ADD, not merged before it
-    conn.enqueue_fetch_event(7, b"k", b"C4", True)
-    assert conn.pending_size == sum(map(len, [b"R1", b"C2", b"J1", b"D1", b"REMOVE", b"ADD", b"C4"]))
-    assert conn.take_pending(3) == [b"R1", b"C2"]
-    assert conn.take_pending(1 << 20) == [b"J1", b"D1", b"REMOVE", b"ADD", b"C4"]
-    assert conn.pending_size == 0 and conn.pending_index == {}
+    assert not conn.enqueue_fetch_event(f7, b"k", 0x82, kv(b"k", 1))
+    assert not conn.enqueue_fetch_event(f7, b"j", 0x82, kv(b"j", 1))
+    assert conn.enqueue_fetch_event(f7, b"k", 0x82, kv(b"k", 2))  # replaces k=1 in place
+    assert not conn.enqueue_fetch_event(f8, b"k", 0x82, kv(b"k", 3))  # another fetch: separate
+    conn.enqueue_fetch_event(f7, b"k", 0x83, kv(b"k", 2))  # REMOVE
+    conn.enqueue_fetch_event(f7, b"k", 0x81, kv(b"k", 5))  # ADD
+    assert not conn.enqueue_fetch_event(f7, b"k", 0x82, kv(b"k", 6))  # after the ADD, not before it
+    assert conn.enqueue_fetch_event(f7, b"k", 0x82, kv(b"k", 7))
+    expected = [
+        b"R1",
+        change(f7, b"k", 2),
+        change(f7, b"j", 1),
+        change(f8, b"k", 3),
+        encode(FetchRemove(7, "k", v(2))),
+        encode(FetchAdd(7, "k", v(5))),
+        change(f7, b"k", 7),
+    ]
+    assert conn.pending_size == sum(map(len, expected))
+    assert conn.take_pending(3) == expected[:2]
+    assert conn.take_pending(1 << 20) == expected[2:]
+    assert conn.pending_size == 0 and f7.queued == {} and f8.queued == {}
 
 
 def test_paused_connection_conflates_and_hard_limit_overloads():
@@ -366,6 +383,12 @@ def _check_invariants(daemon: Daemon) -> None:
     live = [c for c in daemon.connections.values() if not c.closed]
     assert fetch_count == sum(len(c.fetches) for c in live)
     for conn in live:
+        queued = sum(10 + len(i[0]) if type(i) is list else len(i) for i in conn.pending)
+        assert conn.pending_size == queued
+        slots = [i for i in conn.pending if type(i) is list]
+        # Every conflatable change a live fetch points at is really queued (an UNFETCHed
+        # fetch may still have changes queued before its OK).
+        assert {id(s) for f in conn.fetches.values() for s in f.queued.values()} <= set(map(id, slots))
         for oid, route in conn.routes.items():
             assert route.owner is conn and route.oid == oid and not route.done
 
