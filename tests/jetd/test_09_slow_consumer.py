@@ -77,6 +77,13 @@ def test_conflation_keeps_latest_values_and_others_get_everything(start_jetd):
     started = time.monotonic()
     for r in range(1, ROUNDS + 1):
         owner.send(*(NotifyState(None, f"s/{k:03d}", _value(k, r)) for k in range(KEYS)))
+        if r % 25 == 0:
+            # Pace the owner to the fast fetcher (at most ~3 MB ahead, under the 4 MiB
+            # soft limit) so that a busy test machine cannot make *it* a slow consumer;
+            # the slow one still has all 100 MB flow past it.
+            deadline = time.monotonic() + 20
+            while drainer.received < per_event * KEYS * (r - 25) and time.monotonic() < deadline:
+                time.sleep(0.001)
     drainer.join(30)
     elapsed = time.monotonic() - started
     rss_after = rss_kib(daemon.proc.pid)
