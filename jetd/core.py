@@ -1001,8 +1001,9 @@ class Daemon:
             return None
         kv = buf[pos + 10 : end]
         self.registry.add_state(key, kv, conn)
-        self._send(conn, _ok(rid))
+        # PROTOCOL.md 10.5: the fetch events a request causes go out before its OK.
         self._fanout(key, _FETCH_ADD, kv)
+        self._send(conn, _ok(rid))
         return None
 
     def _remove_state(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
@@ -1016,9 +1017,9 @@ class Daemon:
         if owner is not conn:
             return self._reply(conn, rid, Status.NOT_OWNER, "only the owner may remove a state")
         kv = self.registry.remove_state(key)
-        self._send(conn, _ok(rid))
-        self._fanout(key, _FETCH_REMOVE, kv)
+        self._fanout(key, _FETCH_REMOVE, kv)  # PROTOCOL.md 10.5: before the OK
         self.fetches.forget(key)
+        self._send(conn, _ok(rid))
         return None
 
     def _add_method(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
@@ -1109,8 +1110,8 @@ class Daemon:
         if owner is not conn:
             return self._reply(conn, rid, Status.NOT_OWNER, "only the owner may notify")
         kv = conn.states[key] = buf[pos + 10 : end]
+        self._fanout(key, _FETCH_CHANGE, kv)  # PROTOCOL.md 10.5: before the OK
         self._send(conn, _ok(rid))
-        self._fanout(key, _FETCH_CHANGE, kv)
         return None
 
     def _fetch(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:

@@ -36,8 +36,8 @@ QUOTE_9_1 = (
     "above its key limit), skip the frame, and keep the connection open."
 )
 QUOTE_9_1_SHORT = (
-    "A REQUEST body shorter than 4 bytes has no readable id: the daemon sends CLOSE (MALFORMED) and closes "
-    "the connection."
+    "A REQUEST body shorter than 4 bytes has no readable id: the daemon MUST send CLOSE (MALFORMED) and "
+    "close the connection."
 )
 QUOTE_9_2 = "It MUST NOT read further frames from that connection."
 QUOTE_3_TOO_LARGE = (
