@@ -130,8 +130,11 @@ def _bad(message: str, rid: Optional[int], ftype: int) -> RemoteProtocolError:
     # PROTOCOL.md 9: a bad REQUEST with a readable id is answered (9.1) and a bad
     # RESPONSE is answered or dropped (9.3): the connection stays up. A REQUEST without
     # a readable id (9.1), any bad EVENT (9.3) and any bad INFO (9.2) close it.
+    # Every caller has the whole body in hand: the frame boundary held (resumable).
     fatal = rid is None and ftype != _RESPONSE
-    return RemoteProtocolError(message, Status.MALFORMED, request_id=rid, frame_type=ftype, fatal=fatal)
+    return RemoteProtocolError(
+        message, Status.MALFORMED, request_id=rid, frame_type=ftype, fatal=fatal, resumable=True
+    )
 
 
 def _parse_value(buf: bytes, off: int, end: int, rid: Optional[int], ftype: int) -> Value:
@@ -375,7 +378,11 @@ def _decode_event(buf: bytes, off: int, end: int) -> Message:
         return Close(status, message)
     # PROTOCOL.md 9.3: an unknown event code cannot be answered; the connection closes.
     raise RemoteProtocolError(
-        f"unknown event code 0x{code:02X}", Status.UNKNOWN_FUNCTION, frame_type=_EVENT, fatal=True
+        f"unknown event code 0x{code:02X}",
+        Status.UNKNOWN_FUNCTION,
+        frame_type=_EVENT,
+        fatal=True,
+        resumable=True,
     )
 
 
@@ -639,9 +646,16 @@ class Decoder:
     After a non-fatal :class:`RemoteProtocolError` (a bad REQUEST with a readable id,
     answer it with ``exc.status`` under ``exc.request_id``; a bad RESPONSE) the bad
     frame has been consumed and decoding may go on. After a fatal one (PROTOCOL.md 9.1
-    short REQUEST, 9.2, 9.3 bad EVENT: send CLOSE with ``exc.status``) the stream is
-    unusable: every further call raises the same error and bytes fed afterwards are
-    dropped.
+    short REQUEST, 9.2, 9.3 bad EVENT: send CLOSE with ``exc.status``) the decoder
+    latches: every further call raises the same error and bytes fed afterwards are
+    dropped, as a daemon must read nothing more from that connection.
+
+    A tool that only reads (a dump, a log reader) can go past fatal errors whose frame
+    boundary held (``exc.resumable``: a bad EVENT or INFO body, a short REQUEST) with
+    ``latch_fatal=False``: the bad frame has then been consumed whole and decoding goes
+    on at the next frame, exactly as after a non-fatal error. An error that lost the
+    boundary (``exc.resumable`` False: an unknown frame type, a body over ``max_body``)
+    latches either way, since nothing after it can be framed.
 
     :meth:`messages` is the fast way to drain a buffer (it parses key/value requests and
     fetch events inline); :meth:`next_message` is one call per message.
@@ -649,17 +663,20 @@ class Decoder:
     Args:
         max_body: the largest body accepted (u32); a larger ``length`` is a fatal
             TOO_LARGE error raised from the 5 header bytes alone.
+        latch_fatal: True (the default, for a peer or a daemon): stop at any fatal
+            error. False: stop only when the frame boundary is lost (see above).
 
     Raises:
         LocalProtocolError: if ``max_body`` is not a u32.
     """
 
-    __slots__ = ("_buf", "_chunks", "_dropped", "_error", "_extra", "_need", "_pos", "max_body")
+    __slots__ = ("_buf", "_chunks", "_dropped", "_error", "_extra", "_need", "_pos", "latch_fatal", "max_body")
 
-    def __init__(self, *, max_body: int = DEFAULT_MAX_BODY) -> None:
+    def __init__(self, *, max_body: int = DEFAULT_MAX_BODY, latch_fatal: bool = True) -> None:
         if not 0 <= max_body <= 0xFFFF_FFFF:
             raise LocalProtocolError(f"max_body must be within u32, got {max_body}")
         self.max_body = max_body
+        self.latch_fatal = latch_fatal
         self._buf = b""
         self._pos = 0
         self._chunks: list[bytes] = []
@@ -787,7 +804,7 @@ class Decoder:
                     if fetch_parser is not None:
                         return fetch_parser(buf, start + 5, end, _U32_FROM(buf, start + 1)[0], 3)
             except RemoteProtocolError as exc:
-                if exc.fatal:
+                if exc.fatal and (self.latch_fatal or not exc.resumable):
                     self._error = exc  # PROTOCOL.md 9.3
                 raise
         else:
@@ -800,7 +817,7 @@ class Decoder:
         try:
             return decoder(buf, start, end)
         except RemoteProtocolError as exc:
-            if exc.fatal:
+            if exc.fatal and (self.latch_fatal or not exc.resumable):
                 self._error = exc  # PROTOCOL.md 9.2, 9.3: nothing more is read
             raise
 
@@ -895,7 +912,7 @@ class Decoder:
                         break
                     pos = end
             except RemoteProtocolError as exc:
-                if exc.fatal:
+                if exc.fatal and (self.latch_fatal or not exc.resumable):
                     self._error = exc  # PROTOCOL.md 9.2, 9.3: nothing more is read
                 raise
             pending = self.next_message()

@@ -45,6 +45,15 @@ class RemoteProtocolError(ProtocolError):
             :class:`~jetwire.Decoder` then reads nothing more. False when the bad frame
             was skipped whole and decoding may go on: a REQUEST with a readable id is
             answered with ``status`` (9.1), a bad RESPONSE is answered or dropped (9.3).
+        resumable: True when the bad frame was consumed whole: its header was sound
+            (a known type, a length within the maximum), so its length says where the
+            next frame begins and the stream can be resynchronised there. Always True
+            when ``fatal`` is False. A fatal error can be resumable too (a bad EVENT or
+            INFO body, a REQUEST too short for its id): a daemon still closes the
+            connection, but a tool that only reads (a dump) may decode on, with
+            ``Decoder(latch_fatal=False)``. False when the frame boundary is lost (an
+            unknown frame type, a body over the maximum; PROTOCOL.md 9.2): nothing after
+            it can be framed.
     """
 
     def __init__(
@@ -55,8 +64,12 @@ class RemoteProtocolError(ProtocolError):
         request_id: int | None = None,
         frame_type: int | None = None,
         fatal: bool = False,
+        resumable: bool | None = None,
     ) -> None:
         super().__init__(message, status)
         self.request_id = request_id
         self.frame_type = frame_type
         self.fatal = fatal
+        # A non-fatal error was skipped whole by definition; a fatal one is resumable
+        # only when the raiser says the frame boundary held.
+        self.resumable: bool = (not fatal) if resumable is None else (resumable or not fatal)

@@ -110,6 +110,96 @@ def test_non_fatal_error_inside_messages_can_be_resumed() -> None:
     assert got == [GetState(1, "a"), GetState(1, "a")]
 
 
+BAD_EVENT = bytes.fromhex("030000000d0300016b010000000107000000")  # SET_STATE event, BOOL 0x07
+
+
+def _drain(decoder: Decoder, *, via_messages: bool) -> tuple[list[object], list[RemoteProtocolError]]:
+    """Everything a tool would see: messages and errors, going on after each error
+    until the decoder needs more bytes or raises the same latched error again."""
+    got: list[object] = []
+    errors: list[RemoteProtocolError] = []
+    while True:
+        try:
+            if via_messages:
+                got.extend(decoder.messages())
+                return got, errors
+            message = decoder.next_message()
+            if message is None:
+                return got, errors
+            got.append(message)
+        except RemoteProtocolError as exc:
+            if errors and exc is errors[-1]:
+                return got, errors  # latched: the same error again
+            errors.append(exc)
+
+
+@pytest.mark.parametrize("via_messages", [True, False])
+def test_fatal_body_error_latches_by_default(via_messages: bool) -> None:
+    decoder = Decoder()
+    decoder.receive_data(BAD_EVENT + encode(GetState(1, "a")))
+    got, errors = _drain(decoder, via_messages=via_messages)
+    assert got == []
+    assert len(errors) == 1
+    exc = errors[0]
+    # PROTOCOL.md 9.3: fatal for the connection, but its frame boundary held.
+    assert exc.fatal and exc.resumable and exc.frame_type == 3
+    assert decoder.consumed == len(BAD_EVENT)
+    decoder.receive_data(encode(GetState(2, "b")))  # dropped: the stream is closed
+    with pytest.raises(RemoteProtocolError) as again:
+        decoder.next_message()
+    assert again.value is exc
+
+
+@pytest.mark.parametrize("via_messages", [True, False])
+def test_fatal_body_error_can_be_passed_without_latch(via_messages: bool) -> None:
+    short_request = bytes.fromhex("0100000002aaaa")  # no readable id: fatal, boundary intact
+    bad_info = bytes.fromhex("040000000c020000001000000000000000")  # major version 2
+    bad_code = bytes.fromhex("030000000177")  # unknown event code
+    stream = b"".join(
+        (BAD_EVENT, encode(GetState(1, "a")), short_request, bad_info, bad_code, encode(GetState(2, "b")))
+    )
+    decoder = Decoder(latch_fatal=False)
+    assert decoder.latch_fatal is False
+    decoder.receive_data(stream)
+    got, errors = _drain(decoder, via_messages=via_messages)
+    assert got == [GetState(1, "a"), GetState(2, "b")]
+    assert [e.fatal and e.resumable for e in errors] == [True, True, True, True]
+    assert [e.status for e in errors] == [Status.MALFORMED] * 3 + [Status.UNKNOWN_FUNCTION]
+    assert decoder.consumed == len(stream) and decoder.buffered == 0
+
+
+@pytest.mark.parametrize("header", ["09000000010000", "01ffffffff"])
+def test_lost_frame_boundary_latches_even_without_latch_fatal(header: str) -> None:
+    decoder = Decoder(latch_fatal=False)
+    decoder.receive_data(encode(GetState(1, "a")) + bytes.fromhex(header) + encode(GetState(2, "b")))
+    got, errors = _drain(decoder, via_messages=True)
+    assert got == [GetState(1, "a")]
+    assert len(errors) == 1 and errors[0].fatal and not errors[0].resumable
+
+
+def test_every_invalid_vector_says_whether_the_boundary_held() -> None:
+    for vector in INVALID:
+        data = bytes.fromhex(vector["hex"])
+        if len(data) < 5 or struct.unpack_from(">I", data, 1)[0] != len(data) - 5:
+            continue  # a lying length: the next frame's bytes would be read as this body
+        decoder = Decoder(max_body=vector.get("max_body", 1 << 20), latch_fatal=False)
+        decoder.receive_data(data + encode(GetState(9, "z")))
+        try:
+            list(decoder.messages())
+        except RemoteProtocolError as exc:
+            if exc.resumable:
+                # The bad frame was consumed whole: the next frame decodes.
+                assert list(decoder.messages()) == [GetState(9, "z")], vector["name"]
+            else:
+                assert exc.fatal, vector["name"]
+
+
+def test_error_resumable_defaults() -> None:
+    assert RemoteProtocolError("x").resumable
+    assert not RemoteProtocolError("x", fatal=True).resumable
+    assert RemoteProtocolError("x", fatal=True, resumable=True).resumable
+
+
 def test_frame_size() -> None:
     frame = encode(GetState(1, "abc"))
     assert frame_size(frame[:4]) is None

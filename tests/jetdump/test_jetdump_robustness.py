@@ -66,3 +66,25 @@ def test_random_log_frames_never_raise(frame: bytes) -> None:
     dissector.whole_frame(1, 0, 1.0, frame, 0)
     render_all(dissector)
     assert len(dissector.out) == 1
+
+
+def test_fatal_body_errors_resume_at_the_next_frame_in_any_chunking() -> None:
+    # PROTOCOL.md 9.3 closes a connection on these, but their headers are sound: a dump
+    # shows each as malformed and decodes on (Decoder(latch_fatal=False)).
+    from jetwire import GetState
+
+    bad_event = bytes.fromhex("030000000d0300016b010000000107000000")
+    short_request = bytes.fromhex("0100000002aaaa")
+    bad_code = bytes.fromhex("030000000177")
+    good = encode(GetState(1, "a"))
+    stream = bad_event + good + short_request + bad_code + good
+    for cut in range(len(stream) + 1):
+        dissector = Dissector()
+        for part in (stream[:cut], stream[cut:]):
+            dissector.data(1, 0, None, part)
+        dissector.end(1, 0, None)
+        frames = [r for r in dissector.out if isinstance(r, FrameRecord)]
+        assert [r.kind for r in frames] == ["malformed", "frame", "malformed", "malformed", "frame"], cut
+        assert [r.offset for r in frames] == [0, 18, 18 + len(good), 25 + len(good), 31 + len(good)]
+        assert frames[0].raw == bad_event and frames[3].raw == bad_code
+        assert not any(isinstance(r, NoteRecord) for r in dissector.out)

@@ -2,10 +2,12 @@
 
 Each direction of a stream has its own :class:`jetwire.Decoder` (the fast codec). The
 bytes not yet consumed are shadowed here so that a malformed or truncated frame can be
-shown with its bytes. PROTOCOL.md 9.1: after a non-fatal error the Decoder has consumed
-the bad frame whole, so decoding resumes at the next frame boundary; after a fatal one
-(unknown type, a length above the maximum; PROTOCOL.md 9.2) the direction cannot be
-trusted and is not decoded further.
+shown with its bytes. The decoders do not latch on fatal errors (``latch_fatal=False``):
+after any error whose frame boundary held (``exc.resumable``: a bad body, even a bad
+EVENT or INFO that would close a connection, PROTOCOL.md 9.3) the bad frame has been
+consumed whole and decoding resumes at the next frame; after one that lost it (unknown
+type, a length above the maximum; PROTOCOL.md 9.2) the direction cannot be framed and is
+not decoded further.
 """
 
 from __future__ import annotations
@@ -32,7 +34,6 @@ DEFAULT_MAX_PENDING = 100_000  # requests remembered per dump while waiting for 
 LOST_BOUNDARY_BYTES = 256  # bytes kept from a frame whose header lost the boundary
 
 _HEADER = struct.Struct(">BI")
-TYPE_CODES = frozenset(int(t) for t in FrameType)
 REQUEST_TYPES = frozenset(REQUEST_CLASSES.values())
 new_tuple = tuple.__new__
 
@@ -112,7 +113,7 @@ class _Half:
     __slots__ = ("base", "decoder", "origin", "shadow", "skip", "stopped")
 
     def __init__(self, max_body: int) -> None:
-        self.decoder = Decoder(max_body=max_body)
+        self.decoder = Decoder(max_body=max_body, latch_fatal=False)
         self.origin = 0  # stream offset of the decoder's first byte
         self.shadow = bytearray()  # bytes fed but not consumed; stream offset ``base``
         self.base = 0
@@ -233,36 +234,19 @@ class Dissector:
                 break
             except RemoteProtocolError as exc:
                 self.number = number  # the frames before the bad one
-                if not exc.fatal:
-                    end = origin + decoder.consumed
-                    self._malformed(stream, direction, ts, start, bytes(shadow[start - base : end - base]), exc)
-                    start = end
-                    continue
-                size = self._frame_size(shadow, start - base)
-                if size is None:
+                if not exc.resumable:
                     self._fatal(half, stream, direction, ts, start, exc)
                     return
-                # PROTOCOL.md 9.3 makes a bad EVENT or INFO fatal for the connection, but
-                # its header is sound and its length still says where the next frame
-                # begins: a dump goes on there with a fresh decoder.
-                end = start + size
+                # The bad frame was consumed whole (its header was sound), even when the
+                # error is fatal for a connection (PROTOCOL.md 9.3: a bad EVENT or INFO):
+                # the decoder does not latch (latch_fatal=False) and a dump goes on at
+                # the next frame.
+                end = origin + decoder.consumed
                 self._malformed(stream, direction, ts, start, bytes(shadow[start - base : end - base]), exc)
-                decoder = half.decoder = Decoder(max_body=self.max_body)
-                origin = half.origin = end
-                decoder.receive_data(bytes(shadow[end - base :]))
                 start = end
         consumed = origin + decoder.consumed
         del shadow[: consumed - base]
         half.base = consumed
-
-    def _frame_size(self, shadow: bytearray, pos: int) -> Optional[int]:
-        """Size of the complete frame at ``shadow[pos:]`` if its header is sound."""
-        if len(shadow) - pos < HEADER_SIZE:
-            return None
-        ftype, length = _HEADER.unpack_from(shadow, pos)
-        if ftype not in TYPE_CODES or length > self.max_body or pos + HEADER_SIZE + length > len(shadow):
-            return None
-        return HEADER_SIZE + int(length)
 
     def _remember(self, stream: int, direction: int, message: Request, ts: Optional[float]) -> None:
         pending = self._pending
@@ -325,7 +309,7 @@ class Dissector:
                 # where the next frame starts, so decoding can resume there.
                 self.out.append(NoteRecord(ts, stream, direction, "gap", text))
                 self._truncated(half, stream, direction, ts, partial, HEADER_SIZE + length, "gap in the capture")
-                half.decoder = Decoder(max_body=self.max_body)
+                half.decoder = Decoder(max_body=self.max_body, latch_fatal=False)
                 half.origin = frame_end
                 half.shadow.clear()
                 half.skip = frame_end - (at + size)
