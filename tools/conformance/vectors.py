@@ -46,9 +46,8 @@ QUOTE_3_TOO_LARGE = (
     "TOO_LARGE, section 9.2)."
 )
 QUOTE_9_3_EVENT = (
-    "An EVENT has no id, so a bad EVENT cannot be answered: a malformed EVENT body, an unknown event code, "
-    "or a fetch event or CLOSE sent to the daemon as anything but a CLOSE, makes the daemon send CLOSE "
-    "(MALFORMED, or UNKNOWN_FUNCTION for an unknown code) and close the connection."
+    "An EVENT has no id, so a bad EVENT cannot be answered. The daemon sends CLOSE and closes the "
+    "connection when a peer sends it:"
 )
 QUOTE_9_3_NO_ID = (
     "A malformed RESPONSE whose id cannot be read (a body under 4 bytes) is dropped and SHOULD be logged."
