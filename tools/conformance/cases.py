@@ -12,6 +12,7 @@ import math
 import operator
 import re
 import struct
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
@@ -702,8 +703,12 @@ def load_file(path: Path) -> list[Case]:
 
 
 def default_case_dir() -> Path:
-    """``spec/conformance/`` of this checkout."""
-    return Path(__file__).resolve().parents[2] / "spec" / "conformance"
+    """``spec/conformance/`` of this checkout, or, for an installed jet, the copy that
+    ``pip install`` puts in ``<prefix>/share/jet/conformance`` (pyproject data-files)."""
+    checkout = Path(__file__).resolve().parents[2] / "spec" / "conformance"
+    if checkout.is_dir():
+        return checkout
+    return Path(sys.prefix) / "share" / "jet" / "conformance"
 
 
 def load_cases(paths: Iterable[Path]) -> list[Case]:
