@@ -17,6 +17,11 @@ Requests that need no bookkeeping of their own (:meth:`PeerAsync.set`,
 :meth:`PeerAsync.call`, :meth:`PeerAsync.get`, :meth:`State.notify`) are plain methods
 returning an :class:`asyncio.Future`: ``await`` them like coroutines, or collect many
 and ``asyncio.gather`` them to pipeline without creating a task per request.
+
+Back-pressure: sending never blocks. Requests awaited one by one cannot outrun the
+socket, but a loop that fires thousands of requests (or ``*_nowait`` events) without
+awaiting them queues them in the transport's buffer; ``await peer.drain()`` every so
+often waits until the socket has taken them.
 """
 
 from __future__ import annotations
@@ -378,13 +383,15 @@ class Fetch:
                 known[key] = raw
         event = FetchEvent(kind, key, raw)
         callback = self.on_event
+        if (callback is None or self._async_callback) and len(self._queue) >= self._max_queue:
+            # A consumer this far behind would make the peer's memory grow without bound.
+            error = Overloaded(f"fetch {self.prefix!r}: consumer fell {self._max_queue} events behind")
+            if callback is not None:
+                log.warning("%s; the fetch is ended", error.message)
+            self._peer._drop_fetch(self)
+            self._finish(error)
+            return
         if callback is None:
-            if len(self._queue) >= self._max_queue:
-                self._peer._drop_fetch(self)
-                self._finish(
-                    Overloaded(f"fetch {self.prefix!r}: consumer fell {self._max_queue} events behind")
-                )
-                return
             self._queue.append(event)
             if self._waiter is not None and not self._waiter.done():
                 self._waiter.set_result(None)
@@ -625,8 +632,9 @@ class PeerAsync:
                 reconnecting wait for the restore (within their timeout). The first
                 connection must succeed.
             max_body: the largest body this peer accepts (announced in its INFO).
-            fetch_queue: how many events an ``async for`` fetch may fall behind before
-                it ends with :class:`Overloaded`.
+            fetch_queue: how many events a fetch iterated with ``async for``, or served
+                by an async callback, may fall behind before it ends with
+                :class:`Overloaded`.
 
         Returns:
             The connected peer.

@@ -410,6 +410,29 @@ def test_default_timeout_expires_in_order(start_jetd):
     run(body())
 
 
+def test_slow_async_callback_ends_with_overloaded(jetd, caplog):
+    async def body():
+        release = asyncio.Event()
+        seen = []
+
+        async def stuck(event):
+            seen.append(event.key)
+            await release.wait()  # never returns while events pile up
+
+        async with await PeerAsync.connect(jetd.host, jetd.port, fetch_queue=5) as peer:
+            for i in range(30):
+                await peer.add_state(f"cb/{i:02d}", i)
+            fetch = await peer.fetch("cb/", stuck)
+            await peer.get("cb/00")  # every initial add has arrived by now
+            assert not fetch.active  # ended instead of queueing 30 events
+            assert len(seen) <= 6
+            assert "fell 5 events behind" in caplog.text
+            release.set()
+            assert await peer.get("cb/29") == 29  # the connection is fine
+
+    run(body())
+
+
 def test_slow_iterator_consumer_ends_with_overloaded(jetd):
     async def body():
         async with await PeerAsync.connect(jetd.host, jetd.port, fetch_queue=10) as peer:
