@@ -18,5 +18,10 @@ lint:
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m mypy
 
+# The full benchmarks behind BENCHMARKS.md (tens of minutes; the machine should be quiet).
 bench:
 	$(PYTHON) -m tools.bench.codec
+	$(PYTHON) -m tools.bench.daemon --against all
+	$(PYTHON) -m tools.bench.peer
+	$(PYTHON) -m tools.bench.jetdump
+	$(PYTHON) -m tools.bench.ingest

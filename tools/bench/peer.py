@@ -127,11 +127,12 @@ async def bench_async_round_trip(port: int, count: int) -> list[float]:
 async def bench_pipelined(port: int, count: int, window: int, key: str, use_get: bool) -> tuple[float, float]:
     """Returns (requests per second wall, CPU microseconds of this process per request)."""
     async with await PeerAsync.connect("127.0.0.1", port) as peer:
-        request = (lambda i: peer.get(key)) if use_get else (lambda i: peer.set(key, i))
+        def request(i: int) -> asyncio.Future[Any]:
+            return peer.get(key) if use_get else peer.set(key, i)
+
         await asyncio.gather(*(request(i) for i in range(window)))
         cpu0, wall0 = time.process_time(), time.perf_counter()
         done = 0
-        in_flight: set[asyncio.Future[Any]] = set()
         sent = 0
         finished = asyncio.get_running_loop().create_future()
 
@@ -148,7 +149,6 @@ async def bench_pipelined(port: int, count: int, window: int, key: str, use_get:
         for _ in range(min(window, count)):
             sent += 1
             request(sent).add_done_callback(on_done)
-        del in_flight
         await finished
         wall = time.perf_counter() - wall0
         cpu = time.process_time() - cpu0
