@@ -445,7 +445,38 @@ def decode_frame(frame: bytes, *, max_body: Optional[int] = None) -> Message:
     Raises:
         RemoteProtocolError: if ``frame`` is not exactly one valid frame.
     """
-    if len(frame) < HEADER_SIZE:
+    if type(frame) is not bytes:
+        frame = bytes(frame)  # the parsers slice values and keys out of it
+    size = len(frame)
+    if size >= 10:
+        # The common case first, parsed in place (no body copy): a sound header and the
+        # key/value requests and fetch events that make up most of the traffic.
+        ftype, length = _HEADER_FROM(frame, 0)
+        if length == size - HEADER_SIZE and (max_body is None or length <= max_body):
+            if ftype == 1:
+                rid, function = _ID_BYTE_FROM(frame, 5)
+                parser = _REQUEST_PARSERS.get(function)
+                if parser is not None:
+                    return parser(frame, 10, size, rid, 1)
+            elif ftype == 3:
+                fetch_parser = _FETCH_EVENT_RAW_PARSERS.get(frame[5])
+                if fetch_parser is not None:
+                    return fetch_parser(frame, 10, size, _U32_FROM(frame, 6)[0], 3)
+            elif ftype == 2 and size >= 15 and frame[9] == 0:
+                # An OK response carrying a value of a fixed width or an opaque type
+                # (PROTOCOL.md 4.2: a payload of 5 bytes or more is one Value).
+                vtype, vn = _VALUE_HEAD_FROM(frame, 10)
+                if 15 + vn == size:
+                    width = _FAST_WIDTH[vtype]
+                    if (width == vn and (vtype != 1 or frame[15] < 2)) or width == _OPAQUE:
+                        value = _new(Value)
+                        _V_TYPE(value, vtype)
+                        _V_DATA(value, frame[15:])
+                        return _make_response(_U32_FROM(frame, 5)[0], _OK, value, None, "")
+            body_decoder = _BODY_DECODERS.get(ftype)
+            if body_decoder is not None:
+                return body_decoder(frame, HEADER_SIZE, size)
+    if size < HEADER_SIZE:
         raise RemoteProtocolError(
             f"frame of {len(frame)} bytes is shorter than the 5-byte header", fatal=True
         )

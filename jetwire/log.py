@@ -436,10 +436,45 @@ class LogReader:
         """Iterate over everything complete in the bytes fed so far (after
         :meth:`feed_eof`: everything, final reports included)."""
         while True:
+            if self._header is not None and self._pending is None and self._bad_start is None:
+                yield from self._sound_records()
             item = self.next_item()
             if item is None:
                 return
             yield item
+
+    def _sound_records(self) -> Iterator[LogRecord]:
+        """The complete, valid records from ``_pos`` on, parsed inline (nearly all of a
+        log); returns at the first record that is incomplete or damaged, which
+        :meth:`next_item` then reports exactly as :meth:`_record_at` judges it."""
+        buf = self._buf  # feed() grows and compacts this same object in place
+        head = _RECORD_HEAD.unpack_from
+        fixed = _RECORD_FIXED.unpack_from
+        crc32 = zlib.crc32
+        new = _new
+        set_ts, set_conn, set_kind, set_data, set_offset = _SET_TS, _SET_CONN, _SET_KIND, _SET_DATA, _SET_OFFSET
+        max_record = self.max_record
+        while True:
+            pos = self._pos  # re-read: the caller may feed or pull between records
+            if len(buf) - pos < RECORD_HEAD_SIZE + RECORD_FIXED_SIZE:
+                return
+            marker, length, crc = head(buf, pos)
+            end = pos + RECORD_HEAD_SIZE + length
+            if marker != RECORD_MARKER or length < RECORD_FIXED_SIZE or length > max_record or end > len(buf):
+                return
+            # JETLOG.md 3: the CRC covers the 4 length bytes, then the body.
+            body = buf[pos + RECORD_HEAD_SIZE : end]
+            if crc32(body, crc32(buf[pos + 2 : pos + 6])) != crc:
+                return
+            ts_ns, conn_id, kind = fixed(body, 0)
+            record = new(LogRecord)
+            set_ts(record, ts_ns)
+            set_conn(record, conn_id)
+            set_kind(record, kind)
+            set_data(record, bytes(body[RECORD_FIXED_SIZE:]))
+            set_offset(record, self._base + pos)
+            self._pos = end
+            yield record
 
     def finish(self) -> Optional[Union[Corruption, Truncation]]:
         """Call at end of input, after draining :meth:`items`: the damage or truncated

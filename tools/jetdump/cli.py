@@ -17,7 +17,7 @@ from jetwire import EventCode, FrameType, Function, Status
 from . import __doc__ as PACKAGE_DOC
 from .capture import DEFAULT_JET_PORT, is_capture, read_capture
 from .dissector import DEFAULT_MAX_BODY, OK, Dissector, FrameRecord, NoteRecord, Record
-from .events import Data, End, Event, Gap, InputError, Note, Open, Origin, WholeFrame
+from .events import Data, End, Event, FrameBatch, Gap, InputError, Note, Open, Origin, WholeFrame
 from .logs import LogSource, expand_log_paths, is_log
 from .render import LineFormatter, field_tree, hex_dump, json_record
 from .stats import Stats, function_name, status_name, type_name
@@ -263,7 +263,7 @@ def _read_chunks(handle: IO[bytes]) -> Iterator[bytes]:
 def _shift(events: Iterator[Event], offset: int, seen: set[int]) -> Iterator[Event]:
     """Renumber a capture's streams after those of the inputs before it."""
     for event in events:
-        if not isinstance(event, Origin) and event.stream is not None:
+        if not isinstance(event, (Origin, FrameBatch)) and event.stream is not None:
             seen.add(event.stream)
             if offset:
                 event = event._replace(stream=event.stream + offset)

@@ -27,7 +27,7 @@ from jetwire import (
 from jetwire.codes import HEADER_SIZE
 from jetwire.messages import REQUEST_CLASSES
 
-from .events import Data, End, Event, Gap, Note, Open, Origin, WholeFrame
+from .events import Data, End, Event, FrameBatch, Gap, Note, Open, Origin, WholeFrame
 
 DEFAULT_MAX_BODY = 64 * 1024 * 1024  # accept what any daemon may be configured to carry
 DEFAULT_MAX_PENDING = 100_000  # requests remembered per dump while waiting for their response
@@ -153,7 +153,9 @@ class Dissector:
 
     def event(self, event: Event) -> None:
         """Process one input event."""
-        if isinstance(event, Data):
+        if type(event) is FrameBatch:  # nearly everything of an event log
+            self.whole_frames(event.frames)
+        elif isinstance(event, Data):
             self.data(event.stream, event.direction, event.ts, event.data)
         elif isinstance(event, WholeFrame):
             self.whole_frame(event.stream, event.direction, event.ts, event.frame, event.where)
@@ -353,6 +355,46 @@ class Dissector:
             half.shadow.clear()
         half.stopped = True
 
+    def whole_frames(self, frames: list[WholeFrame]) -> None:
+        """Many frames recorded whole, in order: :meth:`whole_frame` with the common
+        case (a valid frame) inlined; anything else goes through it."""
+        if frames and self.first_ts is None:
+            self._first(frames[0].ts)
+        number = self.number
+        pending = self._pending
+        max_pending = self.max_pending
+        keep_raw = self.keep_raw
+        append = self.out.append
+        request_types = REQUEST_TYPES
+        decode = decode_frame
+        for event in frames:
+            stream, direction, ts, frame, where = event
+            try:
+                message = decode(frame)
+            except RemoteProtocolError:
+                self.number = number
+                self.whole_frame(stream, direction, ts, frame, where)
+                number = self.number
+                continue
+            number += 1
+            request = rtt = None
+            cls = type(message)
+            if cls is Response:
+                request = pending.pop((stream, 1 - direction, message.id), None)  # type: ignore[attr-defined]
+                if request is not None and ts is not None and request.ts is not None:
+                    rtt = ts - request.ts
+            elif cls in request_types and message.id is not None:  # type: ignore[attr-defined]
+                if len(pending) >= max_pending:
+                    del pending[next(iter(pending))]
+                pending[(stream, direction, message.id)] = new_tuple(  # type: ignore[attr-defined]
+                    RequestSeen, (number, cls.function, getattr(message, "key", None), ts)
+                )
+            append(new_tuple(FrameRecord, (
+                number, ts, stream, direction, where, message, frame if keep_raw else None,
+                OK, None, frame[0], len(frame), None, request, rtt, False,
+            )))
+        self.number = number
+
     def whole_frame(self, stream: int, direction: int, ts: Optional[float], frame: bytes, where: int) -> None:
         """One frame recorded whole (event log): decoded on its own."""
         if self.first_ts is None:
@@ -375,7 +417,7 @@ class Dissector:
                     return
             self._malformed(stream, direction, ts, where, frame, exc)
             return
-        self.number += 1
+        number = self.number = self.number + 1
         request = rtt = None
         cls = type(message)
         if cls is Response:
@@ -383,8 +425,14 @@ class Dissector:
             if request is not None and ts is not None and request.ts is not None:
                 rtt = ts - request.ts
         elif cls in REQUEST_TYPES and message.id is not None:  # type: ignore[attr-defined]
-            self._remember(stream, direction, message, ts)  # type: ignore[arg-type]
+            # _remember(), inlined: half of a log's frames pass here.
+            pending = self._pending
+            if len(pending) >= self.max_pending:
+                del pending[next(iter(pending))]
+            pending[(stream, direction, message.id)] = new_tuple(  # type: ignore[attr-defined]
+                RequestSeen, (number, cls.function, getattr(message, "key", None), ts)
+            )
         self.out.append(new_tuple(FrameRecord, (
-            self.number, ts, stream, direction, where, message, frame if self.keep_raw else None,
+            number, ts, stream, direction, where, message, frame if self.keep_raw else None,
             OK, None, frame[0], len(frame), None, request, rtt, False,
         )))

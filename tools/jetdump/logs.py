@@ -26,11 +26,12 @@ from jetwire.log import (
     parse_record_data,
 )
 
-from .events import Event, InputError, Note, Open, WholeFrame
+from .events import Event, FrameBatch, InputError, Note, Open, WholeFrame
 
 RUN_STREAM_STRIDE = 1_000_000
 _FRAME_KINDS = {int(LogKind.FRAME_IN): 0, int(LogKind.FRAME_OUT): 1}  # kind -> direction
 READ_CHUNK = 1 << 20
+new_tuple = tuple.__new__
 
 
 def is_log(head: bytes) -> bool:
@@ -99,17 +100,29 @@ class LogSource:
                         break
                     reader.feed(chunk)
                     opened = self.opened
+                    frame_kinds = _FRAME_KINDS
                     stride = max(self.run, 0) * RUN_STREAM_STRIDE
+                    batch: list[WholeFrame] = []
                     for item in reader.items():
                         # FRAME_IN / FRAME_OUT of known connections are nearly all records:
-                        # handled here without a generator per record.
-                        if type(item) is LogRecord and item.kind in _FRAME_KINDS and stride + item.conn_id in opened:
-                            yield WholeFrame(
-                                stride + item.conn_id, _FRAME_KINDS[item.kind], item.ts_ns / 1e9, item.data, item.offset
+                        # gathered into one FrameBatch per chunk, each event built by
+                        # tuple.__new__ (the NamedTuple's own __new__ is Python code).
+                        if (
+                            type(item) is LogRecord
+                            and (direction := frame_kinds.get(item.kind)) is not None
+                            and (conn_stream := stride + item.conn_id) in opened
+                        ):
+                            batch.append(
+                                new_tuple(WholeFrame, (conn_stream, direction, item.ts_ns / 1e9, item.data, item.offset))
                             )
                         else:
+                            if batch:
+                                yield FrameBatch(batch)
+                                batch = []
                             yield from self._item(path, item)
                             stride = max(self.run, 0) * RUN_STREAM_STRIDE
+                    if batch:
+                        yield FrameBatch(batch)
                 tail = reader.finish()
             except RemoteProtocolError as exc:
                 raise InputError(f"{path}: {exc.message}") from None

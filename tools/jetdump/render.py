@@ -55,8 +55,23 @@ def code_name(names: dict[int, str], code: int) -> str:
     return names.get(code) or f"0x{code:02X}"
 
 
+_QUOTED: dict[str, str] = {}  # quote() of recent keys: a bus has few keys, each seen often
+_QUOTED_MAX = 4096
+
+
 def quote(text: str, limit: int = SUMMARY_TEXT_LIMIT) -> str:
     """Quote text for one line; control and escape characters never reach the terminal."""
+    if limit == SUMMARY_TEXT_LIMIT:
+        quoted = _QUOTED.get(text)
+        if quoted is None:
+            if len(_QUOTED) >= _QUOTED_MAX:
+                _QUOTED.clear()
+            quoted = _QUOTED[text] = _quote(text, limit)
+        return quoted
+    return _quote(text, limit)
+
+
+def _quote(text: str, limit: int) -> str:
     if len(text) > limit:
         text = text[:limit] + "…"
     if text.isprintable() and '"' not in text and "\\" not in text:
@@ -219,6 +234,7 @@ class LineFormatter:
         first = self._first_ts()
         places: dict[tuple[Optional[int], Optional[int]], str] = {}
         summarizers = SUMMARIZERS
+        function_names = FUNCTION_NAMES
         for record in records:
             place = places.get((record.stream, record.direction))
             if place is None:
@@ -232,11 +248,20 @@ class LineFormatter:
             message = fr.message
             if message is not None:
                 text = summarizers[type(message)](message)
-                if fr.request is not None:
-                    text += response_suffix(fr)
+                request = fr.request
+                if request is not None:
+                    # response_suffix(), inlined: half of the frames are answers.
+                    rtt = fr.rtt
+                    function = function_names.get(request.function) or f"0x{request.function:02X}"
+                    if rtt is None:
+                        text = f"{text}  [answers #{request.number} {function}]"
+                    else:
+                        text = f"{text}  [answers #{request.number} {function}, {rtt * 1000:.3f} ms]"
             else:
                 text = problem_summary(fr) + response_suffix(fr)
-            append(f"{fr.number:>7} {rel:>11.6f}  {place}  {text}")
+            # %-formatting: the same text as f"{number:>7} {rel:>11.6f}", measured about
+            # twice as fast (an f-string format spec goes through format() per field).
+            append("%7d %11.6f  %s  %s" % (fr.number, rel, place, text))  # noqa: UP031
         return out
 
 
