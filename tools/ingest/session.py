@@ -19,6 +19,7 @@ from typing import Any, Optional
 __all__ = ["REPO_ROOT", "spark_session"]
 
 REPO_ROOT = str(Path(__file__).resolve().parent.parent.parent)
+DEFAULT_LOCAL_MEMORY = "4g"
 
 
 def _with_repo(pythonpath: str) -> str:
@@ -57,6 +58,10 @@ def spark_session(master: Optional[str] = None, *, app: str = "jet-ingest", ui: 
     if local:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         settings.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
+        if "spark.driver.memory" not in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):
+            # In local mode the driver JVM runs every task: Spark's default 1 GiB heap
+            # makes the derived tables' sorts spill and collect garbage most of the time.
+            settings["spark.driver.memory"] = DEFAULT_LOCAL_MEMORY
     settings.update(conf or {})
     for key, value in settings.items():
         builder = builder.config(key, value)
