@@ -68,6 +68,12 @@ _REQUEST, _RESPONSE, _EVENT, _INFO = 1, 2, 3, 4
 _FETCH_ADD = EventCode.FETCH_ADD.value
 _FETCH_CHANGE = EventCode.FETCH_CHANGE.value
 _FETCH_REMOVE = EventCode.FETCH_REMOVE.value
+# Plain ints for the codes the hot paths compare: an IntEnum member costs several times
+# a small int in a comparison.
+_SET_STATE = Function.SET_STATE.value
+_EV_SET_STATE = EventCode.SET_STATE.value
+_EV_NOTIFY_STATE = EventCode.NOTIFY_STATE.value
+_EV_CLOSE = EventCode.CLOSE.value
 _NONE_VALUE = b"\x00\x00\x00\x00\x00"  # PROTOCOL.md 10.3: empty OK to a set -> NONE
 _MAX_STATUS = max(Status)
 
@@ -220,32 +226,33 @@ class FetchRegistry:
     some fetch uses, found by slicing K at each distinct prefix length in use (usually
     one or two), so its cost follows the fetches it matches, not all fetches."""
 
-    __slots__ = ("_cache", "_length_counts", "by_prefix", "generation", "lengths")
+    __slots__ = ("_length_counts", "by_prefix", "cache", "generation", "lengths")
 
     def __init__(self) -> None:
         self.by_prefix: dict[bytes, dict[int, Fetch]] = {}
         self.lengths: list[int] = []
         self._length_counts: dict[int, int] = {}
         self.generation = 0  # bumped by every add/remove: invalidates cached targets
-        self._cache: dict[bytes, tuple[int, list[Fetch]]] = {}
+        # key -> (generation, targets); Daemon.receive_data reads it inline.
+        self.cache: dict[bytes, tuple[int, list[Fetch]]] = {}
 
     def targets(self, key: bytes) -> list[Fetch]:
         """Every fetch matching ``key``, as one list cached per key until the set of
         fetches changes: a stream of changes to one key (the common case) pays for
         the prefix walk once. Keys without fetchers are not cached (no memory cost)."""
-        cached = self._cache.get(key)
+        cached = self.cache.get(key)
         if cached is not None and cached[0] == self.generation:
             return cached[1]
         found = [fetch for group in self.groups(key) for fetch in group.values()]
         if found:
-            self._cache[key] = (self.generation, found)
+            self.cache[key] = (self.generation, found)
         elif cached is not None:
-            del self._cache[key]
+            del self.cache[key]
         return found
 
     def forget(self, key: bytes) -> None:
         """Drop the cached targets of a key that no longer exists."""
-        self._cache.pop(key, None)
+        self.cache.pop(key, None)
 
     def add(self, fetch: Fetch) -> None:
         """Index a new fetch under its prefix."""
@@ -530,16 +537,16 @@ class Daemon:
         self.info_frame = encode(Info(config.name, config.max_body, FEATURE_CONFLATION))
         self._shutdown_frame = _close_frame(Status.OK, "shutting down")
         self._request_handlers: dict[int, Callable[[Connection, bytes, int, int, int], None]] = {
-            Function.ADD_STATE: self._add_state,
-            Function.REMOVE_STATE: self._remove_state,
-            Function.SET_STATE: self._route_request,
-            Function.NOTIFY_STATE: self._notify,
-            Function.CALL_METHOD: self._route_request,
-            Function.ADD_METHOD: self._add_method,
-            Function.REMOVE_METHOD: self._remove_method,
-            Function.FETCH_STATES: self._fetch,
-            Function.UNFETCH: self._unfetch,
-            Function.GET_STATE: self._get,
+            Function.ADD_STATE.value: self._add_state,
+            Function.REMOVE_STATE.value: self._remove_state,
+            Function.SET_STATE.value: self._route_request,
+            Function.NOTIFY_STATE.value: self._notify,
+            Function.CALL_METHOD.value: self._route_request,
+            Function.ADD_METHOD.value: self._add_method,
+            Function.REMOVE_METHOD.value: self._remove_method,
+            Function.FETCH_STATES.value: self._fetch,
+            Function.UNFETCH.value: self._unfetch,
+            Function.GET_STATE.value: self._get,
         }
 
     # --- connection lifecycle ---------------------------------------------------------
@@ -656,9 +663,13 @@ class Daemon:
         logger = self._log
         states = self.registry.states
         fetches = self.fetches
+        targets_cache = fetches.cache
         dirty = self.dirty
         plain_fanout = not self._log_events
+        # Refreshed after every frame that takes the careful path (an INFO can change it).
+        inline_fanout = plain_fanout and not self._small_body_peers
         frames = 0
+        fanned = 0
         while n - pos >= 5:
             ftype, length = _HDR_FROM(buf, pos)
             if not 1 <= ftype <= 4 or length > max_body:
@@ -698,10 +709,14 @@ class Daemon:
                             if states.get(key) is conn and length + 4 <= max_body:
                                 kv = conn.states[key] = buf[pos + 6 : end]
                                 if fetches.lengths:
-                                    targets = fetches.targets(key)
+                                    cached = targets_cache.get(key)
+                                    if cached is not None and cached[0] == fetches.generation:
+                                        targets = cached[1]
+                                    else:
+                                        targets = fetches.targets(key)
                                     if not targets:
                                         pass
-                                    elif plain_fanout and not self._small_body_peers:
+                                    elif inline_fanout:
                                         # _fanout inlined: head + fetch id + kv per fetcher.
                                         head = _EVT_HEAD_PACK(_EVENT, 5 + len(kv), _FETCH_CHANGE)
                                         for fetch in targets:
@@ -721,7 +736,7 @@ class Daemon:
                                                 out.append(head)
                                                 out.append(fetch.fid_bytes)
                                                 out.append(kv)
-                                        self.stats.fanout_events += len(targets)
+                                        fanned += len(targets)
                                     else:
                                         self._fanout(key, _FETCH_CHANGE, kv)
                                 pos = end
@@ -731,12 +746,14 @@ class Daemon:
                 self._event(conn, buf, pos, end)
             else:
                 self._info(conn, buf, pos, end)
+            inline_fanout = plain_fanout and not self._small_body_peers
             pos = end
             if conn.closing:
                 break
         else:
             conn.need = 5
         self.stats.frames_in += frames
+        self.stats.fanout_events += fanned
         if pos < n and not conn.closing:
             rest = buf[pos:] if pos else buf
             conn.rest = [rest]
@@ -1056,7 +1073,7 @@ class Daemon:
         key = buf[pos + 12 : kend]
         function = buf[pos + 9]
         owner: Optional[Connection]
-        if function == Function.SET_STATE:
+        if function == _SET_STATE:
             owner = self.registry.states.get(key)
             kind = "state"
         else:
@@ -1195,7 +1212,7 @@ class Daemon:
             status = buf[pos + 9]
             if status == 0:
                 rest = end - pos - 10
-                if rest == 0 and route.function == Function.SET_STATE:
+                if rest == 0 and route.function == _SET_STATE:
                     self._send(requester, _RESP_HEAD_PACK(_RESPONSE, 10, rid, 0) + _NONE_VALUE)
                     return
                 if rest >= 5 and _value_ok(buf, pos + 10, end):
@@ -1218,7 +1235,7 @@ class Daemon:
                 status, message = _why_malformed(_EVENT, buf[pos + 5 : end])
                 return self._fatal(conn, status, message)
             key = buf[pos + 8 : kend]
-            if code == EventCode.NOTIFY_STATE:
+            if code == _EV_NOTIFY_STATE:
                 state_owner = self.registry.states.get(key)
                 if state_owner is not conn:
                     reason = self._unknown_key(conn, key, None, "state") if state_owner is None else "not the owner"
@@ -1232,11 +1249,8 @@ class Daemon:
                 kv = conn.states[key] = buf[pos + 6 : end]
                 self._fanout(key, _FETCH_CHANGE, kv)
                 return None
-            owner: Optional[Connection]
-            if code == EventCode.SET_STATE:
-                owner = self.registry.states.get(key)
-            else:
-                owner = self.registry.methods.get(key)
+            registry = self.registry
+            owner: Optional[Connection] = (registry.states if code == _EV_SET_STATE else registry.methods).get(key)
             if owner is None:
                 reason = self._unknown_key(conn, key, None, "state" if code == 3 else "method")
                 return self._drop_event(conn, code, key, reason)
@@ -1245,7 +1259,7 @@ class Daemon:
             # PROTOCOL.md 7.1: forwarded as the very same EVENT frame.
             self._send(owner, buf[pos:end])
             return None
-        if code == EventCode.CLOSE:
+        if code == _EV_CLOSE:
             if end - pos < 7 or buf[pos + 6] > _MAX_STATUS or not _str16_ok(buf, pos + 7, end):
                 return self._fatal(conn, Status.MALFORMED, "malformed CLOSE")
             # PROTOCOL.md 7.3: treated like a disconnect; nothing is sent back.

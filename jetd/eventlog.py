@@ -69,6 +69,7 @@ _MARKER = RECORD_MARKER
 _FIXED_SIZE = 13
 _time_ns = time.time_ns
 _crc32 = zlib.crc32
+_FRAME_IN = LogKind.FRAME_IN.value
 _CONN_OPEN = LogKind.CONN_OPEN.value
 _CONN_CLOSE = LogKind.CONN_CLOSE.value
 _CONN_NAME = LogKind.CONN_NAME.value
@@ -164,6 +165,11 @@ class EventLog:
         self.path: Optional[Path] = None
         self.failed: Optional[str] = None
         self.stats = EventLogStats()
+        # The IO layer sets this to the time of a read while the core handles it, and 0
+        # after: the frames of one read were all received then, so their FRAME_IN
+        # records share one clock reading. Records the daemon sends are stamped when
+        # made (a request answered within the read is still seen to take time).
+        self.turn_ns = 0
         # Loop side: the buffer being filled, the len(_buf) at which append hands it
         # over (or rotates), bytes of the current segment already handed over.
         self._buf = bytearray()
@@ -237,11 +243,14 @@ class EventLog:
     # --- the hot path ----------------------------------------------------------------------
 
     def append(self, conn_id: int, kind: int, data: bytes) -> None:
-        """Encode one record (JETLOG.md 3), stamped now, at the end of the buffer."""
+        """Encode one record (JETLOG.md 3) at the end of the buffer, stamped now (a
+        FRAME_IN: with :attr:`turn_ns`, when the IO layer set it)."""
         buf = self._buf
         if len(buf) >= self._limit:
             buf = self._spill()
-        ts = _time_ns()
+        ts = self.turn_ns if kind == _FRAME_IN else 0
+        if not ts:
+            ts = _time_ns()
         if ts < self._last_ts:
             ts = self._last_ts  # JETLOG.md 3: ts_ns never decreases within a segment
         self._last_ts = ts

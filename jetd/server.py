@@ -17,6 +17,7 @@ import logging
 import signal
 import socket
 import sys
+import time
 from typing import Any, Optional, cast
 
 from .config import Config
@@ -66,6 +67,9 @@ class PeerProtocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         server = self.server
+        eventlog = server.eventlog
+        if eventlog is not None:
+            eventlog.turn_ns = time.time_ns()  # one timestamp for the records of this read
         try:
             server.daemon.receive_data(self.conn, data, server.loop.time())  # type: ignore[arg-type]
         except Exception:
@@ -73,6 +77,9 @@ class PeerProtocol(asyncio.Protocol):
             log.exception("internal error on %s", self.conn.label if self.conn else "?")
             if self.conn is not None:
                 server.daemon.internal_error(self.conn, server.loop.time())
+        finally:
+            if eventlog is not None:
+                eventlog.turn_ns = 0
         if len(data) >= FLUSH_AFTER_READ:
             server.flush()
         elif not server.flush_scheduled:
