@@ -171,3 +171,65 @@ def test_unwritable_log_dir_is_a_clear_error(tmp_path):
     )
     assert result.returncode == 1
     assert "jetd: error" in result.stderr and "Traceback" not in result.stderr
+
+
+def _all_records(directory: Path) -> list[LogRecord]:
+    records: list[LogRecord] = []
+    for number, path in enumerate(_segments(directory)):
+        header, found, problems = _read(path)
+        assert header.segment == number and problems == []
+        assert all(a.ts_ns <= b.ts_ns for a, b in itertools.pairwise(found))
+        records.extend(found)
+    return records
+
+
+def test_slow_writer_makes_the_loop_wait_and_loses_nothing(tmp_path, monkeypatch):
+    from jetd.eventlog import EventLog
+    from jetwire.log import conn_open_data
+
+    slow_write = EventLog._write
+
+    def write_slowly(self: EventLog, path: object, data: bytes) -> None:
+        time.sleep(0.002)
+        slow_write(self, path, data)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(EventLog, "_write", write_slowly)
+    eventlog = EventLog(tmp_path, chunk_size=256, max_backlog=1024, fsync="never")
+    eventlog.open()
+    eventlog.append(1, LogKind.CONN_OPEN, conn_open_data("127.0.0.1:1"))
+    frames = [bytes([1, 0, 0, 0, 4]) + i.to_bytes(4, "big") for i in range(3000)]
+    for frame in frames:
+        eventlog.append(1, LogKind.FRAME_IN, frame)
+    eventlog.close()
+    assert eventlog.stats.waits > 0 and eventlog.stats.dropped_bytes == 0
+    records = _all_records(tmp_path)
+    assert [r.data for r in records if r.kind == LogKind.FRAME_IN] == frames
+
+
+def test_rotation_in_process_keeps_order_and_snapshots(tmp_path):
+    from jetd.eventlog import EventLog
+    from jetwire.log import conn_close_data, conn_name_data, conn_open_data
+
+    eventlog = EventLog(tmp_path, rotate_size=500, chunk_size=100_000)
+    eventlog.open()
+    eventlog.append(1, LogKind.CONN_OPEN, conn_open_data("127.0.0.1:1"))
+    eventlog.append(1, LogKind.CONN_NAME, conn_name_data("one"))
+    eventlog.append(2, LogKind.CONN_OPEN, conn_open_data("127.0.0.1:2"))
+    frames = [bytes([1, 0, 0, 0, 4]) + i.to_bytes(4, "big") for i in range(100)]
+    for i, frame in enumerate(frames):
+        eventlog.append(1, LogKind.FRAME_IN, frame)
+        if i == 50:
+            eventlog.append(2, LogKind.CONN_CLOSE, conn_close_data(Status.OK, "bye"))
+        if i % 10 == 0:
+            eventlog.flush()
+    eventlog.close()
+    segments = _segments(tmp_path)
+    assert len(segments) >= 4
+    for path in segments[1:]:
+        snapshots = {}
+        for record in _read(path)[1]:
+            if record.kind != LogKind.CONN_SNAPSHOT:
+                break
+            snapshots[record.conn_id] = parse_record_data(record.kind, record.data)["name"]
+        assert snapshots.get(1) == "one"
+    assert [r.data for r in _all_records(tmp_path) if r.kind == LogKind.FRAME_IN] == frames
