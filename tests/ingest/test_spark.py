@@ -260,3 +260,69 @@ def test_streaming_reads_each_record_once(spark: Any, tmp_path: Path) -> None:
     batches = sorted((p for p in (ckpt / "offsets").iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
     offsets = json.loads(batches[-1].read_text().splitlines()[-1])
     assert offsets["files"][str(seg)] == seg.stat().st_size
+
+
+def _log_records(log_dir: Path) -> set[tuple[str, int]]:
+    """(file, offset) of every complete record in the log directory."""
+    from tools.ingest.parse import read_segment
+
+    return {
+        (str(f), off)
+        for f in log_dir.iterdir()
+        for b in read_segment(str(f))
+        for off, kind in zip(b.column("offset").to_pylist(), b.column("kind").to_pylist(), strict=True)
+        if kind is not None
+    }
+
+
+def test_follow_ingests_a_live_log_exactly_once(start_jetd: Callable[..., Any], tmp_path: Path) -> None:
+    """``jet-ingest --follow`` as its own process against a jetd that keeps logging."""
+    import os
+    import subprocess
+    import sys
+    import threading
+
+    import pyarrow.parquet as pq
+
+    from tools.ingest.session import REPO_ROOT
+
+    log_dir, warehouse = tmp_path / "logs", tmp_path / "wh"
+    log_dir.mkdir()
+    daemon = start_jetd("--log-dir", str(log_dir), "--log-fsync", "always")
+    run_scenario(daemon.host, daemon.port)  # before jet-ingest starts: the batch ingest takes it
+    cmd = [sys.executable, "-m", "tools.ingest", str(log_dir), "--out", str(warehouse), "--master", "local[1]",
+           "--follow", "--interval", "0.5", "--idle-exit", "4", "--no-report"]
+    proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": REPO_ROOT, "COLUMNS": "200"},
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
+    reader.start()
+
+    def wait_for(pred: Callable[[], bool], what: str) -> None:
+        deadline = time.monotonic() + 90
+        while not pred():
+            assert proc.poll() is None, f"jet-ingest exited {proc.returncode} waiting for {what}: {lines}"
+            assert time.monotonic() < deadline, f"timed out waiting for {what}: {lines}"
+            time.sleep(0.1)
+
+    def batches_with_rows() -> int:
+        return sum(1 for ln in lines if ln.startswith("micro-batch") and not ln.rstrip().endswith(" 0 new record(s)"))
+
+    try:
+        wait_for(lambda: any(ln.startswith("following") for ln in lines), "the stream to start")
+        run_scenario(daemon.host, daemon.port)  # while it follows
+        wait_for(lambda: batches_with_rows() >= 1, "a micro-batch with the new records")
+        assert daemon.stop() == 0  # closes the connections' records and the segment
+        proc.wait(120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    reader.join(5)
+    assert proc.returncode == 0, lines
+    assert any(ln.startswith("no new records") for ln in lines), lines
+    logged = _log_records(log_dir)
+    table = pq.read_table(warehouse / "frames", columns=["file", "offset", "kind"])
+    got = list(zip(table.column("file").to_pylist(), table.column("offset").to_pylist(), strict=True))
+    assert len(got) == len(set(got)) == len(logged) > 0  # every record, none twice
+    assert set(got) == logged
+    assert (warehouse / "requests").exists()  # the derived tables were rebuilt at exit

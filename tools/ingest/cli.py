@@ -234,7 +234,8 @@ def rebuild_tables(spark: Any, warehouse: Path) -> dict[str, Any]:
 
 
 def _follow(spark: Any, args: argparse.Namespace, console: Console) -> None:
-    """Keep ingesting with the streaming reader until interrupted (or --follow-for)."""
+    """Keep ingesting with the streaming reader until interrupted, or until no new
+    record arrived for ``--idle-exit`` seconds."""
     from pyspark.sql import functions as F
 
     from tools.ingest.warehouse import Manifest, new_run_id
@@ -243,21 +244,29 @@ def _follow(spark: Any, args: argparse.Namespace, console: Console) -> None:
     manifest = Manifest.load(warehouse)
     starting = {f: s.done for f, s in manifest.files.items()}
     last_refresh = [time.monotonic()]
+    last_rows = [time.monotonic()]
+    # Held while a micro-batch commits, so stopping never cuts one in half.
+    committing = threading.Lock()
 
     def batch(df: Any, batch_id: int) -> None:
-        m = Manifest.load(warehouse)
-        _, states = _plan(m, args.logdir)
-        # The manifest is the truth: rows it already holds (from a batch run, or a
-        # micro-batch replayed after a crash) are filtered out.
-        done = spark.createDataFrame([(f, s.done) for f, s in m.files.items()] or [("", 0)], "file string, _done long")
-        fresh = df.join(F.broadcast(done), "file", "left").filter(
-            F.col("_done").isNull() | (F.col("offset") >= F.col("_done"))).drop("_done")
-        sizes = {f: Path(f).stat().st_size for f in states}
-        rows = _commit_frames(spark, _frames_df(spark, fresh, states, args.since), m, states, new_run_id(), sizes)
-        console.print(f"micro-batch {batch_id}: {rows} new record(s)")
-        if rows and time.monotonic() - last_refresh[0] >= args.refresh:
-            rebuild_tables(spark, warehouse)
-            last_refresh[0] = time.monotonic()
+        with committing:
+            m = Manifest.load(warehouse)
+            _, states = _plan(m, args.logdir)
+            # The manifest is the truth: rows it already holds (from a batch run, or a
+            # micro-batch replayed after a crash) are filtered out.
+            done = spark.createDataFrame([(f, s.done) for f, s in m.files.items()] or [("", 0)],
+                                        "file string, _done long")
+            fresh = df.join(F.broadcast(done), "file", "left").filter(
+                F.col("_done").isNull() | (F.col("offset") >= F.col("_done"))).drop("_done")
+            sizes = {f: Path(f).stat().st_size for f in states}
+            rows = _commit_frames(spark, _frames_df(spark, fresh, states, args.since), m, states, new_run_id(),
+                                  sizes)
+            console.print(f"micro-batch {batch_id}: {rows} new record(s)")
+            if rows:
+                last_rows[0] = time.monotonic()
+            if rows and time.monotonic() - last_refresh[0] >= args.refresh:
+                rebuild_tables(spark, warehouse)
+                last_refresh[0] = time.monotonic()
 
     query = (
         spark.readStream.format("jetlog").option("path", args.logdir)
@@ -267,12 +276,20 @@ def _follow(spark: Any, args: argparse.Namespace, console: Console) -> None:
         .trigger(processingTime=f"{args.interval} seconds").start()
     )
     console.print(f"following {args.logdir} (Ctrl-C to stop)")
+    started = time.monotonic()
     try:
-        query.awaitTermination(args.follow_for)
+        while not query.awaitTermination(0.5):
+            now = time.monotonic()
+            if args.follow_for is not None and now - started >= args.follow_for:
+                break
+            if args.idle_exit is not None and now - last_rows[0] >= args.idle_exit:
+                console.print(f"no new records for {args.idle_exit:g} s: stopping")
+                break
     except KeyboardInterrupt:
         pass
     finally:
-        query.stop()
+        with committing:
+            query.stop()
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -286,6 +303,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--interval", type=float, default=5.0, help="--follow: seconds between micro-batches")
     parser.add_argument("--refresh", type=float, default=60.0,
                         help="--follow: rebuild derived tables at most this often (s)")
+    parser.add_argument("--idle-exit", type=float, default=None, metavar="S",
+                        help="--follow: stop after S seconds without a new record")
     parser.add_argument("--follow-for", type=float, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--mode", default="PERMISSIVE", choices=["PERMISSIVE", "DROPMALFORMED", "FAILFAST"])
     parser.add_argument("--no-report", action="store_true", help="skip the summary and report.html")
