@@ -12,7 +12,10 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import BinaryIO, Optional, Union
+from typing import TYPE_CHECKING, BinaryIO, Optional, Union
+
+if TYPE_CHECKING:
+    from mmap import mmap
 
 from .codes import Status
 from .errors import LocalProtocolError, RemoteProtocolError
@@ -22,6 +25,7 @@ __all__ = [
     "RECORD_MARKER",
     "Corruption",
     "LogHeader",
+    "LogHeaderIncomplete",
     "LogKind",
     "LogReader",
     "LogRecord",
@@ -30,6 +34,7 @@ __all__ = [
     "conn_name_data",
     "conn_open_data",
     "conn_snapshot_data",
+    "decode_header",
     "encode_header",
     "encode_record",
     "iter_log",
@@ -262,6 +267,58 @@ def parse_record_data(kind: int, data: bytes) -> dict[str, object]:
     return fields
 
 
+# --- the segment header ------------------------------------------------------------
+
+
+class LogHeaderIncomplete(RemoteProtocolError):
+    """The bytes end inside the segment header: not damage, just too few bytes yet (a
+    file being created). ``needed`` is how many bytes the header needs in all, as far
+    as the bytes present tell (at least that many)."""
+
+    def __init__(self, message: str, needed: int) -> None:
+        super().__init__(message)
+        self.needed = needed
+
+
+def decode_header(data: Union[bytes, bytearray, memoryview, mmap]) -> LogHeader:
+    """Decode the segment header at the start of ``data`` (JETLOG.md 2).
+
+    Args:
+        data: the file's first bytes (bytes, bytearray, memoryview or mmap); bytes after
+            the header are ignored.
+
+    Returns:
+        The header; its ``size`` is the file offset where the first record starts.
+
+    Raises:
+        LogHeaderIncomplete: (a :class:`RemoteProtocolError`) if ``data`` ends inside
+            the header while what is there is sound so far.
+        RemoteProtocolError: for a bad magic, an unsupported version, a header CRC
+            mismatch or a name that is not UTF-8.
+    """
+    have = len(data)
+    if bytes(data[: min(len(MAGIC), have)]) != MAGIC[: min(len(MAGIC), have)]:
+        raise RemoteProtocolError("not a jet event log: bad magic")
+    fixed = _HEADER_FIXED.size + 2  # up to and including the name's length
+    if have < fixed:
+        raise LogHeaderIncomplete(f"jet log ends inside its header ({have} bytes)", fixed)
+    _magic, version, flags, created_ns, segment = _HEADER_FIXED.unpack_from(data, 0)
+    if version != FORMAT_VERSION:
+        raise RemoteProtocolError(f"unsupported jet log version {version}")
+    (n,) = _U16.unpack_from(data, _HEADER_FIXED.size)
+    size = fixed + n + 4
+    if have < size:
+        raise LogHeaderIncomplete(f"jet log ends inside its header ({have} of {size} bytes)", size)
+    (crc,) = _U32.unpack_from(data, size - 4)
+    if crc != zlib.crc32(bytes(data[: size - 4])):
+        raise RemoteProtocolError("jet log header CRC mismatch")
+    try:
+        name = bytes(data[fixed : size - 4]).decode("utf-8")
+    except UnicodeDecodeError:
+        raise RemoteProtocolError("jet log header name is not valid UTF-8") from None
+    return LogHeader(name, created_ns, segment, version, flags, size)
+
+
 # --- the streaming reader -----------------------------------------------------------
 
 
@@ -301,29 +358,14 @@ class LogReader:
         self._buf += data
 
     def _read_header(self) -> Optional[LogHeader]:
-        buf = self._buf
-        if len(buf) < _HEADER_FIXED.size + 2:
-            if len(buf) >= 8 and bytes(buf[:8]) != MAGIC:
-                raise RemoteProtocolError("not a jet event log: bad magic")
+        if len(self._buf) < len(MAGIC):
             return None
-        magic, version, flags, created_ns, segment = _HEADER_FIXED.unpack_from(buf, 0)
-        if magic != MAGIC:
-            raise RemoteProtocolError("not a jet event log: bad magic")
-        if version != FORMAT_VERSION:
-            raise RemoteProtocolError(f"unsupported jet log version {version}")
-        (n,) = _U16.unpack_from(buf, _HEADER_FIXED.size)
-        size = _HEADER_FIXED.size + 2 + n + 4
-        if len(buf) < size:
-            return None
-        (crc,) = _U32.unpack_from(buf, size - 4)
-        if crc != zlib.crc32(bytes(buf[: size - 4])):
-            raise RemoteProtocolError("jet log header CRC mismatch")
         try:
-            name = bytes(buf[_HEADER_FIXED.size + 2 : size - 4]).decode("utf-8")
-        except UnicodeDecodeError:
-            raise RemoteProtocolError("jet log header name is not valid UTF-8") from None
-        self._pos = size
-        return LogHeader(name, created_ns, segment, version, flags, size)
+            header = decode_header(self._buf)
+        except LogHeaderIncomplete:
+            return None
+        self._pos = header.size
+        return header
 
     def _record_at(self, pos: int) -> Union[LogRecord, str, None]:
         """The record at ``pos``, a reason why there is none, or None if incomplete."""
@@ -436,23 +478,52 @@ class LogReader:
         """Iterate over everything complete in the bytes fed so far (after
         :meth:`feed_eof`: everything, final reports included)."""
         while True:
-            if self._header is not None and self._pending is None and self._bad_start is None:
-                yield from self._sound_records()
+            yield from self._sound_records()
             item = self.next_item()
             if item is None:
                 return
             yield item
 
     def _sound_records(self) -> Iterator[LogRecord]:
-        """The complete, valid records from ``_pos`` on, parsed inline (nearly all of a
-        log); returns at the first record that is incomplete or damaged, which
-        :meth:`next_item` then reports exactly as :meth:`_record_at` judges it."""
+        """:meth:`record_tuples` as :class:`LogRecord` items (built like the wire decoder
+        builds messages: the frozen dataclass ``__init__`` costs more than the parsing)."""
+        new = _new
+        set_ts, set_conn, set_kind, set_data, set_offset = _SET_TS, _SET_CONN, _SET_KIND, _SET_DATA, _SET_OFFSET
+        for ts_ns, conn_id, kind, data, offset in self.record_tuples():
+            record = new(LogRecord)
+            set_ts(record, ts_ns)
+            set_conn(record, conn_id)
+            set_kind(record, kind)
+            set_data(record, data)
+            set_offset(record, offset)
+            yield record
+
+    def record_tuples(self) -> Iterator[tuple[int, int, int, bytes, int]]:
+        """The bulk reader's fast path: ``(ts_ns, conn_id, kind, data, offset)`` of each
+        complete, valid record from the current position on, as plain tuples.
+
+        Stops, without consuming it, at the first thing that is not such a record: the
+        file header (not read yet), a damaged or incomplete record, a record queued
+        behind damage. Call :meth:`next_item` then (it reports that thing exactly as
+        :meth:`items` would), and come back here after it::
+
+            while True:
+                for ts_ns, conn_id, kind, data, offset in reader.record_tuples():
+                    ...
+                item = reader.next_item()
+                if item is None:
+                    break
+                ...
+
+        :meth:`items` gives the same records as :class:`LogRecord` objects, in the same
+        order, interleaved with everything else.
+        """
+        if self._header is None or self._pending is not None or self._bad_start is not None:
+            return
         buf = self._buf  # feed() grows and compacts this same object in place
         head = _RECORD_HEAD.unpack_from
         fixed = _RECORD_FIXED.unpack_from
         crc32 = zlib.crc32
-        new = _new
-        set_ts, set_conn, set_kind, set_data, set_offset = _SET_TS, _SET_CONN, _SET_KIND, _SET_DATA, _SET_OFFSET
         max_record = self.max_record
         while True:
             pos = self._pos  # re-read: the caller may feed or pull between records
@@ -461,20 +532,14 @@ class LogReader:
             marker, length, crc = head(buf, pos)
             end = pos + RECORD_HEAD_SIZE + length
             if marker != RECORD_MARKER or length < RECORD_FIXED_SIZE or length > max_record or end > len(buf):
-                return
+                return  # next_item() judges it: incomplete, or damage
             # JETLOG.md 3: the CRC covers the 4 length bytes, then the body.
             body = buf[pos + RECORD_HEAD_SIZE : end]
             if crc32(body, crc32(buf[pos + 2 : pos + 6])) != crc:
                 return
             ts_ns, conn_id, kind = fixed(body, 0)
-            record = new(LogRecord)
-            set_ts(record, ts_ns)
-            set_conn(record, conn_id)
-            set_kind(record, kind)
-            set_data(record, bytes(body[RECORD_FIXED_SIZE:]))
-            set_offset(record, self._base + pos)
             self._pos = end
-            yield record
+            yield ts_ns, conn_id, kind, bytes(body[RECORD_FIXED_SIZE:]), self._base + pos
 
     def finish(self) -> Optional[Union[Corruption, Truncation]]:
         """Call at end of input, after draining :meth:`items`: the damage or truncated

@@ -11,6 +11,7 @@ from jetwire import LocalProtocolError, RemoteProtocolError, Status
 from jetwire.log import (
     Corruption,
     LogHeader,
+    LogHeaderIncomplete,
     LogKind,
     LogReader,
     LogRecord,
@@ -19,6 +20,7 @@ from jetwire.log import (
     conn_name_data,
     conn_open_data,
     conn_snapshot_data,
+    decode_header,
     encode_header,
     encode_record,
     iter_log,
@@ -209,3 +211,63 @@ def test_bad_record_data_is_a_typed_error(kind: int, data: bytes) -> None:
 def test_encoding_misuse_is_a_local_error(call: Any) -> None:
     with pytest.raises(LocalProtocolError):
         call()
+
+
+def read_with_tuples(chunks: list[bytes]) -> list[Any]:
+    """Read as a bulk reader does: record_tuples(), then next_item() for the rest."""
+    reader = LogReader()
+    items: list[Any] = []
+
+    def drain() -> None:
+        while True:
+            items.extend(LogRecord(*t) for t in reader.record_tuples())
+            item = reader.next_item()
+            if item is None:
+                return
+            items.append(item)
+
+    for chunk in chunks:
+        reader.feed(chunk)
+        drain()
+    reader.feed_eof()
+    drain()
+    return items
+
+
+@pytest.mark.parametrize("vector", LOG["files"], ids=[f["name"] for f in LOG["files"]])
+def test_record_tuples_then_next_item_read_what_items_reads(vector: dict[str, Any]) -> None:
+    data = bytes.fromhex(vector["hex"])
+    for chunks in ([data], [data[i : i + 1] for i in range(len(data))], [data[:40], data[40:]]):
+        assert [log_item_to_json(item) for item in read_with_tuples(chunks)] == vector["items"]
+
+
+def test_decode_header_of_every_vector_file() -> None:
+    for vector in LOG["files"]:
+        data = bytes.fromhex(vector["hex"])
+        first = next(iter_log(io.BytesIO(data)))
+        assert decode_header(data) == first, vector["name"]
+        assert decode_header(bytearray(data)) == first
+        assert decode_header(memoryview(data)[: first.size]) == first
+        for cut in range(first.size):
+            with pytest.raises(LogHeaderIncomplete) as info:
+                decode_header(data[:cut])
+            assert isinstance(info.value, RemoteProtocolError)
+            assert cut < info.value.needed <= first.size
+
+
+def test_decode_header_round_trip_and_errors() -> None:
+    header = LogHeader("jetd-ü", 1_700_000_000_000_000_000, 7)
+    raw = encode_header(header)
+    assert decode_header(raw + b"JR...") == LogHeader(header.name, header.created_ns, 7, size=len(raw))
+    for vector in LOG["invalid_files"]:
+        data = bytes.fromhex(vector["hex"])
+        with pytest.raises(RemoteProtocolError):
+            decode_header(data)
+    bad_crc = raw[:-1] + bytes([raw[-1] ^ 1])
+    with pytest.raises(RemoteProtocolError, match="CRC") as info:
+        decode_header(bad_crc)
+    assert not isinstance(info.value, LogHeaderIncomplete)
+    with pytest.raises(RemoteProtocolError, match="magic"):
+        decode_header(b"\x89JEX")
+    with pytest.raises(RemoteProtocolError, match="version"):
+        decode_header(raw[:8] + b"\x00\x02" + raw[10:])

@@ -103,24 +103,29 @@ class LogSource:
                     frame_kinds = _FRAME_KINDS
                     stride = max(self.run, 0) * RUN_STREAM_STRIDE
                     batch: list[WholeFrame] = []
-                    for item in reader.items():
+                    while True:
                         # FRAME_IN / FRAME_OUT of known connections are nearly all records:
-                        # gathered into one FrameBatch per chunk, each event built by
-                        # tuple.__new__ (the NamedTuple's own __new__ is Python code).
-                        if (
-                            type(item) is LogRecord
-                            and (direction := frame_kinds.get(item.kind)) is not None
-                            and (conn_stream := stride + item.conn_id) in opened
-                        ):
-                            batch.append(
-                                new_tuple(WholeFrame, (conn_stream, direction, item.ts_ns / 1e9, item.data, item.offset))
-                            )
-                        else:
+                        # read as plain tuples, gathered into one FrameBatch per chunk, each
+                        # event built by tuple.__new__ (a NamedTuple's __new__ is Python code).
+                        for ts_ns, conn_id, kind, data, offset in reader.record_tuples():
+                            direction = frame_kinds.get(kind)
+                            conn_stream = stride + conn_id
+                            if direction is not None and conn_stream in opened:
+                                batch.append(new_tuple(WholeFrame, (conn_stream, direction, ts_ns / 1e9, data, offset)))
+                                continue
                             if batch:
                                 yield FrameBatch(batch)
                                 batch = []
-                            yield from self._item(path, item)
+                            yield from self._item(path, LogRecord(ts_ns, conn_id, kind, data, offset))
                             stride = max(self.run, 0) * RUN_STREAM_STRIDE
+                        item = reader.next_item()  # the header, damage, or the end of the chunk
+                        if item is None:
+                            break
+                        if batch:
+                            yield FrameBatch(batch)
+                            batch = []
+                        yield from self._item(path, item)
+                        stride = max(self.run, 0) * RUN_STREAM_STRIDE
                     if batch:
                         yield FrameBatch(batch)
                 tail = reader.finish()

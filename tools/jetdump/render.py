@@ -232,19 +232,19 @@ class LineFormatter:
         out: list[str] = []
         append = out.append
         first = self._first_ts()
-        places: dict[tuple[Optional[int], Optional[int]], str] = {}
+        places: dict[int, str] = {}  # by stream * 2 + direction (no tuple per frame)
         summarizers = SUMMARIZERS
         function_names = FUNCTION_NAMES
         for record in records:
-            place = places.get((record.stream, record.direction))
-            if place is None:
-                place = places[(record.stream, record.direction)] = self.where(record.stream, record.direction)
             ts = record.ts
             rel = ts - first if ts is not None and first is not None else 0.0
             if type(record) is NoteRecord:
-                append(f"{'':>7} {rel:>11.6f}  {place}  -- {record.text}")
+                append(f"{'':>7} {rel:>11.6f}  {self.where(record.stream, record.direction)}  -- {record.text}")
                 continue
             fr: FrameRecord = record  # type: ignore[assignment]
+            place = places.get(fr.stream * 2 + fr.direction)
+            if place is None:
+                place = places[fr.stream * 2 + fr.direction] = self.where(fr.stream, fr.direction)
             message = fr.message
             if message is not None:
                 text = summarizers[type(message)](message)
