@@ -109,6 +109,9 @@ _CHECKED = -2
 _FAST_WIDTH = [
     _WIDTH.get(t, _OPAQUE if t in (5, 6, 7, 8) or t >= 0x80 else _CHECKED) for t in range(256)
 ]
+# Decoder.messages(): the width of the types whose data needs no look inside (NONE,
+# INT64, FLOAT64), _OPAQUE as above, _CHECKED for BOOL, STRING and the reserved types.
+_PLAIN_WIDTH = [_CHECKED if t == 1 else w for t, w in enumerate(_FAST_WIDTH)]
 _U16_FROM = _U16.unpack_from
 _U32_FROM = _U32.unpack_from
 _VALUE_HEAD_FROM = _VALUE_HEAD.unpack_from
@@ -864,7 +867,7 @@ class Decoder:
         evt_head = _EVT_FID_KEY.unpack_from
         frame_head = _HEADER_FROM
         value_head = _VALUE_HEAD_FROM
-        fast_width = _FAST_WIDTH
+        plain_width = _PLAIN_WIDTH
         new = _new
         set_vtype = _V_TYPE
         set_vdata = _V_DATA
@@ -881,12 +884,12 @@ class Decoder:
                 # the exact fault.
                 while pos + 12 <= size:
                     ftype = buf[pos]
-                    if ftype == 1:
-                        _, length, lead, code, klen = req_head(buf, pos)
-                        build = inline_requests[code]
-                    elif ftype == 3:
+                    if ftype == 3:
                         _, length, code, lead, klen = evt_head(buf, pos)
                         build = inline_fetch_events[code]
+                    elif ftype == 1:
+                        _, length, lead, code, klen = req_head(buf, pos)
+                        build = inline_requests[code]
                     else:
                         if ftype not in decoders:
                             break  # next_message() raises the fatal error
@@ -898,24 +901,21 @@ class Decoder:
                     self._pos = end
                     if build is not None:
                         kstop = pos + 12 + klen
-                        if klen and kstop + 5 <= end:
+                        vstart = kstop + 5
+                        if klen and vstart <= end:
                             vtype, vn = value_head(buf, kstop)
-                            if kstop + 5 + vn == end:
-                                width = fast_width[vtype]
-                                data = buf[kstop + 5 : end]
-                                if width == vn:  # NONE, BOOL, INT64, FLOAT64 of the right width
-                                    plain = vtype != 1 or data[0] < 2
-                                elif width == _OPAQUE:
-                                    plain = True
-                                else:
-                                    plain = False
-                                    if vtype == 4:
-                                        try:
-                                            data.decode("utf-8")
-                                            plain = True
-                                        except UnicodeDecodeError:
-                                            pass
-                                if plain:
+                            if vstart + vn == end:
+                                width = plain_width[vtype]
+                                data = buf[vstart:end]
+                                # NONE, INT64, FLOAT64 of their width, or an opaque type:
+                                # nothing to look at inside. BOOL and STRING are looked
+                                # at here; anything else goes to the careful parser.
+                                if (
+                                    vn == width
+                                    or width == _OPAQUE
+                                    or (vtype == 1 and vn == 1 and data[0] < 2)
+                                    or (vtype == 4 and _is_utf8(data))
+                                ):
                                     try:
                                         key = buf[pos + 12 : kstop].decode("utf-8")
                                     except UnicodeDecodeError:
