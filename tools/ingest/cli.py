@@ -216,8 +216,9 @@ def rebuild_tables(spark: Any, warehouse: Path) -> dict[str, Any]:
     frames_dir = warehouse / "frames"
     if not frames_dir.exists():
         raise FileNotFoundError(f"{frames_dir}: nothing ingested yet")
-    # Cached: every derived table and the summary scan it again.
-    frames = tables.with_seq(spark.read.parquet(str(frames_dir))).cache()
+    # Not cached: each derived table reads only the Parquet columns it needs, which
+    # costs less than building an in-memory copy of every column of every record.
+    frames = tables.with_seq(spark.read.parquet(str(frames_dir)))
     pairs = tables.request_pairs(frames).cache()  # shared by state_changes and requests
     build = {
         "state_changes": tables.state_changes(frames, pairs),

@@ -134,13 +134,18 @@ def state_changes(frames: DataFrame, peer_pairs: DataFrame | None = None) -> Dat
     ).select("run_ns", "daemon", "key", "conn_id", "peer_name", "function", "value_type", "value", "value_text",
              "seq", "ts_ns", "ts", F.lit(False).alias("answered"))
     ops = pairs.unionByName(events)
+    # One sort per (run, key) serves all three: a life starts at each ADD; its owner is
+    # the ADD's connection; a REMOVE before this row and after that ADD ended the life.
     w = Window.partitionBy("run_ns", "key").orderBy("seq")
-    ops = ops.withColumn("life", F.sum(F.when(F.col("function") == "ADD_STATE", 1).otherwise(0)).over(w))
-    wl = Window.partitionBy("run_ns", "key", "life").orderBy("seq")
-    ops = ops.withColumn("owner", F.first("conn_id").over(wl)).withColumn(
-        "removed_before",
-        F.coalesce(F.max(F.when(F.col("function") == "REMOVE_STATE", 1)).over(
-            wl.rowsBetween(Window.unboundedPreceding, -1)), F.lit(0)),
+    is_add = F.col("function") == "ADD_STATE"
+    before = w.rowsBetween(Window.unboundedPreceding, -1)
+    last_remove = F.max(F.when(F.col("function") == "REMOVE_STATE", F.col("seq"))).over(before)
+    last_add = F.max(F.when(is_add, F.col("seq"))).over(w)
+    ops = ops.select(
+        "*",
+        F.sum(is_add.cast("int")).over(w).alias("life"),
+        F.last(F.when(is_add, F.col("conn_id")), ignorenulls=True).over(w).alias("owner"),
+        F.when(last_remove > last_add, 1).otherwise(0).alias("removed_before"),
     )
     # PROTOCOL.md 7.1: a fire-and-forget NOTIFY from anyone but the owner is dropped.
     ops = ops.filter(
