@@ -219,7 +219,8 @@ def rebuild_tables(spark: Any, warehouse: Path) -> dict[str, Any]:
     # Not cached: each derived table reads only the Parquet columns it needs, which
     # costs less than building an in-memory copy of every column of every record.
     frames = tables.with_seq(spark.read.parquet(str(frames_dir)))
-    pairs = tables.request_pairs(frames).cache()  # shared by state_changes and requests
+    # Both sides' request/response pairs from one sort, shared by state_changes and requests.
+    pairs = tables.request_pairs(frames, daemon_side=None).cache()
     build = {
         "state_changes": tables.state_changes(frames, pairs),
         "requests": tables.requests(frames, pairs),

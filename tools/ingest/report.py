@@ -59,23 +59,27 @@ def collect_summary(tables: dict[str, DataFrame], *, top: int = 10) -> Summary:
         latency[["p50_ms", "p95_ms", "p99_ms"]] = pd.DataFrame(latency.pop("p").tolist(), index=latency.index)
     else:
         latency = pd.DataFrame(columns=["function", "key_prefix", "n", "p50_ms", "p95_ms", "p99_ms"])
-    errors = _pandas(
-        frames.filter((F.col("kind") == "FRAME_OUT") & (F.col("msg_type") == "RESPONSE") & (F.col("status") != "OK"))
-        .groupBy("status").count().orderBy(F.desc("count"), "status")
+    # One pass over frames for both the error counts and the records per second:
+    # counts per (second, error status), coarsened to at most ~600 buckets here.
+    is_error = (F.col("kind") == "FRAME_OUT") & (F.col("msg_type") == "RESPONSE") & (F.col("status") != "OK")
+    by_second = _pandas(
+        frames.filter(F.col("ts_ns").isNotNull())
+        .groupBy(F.floor(F.col("ts_ns") / F.lit(10**9)).cast("long").alias("s"),
+                 F.when(is_error, F.col("status")).alias("error"))
+        .count()
     )
-    span = frames.agg(F.min("ts_ns").alias("lo"), F.max("ts_ns").alias("hi")).first()
-    lo, hi = (span["lo"], span["hi"]) if span is not None else (None, None)
+    errors = (by_second.dropna(subset=["error"]).groupby("error", as_index=False)["count"].sum()
+              .rename(columns={"error": "status"}).sort_values(["count", "status"], ascending=[False, True])
+              .reset_index(drop=True))
     per_second = pd.DataFrame(columns=["t", "events"])
-    if lo is not None and hi is not None:
-        # At most ~600 buckets, at least one second wide.
-        bucket = max(10**9, (hi - lo) // 600 + 1)
-        per_second = _pandas(
-            frames.filter(F.col("ts_ns").isNotNull())
-            .groupBy(((F.col("ts_ns") - F.lit(lo)) / F.lit(bucket)).cast("long").alias("b"))
-            .count().orderBy("b")
-        )
-        per_second["t"] = pd.to_datetime(lo + per_second["b"] * bucket, unit="ns", utc=True)
-        per_second["events"] = per_second["count"] / (bucket / 1e9)
+    if len(by_second):
+        lo, hi = int(by_second["s"].min()), int(by_second["s"].max())
+        width = max(1, (hi - lo) // 600 + 1)  # seconds per bucket
+        counts = by_second.groupby((by_second["s"] - lo) // width)["count"].sum().sort_index()
+        per_second = pd.DataFrame({
+            "t": pd.to_datetime((lo + counts.index.to_numpy() * width) * 10**9, unit="ns", utc=True),
+            "events": counts.to_numpy() / width,
+        })
     sample = answered.select("latency_ms")
     n = rows["requests"]
     if n > 200_000:

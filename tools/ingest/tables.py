@@ -1,7 +1,7 @@
 """The derived warehouse tables, computed with Spark from the ``frames`` table.
 
 Every function takes the frames DataFrame (and, optionally, the precomputed
-:func:`request_pairs` of it, which two of them need) (the ``jetlog`` schema plus ``run_ns``, the
+:func:`request_pairs` of it with both sides, ``daemon_side=None``, which two of them need) (the ``jetlog`` schema plus ``run_ns``, the
 daemon run a segment belongs to: connection ids and request ids are only unique within
 a run, JETLOG.md 3) and returns a DataFrame. Order inside a run is ``seq`` (segment,
 offset): records are appended in the order the daemon handled them (JETLOG.md 6).
@@ -28,34 +28,38 @@ def _date(col: str) -> Any:
     return F.date_format(F.col(col), "yyyy-MM-dd")
 
 
-def request_pairs(frames: DataFrame, *, daemon_side: bool = False) -> DataFrame:
+def request_pairs(frames: DataFrame, *, daemon_side: bool | None = False) -> DataFrame:
     """Each REQUEST with the RESPONSE that answered it on the same connection.
 
     Peer side (default): requests the daemon received (FRAME_IN) and its responses
     (FRAME_OUT). Daemon side: requests the daemon routed to owners (FRAME_OUT) and the
-    owners' answers (FRAME_IN). PROTOCOL.md 4.1: the ids of a connection's pending
-    requests are distinct, so the next row with the same (connection, id) after a
-    request is its response.
+    owners' answers (FRAME_IN). ``daemon_side=None``: both, from one sort, told apart
+    by a boolean ``daemon_side`` column. PROTOCOL.md 4.1: the ids of a connection's
+    pending requests are distinct, so the next row with the same (connection, id) after
+    a request is its response.
     """
-    req_kind, resp_kind = ("FRAME_OUT", "FRAME_IN") if daemon_side else ("FRAME_IN", "FRAME_OUT")
+    is_in = F.col("kind") == "FRAME_IN"
+    is_out = F.col("kind") == "FRAME_OUT"
+    is_req, is_resp = F.col("msg_type") == "REQUEST", F.col("msg_type") == "RESPONSE"
+    peer = (is_in & is_req) | (is_out & is_resp)
+    daemon = (is_out & is_req) | (is_in & is_resp)
+    wanted = {False: peer, True: daemon, None: peer | daemon}[daemon_side]
     base = frames.filter(F.col("frame_error").isNull() & F.col("request_id").isNotNull())
-    both = base.filter(
-        ((F.col("kind") == req_kind) & (F.col("msg_type") == "REQUEST"))
-        | ((F.col("kind") == resp_kind) & (F.col("msg_type") == "RESPONSE"))
-    ).select(
+    both = base.filter(wanted).select(
         "run_ns", "daemon", "conn_id", "request_id", "seq", "ts_ns", "ts", "peer_name", "msg_type", "function",
-        "key", "value_type", "value", "value_text", "status", "text",
+        "key", "value_type", "value", "value_text", "status", "text", daemon.alias("daemon_side"),
     )
-    # One window partition per connection, ordered by (id, seq): the next row is the
-    # same one a partition per (connection, id) would give when its id is the same.
-    # (Millions of two-row window partitions cost several times more.)
-    w = Window.partitionBy("run_ns", "conn_id").orderBy("request_id", "seq")
-    nxt = {c: F.lead(c).over(w)
-           for c in ("request_id", "msg_type", "seq", "ts_ns", "status", "text", "value_type", "value_text")}
+    # One window partition per connection, ordered by (side, id, seq): the next row is
+    # the same one a partition per (connection, side, id) would give when its side and
+    # id are the same. (Millions of two-row window partitions cost several times more.)
+    w = Window.partitionBy("run_ns", "conn_id").orderBy("daemon_side", "request_id", "seq")
+    nxt = {c: F.lead(c).over(w) for c in (
+        "daemon_side", "request_id", "msg_type", "seq", "ts_ns", "status", "text", "value_type", "value_text")}
     paired = both.select(
         "*", *[expr.alias(f"next_{c}") for c, expr in nxt.items()]
     ).filter(F.col("msg_type") == "REQUEST")
-    answered = (F.col("next_msg_type") == "RESPONSE") & (F.col("next_request_id") == F.col("request_id"))
+    answered = ((F.col("next_msg_type") == "RESPONSE") & (F.col("next_request_id") == F.col("request_id"))
+                & (F.col("next_daemon_side") == F.col("daemon_side")))
 
     def resp(c: str) -> Any:
         return F.when(answered, F.col(f"next_{c}"))
@@ -65,20 +69,21 @@ def request_pairs(frames: DataFrame, *, daemon_side: bool = False) -> DataFrame:
         "value_text", F.col("seq").alias("req_seq"), F.col("ts_ns").alias("req_ns"), F.col("ts").alias("req_ts"),
         resp("seq").alias("resp_seq"), resp("ts_ns").alias("resp_ns"), resp("status").alias("status"),
         resp("text").alias("message"), resp("value_type").alias("resp_value_type"),
-        resp("value_text").alias("resp_value_text"),
+        resp("value_text").alias("resp_value_text"), "daemon_side",
     )
 
 
-def requests(frames: DataFrame, peer_pairs: DataFrame | None = None) -> DataFrame:
+def requests(frames: DataFrame, pairs: DataFrame | None = None) -> DataFrame:
     """Every SET_STATE and CALL_METHOD request (the REQUEST form; PROTOCOL.md 6.3, 6.5).
 
     Routed ones (JETLOG.md 4 ROUTE) carry the owner, the owner's id, the owner's own
     status and latency. ``latency_ns`` is the requester's request FRAME_IN to the
     response FRAME_OUT to the requester.
     """
-    peer = (peer_pairs if peer_pairs is not None else request_pairs(frames)).filter(
-        F.col("function").isin("SET_STATE", "CALL_METHOD"))
-    owner = request_pairs(frames, daemon_side=True).select(
+    pairs = pairs if pairs is not None else request_pairs(frames, daemon_side=None)
+    peer = pairs.filter(~F.col("daemon_side") & F.col("function").isin("SET_STATE", "CALL_METHOD")).drop(
+        "daemon_side")
+    owner = pairs.filter(F.col("daemon_side")).select(
         F.col("run_ns").alias("o_run"), F.col("conn_id").alias("o_conn"), F.col("request_id").alias("o_id"),
         F.col("peer_name").alias("owner_name"), F.col("req_seq").alias("o_seq"), F.col("req_ns").alias("o_req_ns"),
         F.col("resp_ns").alias("o_resp_ns"), F.col("status").alias("owner_status"),
@@ -116,15 +121,16 @@ def requests(frames: DataFrame, peer_pairs: DataFrame | None = None) -> DataFram
     )
 
 
-def state_changes(frames: DataFrame, peer_pairs: DataFrame | None = None) -> DataFrame:
+def state_changes(frames: DataFrame, pairs: DataFrame | None = None) -> DataFrame:
     """The timeline of every state: one row per change, with the value before and after.
 
     Changes (PROTOCOL.md 10.4): ADD_STATE, NOTIFY_STATE (request answered OK, or an
     EVENT from the owner, PROTOCOL.md 7.1), REMOVE_STATE answered OK, and DISCONNECT:
     the owner's connection closed while it owned the state (PROTOCOL.md 10.6).
     """
-    pairs = (peer_pairs if peer_pairs is not None else request_pairs(frames)).filter(
-        F.col("function").isin("ADD_STATE", "NOTIFY_STATE", "REMOVE_STATE") & (F.col("status") == "OK")
+    pairs = (pairs if pairs is not None else request_pairs(frames)).filter(
+        ~F.col("daemon_side") & F.col("function").isin("ADD_STATE", "NOTIFY_STATE", "REMOVE_STATE")
+        & (F.col("status") == "OK")
     ).select("run_ns", "daemon", "key", "conn_id", "peer_name", "function", "value_type", "value", "value_text",
              F.col("req_seq").alias("seq"), F.col("req_ns").alias("ts_ns"), F.col("req_ts").alias("ts"),
              F.lit(True).alias("answered"))
