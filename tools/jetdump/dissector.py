@@ -27,7 +27,7 @@ from jetwire import (
 from jetwire.codes import HEADER_SIZE
 from jetwire.messages import REQUEST_CLASSES
 
-from .events import Data, End, Event, FrameBatch, Gap, Note, Open, Origin, WholeFrame
+from .events import Data, End, Event, FrameBatch, FrameTuple, Gap, Note, Open, Origin, WholeFrame
 
 DEFAULT_MAX_BODY = 64 * 1024 * 1024  # accept what any daemon may be configured to carry
 DEFAULT_MAX_PENDING = 100_000  # requests remembered per dump while waiting for their response
@@ -355,11 +355,11 @@ class Dissector:
             half.shadow.clear()
         half.stopped = True
 
-    def whole_frames(self, frames: list[WholeFrame]) -> None:
+    def whole_frames(self, frames: list[FrameTuple]) -> None:
         """Many frames recorded whole, in order: :meth:`whole_frame` with the common
         case (a valid frame) inlined; anything else goes through it."""
         if frames and self.first_ts is None:
-            self._first(frames[0].ts)
+            self._first(frames[0][2])
         number = self.number
         pending = self._pending
         max_pending = self.max_pending
@@ -367,8 +367,7 @@ class Dissector:
         append = self.out.append
         request_types = REQUEST_TYPES
         decode = decode_frame
-        for event in frames:
-            stream, direction, ts, frame, where = event
+        for stream, direction, ts, frame, where in frames:
             try:
                 message = decode(frame)
             except RemoteProtocolError:

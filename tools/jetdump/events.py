@@ -52,11 +52,16 @@ class WholeFrame(NamedTuple):
     where: int  # byte offset of the record in its file
 
 
-class FrameBatch(NamedTuple):
-    """Consecutive :class:`WholeFrame` events, in order (an event log's frame records
-    read from one chunk): one event instead of thousands on the hot path."""
+# The fields of a WholeFrame as a plain tuple: (stream, direction, ts, frame, where).
+FrameTuple = tuple[int, int, Optional[float], bytes, int]
 
-    frames: list[WholeFrame]
+
+class FrameBatch(NamedTuple):
+    """Consecutive :class:`WholeFrame` events, in order, as plain tuples of the same
+    fields (an event log's frame records read from one chunk): one event instead of
+    thousands on the hot path."""
+
+    frames: list[FrameTuple]
 
 
 class End(NamedTuple):

@@ -26,12 +26,12 @@ from jetwire.log import (
     parse_record_data,
 )
 
-from .events import Event, FrameBatch, InputError, Note, Open, WholeFrame
+from .events import Event, FrameBatch, FrameTuple, InputError, Note, Open, WholeFrame
 
 RUN_STREAM_STRIDE = 1_000_000
 _FRAME_KINDS = {int(LogKind.FRAME_IN): 0, int(LogKind.FRAME_OUT): 1}  # kind -> direction
+_FRAME_DIRECTIONS = [_FRAME_KINDS.get(kind) for kind in range(256)]  # the same, by index
 READ_CHUNK = 1 << 20
-new_tuple = tuple.__new__
 
 
 def is_log(head: bytes) -> bool:
@@ -100,18 +100,18 @@ class LogSource:
                         break
                     reader.feed(chunk)
                     opened = self.opened
-                    frame_kinds = _FRAME_KINDS
+                    frame_directions = _FRAME_DIRECTIONS
                     stride = max(self.run, 0) * RUN_STREAM_STRIDE
-                    batch: list[WholeFrame] = []
+                    batch: list[FrameTuple] = []
                     while True:
                         # FRAME_IN / FRAME_OUT of known connections are nearly all records:
-                        # read as plain tuples, gathered into one FrameBatch per chunk, each
-                        # event built by tuple.__new__ (a NamedTuple's __new__ is Python code).
+                        # read as plain tuples and gathered into one FrameBatch per chunk, as
+                        # plain tuples too (the fields of a WholeFrame).
                         for ts_ns, conn_id, kind, data, offset in reader.record_tuples():
-                            direction = frame_kinds.get(kind)
+                            direction = frame_directions[kind]
                             conn_stream = stride + conn_id
                             if direction is not None and conn_stream in opened:
-                                batch.append(new_tuple(WholeFrame, (conn_stream, direction, ts_ns / 1e9, data, offset)))
+                                batch.append((conn_stream, direction, ts_ns / 1e9, data, offset))
                                 continue
                             if batch:
                                 yield FrameBatch(batch)

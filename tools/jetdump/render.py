@@ -120,17 +120,23 @@ def _key_only(name: str) -> Callable[[Any], str]:
 
 
 def _key_value(name: str) -> Callable[[Any], str]:
+    quoted = _QUOTED
+
     def summary(m: Any) -> str:
+        key = quoted.get(m.key) or quote(m.key)
         if m.id is None:
-            return f"EVENT {name} key={quote(m.key)} {value_summary(m.value)}"
-        return f"REQUEST id={m.id} {name} key={quote(m.key)} {value_summary(m.value)}"
+            return f"EVENT {name} key={key} {value_summary(m.value)}"
+        return f"REQUEST id={m.id} {name} key={key} {value_summary(m.value)}"
 
     return summary
 
 
 def _fetch_event(name: str) -> Callable[[Any], str]:
+    quoted = _QUOTED
+
     def summary(m: Any) -> str:
-        return f"EVENT {name} fid={m.fetch_id} key={quote(m.key)} {value_summary(m.value)}"
+        key = quoted.get(m.key) or quote(m.key)
+        return f"EVENT {name} fid={m.fetch_id} key={key} {value_summary(m.value)}"
 
     return summary
 
