@@ -142,7 +142,7 @@ def _frames_df(spark: Any, df: Any, states: dict[str, Any], since_ns: Optional[i
 
     runs = spark.createDataFrame([(f, s.run_ns) for f, s in states.items()], "file string, run_ns long")
     out = df.join(F.broadcast(runs), "file", "left").withColumn(
-        "date", F.date_format(F.col("ts"), "yyyy-MM-dd")
+        "date", F.to_date(F.col("ts"))  # tables._date: date=YYYY-MM-DD directories
     )
     if since_ns is not None:
         out = out.filter(F.col("ts_ns").isNull() | (F.col("ts_ns") >= F.lit(since_ns)))
