@@ -666,7 +666,8 @@ class Daemon:
         targets_cache = fetches.cache
         dirty = self.dirty
         plain_fanout = not self._log_events
-        # Refreshed after every frame that takes the careful path (an INFO can change it).
+        # Only an INFO changes _small_body_peers while frames are read (closes are
+        # torn down after the loop), so it is refreshed after each INFO.
         inline_fanout = plain_fanout and not self._small_body_peers
         frames = 0
         fanned = 0
@@ -746,7 +747,7 @@ class Daemon:
                 self._event(conn, buf, pos, end)
             else:
                 self._info(conn, buf, pos, end)
-            inline_fanout = plain_fanout and not self._small_body_peers
+                inline_fanout = plain_fanout and not self._small_body_peers
             pos = end
             if conn.closing:
                 break
