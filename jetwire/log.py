@@ -367,8 +367,11 @@ class LogReader:
         self._pos = header.size
         return header
 
-    def _record_at(self, pos: int) -> Union[LogRecord, str, None]:
-        """The record at ``pos``, a reason why there is none, or None if incomplete."""
+    def _record_at(self, pos: int, resyncing: bool = False) -> Union[LogRecord, str, None]:
+        """The record at ``pos``, a reason why there is none, or None if incomplete.
+
+        ``resyncing``: ``pos`` is a candidate found by scanning damaged bytes.
+        """
         buf = self._buf
         if len(buf) - pos < RECORD_HEAD_SIZE:
             if len(buf) - pos >= 2 and _U16.unpack_from(buf, pos)[0] != RECORD_MARKER:
@@ -382,6 +385,11 @@ class LogReader:
         end = pos + RECORD_HEAD_SIZE + length
         if end > len(buf):
             return None
+        if resyncing and end + 2 <= len(buf) and (buf[end] != 0x4A or buf[end + 1] != 0x52):
+            # JETLOG.md 5: a candidate must be followed by a marker (or the end) before
+            # its CRC is worth computing; damage full of "JR" bytes with large lengths
+            # would otherwise cost a CRC of up to max_record bytes per candidate.
+            return "no record follows the candidate"
         # JETLOG.md 3: the CRC covers the 4 length bytes, then the body.
         if zlib.crc32(buf[pos + RECORD_HEAD_SIZE : end], zlib.crc32(buf[pos + 2 : pos + 6])) != crc:
             return "record CRC mismatch"
@@ -407,7 +415,7 @@ class LogReader:
         buf = self._buf
         nxt = buf.find(b"\x4a\x52", pos + 1)
         while nxt >= 0:
-            if isinstance(self._record_at(nxt), LogRecord):
+            if isinstance(self._record_at(nxt, resyncing=True), LogRecord):
                 return True
             nxt = buf.find(b"\x4a\x52", nxt + 1)
         return False
@@ -431,7 +439,7 @@ class LogReader:
         buf = self._buf
         while True:
             pos = self._pos
-            found = self._record_at(pos)
+            found = self._record_at(pos, self._bad_start is not None)
             if found is None:
                 if not self._eof:
                     return None

@@ -271,3 +271,20 @@ def test_decode_header_round_trip_and_errors() -> None:
         decode_header(b"\x89JEX")
     with pytest.raises(RemoteProtocolError, match="version"):
         decode_header(raw[:8] + b"\x00\x02" + raw[10:])
+
+
+def test_resync_skips_a_candidate_not_followed_by_a_record() -> None:
+    """JETLOG.md 5: inside damage, a CRC-valid record counts only when a marker (or the
+    end) follows it; otherwise every "JR" in damaged bytes would cost a CRC."""
+    header = encode_header(LogHeader("jetd", 1, 0))
+    first = encode_record(10, 1, LogKind.FRAME_IN, b"a")
+    lone = encode_record(11, 1, LogKind.FRAME_IN, b"lonely")  # valid CRC, garbage after it
+    last = encode_record(12, 1, LogKind.FRAME_IN, b"b")
+    damage = b"\x00\x01garbage" + lone + b"XY junk"
+    data = header + first + damage + last
+    items = list(iter_log(io.BytesIO(data)))
+    records = [item for item in items if isinstance(item, LogRecord)]
+    assert [r.ts_ns for r in records] == [10, 12]
+    (corruption,) = [item for item in items if isinstance(item, Corruption)]
+    assert corruption.offset == len(header) + len(first)
+    assert corruption.length == len(damage)
