@@ -14,6 +14,10 @@ from pathlib import Path
 from typing import Any, Optional
 
 from jetwire import DEFAULT_MAX_BODY
+from jetwire.log import DEFAULT_MAX_RECORD
+
+# A logged frame: record fixed part (ts_ns, conn_id, kind) + frame header (JETLOG.md 3).
+_LOGGED_FRAME_OVERHEAD = 13 + 5
 
 __all__ = [
     "DEFAULT_PORT",
@@ -105,6 +109,12 @@ class Config:
             raise ConfigError(f"port must be 0..65535, got {self.port}")
         if not 16 <= self.max_body <= 0xFFFF_FFFF:
             raise ConfigError(f"max_body must be 16..4294967295, got {self.max_body}")
+        if self.log_dir is not None and self.max_body + _LOGGED_FRAME_OVERHEAD > DEFAULT_MAX_RECORD:
+            # JETLOG.md 3: readers treat a longer record as damage; the log must hold any frame.
+            raise ConfigError(
+                f"max_body {self.max_body} is too large for the event log: at most "
+                f"{DEFAULT_MAX_RECORD - _LOGGED_FRAME_OVERHEAD} with --log-dir"
+            )
         if not 1 <= self.max_key_length <= 0xFFFF:
             raise ConfigError(f"max_key_length must be 1..65535, got {self.max_key_length}")
         for name in (

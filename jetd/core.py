@@ -38,6 +38,7 @@ from jetwire import (
     decode_body,
     encode,
 )
+from jetwire.codes import MIN_PEER_MAX_BODY
 from jetwire.log import LogKind, conn_close_data, conn_name_data, conn_open_data
 
 from .config import Config
@@ -697,7 +698,7 @@ class Daemon:
                 # The owner's NOTIFY_STATE event is the busiest frame of all: a
                 # well-formed one with a fixed-width or opaque value, from the owner,
                 # is applied right here; anything else takes the careful path.
-                if buf[pos + 5] == 4 and end - pos >= 13:
+                if end - pos >= 13 and buf[pos + 5] == 4:
                     (klen,) = _U16_FROM(buf, pos + 6)
                     kend = pos + 8 + klen
                     if klen and kend + 5 <= end:
@@ -937,8 +938,9 @@ class Daemon:
             del registry.methods[key]
         conn.methods.clear()
         self.slow.discard(conn)
-        if conn not in self.dirty:
-            self.dirty.append(conn)  # the IO layer closes the transport after the flush
+        # The IO layer closes the transport after the flush; being listed twice is harmless
+        # (and cheaper than searching the list when thousands of peers go at once).
+        self.dirty.append(conn)
         if self._log is not None:
             self._log(conn.conn_id, LogKind.CONN_CLOSE, conn_close_data(conn.close_status, conn.close_reason))
         log.info(
@@ -1289,6 +1291,10 @@ class Daemon:
         assert isinstance(info, Info)
         if info.major != PROTOCOL_MAJOR:
             return self._fatal(conn, Status.MALFORMED, f"unsupported protocol major version {info.major}")
+        if info.max_body < MIN_PEER_MAX_BODY:
+            return self._fatal(
+                conn, Status.MALFORMED, f"max_body {info.max_body} is below {MIN_PEER_MAX_BODY}: no answer fits"
+            )
         conn.name = info.name
         was_small = conn.max_body < self._max_body
         conn.max_body = info.max_body

@@ -9,6 +9,7 @@ PROTOCOL_MINOR = 0  # PROTOCOL.md 2: minor versions only add, never change
 
 HEADER_SIZE = 5  # PROTOCOL.md 3: type:u8 | length:u32
 DEFAULT_MAX_BODY = 1024 * 1024  # PROTOCOL.md 3: announced in INFO, 1 MiB unless configured
+MIN_PEER_MAX_BODY = 64  # PROTOCOL.md 4.4: a smaller max_body in a peer's INFO is MALFORMED
 
 
 class FrameType(IntEnum):

@@ -70,6 +70,8 @@ def test_bad_settings_exit_with_message(tmp_path):
     assert result.returncode == 2 and "unknown setting 'max_bodyy'" in result.stderr
     result = _run_jetd("--host", "127.0.0.1", "--port", "0", "--hard-limit", "10", "--soft-limit", "100")
     assert result.returncode == 2 and "hard_limit" in result.stderr
+    result = _run_jetd("--host", "127.0.0.1", "--port", "0", "--log-dir", str(tmp_path), "--max-body", "100000000")
+    assert result.returncode == 2 and "too large for the event log" in result.stderr
     result = _run_jetd("--host", "127.0.0.1", "--port", "0", "--log-fsync", "sometimes")
     assert result.returncode == 2 and "invalid choice" in result.stderr
     result = _run_jetd("--help")

@@ -126,11 +126,12 @@ def test_hard_limit_closes_overloaded(start_jetd):
     for i in range(4000):
         churn.append(AddState(2 * i + 1, f"c/{i}", v(b"x" * 1000)))
         churn.append(RemoveState(2 * i + 2, f"c/{i}"))
-    drainer = Drainer(fast, 1 << 62)
+    # Exactly what the fast fetcher is owed: an ADD and a REMOVE (with the last value) per key.
+    owed = sum(2 * (5 + 1 + 4 + 2 + len(f"c/{i}") + 5 + 1000) for i in range(4000))
+    drainer = Drainer(fast, owed)
     drainer.start()
     owner.send(*churn)
     owner.recv_n(len(churn), timeout=20)
-    time.sleep(0.2)
     # The slow peer is cut off: reading now, it finds CLOSE (OVERLOADED) after what was in flight.
     closing = None
     try:
@@ -141,8 +142,8 @@ def test_hard_limit_closes_overloaded(start_jetd):
     except PeerClosed:
         pass
     assert closing is not None and closing.status == Status.OVERLOADED, closing
+    drainer.join(30)  # it stops by itself once it has every byte it is owed
     fast.sock.shutdown(2)
-    drainer.join(5)
     assert fast_fid is not None
     # The fast fetcher saw the whole churn (8000 events + responses), the owner is fine.
     decoder = Decoder()

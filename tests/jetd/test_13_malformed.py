@@ -59,6 +59,7 @@ FATAL = [
     ("malformed set event", b"\x03\x00\x00\x00\x03\x03\x00\x00", Status.MALFORMED),
     ("malformed info", b"\x04\x00\x00\x00\x02\x01\x00", Status.MALFORMED),
     ("info major 2", encode(Info("x", major=2)), Status.MALFORMED),
+    ("info max_body below 64", encode(Info("x", max_body=63)), Status.MALFORMED),
     ("body over max_body", b"\x01\xff\xff\xff\xff", Status.TOO_LARGE),
     ("malformed close", b"\x03\x00\x00\x00\x02\xf0\x00", Status.MALFORMED),
 ]
@@ -75,6 +76,14 @@ def test_fatal_bad_frame_closes(jetd, name, frame, status):
     assert close.message
     assert bystander.request(lambda rid: GetState(rid, "k")).value == v(1)
     assert bystander.request(lambda rid: GetState(rid, "evil")).status == Status.NOT_FOUND
+
+
+@pytest.mark.parametrize("frame", [b"\x03\x00\x00\x00\x00", b"\x03\x00\x00\x00\x01\x04"], ids=["empty", "code only"])
+def test_short_event_alone_in_a_read_is_malformed_not_internal(jetd, frame):
+    # The frame ends the read: nothing after it may be looked at (PROTOCOL.md 9.3).
+    peer = RawPeer(jetd.address)
+    peer.send_raw(frame)
+    peer.expect_close(Status.MALFORMED)
 
 
 def test_malformed_owner_response_and_unreadable_response(jetd):
