@@ -290,8 +290,8 @@ def test_follow_ingests_a_live_log_exactly_once(start_jetd: Callable[..., Any], 
     log_dir.mkdir()
     daemon = start_jetd("--log-dir", str(log_dir), "--log-fsync", "always")
     run_scenario(daemon.host, daemon.port)  # before jet-ingest starts: the batch ingest takes it
-    cmd = [sys.executable, "-m", "tools.ingest", str(log_dir), "--out", str(warehouse), "--master", "local[1]",
-           "--follow", "--interval", "0.5", "--idle-exit", "4", "--no-report"]
+    cmd = [sys.executable, "-m", "tools.ingest", str(log_dir), "--out", str(warehouse), "--master", "local[2]",
+           "--follow", "--interval", "0.5", "--idle-exit", "3", "--no-report"]
     proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": REPO_ROOT, "COLUMNS": "200"},
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     lines: list[str] = []

@@ -284,7 +284,10 @@ def _follow(spark: Any, args: argparse.Namespace, console: Console) -> None:
             now = time.monotonic()
             if args.follow_for is not None and now - started >= args.follow_for:
                 break
-            if args.idle_exit is not None and now - last_rows[0] >= args.idle_exit:
+            if args.idle_exit is None or now - last_rows[0] < args.idle_exit:
+                continue
+            # Not while a micro-batch is being planned or committed: it may hold records.
+            if not committing.locked() and not query.status.get("isTriggerActive", False):
                 console.print(f"no new records for {args.idle_exit:g} s: stopping")
                 break
     except KeyboardInterrupt:
