@@ -32,7 +32,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jetwire.codes import EventCode, FrameType, Function, Status, ValueType
-from jetwire.log import DEFAULT_MAX_RECORD, MAGIC, RECORD_MARKER, LogKind
+from jetwire.errors import RemoteProtocolError
+from jetwire.log import DEFAULT_MAX_RECORD, RECORD_MARKER, LogHeaderIncomplete, LogKind, decode_header
 
 __all__ = [
     "ARROW_SCHEMA",
@@ -98,7 +99,6 @@ ARROW_SCHEMA = pa.schema(
 _HEAD = struct.Struct(">HII")  # JETLOG.md 3: marker | length | crc
 _HEAD_SIZE = 10
 _FIXED_SIZE = 13  # JETLOG.md 3: ts_ns u64 | conn_id u32 | kind u8
-_HEADER_FIXED = struct.Struct(">8sHHQIH")  # JETLOG.md 2, up to the name's length
 _MARKER_BYTES = struct.pack(">H", RECORD_MARKER)
 
 DEFAULT_BATCH_ROWS = 1 << 17
@@ -127,25 +127,13 @@ def read_header(buf: bytes | mmap.mmap | memoryview) -> Optional[SegmentHeader]:
     Raises:
         JetlogError: bad magic, unsupported version, bad header CRC or bad UTF-8 name.
     """
-    have = len(buf)
-    if bytes(buf[: min(8, have)]) != MAGIC[: min(8, have)]:
-        raise JetlogError("not a jet event log: bad magic")
-    if have < _HEADER_FIXED.size:
-        return None
-    _magic, version, _flags, created_ns, segment, n = _HEADER_FIXED.unpack_from(buf, 0)
-    if version != 1:
-        raise JetlogError(f"unsupported jet log version {version}")
-    size = _HEADER_FIXED.size + n + 4
-    if have < size:
-        return None
-    (crc,) = struct.unpack_from(">I", buf, size - 4)
-    if zlib.crc32(bytes(buf[: size - 4])) != crc:
-        raise JetlogError("jet log header CRC mismatch")
     try:
-        name = bytes(buf[_HEADER_FIXED.size : size - 4]).decode("utf-8")
-    except UnicodeDecodeError:
-        raise JetlogError("jet log header name is not valid UTF-8") from None
-    return SegmentHeader(name, created_ns, segment, size)
+        header = decode_header(buf)
+    except LogHeaderIncomplete:
+        return None
+    except RemoteProtocolError as exc:
+        raise JetlogError(str(exc)) from None
+    return SegmentHeader(header.name, header.created_ns, header.segment, header.size)
 
 
 @dataclass
