@@ -42,7 +42,10 @@ from .messages import (
     SetState,
     Unfetch,
 )
+from .values import _SET_DATA as _V_DATA
+from .values import _SET_VTYPE as _V_TYPE
 from .values import Value
+from .values import _trusted as _make_value
 
 __all__ = ["Decoder", "decode_body", "decode_frame", "encode", "frame_size"]
 
@@ -71,9 +74,6 @@ def _slot_setters(cls: type, *names: str) -> tuple[Callable[[object, object], No
     return tuple(getattr(cls, name).__set__ for name in names)
 
 
-_V_TYPE, _V_DATA = _slot_setters(Value, "vtype", "data")
-
-
 _R_ID, _R_STATUS, _R_VALUE, _R_FID, _R_MESSAGE = _slot_setters(
     Response, "id", "status", "value", "fetch_id", "message"
 )
@@ -91,12 +91,6 @@ def _make_response(
     _R_MESSAGE(response, message)
     return response
 
-
-def _make_value(vtype: int, data: bytes) -> Value:
-    value = _new(Value)
-    _V_TYPE(value, vtype)
-    _V_DATA(value, data)
-    return value
 
 
 # PROTOCOL.md 5.3: fixed widths; BOOL additionally 0x00/0x01; STRING valid UTF-8.

@@ -96,7 +96,8 @@ _SET_DATA = vars(Value)["data"].__set__
 
 
 def _trusted(vtype: int, data: bytes) -> Value:
-    """Build a Value whose bytes we just produced ourselves: no re-validation.
+    """Build a Value whose bytes are already known valid (produced here, or checked by
+    the decoder): no re-validation.
 
     The frozen-dataclass constructor plus its checks costs microseconds; this is the
     path every Python value sent takes.

@@ -177,16 +177,14 @@ def _is_sync_point(buf: bytes | mmap.mmap, pos: int, have: int, max_record: int)
     Asking for two chained records makes a false sync inside a record body (a marker, a
     plausible length and a matching CRC by chance) practically impossible.
     """
-    if have - pos >= _HEAD_SIZE:
-        # Cheap test first: a sync point is followed by a marker (or the end). Without it,
-        # damage full of marker bytes with large lengths would cost a CRC over up to
-        # max_record bytes at every one of them (JETLOG.md 5).
-        nxt = pos + _HEAD_SIZE + _HEAD.unpack_from(buf, pos)[1]
-        if nxt + 2 <= have and buf[nxt : nxt + 2] != _MARKER_BYTES:
-            return False
+    nxt = pos + _HEAD_SIZE + _HEAD.unpack_from(buf, pos)[1] if have - pos >= _HEAD_SIZE else have
+    # Cheap test first: a sync point is followed by a marker (or the end). Without it,
+    # damage full of marker bytes with large lengths would cost a CRC over up to
+    # max_record bytes at every one of them (JETLOG.md 5).
+    if nxt + 2 <= have and buf[nxt : nxt + 2] != _MARKER_BYTES:
+        return False
     if _record_problem(buf, pos, have, max_record, True) is not None:
         return False
-    nxt = pos + _HEAD_SIZE + _HEAD.unpack_from(buf, pos)[1]
     return nxt >= have or _record_problem(buf, nxt, have, max_record, True) in (None, "")
 
 
