@@ -5,7 +5,15 @@ creates a :class:`Connection` per accepted peer with :meth:`Daemon.connect`, fee
 bytes with :meth:`Daemon.receive_data`, calls :meth:`Daemon.tick` with the monotonic time
 now and then, and after each loop turn writes out what :meth:`Daemon.take_dirty` names:
 ``conn.out`` (a list of byte pieces to join and write) or, for a connection whose
-transport is paused, the conflating queue drained with :meth:`Connection.take_pending`.
+transport is paused, the local queue drained with :meth:`Connection.take_pending`.
+
+Slow consumers (PROTOCOL.md 10.8): while a connection is paused its fetches are
+*parked*, out of the fetch index, so a change costs a paused peer nothing. While any
+fetch is parked, a change stores one sequence number under its key in one daemon-wide
+dict (a single store per change, however many peers are paused); a parked connection
+catches up on the keys changed after its mark, with their latest values, when it
+drains and before any response is queued for it, and on one key before that key's
+FETCH_REMOVE.
 
 The hot paths work on the received bytes directly with precompiled ``struct`` objects:
 a routed request is forwarded as a new 9-byte head plus a slice of the received frame;
@@ -22,7 +30,7 @@ import struct
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Optional, Union
+from typing import Optional
 
 from sortedcontainers import SortedList
 
@@ -209,17 +217,15 @@ class StateRegistry:
 
 
 class Fetch:
-    """One fetch: its daemon-unique id (and that id packed once), its connection, and
-    the FETCH_CHANGE events of it queued while the connection is paused, by key."""
+    """One fetch: its daemon-unique id (and that id packed once), its connection and prefix."""
 
-    __slots__ = ("conn", "fid", "fid_bytes", "prefix", "queued")
+    __slots__ = ("conn", "fid", "fid_bytes", "prefix")
 
     def __init__(self, fid: int, conn: Connection, prefix: bytes) -> None:
         self.fid = fid
         self.fid_bytes = _U32_PACK(fid)
         self.conn = conn
         self.prefix = prefix
-        self.queued: dict[bytes, list[Any]] = {}  # key -> [kv, fetch, key] in Connection.pending
 
 
 class FetchRegistry:
@@ -357,17 +363,13 @@ class RouteTable:
 
 # --- connections --------------------------------------------------------------------
 
-# A pending item is a frame, or [kv, fetch, key]: a FETCH_CHANGE whose value can be replaced.
-PendingItem = Union[bytes, "list[Any]"]  # bytes, or [frame, (fid, key)] for a conflatable change
-
-
 class Connection:
     """One peer's connection as the core sees it.
 
     ``out`` collects byte pieces to write at the end of the loop turn. While ``paused``
     (its transport is above the soft limit, or older output still waits) frames go to
-    ``pending`` instead, where FETCH_CHANGE events conflate per (fetch, key)
-    (PROTOCOL.md 10.8).
+    ``pending`` instead, and its fetches are ``parked``: their changes are held back
+    as keys changed after ``mark`` (PROTOCOL.md 10.8, see the module docstring).
     """
 
     __slots__ = (
@@ -380,12 +382,14 @@ class Connection:
         "conn_id",
         "fetches",
         "io",
+        "mark",
         "max_body",
         "methods",
         "name",
         "need",
         "next_route_id",
         "out",
+        "parked",
         "paused",
         "pending",
         "pending_size",
@@ -404,7 +408,9 @@ class Connection:
         self.name = ""
         self.out: list[bytes] = []
         self.paused = False
-        self.pending: deque[PendingItem] = deque()
+        self.parked = False  # its fetches are in Daemon.parked_fetches, not Daemon.fetches
+        self.mark = 0  # parked: the changes up to this sequence number are queued already
+        self.pending: deque[bytes] = deque()
         self.pending_size = 0
         self.transport_size = 0  # bytes the transport buffers; set by the IO layer
         self.slow_since: Optional[float] = None
@@ -438,35 +444,9 @@ class Connection:
         return self.transport_size + self.pending_size
 
     def enqueue(self, frame: bytes) -> None:
-        """Queue a frame that must not be conflated (paused mode)."""
+        """Queue a frame locally (paused mode)."""
         self.pending.append(frame)
         self.pending_size += len(frame)
-
-    def enqueue_fetch_event(self, fetch: Fetch, key: bytes, code: int, kv: bytes) -> bool:
-        """Queue a fetch event (``kv``: its ``Key, Value`` payload); returns True if it
-        was conflated.
-
-        A FETCH_CHANGE replaces the value of a queued change of the same (fetch, key)
-        in place; its frame is only built when it leaves the queue. An ADD or REMOVE
-        ends that (fetch, key)'s conflation so that a later change is queued after it
-        (PROTOCOL.md 10.8: never reordered against them)."""
-        queued = fetch.queued
-        if code == _FETCH_CHANGE:
-            slot = queued.get(key)
-            if slot is not None:
-                self.pending_size += len(kv) - len(slot[0])
-                slot[0] = kv
-                return True
-            slot = [kv, fetch, key]
-            queued[key] = slot
-            self.pending.append(slot)
-            self.pending_size += 10 + len(kv)
-            return False
-        queued.pop(key, None)
-        frame = _EVT_HEAD_PACK(_EVENT, 5 + len(kv), code) + fetch.fid_bytes + kv
-        self.pending.append(frame)
-        self.pending_size += len(frame)
-        return False
 
     def take_pending(self, budget: int) -> list[bytes]:
         """Pop queued frames, in order, up to about ``budget`` bytes (at least one)."""
@@ -474,14 +454,7 @@ class Connection:
         size = 0
         pending = self.pending
         while pending and size < budget:
-            item = pending.popleft()
-            if type(item) is list:
-                kv, fetch, key = item
-                if fetch.queued.get(key) is item:
-                    del fetch.queued[key]
-                frame = _EVT_HEAD_PACK(_EVENT, 5 + len(kv), _FETCH_CHANGE) + fetch.fid_bytes + kv
-            else:
-                frame = item
+            frame = pending.popleft()
             taken.append(frame)
             size += len(frame)
         self.pending_size -= size
@@ -496,7 +469,8 @@ class DaemonStats:
     frames_in: int = 0
     routed: int = 0
     fanout_events: int = 0
-    conflated: int = 0
+    parked: int = 0  # times a connection's fetches were parked (PROTOCOL.md 10.8)
+    caught_up: int = 0  # FETCH_CHANGE events a parked connection got late, with the latest value
     overloaded: int = 0
     violations: int = 0
 
@@ -521,6 +495,12 @@ class Daemon:
         self.config = config
         self.registry = StateRegistry()
         self.fetches = FetchRegistry()
+        # PROTOCOL.md 10.8: the fetches of paused connections, for their ADD/REMOVE events.
+        self.parked_fetches = FetchRegistry()
+        self._parked = 0  # how many fetches are parked
+        # While any is parked: key -> sequence number of its last change (self._seq).
+        self._changed: dict[bytes, int] = {}
+        self._seq = 0
         self.routes = RouteTable(config.route_timeout)
         self.connections: dict[int, Connection] = {}
         self.dirty: list[Connection] = []
@@ -625,21 +605,95 @@ class Daemon:
     # --- flow control (called by the IO layer) -------------------------------------------
 
     def pause(self, conn: Connection, transport_size: int) -> None:
-        """The transport's buffer went above the soft limit: queue locally from now on."""
+        """The transport's buffer went above the soft limit: queue locally from now on,
+        and park the connection's fetches (PROTOCOL.md 10.8)."""
         conn.transport_size = transport_size
         if not conn.paused:
             conn.paused = True
             conn.slow_since = self.now
             self.slow.add(conn)
+            if not conn.closed and not conn.parked:
+                self._park(conn)
             log.debug("slow %s: %d bytes in the transport, queueing locally", conn.label, transport_size)
 
     def drained(self, conn: Connection) -> None:
-        """The local queue is empty and the transport below its low mark again."""
+        """The local queue is empty and the transport below its low mark again: the
+        connection gets the latest value of every key changed while it was parked
+        (in ``conn.out``; the IO layer flushes it) and its fetches are live again."""
         conn.paused = False
         conn.transport_size = 0
         conn.slow_since = None
         self.slow.discard(conn)
+        if conn.parked and not conn.closing:
+            self._catch_up(conn)
+            self._unpark(conn)
         log.debug("drained %s", conn.label)
+
+    def _park(self, conn: Connection) -> None:
+        conn.parked = True
+        conn.mark = self._seq
+        live, parked = self.fetches, self.parked_fetches
+        for fetch in conn.fetches.values():
+            live.remove(fetch)
+            parked.add(fetch)
+        self._parked += len(conn.fetches)
+        self.stats.parked += 1
+
+    def _unpark(self, conn: Connection) -> None:
+        conn.parked = False
+        live, parked = self.fetches, self.parked_fetches
+        for fetch in conn.fetches.values():
+            parked.remove(fetch)
+            live.add(fetch)
+        self._unparked(len(conn.fetches))
+
+    def _unparked(self, count: int) -> None:
+        self._parked -= count
+        if not self._parked:
+            self._changed.clear()
+
+    def _catch_up(self, conn: Connection) -> None:
+        """Queue for parked ``conn`` a FETCH_CHANGE with the latest value per (fetch, key)
+        changed since its mark (PROTOCOL.md 10.8)."""
+        mark = conn.mark
+        seq = conn.mark = self._seq
+        if seq == mark:
+            return
+        states = self.registry.states
+        sent = 0
+        for key, changed in self._changed.items():
+            owner = states.get(key) if changed > mark else None
+            if owner is not None:
+                sent += self._catch_up_key(conn, key, owner.states[key])
+                if conn.closing:
+                    break
+        self.stats.caught_up += sent
+        if conn.paused and conn.pending_size + conn.transport_size > self.config.hard_limit:
+            self._overload(conn, "output above the hard limit")
+
+    def _catch_up_key(self, conn: Connection, key: bytes, kv: bytes) -> int:
+        """Queue for parked ``conn`` the FETCH_CHANGE of ``key`` (value ``kv``) for each of
+        its fetches that matches; returns how many."""
+        body_length = 5 + len(kv)
+        if self._too_large_for(conn, body_length):
+            self._event_too_large(conn, body_length)
+            return 0
+        head = _EVT_HEAD_PACK(_EVENT, body_length, _FETCH_CHANGE)
+        log = self._log if self._log_events else None
+        sent = 0
+        for fetch in conn.fetches.values():
+            if key.startswith(fetch.prefix):
+                frame = head + fetch.fid_bytes + kv
+                if conn.paused:
+                    conn.enqueue(frame)
+                else:
+                    if not conn.out:
+                        self.dirty.append(conn)
+                    conn.out.append(frame)
+                if log is not None:
+                    log(conn.conn_id, _FRAME_OUT, frame)
+                sent += 1
+        return sent
 
     # --- receiving ----------------------------------------------------------------------
 
@@ -670,6 +724,11 @@ class Daemon:
         # Only an INFO changes _small_body_peers while frames are read (closes are
         # torn down after the loop), so it is refreshed after each INFO.
         inline_fanout = plain_fanout and not self._small_body_peers
+        # Fetches are parked or unparked only by the IO layer and by other frames' slow
+        # paths, so these are read again after each of those (and seq written before).
+        parked = self._parked
+        changed = self._changed
+        seq = self._seq
         frames = 0
         fanned = 0
         while n - pos >= 5:
@@ -690,6 +749,8 @@ class Daemon:
             if logger is not None:
                 logger(conn.conn_id, _FRAME_IN, buf[pos:end])
             frames += 1
+            if parked:
+                self._seq = seq
             if ftype == _REQUEST:
                 self._request(conn, buf, pos, end)
             elif ftype == _RESPONSE:
@@ -710,6 +771,9 @@ class Daemon:
                             key = buf[pos + 8 : kend]
                             if states.get(key) is conn and length + 4 <= max_body:
                                 kv = conn.states[key] = buf[pos + 6 : end]
+                                if parked:
+                                    seq += 1
+                                    changed[key] = seq  # PROTOCOL.md 10.8, for parked fetches
                                 if fetches.lengths:
                                     cached = targets_cache.get(key)
                                     if cached is not None and cached[0] == fetches.generation:
@@ -719,25 +783,16 @@ class Daemon:
                                     if not targets:
                                         pass
                                     elif inline_fanout:
-                                        # _fanout inlined: head + fetch id + kv per fetcher.
+                                        # _fanout inlined: head + fetch id + kv per fetcher
+                                        # (live fetches only: a paused peer's are parked).
                                         head = _EVT_HEAD_PACK(_EVENT, 5 + len(kv), _FETCH_CHANGE)
                                         for fetch in targets:
-                                            fconn = fetch.conn
-                                            if fconn.paused:
-                                                slot = fetch.queued.get(key)
-                                                if slot is not None and not fconn.closing:
-                                                    fconn.pending_size += len(kv) - len(slot[0])
-                                                    slot[0] = kv
-                                                    self.stats.conflated += 1
-                                                else:
-                                                    self._fanout_paused(fconn, fetch, key, _FETCH_CHANGE, kv)
-                                            else:
-                                                out = fconn.out
-                                                if not out:
-                                                    dirty.append(fconn)
-                                                out.append(head)
-                                                out.append(fetch.fid_bytes)
-                                                out.append(kv)
+                                            out = fetch.conn.out
+                                            if not out:
+                                                dirty.append(fetch.conn)
+                                            out.append(head)
+                                            out.append(fetch.fid_bytes)
+                                            out.append(kv)
                                         fanned += len(targets)
                                     else:
                                         self._fanout(key, _FETCH_CHANGE, kv)
@@ -749,11 +804,15 @@ class Daemon:
             else:
                 self._info(conn, buf, pos, end)
                 inline_fanout = plain_fanout and not self._small_body_peers
+            parked = self._parked
+            seq = self._seq
             pos = end
             if conn.closing:
                 break
         else:
             conn.need = 5
+        if parked:
+            self._seq = seq
         self.stats.frames_in += frames
         self.stats.fanout_events += fanned
         if pos < n and not conn.closing:
@@ -780,9 +839,7 @@ class Daemon:
                 self._close_with(conn, Status.TOO_LARGE, message, _close_frame(Status.TOO_LARGE, message))
                 return
         if conn.paused:
-            conn.enqueue(frame)
-            if conn.pending_size + conn.transport_size > self.config.hard_limit:
-                self._overload(conn, "output above the hard limit")
+            self._enqueue(conn, frame)
         else:
             out = conn.out
             if not out:
@@ -791,15 +848,32 @@ class Daemon:
         if self._log is not None:
             self._log(conn.conn_id, _FRAME_OUT, frame)
 
+    def _enqueue(self, conn: Connection, frame: bytes) -> None:
+        """Queue ``frame`` for paused ``conn``, a response after the changes held back
+        for it (PROTOCOL.md 10.8, 10.5); CLOSE the peer above the hard limit."""
+        if conn.parked and frame[0] == _RESPONSE and self._seq != conn.mark:
+            self._catch_up(conn)
+            if conn.closing and not conn.paused:
+                return  # overloaded while catching up: only its CLOSE goes out
+        conn.enqueue(frame)
+        if conn.pending_size + conn.transport_size > self.config.hard_limit:
+            self._overload(conn, "output above the hard limit")
+
     def _fanout(self, key: bytes, code: int, kv: bytes) -> None:
         """Send one fetch event for ``key`` to every matching fetch: the frame is
         encoded once as (head, kv); each fetcher gets head + its fetch id + kv."""
+        body_length = 5 + len(kv)
+        if self._parked:
+            if code == _FETCH_CHANGE:
+                self._seq += 1
+                self._changed[key] = self._seq
+            else:
+                self._fanout_parked(key, code, kv)
         if not self.fetches.lengths:
             return
         targets = self.fetches.targets(key)
         if not targets:
             return
-        body_length = 5 + len(kv)
         head = _EVT_HEAD_PACK(_EVENT, body_length, code)
         dirty = self.dirty
         careful = self._small_body_peers > 0
@@ -807,15 +881,6 @@ class Daemon:
             conn = fetch.conn
             if careful and body_length > conn.max_body:
                 self._event_too_large(conn, body_length)
-            elif conn.paused:
-                slot = fetch.queued.get(key) if code == _FETCH_CHANGE else None
-                if slot is not None and not conn.closing:
-                    # PROTOCOL.md 10.8: conflated, the queued change takes the new value.
-                    conn.pending_size += len(kv) - len(slot[0])
-                    slot[0] = kv
-                    self.stats.conflated += 1
-                else:
-                    self._fanout_paused(conn, fetch, key, code, kv)
             else:
                 out = conn.out
                 if not out:
@@ -838,14 +903,34 @@ class Daemon:
         """True if ``conn`` announced a max_body below ``body_length`` (PROTOCOL.md 3)."""
         return self._small_body_peers > 0 and body_length > conn.max_body
 
-    def _fanout_paused(self, conn: Connection, fetch: Fetch, key: bytes, code: int, kv: bytes) -> None:
-        """A fetch event for a paused connection: queued or conflated (PROTOCOL.md 10.8)."""
-        if conn.closed:
-            return
-        if conn.enqueue_fetch_event(fetch, key, code, kv):
-            self.stats.conflated += 1
-        if conn.pending_size + conn.transport_size > self.config.hard_limit:
-            self._overload(conn, "output above the hard limit")
+    def _fanout_parked(self, key: bytes, code: int, kv: bytes) -> None:
+        """A FETCH_ADD or FETCH_REMOVE for the parked fetches of ``key``: queued in
+        order, after the changes held back (PROTOCOL.md 10.8: never conflated)."""
+        targets = self.parked_fetches.targets(key)
+        changed = self._changed.get(key, 0) if code == _FETCH_REMOVE else 0
+        body_length = 5 + len(kv)
+        head = _EVT_HEAD_PACK(_EVENT, body_length, code)
+        caught_up: set[int] = set()
+        for fetch in targets:
+            conn = fetch.conn
+            if conn.closing:
+                continue  # its CLOSE is queued: nothing may follow it
+            if self._too_large_for(conn, body_length):
+                self._event_too_large(conn, body_length)
+                continue
+            if changed > conn.mark and conn.conn_id not in caught_up:
+                # The key's held-back change first, for all of the connection's fetches
+                # at once (kv is its last value).
+                caught_up.add(conn.conn_id)
+                self.stats.caught_up += self._catch_up_key(conn, key, kv)
+            frame = head + fetch.fid_bytes + kv
+            self._enqueue(conn, frame)
+            if self._log_events and self._log is not None:
+                self._log(conn.conn_id, _FRAME_OUT, frame)
+        self.stats.fanout_events += len(targets)
+        if code == _FETCH_REMOVE:
+            # Every parked fetch of the key is caught up on it now.
+            self._changed.pop(key, None)
 
     def _reply(self, conn: Connection, rid: int, status: Status, message: str) -> None:
         self._send(conn, _response(rid, status, message))
@@ -891,8 +976,6 @@ class Daemon:
         self.stats.overloaded += 1
         log.info("overloaded %s: %s (%d bytes queued)", conn.label, reason, conn.queued)
         conn.pending.clear()
-        for fetch in conn.fetches.values():
-            fetch.queued.clear()
         conn.pending_size = 0
         conn.paused = False  # the CLOSE goes straight to the transport
         conn.out.clear()
@@ -912,9 +995,7 @@ class Daemon:
         if conn.close_at >= 0:
             if conn.paused:
                 while len(conn.pending) > conn.close_at:
-                    item = conn.pending.pop()
-                    # A conflatable change counts as its frame: 10 + len(kv) bytes.
-                    conn.pending_size -= 10 + len(item[0]) if type(item) is list else len(item)
+                    conn.pending_size -= len(conn.pending.pop())
             else:
                 del conn.out[conn.close_at :]
         conn.closed = True
@@ -927,13 +1008,18 @@ class Daemon:
         conn.routes.clear()
         # Its own fetches go first (nobody else can tell): nothing, not even the
         # FETCH_REMOVE of its own states, may follow its CLOSE.
+        fetches = self.parked_fetches if conn.parked else self.fetches
         for fetch in conn.fetches.values():
-            self.fetches.remove(fetch)
+            fetches.remove(fetch)
+        if conn.parked:
+            conn.parked = False
+            self._unparked(len(conn.fetches))
         conn.fetches.clear()
         registry = self.registry
         for key in sorted(conn.states):
             self._fanout(key, _FETCH_REMOVE, registry.remove_state(key))
             self.fetches.forget(key)
+            self.parked_fetches.forget(key)
         for key in conn.methods:
             del registry.methods[key]
         conn.methods.clear()
@@ -1039,6 +1125,7 @@ class Daemon:
         kv = self.registry.remove_state(key)
         self._fanout(key, _FETCH_REMOVE, kv)  # PROTOCOL.md 10.5: before the OK
         self.fetches.forget(key)
+        self.parked_fetches.forget(key)
         self._send(conn, _ok(rid))
         return None
 
@@ -1152,13 +1239,13 @@ class Daemon:
         fid_bytes = fetch.fid_bytes
         log_events = self._log_events and self._log is not None
         careful = self._small_body_peers > 0
-        for key, kv in self.registry.matching(prefix):
+        for _key, kv in self.registry.matching(prefix):
             head = _EVT_HEAD_PACK(_EVENT, 5 + len(kv), _FETCH_ADD)
             if careful and 5 + len(kv) > conn.max_body:
                 self._event_too_large(conn, 5 + len(kv))
                 return None
             if conn.paused:
-                self._fanout_paused(conn, fetch, key, _FETCH_ADD, kv)
+                self._enqueue(conn, head + fid_bytes + kv)
                 if conn.closing:
                     return None
             else:
@@ -1169,17 +1256,29 @@ class Daemon:
             if log_events and self._log is not None:
                 self._log(conn.conn_id, _FRAME_OUT, head + fid_bytes + kv)
         conn.fetches[fetch.fid] = fetch
-        self.fetches.add(fetch)
+        if conn.parked:
+            self.parked_fetches.add(fetch)
+            self._parked += 1
+        else:
+            self.fetches.add(fetch)
         return None
 
     def _unfetch(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
         if end - pos != 14:
             return self._malformed(conn, buf, pos, end, rid)
         fid = _U32_FROM(buf, pos + 10)[0]
-        fetch = conn.fetches.pop(fid, None)
-        if fetch is None:
+        if fid not in conn.fetches:
             return self._reply(conn, rid, Status.NOT_FOUND, f"no fetch {fid} on this connection")
-        self.fetches.remove(fetch)
+        if conn.parked:
+            self._catch_up(conn)  # the changes it is owed from before the UNFETCH
+            if conn.closing:
+                return None
+        fetch = conn.fetches.pop(fid)
+        if conn.parked:
+            self.parked_fetches.remove(fetch)
+            self._unparked(1)
+        else:
+            self.fetches.remove(fetch)
         self._send(conn, _ok(rid))
         return None
 

@@ -4,9 +4,9 @@ One :class:`PeerProtocol` per TCP connection feeds the bytes it reads to the cor
 asks for one flush per loop turn: every connection that got output during the turn gets
 exactly one ``transport.write`` (PROTOCOL.md says nothing about it; NOTES.md measured
 one write per frame as several times slower). Flow control: the transport's high-water
-mark is the soft limit of PROTOCOL.md 10.8; above it the core queues (and conflates)
-locally, reading from that peer pauses, and the queue drains when the transport calls
-``resume_writing``.
+mark is the soft limit of PROTOCOL.md 10.8; above it the core queues locally (and
+holds the peer's changes back, to send their latest values), reading from that peer
+pauses, and the queue drains when the transport calls ``resume_writing``.
 """
 
 from __future__ import annotations
@@ -130,7 +130,9 @@ class PeerProtocol(asyncio.Protocol):
         while conn.pending and not self.write_paused:
             transport.write(b"".join(conn.take_pending(DRAIN_CHUNK)))
         if not conn.pending and not self.write_paused and conn.paused and not conn.closing:
+            # The changes held back while it was slow go out with the next flush.
             self.server.daemon.drained(conn)
+            self.server.schedule_flush()
             transport.resume_reading()
 
     def hang_up(self) -> None:

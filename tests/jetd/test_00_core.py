@@ -28,6 +28,7 @@ from jetwire import (
     FetchChange,
     FetchRemove,
     FetchStates,
+    GetState,
     Info,
     Message,
     NotifyState,
@@ -153,38 +154,50 @@ def test_fetch_registry_visits_only_matching_prefixes():
     assert registry.lengths == [0, 6, 12]
 
 
-def test_conflation_keeps_order_and_latest():
-    conn = Connection(1, "c")
-    f7, f8 = Fetch(7, conn, b""), Fetch(8, conn, b"")
+def _drain(h: Harness, conn: Connection) -> list[Message]:
+    """The IO layer's drain: the local queue, then what drained() adds to ``out``."""
+    decoder = h.decoders[conn.conn_id]
+    decoder.receive_data(b"".join(conn.take_pending(1 << 30)))
+    messages = list(decoder.messages())
+    h.daemon.drained(conn)
+    return messages + h.recv(conn)
 
-    def change(fetch, key, value):
-        return encode(FetchChange(fetch.fid, key.decode(), v(value)))
 
-    def kv(key, value):
-        return encode(FetchChange(0, key.decode(), v(value)))[10:]
-
-    conn.enqueue(b"R1")
-    assert not conn.enqueue_fetch_event(f7, b"k", 0x82, kv(b"k", 1))
-    assert not conn.enqueue_fetch_event(f7, b"j", 0x82, kv(b"j", 1))
-    assert conn.enqueue_fetch_event(f7, b"k", 0x82, kv(b"k", 2))  # replaces k=1 in place
-    assert not conn.enqueue_fetch_event(f8, b"k", 0x82, kv(b"k", 3))  # another fetch: separate
-    conn.enqueue_fetch_event(f7, b"k", 0x83, kv(b"k", 2))  # REMOVE
-    conn.enqueue_fetch_event(f7, b"k", 0x81, kv(b"k", 5))  # ADD
-    assert not conn.enqueue_fetch_event(f7, b"k", 0x82, kv(b"k", 6))  # after the ADD, not before it
-    assert conn.enqueue_fetch_event(f7, b"k", 0x82, kv(b"k", 7))
-    expected = [
-        b"R1",
-        change(f7, b"k", 2),
-        change(f7, b"j", 1),
-        change(f8, b"k", 3),
-        encode(FetchRemove(7, "k", v(2))),
-        encode(FetchAdd(7, "k", v(5))),
-        change(f7, b"k", 7),
+def test_parked_fetches_get_latest_values_in_order():
+    # PROTOCOL.md 10.8: changes held back per (fetch, key), latest value, never reordered
+    # against ADD/REMOVE of the same key, nor after a response they precede (10.5).
+    h = Harness()
+    owner, slow = h.connect(), h.connect()
+    h.send(owner, AddState(1, "k", v(0)), AddState(2, "j", v(0)))
+    h.recv(owner)
+    h.send(slow, FetchStates(1, ""), FetchStates(2, "k"))
+    f7, f8 = h.recv(slow)[0::3]
+    f7, f8 = f7.fetch_id, f8.fetch_id
+    h.daemon.pause(slow, 1 << 20)
+    h.send(owner, NotifyState(None, "k", v(1)), NotifyState(None, "j", v(1)), NotifyState(None, "k", v(2)))
+    assert not slow.pending and h.recv(slow) == []  # a paused peer costs nothing per change
+    h.send(owner, RemoveState(3, "k"))
+    h.send(owner, AddState(4, "k", v(5)), NotifyState(None, "k", v(6)), NotifyState(None, "k", v(7)))
+    h.send(slow, GetState(9, "j"))
+    h.send(owner, NotifyState(None, "j", v(8)))
+    assert _drain(h, slow) == [
+        FetchChange(f7, "k", v(2)),  # the key's change before its REMOVE
+        FetchChange(f8, "k", v(2)),
+        FetchRemove(f7, "k", v(2)),
+        FetchRemove(f8, "k", v(2)),
+        FetchAdd(f7, "k", v(5)),
+        FetchAdd(f8, "k", v(5)),
+        FetchChange(f7, "j", v(1)),  # every change held back, before the response
+        FetchChange(f7, "k", v(7)),
+        FetchChange(f8, "k", v(7)),
+        Response(9, Status.OK, v(1)),
+        FetchChange(f7, "j", v(8)),  # and the rest when it drains
     ]
-    assert conn.pending_size == sum(map(len, expected))
-    assert conn.take_pending(3) == expected[:2]
-    assert conn.take_pending(1 << 20) == expected[2:]
-    assert conn.pending_size == 0 and f7.queued == {} and f8.queued == {}
+    assert h.daemon.stats.caught_up == 6 and h.daemon.stats.parked == 1
+    # Live again: every change goes straight out.
+    h.send(owner, NotifyState(None, "j", v(9)))
+    assert h.recv(slow) == [FetchChange(f7, "j", v(9))]
+    assert h.daemon._changed == {}
 
 
 def test_paused_connection_conflates_and_hard_limit_overloads():
@@ -196,12 +209,10 @@ def test_paused_connection_conflates_and_hard_limit_overloads():
     fid = h.recv(slow)[0].fetch_id
     h.daemon.pause(slow, 150)
     h.send(owner, *(NotifyState(None, "a", v(i)) for i in range(100)), NotifyState(None, "b", v(7)))
-    frames = slow.take_pending(1 << 20)
-    decoder = Decoder()
-    decoder.receive_data(b"".join(frames))
-    assert list(decoder.messages()) == [FetchChange(fid, "a", v(99)), FetchChange(fid, "b", v(7))]
-    assert h.daemon.stats.conflated == 99
+    assert _drain(h, slow) == [FetchChange(fid, "a", v(99)), FetchChange(fid, "b", v(7))]
+    assert h.daemon.stats.caught_up == 2
     # Non-conflatable events pile up until the hard limit: CLOSE OVERLOADED.
+    h.daemon.pause(slow, 150)
     for i in range(100):
         h.send(owner, AddState(10 + i, f"n{i}", v(b"x" * 50)))
     assert slow.closed
@@ -209,6 +220,7 @@ def test_paused_connection_conflates_and_hard_limit_overloads():
     assert close == Close(Status.OVERLOADED, "output above the hard limit")
     h.send(owner, NotifyState(None, "a", v(1)))  # nothing more for it
     assert h.recv(slow) == []
+    assert h.daemon._parked == 0 and h.daemon._changed == {}
 
 
 def test_slow_deadline_overloads():
@@ -379,16 +391,19 @@ def _check_invariants(daemon: Daemon) -> None:
         assert not owner.closed and key in owner.states
     for key, owner in registry.methods.items():
         assert not owner.closed and key in owner.methods
-    fetch_count = sum(len(g) for g in daemon.fetches.by_prefix.values())
     live = [c for c in daemon.connections.values() if not c.closed]
-    assert fetch_count == sum(len(c.fetches) for c in live)
+    # Every fetch is indexed exactly once: live, or parked while its connection is paused.
+    indexed = {id(f): f for g in daemon.fetches.by_prefix.values() for f in g.values()}
+    parked = {id(f): f for g in daemon.parked_fetches.by_prefix.values() for f in g.values()}
+    assert not indexed.keys() & parked.keys()
+    assert all(not f.conn.paused and not f.conn.parked for f in indexed.values())
+    assert all(f.conn.parked for f in parked.values())
+    assert len(indexed) + len(parked) == sum(len(c.fetches) for c in live)
+    assert daemon._parked == len(parked)
+    assert daemon._parked or not daemon._changed
     for conn in live:
-        queued = sum(10 + len(i[0]) if type(i) is list else len(i) for i in conn.pending)
-        assert conn.pending_size == queued
-        slots = [i for i in conn.pending if type(i) is list]
-        # Every conflatable change a live fetch points at is really queued (an UNFETCHed
-        # fetch may still have changes queued before its OK).
-        assert {id(s) for f in conn.fetches.values() for s in f.queued.values()} <= set(map(id, slots))
+        assert conn.pending_size == sum(map(len, conn.pending))
+        assert conn.parked == (conn.paused and not conn.closing) or conn.closing
         for oid, route in conn.routes.items():
             assert route.owner is conn and route.oid == oid and not route.done
 
@@ -420,3 +435,112 @@ def test_any_input_keeps_the_core_consistent(steps):
                 assert peer.conn_id not in saw_close, message
                 if isinstance(message, Close):
                     saw_close.add(peer.conn_id)
+
+
+# --- slow consumers: what a fetcher sees is right however it is paused -------------------
+
+_SLOW_KEYS = ["a", "a/1", "b"]
+_slow_step = st.one_of(
+    st.tuples(st.sampled_from(["notify", "notify_request", "add"]), st.sampled_from(_SLOW_KEYS), st.integers(0, 9)),
+    st.tuples(st.just("remove"), st.sampled_from(_SLOW_KEYS), st.just(0)),
+    st.tuples(st.just("fetch"), st.sampled_from(["", "a", "a/", "b", "c"]), st.integers(0, 1)),
+    # Peers are paused more often than drained, so that most steps meet a paused one.
+    st.tuples(st.sampled_from(["unfetch", "pause", "pause", "drain"]), st.just(""), st.integers(0, 1)),
+)
+
+
+class _View:
+    """A fetcher's picture of the states, built from the events it receives. Checks as
+    it goes that each (fetch, key) goes ADD, CHANGE..., REMOVE, ADD, ..., that nothing
+    arrives for a fetch after its UNFETCH is answered, and PROTOCOL.md 10.5: when an
+    OK to a NOTIFY_STATE request arrives, its change has arrived at every matching fetch."""
+
+    def __init__(self) -> None:
+        self.fetch_rids: dict[int, bytes] = {}  # FETCH_STATES request id -> prefix
+        self.unfetch_rids: dict[int, int] = {}  # UNFETCH request id -> fetch id
+        self.notify_rids: dict[int, tuple[str, Value]] = {}
+        self.prefixes: dict[int, str] = {}  # live fetch id -> prefix
+        self.views: dict[int, dict[str, Value]] = {}
+
+    def apply(self, message: Message) -> None:
+        if isinstance(message, Response):
+            rid, ok = message.id, message.status == Status.OK
+            if rid in self.fetch_rids:
+                prefix = self.fetch_rids.pop(rid)
+                if ok:
+                    self.prefixes[message.fetch_id] = prefix
+                    self.views[message.fetch_id] = {}
+            elif rid in self.unfetch_rids:
+                assert ok, message
+                del self.prefixes[self.unfetch_rids.pop(rid)]
+            elif rid in self.notify_rids:
+                key, value = self.notify_rids.pop(rid)
+                for fid, prefix in self.prefixes.items():
+                    if ok and key.startswith(prefix):
+                        assert self.views[fid].get(key) == value, (fid, key)
+            return
+        assert message.fetch_id in self.prefixes, message  # type: ignore[attr-defined]
+        view = self.views[message.fetch_id]  # type: ignore[attr-defined]
+        key = message.key  # type: ignore[attr-defined]
+        if isinstance(message, FetchAdd):
+            assert key not in view, message
+            view[key] = message.value
+        elif isinstance(message, FetchChange):
+            assert key in view, message
+            view[key] = message.value
+        else:
+            assert isinstance(message, FetchRemove) and view.pop(key) == message.value, message
+
+
+@settings(max_examples=500, deadline=None)
+@given(steps=st.lists(_slow_step, max_size=40))
+def test_paused_fetchers_always_end_up_with_the_latest_values(steps):
+    # Peer 0 owns the states and fetches too; peer 1 only fetches. Either may be paused and
+    # drained at any point (PROTOCOL.md 10.8).
+    from jetwire import Unfetch
+
+    h = Harness()
+    peers = [h.connect("owner"), h.connect("other")]
+    owner = peers[0]
+    views = [_View(), _View()]
+    truth: dict[str, Value] = {}
+
+    def deliver(i: int) -> None:
+        messages = _drain(h, peers[i]) if peers[i].paused else h.recv(peers[i])
+        for message in messages:
+            views[i].apply(message)
+
+    for rid, (action, arg, n) in enumerate(steps, 1):
+        if action == "add":
+            h.send(owner, AddState(rid, arg, v(n)))
+            truth.setdefault(arg, v(n))
+        elif action == "remove":
+            h.send(owner, RemoveState(rid, arg))
+            truth.pop(arg, None)
+        elif action.startswith("notify"):
+            if action == "notify_request":
+                views[0].notify_rids[rid] = (arg, v(n))
+            h.send(owner, NotifyState(rid if action == "notify_request" else None, arg, v(n)))
+            if arg in truth:
+                truth[arg] = v(n)
+        elif action == "fetch":
+            views[n].fetch_rids[rid] = arg
+            h.send(peers[n], FetchStates(rid, arg))
+        elif action == "unfetch":
+            live = sorted(set(views[n].prefixes) - set(views[n].unfetch_rids.values()))
+            if live:
+                views[n].unfetch_rids[rid] = live[0]
+                h.send(peers[n], Unfetch(rid, live[0]))
+        elif action == "pause":
+            h.daemon.pause(peers[n], 1 << 20)
+        elif action == "drain":
+            deliver(n)
+        for i in (0, 1):
+            if not peers[i].paused:
+                deliver(i)
+        _check_invariants(h.daemon)
+    for i in (0, 1):
+        deliver(i)
+        assert not views[i].fetch_rids and not views[i].unfetch_rids and not views[i].notify_rids
+        for fid, prefix in views[i].prefixes.items():
+            assert views[i].views[fid] == {k: val for k, val in truth.items() if k.startswith(prefix)}

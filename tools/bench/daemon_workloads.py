@@ -337,8 +337,9 @@ def w2_fanout(start: StartDaemon, dialect: Dialect, sizes: Sizes) -> list[Sample
                 samples.add("W2 fan-out", f"{fetchers} fetchers: delivered / (notifies sent x fetchers)", "ratio",
                             fanout.delivered_share)
                 samples.add("W2 fan-out", f"{fetchers} fetchers: load generator CPU", "cores", fanout.generator_load)
-    if "conflated" in daemon.exit_stats:
-        samples.add("W2 fan-out", "events conflated by the daemon (all W2 runs)", "count", daemon.exit_stats["conflated"])
+    if "parked" in daemon.exit_stats:
+        samples.add("W2 fan-out", "fetchers paused as slow consumers (all W2 runs)", "count",
+                    daemon.exit_stats["parked"])
     return samples.list()
 
 
@@ -367,9 +368,11 @@ def w5_slow_consumer(start: StartDaemon, dialect: Dialect, sizes: Sizes) -> list
                     alone.append(rate)
                     samples.add("W5 slow consumer", f"{n} fetchers: delivered events/s", "/s", rate)
                     samples.add("W5 slow consumer", "daemon CPU per delivered event, no slow peer", "µs", cpu * 1e6)
-    for name in ("conflated", "overloaded"):
+    labels = {"parked": "times a fetcher was paused as a slow consumer",
+              "caught_up": "changes sent late, with the latest value,",
+              "overloaded": "peers closed OVERLOADED"}
+    for name, label in labels.items():
         if name in daemon.exit_stats:
-            label = "events conflated" if name == "conflated" else "peers closed OVERLOADED"
             samples.add("W5 slow consumer", f"{label} by the daemon (all W5 runs)", "count", daemon.exit_stats[name])
     result = samples.list()
     # Each pair ran back to back, so machine load drifts less within a pair than across
