@@ -729,7 +729,13 @@ class Daemon:
         parked = self._parked
         changed = self._changed
         seq = self._seq
+        # Routed SET_STATE requests and their OK answers also have fast paths below; the
+        # event log (ROUTE and FRAME_OUT records) takes the careful ones.
+        fast_route = logger is None
+        open_route = self.routes.open
+        max_pending = self.config.max_pending_per_owner
         frames = 0
+        routed = 0
         fanned = 0
         while n - pos >= 5:
             ftype, length = _HDR_FROM(buf, pos)
@@ -752,8 +758,58 @@ class Daemon:
             if parked:
                 self._seq = seq
             if ftype == _REQUEST:
+                # PROTOCOL.md 10.3: a well-formed SET_STATE with a fixed-width or opaque
+                # value, for a live owner with room for it, is routed right here.
+                if fast_route and length >= 12 and buf[pos + 9] == _SET_STATE:
+                    (klen,) = _U16_FROM(buf, pos + 10)
+                    kend = pos + 12 + klen
+                    if klen and kend + 5 <= end:
+                        vtype, vn = _VHEAD_FROM(buf, kend)
+                        check = _VTYPE_CHECK[vtype]
+                        if kend + 5 + vn == end and (
+                            check == _OPAQUE or (vn == check and (vtype != 1 or buf[kend + 5] < 2))
+                        ):
+                            owner = states.get(buf[pos + 12 : kend])
+                            if (
+                                owner is not None
+                                and not owner.paused
+                                and not owner.closed
+                                and len(owner.routes) < max_pending
+                                and length <= owner.max_body
+                            ):
+                                route = open_route(conn, _U32_FROM(buf, pos + 5)[0], owner, _SET_STATE, now)
+                                routed += 1
+                                out = owner.out
+                                if not out:
+                                    dirty.append(owner)
+                                out.append(_ID_HEAD_PACK(_REQUEST, length, route.oid))
+                                out.append(buf[pos + 9 : end])
+                                pos = end
+                                continue
                 self._request(conn, buf, pos, end)
             elif ftype == _RESPONSE:
+                # PROTOCOL.md 10.3: an owner's OK with a fixed-width or opaque value goes
+                # back to a live requester under its own id right here.
+                if fast_route and length >= 10 + 5 and buf[pos + 9] == 0:
+                    vtype, vn = _VHEAD_FROM(buf, pos + 10)
+                    check = _VTYPE_CHECK[vtype]
+                    if pos + 15 + vn == end and (
+                        check == _OPAQUE or (vn == check and (vtype != 1 or buf[pos + 15] < 2))
+                    ):
+                        oid = _U32_FROM(buf, pos + 5)[0]
+                        answered = conn.routes.get(oid)
+                        if answered is not None:
+                            requester = answered.requester
+                            if not requester.paused and not requester.closed and length <= requester.max_body:
+                                del conn.routes[oid]
+                                answered.done = True
+                                out = requester.out
+                                if not out:
+                                    dirty.append(requester)
+                                out.append(_ID_HEAD_PACK(_RESPONSE, length, answered.rid))
+                                out.append(buf[pos + 9 : end])
+                                pos = end
+                                continue
                 self._response(conn, buf, pos, end)
             elif ftype == _EVENT:
                 # The owner's NOTIFY_STATE event is the busiest frame of all: a
@@ -815,6 +871,7 @@ class Daemon:
             self._seq = seq
         self.stats.frames_in += frames
         self.stats.fanout_events += fanned
+        self.stats.routed += routed
         if pos < n and not conn.closing:
             rest = buf[pos:] if pos else buf
             conn.rest = [rest]

@@ -437,6 +437,64 @@ def test_any_input_keeps_the_core_consistent(steps):
                     saw_close.add(peer.conn_id)
 
 
+_BIG = b"x" * 80  # above the smallest max_body a peer may announce (64)
+# Requesters' sets use ids far from the owner's route ids (1, 2, ...), so a mixed-up id shows.
+_set = st.builds(SetState, st.integers(100, 103), st.sampled_from([*_KEYS, "zz"]),
+                 st.sampled_from([v(2), v(True), v(_BIG), v("s"), v(None)]))
+_answer = st.one_of(
+    st.builds(Response, st.integers(1, 4), st.just(Status.OK), st.sampled_from([v(7), v(False), v(_BIG), None, v("t")])),
+    st.builds(Response, st.integers(1, 4), st.just(Status.REJECTED), message=st.just("no")),
+    st.builds(NotifyState, st.one_of(st.none(), st.integers(0, 3)), st.sampled_from(_KEYS), st.just(v(3))),
+)
+_info = st.builds(__import__("jetwire").Info, st.just("p"), st.sampled_from([64, 1 << 20]))
+
+
+def _frames(messages: st.SearchStrategy[Message]) -> st.SearchStrategy[bytes]:
+    # Now and then a message with its last byte changed: the fast checks must refuse it.
+    return st.one_of(messages.map(encode), messages.map(encode), messages.map(encode),
+                     messages.map(lambda m: encode(m)[:-1] + b"\x02"))
+
+
+_route_step = st.one_of(
+    st.tuples(st.integers(0, 2), _frames(_set), st.just("send")),  # peer 0 owns every key
+    st.tuples(st.just(0), _frames(_answer), st.just("send")),
+    st.tuples(st.integers(0, 2), _frames(_info), st.just("send")),
+    st.tuples(st.integers(0, 2), st.just(b""), st.sampled_from(["tick", "pause", "drain", "disconnect"])),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(steps=st.lists(_route_step, min_size=4, max_size=40))
+def test_fast_paths_answer_like_the_careful_paths(steps):
+    # With an event-log hook the core takes its careful paths for routed sets and their
+    # answers; without, its inlined fast paths. Peers must not be able to tell.
+    settings = {"max_pending_per_owner": 3, "route_timeout": 1.0}
+    fast, careful = Harness(**settings), Harness(**settings)
+    careful.daemon = Daemon(Config(**settings), lambda *record: None)  # type: ignore[arg-type]
+    pairs = [[h.connect(str(i)) for h in (fast, careful)] for i in range(3)]
+    for h, owner in zip((fast, careful), pairs[0], strict=True):
+        h.send(owner, *(AddState(i, key, v(0)) for i, key in enumerate(_KEYS)))
+    for which, data, action in steps:
+        for h, conn in zip((fast, careful), pairs[which], strict=True):
+            if action == "send":
+                h.daemon.receive_data(conn, data, h.now)
+            elif action == "tick":
+                h.tick(0.6)
+            elif action == "pause" and not conn.closing:
+                h.daemon.pause(conn, 100)
+            elif action == "drain" and conn.paused and not conn.closing:
+                conn.take_pending(1 << 30)
+                h.daemon.drained(conn)
+            elif action == "disconnect":
+                h.daemon.disconnect(conn, h.now)
+        if action == "disconnect":
+            pairs[which] = [h.connect("again") for h in (fast, careful)]
+        for f_conn, c_conn in pairs:
+            assert list(f_conn.pending) == list(c_conn.pending)
+            assert fast.recv(f_conn) == careful.recv(c_conn)
+    assert fast.daemon.stats.routed == careful.daemon.stats.routed
+
+
 # --- slow consumers: what a fetcher sees is right however it is paused -------------------
 
 _SLOW_KEYS = ["a", "a/1", "b"]
