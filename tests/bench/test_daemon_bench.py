@@ -46,3 +46,14 @@ def test_cli_rejects_unknown_workloads(capsys: pytest.CaptureFixture[str]) -> No
     with pytest.raises(SystemExit):
         main(["--workloads", "W9"])
     assert "unknown workloads" in capsys.readouterr().err
+
+
+def test_core_benchmark_rows_run_and_check_their_work() -> None:
+    from tools.bench.daemon_core import ROWS, fan_out, measure, routed_set
+
+    results = measure(runs=1, repeat=2)
+    assert set(results) == set(ROWS)
+    assert all(len(v) == 1 and 0 < v[0] < 1e4 for v in results.values()), results
+    # Each row verifies what the core produced, so a broken core cannot look fast.
+    assert routed_set()() > 0
+    assert fan_out(2, paused=True, rounds=1)() > 0
