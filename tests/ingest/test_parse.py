@@ -348,3 +348,40 @@ def test_bad_mode(tmp_path: Path) -> None:
     path.write_bytes(build_log())
     with pytest.raises(ValueError, match="mode"):
         read(path, mode="LENIENT")
+
+
+def test_resume_offset_is_where_a_chunked_read_ends(tmp_path: Path) -> None:
+    """jet-ingest records a file's resume offset without re-reading what it wrote: it
+    must equal the end of the last row a chunked read of the same bytes yields."""
+    import random
+
+    from tools.ingest.parse import read_header, resume_offset
+    from tools.ingest.source import plan_ranges
+    from tools.ingest.synth import write_synthetic_log
+
+    whole = tmp_path / "whole.jetlog"
+    write_synthetic_log(str(whole), 60)
+    data = whole.read_bytes()
+    header = read_header(data)
+    assert header is not None
+    path = tmp_path / "a.jetlog"
+    rng = random.Random(6)
+
+    def last_row_end(limit: int, chunk: int) -> int:
+        ends = [header.size]
+        for part in plan_ranges([(str(path), 0, limit)], chunk, 0):
+            for _, start, stop, lim in part:
+                for b in read_segment(str(path), start, stop, limit=lim):
+                    for off, kind, size in zip(*(b.column(c).to_pylist() for c in ("offset", "kind", "size")),
+                                               strict=True):
+                        ends.append(off + 23 + size if kind is not None else off + size)  # JETLOG.md 3
+        return max(ends)
+
+    for trial in range(60):
+        damaged = bytearray(data[: rng.randrange(header.size, len(data) + 1)])
+        if trial % 2 and len(damaged) > header.size + 50:  # damage, or a length that runs past the end
+            for _ in range(rng.randrange(1, 4)):
+                damaged[rng.randrange(header.size, len(damaged))] ^= rng.randrange(1, 256)
+        path.write_bytes(damaged)
+        for chunk in (997, 1 << 25):
+            assert resume_offset(str(path), 0, len(damaged), chunk) == last_row_end(len(damaged), chunk), (trial, chunk)

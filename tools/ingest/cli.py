@@ -22,6 +22,7 @@ import json
 import sys
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Optional
@@ -137,11 +138,24 @@ def _header_incomplete(path: str) -> bool:
         return False
 
 
-def _frames_df(spark: Any, df: Any, states: dict[str, Any], since_ns: Optional[int]) -> Any:
+def _per_file(values: dict[str, int]) -> Any:
+    """A column: ``values[file]`` (null for other files).
+
+    A literal map, not a joined table: no Spark job (and no Python worker) to build a
+    lookup table, and a log directory holds at most a few thousand segments.
+    """
     from pyspark.sql import functions as F
 
-    runs = spark.createDataFrame([(f, s.run_ns) for f, s in states.items()], "file string, run_ns long")
-    out = df.join(F.broadcast(runs), "file", "left").withColumn(
+    if not values:
+        return F.lit(None).cast("long")
+    return F.create_map(*[F.lit(x) for f, v in sorted(values.items()) for x in (f, v)])[F.col("file")]
+
+
+def _frames_df(df: Any, states: dict[str, Any], since_ns: Optional[int]) -> Any:
+    from pyspark.sql import functions as F
+
+    runs = {f: s.run_ns for f, s in states.items()}
+    out = df.withColumn("run_ns", _per_file(runs).cast("long")).withColumn(
         "date", F.to_date(F.col("ts"))  # tables._date: date=YYYY-MM-DD directories
     )
     if since_ns is not None:
@@ -150,28 +164,46 @@ def _frames_df(spark: Any, df: Any, states: dict[str, Any], since_ns: Optional[i
 
 
 def _commit_frames(spark: Any, frames: Any, manifest: Any, states: dict[str, Any], run_id: str,
-                   limits: dict[str, int]) -> int:
-    """Write ``frames`` as run ``run_id`` and commit it in the manifest; returns rows."""
+                   limits: dict[str, int], ends: Optional[Callable[[], dict[str, int]]] = None) -> int:
+    """Write ``frames`` as run ``run_id`` and commit it in the manifest; returns rows.
+
+    ``ends`` computes, while Spark writes, each file's resume offset; without it they
+    come from the written rows (a micro-batch, whose end offsets are the stream's).
+    """
+    from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
     from tools.ingest.warehouse import move_staged
 
     staging = manifest.root / "_jet_ingest" / "staging" / run_id
-    frames.write.mode("overwrite").partitionBy("date").parquet(str(staging / "frames"))
-    written = spark.read.parquet(str(staging / "frames"))
-    # The offset after each file's last record ingested: a record ends 10 + 13 + size
-    # bytes after its start (JETLOG.md 3); a damage row covers [offset, offset + size).
-    rec_end = F.when(F.col("kind").isNotNull(), F.col("offset") + 23 + F.col("size")).otherwise(
-        F.col("offset") + F.col("size"))
-    bad_header = F.col("corrupt").startswith("bad segment header")
-    ends = written.groupBy("file").agg(F.max(rec_end).alias("end"), F.max(bad_header.cast("int")).alias("bad"),
-                                       F.count("*").alias("rows")).collect()
-    rows = 0
-    for row in ends:
-        rows += row["rows"]
-        state = states.get(row["file"])
+    observed = Observation("frames")
+    result: dict[str, int] = {}
+    worker = threading.Thread(target=lambda: result.update(ends()), daemon=True) if ends else None
+    if worker is not None:
+        worker.start()
+    try:
+        frames.observe(observed, F.count(F.lit(1)).alias("rows")).write.mode("overwrite").partitionBy("date").parquet(
+            str(staging / "frames"))
+    finally:
+        if worker is not None:
+            worker.join()
+    rows = int(observed.get["rows"])
+    if ends is None:
+        written = spark.read.parquet(str(staging / "frames"))
+        # The offset after each file's last record ingested: a record ends 10 + 13 + size
+        # bytes after its start (JETLOG.md 3); a damage row covers [offset, offset + size).
+        rec_end = F.when(F.col("kind").isNotNull(), F.col("offset") + 23 + F.col("size")).otherwise(
+            F.col("offset") + F.col("size"))
+        bad_header = F.col("corrupt").startswith("bad segment header")
+        for row in written.groupBy("file").agg(F.max(rec_end).alias("end"), F.max(bad_header.cast("int")).alias("bad")
+                                              ).collect():
+            result[row["file"]] = limits[row["file"]] if row["bad"] else int(row["end"])
+    elif len(result) < len(limits):
+        raise RuntimeError("jet-ingest: could not compute where each file's next read resumes")
+    for path, end in result.items():
+        state = states.get(path)
         if state is not None:
-            state.done = limits[row["file"]] if row["bad"] else max(state.done, int(row["end"]))
+            state.done = max(state.done, end)
     move_staged(staging / "frames", manifest.root / "frames", run_id)
     manifest.files.update(states)
     manifest.runs.append(run_id)
@@ -180,6 +212,21 @@ def _commit_frames(spark: Any, frames: Any, manifest: Any, states: dict[str, Any
 
     shutil.rmtree(staging, ignore_errors=True)
     return rows
+
+
+def _resume_offsets(ranges: list[tuple[str, int, int]], states: dict[str, Any], chunk: int) -> dict[str, int]:
+    """Each range's resume offset, as the reader's last chunk of it ends (no Spark job)."""
+    from tools.ingest.parse import JetlogError, resume_offset
+
+    out = {}
+    for path, start, limit in ranges:
+        try:
+            out[path] = resume_offset(path, start, limit, chunk)
+        except JetlogError:
+            out[path] = limit  # a bad header: reported once as a row, never read again
+        except FileNotFoundError:
+            out[path] = start  # rotated away since planning: the reader found nothing either
+    return out
 
 
 def ingest_once(spark: Any, logdir: str, warehouse: Path, *, since_ns: Optional[int] = None,
@@ -202,10 +249,11 @@ def ingest_once(spark: Any, logdir: str, warehouse: Path, *, since_ns: Optional[
     tasks = len(plan_ranges(ranges, DEFAULT_CHUNK, 0))
     console.print(f"ingesting {len(ranges)} file(s), {sum(lim - s for _, s, lim in ranges):,} bytes")
     df = (spark.read.format("jetlog").option("ranges", json.dumps(ranges)).option("groupSize", "0")
-          .option("mode", mode).load())
-    frames = _frames_df(spark, df, states, since_ns)
+          .option("chunkSize", str(DEFAULT_CHUNK)).option("mode", mode).load())
+    frames = _frames_df(df, states, since_ns)
     with _Progress(spark, console, len(ranges), tasks):
-        return _commit_frames(spark, frames, manifest, states, new_run_id(), {f: lim for f, _, lim in ranges})
+        return _commit_frames(spark, frames, manifest, states, new_run_id(), {f: lim for f, _, lim in ranges},
+                              ends=lambda: _resume_offsets(ranges, states, DEFAULT_CHUNK))
 
 
 def rebuild_tables(spark: Any, warehouse: Path) -> dict[str, Any]:
@@ -219,11 +267,11 @@ def rebuild_tables(spark: Any, warehouse: Path) -> dict[str, Any]:
     # Not cached: each derived table reads only the Parquet columns it needs, which
     # costs less than building an in-memory copy of every column of every record.
     frames = tables.with_seq(spark.read.parquet(str(frames_dir)))
-    # Both sides' request/response pairs from one sort, shared by state_changes and requests.
-    pairs = tables.request_pairs(frames, daemon_side=None).cache()
+    # Requests, responses and routes from one sort, shared by state_changes and requests.
+    exchanges = tables.request_exchanges(frames).cache()
     build = {
-        "state_changes": tables.state_changes(frames, pairs),
-        "requests": tables.requests(frames, pairs),
+        "state_changes": tables.state_changes(frames, exchanges),
+        "requests": tables.requests(frames, exchanges),
         "connections": tables.connections(frames),
     }
     out: dict[str, Any] = {"frames": frames}
@@ -256,12 +304,10 @@ def _follow(spark: Any, args: argparse.Namespace, console: Console) -> None:
             _, states = _plan(m, args.logdir)
             # The manifest is the truth: rows it already holds (from a batch run, or a
             # micro-batch replayed after a crash) are filtered out.
-            done = spark.createDataFrame([(f, s.done) for f, s in m.files.items()] or [("", 0)],
-                                        "file string, _done long")
-            fresh = df.join(F.broadcast(done), "file", "left").filter(
-                F.col("_done").isNull() | (F.col("offset") >= F.col("_done"))).drop("_done")
+            done = _per_file({f: s.done for f, s in m.files.items()})
+            fresh = df.filter(F.col("offset") >= F.coalesce(done, F.lit(0)))
             sizes = {f: Path(f).stat().st_size for f in states}
-            rows = _commit_frames(spark, _frames_df(spark, fresh, states, args.since), m, states, new_run_id(),
+            rows = _commit_frames(spark, _frames_df(fresh, states, args.since), m, states, new_run_id(),
                                   sizes)
             console.print(f"micro-batch {batch_id}: {rows} new record(s)")
             if rows:

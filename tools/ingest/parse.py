@@ -47,6 +47,7 @@ __all__ = [
     "parse_batch",
     "read_header",
     "read_segment",
+    "resume_offset",
     "scan_records",
 ]
 
@@ -253,6 +254,38 @@ def scan_records(
         damage.append((pos, nxt - pos, problem or "damage"))
         pos = nxt
     return ScanResult(np.asarray(starts, dtype=np.int64), damage, pos, truncated)
+
+
+def resume_offset(path: str, start: int, limit: int, chunk: int, *, max_record: int = DEFAULT_MAX_RECORD) -> int:
+    """Where the next read of ``path`` resumes after its records that begin in
+    ``[start, limit)`` were read in chunks of ``chunk`` bytes (as the ``jetlog`` source
+    plans them): the offset after the last complete record or damaged region of the
+    last chunk that has one. A truncated last record is read again next time
+    (JETLOG.md 5). ``start`` must be a record boundary (or inside the header).
+
+    Only the last chunk is scanned (the one before it if no record begins in it), from
+    the same boundary the reader starts that chunk at (:func:`find_boundary`).
+
+    Raises:
+        JetlogError: the segment header is invalid.
+    """
+    with open(path, "rb") as fh:
+        size = min(os.fstat(fh.fileno()).st_size, limit)
+        if size <= start:
+            return start
+        mm = mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_READ)
+    try:
+        header = read_header(mm)
+        if header is None:
+            return start
+        cuts = range(start, limit, chunk) if limit - start > chunk else range(start, start + 1)
+        for cut in reversed(cuts):
+            begin = header.size if cut <= header.size else find_boundary(mm, cut, max_record)
+            if begin < size:
+                return scan_records(mm, begin, max_record=max_record).end
+        return max(start, header.size)
+    finally:
+        mm.close()
 
 
 # --- vectorised field extraction ------------------------------------------------------
