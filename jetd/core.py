@@ -10,10 +10,11 @@ transport is paused, the local queue drained with :meth:`Connection.take_pending
 Slow consumers (PROTOCOL.md 10.8): while a connection is paused its fetches are
 *parked*, out of the fetch index, so a change costs a paused peer nothing. While any
 fetch is parked, a change stores one sequence number under its key in one daemon-wide
-dict (a single store per change, however many peers are paused); a parked connection
-catches up on the keys changed after its mark, with their latest values, when it
-drains and before any response is queued for it, and on one key before that key's
-FETCH_REMOVE.
+dict (a single store per change, however many peers are paused). A parked connection
+catches up on one key before that key's FETCH_REMOVE and before the answer to its own
+SET_STATE or NOTIFY_STATE of that key (PROTOCOL.md 10.5), and on every key changed
+after its mark when its queue has drained: that catch-up is queued like any other
+output, under the hard limit, and the fetches are live again once it is written.
 
 The hot paths work on the received bytes directly with precompiled ``struct`` objects:
 a routed request is forwarded as a new 9-byte head plus a slice of the received frame;
@@ -303,14 +304,16 @@ class FetchRegistry:
 class Route:
     """A request routed to an owner (PROTOCOL.md 10.3), waiting for its answer."""
 
-    __slots__ = ("deadline", "done", "function", "oid", "owner", "requester", "rid")
+    __slots__ = ("deadline", "done", "function", "key", "oid", "owner", "requester", "rid")
 
-    def __init__(self, requester: Connection, rid: int, owner: Connection, oid: int, function: int, deadline: float) -> None:
+    def __init__(self, requester: Connection, rid: int, owner: Connection, oid: int, function: int, key: bytes,
+                 deadline: float) -> None:
         self.requester = requester
         self.rid = rid
         self.owner = owner
         self.oid = oid
         self.function = function
+        self.key = key  # PROTOCOL.md 10.5: a parked requester catches up on it before the answer
         self.deadline = deadline
         self.done = False
 
@@ -330,14 +333,15 @@ class RouteTable:
         self.timeout = timeout
         self.fifo: deque[Route] = deque()
 
-    def open(self, requester: Connection, rid: int, owner: Connection, function: int, now: float) -> Route:
+    def open(self, requester: Connection, rid: int, owner: Connection, function: int, key: bytes,
+             now: float) -> Route:
         """Pick an id distinct from every other request pending at ``owner``."""
         routes = owner.routes
         oid = owner.next_route_id
         while oid in routes:
             oid = (oid + 1) & 0xFFFF_FFFF
         owner.next_route_id = (oid + 1) & 0xFFFF_FFFF
-        route = Route(requester, rid, owner, oid, function, now + self.timeout)
+        route = Route(requester, rid, owner, oid, function, key, now + self.timeout)
         routes[oid] = route
         fifo = self.fifo
         while fifo and fifo[0].done:
@@ -374,6 +378,7 @@ class Connection:
 
     __slots__ = (
         "address",
+        "caught",
         "close_at",
         "close_reason",
         "close_status",
@@ -410,6 +415,7 @@ class Connection:
         self.paused = False
         self.parked = False  # its fetches are in Daemon.parked_fetches, not Daemon.fetches
         self.mark = 0  # parked: the changes up to this sequence number are queued already
+        self.caught: dict[bytes, int] = {}  # parked: keys caught up on one by one since, and when
         self.pending: deque[bytes] = deque()
         self.pending_size = 0
         self.transport_size = 0  # bytes the transport buffers; set by the IO layer
@@ -616,18 +622,28 @@ class Daemon:
                 self._park(conn)
             log.debug("slow %s: %d bytes in the transport, queueing locally", conn.label, transport_size)
 
-    def drained(self, conn: Connection) -> None:
-        """The local queue is empty and the transport below its low mark again: the
-        connection gets the latest value of every key changed while it was parked
-        (in ``conn.out``; the IO layer flushes it) and its fetches are live again."""
+    def drained(self, conn: Connection) -> bool:
+        """The local queue is empty and the transport below its low mark again.
+
+        If keys changed while the connection was parked, their latest values are queued
+        first (PROTOCOL.md 10.8), like any output above the soft limit, and it stays
+        paused: returns False, and the IO layer writes the queue and calls again. Returns
+        True once the connection is live again (False too if it was closed)."""
+        if conn.closing:
+            return False
+        if conn.parked:
+            if self._seq != conn.mark:
+                self._catch_up(conn)
+                self._finish_closes()
+                if conn.pending or conn.closing:
+                    return False
+            self._unpark(conn)
         conn.paused = False
         conn.transport_size = 0
         conn.slow_since = None
         self.slow.discard(conn)
-        if conn.parked and not conn.closing:
-            self._catch_up(conn)
-            self._unpark(conn)
         log.debug("drained %s", conn.label)
+        return True
 
     def _park(self, conn: Connection) -> None:
         conn.parked = True
@@ -641,6 +657,7 @@ class Daemon:
 
     def _unpark(self, conn: Connection) -> None:
         conn.parked = False
+        conn.caught.clear()
         live, parked = self.fetches, self.parked_fetches
         for fetch in conn.fetches.values():
             parked.remove(fetch)
@@ -654,26 +671,36 @@ class Daemon:
 
     def _catch_up(self, conn: Connection) -> None:
         """Queue for parked ``conn`` a FETCH_CHANGE with the latest value per (fetch, key)
-        changed since its mark (PROTOCOL.md 10.8)."""
+        changed since its mark and not caught up on one by one since (PROTOCOL.md 10.8);
+        CLOSE it above the hard limit."""
         mark = conn.mark
-        seq = conn.mark = self._seq
-        if seq == mark:
-            return
+        conn.mark = self._seq
+        caught = conn.caught
         states = self.registry.states
         sent = 0
         for key, changed in self._changed.items():
-            owner = states.get(key) if changed > mark else None
-            if owner is not None:
-                sent += self._catch_up_key(conn, key, owner.states[key])
-                if conn.closing:
-                    break
+            if changed > mark and changed > caught.get(key, 0):
+                owner = states.get(key)
+                if owner is not None:
+                    sent += self._catch_up_key(conn, key, owner.states[key])
+                    if conn.closing:
+                        break
+        caught.clear()
         self.stats.caught_up += sent
         if conn.paused and conn.pending_size + conn.transport_size > self.config.hard_limit:
             self._overload(conn, "output above the hard limit")
 
+    def _catch_up_on(self, conn: Connection, key: bytes, kv: bytes) -> None:
+        """Parked ``conn`` catches up on ``key`` alone (its value ``kv``), if it changed
+        since the connection's mark and since it last caught up on it."""
+        changed = self._changed.get(key, 0)
+        if changed > conn.mark and changed > conn.caught.get(key, 0):
+            conn.caught[key] = self._seq
+            self.stats.caught_up += self._catch_up_key(conn, key, kv)
+
     def _catch_up_key(self, conn: Connection, key: bytes, kv: bytes) -> int:
-        """Queue for parked ``conn`` the FETCH_CHANGE of ``key`` (value ``kv``) for each of
-        its fetches that matches; returns how many."""
+        """Queue for ``conn`` the FETCH_CHANGE of ``key`` (value ``kv``) for each of its
+        fetches that matches; returns how many."""
         body_length = 5 + len(kv)
         if self._too_large_for(conn, body_length):
             self._event_too_large(conn, body_length)
@@ -769,7 +796,8 @@ class Daemon:
                         if kend + 5 + vn == end and (
                             check == _OPAQUE or (vn == check and (vtype != 1 or buf[kend + 5] < 2))
                         ):
-                            owner = states.get(buf[pos + 12 : kend])
+                            key = buf[pos + 12 : kend]
+                            owner = states.get(key)
                             if (
                                 owner is not None
                                 and not owner.paused
@@ -777,7 +805,7 @@ class Daemon:
                                 and len(owner.routes) < max_pending
                                 and length <= owner.max_body
                             ):
-                                route = open_route(conn, _U32_FROM(buf, pos + 5)[0], owner, _SET_STATE, now)
+                                route = open_route(conn, _U32_FROM(buf, pos + 5)[0], owner, _SET_STATE, key, now)
                                 routed += 1
                                 out = owner.out
                                 if not out:
@@ -896,7 +924,8 @@ class Daemon:
                 self._close_with(conn, Status.TOO_LARGE, message, _close_frame(Status.TOO_LARGE, message))
                 return
         if conn.paused:
-            self._enqueue(conn, frame)
+            if not self._enqueue(conn, frame):
+                return
         else:
             out = conn.out
             if not out:
@@ -905,16 +934,14 @@ class Daemon:
         if self._log is not None:
             self._log(conn.conn_id, _FRAME_OUT, frame)
 
-    def _enqueue(self, conn: Connection, frame: bytes) -> None:
-        """Queue ``frame`` for paused ``conn``, a response after the changes held back
-        for it (PROTOCOL.md 10.8, 10.5); CLOSE the peer above the hard limit."""
-        if conn.parked and frame[0] == _RESPONSE and self._seq != conn.mark:
-            self._catch_up(conn)
-            if conn.closing and not conn.paused:
-                return  # overloaded while catching up: only its CLOSE goes out
+    def _enqueue(self, conn: Connection, frame: bytes) -> bool:
+        """Queue ``frame`` for paused ``conn``; above the hard limit CLOSE the peer
+        instead. Returns True if the frame is queued (JETLOG.md 4: only those are logged)."""
         conn.enqueue(frame)
         if conn.pending_size + conn.transport_size > self.config.hard_limit:
             self._overload(conn, "output above the hard limit")
+            return False
+        return True
 
     def _fanout(self, key: bytes, code: int, kv: bytes) -> None:
         """Send one fetch event for ``key`` to every matching fetch: the frame is
@@ -963,11 +990,11 @@ class Daemon:
     def _fanout_parked(self, key: bytes, code: int, kv: bytes) -> None:
         """A FETCH_ADD or FETCH_REMOVE for the parked fetches of ``key``: queued in
         order, after the changes held back (PROTOCOL.md 10.8: never conflated)."""
-        targets = self.parked_fetches.targets(key)
-        changed = self._changed.get(key, 0) if code == _FETCH_REMOVE else 0
+        # Not the cached targets: ADD and REMOVE are rare, and a cache entry would keep
+        # closed connections alive until the key is removed.
+        targets = [fetch for group in self.parked_fetches.groups(key) for fetch in group.values()]
         body_length = 5 + len(kv)
         head = _EVT_HEAD_PACK(_EVENT, body_length, code)
-        caught_up: set[int] = set()
         for fetch in targets:
             conn = fetch.conn
             if conn.closing:
@@ -975,14 +1002,14 @@ class Daemon:
             if self._too_large_for(conn, body_length):
                 self._event_too_large(conn, body_length)
                 continue
-            if changed > conn.mark and conn.conn_id not in caught_up:
-                # The key's held-back change first, for all of the connection's fetches
-                # at once (kv is its last value).
-                caught_up.add(conn.conn_id)
-                self.stats.caught_up += self._catch_up_key(conn, key, kv)
+            if code == _FETCH_REMOVE:
+                # The key's held-back change first (kv is its last value), for all of the
+                # connection's fetches at once.
+                self._catch_up_on(conn, key, kv)
+                if conn.closing:
+                    continue
             frame = head + fetch.fid_bytes + kv
-            self._enqueue(conn, frame)
-            if self._log_events and self._log is not None:
+            if self._enqueue(conn, frame) and self._log_events and self._log is not None:
                 self._log(conn.conn_id, _FRAME_OUT, frame)
         self.stats.fanout_events += len(targets)
         if code == _FETCH_REMOVE:
@@ -1240,7 +1267,7 @@ class Daemon:
             return self._reply(
                 conn, rid, Status.TOO_LARGE, f"the owner accepts bodies of at most {owner.max_body} bytes"
             )
-        route = self.routes.open(conn, rid, owner, function, self.now)
+        route = self.routes.open(conn, rid, owner, function, key, self.now)
         self.stats.routed += 1
         head = _ID_HEAD_PACK(_REQUEST, end - pos - 5, route.oid)
         tail = buf[pos + 9 : end]
@@ -1275,6 +1302,8 @@ class Daemon:
             return self._reply(conn, rid, Status.NOT_OWNER, "only the owner may notify")
         kv = conn.states[key] = buf[pos + 10 : end]
         self._fanout(key, _FETCH_CHANGE, kv)  # PROTOCOL.md 10.5: before the OK
+        if conn.parked:
+            self._catch_up_on(conn, key, kv)  # it fetches its own state: the change first
         self._send(conn, _ok(rid))
         return None
 
@@ -1302,8 +1331,7 @@ class Daemon:
                 self._event_too_large(conn, 5 + len(kv))
                 return None
             if conn.paused:
-                self._enqueue(conn, head + fid_bytes + kv)
-                if conn.closing:
+                if not self._enqueue(conn, head + fid_bytes + kv):
                     return None
             else:
                 out = conn.out
@@ -1326,10 +1354,6 @@ class Daemon:
         fid = _U32_FROM(buf, pos + 10)[0]
         if fid not in conn.fetches:
             return self._reply(conn, rid, Status.NOT_FOUND, f"no fetch {fid} on this connection")
-        if conn.parked:
-            self._catch_up(conn)  # the changes it is owed from before the UNFETCH
-            if conn.closing:
-                return None
         fetch = conn.fetches.pop(fid)
         if conn.parked:
             self.parked_fetches.remove(fetch)
@@ -1367,6 +1391,11 @@ class Daemon:
         if requester.closed:
             return  # PROTOCOL.md 10.3: requester gone, the answer is dropped
         rid = route.rid
+        if requester.parked and route.function == _SET_STATE:
+            # PROTOCOL.md 10.5: the change its set caused before the answer.
+            owner = self.registry.states.get(route.key)
+            if owner is not None:
+                self._catch_up_on(requester, route.key, owner.states[route.key])
         if end - pos >= 10:
             status = buf[pos + 9]
             if status == 0:
@@ -1399,9 +1428,9 @@ class Daemon:
                 if state_owner is not conn:
                     reason = self._unknown_key(conn, key, None, "state") if state_owner is None else "not the owner"
                     return self._drop_event(conn, code, key, reason)
-                if end - pos > self._max_body:
-                    # Its FETCH_CHANGE (4 bytes longer) would exceed the max_body we
-                    # announced to the fetchers (PROTOCOL.md 3).
+                if end - pos - 1 > self._max_body:
+                    # Its FETCH_CHANGE (body 4 bytes longer) would exceed the max_body we
+                    # announced to the fetchers (PROTOCOL.md 3); the fast path's bound too.
                     return self._fatal(
                         conn, Status.TOO_LARGE, f"NOTIFY_STATE event too large to fetch (max_body {self._max_body})"
                     )

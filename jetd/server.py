@@ -122,18 +122,24 @@ class PeerProtocol(asyncio.Protocol):
         self.drain()
 
     def drain(self) -> None:
-        """Hand the locally queued frames to the transport until it pauses again."""
+        """Hand the locally queued frames to the transport until it pauses again; once
+        all are written, the core queues the changes it held back (PROTOCOL.md 10.8),
+        which are written the same way, and then the connection is live again."""
         conn = self.conn
         transport = self.transport
         if conn is None or transport is None or transport.is_closing():
             return
-        while conn.pending and not self.write_paused:
-            transport.write(b"".join(conn.take_pending(DRAIN_CHUNK)))
-        if not conn.pending and not self.write_paused and conn.paused and not conn.closing:
-            # The changes held back while it was slow go out with the next flush.
-            self.server.daemon.drained(conn)
-            self.server.schedule_flush()
-            transport.resume_reading()
+        daemon = self.server.daemon
+        while not self.write_paused:
+            while conn.pending and not self.write_paused:
+                transport.write(b"".join(conn.take_pending(DRAIN_CHUNK)))
+            if conn.pending or self.write_paused or not conn.paused or conn.closing:
+                break
+            if daemon.drained(conn):
+                transport.resume_reading()
+                break
+        # A CLOSE (OVERLOADED) from the catch-up, and what a live connection got, go out.
+        self.server.schedule_flush()
 
     def hang_up(self) -> None:
         """Close after the queued bytes are written; abort if the peer takes too long."""
@@ -182,6 +188,8 @@ class Server:
             out = conn.out
             if proto is None or proto.transport is None or proto.transport.is_closing():
                 out.clear()
+                if conn.closed:
+                    conn.pending.clear()  # nobody will write it: free it now
                 continue
             transport = proto.transport
             if out:

@@ -115,12 +115,12 @@ def test_route_ids_skip_ids_in_use_and_wrap():
     table = RouteTable(5.0)
     owner, requester = Connection(1, "o"), Connection(2, "r")
     owner.next_route_id = 0xFFFF_FFFE
-    first = table.open(requester, 1, owner, 3, 0.0)
-    second = table.open(requester, 2, owner, 3, 0.0)
-    third = table.open(requester, 3, owner, 3, 0.0)
+    first = table.open(requester, 1, owner, 3, b"k", 0.0)
+    second = table.open(requester, 2, owner, 3, b"k", 0.0)
+    third = table.open(requester, 3, owner, 3, b"k", 0.0)
     assert [first.oid, second.oid, third.oid] == [0xFFFF_FFFE, 0xFFFF_FFFF, 0]
     owner.next_route_id = 0xFFFF_FFFF  # in use: skipped
-    assert table.open(requester, 4, owner, 3, 0.0).oid == 1
+    assert table.open(requester, 4, owner, 3, b"k", 0.0).oid == 1
     assert [r.oid for r in table.expired(10.0)] == [0xFFFF_FFFE, 0xFFFF_FFFF, 0, 1]
 
 
@@ -155,11 +155,16 @@ def test_fetch_registry_visits_only_matching_prefixes():
 
 
 def _drain(h: Harness, conn: Connection) -> list[Message]:
-    """The IO layer's drain: the local queue, then what drained() adds to ``out``."""
+    """The IO layer's drain (jetd.server.PeerProtocol.drain): write the local queue, call
+    drained() until it says the connection is live (it may queue the held-back changes
+    first), then flush."""
     decoder = h.decoders[conn.conn_id]
-    decoder.receive_data(b"".join(conn.take_pending(1 << 30)))
-    messages = list(decoder.messages())
-    h.daemon.drained(conn)
+    messages: list[Message] = []
+    while True:
+        decoder.receive_data(b"".join(conn.take_pending(1 << 30)))
+        messages += decoder.messages()
+        if conn.closing or h.daemon.drained(conn):
+            break
     return messages + h.recv(conn)
 
 
@@ -187,13 +192,12 @@ def test_parked_fetches_get_latest_values_in_order():
         FetchRemove(f8, "k", v(2)),
         FetchAdd(f7, "k", v(5)),
         FetchAdd(f8, "k", v(5)),
-        FetchChange(f7, "j", v(1)),  # every change held back, before the response
+        Response(9, Status.OK, v(1)),
+        FetchChange(f7, "j", v(8)),  # the rest when it drains, in order of first change
         FetchChange(f7, "k", v(7)),
         FetchChange(f8, "k", v(7)),
-        Response(9, Status.OK, v(1)),
-        FetchChange(f7, "j", v(8)),  # and the rest when it drains
     ]
-    assert h.daemon.stats.caught_up == 6 and h.daemon.stats.parked == 1
+    assert h.daemon.stats.caught_up == 5 and h.daemon.stats.parked == 1
     # Live again: every change goes straight out.
     h.send(owner, NotifyState(None, "j", v(9)))
     assert h.recv(slow) == [FetchChange(f7, "j", v(9))]
@@ -221,6 +225,83 @@ def test_paused_connection_conflates_and_hard_limit_overloads():
     h.send(owner, NotifyState(None, "a", v(1)))  # nothing more for it
     assert h.recv(slow) == []
     assert h.daemon._parked == 0 and h.daemon._changed == {}
+
+
+def test_parked_peer_gets_the_change_it_caused_before_the_answer():
+    # PROTOCOL.md 10.5 with 10.8: a parked requester's own set, and a parked owner's own
+    # NOTIFY_STATE request, are answered after their change; other changes wait for the drain.
+    h = Harness()
+    owner, slow = h.connect(), h.connect()
+    h.send(owner, AddState(1, "k", v(0)), AddState(2, "j", v(0)), FetchStates(3, "k"))
+    own_fid = h.recv(owner)[2].fetch_id
+    h.send(slow, FetchStates(1, ""))
+    fid = h.recv(slow)[0].fetch_id
+    h.daemon.pause(slow, 1 << 20)
+    h.daemon.pause(owner, 1 << 20)
+    h.send(owner, NotifyState(None, "j", v(1)))
+    h.send(slow, SetState(5, "k", v(3)))
+    h.send(owner, NotifyState(None, "k", v(3)), Response(1, Status.OK, v(3)), NotifyState(7, "k", v(4)))
+    decoder = Decoder()
+    decoder.receive_data(b"".join(owner.take_pending(1 << 20)))
+    assert list(decoder.messages()) == [
+        SetState(1, "k", v(3)), FetchChange(own_fid, "k", v(4)), Response(7, Status.OK)]
+    decoder = Decoder()
+    decoder.receive_data(b"".join(slow.take_pending(1 << 20)))
+    assert list(decoder.messages()) == [FetchChange(fid, "k", v(3)), Response(5, Status.OK, v(3))]
+    assert _drain(h, slow) == [FetchChange(fid, "j", v(1)), FetchChange(fid, "k", v(4))]
+
+
+def test_catch_up_on_drain_is_bounded_by_the_hard_limit():
+    # 10 fetches x 100 changed keys held back are ~61 kB: the catch-up is queued like any
+    # output above the soft limit, so the hard limit still closes the peer.
+    h = Harness(hard_limit=20_000)
+    owner, slow = h.connect(), h.connect()
+    h.send(owner, *(AddState(i, f"k{i:03d}", v(0)) for i in range(1, 101)))
+    h.send(slow, *(FetchStates(i, "") for i in range(1, 11)))
+    h.recv(owner)
+    h.recv(slow)
+    h.daemon.pause(slow, 100)
+    h.send(owner, *(NotifyState(None, f"k{i:03d}", v(b"z" * 40)) for i in range(1, 101)))
+    assert not h.daemon.drained(slow)
+    assert slow.closed and h.recv(slow) == [Close(Status.OVERLOADED, "output above the hard limit")]
+    assert h.daemon._parked == 0 and h.daemon._changed == {}
+
+
+def test_a_close_during_the_catch_up_tears_the_connection_down():
+    h = Harness()
+    owner, slow = h.connect(), h.connect()
+    h.send(slow, Info("slow", 64))  # accepts bodies of at most 64 bytes
+    h.send(owner, AddState(1, "k", v(0)))
+    h.send(slow, FetchStates(2, ""))
+    h.recv(owner)
+    h.recv(slow)
+    h.daemon.pause(slow, 100)
+    h.send(owner, NotifyState(None, "k", v(b"x" * 100)))  # held back: too large for it
+    assert not h.daemon.drained(slow)
+    assert slow.closed
+    # Still paused: the IO layer writes the queue, which ends with the CLOSE.
+    assert _drain(h, slow) == [Close(Status.TOO_LARGE, "a fetch event of 113 bytes exceeds your max_body 64")]
+    h.send(owner, NotifyState(None, "k", v(1)))
+    assert slow.out == [] and not slow.pending
+
+
+def test_closed_parked_connections_are_not_kept_alive():
+    import gc
+
+    h = Harness()
+    owner = h.connect()
+    for i in range(5):
+        slow = h.connect(f"slow{i}")
+        h.send(slow, FetchStates(1, ""))
+        h.recv(slow)
+        h.daemon.pause(slow, 100)
+        h.send(owner, AddState(100 + i, f"k{i}", v(i)))  # a FETCH_ADD to the parked fetch
+        h.daemon.disconnect(slow, h.now)
+    del slow
+    h.recv(owner)
+    h.daemon.take_dirty()
+    gc.collect()
+    assert not [o for o in gc.get_objects() if type(o) is Connection and o.closed]
 
 
 def test_slow_deadline_overloads():
@@ -330,15 +411,19 @@ def test_value_check_accepts_every_valid_value(value):
     assert _value_ok(raw, 0, len(raw))
 
 
-def test_owner_fetching_itself_overflows_on_the_notify_fast_path():
+def test_owner_fetching_itself_is_held_back_then_overflows_when_it_drains():
     h = Harness(soft_limit=100, hard_limit=1000)
     owner = h.connect()
     h.send(owner, AddState(1, "a", v(0)), FetchStates(2, ""))
     h.recv(owner)
     h.daemon.pause(owner, 150)
-    h.send(owner, NotifyState(None, "a", v(b"x" * 1200)), AddState(3, "evil", v(1)))
+    # On the notify fast path its own change is held back, not queued: it costs nothing.
+    h.send(owner, NotifyState(None, "a", v(b"x" * 1200)), AddState(3, "b", v(1)))
+    assert not owner.closed and owner.pending_size < 100
+    # Draining, the catch-up is queued and goes over the hard limit.
+    owner.take_pending(1 << 20)
+    assert not h.daemon.drained(owner)
     assert owner.closed
-    assert b"evil" not in h.daemon.registry.states
     assert h.recv(owner) == [Close(Status.OVERLOADED, "output above the hard limit")]
 
 
@@ -602,3 +687,23 @@ def test_paused_fetchers_always_end_up_with_the_latest_values(steps):
         assert not views[i].fetch_rids and not views[i].unfetch_rids and not views[i].notify_rids
         for fid, prefix in views[i].prefixes.items():
             assert views[i].views[fid] == {k: val for k, val in truth.items() if k.startswith(prefix)}
+
+
+@given(kind=st.sampled_from(["STRING", "BYTES"]), extra=st.sampled_from([0, 1]))
+@settings(max_examples=20, deadline=None)
+def test_notify_event_size_limit_is_the_same_on_both_paths(kind, extra):
+    # PROTOCOL.md 3: the FETCH_CHANGE of a NOTIFY_STATE event (its body 4 bytes longer)
+    # must fit the max_body announced to fetchers. A STRING takes the careful path, BYTES
+    # the fast one: both accept exactly up to the limit.
+    h = Harness(max_body=64)
+    owner, fetcher = h.connect(), h.connect()
+    n = 64 - 4 - 9 + extra  # event body: code 1 + key "k" 3 + value head 5 + n
+    value = v("x" * n) if kind == "STRING" else v(b"x" * n)
+    h.send(owner, AddState(1, "k", v("") if kind == "STRING" else v(b"")))
+    h.send(fetcher, FetchStates(1, "k"))
+    fid = h.recv(fetcher)[0].fetch_id
+    h.send(owner, NotifyState(None, "k", value))
+    if extra:
+        assert owner.closed and h.recv(fetcher) == [FetchRemove(fid, "k", v("") if kind == "STRING" else v(b""))]
+    else:
+        assert not owner.closed and h.recv(fetcher) == [FetchChange(fid, "k", value)]
