@@ -23,6 +23,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Optional
@@ -188,7 +189,10 @@ def _commit_frames(spark: Any, frames: Any, manifest: Any, states: dict[str, Any
         if worker is not None:
             worker.join()
     rows = int(observed.get["rows"])
-    if ends is None:
+    if ends is not None:
+        if len(result) < len(limits):
+            raise RuntimeError("jet-ingest: could not compute where each file's next read resumes")
+    elif rows:
         written = spark.read.parquet(str(staging / "frames"))
         # The offset after each file's last record ingested: a record ends 10 + 13 + size
         # bytes after its start (JETLOG.md 3); a damage row covers [offset, offset + size).
@@ -198,8 +202,6 @@ def _commit_frames(spark: Any, frames: Any, manifest: Any, states: dict[str, Any
         for row in written.groupBy("file").agg(F.max(rec_end).alias("end"), F.max(bad_header.cast("int")).alias("bad")
                                               ).collect():
             result[row["file"]] = limits[row["file"]] if row["bad"] else int(row["end"])
-    elif len(result) < len(limits):
-        raise RuntimeError("jet-ingest: could not compute where each file's next read resumes")
     for path, end in result.items():
         state = states.get(path)
         if state is not None:
@@ -274,11 +276,19 @@ def rebuild_tables(spark: Any, warehouse: Path) -> dict[str, Any]:
         "requests": tables.requests(frames, exchanges),
         "connections": tables.connections(frames),
     }
-    out: dict[str, Any] = {"frames": frames}
-    for name, df in build.items():
+    def write(name: str) -> None:
         staged = warehouse / "_jet_ingest" / "staging" / f"derived-{name}"
-        df.write.mode("overwrite").partitionBy("date").parquet(str(staged))
-        replace_dir(staged, warehouse / name)
+        build[name].write.mode("overwrite").partitionBy("date").parquet(str(staged))
+
+    # The three writes run as concurrent Spark jobs: one's planning, code generation and
+    # skewed last tasks overlap the others' work (on small logs that is most of the time).
+    with ThreadPoolExecutor(len(build)) as pool:
+        for done in [pool.submit(write, name) for name in build]:
+            done.result()
+    exchanges.unpersist()
+    out: dict[str, Any] = {"frames": frames}
+    for name in build:
+        replace_dir(warehouse / "_jet_ingest" / "staging" / f"derived-{name}", warehouse / name)
         out[name] = spark.read.parquet(str(warehouse / name))
     return out
 
