@@ -14,7 +14,9 @@ from tools.bench.daemon import main, render_table, run_benchmark
 from tools.bench.daemon_workloads import WORKLOADS, Sizes
 
 EXPECTED_METRICS = {
-    "W1 routed set": {"sequential round trip p50", "sequential round trip p99", "daemon CPU per routed set"},
+    "W1 routed set": {"sequential round trip p50", "sequential round trip p99", "daemon CPU per routed set",
+                      "daemon CPU per routed set, generator busy-polling",
+                      "pipelined (10 in flight) sets/s, generator busy-polling"},
     "W2 fan-out": {"1 fetchers: delivered events/s", "3 fetchers: daemon CPU per delivered event"},
     "W3 fetch setup": {"fetch of 200 states: time to last add"},
     "W4 memory": {"RSS per cached state (500 INT64 states)", "RSS per idle connection (20 peers)"},
