@@ -1083,6 +1083,9 @@ class Daemon:
             else:
                 del conn.out[conn.close_at :]
         conn.closed = True
+        # It no longer counts against max_connections, even while the IO layer lingers
+        # on its socket (jetd.server.PeerProtocol.hang_up).
+        self.connections.pop(conn.conn_id, None)
         if conn.max_body < self._max_body:
             self._small_body_peers -= 1
         for route in conn.routes.values():

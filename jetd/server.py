@@ -28,6 +28,7 @@ __all__ = ["PeerProtocol", "Server", "new_event_loop", "serve"]
 
 log = logging.getLogger("jetd")
 
+LINGER_QUIET = 0.2  # hang_up: seconds without input after which the socket is closed
 DRAIN_CHUNK = 256 * 1024  # bytes handed to a paused transport per write while draining
 # libuv reads up to 32 times per readiness event, so one loop turn can bring megabytes;
 # after a read this large we flush at once, which bounds what one turn queues per peer
@@ -38,7 +39,7 @@ FLUSH_AFTER_READ = 32 * 1024
 class PeerProtocol(asyncio.Protocol):
     """One peer connection: bytes in to the core, flow-control callbacks to the core."""
 
-    __slots__ = ("abort_handle", "conn", "server", "transport", "write_paused")
+    __slots__ = ("abort_handle", "conn", "heard", "hung_up", "server", "transport", "write_paused")
 
     def __init__(self, server: Server) -> None:
         self.server = server
@@ -46,6 +47,8 @@ class PeerProtocol(asyncio.Protocol):
         self.conn: Optional[Connection] = None
         self.write_paused = False
         self.abort_handle: Optional[asyncio.TimerHandle] = None
+        self.hung_up = False
+        self.heard = False  # input arrived since the last linger check
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses, but behave as one.
@@ -66,6 +69,9 @@ class PeerProtocol(asyncio.Protocol):
         server.schedule_flush()
 
     def data_received(self, data: bytes) -> None:
+        if self.hung_up:
+            self.heard = True  # after our CLOSE: read only so that closing sends no RST (hang_up)
+            return
         server = self.server
         eventlog = server.eventlog
         if eventlog is not None:
@@ -87,6 +93,8 @@ class PeerProtocol(asyncio.Protocol):
             server.loop.call_soon(server.flush)
 
     def eof_received(self) -> bool:
+        if self.hung_up:
+            return False  # both sides are done: the transport closes
         # The peer will send nothing more: it is gone for the registry (PROTOCOL.md
         # 10.6), but the answers already produced for it still go out before we close.
         server = self.server
@@ -142,13 +150,39 @@ class PeerProtocol(asyncio.Protocol):
         self.server.schedule_flush()
 
     def hang_up(self) -> None:
-        """Close after the queued bytes are written; abort if the peer takes too long."""
+        """End the connection once the queued bytes (its CLOSE last) are written.
+
+        A lingering close: we half-close (FIN after the last byte) and read, dropping it,
+        whatever the peer still sends until it closes its side. Closing a socket whose
+        input was not all read makes the kernel answer with RST, and a RST can destroy
+        the CLOSE frame in the peer's receive buffer before the peer reads it: exactly
+        what a peer that sent an oversize frame (PROTOCOL.md 9.2) would do. The socket is
+        closed when the peer closes its side, or once everything is written and nothing
+        arrived for LINGER_QUIET seconds; a peer that takes longer than the shutdown
+        grace is aborted."""
+        transport = self.transport
+        if transport is None or transport.is_closing() or self.hung_up:
+            return
+        self.hung_up = True
+        if transport.can_write_eof():
+            transport.write_eof()
+            transport.resume_reading()
+            self.server.loop.call_later(LINGER_QUIET, self._linger)
+        else:
+            transport.close()
+        if self.abort_handle is None:
+            self.abort_handle = self.server.loop.call_later(self.server.config.shutdown_grace, transport.abort)
+
+
+    def _linger(self) -> None:
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        transport.close()
-        if self.abort_handle is None:
-            self.abort_handle = self.server.loop.call_later(self.server.config.shutdown_grace, transport.abort)
+        if self.heard or transport.get_write_buffer_size():
+            self.heard = False
+            self.server.loop.call_later(LINGER_QUIET, self._linger)
+        else:
+            transport.close()
 
 
 class Server:

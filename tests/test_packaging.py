@@ -5,6 +5,7 @@ cases, the Wireshark dissector) and run them without the checkout."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import venv
@@ -15,6 +16,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 CASES = sorted(p.name for p in (REPO / "spec" / "conformance").glob("*.json"))
+
+
+def _clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
 
 
 @pytest.fixture(scope="module")
@@ -28,10 +33,12 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     [wheel] = work.glob("jet-*.whl")
     env = work / "venv"
     venv.EnvBuilder(system_site_packages=True, with_pip=False).create(env)
+    # --ignore-installed: the jet that this interpreter has (an editable install, seen
+    # through the system site-packages) must not count as already installed.
     subprocess.run(
         [sys.executable, "-m", "pip", "--python", str(env / "bin" / "python"), "install", "-q", "--no-deps",
-         "--no-index", str(wheel)],
-        check=True, capture_output=True, timeout=120,
+         "--no-index", "--ignore-installed", str(wheel)],
+        check=True, capture_output=True, timeout=120, env=_clean_env(),
     )
     return wheel, env
 
@@ -52,15 +59,18 @@ def test_installed_conformance_runner_finds_its_cases_outside_the_checkout(
 ) -> None:
     _, env = installed
     python = env / "bin" / "python"
+    # Nothing from this process's environment may point back at the checkout (the Spark
+    # session helper, for one, puts the repository on PYTHONPATH).
+    clean = _clean_env()
     where = subprocess.run(
         [str(python), "-c", "import json, tools.conformance.cases as c;"
          "print(json.dumps([c.__file__, str(c.default_case_dir())]))"],
-        cwd=tmp_path, check=True, capture_output=True, text=True, timeout=60,
+        cwd=tmp_path, env=clean, check=True, capture_output=True, text=True, timeout=60,
     )
     module, case_dir = json.loads(where.stdout)
     assert Path(module).is_relative_to(env), module  # the installed copy, not the checkout
     assert Path(case_dir) == env / "share" / "jet" / "conformance"
-    listed = subprocess.run([str(env / "bin" / "jet-conformance"), "--list"], cwd=tmp_path,
+    listed = subprocess.run([str(env / "bin" / "jet-conformance"), "--list"], cwd=tmp_path, env=clean,
                             capture_output=True, text=True, timeout=60)
     assert listed.returncode == 0, listed.stderr
     total = sum(len(json.loads((REPO / "spec" / "conformance" / name).read_text())["cases"]) for name in CASES)
