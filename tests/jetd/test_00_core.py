@@ -469,6 +469,21 @@ _step = st.tuples(
 )
 
 
+def _apply_step(h: Harness, conn: Connection, data: bytes, action: str) -> None:
+    """One step of a random run: bytes from a peer, the clock, or the IO layer's flow control."""
+    if action == "send":
+        h.daemon.receive_data(conn, data, h.now)
+    elif action == "tick":
+        h.tick(0.6)
+    elif action == "pause" and not conn.closing:
+        h.daemon.pause(conn, 100)
+    elif action == "drain" and conn.paused and not conn.closing:
+        conn.take_pending(1 << 30)  # written; drained() may queue its catch-up for the next drain
+        h.daemon.drained(conn)
+    elif action == "disconnect":
+        h.daemon.disconnect(conn, h.now)
+
+
 def _check_invariants(daemon: Daemon) -> None:
     registry = daemon.registry
     assert list(registry.index) == sorted(registry.states)
@@ -500,18 +515,8 @@ def test_any_input_keeps_the_core_consistent(steps):
     conns = [h.connect(str(i)) for i in range(3)]
     saw_close: set[int] = set()
     for which, data, action in steps:
-        conn = conns[which]
-        if action == "send":
-            h.daemon.receive_data(conn, data, h.now)
-        elif action == "tick":
-            h.tick(0.6)
-        elif action == "pause" and not conn.closing:
-            h.daemon.pause(conn, 100)
-        elif action == "drain" and conn.paused and not conn.closing:
-            conn.take_pending(1 << 30)
-            h.daemon.drained(conn)
-        elif action == "disconnect":
-            h.daemon.disconnect(conn, h.now)
+        _apply_step(h, conns[which], data, action)
+        if action == "disconnect":
             conns[which] = h.connect("again")
         _check_invariants(h.daemon)
         # Whatever went out decodes as valid jet, and nothing follows a CLOSE.
@@ -561,17 +566,7 @@ def test_fast_paths_answer_like_the_careful_paths(steps):
         h.send(owner, *(AddState(i, key, v(0)) for i, key in enumerate(_KEYS)))
     for which, data, action in steps:
         for h, conn in zip((fast, careful), pairs[which], strict=True):
-            if action == "send":
-                h.daemon.receive_data(conn, data, h.now)
-            elif action == "tick":
-                h.tick(0.6)
-            elif action == "pause" and not conn.closing:
-                h.daemon.pause(conn, 100)
-            elif action == "drain" and conn.paused and not conn.closing:
-                conn.take_pending(1 << 30)
-                h.daemon.drained(conn)
-            elif action == "disconnect":
-                h.daemon.disconnect(conn, h.now)
+            _apply_step(h, conn, data, action)
         if action == "disconnect":
             pairs[which] = [h.connect("again") for h in (fast, careful)]
         for f_conn, c_conn in pairs:
