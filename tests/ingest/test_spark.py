@@ -326,3 +326,112 @@ def test_follow_ingests_a_live_log_exactly_once(start_jetd: Callable[..., Any], 
     assert len(got) == len(set(got)) == len(logged) > 0  # every record, none twice
     assert set(got) == logged
     assert (warehouse / "requests").exists()  # the derived tables were rebuilt at exit
+
+
+def test_follow_skips_a_micro_batch_already_ingested(spark: Any, tmp_path: Path) -> None:
+    """``--follow`` in-process: micro-batches whose records the manifest already holds
+    (the last one replayed after a restart; bytes a batch run took meanwhile) commit
+    nothing and do not crash, and records appended afterwards are ingested once."""
+    import argparse
+    import io
+    import threading
+
+    import pyarrow.parquet as pq
+    from rich.console import Console
+
+    from jetwire.log import LogHeader, LogKind, conn_open_data, encode_header, encode_record
+    from tools.ingest.cli import _follow, ingest_once
+    from tools.ingest.warehouse import Manifest
+
+    log_dir, warehouse = tmp_path / "logs", tmp_path / "wh"
+    log_dir.mkdir()
+    seg = log_dir / "jet-0.jetlog"
+    records = [encode_record(10**18 + i, 1 + i % 3, LogKind.CONN_OPEN, conn_open_data(f"127.0.0.1:{i}"))
+               for i in range(80)]
+    seg.write_bytes(encode_header(LogHeader("jetd", 10**18, 0)) + b"".join(records[:20]))
+
+    def append(first: int, last: int) -> None:
+        with open(seg, "ab") as fh:
+            fh.write(b"".join(records[first:last]))
+
+    def follow(until: Callable[[list[str]], bool], on_line: Callable[[str], None]) -> list[str]:
+        """Runs ``_follow``, calling ``on_line`` on each micro-batch line it prints, until
+        ``until(lines)`` holds; then stops its query and returns the lines."""
+        out = io.StringIO()
+        args = argparse.Namespace(logdir=str(log_dir), out=str(warehouse), since=None, interval=0.2,
+                                  refresh=1e9, idle_exit=None, follow_for=60.0)
+        stopped = threading.Event()
+        failures: list[BaseException] = []
+
+        def batches() -> list[str]:
+            return [ln for ln in out.getvalue().splitlines() if ln.startswith("micro-batch")]
+
+        def watch() -> None:
+            # The CLI stops on Ctrl-C or --idle-exit; here the stream stops once the
+            # awaited batch has committed (or after 60 s if it never comes).
+            seen = 0
+            deadline = time.monotonic() + 60
+            try:
+                while not stopped.wait(0.1) and time.monotonic() < deadline:
+                    lines = batches()
+                    for ln in lines[seen:]:
+                        on_line(ln)
+                    seen = len(lines)
+                    if until(lines):
+                        break
+            except BaseException as exc:
+                failures.append(exc)
+            finally:
+                for query in spark.streams.active:
+                    query.stop()
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        try:
+            _follow(spark, args, Console(file=out, width=200))
+        finally:
+            stopped.set()
+            watcher.join(30)
+        if failures:
+            raise failures[0]
+        return batches()
+
+    def ingested() -> list[tuple[str, int]]:
+        table = pq.read_table(warehouse / "frames", columns=["file", "offset"])
+        return list(zip(table.column("file").to_pylist(), table.column("offset").to_pylist(), strict=True))
+
+    def assert_exactly_once(n: int) -> None:
+        got = ingested()
+        assert len(got) == len(set(got)) == n
+        assert set(got) == _log_records(log_dir)
+        assert Manifest.load(warehouse).files[str(seg)].done == seg.stat().st_size
+
+    def then_append(after: str, first: int, last: int, ingested_so_far: int) -> Callable[[str], None]:
+        def on_line(line: str) -> None:
+            if line.startswith(after):
+                assert_exactly_once(ingested_so_far)
+                append(first, last)
+        return on_line
+
+    def until_batch(prefix: str) -> Callable[[list[str]], bool]:
+        return lambda lines: any(ln.startswith(prefix) for ln in lines)
+
+    # 1. The stream ingests 20 records, then 20 appended while it follows (batches 0, 1).
+    lines = follow(until_batch("micro-batch 1:"), then_append("micro-batch 0:", 20, 40, 20))
+    assert lines == ["micro-batch 0: 20 new record(s)", "micro-batch 1: 20 new record(s)"]
+    assert_exactly_once(40)
+    # 2. A batch run ingests the next 20 while nobody follows.
+    append(40, 60)
+    assert ingest_once(spark, str(log_dir), warehouse, console=Console(file=io.StringIO())) == 20
+    assert_exactly_once(60)
+    # 3. Restart as after a crash between the warehouse's commit of batch 1 and Spark's:
+    # batch 1 is replayed, then batch 2 covers the records the batch run took. Neither
+    # adds a row; records appended after them are ingested once, by batch 3.
+    for name in ("1", ".1.crc"):
+        (warehouse / "_jet_ingest" / "checkpoint" / "commits" / name).unlink()
+    lines = follow(until_batch("micro-batch 3:"), then_append("micro-batch 2:", 60, 80, 60))
+    assert lines == ["micro-batch 1: 0 new record(s)", "micro-batch 2: 0 new record(s)",
+                     "micro-batch 3: 20 new record(s)"]
+    assert_exactly_once(80)
+    assert not (warehouse / "_jet_ingest" / "staging").exists() or not any(
+        (warehouse / "_jet_ingest" / "staging").iterdir())
