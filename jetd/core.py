@@ -687,20 +687,21 @@ class Daemon:
                         break
         caught.clear()
         self.stats.caught_up += sent
-        if conn.paused and conn.pending_size + conn.transport_size > self.config.hard_limit:
+        if conn.pending_size + conn.transport_size > self.config.hard_limit:
             self._overload(conn, "output above the hard limit")
 
     def _catch_up_on(self, conn: Connection, key: bytes, kv: bytes) -> None:
         """Parked ``conn`` catches up on ``key`` alone (its value ``kv``), if it changed
         since the connection's mark and since it last caught up on it."""
         changed = self._changed.get(key, 0)
-        if changed > conn.mark and changed > conn.caught.get(key, 0):
+        if changed > conn.mark and changed > conn.caught.get(key, 0) and not conn.closing:
             conn.caught[key] = self._seq
             self.stats.caught_up += self._catch_up_key(conn, key, kv)
 
     def _catch_up_key(self, conn: Connection, key: bytes, kv: bytes) -> int:
-        """Queue for ``conn`` the FETCH_CHANGE of ``key`` (value ``kv``) for each of its
-        fetches that matches; returns how many."""
+        """Queue for parked ``conn`` (so paused: only a closing one is not, and it is not
+        caught up) the FETCH_CHANGE of ``key`` (value ``kv``) for each of its fetches that
+        matches; returns how many."""
         body_length = 5 + len(kv)
         if self._too_large_for(conn, body_length):
             self._event_too_large(conn, body_length)
@@ -711,12 +712,7 @@ class Daemon:
         for fetch in conn.fetches.values():
             if key.startswith(fetch.prefix):
                 frame = head + fetch.fid_bytes + kv
-                if conn.paused:
-                    conn.enqueue(frame)
-                else:
-                    if not conn.out:
-                        self.dirty.append(conn)
-                    conn.out.append(frame)
+                conn.enqueue(frame)
                 if log is not None:
                     log(conn.conn_id, _FRAME_OUT, frame)
                 sent += 1
@@ -752,10 +748,9 @@ class Daemon:
         # torn down after the loop), so it is refreshed after each INFO.
         inline_fanout = plain_fanout and not self._small_body_peers
         # Fetches are parked or unparked only by the IO layer and by other frames' slow
-        # paths, so these are read again after each of those (and seq written before).
+        # paths, so this is read again after each of those.
         parked = self._parked
         changed = self._changed
-        seq = self._seq
         # Routed SET_STATE requests and their OK answers also have fast paths below; the
         # event log (ROUTE and FRAME_OUT records) takes the careful ones.
         fast_route = logger is None
@@ -782,8 +777,6 @@ class Daemon:
             if logger is not None:
                 logger(conn.conn_id, _FRAME_IN, buf[pos:end])
             frames += 1
-            if parked:
-                self._seq = seq
             if ftype == _REQUEST:
                 # PROTOCOL.md 10.3: a well-formed SET_STATE with a fixed-width or opaque
                 # value, for a live owner with room for it, is routed right here.
@@ -856,8 +849,9 @@ class Daemon:
                             if states.get(key) is conn and length + 4 <= max_body:
                                 kv = conn.states[key] = buf[pos + 6 : end]
                                 if parked:
-                                    seq += 1
-                                    changed[key] = seq  # PROTOCOL.md 10.8, for parked fetches
+                                    # PROTOCOL.md 10.8: the change is held for parked fetches.
+                                    seq = self._seq = self._seq + 1
+                                    changed[key] = seq
                                 if fetches.lengths:
                                     cached = targets_cache.get(key)
                                     if cached is not None and cached[0] == fetches.generation:
@@ -889,14 +883,11 @@ class Daemon:
                 self._info(conn, buf, pos, end)
                 inline_fanout = plain_fanout and not self._small_body_peers
             parked = self._parked
-            seq = self._seq
             pos = end
             if conn.closing:
                 break
         else:
             conn.need = 5
-        if parked:
-            self._seq = seq
         self.stats.frames_in += frames
         self.stats.fanout_events += fanned
         self.stats.routed += routed
@@ -1106,7 +1097,6 @@ class Daemon:
         for key in sorted(conn.states):
             self._fanout(key, _FETCH_REMOVE, registry.remove_state(key))
             self.fetches.forget(key)
-            self.parked_fetches.forget(key)
         for key in conn.methods:
             del registry.methods[key]
         conn.methods.clear()
@@ -1212,7 +1202,6 @@ class Daemon:
         kv = self.registry.remove_state(key)
         self._fanout(key, _FETCH_REMOVE, kv)  # PROTOCOL.md 10.5: before the OK
         self.fetches.forget(key)
-        self.parked_fetches.forget(key)
         self._send(conn, _ok(rid))
         return None
 

@@ -138,10 +138,10 @@ class PeerProtocol(asyncio.Protocol):
         if conn is None or transport is None or transport.is_closing():
             return
         daemon = self.server.daemon
-        while not self.write_paused:
+        while True:
             while conn.pending and not self.write_paused:
                 transport.write(b"".join(conn.take_pending(DRAIN_CHUNK)))
-            if conn.pending or self.write_paused or not conn.paused or conn.closing:
+            if self.write_paused or not conn.paused or conn.closing:
                 break
             if daemon.drained(conn):
                 transport.resume_reading()

@@ -149,3 +149,21 @@ def test_close_survives_a_peer_still_sending(jetd):
         decoder.receive_data(frame)
         close = decoder.next_message()
         assert isinstance(close, Close) and close.status == Status.TOO_LARGE, frame[:32]
+
+
+def test_lingering_close_ends_once_the_peer_is_quiet(jetd):
+    # After its CLOSE the daemon half-closes and drops what the peer still sends; a peer
+    # that neither reads nor closes is let go once it has been quiet for LINGER_QUIET
+    # (0.2 s): its later sends then meet a closed socket.
+    import time
+
+    peer = RawPeer(jetd.address)
+    peer.send_raw(b"\x01\xff\xff\xff\xff")
+    peer.expect_close(Status.TOO_LARGE)
+    peer.expect_eof()
+    peer.send_raw(b"A" * 1000)  # still read (and dropped) while the daemon lingers
+    time.sleep(1.0)
+    with pytest.raises(OSError):
+        for _ in range(50):
+            peer.send_raw(b"A" * 1000)
+            time.sleep(0.01)
