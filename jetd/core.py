@@ -47,6 +47,7 @@ from jetwire import (
     decode_body,
     encode,
 )
+from jetwire.codec import is_utf8
 from jetwire.codes import MIN_PEER_MAX_BODY
 from jetwire.log import LogKind, conn_close_data, conn_name_data, conn_open_data
 
@@ -116,16 +117,8 @@ def _value_ok(buf: bytes, off: int, end: int) -> bool:
     if check == _OPAQUE:
         return True
     if check == _UTF8:
-        return _utf8(buf[off + 5 : end])
+        return is_utf8(buf[off + 5 : end])
     return False
-
-
-def _utf8(raw: bytes) -> bool:
-    try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
 
 
 def _key_value_end(buf: bytes, off: int, end: int) -> int:
@@ -147,7 +140,7 @@ def _key_only_end(buf: bytes, off: int, end: int) -> bool:
 
 
 def _str16_ok(buf: bytes, off: int, end: int) -> bool:
-    return end - off >= 2 and off + 2 + _U16_FROM(buf, off)[0] == end and _utf8(buf[off + 2 : end])
+    return end - off >= 2 and off + 2 + _U16_FROM(buf, off)[0] == end and is_utf8(buf[off + 2 : end])
 
 
 def _response(rid: int, status: Status, message: str) -> bytes:
@@ -1143,7 +1136,7 @@ class Daemon:
         """Reply for a key that is neither where it was looked for: MALFORMED if it is not
         UTF-8, TOO_LARGE above the key limit, else NOT_FOUND or WRONG_KIND. Returns the
         reason (for a fire-and-forget event, where nobody is answered)."""
-        if not _utf8(key):
+        if not is_utf8(key):
             message, status = "key is not valid UTF-8", Status.MALFORMED
         elif len(key) > self._max_key:
             message, status = f"key of {len(key)} bytes exceeds the limit of {self._max_key}", Status.TOO_LARGE
@@ -1162,7 +1155,7 @@ class Daemon:
             self._reply(conn, rid, Status.TOO_LARGE, f"key of {len(key)} bytes exceeds the limit of {self._max_key}")
         elif key in self.registry.states or key in self.registry.methods:
             self._reply(conn, rid, Status.ALREADY_EXISTS, "the key is taken")
-        elif not _utf8(key):
+        elif not is_utf8(key):
             self._reply(conn, rid, Status.MALFORMED, "key is not valid UTF-8")
         elif len(conn.states) + len(conn.methods) >= self.config.max_states_per_connection:
             self._reply(

@@ -47,7 +47,7 @@ from .values import _SET_VTYPE as _V_TYPE
 from .values import Value
 from .values import _trusted as _make_value
 
-__all__ = ["Decoder", "decode_body", "decode_frame", "encode", "frame_size"]
+__all__ = ["Decoder", "decode_body", "decode_frame", "encode", "frame_size", "is_utf8"]
 
 _HEADER = struct.Struct(">BI")
 _U16 = struct.Struct(">H")
@@ -115,7 +115,8 @@ _HEADER_FROM = _HEADER.unpack_from
 Parser = Callable[[bytes, int, int, Optional[int], int], Message]
 
 
-def _is_utf8(data: bytes) -> bool:
+def is_utf8(data: bytes) -> bool:
+    """True if ``data`` is valid UTF-8 (PROTOCOL.md 5.1: keys, names, STRING values)."""
     try:
         data.decode("utf-8")
     except UnicodeDecodeError:
@@ -206,7 +207,7 @@ def _key_value_parser(cls: type, lead_name: str) -> Parser:
                     elif width == _OPAQUE:
                         plain = True
                     else:
-                        plain = vtype == 4 and _is_utf8(buf[kstop + 5 : end])
+                        plain = vtype == 4 and is_utf8(buf[kstop + 5 : end])
                     if plain:
                         try:
                             key = buf[off + 2 : kstop].decode("utf-8")
@@ -908,7 +909,7 @@ class Decoder:
                                     vn == width
                                     or width == _OPAQUE
                                     or (vtype == 1 and vn == 1 and data[0] < 2)
-                                    or (vtype == 4 and _is_utf8(data))
+                                    or (vtype == 4 and is_utf8(data))
                                 ):
                                     try:
                                         key = buf[pos + 12 : kstop].decode("utf-8")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from jetd_testlib import PeerClosed, RawPeer, rss_kib, v
+from jetd_testlib import RawPeer, rss_kib, v
 
 from jetwire import (
     AddState,
@@ -133,14 +133,7 @@ def test_hard_limit_closes_overloaded(start_jetd):
     owner.send(*churn)
     owner.recv_n(len(churn), timeout=20)
     # The slow peer is cut off: reading now, it finds CLOSE (OVERLOADED) after what was in flight.
-    closing = None
-    try:
-        while closing is None:
-            message = slow.recv(timeout=10)
-            if isinstance(message, Close):
-                closing = message
-    except PeerClosed:
-        pass
+    closing, _ = slow.recv_until(lambda m: isinstance(m, Close), timeout=20)
     assert closing is not None and closing.status == Status.OVERLOADED, closing
     drainer.join(30)  # it stops by itself once it has every byte it is owed
     fast.sock.shutdown(2)
@@ -166,14 +159,7 @@ def test_stuck_past_deadline_closes_overloaded(start_jetd):
     for _ in range(10):
         owner.send(*(NotifyState(None, "k", v(b"y" * 4000)) for _ in range(500)))
     time.sleep(1.2)
-    closing = None
-    try:
-        while closing is None:
-            message = slow.recv(timeout=10)
-            if isinstance(message, Close):
-                closing = message
-    except PeerClosed:
-        pass
+    closing, _ = slow.recv_until(lambda m: isinstance(m, Close), timeout=20)
     assert closing is not None and closing.status == Status.OVERLOADED
     assert "stuck" in closing.message
     assert time.monotonic() - started < 8
