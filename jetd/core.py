@@ -1186,17 +1186,24 @@ class Daemon:
         if not _key_only_end(buf, pos + 10, end):
             return self._malformed(conn, buf, pos, end, rid)
         key = buf[pos + 12 : end]
-        owner = self.registry.states.get(key)
-        if owner is None:
-            self._unknown_key(conn, key, rid, "state")
+        if not self._removable(conn, key, rid, self.registry.states, "state"):
             return None
-        if owner is not conn:
-            return self._reply(conn, rid, Status.NOT_OWNER, "only the owner may remove a state")
         kv = self.registry.remove_state(key)
         self._fanout(key, _FETCH_REMOVE, kv)  # PROTOCOL.md 10.5: before the OK
         self.fetches.forget(key)
         self._send(conn, _ok(rid))
         return None
+
+    def _removable(self, conn: Connection, key: bytes, rid: int, owners: dict[bytes, Connection], kind: str) -> bool:
+        """True if ``conn`` owns ``key`` in ``owners``; else answers NOT_FOUND or NOT_OWNER."""
+        owner = owners.get(key)
+        if owner is None:
+            self._unknown_key(conn, key, rid, kind)
+            return False
+        if owner is not conn:
+            self._reply(conn, rid, Status.NOT_OWNER, f"only the owner may remove a {kind}")
+            return False
+        return True
 
     def _add_method(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
         if not _key_only_end(buf, pos + 10, end):
@@ -1213,12 +1220,8 @@ class Daemon:
         if not _key_only_end(buf, pos + 10, end):
             return self._malformed(conn, buf, pos, end, rid)
         key = buf[pos + 12 : end]
-        owner = self.registry.methods.get(key)
-        if owner is None:
-            self._unknown_key(conn, key, rid, "method")
+        if not self._removable(conn, key, rid, self.registry.methods, "method"):
             return None
-        if owner is not conn:
-            return self._reply(conn, rid, Status.NOT_OWNER, "only the owner may remove a method")
         del self.registry.methods[key]
         conn.methods.discard(key)
         self._send(conn, _ok(rid))
