@@ -127,10 +127,20 @@ def test_hard_limit_closes_overloaded(start_jetd):
         churn.append(AddState(2 * i + 1, f"c/{i}", v(b"x" * 1000)))
         churn.append(RemoveState(2 * i + 2, f"c/{i}"))
     # Exactly what the fast fetcher is owed: an ADD and a REMOVE (with the last value) per key.
-    owed = sum(2 * (5 + 1 + 4 + 2 + len(f"c/{i}") + 5 + 1000) for i in range(4000))
+    owed_per_key = [2 * (5 + 1 + 4 + 2 + len(f"c/{i}") + 5 + 1000) for i in range(4000)]
+    owed = sum(owed_per_key)
     drainer = Drainer(fast, owed)
     drainer.start()
-    owner.send(*churn)
+    batch = 250  # keys per send: ~0.5 MB of events per fetcher, half its hard limit
+    for start in range(0, 4000, batch):
+        owner.send(*churn[2 * start:2 * (start + batch)])
+        # Pace the owner to the fast fetcher, so that a busy test machine (the drainer is a
+        # thread of this process) cannot make *it* overloaded; the slow one still has all
+        # 8 MB flow past it.
+        owed_so_far = sum(owed_per_key[:start + batch])
+        deadline = time.monotonic() + 20
+        while drainer.received < owed_so_far and drainer.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.001)
     owner.recv_n(len(churn), timeout=20)
     # The slow peer is cut off: reading now, it finds CLOSE (OVERLOADED) after what was in flight.
     closing, _ = slow.recv_until(lambda m: isinstance(m, Close), timeout=20)
@@ -141,7 +151,9 @@ def test_hard_limit_closes_overloaded(start_jetd):
     # The fast fetcher saw the whole churn (8000 events + responses), the owner is fine.
     decoder = Decoder()
     decoder.receive_data(b"".join(drainer.chunks))
-    got = [m for m in decoder.messages() if isinstance(m, FetchAdd)]
+    messages = list(decoder.messages())
+    assert not any(isinstance(m, Close) for m in messages), "the fast fetcher must not be cut off"
+    got = [m for m in messages if isinstance(m, FetchAdd)]
     assert len(got) == 4000
     daemon.stop()
     assert "overloaded #" in daemon.stderr()
