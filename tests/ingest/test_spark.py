@@ -275,33 +275,56 @@ def _log_records(log_dir: Path) -> set[tuple[str, int]]:
     }
 
 
-def test_follow_ingests_a_live_log_exactly_once(start_jetd: Callable[..., Any], tmp_path: Path) -> None:
-    """``jet-ingest --follow`` as its own process against a jetd that keeps logging."""
-    import os
-    import subprocess
-    import sys
+class _Lines:
+    """A console's file that keeps whole lines as they are printed (thread-safe enough:
+    lines are appended whole)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self._part = ""
+
+    def write(self, text: str) -> int:
+        *done, self._part = (self._part + text).split("\n")
+        self.lines.extend(done)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_follow_ingests_a_live_log_exactly_once(spark: Any, start_jetd: Callable[..., Any], tmp_path: Path) -> None:
+    """``jet-ingest --follow`` (what ``main`` runs, on the shared session) against a jetd
+    that keeps logging: the batch ingest, micro-batches, --idle-exit, derived tables."""
     import threading
 
     import pyarrow.parquet as pq
+    from rich.console import Console
 
-    from tools.ingest.session import REPO_ROOT
+    from tools.ingest.cli import _parser, run
 
     log_dir, warehouse = tmp_path / "logs", tmp_path / "wh"
     log_dir.mkdir()
     daemon = start_jetd("--log-dir", str(log_dir), "--log-fsync", "always")
     run_scenario(daemon.host, daemon.port)  # before jet-ingest starts: the batch ingest takes it
-    cmd = [sys.executable, "-m", "tools.ingest", str(log_dir), "--out", str(warehouse), "--master", "local[2]",
-           "--follow", "--interval", "0.5", "--idle-exit", "3", "--no-report"]
-    proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": REPO_ROOT, "COLUMNS": "200"},
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
-    reader.start()
+    args = _parser().parse_args([str(log_dir), "--out", str(warehouse), "--follow", "--interval", "0.5",
+                                 "--idle-exit", "3", "--no-report", "--follow-for", "90"])
+    out = _Lines()
+    result: list[object] = []
+
+    def follow() -> None:
+        try:
+            result.append(run(spark, args, Console(file=out, width=200)))
+        except BaseException as exc:  # reported by the assertions below
+            result.append(exc)
+
+    runner = threading.Thread(target=follow, daemon=True)
+    runner.start()
+    lines = out.lines
 
     def wait_for(pred: Callable[[], bool], what: str) -> None:
         deadline = time.monotonic() + 90
         while not pred():
-            assert proc.poll() is None, f"jet-ingest exited {proc.returncode} waiting for {what}: {lines}"
+            assert runner.is_alive(), f"jet-ingest ended ({result}) waiting for {what}: {lines}"
             assert time.monotonic() < deadline, f"timed out waiting for {what}: {lines}"
             time.sleep(0.1)
 
@@ -313,12 +336,13 @@ def test_follow_ingests_a_live_log_exactly_once(start_jetd: Callable[..., Any], 
         run_scenario(daemon.host, daemon.port)  # while it follows
         wait_for(lambda: batches_with_rows() >= 1, "a micro-batch with the new records")
         assert daemon.stop() == 0  # closes the connections' records and the segment
-        proc.wait(120)
+        runner.join(120)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-    reader.join(5)
-    assert proc.returncode == 0, lines
+        if runner.is_alive():
+            for query in spark.streams.active:
+                query.stop()
+            runner.join(30)
+    assert result == [0], (result, lines)
     assert any(ln.startswith("no new records") for ln in lines), lines
     logged = _log_records(log_dir)
     table = pq.read_table(warehouse / "frames", columns=["file", "offset", "kind"])

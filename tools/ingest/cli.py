@@ -353,8 +353,7 @@ def _follow(spark: Any, args: argparse.Namespace, console: Console) -> None:
             query.stop()
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    """Entry point of ``jet-ingest``; returns the exit status."""
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jet-ingest", description=__doc__.split("\n\n")[0])
     parser.add_argument("logdir", help="jetd log directory (or a segment file or glob)")
     parser.add_argument("--out", required=True, help="warehouse directory (created if missing)")
@@ -369,35 +368,46 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--follow-for", type=float, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--mode", default="PERMISSIVE", choices=["PERMISSIVE", "DROPMALFORMED", "FAILFAST"])
     parser.add_argument("--no-report", action="store_true", help="skip the summary and report.html")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """Entry point of ``jet-ingest``; returns the exit status."""
+    args = _parser().parse_args(argv)
     console = Console()
     if not Path(args.logdir.split("*")[0] or ".").exists():
         console.print(f"[red]jet-ingest: no such log directory: {args.logdir}[/red]")
         return 2
-    warehouse = Path(args.out).resolve()
-    warehouse.mkdir(parents=True, exist_ok=True)
     from tools.ingest.session import spark_session
 
     started = time.monotonic()
     spark = spark_session(args.master)
     try:
-        added = ingest_once(spark, args.logdir, warehouse, since_ns=args.since, console=console, mode=args.mode)
-        if args.follow:
-            _follow(spark, args, console)
-        if not (warehouse / "frames").exists():
-            console.print("no records ingested yet")
-            return 0
-        tables = rebuild_tables(spark, warehouse)
-        console.print(f"added {added:,} record(s) in {time.monotonic() - started:.1f} s")
-        if not args.no_report:
-            from tools.ingest.report import collect_summary, print_summary, write_report
-
-            summary = collect_summary(tables)
-            print_summary(summary, console)
-            write_report(summary, warehouse / "report.html")
-            console.print(f"report: {warehouse / 'report.html'}")
+        return run(spark, args, console, started=started)
     finally:
         spark.stop()
+
+
+def run(spark: Any, args: argparse.Namespace, console: Console, *, started: Optional[float] = None) -> int:
+    """What ``jet-ingest`` does with a SparkSession (``main`` creates and stops it)."""
+    started = time.monotonic() if started is None else started
+    warehouse = Path(args.out).resolve()
+    warehouse.mkdir(parents=True, exist_ok=True)
+    added = ingest_once(spark, args.logdir, warehouse, since_ns=args.since, console=console, mode=args.mode)
+    if args.follow:
+        _follow(spark, args, console)
+    if not (warehouse / "frames").exists():
+        console.print("no records ingested yet")
+        return 0
+    tables = rebuild_tables(spark, warehouse)
+    console.print(f"added {added:,} record(s) in {time.monotonic() - started:.1f} s")
+    if not args.no_report:
+        from tools.ingest.report import collect_summary, print_summary, write_report
+
+        summary = collect_summary(tables)
+        print_summary(summary, console)
+        write_report(summary, warehouse / "report.html")
+        console.print(f"report: {warehouse / 'report.html'}")
     return 0
 
 
