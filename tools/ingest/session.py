@@ -11,20 +11,102 @@ this repository. On a cluster, numpy and pyarrow cannot travel with ``--py-files
 
 from __future__ import annotations
 
+import glob
+import hashlib
 import os
+import shutil
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, Optional
 
-__all__ = ["REPO_ROOT", "spark_session"]
+__all__ = ["REPO_ROOT", "class_data_sharing", "spark_session"]
 
 REPO_ROOT = str(Path(__file__).resolve().parent.parent.parent)
 DEFAULT_LOCAL_MEMORY = "4g"
 
 
+def _driver_running() -> bool:
+    """A driver JVM exists already (a session in this process, or spark-submit's)."""
+    from pyspark import SparkContext
+
+    return SparkContext._active_spark_context is not None or "PYSPARK_GATEWAY_PORT" in os.environ
+
+
 def _with_repo(pythonpath: str) -> str:
     parts = [p for p in pythonpath.split(os.pathsep) if p]
     return os.pathsep.join([REPO_ROOT, *[p for p in parts if p != REPO_ROOT]])
+
+
+# Quiet: a missing or mismatched archive is skipped (the JVM runs as without one).
+_CDS_QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
+_PART_SETTLED_S = 30.0  # a partial archive this old is no longer being written
+
+
+def _java() -> Optional[str]:
+    """The java that pyspark's launcher runs (spark-class: $JAVA_HOME/bin/java, else PATH)."""
+    home = os.environ.get("JAVA_HOME")
+    found = os.path.join(home, "bin", "java") if home else shutil.which("java")
+    return os.path.realpath(found) if found and os.path.exists(found) else None
+
+
+def class_data_sharing(cache_dir: Optional[str] = None) -> Optional[str]:
+    """JVM options that load the local driver JVM's classes from a class-data-sharing
+    archive (JDK CDS), or that make this run write one when it exits; None if off.
+
+    Spark loads some 20,000 classes, and parsing and verifying them is a third of a
+    short ``jet-ingest`` run. The first local run on a machine writes an archive of the
+    classes it loaded (``-XX:ArchiveClassesAtExit``, about 200 MB, in
+    ``$JET_INGEST_CDS_DIR``, else ``$XDG_CACHE_HOME/jet``, else ``~/.cache/jet``); later
+    runs map it (``-XX:SharedArchiveFile``). The archive is keyed by the java binary and
+    the pyspark install. A JVM can crash mapping a truncated archive, so an archive is
+    only used once a throwaway ``java -version`` has mapped it, after its writer has
+    finished. ``JET_INGEST_CDS=0`` turns this off.
+    """
+    if os.environ.get("JET_INGEST_CDS", "1") == "0":
+        return None
+    java = _java()
+    if java is None:
+        return None
+    import pyspark
+
+    root = Path(cache_dir or os.environ.get("JET_INGEST_CDS_DIR")
+                or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "jet")
+    ident = f"{java}:{os.stat(java).st_mtime_ns}:{pyspark.__file__}:{pyspark.__version__}"
+    key = hashlib.sha256(ident.encode()).hexdigest()[:16]
+    archive = root / f"spark-driver-{key}.jsa"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        for other in glob.glob(str(root / "spark-driver-*.jsa*")):
+            if key not in os.path.basename(other):  # another java or pyspark: stale
+                os.unlink(other)
+        writing = False
+        for part in sorted(glob.glob(str(archive) + ".*.part")):
+            if time.time() - os.stat(part).st_mtime < _PART_SETTLED_S:
+                writing = True  # its JVM may still be writing it
+            elif not archive.exists() and _maps(java, part):
+                os.replace(part, archive)
+            else:
+                os.unlink(part)
+        if archive.exists():
+            return f"-XX:SharedArchiveFile={archive} {_CDS_QUIET}"
+        if writing:
+            return None
+        return f"-XX:ArchiveClassesAtExit={archive}.{os.getpid()}.part {_CDS_QUIET}"
+    except OSError:  # a read-only or full cache directory: run without
+        return None
+
+
+def _maps(java: str, archive: str) -> bool:
+    """Whether a JVM starts with ``archive`` mapped (a truncated one kills it)."""
+    try:
+        done = subprocess.run([java, f"-XX:SharedArchiveFile={archive}", *_CDS_QUIET.split(),
+                               "-XX:ErrorFile=/dev/null", "-XX:-CreateCoredumpOnCrash", "-version"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
 
 
 def spark_session(master: Optional[str] = None, *, app: str = "jet-ingest", ui: bool = False,
@@ -54,6 +136,9 @@ def spark_session(master: Optional[str] = None, *, app: str = "jet-ingest", ui: 
         # Date-partitioned writes without the per-task sort Spark otherwise adds: a log
         # spans few dates, so a writer per date is cheap.
         "spark.sql.maxConcurrentOutputFileWriters": "32",
+        # The one cache (jet-ingest's request exchanges) is built once and read twice:
+        # compressing it costs more CPU than it saves (BENCHMARKS.md, Spark ingest).
+        "spark.sql.inMemoryColumnarStorage.compressed": "false",
     }
     if local:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -63,6 +148,11 @@ def spark_session(master: Optional[str] = None, *, app: str = "jet-ingest", ui: 
             # makes the derived tables' sorts spill and collect garbage most of the time.
             settings["spark.driver.memory"] = DEFAULT_LOCAL_MEMORY
     settings.update(conf or {})
+    if local and not _driver_running():
+        cds = class_data_sharing()
+        if cds is not None:
+            user = settings.get("spark.driver.extraJavaOptions")
+            settings["spark.driver.extraJavaOptions"] = f"{user} {cds}" if user else cds
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
