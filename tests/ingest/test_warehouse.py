@@ -81,3 +81,25 @@ def test_parse_since() -> None:
     assert _parse_since("1767225600") == BASE_NS
     with pytest.raises(argparse.ArgumentTypeError):
         _parse_since("yesterday")
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["{tmp}/missing", "--out", "{tmp}/wh"], "no such log directory"),
+    (["{tmp}", "--out", "{tmp}/wh", "--since", "yesterday-ish"], "--since"),
+    (["{tmp}", "--out", "{tmp}/wh", "--mode", "LENIENT"], "invalid choice"),
+    (["{tmp}"], "--out"),
+])
+def test_cli_rejects_bad_arguments_before_starting_spark(tmp_path: Path, argv: list[str], message: str) -> None:
+    """``python -m tools.ingest`` as a user runs it: a clear message, exit status 2, no JVM."""
+    import os
+    import subprocess
+    import sys
+
+    from tools.ingest.session import REPO_ROOT
+
+    done = subprocess.run([sys.executable, "-m", "tools.ingest", *[a.format(tmp=tmp_path) for a in argv]],
+                          env={**os.environ, "PYTHONPATH": REPO_ROOT, "COLUMNS": "200"},
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2, done
+    assert message in done.stdout + done.stderr, done
+    assert not (tmp_path / "wh").exists()
