@@ -5,8 +5,10 @@
 2. Writes the same records as JSON lines (the ``jetlog`` rows, value as base64).
 3. In one local[2] SparkSession, times R times each: ``format("jetlog")`` -> Parquet,
    and Spark's native JSON reader (explicit schema, no inference) -> Parquet.
-4. Times R times the whole ``jet-ingest LOGDIR --out WAREHOUSE`` as a subprocess into a
-   fresh warehouse (JVM start, frames, derived tables, summary and report included).
+4. Times the whole ``jet-ingest LOGDIR --out WAREHOUSE`` as a subprocess into a fresh
+   warehouse (JVM start, frames, derived tables, summary and report included): once with
+   no class-data-sharing archive (that run records one), then R times each, interleaved,
+   with the archive and with it turned off.
 
 Prints a markdown table of medians and the jetlog/JSON ratio.
 """
@@ -85,16 +87,27 @@ def main(argv: list[str] | None = None) -> int:
     assert counted == total, (counted, total)
 
     warehouse = work / "warehouse"
-    env = {**os.environ, "PYTHONPATH": REPO_ROOT}
+    cds_dir = work / "cds"  # the class-data-sharing archive (tools/ingest/README.md), this run's own
+    shutil.rmtree(cds_dir, ignore_errors=True)
+    env = {**os.environ, "PYTHONPATH": REPO_ROOT, "JET_INGEST_CDS_DIR": str(cds_dir)}
     cmd = [sys.executable, "-m", "tools.ingest", str(logs), "--out", str(warehouse)]
     if args.master:
         cmd += ["--master", args.master]
-    ingest_t = []
-    for _ in range(args.repeat):  # each into a fresh warehouse: a first ingest of everything
-        shutil.rmtree(warehouse, ignore_errors=True)
-        ingest_t.append(_timed(lambda: subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL,
-                                                      stderr=subprocess.DEVNULL)))
-    ingest_s = statistics.median(ingest_t)
+
+    def ingest(extra_env: dict[str, str]) -> float:
+        shutil.rmtree(warehouse, ignore_errors=True)  # a first ingest of everything
+        return _timed(lambda: subprocess.run(cmd, env={**env, **extra_env}, check=True, stdout=subprocess.DEVNULL,
+                                             stderr=subprocess.DEVNULL))
+
+    first_t = ingest({})  # records the archive as it exits
+    time.sleep(31)  # tools.ingest.session: a part this old is settled, checked and used
+    with_t, without_t = [], []
+    for _ in range(args.repeat):  # interleaved: with the archive, and with it turned off
+        with_t.append(ingest({}))
+        without_t.append(ingest({"JET_INGEST_CDS": "0"}))
+    if not any(cds_dir.glob("spark-driver-*.jsa")):
+        raise SystemExit("the class-data-sharing archive was not written or not kept")
+    ingest_s, plain_s = statistics.median(with_t), statistics.median(without_t)
 
     jm, sm = statistics.median(jet_t), statistics.median(json_t)
     print(f"\n{total:,} records, {log_bytes / 2**20:.0f} MiB of jet log in {segment} segments "
@@ -106,7 +119,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"| native JSON reader (explicit schema) -> Parquet | {sm:.1f} | {total / sm:,.0f} |")
     print(f"| jetlog / JSON speed ratio | | {sm / jm:.2f}x |")
     print(f"| whole `jet-ingest` (JVM start, 4 tables, summary, report) | {ingest_s:.1f} | {total / ingest_s:,.0f} |")
-    print(f"\nwhole `jet-ingest` runs: {', '.join(f'{t:.1f}' for t in ingest_t)} s")
+    print(f"| same, class-data-sharing archive off (`JET_INGEST_CDS=0`) | {plain_s:.1f} | {total / plain_s:,.0f} |")
+    print(f"| same, first run on the machine (records the archive) | {first_t:.1f} | {total / first_t:,.0f} |")
+    print(f"\nwhole `jet-ingest` runs with the archive: {', '.join(f'{t:.1f}' for t in with_t)} s; "
+          f"without: {', '.join(f'{t:.1f}' for t in without_t)} s")
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     return 0
