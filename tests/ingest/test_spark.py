@@ -453,9 +453,11 @@ def test_follow_skips_a_micro_batch_already_ingested(spark: Any, tmp_path: Path)
     # adds a row; records appended after them are ingested once, by batch 3.
     for name in ("1", ".1.crc"):
         (warehouse / "_jet_ingest" / "checkpoint" / "commits" / name).unlink()
+    runs = len(Manifest.load(warehouse).runs)
     lines = follow(until_batch("micro-batch 3:"), then_append("micro-batch 2:", 60, 80, 60))
     assert lines == ["micro-batch 1: 0 new record(s)", "micro-batch 2: 0 new record(s)",
                      "micro-batch 3: 20 new record(s)"]
     assert_exactly_once(80)
+    assert len(Manifest.load(warehouse).runs) == runs + 1  # only batch 3 wrote files
     assert not (warehouse / "_jet_ingest" / "staging").exists() or not any(
         (warehouse / "_jet_ingest" / "staging").iterdir())

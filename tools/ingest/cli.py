@@ -208,7 +208,8 @@ def _commit_frames(spark: Any, frames: Any, manifest: Any, states: dict[str, Any
             state.done = max(state.done, end)
     move_staged(staging / "frames", manifest.root / "frames", run_id)
     manifest.files.update(states)
-    manifest.runs.append(run_id)
+    if rows:  # a run that wrote nothing leaves no files to keep
+        manifest.runs.append(run_id)
     manifest.save()
     import shutil
 
