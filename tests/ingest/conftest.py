@@ -9,9 +9,17 @@ import pytest
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
+def spark(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     pytest.importorskip("pyspark")
+    import os
+
     from tools.ingest.session import spark_session
+
+    # The driver's class-data-sharing archive (tools/ingest/README.md) lives in pytest's
+    # cache, not in the user's ~/.cache/jet: a first run records it, later runs use it.
+    cache = getattr(request.config, "cache", None)
+    where = cache.mkdir("jet-cds") if cache is not None else tmp_path_factory.mktemp("jet-cds")
+    os.environ.setdefault("JET_INGEST_CDS_DIR", str(where))
 
     session = spark_session("local[2]", app="jet-ingest-tests", conf={"spark.sql.shuffle.partitions": "2"})
     yield session

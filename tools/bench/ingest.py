@@ -99,8 +99,14 @@ def main(argv: list[str] | None = None) -> int:
         return _timed(lambda: subprocess.run(cmd, env={**env, **extra_env}, check=True, stdout=subprocess.DEVNULL,
                                              stderr=subprocess.DEVNULL))
 
-    first_t = ingest({})  # records the archive as it exits
-    time.sleep(31)  # tools.ingest.session: a part this old is settled, checked and used
+    first_t = ingest({})  # records the archive: its driver JVM writes it after the CLI returns
+    from tools.ingest.session import class_data_sharing
+
+    deadline = time.monotonic() + 180
+    while "SharedArchiveFile" not in (class_data_sharing(str(cds_dir)) or ""):  # settled, checked, promoted
+        if time.monotonic() > deadline:
+            raise SystemExit(f"no usable class-data-sharing archive in {cds_dir} after the first run")
+        time.sleep(2)
     with_t, without_t = [], []
     for _ in range(args.repeat):  # interleaved: with the archive, and with it turned off
         with_t.append(ingest({}))

@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -39,9 +40,14 @@ def _with_repo(pythonpath: str) -> str:
     return os.pathsep.join([REPO_ROOT, *[p for p in parts if p != REPO_ROOT]])
 
 
-# Quiet: a missing or mismatched archive is skipped (the JVM runs as without one).
-_CDS_QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
+# Quiet: a missing or mismatched archive is skipped (the JVM runs as without one), and
+# whatever the VM still has to say goes to stderr, not into jet-ingest's report.
+_CDS_QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off -XX:+DisplayVMOutputToStderr"
 _PART_SETTLED_S = 30.0  # a partial archive this old is no longer being written
+_STALE_S = 30 * 86400  # another install's archive unused this long is deleted
+# A complete dynamic archive starts with this magic; HotSpot writes the header last, so a
+# writer killed mid-dump leaves zeros here.
+_DYNAMIC_MAGIC = bytes.fromhex("a8ab0bf0")
 
 
 def _java() -> Optional[str]:
@@ -51,20 +57,41 @@ def _java() -> Optional[str]:
     return os.path.realpath(found) if found and os.path.exists(found) else None
 
 
+def _cds_blocked() -> bool:
+    """The driver JVM's options or class path are the user's to set here: a Spark conf
+    directory with files in it (its spark-defaults.conf may set the driver's java
+    options, which ours would replace; and HotSpot cannot record an archive with a
+    non-empty directory on the class path), or java options in PYSPARK_SUBMIT_ARGS."""
+    import pyspark
+
+    submit = os.environ.get("PYSPARK_SUBMIT_ARGS", "")
+    if "extraJavaOptions" in submit or "--driver-java-options" in submit:
+        return True
+    home = os.environ.get("SPARK_HOME") or os.path.dirname(pyspark.__file__)
+    conf = os.environ.get("SPARK_CONF_DIR") or os.path.join(home, "conf")
+    try:
+        return any(os.scandir(conf))
+    except OSError:
+        return False
+
+
 def class_data_sharing(cache_dir: Optional[str] = None) -> Optional[str]:
     """JVM options that load the local driver JVM's classes from a class-data-sharing
     archive (JDK CDS), or that make this run write one when it exits; None if off.
 
-    Spark loads some 20,000 classes, and parsing and verifying them is a third of a
+    Spark loads some 20,000 classes, and parsing and verifying them is a good part of a
     short ``jet-ingest`` run. The first local run on a machine writes an archive of the
     classes it loaded (``-XX:ArchiveClassesAtExit``, about 200 MB, in
     ``$JET_INGEST_CDS_DIR``, else ``$XDG_CACHE_HOME/jet``, else ``~/.cache/jet``); later
     runs map it (``-XX:SharedArchiveFile``). The archive is keyed by the java binary and
-    the pyspark install. A JVM can crash mapping a truncated archive, so an archive is
-    only used once a throwaway ``java -version`` has mapped it, after its writer has
-    finished. ``JET_INGEST_CDS=0`` turns this off.
+    the pyspark install. A JVM can crash mapping a truncated archive, and a killed
+    writer leaves one, so an archive is used only once it has its header and a
+    throwaway ``java -version`` has mapped it. Off (None) with ``JET_INGEST_CDS=0``, when
+    the cache directory cannot be written or its path has a space or quote (Spark
+    splits java options on spaces), and when the user sets the driver's java options or
+    class path (:func:`_cds_blocked`).
     """
-    if os.environ.get("JET_INGEST_CDS", "1") == "0":
+    if os.environ.get("JET_INGEST_CDS", "1") == "0" or _cds_blocked():
         return None
     java = _java()
     if java is None:
@@ -72,30 +99,47 @@ def class_data_sharing(cache_dir: Optional[str] = None) -> Optional[str]:
     import pyspark
 
     root = Path(cache_dir or os.environ.get("JET_INGEST_CDS_DIR")
-                or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "jet")
+                or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "jet").absolute()
+    if any(c.isspace() or c in "\"'\\" for c in str(root)):
+        return None
     ident = f"{java}:{os.stat(java).st_mtime_ns}:{pyspark.__file__}:{pyspark.__version__}"
     key = hashlib.sha256(ident.encode()).hexdigest()[:16]
     archive = root / f"spark-driver-{key}.jsa"
     try:
         root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=root):  # root may bypass os.access on a read-only mount
+            pass
+        now = time.time()
         for other in glob.glob(str(root / "spark-driver-*.jsa*")):
-            if key not in os.path.basename(other):  # another java or pyspark: stale
-                os.unlink(other)
+            if key not in os.path.basename(other) and now - os.stat(other).st_mtime > _STALE_S:
+                os.unlink(other)  # another java or pyspark, long unused
+        if archive.exists() and not _complete(str(archive)):
+            os.unlink(archive)
         writing = False
         for part in sorted(glob.glob(str(archive) + ".*.part")):
-            if time.time() - os.stat(part).st_mtime < _PART_SETTLED_S:
+            if now - os.stat(part).st_mtime < _PART_SETTLED_S:
                 writing = True  # its JVM may still be writing it
-            elif not archive.exists() and _maps(java, part):
+            elif not archive.exists() and _complete(part) and _maps(java, part):
                 os.replace(part, archive)
             else:
                 os.unlink(part)
         if archive.exists():
+            os.utime(archive)  # in use: not stale for another install sharing the directory
             return f"-XX:SharedArchiveFile={archive} {_CDS_QUIET}"
         if writing:
             return None
         return f"-XX:ArchiveClassesAtExit={archive}.{os.getpid()}.part {_CDS_QUIET}"
-    except OSError:  # a read-only or full cache directory: run without
+    except OSError:  # a full or vanishing cache directory: run without
         return None
+
+
+def _complete(archive: str) -> bool:
+    """Whether ``archive`` has the header a finished dynamic-archive dump writes last."""
+    try:
+        with open(archive, "rb") as fh:
+            return fh.read(len(_DYNAMIC_MAGIC)) == _DYNAMIC_MAGIC
+    except OSError:
+        return False
 
 
 def _maps(java: str, archive: str) -> bool:
