@@ -20,8 +20,9 @@ pytestmark = pytest.mark.skipif(_java() is None, reason="needs a java")
 
 @pytest.fixture(autouse=True)
 def _default_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("JET_INGEST_CDS", "JET_INGEST_CDS_DIR", "SPARK_CONF_DIR", "PYSPARK_SUBMIT_ARGS"):
+    for name in ("JET_INGEST_CDS_DIR", "SPARK_CONF_DIR", "PYSPARK_SUBMIT_ARGS"):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("JET_INGEST_CDS", "1")  # opt-in
 
 
 def _record(part: str) -> None:
@@ -106,6 +107,8 @@ def test_off_when_it_cannot_work_or_the_user_owns_the_jvm_options(tmp_path: Path
     monkeypatch.setenv("JET_INGEST_CDS", "0")
     assert class_data_sharing(str(tmp_path)) is None
     monkeypatch.delenv("JET_INGEST_CDS")
+    assert class_data_sharing(str(tmp_path)) is None  # not asked for
+    monkeypatch.setenv("JET_INGEST_CDS", "1")
     monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", "--driver-java-options -Dmine=1 pyspark-shell")
     assert class_data_sharing(str(tmp_path)) is None
     monkeypatch.delenv("PYSPARK_SUBMIT_ARGS")
