@@ -275,26 +275,10 @@ def _log_records(log_dir: Path) -> set[tuple[str, int]]:
     }
 
 
-class _Lines:
-    """A console's file that keeps whole lines as they are printed (thread-safe enough:
-    lines are appended whole)."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-        self._part = ""
-
-    def write(self, text: str) -> int:
-        *done, self._part = (self._part + text).split("\n")
-        self.lines.extend(done)
-        return len(text)
-
-    def flush(self) -> None:
-        pass
-
-
 def test_follow_ingests_a_live_log_exactly_once(spark: Any, start_jetd: Callable[..., Any], tmp_path: Path) -> None:
     """``jet-ingest --follow`` (what ``main`` runs, on the shared session) against a jetd
     that keeps logging: the batch ingest, micro-batches, --idle-exit, derived tables."""
+    import io
     import threading
 
     import pyarrow.parquet as pq
@@ -308,7 +292,7 @@ def test_follow_ingests_a_live_log_exactly_once(spark: Any, start_jetd: Callable
     run_scenario(daemon.host, daemon.port)  # before jet-ingest starts: the batch ingest takes it
     args = _parser().parse_args([str(log_dir), "--out", str(warehouse), "--follow", "--interval", "0.5",
                                  "--idle-exit", "3", "--no-report", "--follow-for", "90"])
-    out = _Lines()
+    out = io.StringIO()
     result: list[object] = []
 
     def follow() -> None:
@@ -319,20 +303,22 @@ def test_follow_ingests_a_live_log_exactly_once(spark: Any, start_jetd: Callable
 
     runner = threading.Thread(target=follow, daemon=True)
     runner.start()
-    lines = out.lines
+
+    def lines() -> list[str]:
+        return out.getvalue().splitlines()
 
     def wait_for(pred: Callable[[], bool], what: str) -> None:
         deadline = time.monotonic() + 90
         while not pred():
-            assert runner.is_alive(), f"jet-ingest ended ({result}) waiting for {what}: {lines}"
-            assert time.monotonic() < deadline, f"timed out waiting for {what}: {lines}"
+            assert runner.is_alive(), f"jet-ingest ended ({result}) waiting for {what}: {lines()}"
+            assert time.monotonic() < deadline, f"timed out waiting for {what}: {lines()}"
             time.sleep(0.1)
 
     def batches_with_rows() -> int:
-        return sum(1 for ln in lines if ln.startswith("micro-batch") and not ln.rstrip().endswith(" 0 new record(s)"))
+        return sum(1 for ln in lines() if ln.startswith("micro-batch") and not ln.rstrip().endswith(" 0 new record(s)"))
 
     try:
-        wait_for(lambda: any(ln.startswith("following") for ln in lines), "the stream to start")
+        wait_for(lambda: any(ln.startswith("following") for ln in lines()), "the stream to start")
         run_scenario(daemon.host, daemon.port)  # while it follows
         wait_for(lambda: batches_with_rows() >= 1, "a micro-batch with the new records")
         assert daemon.stop() == 0  # closes the connections' records and the segment
@@ -342,8 +328,8 @@ def test_follow_ingests_a_live_log_exactly_once(spark: Any, start_jetd: Callable
             for query in spark.streams.active:
                 query.stop()
             runner.join(30)
-    assert result == [0], (result, lines)
-    assert any(ln.startswith("no new records") for ln in lines), lines
+    assert result == [0], (result, lines())
+    assert any(ln.startswith("no new records") for ln in lines()), lines()
     logged = _log_records(log_dir)
     table = pq.read_table(warehouse / "frames", columns=["file", "offset", "kind"])
     got = list(zip(table.column("file").to_pylist(), table.column("offset").to_pylist(), strict=True))
