@@ -30,6 +30,35 @@ def test_manifest_round_trip_and_uncommitted_cleanup(tmp_path: Path) -> None:
     assert [f.name for f in (tmp_path / "frames").rglob("*.parquet")] == ["run-aaa-part-1.parquet"]
 
 
+def test_cleanup_keeps_only_committed_runs_and_the_current_snapshot(tmp_path: Path) -> None:
+    m = Manifest(tmp_path, runs=["aaa"], carry="aaa")
+    m.save()
+    day = "date=2026-01-01"
+    files = {
+        f"requests/{day}/run-aaa-part-0.parquet": True,  # committed
+        f"requests/{day}/run-ccc-part-0.parquet": False,  # a run that died before its commit
+        f"state_changes/{day}/run-ccc-merged.parquet": False,
+        f"requests/{day}/snap-aaa-pending.parquet": True,  # the current snapshot
+        f"requests/{day}/snap-zzz-pending.parquet": False,  # the one before it, or an uncommitted one
+        f"connections/{day}/snap-zzz-all.parquet": False,
+        f"connections/{day}/snap-aaa-all.parquet": True,
+        "_jet_ingest/carry/aaa/conns.parquet": True,
+        "_jet_ingest/carry/ccc/conns.parquet": False,
+    }
+    for name in files:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"x")
+    assert Manifest.load(tmp_path).remove_uncommitted() == 2
+    assert {n for n in files if (tmp_path / n).exists()} == {n for n, keep in files.items() if keep}
+
+
+def test_manifest_of_an_older_jet_ingest_is_refused_with_a_reason(tmp_path: Path) -> None:
+    (tmp_path / "_jet_ingest").mkdir()
+    (tmp_path / "_jet_ingest" / "manifest.json").write_text('{"version": 1, "files": {}, "runs": []}')
+    with pytest.raises(ValueError, match="ingest into a new warehouse"):
+        Manifest.load(tmp_path)
+
+
 def test_manifest_rejects_unknown_version(tmp_path: Path) -> None:
     (tmp_path / "_jet_ingest").mkdir()
     (tmp_path / "_jet_ingest" / "manifest.json").write_text('{"version": 99}')

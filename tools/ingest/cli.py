@@ -3,8 +3,9 @@
 Reads a jetd log directory with the ``jetlog`` source and maintains a Parquet
 warehouse (layout and exactly-once commit: :mod:`tools.ingest.warehouse`):
 
-- ``frames``: every record (the ``jetlog`` schema plus ``run_ns``), appended;
-- ``state_changes``, ``requests``, ``connections``: rebuilt from ``frames`` each run;
+- ``frames``: every record (the ``jetlog`` schema plus ``run_ns``);
+- ``state_changes``, ``requests``, ``connections``: derived in the same pass, each run
+  adding what its records settle (:mod:`tools.ingest.pipeline`);
 
 all partitioned by ``date`` (UTC), codes stored by their spec names. It prints a summary
 and writes ``WAREHOUSE/report.html``.
@@ -19,20 +20,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Optional
 
 from rich.console import Console
 
-__all__ = ["ingest_once", "main", "rebuild_tables"]
-
-DERIVED = ("state_changes", "requests", "connections")
+__all__ = ["ingest_once", "load_tables", "main"]
 
 
 def _parse_since(text: str) -> int:
@@ -155,69 +153,13 @@ def _per_file(values: dict[str, int]) -> Any:
 def _frames_df(df: Any, states: dict[str, Any], since_ns: Optional[int]) -> Any:
     from pyspark.sql import functions as F
 
-    runs = {f: s.run_ns for f, s in states.items()}
-    out = df.withColumn("run_ns", _per_file(runs).cast("long")).withColumn(
-        "date", F.to_date(F.col("ts"))  # tables._date: date=YYYY-MM-DD directories
-    )
+    out = df.withColumn("run_ns", _per_file({f: s.run_ns for f, s in states.items()}).cast("long"))
     if since_ns is not None:
         out = out.filter(F.col("ts_ns").isNull() | (F.col("ts_ns") >= F.lit(since_ns)))
     return out
 
 
-def _commit_frames(spark: Any, frames: Any, manifest: Any, states: dict[str, Any], run_id: str,
-                   limits: dict[str, int], ends: Optional[Callable[[], dict[str, int]]] = None) -> int:
-    """Write ``frames`` as run ``run_id`` and commit it in the manifest; returns rows.
-
-    ``ends`` computes, while Spark writes, each file's resume offset; without it they
-    come from the written rows (a micro-batch, whose end offsets are the stream's).
-    """
-    from pyspark.sql import Observation
-    from pyspark.sql import functions as F
-
-    from tools.ingest.warehouse import move_staged
-
-    staging = manifest.root / "_jet_ingest" / "staging" / run_id
-    observed = Observation("frames")
-    result: dict[str, int] = {}
-    worker = threading.Thread(target=lambda: result.update(ends()), daemon=True) if ends else None
-    if worker is not None:
-        worker.start()
-    try:
-        frames.observe(observed, F.count(F.lit(1)).alias("rows")).write.mode("overwrite").partitionBy("date").parquet(
-            str(staging / "frames"))
-    finally:
-        if worker is not None:
-            worker.join()
-    rows = int(observed.get["rows"])
-    if ends is not None:
-        if len(result) < len(limits):
-            raise RuntimeError("jet-ingest: could not compute where each file's next read resumes")
-    elif rows:
-        written = spark.read.parquet(str(staging / "frames"))
-        # The offset after each file's last record ingested: a record ends 10 + 13 + size
-        # bytes after its start (JETLOG.md 3); a damage row covers [offset, offset + size).
-        rec_end = F.when(F.col("kind").isNotNull(), F.col("offset") + 23 + F.col("size")).otherwise(
-            F.col("offset") + F.col("size"))
-        bad_header = F.col("corrupt").startswith("bad segment header")
-        for row in written.groupBy("file").agg(F.max(rec_end).alias("end"), F.max(bad_header.cast("int")).alias("bad")
-                                              ).collect():
-            result[row["file"]] = limits[row["file"]] if row["bad"] else int(row["end"])
-    for path, end in result.items():
-        state = states.get(path)
-        if state is not None:
-            state.done = max(state.done, end)
-    move_staged(staging / "frames", manifest.root / "frames", run_id)
-    manifest.files.update(states)
-    if rows:  # a run that wrote nothing leaves no files to keep
-        manifest.runs.append(run_id)
-    manifest.save()
-    import shutil
-
-    shutil.rmtree(staging, ignore_errors=True)
-    return rows
-
-
-def _resume_offsets(ranges: list[tuple[str, int, int]], states: dict[str, Any], chunk: int) -> dict[str, int]:
+def _resume_offsets(ranges: list[tuple[str, int, int]], chunk: int) -> dict[str, int]:
     """Each range's resume offset, as the reader's last chunk of it ends (no Spark job)."""
     from tools.ingest.parse import JetlogError, resume_offset
 
@@ -234,7 +176,9 @@ def _resume_offsets(ranges: list[tuple[str, int, int]], states: dict[str, Any], 
 
 def ingest_once(spark: Any, logdir: str, warehouse: Path, *, since_ns: Optional[int] = None,
                 console: Optional[Console] = None, mode: str = "PERMISSIVE") -> int:
-    """Ingest what is new in ``logdir`` into ``warehouse/frames``; returns rows added."""
+    """Ingest what is new in ``logdir`` into every table of ``warehouse``; returns the
+    records added (:mod:`tools.ingest.pipeline`)."""
+    from tools.ingest.pipeline import TaskSpec, commit, run_task
     from tools.ingest.source import DEFAULT_CHUNK, plan_ranges
     from tools.ingest.warehouse import Manifest, new_run_id
 
@@ -249,48 +193,42 @@ def ingest_once(spark: Any, logdir: str, warehouse: Path, *, since_ns: Optional[
         manifest.save()
         console.print("nothing new to ingest")
         return 0
-    tasks = len(plan_ranges(ranges, DEFAULT_CHUNK, 0))
+    parts = plan_ranges(ranges, DEFAULT_CHUNK, 0)
     console.print(f"ingesting {len(ranges)} file(s), {sum(lim - s for _, s, lim in ranges):,} bytes")
-    df = (spark.read.format("jetlog").option("ranges", json.dumps(ranges)).option("groupSize", "0")
-          .option("chunkSize", str(DEFAULT_CHUNK)).option("mode", mode).load())
-    frames = _frames_df(df, states, since_ns)
-    with _Progress(spark, console, len(ranges), tasks):
-        return _commit_frames(spark, frames, manifest, states, new_run_id(), {f: lim for f, _, lim in ranges},
-                              ends=lambda: _resume_offsets(ranges, states, DEFAULT_CHUNK))
+    run_id = new_run_id()
+    staging = manifest.root / "_jet_ingest" / "staging" / run_id
+    spec = TaskSpec(str(staging), {f: s.run_ns for f, s in states.items()}, since_ns, mode)
+    ends: dict[str, int] = {}
+    # Where each file's next read resumes is computed while the tasks run.
+    worker = threading.Thread(target=lambda: ends.update(_resume_offsets(ranges, DEFAULT_CHUNK)), daemon=True)
+    worker.start()
+    try:
+        with _Progress(spark, console, len(ranges), len(parts)):
+            rows = int(sum(spark.sparkContext.parallelize(list(enumerate(parts)), len(parts))
+                       .map(lambda task: run_task(task[0], task[1], spec)).collect()))
+    finally:
+        worker.join()
+    if len(ends) < len(ranges):
+        raise RuntimeError("jet-ingest: could not compute where each file's next read resumes")
+    for path, end in ends.items():
+        states[path].done = max(states[path].done, end)
+    commit(manifest, staging, run_id, states)
+    shutil.rmtree(staging, ignore_errors=True)
+    return rows
 
 
-def rebuild_tables(spark: Any, warehouse: Path) -> dict[str, Any]:
-    """Recompute the derived tables from all of ``frames``; returns every table's DataFrame."""
-    from tools.ingest import tables
-    from tools.ingest.warehouse import replace_dir
+def load_tables(spark: Any, warehouse: Path) -> dict[str, Any]:
+    """Every table of ``warehouse`` as a DataFrame (``frames`` and the derived ones)."""
+    from tools.ingest.derive import CONNECTIONS_SCHEMA, REQUESTS_SCHEMA, STATE_CHANGES_SCHEMA
+    from tools.ingest.pipeline import FRAMES_SCHEMA, spark_ddl
 
-    frames_dir = warehouse / "frames"
-    if not frames_dir.exists():
-        raise FileNotFoundError(f"{frames_dir}: nothing ingested yet")
-    # Not cached: each derived table reads only the Parquet columns it needs, which
-    # costs less than building an in-memory copy of every column of every record.
-    frames = tables.with_seq(spark.read.parquet(str(frames_dir)))
-    # Requests, responses and routes from one sort, shared by state_changes and requests.
-    exchanges = tables.request_exchanges(frames).cache()
-    build = {
-        "state_changes": tables.state_changes(frames, exchanges),
-        "requests": tables.requests(frames, exchanges),
-        "connections": tables.connections(frames),
-    }
-    def write(name: str) -> None:
-        staged = warehouse / "_jet_ingest" / "staging" / f"derived-{name}"
-        build[name].write.mode("overwrite").partitionBy("date").parquet(str(staged))
-
-    # The three writes run as concurrent Spark jobs: one's planning, code generation and
-    # skewed last tasks overlap the others' work (on small logs that is most of the time).
-    with ThreadPoolExecutor(len(build)) as pool:
-        for done in [pool.submit(write, name) for name in build]:
-            done.result()
-    exchanges.unpersist()
-    out: dict[str, Any] = {"frames": frames}
-    for name in build:
-        replace_dir(warehouse / "_jet_ingest" / "staging" / f"derived-{name}", warehouse / name)
-        out[name] = spark.read.parquet(str(warehouse / name))
+    if not (warehouse / "frames").exists():
+        raise FileNotFoundError(f"{warehouse / 'frames'}: nothing ingested yet")
+    out = {}
+    for name, schema in (("frames", FRAMES_SCHEMA), ("state_changes", STATE_CHANGES_SCHEMA),
+                         ("requests", REQUESTS_SCHEMA), ("connections", CONNECTIONS_SCHEMA)):
+        (warehouse / name).mkdir(exist_ok=True)
+        out[name] = spark.read.schema(spark_ddl(schema)).parquet(str(warehouse / name))
     return out
 
 
@@ -304,28 +242,39 @@ def _follow(spark: Any, args: argparse.Namespace, console: Console) -> None:
     warehouse = Path(args.out)
     manifest = Manifest.load(warehouse)
     starting = {f: s.done for f, s in manifest.files.items()}
-    last_refresh = [time.monotonic()]
     last_rows = [time.monotonic()]
     # Held while a micro-batch commits, so stopping never cuts one in half.
     committing = threading.Lock()
 
     def batch(df: Any, batch_id: int) -> None:
+        from tools.ingest.pipeline import commit, follow_task
+
         with committing:
             m = Manifest.load(warehouse)
+            m.remove_uncommitted()
             _, states = _plan(m, args.logdir)
             # The manifest is the truth: rows it already holds (from a batch run, or a
             # micro-batch replayed after a crash) are filtered out.
             done = _per_file({f: s.done for f, s in m.files.items()})
-            fresh = df.filter(F.col("offset") >= F.coalesce(done, F.lit(0)))
-            sizes = {f: Path(f).stat().st_size for f in states}
-            rows = _commit_frames(spark, _frames_df(fresh, states, args.since), m, states, new_run_id(),
-                                  sizes)
-            console.print(f"micro-batch {batch_id}: {rows} new record(s)")
+            fresh = _frames_df(df.filter(F.col("offset") >= F.coalesce(done, F.lit(0))), states, args.since)
+            run_id = new_run_id()
+            staging = m.root / "_jet_ingest" / "staging" / run_id
+            settled = fresh.mapInArrow(lambda it: follow_task(it, str(staging), batch_id),
+                                       "file string, `end` long, rows long").collect()
+            rows = sum(r["rows"] for r in settled)
+            for r in settled:
+                state = states.get(r["file"])
+                if state is not None:
+                    end = Path(r["file"]).stat().st_size if r["end"] < 0 else r["end"]
+                    state.done = max(state.done, end)
             if rows:
+                commit(m, staging, run_id, states)
                 last_rows[0] = time.monotonic()
-            if rows and time.monotonic() - last_refresh[0] >= args.refresh:
-                rebuild_tables(spark, warehouse)
-                last_refresh[0] = time.monotonic()
+            else:
+                m.files.update(states)
+                m.save()
+            shutil.rmtree(staging, ignore_errors=True)
+            console.print(f"micro-batch {batch_id}: {rows} new record(s)")
 
     query = (
         spark.readStream.format("jetlog").option("path", args.logdir)
@@ -362,8 +311,6 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--since", type=_parse_since, help="skip records before this time (ISO 8601 or epoch s)")
     parser.add_argument("--follow", action="store_true", help="keep ingesting new records (streaming reader)")
     parser.add_argument("--interval", type=float, default=5.0, help="--follow: seconds between micro-batches")
-    parser.add_argument("--refresh", type=float, default=60.0,
-                        help="--follow: rebuild derived tables at most this often (s)")
     parser.add_argument("--idle-exit", type=float, default=None, metavar="S",
                         help="--follow: stop after S seconds without a new record")
     parser.add_argument("--follow-for", type=float, default=None, help=argparse.SUPPRESS)
@@ -400,7 +347,7 @@ def run(spark: Any, args: argparse.Namespace, console: Console, *, started: Opti
     if not (warehouse / "frames").exists():
         console.print("no records ingested yet")
         return 0
-    tables = rebuild_tables(spark, warehouse)
+    tables = load_tables(spark, warehouse)
     console.print(f"added {added:,} record(s) in {time.monotonic() - started:.1f} s")
     if not args.no_report:
         from tools.ingest.report import collect_summary, print_summary, write_report

@@ -177,20 +177,13 @@ def spark_session(master: Optional[str] = None, *, app: str = "jet-ingest", ui: 
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": "8",
         "spark.executorEnv.PYTHONPATH": os.environ["PYTHONPATH"],
-        "spark.sql.sources.partitionOverwriteMode": "dynamic",
-        # Date-partitioned writes without the per-task sort Spark otherwise adds: a log
-        # spans few dates, so a writer per date is cheap.
-        "spark.sql.maxConcurrentOutputFileWriters": "32",
-        # The one cache (jet-ingest's request exchanges) is built once and read twice:
-        # compressing it costs more CPU than it saves (BENCHMARKS.md, Spark ingest).
-        "spark.sql.inMemoryColumnarStorage.compressed": "false",
     }
     if local:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         settings.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
         if "spark.driver.memory" not in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):
-            # In local mode the driver JVM runs every task: Spark's default 1 GiB heap
-            # makes the derived tables' sorts spill and collect garbage most of the time.
+            # In local mode the driver JVM runs every task: with Spark's default 1 GiB
+            # heap, queries over a large warehouse's frames spill and collect garbage.
             settings["spark.driver.memory"] = DEFAULT_LOCAL_MEMORY
     settings.update(conf or {})
     if local and not _driver_running():

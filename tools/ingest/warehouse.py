@@ -1,17 +1,21 @@
 """The warehouse layout and its manifest: what has been ingested, so nothing is twice.
 
-    WAREHOUSE/frames/date=YYYY-MM-DD/run-<id>-part-....parquet   (appended per run)
-    WAREHOUSE/{state_changes,requests,connections}/date=.../      (rebuilt from frames)
+    WAREHOUSE/{frames,requests,state_changes}/date=YYYY-MM-DD/run-<id>-....parquet  (appended per run)
+    WAREHOUSE/{requests,connections}/date=.../snap-<id>-....parquet  (replaced per run)
     WAREHOUSE/_jet_ingest/manifest.json                            (the commit point)
+    WAREHOUSE/_jet_ingest/carry/<id>/                              (handed to the next run)
     WAREHOUSE/report.html
 
-An ingest run writes its frames into ``_jet_ingest/staging/<id>/``, moves the files into
-``frames/`` under names that carry the run id, then replaces the manifest atomically
-(write + ``os.replace``): that is its commit. The manifest lists committed run ids and,
-per log file (by absolute path and header CRC), the offset after the last record
-ingested. A run that died before its commit leaves files of an uncommitted run id,
-which the next run deletes first. The warehouse must be a filesystem path every Spark
-executor can write (local, or a shared mount on a cluster).
+An ingest run writes into ``_jet_ingest/staging/<id>/``, moves the files into the tables
+under names that carry the run id, writes its carry (:class:`tools.ingest.derive.Carry`),
+then replaces the manifest atomically (write + ``os.replace``): that is its commit. The
+manifest lists committed run ids, the current carry (whose id also names the current
+snapshot files: requests still open, and the connections table) and, per log file (by
+absolute path and header CRC), the offset after the last record ingested. A run that
+died before its commit leaves files of an uncommitted id, which the next run deletes
+first; a run that died just after it leaves the previous snapshot, deleted the same way.
+The warehouse must be a filesystem path every Spark executor can write (local, or a
+shared mount on a cluster).
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ from tools.ingest.parse import JetlogError, read_header
 
 __all__ = ["FileState", "Manifest", "header_identity", "new_run_id"]
 
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
+TABLES = ("frames", "requests", "state_changes", "connections")
 
 
 def new_run_id() -> str:
@@ -74,6 +79,7 @@ class Manifest:
     root: Path
     files: dict[str, FileState] = field(default_factory=dict)
     runs: list[str] = field(default_factory=list)
+    carry: Optional[str] = None  # the run whose carry and snapshot files are current
 
     @property
     def path(self) -> Path:
@@ -89,17 +95,21 @@ class Manifest:
         m = cls(root)
         if m.path.exists():
             doc = json.loads(m.path.read_text())
+            if doc.get("version") == 1:
+                raise ValueError(f"{m.root}: made by an older jet-ingest that rebuilt its derived tables from "
+                                 "frames on every run; ingest into a new warehouse")
             if doc.get("version") != MANIFEST_VERSION:
                 raise ValueError(f"{m.path}: unknown manifest version {doc.get('version')!r}")
             m.files = {p: FileState(**s) for p, s in doc["files"].items()}
             m.runs = list(doc["runs"])
+            m.carry = doc.get("carry")
         return m
 
     def save(self) -> None:
         """Atomically replace the manifest: the commit point of a run."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         doc = {"version": MANIFEST_VERSION, "files": {p: s.to_json() for p, s in sorted(self.files.items())},
-               "runs": self.runs}
+               "runs": self.runs, "carry": self.carry}
         tmp = self.path.with_suffix(".tmp")
         with open(tmp, "w") as fh:
             json.dump(doc, fh, indent=1)
@@ -108,27 +118,43 @@ class Manifest:
         os.replace(tmp, self.path)
 
     def remove_uncommitted(self) -> int:
-        """Delete frame files left by runs that never committed; returns how many."""
+        """Delete files left by runs that never committed; returns how many."""
+        committed = set(self.runs)
         removed = 0
-        frames = self.root / "frames"
-        if frames.exists():
-            committed = set(self.runs)
-            for f in frames.rglob("run-*"):
-                run = f.name.split("-", 2)[1]
-                if run not in committed:
-                    f.unlink()
-                    removed += 1
+        for table in TABLES:
+            directory = self.root / table
+            if directory.exists():
+                for f in directory.rglob("run-*"):
+                    if f.name.split("-", 2)[1] not in committed:
+                        f.unlink()
+                        removed += 1
         shutil.rmtree(self.root / "_jet_ingest" / "staging", ignore_errors=True)
+        self.remove_stale()
         return removed
 
+    def remove_stale(self) -> None:
+        """Delete snapshot files and carries other than the current ones."""
+        for table in TABLES:
+            directory = self.root / table
+            if directory.exists():
+                for f in directory.rglob("snap-*"):
+                    if f.name.split("-", 2)[1] != self.carry:
+                        f.unlink()
+        carries = self.root / "_jet_ingest" / "carry"
+        if carries.exists():
+            for d in carries.iterdir():
+                if d.name != self.carry:
+                    shutil.rmtree(d, ignore_errors=True)
 
-def move_staged(staging: Path, table_dir: Path, run_id: str) -> int:
+
+def move_staged(staging: Path, table_dir: Path, run_id: str, *, prefix: str = "run") -> int:
     """Move the Parquet files of a staged table into ``table_dir``, keeping the
-    partition directories and prefixing names with the run id. Returns the file count."""
+    partition directories and prefixing names with ``<prefix>-<run id>-``. Returns the
+    file count."""
     moved = 0
     for f in staging.rglob("*.parquet"):
         rel = f.relative_to(staging)
-        dest = table_dir / rel.parent / f"run-{run_id}-{f.name}"
+        dest = table_dir / rel.parent / f"{prefix}-{run_id}-{f.name}"
         dest.parent.mkdir(parents=True, exist_ok=True)
         os.replace(f, dest)
         moved += 1

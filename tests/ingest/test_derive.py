@@ -1,0 +1,289 @@
+"""JVM-free tests of the derived tables (tools/ingest/derive.py): what pieces settle,
+what the merge settles, and that neither depends on where records were cut."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any, Optional
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from jetwire import (
+    AddState,
+    CallMethod,
+    Info,
+    Message,
+    NotifyState,
+    Response,
+    SetState,
+    Status,
+    Value,
+    encode,
+)
+from jetwire.codes import Function
+from jetwire.log import (
+    LogHeader,
+    LogKind,
+    conn_close_data,
+    conn_name_data,
+    conn_open_data,
+    encode_header,
+    encode_record,
+    route_data,
+)
+from tools.ingest import derive
+from tools.ingest.parse import ARROW_SCHEMA, read_segment
+from tools.ingest.synth import write_synthetic_log
+
+RUN = 1_767_225_600_000_000_000
+OWNER, CLIENT, INTRUDER = 1, 2, 3
+
+
+class Log:
+    """Records in the shape jetd logs them (JETLOG.md 4), 1 µs apart."""
+
+    def __init__(self, start_ns: int = RUN) -> None:
+        self.t = start_ns
+        self.records: list[bytes] = []
+
+    def rec(self, conn: int, kind: int, data: bytes) -> None:
+        self.t += 1000
+        self.records.append(encode_record(self.t, conn, kind, data))
+
+    def open(self, conn: int, name: str) -> None:
+        self.rec(conn, LogKind.CONN_OPEN, conn_open_data(f"127.0.0.1:{40000 + conn}"))
+        self.rec(conn, LogKind.FRAME_IN, encode(Info(name=name)))
+        self.rec(conn, LogKind.CONN_NAME, conn_name_data(name))
+
+    def into(self, conn: int, msg: Message) -> None:
+        self.rec(conn, LogKind.FRAME_IN, encode(msg))
+
+    def out(self, conn: int, msg: Message) -> None:
+        self.rec(conn, LogKind.FRAME_OUT, encode(msg))
+
+    def routed(self, rid: int, oid: int, msg: Message, function: int, key: str) -> None:
+        """A client request the daemon routes to the owner (not yet answered)."""
+        self.into(CLIENT, msg)
+        self.rec(0, LogKind.ROUTE, route_data(CLIENT, rid, OWNER, oid, function, key))
+        forwarded = type(msg)(oid, key, msg.value)  # type: ignore[call-arg, attr-defined]
+        self.out(OWNER, forwarded)
+
+    def close(self, conn: int) -> None:
+        self.rec(conn, LogKind.CONN_CLOSE, conn_close_data(Status.OK, "closed by peer"))
+
+    def write(self, path: Path, records: Optional[list[bytes]] = None) -> Path:
+        path.write_bytes(encode_header(LogHeader("jetd", RUN, 0)) + b"".join(self.records if records is None
+                                                                                else records))
+        return path
+
+
+def scenario() -> Log:
+    """Owner adds two states; owner and intruder notify by event; a routed SET accepted
+    (with the owner's NOTIFY in between), one rejected; an unrouted SET NOT_FOUND; a
+    CALL answered; the owner leaves (both states go)."""
+    log = Log()
+    log.open(OWNER, "owner")
+    log.open(CLIENT, "client")
+    log.open(INTRUDER, "intruder")
+    for i, key in enumerate(("plant/a", "plant/b"), 1):
+        log.into(OWNER, AddState(i, key, Value.of(0)))
+        log.out(OWNER, Response(i))
+    log.into(OWNER, NotifyState(None, "plant/a", Value.of(1)))
+    log.into(INTRUDER, NotifyState(None, "plant/a", Value.of(666)))  # not the owner: no change
+    log.routed(10, 100, SetState(10, "plant/a", Value.of(5)), Function.SET_STATE, "plant/a")
+    log.into(OWNER, NotifyState(3, "plant/a", Value.of(5)))
+    log.out(OWNER, Response(3))
+    log.into(OWNER, Response(100, value=Value.of(5)))
+    log.out(CLIENT, Response(10, value=Value.of(5)))
+    log.routed(11, 101, SetState(11, "plant/b", Value.of(7)), Function.SET_STATE, "plant/b")
+    log.into(OWNER, Response(101, Status.REJECTED, message="too hot"))
+    log.out(CLIENT, Response(11, Status.REJECTED, message="too hot"))
+    log.into(CLIENT, SetState(12, "other/x", Value.of(1)))
+    log.out(CLIENT, Response(12, Status.NOT_FOUND, message="no such state"))
+    log.routed(13, 102, CallMethod(13, "plant/reset", Value.of(None)), Function.CALL_METHOD, "plant/reset")
+    log.into(OWNER, Response(102, value=Value.of("done")))
+    log.out(CLIENT, Response(13, value=Value.of("done")))
+    log.close(OWNER)
+    log.close(INTRUDER)
+    log.close(CLIENT)
+    return log
+
+
+def frames_of(path: Path, run_ns: int = RUN) -> pa.Table:
+    table = pa.Table.from_batches(list(read_segment(str(path))), ARROW_SCHEMA)
+    return derive.with_seq(table.append_column("run_ns", pa.array([run_ns] * table.num_rows, pa.int64())))
+
+
+def derive_split(frames: pa.Table, cuts: list[int], groups: list[int],
+                 live_runs: Optional[set[int]] = None) -> dict[str, pa.Table]:
+    """The tables from pieces cut before rows ``cuts``, merged in ingest runs that each
+    begin at a piece index in ``groups``: as jet-ingest builds them over several runs."""
+    bounds = [0, *sorted(set(cuts)), frames.num_rows]
+    pieces = [derive.piece(frames.slice(a, b - a)) for a, b in itertools.pairwise(bounds)]
+    starts = [0, *sorted(set(g for g in groups if 0 < g < len(pieces))), len(pieces)]
+    carry = derive.Carry.empty()
+    requests, changes = [], []
+    merged: Any = None
+    for a, b in itertools.pairwise(starts):
+        batch = pieces[a:b]
+        merged = derive.merge(carry, [p.loose for p in batch], [p.candidates for p in batch],
+                              [p.conns for p in batch], live_runs)
+        carry = merged.carry
+        requests += [p.requests for p in batch] + [merged.requests]
+        changes.append(merged.state_changes)
+    return {
+        "requests": pa.concat_tables(requests).sort_by([("run_ns", "ascending"), ("ts_ns", "ascending")]),
+        "pending": merged.pending.sort_by("ts_ns"),
+        "state_changes": pa.concat_tables(changes).sort_by([("run_ns", "ascending"), ("seq", "ascending")]),
+        "connections": merged.connections.sort_by("conn_id"),
+    }
+
+
+def test_scenario_known_answer(tmp_path: Path) -> None:
+    t = derive_split(frames_of(scenario().write(tmp_path / "a.jetlog")), [], [])
+    reqs = {r["request_id"]: r for r in t["requests"].to_pylist()}
+    assert {i: (r["function"], r["status"], r["routed"], r["owner_status"]) for i, r in reqs.items()} == {
+        10: ("SET_STATE", "OK", True, "OK"), 11: ("SET_STATE", "REJECTED", True, "REJECTED"),
+        12: ("SET_STATE", "NOT_FOUND", False, None), 13: ("CALL_METHOD", "OK", True, "OK")}
+    assert {i: (r["owner_name"], r["owner_request_id"]) for i, r in reqs.items()} == {
+        10: ("owner", 100), 11: ("owner", 101), 12: (None, None), 13: ("owner", 102)}
+    # 1 µs per record: request, ROUTE, to owner, NOTIFY, its OK, owner answer, answer
+    assert reqs[10]["latency_ns"] == 6000 and reqs[10]["owner_latency_ns"] == 3000
+    assert reqs[11]["message"] == "too hot" and reqs[13]["result_text"] == "done"
+    assert reqs[12]["key_prefix"] == "other" and reqs[10]["argument_text"] == "5"
+    assert all(r["requester_name"] == "client" for r in reqs.values())
+    assert t["pending"].num_rows == 0
+    changes = [(c["key"], c["change"], c["value_before"], c["value_after"], c["owner_name"])
+               for c in t["state_changes"].to_pylist()]
+    assert changes == [
+        ("plant/a", "ADD", None, "0", "owner"),
+        ("plant/b", "ADD", None, "0", "owner"),
+        ("plant/a", "NOTIFY", "0", "1", "owner"),  # the owner's event; the intruder's is not a change
+        ("plant/a", "NOTIFY", "1", "5", "owner"),
+        ("plant/a", "DISCONNECT", "5", None, "owner"),
+        ("plant/b", "DISCONNECT", "0", None, "owner"),
+    ]
+    conns = {c["name"]: c for c in t["connections"].to_pylist()}
+    assert set(conns) == {"owner", "client", "intruder"}
+    assert (conns["client"]["frames_in"], conns["client"]["frames_out"]) == (5, 4)
+    assert conns["owner"]["address"] == "127.0.0.1:40001" and conns["owner"]["close_status"] == "OK"
+    assert conns["owner"]["duration_s"] > 0
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_any_cut_and_any_run_boundary_give_the_same_tables(tmp_path: Path, data: st.DataObject) -> None:
+    # Three runs: the scenario, the synthetic mix, and one that ends with a request
+    # still open. Pieces may hold records of more than one run.
+    paths = [tmp_path / f"{name}.jetlog" for name in ("scenario", "synth", "open")]
+    if not paths[0].exists():
+        scenario().write(paths[0])
+        write_synthetic_log(str(paths[1]), 60, start_ns=RUN + 10**9)
+        log, cut = _pending_log()
+        log.write(paths[2], log.records[:cut])
+    frames = pa.concat_tables([frames_of(p, RUN + i * 10**9) for i, p in enumerate(paths)])
+    n = frames.num_rows
+    whole = derive_split(frames, [], [])
+    cuts = data.draw(st.lists(st.integers(1, n - 1), max_size=25))
+    groups = data.draw(st.lists(st.integers(1, len(cuts) + 1), max_size=6))
+    split = derive_split(frames, cuts, groups)
+    assert whole["pending"].num_rows == 1
+    for name in ("requests", "pending", "state_changes", "connections"):
+        assert split[name].equals(whole[name]), name
+
+
+def _pending_log() -> tuple[Log, int]:
+    """A routed SET with the owner's answer still outstanding; returns the log and the
+    number of records before its answer."""
+    log = Log()
+    log.open(OWNER, "owner")
+    log.open(CLIENT, "client")
+    log.into(OWNER, AddState(1, "plant/a", Value.of(0)))
+    log.out(OWNER, Response(1))
+    log.routed(10, 100, SetState(10, "plant/a", Value.of(5)), Function.SET_STATE, "plant/a")
+    cut = len(log.records)
+    log.into(OWNER, Response(100, value=Value.of(5)))
+    log.out(CLIENT, Response(10, value=Value.of(5)))
+    return log, cut
+
+
+def test_an_open_request_is_pending_until_answered(tmp_path: Path) -> None:
+    log, cut = _pending_log()
+    frames = frames_of(log.write(tmp_path / "p.jetlog"))
+    first = derive.piece(frames.slice(0, cut))
+    m1 = derive.merge(derive.Carry.empty(), [first.loose], [first.candidates], [first.conns])
+    assert first.requests.num_rows == 0 and m1.requests.num_rows == 0
+    assert m1.pending.column("status").to_pylist() == ["UNANSWERED"]
+    assert m1.pending.column("latency_ns").to_pylist() == [None]
+    assert m1.carry.loose.num_rows == 4  # the request, both ROUTE copies, the request to the owner
+    second = derive.piece(frames.slice(cut))
+    m2 = derive.merge(m1.carry, [second.loose], [second.candidates], [second.conns])
+    assert m2.pending.num_rows == 0 and m2.carry.loose.num_rows == 0
+    row = m2.requests.to_pylist()[0]
+    assert (row["status"], row["owner_status"], row["owner_name"], row["latency_ns"]) == ("OK", "OK", "owner", 4000)
+
+
+@pytest.mark.parametrize("ending", ["requester closes", "newer run"])
+def test_an_open_request_is_final_once_no_answer_can_come(tmp_path: Path, ending: str) -> None:
+    log, cut = _pending_log()
+    records = log.records[:cut]
+    if ending == "requester closes":
+        log.records = records
+        log.close(CLIENT)
+        records = log.records
+    frames = frames_of(log.write(tmp_path / "p.jetlog", records))
+    part = derive.piece(frames)
+    live = {RUN} if ending == "requester closes" else {RUN + 1}
+    m = derive.merge(derive.Carry.empty(), [part.loose], [part.candidates], [part.conns], live)
+    assert m.pending.num_rows == 0 and m.carry.loose.num_rows == 0
+    assert [(r["status"], r["routed"], r["owner_name"]) for r in m.requests.to_pylist()] == [
+        ("UNANSWERED", True, "owner")]
+
+
+def test_changes_behind_an_open_state_operation_wait_for_it(tmp_path: Path) -> None:
+    log = Log()
+    log.open(OWNER, "owner")
+    log.into(OWNER, AddState(1, "plant/a", Value.of(0)))
+    log.out(OWNER, Response(1))
+    log.into(OWNER, NotifyState(2, "plant/a", Value.of(1)))  # answered after the cut
+    log.into(OWNER, NotifyState(None, "plant/a", Value.of(2)))  # a later event, before the cut
+    cut = len(log.records)
+    log.out(OWNER, Response(2))
+    frames = frames_of(log.write(tmp_path / "h.jetlog"))
+    first = derive.piece(frames.slice(0, cut))
+    m1 = derive.merge(derive.Carry.empty(), [first.loose], [first.candidates], [first.conns])
+    assert [(c["change"], c["value_after"]) for c in m1.state_changes.to_pylist()] == [("ADD", "0")]
+    assert m1.carry.held.column("op").to_pylist() == ["EVENT"]
+    second = derive.piece(frames.slice(cut))
+    m2 = derive.merge(m1.carry, [second.loose], [second.candidates], [second.conns])
+    assert [(c["change"], c["value_before"], c["value_after"]) for c in m2.state_changes.to_pylist()] == [
+        ("NOTIFY", "0", "1"), ("NOTIFY", "1", "2")]
+    assert m2.carry.held.num_rows == 0
+
+
+def test_carry_round_trips_through_files(tmp_path: Path) -> None:
+    log, cut = _pending_log()
+    frames = frames_of(log.write(tmp_path / "p.jetlog"))
+    part = derive.piece(frames.slice(0, cut))
+    carry = derive.merge(derive.Carry.empty(), [part.loose], [part.candidates], [part.conns]).carry
+    carry.save(tmp_path / "carry")
+    loaded = derive.Carry.load(tmp_path / "carry")
+    for name in derive.Carry.NAMES:
+        assert getattr(loaded, name).equals(getattr(carry, name)), name
+
+
+def test_write_partitioned_lays_out_dates_like_spark(tmp_path: Path) -> None:
+    day = 86_400 * 10**9
+    ts = pa.array([RUN, RUN + 5, RUN + day, None], pa.int64())
+    table = pa.table({"ts_ns": ts, "x": pa.array([1, 2, 3, 4], pa.int64())})
+    assert derive.write_partitioned(table, ts, tmp_path / "t", "part.parquet") == 3
+    assert sorted(p.name for p in (tmp_path / "t").iterdir()) == [
+        "date=2026-01-01", "date=2026-01-02", f"date={derive.NULL_PARTITION}"]
+    back = ds.dataset(tmp_path / "t", partitioning="hive").to_table().sort_by("x")
+    assert back.column("x").to_pylist() == [1, 2, 3, 4]
+    assert back.column("date").to_pylist()[:3] == ["2026-01-01", "2026-01-01", "2026-01-02"]

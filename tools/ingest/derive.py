@@ -1,0 +1,671 @@
+"""The derived warehouse tables (``requests``, ``state_changes``, ``connections``) from
+event-log records, with numpy and pyarrow: no JVM.
+
+The work is split so that almost all of it runs next to the parser, in the Spark task
+that read the records, and only what crosses a task or an ingest run reaches the driver:
+
+- :func:`piece` takes the records of one contiguous byte range of one segment (the
+  ``jetlog`` schema plus ``run_ns``) and returns what it can settle on its own: the
+  requests whose request and response both lie in it, plus the *loose* exchange rows
+  (requests still open at its end, responses and routes whose request lies before it),
+  the state-change *candidates* and per-connection counters.
+- :class:`Carry` is what an ingest run hands the next one: exchange rows of requests
+  still open, state-change candidates held back behind them, every state's owner and
+  last value, and every connection's counters.
+- :func:`merge` pairs the loose rows of all pieces with the carried ones, folds the
+  candidates into the state timelines, and totals the connections. It is proportional
+  to state changes, connections and requests open at piece edges, not to records.
+
+Pairing (JETLOG.md 4, PROTOCOL.md 4.1): the ids of a connection's pending requests are
+distinct, so in (run, connection, side, id, seq) order a peer's REQUEST is followed by
+its ROUTE if the daemon routed it, then by the response; and the owner's copy of a ROUTE
+by the request the daemon sent the owner, then by the owner's answer. ``seq`` orders a
+run's records: segment, then offset (JETLOG.md 6).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+__all__ = [
+    "CONNECTIONS_SCHEMA",
+    "REQUESTS_SCHEMA",
+    "STATE_CHANGES_SCHEMA",
+    "Carry",
+    "Merged",
+    "Piece",
+    "merge",
+    "piece",
+    "with_seq",
+    "write_file",
+    "write_partitioned",
+]
+
+SEQ_SHIFT = 1 << 40  # segment offsets stay far below 1 TiB
+STATE_OPS = ("ADD_STATE", "NOTIFY_STATE", "REMOVE_STATE")
+_REQ, _ROUTE, _RESP = 0, 1, 2
+_TS = pa.timestamp("us", tz="UTC")
+_DAY_NS = 86_400 * 10**9
+_I64, _STR, _BIN, _BOOL = pa.int64(), pa.string(), pa.binary(), pa.bool_()
+
+VIEW_SCHEMA = pa.schema([
+    ("run_ns", _I64), ("daemon", _STR), ("seq", _I64), ("ts_ns", _I64), ("peer_name", _STR), ("conn_id", _I64),
+    ("side", _BOOL), ("request_id", _I64), ("tag", pa.int8()), ("function", _STR), ("key", _STR),
+    ("value_type", _STR), ("value", _BIN), ("value_text", _STR), ("status", _STR), ("text", _STR),
+    ("owner_conn", _I64), ("owner_request_id", _I64),
+])
+"""An exchange row: a REQUEST or RESPONSE frame, or one of a ROUTE record's two copies
+(``side`` False: under the requester's connection and id; True: under the owner's)."""
+
+CANDIDATE_SCHEMA = pa.schema([
+    ("run_ns", _I64), ("daemon", _STR), ("seq", _I64), ("ts_ns", _I64), ("key", _STR), ("conn_id", _I64),
+    ("peer_name", _STR), ("op", _STR), ("value_type", _STR), ("value", _BIN), ("value_text", _STR),
+])
+"""A possible state change: ``op`` ADD_STATE/NOTIFY_STATE/REMOVE_STATE (a request the
+daemon answered OK), EVENT (a NOTIFY_STATE event, which counts only from the owner) or
+CLOSE (a connection closed: its states go, PROTOCOL.md 10.6)."""
+
+CONN_SCHEMA = pa.schema([
+    ("run_ns", _I64), ("daemon", _STR), ("conn_id", _I64), ("open_ns", _I64), ("snapshot_ns", _I64),
+    ("first_ns", _I64), ("close_ns", _I64), ("frames_in", _I64), ("frames_out", _I64), ("bytes_in", _I64),
+    ("bytes_out", _I64), ("name", _STR), ("name_seq", _I64), ("address", _STR), ("address_seq", _I64),
+    ("close_status", _STR), ("close_reason", _STR), ("close_seq", _I64),
+])
+"""Counters of one connection over some records; any number of them add up (:func:`_total`)."""
+
+OWNER_SCHEMA = pa.schema([("run_ns", _I64), ("key", _STR), ("conn_id", _I64), ("peer_name", _STR)])
+LAST_SCHEMA = pa.schema([("run_ns", _I64), ("key", _STR), ("value_type", _STR), ("value_text", _STR),
+                         ("value", _BIN)])
+
+REQUESTS_SCHEMA = pa.schema([
+    ("run_ns", _I64), ("daemon", _STR), ("ts", _TS), ("ts_ns", _I64), ("requester_conn", _I64),
+    ("requester_name", _STR), ("request_id", _I64), ("function", _STR), ("key", _STR), ("key_prefix", _STR),
+    ("value_type", _STR), ("argument_text", _STR), ("routed", _BOOL), ("owner_conn", _I64), ("owner_name", _STR),
+    ("owner_request_id", _I64), ("status", _STR), ("message", _STR), ("owner_status", _STR),
+    ("result_type", _STR), ("result_text", _STR), ("latency_ns", _I64), ("latency_ms", pa.float64()),
+    ("owner_latency_ns", _I64),
+])
+STATE_CHANGES_SCHEMA = pa.schema([
+    ("run_ns", _I64), ("daemon", _STR), ("ts", _TS), ("ts_ns", _I64), ("key", _STR), ("change", _STR),
+    ("owner_conn", _I64), ("owner_name", _STR), ("type_before", _STR), ("value_before", _STR),
+    ("bytes_before", _BIN), ("type_after", _STR), ("value_after", _STR), ("bytes_after", _BIN), ("seq", _I64),
+])
+CONNECTIONS_SCHEMA = pa.schema([
+    ("run_ns", _I64), ("daemon", _STR), ("conn_id", _I64), ("opened", _TS), ("closed", _TS), ("address", _STR),
+    ("name", _STR), ("close_status", _STR), ("close_reason", _STR), ("duration_s", pa.float64()),
+    ("frames_in", _I64), ("frames_out", _I64), ("bytes_in", _I64), ("bytes_out", _I64),
+])
+"""The output tables' columns, in order; each is written partitioned by ``date`` (UTC)."""
+
+
+# -- small helpers -------------------------------------------------------------------
+
+
+def _mask(arr: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """A boolean Arrow column as numpy, null as False."""
+    return np.asarray(pc.fill_null(arr, False).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _eq(arr: pa.ChunkedArray, value: str) -> np.ndarray:
+    return _mask(pc.equal(arr, value))
+
+
+def _ints(arr: pa.ChunkedArray | pa.Array, null: int = -1) -> np.ndarray:
+    return np.asarray(pc.fill_null(arr, null).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def _keep(arr: pa.ChunkedArray, mask: np.ndarray) -> pa.ChunkedArray | pa.Array:
+    """``arr`` where ``mask``, else null."""
+    return pc.if_else(pa.array(mask, _BOOL), arr, pa.scalar(None, arr.type))
+
+
+def _nulls(n: int, typ: pa.DataType) -> pa.Array:
+    return pa.nulls(n, typ)
+
+
+def _take(table: pa.Table, col: str, idx: np.ndarray) -> pa.Array:
+    """``table[col]`` at ``idx``; -1 gives null."""
+    return table.column(col).take(pa.array(idx, _I64, mask=idx < 0))
+
+
+def _ts(ts_ns: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return pc.cast(pc.divide(ts_ns, 1000), _I64).cast(_TS) if len(ts_ns) else pa.array([], _TS)
+
+
+def with_seq(frames: pa.Table) -> pa.Table:
+    """Add ``seq``: a total order of a run's records (segment first, then offset)."""
+    seq = pc.add(pc.multiply(frames.column("segment"), SEQ_SHIFT), frames.column("offset"))
+    return frames.append_column("seq", seq)
+
+
+def _empty(schema: pa.Schema) -> pa.Table:
+    return schema.empty_table()
+
+
+def _concat(tables: list[pa.Table], schema: pa.Schema) -> pa.Table:
+    return pa.concat_tables([t.select(schema.names).cast(schema) for t in tables]) if tables else _empty(schema)
+
+
+# -- pieces: what one task settles -----------------------------------------------------
+
+
+def exchange_views(frames: pa.Table) -> pa.Table:
+    """The exchange rows (:data:`VIEW_SCHEMA`) of records with ``run_ns`` and ``seq``.
+
+    Only what the derived tables use is kept: keys and values on the requester's side,
+    a value's bytes only for state operations.
+    """
+    kind, mt = frames.column("kind"), frames.column("msg_type")
+    is_in, is_out = _eq(kind, "FRAME_IN"), _eq(kind, "FRAME_OUT")
+    is_req, is_resp = _eq(mt, "REQUEST"), _eq(mt, "RESPONSE")
+    owner_side = (is_out & is_req) | (is_in & is_resp)
+    peer_req, peer_resp = is_in & is_req, is_out & is_resp
+    sound = _mask(pc.is_null(frames.column("frame_error"))) & _mask(pc.is_valid(frames.column("request_id")))
+    wanted = sound & (peer_req | peer_resp | owner_side)
+    m = frames.filter(pa.array(wanted))
+    side, preq, presp = owner_side[wanted], peer_req[wanted], peer_resp[wanted]
+    state_op = _mask(pc.is_in(m.column("function"), pa.array(STATE_OPS)))
+    n = m.num_rows
+    msg = pa.table({
+        "run_ns": m.column("run_ns"), "daemon": m.column("daemon"), "seq": m.column("seq"),
+        "ts_ns": m.column("ts_ns"), "peer_name": m.column("peer_name"), "conn_id": m.column("conn_id"),
+        "side": pa.array(side, _BOOL),
+        "request_id": m.column("request_id"),
+        "tag": pa.array(np.where(is_req[wanted], _REQ, _RESP).astype(np.int8)),
+        "function": _keep(m.column("function"), preq), "key": _keep(m.column("key"), preq),
+        "value_type": _keep(m.column("value_type"), ~side), "value": _keep(m.column("value"), preq & state_op),
+        "value_text": _keep(m.column("value_text"), ~side), "status": m.column("status"),
+        "text": _keep(m.column("text"), presp),
+        "owner_conn": _nulls(n, _I64), "owner_request_id": _nulls(n, _I64),
+    }, schema=VIEW_SCHEMA)
+    r = frames.filter(pa.array(_eq(kind, "ROUTE") & _mask(pc.is_valid(frames.column("route_owner_id")))))
+    copies = [msg]
+    for owner_copy in (False, True):
+        k = r.num_rows
+        conn = r.column("route_owner_conn" if owner_copy else "route_requester_conn")
+        rid = r.column("route_owner_id" if owner_copy else "route_requester_id")
+        copies.append(pa.table({
+            "run_ns": r.column("run_ns"), "daemon": r.column("daemon"), "seq": r.column("seq"),
+            "ts_ns": r.column("ts_ns"), "peer_name": _nulls(k, _STR), "conn_id": conn,
+            "side": pa.array(np.full(k, owner_copy), _BOOL), "request_id": rid,
+            "tag": pa.array(np.full(k, _ROUTE, np.int8)),
+            **{c: _nulls(k, VIEW_SCHEMA.field(c).type) for c in
+               ("function", "key", "value_type", "value", "value_text", "status", "text")},
+            "owner_conn": r.column("route_owner_conn"), "owner_request_id": r.column("route_owner_id"),
+        }, schema=VIEW_SCHEMA))
+    return pa.concat_tables(copies)
+
+
+@dataclass
+class _Paired:
+    """Exchange rows in pairing order and, per REQUEST a peer sent, where its parts are
+    (row indices; -1: none)."""
+
+    views: pa.Table
+    req: np.ndarray  # the request rows
+    resp: np.ndarray  # its response
+    route: np.ndarray  # its ROUTE (requester's copy)
+    owner: np.ndarray  # that ROUTE's owner copy
+    o_req: np.ndarray  # the request the daemon sent the owner
+    o_resp: np.ndarray  # the owner's answer
+
+    def rows(self, which: np.ndarray) -> np.ndarray:
+        """Every exchange row of the requests ``which`` (a mask over ``req``)."""
+        parts = [self.req[which]] + [a[which] for a in (self.resp, self.route, self.owner, self.o_req, self.o_resp)]
+        out = np.zeros(self.views.num_rows, dtype=bool)
+        for p in parts:
+            out[p[p >= 0]] = True
+        return out
+
+
+def _pair(views: pa.Table) -> _Paired:
+    n = views.num_rows
+    run, conn, rid, seq = (_ints(views.column(c)) for c in ("run_ns", "conn_id", "request_id", "seq"))
+    side = _mask(views.column("side"))
+    order = np.lexsort((seq, rid, side, conn, run))
+    views = views.take(pa.array(order))
+    run, conn, rid, seq, side = run[order], conn[order], rid[order], seq[order], side[order]
+    tag = np.asarray(views.column("tag").to_numpy(), dtype=np.int8)
+    idx = np.arange(n, dtype=np.int64)
+
+    def ahead(a: np.ndarray, k: int, fill: int | bool) -> np.ndarray:
+        out = np.full(n, fill, dtype=a.dtype)
+        if n > k:
+            out[:-k] = a[k:]
+        return out
+
+    s1 = np.zeros(n, dtype=bool)  # row i + 1 is in row i's (run, connection, side, id)
+    if n > 1:
+        s1[:-1] = (run[1:] == run[:-1]) & (conn[1:] == conn[:-1]) & (side[1:] == side[:-1]) & (rid[1:] == rid[:-1])
+    s2 = s1 & ahead(s1, 1, False)
+    t1, t2 = ahead(tag, 1, -1), ahead(tag, 2, -1)
+    request_row = (tag == _REQ) & ~side
+    routed = request_row & s1 & (t1 == _ROUTE)
+    resp = np.where(request_row & s1 & (t1 == _RESP), idx + 1, np.where(routed & s2 & (t2 == _RESP), idx + 2, -1))
+    route = np.where(routed, idx + 1, -1)
+    route_row = (tag == _ROUTE) & side
+    sent = route_row & s1 & (t1 == _REQ)
+    o_req_at = np.where(sent, idx + 1, -1)
+    o_resp_at = np.where(sent & s2 & (t2 == _RESP), idx + 2, -1)
+    # A ROUTE's two copies share (run, seq): requester copy first in (run, seq, side) order.
+    r = np.flatnonzero(tag == _ROUTE)
+    r = r[np.lexsort((side[r], seq[r], run[r]))]
+    partner = np.full(n + 1, -1, dtype=np.int64)  # partner[-1] stays -1 for "no route"
+    if len(r) > 1:
+        a, b = r[:-1], r[1:]
+        ok = (run[a] == run[b]) & (seq[a] == seq[b]) & ~side[a] & side[b]
+        partner[a[ok]] = b[ok]
+    req = np.flatnonzero(request_row)
+    owner = partner[route[req]]
+    o_req_at = np.append(o_req_at, -1)
+    o_resp_at = np.append(o_resp_at, -1)
+    return _Paired(views, req, resp[req], route[req], owner, o_req_at[owner], o_resp_at[owner])
+
+
+def _answered(p: _Paired, which: np.ndarray) -> pa.Table:
+    """One row per request in ``which`` (a mask over ``p.req``), with its parts' fields."""
+    v = p.views
+    i, r, ro, oq, oa = p.req[which], p.resp[which], p.route[which], p.o_req[which], p.o_resp[which]
+    cols = {c: _take(v, c, i) for c in ("run_ns", "daemon", "seq", "ts_ns", "peer_name", "conn_id", "request_id",
+                                         "function", "key", "value_type", "value", "value_text")}
+    cols.update({
+        "routed": pa.array(ro >= 0, _BOOL), "owner_conn": _take(v, "owner_conn", ro),
+        "owner_request_id": _take(v, "owner_request_id", ro), "owner_name": _take(v, "peer_name", oq),
+        "status": _take(v, "status", r), "message": _take(v, "text", r), "owner_status": _take(v, "status", oa),
+        "result_type": _take(v, "value_type", r), "result_text": _take(v, "value_text", r),
+        "resp_ns": _take(v, "ts_ns", r), "o_req_ns": _take(v, "ts_ns", oq), "o_resp_ns": _take(v, "ts_ns", oa),
+    })
+    return pa.table(cols)
+
+
+def _requests(ans: pa.Table) -> pa.Table:
+    """The ``requests`` rows (:data:`REQUESTS_SCHEMA`) of the SET_STATE and CALL_METHOD
+    requests among ``ans``; unanswered ones have status UNANSWERED."""
+    a = ans.filter(pc.is_in(ans.column("function"), pa.array(["SET_STATE", "CALL_METHOD"])))
+    latency = pc.subtract(a.column("resp_ns"), a.column("ts_ns"))
+    prefix = pc.list_element(pc.split_pattern(a.column("key"), "/", max_splits=1), 0) if a.num_rows else \
+        pa.array([], _STR)
+    return pa.table({
+        "run_ns": a.column("run_ns"), "daemon": a.column("daemon"), "ts": _ts(a.column("ts_ns")),
+        "ts_ns": a.column("ts_ns"), "requester_conn": a.column("conn_id"), "requester_name": a.column("peer_name"),
+        "request_id": a.column("request_id"), "function": a.column("function"), "key": a.column("key"),
+        "key_prefix": prefix, "value_type": a.column("value_type"), "argument_text": a.column("value_text"),
+        "routed": a.column("routed"), "owner_conn": a.column("owner_conn"), "owner_name": a.column("owner_name"),
+        "owner_request_id": a.column("owner_request_id"),
+        "status": pc.fill_null(a.column("status"), "UNANSWERED"), "message": a.column("message"),
+        "owner_status": a.column("owner_status"), "result_type": a.column("result_type"),
+        "result_text": a.column("result_text"), "latency_ns": latency,
+        "latency_ms": pc.divide(pc.cast(latency, pa.float64()), 1e6),
+        "owner_latency_ns": pc.subtract(a.column("o_resp_ns"), a.column("o_req_ns")),
+    }, schema=REQUESTS_SCHEMA)
+
+
+def _op_candidates(ans: pa.Table) -> pa.Table:
+    """State operations among answered requests that the daemon accepted (status OK)."""
+    ok = ans.filter(pc.and_(pc.is_in(ans.column("function"), pa.array(STATE_OPS)),
+                            pc.fill_null(pc.equal(ans.column("status"), "OK"), False)))
+    return ok.append_column("op", ok.column("function")).select(CANDIDATE_SCHEMA.names).cast(CANDIDATE_SCHEMA)
+
+
+def _record_candidates(frames: pa.Table) -> pa.Table:
+    """NOTIFY_STATE events from peers (PROTOCOL.md 7.1) and connection closes."""
+    kind = frames.column("kind")
+    event = (_eq(kind, "FRAME_IN") & _eq(frames.column("msg_type"), "EVENT")
+             & _eq(frames.column("function"), "NOTIFY_STATE") & _mask(pc.is_null(frames.column("frame_error"))))
+    close = _eq(kind, "CONN_CLOSE")
+    c = frames.filter(pa.array(event | close))
+    is_close = close[event | close]
+    return pa.table({
+        "run_ns": c.column("run_ns"), "daemon": c.column("daemon"), "seq": c.column("seq"),
+        "ts_ns": c.column("ts_ns"), "key": _keep(c.column("key"), ~is_close), "conn_id": c.column("conn_id"),
+        "peer_name": c.column("peer_name"), "op": pa.array(np.where(is_close, "CLOSE", "EVENT"), _STR),
+        "value_type": _keep(c.column("value_type"), ~is_close), "value": _keep(c.column("value"), ~is_close),
+        "value_text": _keep(c.column("value_text"), ~is_close),
+    }, schema=CANDIDATE_SCHEMA)
+
+
+def _conn_counters(frames: pa.Table) -> pa.Table:
+    """Per (run, connection) counters of records in ``seq`` order (:data:`CONN_SCHEMA`)."""
+    f = frames.filter(pc.fill_null(pc.greater(frames.column("conn_id"), 0), False))
+    if not f.num_rows:
+        return _empty(CONN_SCHEMA)
+    kind = f.column("kind")
+    is_in, is_out = _eq(kind, "FRAME_IN"), _eq(kind, "FRAME_OUT")
+    is_open, is_snap, is_close = _eq(kind, "CONN_OPEN"), _eq(kind, "CONN_SNAPSHOT"), _eq(kind, "CONN_CLOSE")
+    ts, size = f.column("ts_ns"), f.column("size")
+    zero = pa.scalar(0, _I64)
+    t = pa.table({
+        "run_ns": f.column("run_ns"), "daemon": f.column("daemon"), "conn_id": f.column("conn_id"),
+        "open_ns": _keep(ts, is_open), "snapshot_ns": _keep(ts, is_snap), "first_ns": ts,
+        "close_ns": _keep(ts, is_close), "frames_in": pa.array(is_in.astype(np.int64)),
+        "frames_out": pa.array(is_out.astype(np.int64)),
+        "bytes_in": pc.if_else(pa.array(is_in), size, zero), "bytes_out": pc.if_else(pa.array(is_out), size, zero),
+    })
+    agg = _add_up(t)
+    # Name: the last record carrying one; address: the first OPEN/SNAPSHOT; close: the first CLOSE.
+    named = f.filter(pc.is_valid(f.column("peer_name"))).select(["run_ns", "conn_id", "peer_name", "seq"])
+    picks = [
+        _pick(named, "peer_name", "name", last=True),
+        _pick(f.filter(pa.array(is_open | is_snap)).select(["run_ns", "conn_id", "address", "seq"]), "address",
+              "address", last=False),
+        _pick(f.filter(pa.array(is_close)).select(["run_ns", "conn_id", "status", "text", "seq"]), "status",
+              "close_status", last=False, extra=("text", "close_reason")),
+    ]
+    out = agg
+    for p in picks:
+        out = out.join(p, ["run_ns", "conn_id"], join_type="left outer")
+    return out.select(CONN_SCHEMA.names).cast(CONN_SCHEMA)
+
+
+_MIN = ("open_ns", "snapshot_ns", "first_ns", "close_ns")
+_SUM = ("frames_in", "frames_out", "bytes_in", "bytes_out")
+
+
+def _add_up(t: pa.Table) -> pa.Table:
+    """Per (run, daemon, connection): the earliest times and the sums of counts."""
+    keys = ["run_ns", "daemon", "conn_id"]
+    return t.group_by(keys, use_threads=False).aggregate([(c, "min") for c in _MIN] + [(c, "sum") for c in _SUM]
+                                                         ).rename_columns([*keys, *_MIN, *_SUM])
+
+
+def _pick(t: pa.Table, col: str, name: str, *, last: bool, extra: tuple[str, str] | None = None) -> pa.Table:
+    """Per (run, conn): ``col`` of the row with the highest (``last``) or lowest ``seq``,
+    as ``name`` with ``<name>_seq`` (``close_seq`` for the close status)."""
+    seq_name = "close_seq" if name == "close_status" else f"{name}_seq"
+    run, conn, seq = _ints(t.column("run_ns")), _ints(t.column("conn_id")), _ints(t.column("seq"))
+    order = np.lexsort((-seq if last else seq, conn, run))
+    first = np.ones(len(order), dtype=bool)
+    if len(order) > 1:
+        first[1:] = (run[order][1:] != run[order][:-1]) | (conn[order][1:] != conn[order][:-1])
+    rows = t.take(pa.array(order[first]))
+    cols = {"run_ns": rows.column("run_ns"), "conn_id": rows.column("conn_id"), name: rows.column(col),
+            seq_name: rows.column("seq")}
+    if extra:
+        cols[extra[1]] = rows.column(extra[0])
+    return pa.table(cols)
+
+
+@dataclass
+class Piece:
+    """What :func:`piece` settles about a contiguous range of records, and what it leaves."""
+
+    requests: pa.Table  # REQUESTS_SCHEMA: answered SET/CALL requests, final
+    loose: pa.Table  # VIEW_SCHEMA: exchange rows for :func:`merge`
+    candidates: pa.Table  # CANDIDATE_SCHEMA
+    conns: pa.Table  # CONN_SCHEMA
+
+
+def piece(frames: pa.Table) -> Piece:
+    """Settle what the records of one contiguous range of one segment can settle alone.
+
+    ``frames``: the ``jetlog`` schema plus ``run_ns`` and ``seq`` (:func:`with_seq`).
+    A request is settled here when its request and its response are both in range;
+    every record between them then is too.
+    """
+    p = _pair(exchange_views(frames))
+    done = p.resp >= 0
+    ans = _answered(p, done)
+    loose = p.views.filter(pa.array(~p.rows(done)))
+    cands = pa.concat_tables([_op_candidates(ans), _record_candidates(frames)])
+    return Piece(_requests(ans), loose, cands, _conn_counters(frames))
+
+
+# -- the merge: what crosses pieces and ingest runs -------------------------------------
+
+
+@dataclass
+class Carry:
+    """What one ingest run hands the next (all empty for a new warehouse)."""
+
+    loose: pa.Table  # VIEW_SCHEMA: the exchange rows of requests still open
+    held: pa.Table  # CANDIDATE_SCHEMA: candidates not yet settled (behind an open state op)
+    owners: pa.Table  # OWNER_SCHEMA: each live state's owner
+    last: pa.Table  # LAST_SCHEMA: each state's value after its last change
+    conns: pa.Table  # CONN_SCHEMA: every connection's counters so far
+
+    NAMES = ("loose", "held", "owners", "last", "conns")
+    SCHEMAS = (VIEW_SCHEMA, CANDIDATE_SCHEMA, OWNER_SCHEMA, LAST_SCHEMA, CONN_SCHEMA)
+
+    @classmethod
+    def empty(cls) -> Carry:
+        return cls(*[_empty(s) for s in cls.SCHEMAS])
+
+    @classmethod
+    def load(cls, directory: Path) -> Carry:
+        return cls(*[pq.read_table(directory / f"{n}.parquet", schema=s) for n, s in zip(cls.NAMES, cls.SCHEMAS,
+                                                                                          strict=True)])
+
+    def save(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        for name in self.NAMES:
+            write_file(getattr(self, name), directory / f"{name}.parquet")
+
+
+@dataclass
+class Merged:
+    """The rows :func:`merge` settles, and the carry for the next run."""
+
+    requests: pa.Table  # REQUESTS_SCHEMA: final rows
+    pending: pa.Table  # REQUESTS_SCHEMA: requests still open (status UNANSWERED for now)
+    state_changes: pa.Table  # STATE_CHANGES_SCHEMA
+    connections: pa.Table  # CONNECTIONS_SCHEMA: every connection (the table is rewritten)
+    carry: Carry
+
+
+def merge(carry: Carry, loose: list[pa.Table], candidates: list[pa.Table], conns: list[pa.Table],
+          live_runs: Optional[set[int]] = None) -> Merged:
+    """Settle what the pieces of an ingest run left, with what earlier runs carried.
+
+    ``live_runs``: runs whose daemon may still write (the latest run of each daemon);
+    requests still open in other runs are final, as are those whose requester has
+    closed. ``None``: every run is live.
+    """
+    total = _total([carry.conns, *conns])
+    closed = {(r, c): s for r, c, s in zip(_ints(total.column("run_ns")).tolist(), _ints(total.column("conn_id")).tolist(),
+                                         total.column("close_seq").to_pylist(), strict=True) if s is not None}
+    p = _pair(_concat([carry.loose, *loose], VIEW_SCHEMA))
+    done = p.resp >= 0
+    req_run, req_conn, req_seq = (_ints(p.views.column(c))[p.req].tolist() for c in ("run_ns", "conn_id", "seq"))
+    final = np.array([(live_runs is not None and r not in live_runs) or closed.get((r, c), -1) > s
+                      for r, c, s in zip(req_run, req_conn, req_seq, strict=True)], dtype=bool)
+    waiting = ~done & ~final
+    ans = _answered(p, done | final)
+    pending = _answered(p, waiting)
+    # Candidates behind a state operation still waiting for its answer are held back,
+    # so every state's timeline is settled in order.
+    held_from: dict[int, int] = {}
+    wait_ops = pending.filter(pc.is_in(pending.column("function"), pa.array(STATE_OPS)))
+    for r, s in zip(_ints(wait_ops.column("run_ns")).tolist(), _ints(wait_ops.column("seq")).tolist(), strict=True):
+        held_from[r] = min(s, held_from.get(r, s))
+    cands = _concat([carry.held, _op_candidates(ans), *candidates], CANDIDATE_SCHEMA)
+    c_run, c_seq = _ints(cands.column("run_ns")), _ints(cands.column("seq"))
+    hold = np.zeros(cands.num_rows, dtype=bool)
+    for r, s in held_from.items():
+        hold |= (c_run == r) & (c_seq >= s)
+    changes, owners, last = _timeline(cands.filter(pa.array(~hold)), carry.owners, carry.last)
+    new_carry = Carry(p.views.filter(pa.array(p.rows(waiting))), cands.filter(pa.array(hold)), owners, last, total)
+    return Merged(_requests(ans), _requests(pending), changes, _connections(total), new_carry)
+
+
+def _timeline(cands: pa.Table, owners: pa.Table, last: pa.Table) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """Fold candidates into state changes with the value before and after each.
+
+    ADD/NOTIFY/REMOVE requests the daemon accepted are changes (PROTOCOL.md 10.4); a
+    NOTIFY event counts only from the state's owner (7.1); a connection's close removes
+    every state it owned (10.6): a DISCONNECT change. Returns the changes and the new
+    owners and last values.
+    """
+    cands = cands.take(pc.sort_indices(cands, [("run_ns", "ascending"), ("seq", "ascending")]))
+    owner: dict[tuple[int, str], tuple[int, Optional[str]]] = {
+        (r, k): (c, n) for r, k, c, n in zip(*(owners.column(x).to_pylist() for x in OWNER_SCHEMA.names),
+                                             strict=True)}
+    owned: dict[tuple[int, int], dict[str, None]] = {}
+    for (r, k), (c, _) in owner.items():
+        owned.setdefault((r, c), {})[k] = None
+    op = cands.column("op").to_pylist()
+    control = [i for i, o in enumerate(op) if o != "NOTIFY_STATE"]  # accepted NOTIFYs need no bookkeeping
+    keep = np.ones(len(op), dtype=bool)
+    gone: dict[str, list[Any]] = {c: [] for c in ("run_ns", "daemon", "owner_conn", "seq", "ts_ns", "owner_name",
+                                                   "key")}
+    if control:
+        ctl = cands.take(pa.array(control)).select(["run_ns", "daemon", "key", "conn_id", "peer_name", "seq",
+                                                     "ts_ns"]).to_pylist()
+        for i, row in zip(control, ctl, strict=True):
+            r, k, c = row["run_ns"], row["key"], row["conn_id"]
+            o = op[i]
+            if o == "ADD_STATE":
+                prev = owner.get((r, k))
+                if prev is not None:
+                    owned.get((r, prev[0]), {}).pop(k, None)
+                owner[(r, k)] = (c, row["peer_name"])
+                owned.setdefault((r, c), {})[k] = None
+            elif o == "REMOVE_STATE":
+                prev = owner.pop((r, k), None)
+                if prev is not None:
+                    owned.get((r, prev[0]), {}).pop(k, None)
+            elif o == "EVENT":
+                keep[i] = owner.get((r, k), (None,))[0] == c
+            else:  # CLOSE
+                keep[i] = False
+                for key in owned.pop((r, c), {}):
+                    for col, v in (("run_ns", r), ("daemon", row["daemon"]), ("owner_conn", c), ("seq", row["seq"]),
+                                   ("ts_ns", row["ts_ns"]), ("owner_name", owner.pop((r, key))[1]), ("key", key)):
+                        gone[col].append(v)
+    kept = cands.filter(pa.array(keep))
+    removal = _mask(pc.is_in(kept.column("op"), pa.array(["REMOVE_STATE"])))
+    change = pc.replace_substring_regex(pc.if_else(pc.equal(kept.column("op"), "EVENT"), "NOTIFY_STATE",
+                                                   kept.column("op")), "_STATE$", "")
+    rows = pa.table({
+        "run_ns": kept.column("run_ns"), "daemon": kept.column("daemon"), "key": kept.column("key"),
+        "change": change, "owner_conn": kept.column("conn_id"), "owner_name": kept.column("peer_name"),
+        "value_type": _keep(kept.column("value_type"), ~removal),
+        "value_text": _keep(kept.column("value_text"), ~removal), "value": _keep(kept.column("value"), ~removal),
+        "seq": kept.column("seq"), "ts_ns": kept.column("ts_ns"),
+    })
+    if gone["key"]:
+        n = len(gone["key"])
+        rows = pa.concat_tables([rows, pa.table({
+            **gone, "change": ["DISCONNECT"] * n, "value_type": _nulls(n, _STR), "value_text": _nulls(n, _STR),
+            "value": _nulls(n, _BIN)}, schema=rows.schema)])
+    # Before: the previous change of the same state, or its last value from earlier runs.
+    rows = rows.take(pc.sort_indices(rows, [("run_ns", "ascending"), ("key", "ascending"), ("seq", "ascending")]))
+    n = rows.num_rows
+    run = _ints(rows.column("run_ns"))
+    key_codes = _ints(pc.dictionary_encode(rows.column("key")).combine_chunks().indices) if n else run
+    first = np.ones(n, dtype=bool)
+    if n > 1:
+        first[1:] = (run[1:] != run[:-1]) | (key_codes[1:] != key_codes[:-1])
+    before_at = np.where(first, -1, np.arange(n) - 1)
+    starts = rows.filter(pa.array(first)).select(["run_ns", "key"]).append_column(
+        "at", pa.array(np.flatnonzero(first), _I64))
+    if last.num_rows and starts.num_rows:
+        ref = last.append_column("_at", pa.array(np.arange(last.num_rows) + n, _I64)).select(["run_ns", "key", "_at"])
+        found = starts.join(ref, ["run_ns", "key"], join_type="left outer")
+        before_at[_ints(found.column("at"))] = _ints(found.column("_at"))
+    source = pa.concat_tables([rows.select(["value_type", "value_text", "value"]).cast(
+        pa.schema([LAST_SCHEMA.field(c) for c in ("value_type", "value_text", "value")])),
+        last.select(["value_type", "value_text", "value"])])
+    before = {c: _take(source, c, before_at) for c in ("value_type", "value_text", "value")}
+    out = pa.table({
+        "run_ns": rows.column("run_ns"), "daemon": rows.column("daemon"), "ts": _ts(rows.column("ts_ns")),
+        "ts_ns": rows.column("ts_ns"), "key": rows.column("key"), "change": rows.column("change"),
+        "owner_conn": rows.column("owner_conn"), "owner_name": rows.column("owner_name"),
+        "type_before": before["value_type"], "value_before": before["value_text"], "bytes_before": before["value"],
+        "type_after": rows.column("value_type"), "value_after": rows.column("value_text"),
+        "bytes_after": rows.column("value"), "seq": rows.column("seq"),
+    }, schema=STATE_CHANGES_SCHEMA)
+    # The new last values: each state's final row here, over the earlier ones.
+    is_last = np.ones(n, dtype=bool)
+    if n > 1:
+        is_last[:-1] = first[1:]
+    ends = rows.filter(pa.array(is_last)).select(["run_ns", "key", "value_type", "value_text", "value"])
+    new_last = _upsert(last, ends.cast(LAST_SCHEMA), ["run_ns", "key"])
+    new_owners = pa.table({
+        "run_ns": pa.array([r for r, _ in owner], _I64), "key": pa.array([k for _, k in owner], _STR),
+        "conn_id": pa.array([c for c, _ in owner.values()], _I64),
+        "peer_name": pa.array([nm for _, nm in owner.values()], _STR),
+    }, schema=OWNER_SCHEMA)
+    return out, new_owners, new_last
+
+
+def _upsert(old: pa.Table, new: pa.Table, keys: list[str]) -> pa.Table:
+    """``old`` with the rows of ``new`` replacing those with the same ``keys``."""
+    if not old.num_rows:
+        return new
+    if not new.num_rows:
+        return old
+    marked = new.select(keys).append_column("_new", pa.array(np.ones(new.num_rows, dtype=bool)))
+    kept = old.join(marked, keys, join_type="left outer")
+    kept = kept.filter(pc.is_null(kept.column("_new"))).select(old.schema.names)
+    return pa.concat_tables([kept.cast(old.schema), new.cast(old.schema)])
+
+
+def _total(parts: list[pa.Table]) -> pa.Table:
+    """Add up connection counters (:data:`CONN_SCHEMA`) per (run, connection)."""
+    t = _concat(parts, CONN_SCHEMA)
+    agg = _add_up(t)
+    for col, seq, last, extra in (("name", "name_seq", True, None), ("address", "address_seq", False, None),
+                                  ("close_status", "close_seq", False, "close_reason")):
+        cols = ["run_ns", "conn_id", col, seq] + ([extra] if extra else [])
+        sub = t.filter(pc.is_valid(t.column(seq))).select(cols)
+        picked = _pick(sub.rename_columns(["run_ns", "conn_id", "_v", "seq"] + ([extra] if extra else [])), "_v",
+                       col, last=last, extra=(extra, extra) if extra else None)
+        agg = agg.join(picked, ["run_ns", "conn_id"], join_type="left outer")
+    return agg.select(CONN_SCHEMA.names).cast(CONN_SCHEMA)
+
+
+def _connections(total: pa.Table) -> pa.Table:
+    """The ``connections`` rows: opened is the CONN_OPEN, else the first snapshot, else
+    the first record seen (a log that begins after the connection opened)."""
+    opened = pc.coalesce(total.column("open_ns"), total.column("snapshot_ns"), total.column("first_ns"))
+    o_us, c_us = pc.divide(opened, 1000), pc.divide(total.column("close_ns"), 1000)
+    return pa.table({
+        "run_ns": total.column("run_ns"), "daemon": total.column("daemon"), "conn_id": total.column("conn_id"),
+        "opened": o_us.cast(_TS), "closed": c_us.cast(_TS), "address": total.column("address"),
+        "name": total.column("name"), "close_status": total.column("close_status"),
+        "close_reason": total.column("close_reason"),
+        "duration_s": pc.divide(pc.cast(pc.subtract(c_us, o_us), pa.float64()), 1e6),
+        "frames_in": total.column("frames_in"), "frames_out": total.column("frames_out"),
+        "bytes_in": total.column("bytes_in"), "bytes_out": total.column("bytes_out"),
+    }, schema=CONNECTIONS_SCHEMA)
+
+
+# -- files ---------------------------------------------------------------------------
+
+
+def write_file(table: pa.Table, path: Path) -> None:
+    """Write ``table`` to ``path`` atomically (a retried task rewrites the same file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    pq.write_table(table, tmp)
+    os.replace(tmp, path)
+
+
+NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"  # Spark's directory for a null partition value
+
+
+def write_partitioned(table: pa.Table, ts_ns: pa.ChunkedArray | pa.Array, directory: Path, name: str) -> int:
+    """Write ``table`` under ``directory/date=YYYY-MM-DD/name`` by the UTC date of
+    ``ts_ns`` (null: Spark's null partition), as Spark's ``partitionBy("date")`` lays
+    it out. Returns the number of files."""
+    if not table.num_rows:
+        return 0
+    valid = _mask(pc.is_valid(ts_ns))
+    days = np.where(valid, _ints(ts_ns, 0) // _DAY_NS, np.iinfo(np.int64).min)
+    files = 0
+    for day in np.unique(days):
+        sel = days == day
+        part = table if sel.all() else table.filter(pa.array(sel))
+        label = NULL_PARTITION if day == np.iinfo(np.int64).min else str(np.datetime64(int(day), "D"))
+        write_file(part, directory / f"date={label}" / name)
+        files += 1
+    return files
