@@ -132,3 +132,25 @@ def test_cli_rejects_bad_arguments_before_starting_spark(tmp_path: Path, argv: l
     assert done.returncode == 2, done
     assert message in done.stdout + done.stderr, done
     assert not (tmp_path / "wh").exists()
+
+
+@pytest.mark.parametrize(("manifest", "message"), [
+    ('{"version": 1, "files": {}, "runs": []}', "ingest into a new warehouse"),
+    ('{"version": 2, "files": {}, "runs": ["r1"], "carry": "r1"}', "carried from ingest run r1 is missing"),
+    ('{"version": 2, "files"', "Expecting"),
+])
+def test_cli_refuses_a_warehouse_it_cannot_continue(tmp_path: Path, manifest: str, message: str) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from tools.ingest.session import REPO_ROOT
+
+    (tmp_path / "wh" / "_jet_ingest").mkdir(parents=True)
+    (tmp_path / "wh" / "_jet_ingest" / "manifest.json").write_text(manifest)
+    done = subprocess.run([sys.executable, "-m", "tools.ingest", str(tmp_path), "--out", str(tmp_path / "wh")],
+                          env={**os.environ, "PYTHONPATH": REPO_ROOT, "COLUMNS": "300"},
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2, done
+    assert message in done.stdout + done.stderr, done
+    assert "Traceback" not in done.stderr

@@ -326,6 +326,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     if not Path(args.logdir.split("*")[0] or ".").exists():
         console.print(f"[red]jet-ingest: no such log directory: {args.logdir}[/red]")
         return 2
+    from tools.ingest.warehouse import Manifest, WarehouseError
+
+    try:
+        Manifest.load(Path(args.out).resolve())  # refuse a warehouse it cannot continue before starting Spark
+    except (WarehouseError, OSError, json.JSONDecodeError) as exc:
+        console.print(f"[red]jet-ingest: {exc}[/red]")
+        return 2
     from tools.ingest.session import spark_session
 
     started = time.monotonic()

@@ -31,10 +31,14 @@ from typing import Any, Optional
 
 from tools.ingest.parse import JetlogError, read_header
 
-__all__ = ["FileState", "Manifest", "header_identity", "new_run_id"]
+__all__ = ["FileState", "Manifest", "WarehouseError", "header_identity", "new_run_id"]
 
 MANIFEST_VERSION = 2
 TABLES = ("frames", "requests", "state_changes", "connections")
+
+
+class WarehouseError(ValueError):
+    """The warehouse is not one this jet-ingest can continue (says why)."""
 
 
 def new_run_id() -> str:
@@ -90,19 +94,23 @@ class Manifest:
         """Read the manifest of ``root`` (empty if there is none yet).
 
         Raises:
-            ValueError: if the manifest exists but is not one this version wrote.
+            WarehouseError: if the manifest exists but is not one this version wrote, or
+                names a carry that is missing.
         """
         m = cls(root)
         if m.path.exists():
             doc = json.loads(m.path.read_text())
             if doc.get("version") == 1:
-                raise ValueError(f"{m.root}: made by an older jet-ingest that rebuilt its derived tables from "
+                raise WarehouseError(f"{m.root}: made by an older jet-ingest that rebuilt its derived tables from "
                                  "frames on every run; ingest into a new warehouse")
             if doc.get("version") != MANIFEST_VERSION:
-                raise ValueError(f"{m.path}: unknown manifest version {doc.get('version')!r}")
+                raise WarehouseError(f"{m.path}: unknown manifest version {doc.get('version')!r}")
             m.files = {p: FileState(**s) for p, s in doc["files"].items()}
             m.runs = list(doc["runs"])
             m.carry = doc.get("carry")
+            if m.carry and not (m.root / "_jet_ingest" / "carry" / m.carry).is_dir():
+                raise WarehouseError(f"{m.root}: the state carried from ingest run {m.carry} is missing "
+                                     f"(_jet_ingest/carry/{m.carry}); the derived tables cannot be continued")
         return m
 
     def save(self) -> None:
