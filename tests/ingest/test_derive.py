@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -85,7 +86,8 @@ class Log:
 def scenario() -> Log:
     """Owner adds two states; owner and intruder notify by event; a routed SET accepted
     (with the owner's NOTIFY in between), one rejected; an unrouted SET NOT_FOUND; a
-    CALL answered; the owner leaves (both states go)."""
+    CALL answered; a SET timed out, its owner answering late; the owner leaves (both
+    states go)."""
     log = Log()
     log.open(OWNER, "owner")
     log.open(CLIENT, "client")
@@ -108,6 +110,10 @@ def scenario() -> Log:
     log.routed(13, 102, CallMethod(13, "plant/reset", Value.of(None)), Function.CALL_METHOD, "plant/reset")
     log.into(OWNER, Response(102, value=Value.of("done")))
     log.out(CLIENT, Response(13, value=Value.of("done")))
+    # PROTOCOL.md 10.3: the daemon answers TIMEOUT; the owner's late answer is logged.
+    log.routed(14, 103, SetState(14, "plant/a", Value.of(9)), Function.SET_STATE, "plant/a")
+    log.out(CLIENT, Response(14, Status.TIMEOUT, message="owner did not answer"))
+    log.into(OWNER, Response(103, Status.REJECTED, message="late"))
     log.close(OWNER)
     log.close(INTRUDER)
     log.close(CLIENT)
@@ -127,7 +133,7 @@ def derive_split(frames: pa.Table, cuts: list[int], groups: list[int],
     pieces = [derive.piece(frames.slice(a, b - a)) for a, b in itertools.pairwise(bounds)]
     starts = [0, *sorted(set(g for g in groups if 0 < g < len(pieces))), len(pieces)]
     carry = derive.Carry.empty()
-    requests, changes = [], []
+    requests, changes, conns = [], [], []
     merged: Any = None
     for a, b in itertools.pairwise(starts):
         batch = pieces[a:b]
@@ -136,11 +142,13 @@ def derive_split(frames: pa.Table, cuts: list[int], groups: list[int],
         carry = merged.carry
         requests += [p.requests for p in batch] + [merged.requests]
         changes.append(merged.state_changes)
+        conns.append(merged.connections)
     return {
         "requests": pa.concat_tables(requests).sort_by([("run_ns", "ascending"), ("ts_ns", "ascending")]),
         "pending": merged.pending.sort_by("ts_ns"),
         "state_changes": pa.concat_tables(changes).sort_by([("run_ns", "ascending"), ("seq", "ascending")]),
-        "connections": merged.connections.sort_by("conn_id"),
+        "connections": pa.concat_tables([*conns, merged.open_connections]).sort_by(
+            [("run_ns", "ascending"), ("conn_id", "ascending")]),
     }
 
 
@@ -149,9 +157,12 @@ def test_scenario_known_answer(tmp_path: Path) -> None:
     reqs = {r["request_id"]: r for r in t["requests"].to_pylist()}
     assert {i: (r["function"], r["status"], r["routed"], r["owner_status"]) for i, r in reqs.items()} == {
         10: ("SET_STATE", "OK", True, "OK"), 11: ("SET_STATE", "REJECTED", True, "REJECTED"),
-        12: ("SET_STATE", "NOT_FOUND", False, None), 13: ("CALL_METHOD", "OK", True, "OK")}
+        12: ("SET_STATE", "NOT_FOUND", False, None), 13: ("CALL_METHOD", "OK", True, "OK"),
+        14: ("SET_STATE", "TIMEOUT", True, "REJECTED")}
     assert {i: (r["owner_name"], r["owner_request_id"]) for i, r in reqs.items()} == {
-        10: ("owner", 100), 11: ("owner", 101), 12: (None, None), 13: ("owner", 102)}
+        10: ("owner", 100), 11: ("owner", 101), 12: (None, None), 13: ("owner", 102), 14: ("owner", 103)}
+    # Request at t, ROUTE t+1, to the owner t+2, TIMEOUT t+3, the owner's answer t+4.
+    assert (reqs[14]["latency_ns"], reqs[14]["owner_latency_ns"]) == (3000, 2000)
     # 1 µs per record: request, ROUTE, to owner, NOTIFY, its OK, owner answer, answer
     assert reqs[10]["latency_ns"] == 6000 and reqs[10]["owner_latency_ns"] == 3000
     assert reqs[11]["message"] == "too hot" and reqs[13]["result_text"] == "done"
@@ -170,7 +181,7 @@ def test_scenario_known_answer(tmp_path: Path) -> None:
     ]
     conns = {c["name"]: c for c in t["connections"].to_pylist()}
     assert set(conns) == {"owner", "client", "intruder"}
-    assert (conns["client"]["frames_in"], conns["client"]["frames_out"]) == (5, 4)
+    assert (conns["client"]["frames_in"], conns["client"]["frames_out"]) == (6, 5)
     assert conns["owner"]["address"] == "127.0.0.1:40001" and conns["owner"]["close_status"] == "OK"
     assert conns["owner"]["duration_s"] > 0
 
@@ -228,41 +239,89 @@ def test_an_open_request_is_pending_until_answered(tmp_path: Path) -> None:
     assert (row["status"], row["owner_status"], row["owner_name"], row["latency_ns"]) == ("OK", "OK", "owner", 4000)
 
 
-@pytest.mark.parametrize("ending", ["requester closes", "newer run"])
+@pytest.mark.parametrize("ending", ["requester and owner closed", "newer run"])
 def test_an_open_request_is_final_once_no_answer_can_come(tmp_path: Path, ending: str) -> None:
     log, cut = _pending_log()
-    records = log.records[:cut]
-    if ending == "requester closes":
-        log.records = records
+    log.records = log.records[:cut]
+    if ending == "requester and owner closed":
         log.close(CLIENT)
-        records = log.records
-    frames = frames_of(log.write(tmp_path / "p.jetlog", records))
+        log.close(OWNER)
+    frames = frames_of(log.write(tmp_path / "p.jetlog"))
     part = derive.piece(frames)
-    live = {RUN} if ending == "requester closes" else {RUN + 1}
+    live = {RUN} if ending != "newer run" else {RUN + 1}
     m = derive.merge(derive.Carry.empty(), [part.loose], [part.candidates], [part.conns], live)
     assert m.pending.num_rows == 0 and m.carry.loose.num_rows == 0
     assert [(r["status"], r["routed"], r["owner_name"]) for r in m.requests.to_pylist()] == [
         ("UNANSWERED", True, "owner")]
+    assert m.open_connections.num_rows == 0 and m.carry.conns.num_rows == 0  # final, not carried
+    assert m.connections.num_rows == 2
+
+
+def test_an_owner_answer_after_the_requester_left_is_kept(tmp_path: Path) -> None:
+    """PROTOCOL.md 10.3: the requester closes; the owner's answer, logged later, is
+    still the row's owner status, whichever ingest run reads it."""
+    log = Log()
+    log.open(OWNER, "owner")
+    log.open(CLIENT, "client")
+    log.routed(10, 100, SetState(10, "plant/a", Value.of(5)), Function.SET_STATE, "plant/a")
+    log.close(CLIENT)
+    cut = len(log.records)
+    log.into(OWNER, Response(100, value=Value.of(5)))  # 2 µs after the request to the owner
+    frames = frames_of(log.write(tmp_path / "g.jetlog"))
+    for cuts, groups in (([], []), ([cut], []), ([cut], [1])):
+        (row,) = derive_split(frames, cuts, groups)["requests"].to_pylist()
+        assert (row["status"], row["owner_status"], row["owner_latency_ns"]) == ("UNANSWERED", "OK", 2000)
+
+
+def test_a_state_operation_whose_answer_is_damaged_holds_nothing_back(tmp_path: Path) -> None:
+    """The daemon answers state operations in order: a later answer to the same
+    connection means this one's will never be read; later changes are not held."""
+    log = Log()
+    log.open(OWNER, "owner")
+    log.open(CLIENT, "client")
+    log.into(OWNER, AddState(1, "plant/a", Value.of(0)))
+    log.out(OWNER, Response(1))
+    log.into(OWNER, NotifyState(2, "plant/a", Value.of(1)))
+    log.out(OWNER, Response(2))
+    log.records[-1] = log.records[-1][:-1] + bytes([log.records[-1][-1] ^ 0xFF])  # a CRC mismatch
+    log.into(CLIENT, AddState(1, "other/b", Value.of(0)))
+    log.out(CLIENT, Response(1))
+    log.into(OWNER, NotifyState(None, "plant/a", Value.of(2)))
+    log.into(OWNER, AddState(3, "plant/c", Value.of(0)))
+    log.out(OWNER, Response(3))
+    frames = frames_of(log.write(tmp_path / "d.jetlog"))
+    assert frames.filter(pc.is_valid(frames.column("corrupt"))).num_rows == 1
+    t = derive_split(frames, [], [])
+    assert [(c["key"], c["change"], c["value_after"]) for c in t["state_changes"].to_pylist()] == [
+        ("plant/a", "ADD", "0"), ("other/b", "ADD", "0"), ("plant/a", "NOTIFY", "2"), ("plant/c", "ADD", "0")]
+    assert t["pending"].num_rows == 0
 
 
 def test_changes_behind_an_open_state_operation_wait_for_it(tmp_path: Path) -> None:
+    """A log read while the daemon's answer to a NOTIFY is not written yet: changes
+    after it are settled only with it, so every timeline stays in order."""
     log = Log()
     log.open(OWNER, "owner")
+    log.open(CLIENT, "client")
     log.into(OWNER, AddState(1, "plant/a", Value.of(0)))
     log.out(OWNER, Response(1))
-    log.into(OWNER, NotifyState(2, "plant/a", Value.of(1)))  # answered after the cut
-    log.into(OWNER, NotifyState(None, "plant/a", Value.of(2)))  # a later event, before the cut
+    log.into(CLIENT, AddState(1, "plant/b", Value.of(0)))
+    log.out(CLIENT, Response(1))
+    log.into(OWNER, NotifyState(2, "plant/a", Value.of(1)))
+    log.close(CLIENT)  # plant/b goes
     cut = len(log.records)
     log.out(OWNER, Response(2))
+    log.into(OWNER, NotifyState(None, "plant/a", Value.of(2)))
     frames = frames_of(log.write(tmp_path / "h.jetlog"))
     first = derive.piece(frames.slice(0, cut))
     m1 = derive.merge(derive.Carry.empty(), [first.loose], [first.candidates], [first.conns])
-    assert [(c["change"], c["value_after"]) for c in m1.state_changes.to_pylist()] == [("ADD", "0")]
-    assert m1.carry.held.column("op").to_pylist() == ["EVENT"]
+    assert [(c["key"], c["change"]) for c in m1.state_changes.to_pylist()] == [
+        ("plant/a", "ADD"), ("plant/b", "ADD")]
+    assert m1.carry.held.column("op").to_pylist() == ["CLOSE"]
     second = derive.piece(frames.slice(cut))
     m2 = derive.merge(m1.carry, [second.loose], [second.candidates], [second.conns])
-    assert [(c["change"], c["value_before"], c["value_after"]) for c in m2.state_changes.to_pylist()] == [
-        ("NOTIFY", "0", "1"), ("NOTIFY", "1", "2")]
+    assert [(c["key"], c["change"], c["value_before"], c["value_after"]) for c in m2.state_changes.to_pylist()] == [
+        ("plant/a", "NOTIFY", "0", "1"), ("plant/a", "NOTIFY", "1", "2"), ("plant/b", "DISCONNECT", "0", None)]
     assert m2.carry.held.num_rows == 0
 
 

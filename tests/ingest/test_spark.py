@@ -420,7 +420,7 @@ def test_follow_skips_a_micro_batch_already_ingested(spark: Any, tmp_path: Path)
         """Runs ``_follow``, calling ``on_line`` on each micro-batch line it prints, until
         ``until(lines)`` holds; then stops its query and returns the lines."""
         out = io.StringIO()
-        args = argparse.Namespace(logdir=str(log_dir), out=str(warehouse), since=None, interval=0.2,
+        args = argparse.Namespace(logdir=str(log_dir), out=str(warehouse), since=None, interval=0.2, mode="PERMISSIVE",
                                   idle_exit=None, follow_for=60.0)
         stopped = threading.Event()
         failures: list[BaseException] = []

@@ -277,7 +277,7 @@ def _follow(spark: Any, args: argparse.Namespace, console: Console) -> None:
             console.print(f"micro-batch {batch_id}: {rows} new record(s)")
 
     query = (
-        spark.readStream.format("jetlog").option("path", args.logdir)
+        spark.readStream.format("jetlog").option("path", args.logdir).option("mode", args.mode)
         .option("startingOffsets", json.dumps(starting)).load()
         .writeStream.foreachBatch(batch)
         .option("checkpointLocation", str(warehouse / "_jet_ingest" / "checkpoint"))

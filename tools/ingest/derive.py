@@ -78,10 +78,12 @@ CONN_SCHEMA = pa.schema([
     ("run_ns", _I64), ("daemon", _STR), ("conn_id", _I64), ("open_ns", _I64), ("snapshot_ns", _I64),
     ("first_ns", _I64), ("close_ns", _I64), ("frames_in", _I64), ("frames_out", _I64), ("bytes_in", _I64),
     ("bytes_out", _I64), ("name", _STR), ("name_seq", _I64), ("address", _STR), ("address_seq", _I64),
-    ("close_status", _STR), ("close_reason", _STR), ("close_seq", _I64),
+    ("close_status", _STR), ("close_reason", _STR), ("close_seq", _I64), ("in_seq", _I64),
 ])
-"""Counters of one connection over some records; any number of them add up (:func:`_total`)."""
+"""Counters of one connection over some records; any number of them add up (:func:`_total`).
+``in_seq``: its last FRAME_IN."""
 
+CLOSES_SCHEMA = pa.schema([("run_ns", _I64), ("conn_id", _I64), ("close_seq", _I64)])
 OWNER_SCHEMA = pa.schema([("run_ns", _I64), ("key", _STR), ("conn_id", _I64), ("peer_name", _STR)])
 LAST_SCHEMA = pa.schema([("run_ns", _I64), ("key", _STR), ("value_type", _STR), ("value_text", _STR),
                          ("value", _BIN)])
@@ -349,6 +351,7 @@ def _conn_counters(frames: pa.Table) -> pa.Table:
         "close_ns": _keep(ts, is_close), "frames_in": pa.array(is_in.astype(np.int64)),
         "frames_out": pa.array(is_out.astype(np.int64)),
         "bytes_in": pc.if_else(pa.array(is_in), size, zero), "bytes_out": pc.if_else(pa.array(is_out), size, zero),
+        "in_seq": _keep(f.column("seq"), is_in),
     })
     agg = _add_up(t)
     # Name: the last record carrying one; address: the first OPEN/SNAPSHOT; close: the first CLOSE.
@@ -368,13 +371,15 @@ def _conn_counters(frames: pa.Table) -> pa.Table:
 
 _MIN = ("open_ns", "snapshot_ns", "first_ns", "close_ns")
 _SUM = ("frames_in", "frames_out", "bytes_in", "bytes_out")
+_MAX = ("in_seq",)
 
 
 def _add_up(t: pa.Table) -> pa.Table:
     """Per (run, daemon, connection): the earliest times and the sums of counts."""
     keys = ["run_ns", "daemon", "conn_id"]
-    return t.group_by(keys, use_threads=False).aggregate([(c, "min") for c in _MIN] + [(c, "sum") for c in _SUM]
-                                                         ).rename_columns([*keys, *_MIN, *_SUM])
+    return t.group_by(keys, use_threads=False).aggregate(
+        [(c, "min") for c in _MIN] + [(c, "sum") for c in _SUM] + [(c, "max") for c in _MAX]
+    ).rename_columns([*keys, *_MIN, *_SUM, *_MAX])
 
 
 def _pick(t: pa.Table, col: str, name: str, *, last: bool, extra: tuple[str, str] | None = None) -> pa.Table:
@@ -408,11 +413,13 @@ def piece(frames: pa.Table) -> Piece:
     """Settle what the records of one contiguous range of one segment can settle alone.
 
     ``frames``: the ``jetlog`` schema plus ``run_ns`` and ``seq`` (:func:`with_seq`).
-    A request is settled here when its request and its response are both in range;
-    every record between them then is too.
+    A request is settled here when its request and its response are both in range
+    (every record between them then is too), unless the daemon sent it to an owner
+    whose answer is not in range yet: an owner may answer after the requester was
+    answered (a timeout, PROTOCOL.md 10.3), and that answer belongs to the row.
     """
     p = _pair(exchange_views(frames))
-    done = p.resp >= 0
+    done = (p.resp >= 0) & ~((p.o_req >= 0) & (p.o_resp < 0))
     ans = _answered(p, done)
     loose = p.views.filter(pa.array(~p.rows(done)))
     cands = pa.concat_tables([_op_candidates(ans), _record_candidates(frames)])
@@ -430,10 +437,11 @@ class Carry:
     held: pa.Table  # CANDIDATE_SCHEMA: candidates not yet settled (behind an open state op)
     owners: pa.Table  # OWNER_SCHEMA: each live state's owner
     last: pa.Table  # LAST_SCHEMA: each state's value after its last change
-    conns: pa.Table  # CONN_SCHEMA: every connection's counters so far
+    conns: pa.Table  # CONN_SCHEMA: the counters of connections still open
+    closes: pa.Table  # CLOSES_SCHEMA: when the closed connections of open requests closed
 
-    NAMES = ("loose", "held", "owners", "last", "conns")
-    SCHEMAS = (VIEW_SCHEMA, CANDIDATE_SCHEMA, OWNER_SCHEMA, LAST_SCHEMA, CONN_SCHEMA)
+    NAMES = ("loose", "held", "owners", "last", "conns", "closes")
+    SCHEMAS = (VIEW_SCHEMA, CANDIDATE_SCHEMA, OWNER_SCHEMA, LAST_SCHEMA, CONN_SCHEMA, CLOSES_SCHEMA)
 
     @classmethod
     def empty(cls) -> Carry:
@@ -457,7 +465,8 @@ class Merged:
     requests: pa.Table  # REQUESTS_SCHEMA: final rows
     pending: pa.Table  # REQUESTS_SCHEMA: requests still open (status UNANSWERED for now)
     state_changes: pa.Table  # STATE_CHANGES_SCHEMA
-    connections: pa.Table  # CONNECTIONS_SCHEMA: every connection (the table is rewritten)
+    connections: pa.Table  # CONNECTIONS_SCHEMA: connections closed, or of runs that ended: final
+    open_connections: pa.Table  # CONNECTIONS_SCHEMA: the others, counted so far
     carry: Carry
 
 
@@ -467,18 +476,41 @@ def merge(carry: Carry, loose: list[pa.Table], candidates: list[pa.Table], conns
 
     ``live_runs``: runs whose daemon may still write (the latest run of each daemon);
     requests still open in other runs are final, as are those whose requester has
-    closed. ``None``: every run is live.
+    closed (unless their owner may still answer). ``None``: every run is live.
     """
     total = _total([carry.conns, *conns])
-    closed = {(r, c): s for r, c, s in zip(_ints(total.column("run_ns")).tolist(), _ints(total.column("conn_id")).tolist(),
-                                         total.column("close_seq").to_pylist(), strict=True) if s is not None}
+    t_run, t_conn = _ints(total.column("run_ns")).tolist(), _ints(total.column("conn_id")).tolist()
+    closed = {(r, c): s for r, c, s in zip(t_run, t_conn, _ints(total.column("close_seq")).tolist(), strict=True)
+              if s >= 0}
+    closed.update(zip(zip(_ints(carry.closes.column("run_ns")).tolist(), _ints(carry.closes.column("conn_id")).tolist(),
+                          strict=True), _ints(carry.closes.column("close_seq")).tolist(), strict=True))
+    last_in: dict[int, int] = {}
+    for r, s in zip(t_run, _ints(total.column("in_seq")).tolist(), strict=True):
+        last_in[r] = max(s, last_in.get(r, s))
     p = _pair(_concat([carry.loose, *loose], VIEW_SCHEMA))
-    done = p.resp >= 0
-    req_run, req_conn, req_seq = (_ints(p.views.column(c))[p.req].tolist() for c in ("run_ns", "conn_id", "seq"))
-    final = np.array([(live_runs is not None and r not in live_runs) or closed.get((r, c), -1) > s
-                      for r, c, s in zip(req_run, req_conn, req_seq, strict=True)], dtype=bool)
-    waiting = ~done & ~final
-    ans = _answered(p, done | final)
+    run, conn, seq = (_ints(p.views.column(c)) for c in ("run_ns", "conn_id", "seq"))
+    owner_conn = np.append(_ints(p.views.column("owner_conn")), -1)
+    seq_at = np.append(seq, -1)
+    req_run, req_conn, req_seq = run[p.req].tolist(), conn[p.req].tolist(), seq[p.req].tolist()
+    live = np.array([live_runs is None or r in live_runs for r in req_run], dtype=bool)
+
+    def after(ends: dict[tuple[int, int], int], conns: list[int], seqs: list[int]) -> np.ndarray:
+        return np.array([ends.get((r, c), -1) > s for r, c, s in zip(req_run, conns, seqs, strict=True)], dtype=bool)
+
+    # The owner may still answer: the daemon sent it the request, its answer is not in
+    # yet, and it has not closed.
+    owner_open = (p.o_req >= 0) & (p.o_resp < 0) & live & ~after(
+        closed, owner_conn[p.route].tolist(), seq_at[p.o_req].tolist())
+    requester_gone = after(closed, req_conn, req_seq)
+    # The daemon answers ADD/NOTIFY/REMOVE itself before it reads the next frame of any
+    # connection (JETLOG.md 4): past a later FRAME_IN, a missing answer will never be
+    # read (its record was damaged).
+    state_op = _mask(pc.is_in(p.views.column("function").take(pa.array(p.req, _I64)), pa.array(STATE_OPS)))
+    skipped = state_op & (p.resp < 0) & np.array([last_in.get(r, -1) > s for r, s in zip(req_run, req_seq,
+                                                                                          strict=True)], dtype=bool)
+    settled = ((p.resp >= 0) | requester_gone | skipped | ~live) & ~owner_open
+    waiting = ~settled
+    ans = _answered(p, settled)
     pending = _answered(p, waiting)
     # Candidates behind a state operation still waiting for its answer are held back,
     # so every state's timeline is settled in order.
@@ -492,8 +524,22 @@ def merge(carry: Carry, loose: list[pa.Table], candidates: list[pa.Table], conns
     for r, s in held_from.items():
         hold |= (c_run == r) & (c_seq >= s)
     changes, owners, last = _timeline(cands.filter(pa.array(~hold)), carry.owners, carry.last)
-    new_carry = Carry(p.views.filter(pa.array(p.rows(waiting))), cands.filter(pa.array(hold)), owners, last, total)
-    return Merged(_requests(ans), _requests(pending), changes, _connections(total), new_carry)
+    # A connection is final once closed, or once its run can get no more records; only
+    # open ones, and the states of live runs, are carried.
+    gone = _mask(pc.is_valid(total.column("close_ns")))
+    if live_runs is not None:
+        gone |= ~_mask(pc.is_in(total.column("run_ns"), pa.array(sorted(live_runs), _I64)))
+        owners, last = (t.filter(pc.is_in(t.column("run_ns"), pa.array(sorted(live_runs), _I64)))
+                        for t in (owners, last))
+    # Closes a request still open may need: its requester's (its owner is open).
+    refs = {(r, c) for r, c in zip(run[p.req][waiting].tolist(), conn[p.req][waiting].tolist(), strict=True)
+            if (r, c) in closed}
+    closes = pa.table({"run_ns": [r for r, _ in refs], "conn_id": [c for _, c in refs],
+                       "close_seq": [closed[k] for k in refs]}, schema=CLOSES_SCHEMA)
+    new_carry = Carry(p.views.filter(pa.array(p.rows(waiting))), cands.filter(pa.array(hold)), owners, last,
+                      total.filter(pa.array(~gone)), closes)
+    return Merged(_requests(ans), _requests(pending), changes, _connections(total.filter(pa.array(gone))),
+                  _connections(total.filter(pa.array(~gone))), new_carry)
 
 
 def _timeline(cands: pa.Table, owners: pa.Table, last: pa.Table) -> tuple[pa.Table, pa.Table, pa.Table]:
@@ -511,35 +557,53 @@ def _timeline(cands: pa.Table, owners: pa.Table, last: pa.Table) -> tuple[pa.Tab
     owned: dict[tuple[int, int], dict[str, None]] = {}
     for (r, k), (c, _) in owner.items():
         owned.setdefault((r, c), {})[k] = None
-    op = cands.column("op").to_pylist()
-    control = [i for i, o in enumerate(op) if o != "NOTIFY_STATE"]  # accepted NOTIFYs need no bookkeeping
-    keep = np.ones(len(op), dtype=bool)
+    # Ownership changes at ADDs, REMOVEs and closes only (few): a Python fold over those
+    # records where it changed (``points``: run, key, seq, owner or -1). NOTIFY events
+    # (most changes, from peers) are then checked against it with vector operations.
+    points: dict[str, list[Any]] = {"run_ns": [], "key": [], "seq": [], "owner": []}
+    for (r, k), (c, _) in owner.items():
+        for col, v in (("run_ns", r), ("key", k), ("seq", -1), ("owner", c)):
+            points[col].append(v)
+    ops = cands.column("op")
+    is_event = _eq(ops, "EVENT")
+    control = np.flatnonzero(_mask(pc.is_in(ops, pa.array(["ADD_STATE", "REMOVE_STATE", "CLOSE"]))))
+    keep = ~_eq(ops, "CLOSE")
     gone: dict[str, list[Any]] = {c: [] for c in ("run_ns", "daemon", "owner_conn", "seq", "ts_ns", "owner_name",
                                                    "key")}
-    if control:
-        ctl = cands.take(pa.array(control)).select(["run_ns", "daemon", "key", "conn_id", "peer_name", "seq",
+
+    def point(r: int, k: str, at: int, c: int) -> None:
+        for col, v in (("run_ns", r), ("key", k), ("seq", at), ("owner", c)):
+            points[col].append(v)
+
+    if len(control):
+        ctl = cands.take(pa.array(control)).select(["op", "run_ns", "daemon", "key", "conn_id", "peer_name", "seq",
                                                      "ts_ns"]).to_pylist()
-        for i, row in zip(control, ctl, strict=True):
-            r, k, c = row["run_ns"], row["key"], row["conn_id"]
-            o = op[i]
-            if o == "ADD_STATE":
+        for row in ctl:
+            r, k, c, at = row["run_ns"], row["key"], row["conn_id"], row["seq"]
+            if row["op"] == "ADD_STATE":
                 prev = owner.get((r, k))
                 if prev is not None:
                     owned.get((r, prev[0]), {}).pop(k, None)
                 owner[(r, k)] = (c, row["peer_name"])
                 owned.setdefault((r, c), {})[k] = None
-            elif o == "REMOVE_STATE":
+                point(r, k, at, c)
+            elif row["op"] == "REMOVE_STATE":
                 prev = owner.pop((r, k), None)
                 if prev is not None:
                     owned.get((r, prev[0]), {}).pop(k, None)
-            elif o == "EVENT":
-                keep[i] = owner.get((r, k), (None,))[0] == c
+                point(r, k, at, -1)
             else:  # CLOSE
-                keep[i] = False
                 for key in owned.pop((r, c), {}):
-                    for col, v in (("run_ns", r), ("daemon", row["daemon"]), ("owner_conn", c), ("seq", row["seq"]),
-                                   ("ts_ns", row["ts_ns"]), ("owner_name", owner.pop((r, key))[1]), ("key", key)):
+                    values: tuple[tuple[str, Any], ...] = (
+                        ("run_ns", r), ("daemon", row["daemon"]), ("owner_conn", c), ("seq", at),
+                        ("ts_ns", row["ts_ns"]), ("owner_name", owner.pop((r, key))[1]), ("key", key))
+                    for col, v in values:
                         gone[col].append(v)
+                    point(r, key, at, -1)
+    if is_event.any():
+        keep[is_event] = _owner_at(pa.table(points, schema=pa.schema([("run_ns", _I64), ("key", _STR), ("seq", _I64),
+                                                                      ("owner", _I64)])),
+                                   cands.filter(pa.array(is_event))) == _ints(cands.column("conn_id"))[is_event]
     kept = cands.filter(pa.array(keep))
     removal = _mask(pc.is_in(kept.column("op"), pa.array(["REMOVE_STATE"])))
     change = pc.replace_substring_regex(pc.if_else(pc.equal(kept.column("op"), "EVENT"), "NOTIFY_STATE",
@@ -595,6 +659,30 @@ def _timeline(cands: pa.Table, owners: pa.Table, last: pa.Table) -> tuple[pa.Tab
         "peer_name": pa.array([nm for _, nm in owner.values()], _STR),
     }, schema=OWNER_SCHEMA)
     return out, new_owners, new_last
+
+
+def _owner_at(points: pa.Table, events: pa.Table) -> np.ndarray:
+    """The owner of each event's state just before it (-1: none), from ownership change
+    ``points`` (run, key, seq, owner): an as-of lookup by (run, key), in ``seq`` order."""
+    n_p, n_e = points.num_rows, events.num_rows
+    codes = _ints(pc.dictionary_encode(pa.concat_arrays([
+        points.column("key").combine_chunks(), events.column("key").combine_chunks().cast(_STR)])).indices)
+    run = np.concatenate([_ints(points.column("run_ns")), _ints(events.column("run_ns"))])
+    seq = np.concatenate([_ints(points.column("seq")), _ints(events.column("seq"))])
+    is_point = np.arange(n_p + n_e) < n_p
+    order = np.lexsort((~is_point, seq, codes, run))  # a point before an event at the same seq
+    run, codes, is_point = run[order], codes[order], is_point[order]
+    idx = np.arange(n_p + n_e)
+    start = np.ones(n_p + n_e, dtype=bool)
+    start[1:] = (run[1:] != run[:-1]) | (codes[1:] != codes[:-1])
+    group_start = np.maximum.accumulate(np.where(start, idx, 0))
+    last_point = np.maximum.accumulate(np.where(is_point, idx, -1))
+    owner_sorted = np.concatenate([_ints(points.column("owner")), np.full(n_e, -1, np.int64)])[order]
+    found = last_point >= group_start
+    at = np.where(found, owner_sorted[np.maximum(last_point, 0)], -1)
+    out = np.empty(n_e, dtype=np.int64)
+    out[order[~is_point] - n_p] = at[~is_point]
+    return out
 
 
 def _upsert(old: pa.Table, new: pa.Table, keys: list[str]) -> pa.Table:

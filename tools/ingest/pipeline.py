@@ -170,13 +170,14 @@ def commit(manifest: Any, staging: Path, run_id: str, states: dict[str, Any]) ->
     derive.write_partitioned(merged.requests, merged.requests.column("ts_ns"), staging / "requests", "merged.parquet")
     derive.write_partitioned(merged.state_changes, merged.state_changes.column("ts_ns"), staging / "state_changes",
                              "merged.parquet")
+    for name, conns in (("connections", merged.connections), ("_snapshot/connections", merged.open_connections)):
+        opened = pc.multiply(pc.cast(conns.column("opened"), pa.int64()), 1000)
+        derive.write_partitioned(conns, opened, staging / name, "merged.parquet")
     snap = staging / "_snapshot"
     derive.write_partitioned(merged.pending, merged.pending.column("ts_ns"), snap / "requests", "pending.parquet")
-    opened = pc.cast(merged.connections.column("opened"), pa.int64())
-    derive.write_partitioned(merged.connections, pc.multiply(opened, 1000), snap / "connections", "all.parquet")
     merged.carry.save(carry_dir / run_id)
     moved = 0
-    for table in ("frames", "requests", "state_changes"):
+    for table in ("frames", "requests", "state_changes", "connections"):
         moved += move_staged(staging / table, root / table, run_id)
     for table in ("requests", "connections"):
         (root / table).mkdir(parents=True, exist_ok=True)
