@@ -179,10 +179,8 @@ def state_changes(frames: DataFrame, exchanges: DataFrame | None = None) -> Data
     lives = ops.filter(F.col("function") != "NOTIFY_STATE").select(
         "run_ns", "daemon", "key", "function", F.col("conn_id").alias("owner"), F.col("peer_name").alias("owner_name"),
         F.col("seq").alias("add_seq"), F.lead("seq").over(wl).alias("end_seq"),
-        F.lead("function").over(wl).alias("next_op"),
     ).filter(F.col("function") == "ADD_STATE").select(
         "run_ns", "daemon", "key", "owner", "owner_name", "add_seq", "end_seq",
-        F.when(F.col("next_op") == "REMOVE_STATE", F.col("end_seq")).alias("remove_seq"),
     )
     # PROTOCOL.md 7.1: a fire-and-forget NOTIFY counts only from the owner, while it owns the state.
     events = frames.filter(
@@ -202,7 +200,7 @@ def state_changes(frames: DataFrame, exchanges: DataFrame | None = None) -> Data
     gone = lives.join(
         closes,
         (lives.run_ns == closes.c_run) & (lives.owner == closes.c_conn) & (closes.c_seq > lives.add_seq)
-        & (lives.remove_seq.isNull() | (lives.remove_seq > closes.c_seq)),
+        & (lives.end_seq.isNull() | (lives.end_seq > closes.c_seq)),
     ).select(
         "run_ns", "daemon", "key", F.col("owner").alias("conn_id"), F.col("owner_name").alias("peer_name"),
         F.lit("DISCONNECT").alias("function"), F.lit(None).cast("string").alias("value_type"),

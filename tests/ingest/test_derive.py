@@ -346,3 +346,80 @@ def test_write_partitioned_lays_out_dates_like_spark(tmp_path: Path) -> None:
     back = ds.dataset(tmp_path / "t", partitioning="hive").to_table().sort_by("x")
     assert back.column("x").to_pylist() == [1, 2, 3, 4]
     assert back.column("date").to_pylist()[:3] == ["2026-01-01", "2026-01-01", "2026-01-02"]
+
+
+def test_follow_does_not_end_a_run_before_reading_its_tail(tmp_path: Path) -> None:
+    """``--follow``: jetd restarts after the stream planned a micro-batch and before it
+    commits. The new run's segment is listed, but the old run's tail (answers, closes)
+    is not in this batch: the old run must stay live until it is read."""
+    import shutil
+
+    import pyarrow.dataset as pads
+
+    from tools.ingest.cli import _plan, commit_micro_batch
+    from tools.ingest.pipeline import FRAMES_SCHEMA, follow_task
+    from tools.ingest.warehouse import Manifest, new_run_id
+
+    logdir, wh = tmp_path / "logs", tmp_path / "wh"
+    logdir.mkdir()
+
+    def micro_batch(ends: dict[str, int], batch_id: int) -> None:
+        """What cli._follow's batch() does, with the stream's rows read up to ``ends``."""
+        m = Manifest.load(wh)
+        _, listed = _plan(m, str(logdir))  # listed now, after the stream planned the batch
+        tables = []
+        for f, end in ends.items():
+            start = m.files[f].done if f in m.files else 0
+            t = pa.Table.from_batches(list(read_segment(f, start, end)), ARROW_SCHEMA)
+            tables.append(t.append_column("run_ns", pa.array([listed[f].run_ns] * t.num_rows, pa.int64())))
+        rows = pa.concat_tables(tables).select(FRAMES_SCHEMA.names).cast(FRAMES_SCHEMA)
+        run_id = new_run_id()
+        staging = wh / "_jet_ingest" / "staging" / run_id
+        settled = pa.Table.from_batches(list(follow_task(iter(rows.to_batches()), str(staging), batch_id)))
+        assert commit_micro_batch(m, listed, settled.to_pylist(), staging, run_id) > 0
+        shutil.rmtree(staging)
+
+    a = Log()
+    a.open(OWNER, "owner")
+    a.open(CLIENT, "client")
+    a.routed(10, 100, SetState(10, "plant/a", Value.of(5)), Function.SET_STATE, "plant/a")
+    seg_a = a.write(logdir / "jet-a.jetlog")
+    planned = seg_a.stat().st_size  # the stream plans micro-batch 0 here; then jetd goes on
+    a.into(OWNER, Response(100, value=Value.of(5)))
+    a.out(CLIENT, Response(10, value=Value.of(5)))
+    a.close(CLIENT)
+    a.close(OWNER)
+    a.write(seg_a)
+    b = Log(RUN + 10**9)  # ... and is restarted: a new run
+    b.open(1, "again")
+    seg_b = logdir / "jet-b.jetlog"
+    seg_b.write_bytes(encode_header(LogHeader("jetd", RUN + 10**9, 0)) + b"".join(b.records))
+    micro_batch({str(seg_a): planned}, 0)
+    micro_batch({str(seg_a): seg_a.stat().st_size, str(seg_b): seg_b.stat().st_size}, 1)
+
+    def table(name: str) -> pa.Table:
+        return pads.dataset(wh / name, format="parquet", partitioning="hive").to_table()
+
+    assert [(r["status"], r["owner_status"]) for r in table("requests").to_pylist()] == [("OK", "OK")]
+    first_run = table("connections").filter(pc.equal(pc.field("run_ns"), RUN)).to_pylist()
+    assert len(first_run) == 2 and all(c["closed"] is not None for c in first_run)
+
+
+def test_an_owners_close_is_remembered_for_the_requests_it_leaves_open(tmp_path: Path) -> None:
+    """The requester's answer (OWNER_GONE) is damaged and the run boundary falls between
+    the owner's close and the requester's: the next run must still know the owner left."""
+    log = Log()
+    log.open(OWNER, "owner")
+    log.open(CLIENT, "client")
+    log.routed(10, 100, SetState(10, "plant/a", Value.of(5)), Function.SET_STATE, "plant/a")
+    log.out(CLIENT, Response(10, Status.OWNER_GONE, message="the owner disconnected"))
+    log.records[-1] = log.records[-1][:-1] + bytes([log.records[-1][-1] ^ 0xFF])  # a CRC mismatch
+    log.close(OWNER)
+    cut = len(log.records) - 1  # after the owner's close (the damaged record gives no row)
+    log.close(CLIENT)
+    frames = frames_of(log.write(tmp_path / "o.jetlog"))
+    frames = frames.filter(pc.is_valid(frames.column("kind")))  # rows stay in seq order
+    for groups in ([], [1]):
+        t = derive_split(frames, [cut], groups, {RUN})
+        assert t["pending"].num_rows == 0, groups
+        assert t["requests"].column("status").to_pylist() == ["UNANSWERED"], groups

@@ -154,3 +154,23 @@ def test_cli_refuses_a_warehouse_it_cannot_continue(tmp_path: Path, manifest: st
     assert done.returncode == 2, done
     assert message in done.stdout + done.stderr, done
     assert "Traceback" not in done.stderr
+
+
+def test_cli_refuses_a_warehouse_another_jet_ingest_is_writing(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from tools.ingest.session import REPO_ROOT
+    from tools.ingest.warehouse import WarehouseError, locked
+
+    with locked(tmp_path / "wh"):
+        with pytest.raises(WarehouseError, match="another jet-ingest"), locked(tmp_path / "wh"):
+            pass
+        done = subprocess.run([sys.executable, "-m", "tools.ingest", str(tmp_path), "--out", str(tmp_path / "wh")],
+                              env={**os.environ, "PYTHONPATH": REPO_ROOT, "COLUMNS": "300"},
+                              capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2, done
+    assert "another jet-ingest is writing this warehouse" in done.stdout, done
+    with locked(tmp_path / "wh"):  # released
+        pass

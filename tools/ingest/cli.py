@@ -30,7 +30,7 @@ from typing import Any, Optional
 
 from rich.console import Console
 
-__all__ = ["ingest_once", "load_tables", "main"]
+__all__ = ["commit_micro_batch", "ingest_once", "load_tables", "main"]
 
 
 def _parse_since(text: str) -> int:
@@ -232,6 +232,34 @@ def load_tables(spark: Any, warehouse: Path) -> dict[str, Any]:
     return out
 
 
+def commit_micro_batch(manifest: Any, listed: dict[str, Any], settled: list[dict[str, Any]], staging: Path,
+                       run_id: str) -> int:
+    """Commit a ``--follow`` micro-batch whose tasks (:func:`tools.ingest.pipeline.follow_task`)
+    left ``staging`` and reported ``settled`` (file, end, rows); returns its rows.
+
+    Only files the warehouse holds already, or that the batch read, are recorded: a
+    segment ``listed`` now that the stream has not read yet (jetd restarted after the
+    micro-batch was planned) would end its daemon's previous run, whose last records
+    may not be read yet either.
+    """
+    from tools.ingest.pipeline import commit
+
+    read = {r["file"] for r in settled if r["rows"]}
+    states = {f: s for f, s in listed.items() if f in manifest.files or f in read}
+    for r in settled:
+        state = states.get(r["file"])
+        if state is not None:
+            end = Path(r["file"]).stat().st_size if r["end"] < 0 else r["end"]
+            state.done = max(state.done, end)
+    rows = sum(int(r["rows"]) for r in settled)
+    if rows:
+        commit(manifest, staging, run_id, states)
+    else:
+        manifest.files.update(states)
+        manifest.save()
+    return rows
+
+
 def _follow(spark: Any, args: argparse.Namespace, console: Console) -> None:
     """Keep ingesting with the streaming reader until interrupted, or until no new
     record arrived for ``--idle-exit`` seconds."""
@@ -241,17 +269,17 @@ def _follow(spark: Any, args: argparse.Namespace, console: Console) -> None:
 
     warehouse = Path(args.out)
     manifest = Manifest.load(warehouse)
+    manifest.remove_uncommitted()
     starting = {f: s.done for f, s in manifest.files.items()}
     last_rows = [time.monotonic()]
     # Held while a micro-batch commits, so stopping never cuts one in half.
     committing = threading.Lock()
 
     def batch(df: Any, batch_id: int) -> None:
-        from tools.ingest.pipeline import commit, follow_task
+        from tools.ingest.pipeline import follow_task
 
         with committing:
             m = Manifest.load(warehouse)
-            m.remove_uncommitted()
             _, states = _plan(m, args.logdir)
             # The manifest is the truth: rows it already holds (from a batch run, or a
             # micro-batch replayed after a crash) are filtered out.
@@ -261,18 +289,9 @@ def _follow(spark: Any, args: argparse.Namespace, console: Console) -> None:
             staging = m.root / "_jet_ingest" / "staging" / run_id
             settled = fresh.mapInArrow(lambda it: follow_task(it, str(staging), batch_id),
                                        "file string, `end` long, rows long").collect()
-            rows = sum(r["rows"] for r in settled)
-            for r in settled:
-                state = states.get(r["file"])
-                if state is not None:
-                    end = Path(r["file"]).stat().st_size if r["end"] < 0 else r["end"]
-                    state.done = max(state.done, end)
+            rows = commit_micro_batch(m, states, [r.asDict() for r in settled], staging, run_id)
             if rows:
-                commit(m, staging, run_id, states)
                 last_rows[0] = time.monotonic()
-            else:
-                m.files.update(states)
-                m.save()
             shutil.rmtree(staging, ignore_errors=True)
             console.print(f"micro-batch {batch_id}: {rows} new record(s)")
 
@@ -326,25 +345,32 @@ def main(argv: Optional[list[str]] = None) -> int:
     if not Path(args.logdir.split("*")[0] or ".").exists():
         console.print(f"[red]jet-ingest: no such log directory: {args.logdir}[/red]")
         return 2
-    from tools.ingest.warehouse import Manifest, WarehouseError
+    from contextlib import ExitStack
 
-    try:
-        Manifest.load(Path(args.out).resolve())  # refuse a warehouse it cannot continue before starting Spark
-    except (WarehouseError, OSError, json.JSONDecodeError) as exc:
-        console.print(f"[red]jet-ingest: {exc}[/red]")
-        return 2
-    from tools.ingest.session import spark_session
+    from tools.ingest.warehouse import Manifest, WarehouseError, locked
 
-    started = time.monotonic()
-    spark = spark_session(args.master)
-    try:
-        return run(spark, args, console, started=started)
-    finally:
-        spark.stop()
+    warehouse = Path(args.out).resolve()
+    with ExitStack() as stack:
+        try:
+            warehouse.mkdir(parents=True, exist_ok=True)
+            stack.enter_context(locked(warehouse))
+            Manifest.load(warehouse)  # refuse a warehouse it cannot continue before starting Spark
+        except (WarehouseError, OSError, json.JSONDecodeError) as exc:
+            console.print(f"[red]jet-ingest: {exc}[/red]")
+            return 2
+        from tools.ingest.session import spark_session
+
+        started = time.monotonic()
+        spark = spark_session(args.master)
+        try:
+            return run(spark, args, console, started=started)
+        finally:
+            spark.stop()
 
 
 def run(spark: Any, args: argparse.Namespace, console: Console, *, started: Optional[float] = None) -> int:
-    """What ``jet-ingest`` does with a SparkSession (``main`` creates and stops it)."""
+    """What ``jet-ingest`` does with a SparkSession (``main`` creates and stops it, and
+    holds the warehouse's lock around it)."""
     started = time.monotonic() if started is None else started
     warehouse = Path(args.out).resolve()
     warehouse.mkdir(parents=True, exist_ok=True)

@@ -438,7 +438,7 @@ class Carry:
     owners: pa.Table  # OWNER_SCHEMA: each live state's owner
     last: pa.Table  # LAST_SCHEMA: each state's value after its last change
     conns: pa.Table  # CONN_SCHEMA: the counters of connections still open
-    closes: pa.Table  # CLOSES_SCHEMA: when the closed connections of open requests closed
+    closes: pa.Table  # CLOSES_SCHEMA: when the closed requesters and owners of open requests closed
 
     NAMES = ("loose", "held", "owners", "last", "conns", "closes")
     SCHEMAS = (VIEW_SCHEMA, CANDIDATE_SCHEMA, OWNER_SCHEMA, LAST_SCHEMA, CONN_SCHEMA, CLOSES_SCHEMA)
@@ -531,9 +531,10 @@ def merge(carry: Carry, loose: list[pa.Table], candidates: list[pa.Table], conns
         gone |= ~_mask(pc.is_in(total.column("run_ns"), pa.array(sorted(live_runs), _I64)))
         owners, last = (t.filter(pc.is_in(t.column("run_ns"), pa.array(sorted(live_runs), _I64)))
                         for t in (owners, last))
-    # Closes a request still open may need: its requester's (its owner is open).
-    refs = {(r, c) for r, c in zip(run[p.req][waiting].tolist(), conn[p.req][waiting].tolist(), strict=True)
-            if (r, c) in closed}
+    # The closes a request still open needs later: its requester's and its owner's.
+    w_run = run[p.req][waiting].tolist()
+    refs = {(r, c) for r, c in zip(w_run + w_run, conn[p.req][waiting].tolist() + owner_conn[p.route][waiting].tolist(),
+                                   strict=True) if (r, c) in closed}
     closes = pa.table({"run_ns": [r for r, _ in refs], "conn_id": [c for _, c in refs],
                        "close_seq": [closed[k] for k in refs]}, schema=CLOSES_SCHEMA)
     new_carry = Carry(p.views.filter(pa.array(p.rows(waiting))), cands.filter(pa.array(hold)), owners, last,
@@ -653,6 +654,9 @@ def _timeline(cands: pa.Table, owners: pa.Table, last: pa.Table) -> tuple[pa.Tab
         is_last[:-1] = first[1:]
     ends = rows.filter(pa.array(is_last)).select(["run_ns", "key", "value_type", "value_text", "value"])
     new_last = _upsert(last, ends.cast(LAST_SCHEMA), ["run_ns", "key"])
+    # A state removed has no value: the next change's "before" is null with or without
+    # its row, so only states that exist are kept.
+    new_last = new_last.filter(pc.is_valid(new_last.column("value_type")))
     new_owners = pa.table({
         "run_ns": pa.array([r for r, _ in owner], _I64), "key": pa.array([k for _, k in owner], _STR),
         "conn_id": pa.array([c for c, _ in owner.values()], _I64),

@@ -25,13 +25,15 @@ import os
 import shutil
 import struct
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
 from tools.ingest.parse import JetlogError, read_header
 
-__all__ = ["FileState", "Manifest", "WarehouseError", "header_identity", "new_run_id"]
+__all__ = ["FileState", "Manifest", "WarehouseError", "header_identity", "locked", "new_run_id"]
 
 MANIFEST_VERSION = 2
 TABLES = ("frames", "requests", "state_changes", "connections")
@@ -39,6 +41,33 @@ TABLES = ("frames", "requests", "state_changes", "connections")
 
 class WarehouseError(ValueError):
     """The warehouse is not one this jet-ingest can continue (says why)."""
+
+
+@contextmanager
+def locked(root: Path) -> Iterator[None]:
+    """Hold ``root``'s lock (``_jet_ingest/lock``, an advisory ``flock``) while one
+    jet-ingest writes it: two at once would delete each other's staged files and
+    overwrite each other's manifest and carry. No lock where ``fcntl`` is missing.
+
+    Raises:
+        WarehouseError: another process holds it.
+    """
+    try:
+        import fcntl
+    except ImportError:  # not POSIX
+        yield
+        return
+    path = root / "_jet_ingest" / "lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise WarehouseError(f"{root}: another jet-ingest is writing this warehouse") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def new_run_id() -> str:
