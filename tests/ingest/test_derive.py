@@ -143,7 +143,10 @@ def derive_split(frames: pa.Table, cuts: list[int], groups: list[int],
         requests += [p.requests for p in batch] + [merged.requests]
         changes.append(merged.state_changes)
         conns.append(merged.connections)
+    keys = ["run_ns", "daemon", "second", "error_status"]
+    traffic = pa.concat_tables([p.traffic for p in pieces]).group_by(keys).aggregate([("records", "sum")])
     return {
+        "traffic": traffic.sort_by([(k, "ascending") for k in keys]),
         "requests": pa.concat_tables(requests).sort_by([("run_ns", "ascending"), ("ts_ns", "ascending")]),
         "pending": merged.pending.sort_by("ts_ns"),
         "state_changes": pa.concat_tables(changes).sort_by([("run_ns", "ascending"), ("seq", "ascending")]),
@@ -181,6 +184,9 @@ def test_scenario_known_answer(tmp_path: Path) -> None:
     ]
     conns = {c["name"]: c for c in t["connections"].to_pylist()}
     assert set(conns) == {"owner", "client", "intruder"}
+    errors = {r["error_status"]: r["records_sum"] for r in t["traffic"].to_pylist() if r["error_status"]}
+    assert errors == {"REJECTED": 1, "NOT_FOUND": 1, "TIMEOUT": 1}
+    assert sum(t["traffic"].column("records_sum").to_pylist()) == len(scenario().records)
     assert (conns["client"]["frames_in"], conns["client"]["frames_out"]) == (6, 5)
     assert conns["owner"]["address"] == "127.0.0.1:40001" and conns["owner"]["close_status"] == "OK"
     assert conns["owner"]["duration_s"] > 0
@@ -204,7 +210,7 @@ def test_any_cut_and_any_run_boundary_give_the_same_tables(tmp_path: Path, data:
     groups = data.draw(st.lists(st.integers(1, len(cuts) + 1), max_size=6))
     split = derive_split(frames, cuts, groups)
     assert whole["pending"].num_rows == 1
-    for name in ("requests", "pending", "state_changes", "connections"):
+    for name in ("requests", "pending", "state_changes", "connections", "traffic"):
         assert split[name].equals(whole[name]), name
 
 

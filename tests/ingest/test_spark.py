@@ -220,7 +220,11 @@ def test_scenario_tables_match(spark: Any, start_jetd: Callable[..., Any], tmp_p
     assert spark.read.parquet(str(warehouse / "frames")).count() == added
 
     summary = collect_summary(tables)
-    assert summary.rows == {"frames": added, "state_changes": 4, "requests": 5, "connections": 2}
+    assert summary.rows == {"frames": added, "state_changes": 4, "requests": 5, "connections": 2,
+                            "traffic": tables["traffic"].count()}
+    # The rollup the report reads counts every record once.
+    assert tables["traffic"].agg(F.sum("records")).first()[0] == added
+    assert int(summary.per_second["events"].sum()) == added
     assert dict(zip(summary.errors["status"], summary.errors["count"], strict=True)) == {
         "REJECTED": 1, "NOT_FOUND": 1, "OWNER_GONE": 1}
     write_report(summary, warehouse / "report.html")

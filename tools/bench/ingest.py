@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"| `format(\"jetlog\")` -> Parquet | {jm:.1f} | {total / jm:,.0f} |")
     print(f"| native JSON reader (explicit schema) -> Parquet | {sm:.1f} | {total / sm:,.0f} |")
     print(f"| jetlog / JSON speed ratio | | {sm / jm:.2f}x |")
-    print(f"| whole `jet-ingest` (JVM start, 4 tables, summary, report) | {plain_s:.1f} | {total / plain_s:,.0f} |")
+    print(f"| whole `jet-ingest` (JVM start, all tables, summary, report) | {plain_s:.1f} | {total / plain_s:,.0f} |")
     print(f"| same, with the class-data-sharing archive (`JET_INGEST_CDS=1`) | {ingest_s:.1f} "
           f"| {total / ingest_s:,.0f} |")
     print(f"| same, `JET_INGEST_CDS=1`, first run (records the archive) | {first_t:.1f} | {total / first_t:,.0f} |")

@@ -4,8 +4,8 @@ Reads a jetd log directory with the ``jetlog`` source and maintains a Parquet
 warehouse (layout and exactly-once commit: :mod:`tools.ingest.warehouse`):
 
 - ``frames``: every record (the ``jetlog`` schema plus ``run_ns``);
-- ``state_changes``, ``requests``, ``connections``: derived in the same pass, each run
-  adding what its records settle (:mod:`tools.ingest.pipeline`);
+- ``state_changes``, ``requests``, ``connections``, ``traffic``: derived in the same
+  pass, each run adding what its records settle (:mod:`tools.ingest.pipeline`);
 
 all partitioned by ``date`` (UTC), codes stored by their spec names. It prints a summary
 and writes ``WAREHOUSE/report.html``.
@@ -219,14 +219,15 @@ def ingest_once(spark: Any, logdir: str, warehouse: Path, *, since_ns: Optional[
 
 def load_tables(spark: Any, warehouse: Path) -> dict[str, Any]:
     """Every table of ``warehouse`` as a DataFrame (``frames`` and the derived ones)."""
-    from tools.ingest.derive import CONNECTIONS_SCHEMA, REQUESTS_SCHEMA, STATE_CHANGES_SCHEMA
+    from tools.ingest.derive import CONNECTIONS_SCHEMA, REQUESTS_SCHEMA, STATE_CHANGES_SCHEMA, TRAFFIC_SCHEMA
     from tools.ingest.pipeline import FRAMES_SCHEMA, spark_ddl
 
     if not (warehouse / "frames").exists():
         raise FileNotFoundError(f"{warehouse / 'frames'}: nothing ingested yet")
     out = {}
     for name, schema in (("frames", FRAMES_SCHEMA), ("state_changes", STATE_CHANGES_SCHEMA),
-                         ("requests", REQUESTS_SCHEMA), ("connections", CONNECTIONS_SCHEMA)):
+                         ("requests", REQUESTS_SCHEMA), ("connections", CONNECTIONS_SCHEMA),
+                         ("traffic", TRAFFIC_SCHEMA)):
         (warehouse / name).mkdir(exist_ok=True)
         out[name] = spark.read.schema(spark_ddl(schema)).parquet(str(warehouse / name))
     return out

@@ -40,11 +40,13 @@ __all__ = [
     "CONNECTIONS_SCHEMA",
     "REQUESTS_SCHEMA",
     "STATE_CHANGES_SCHEMA",
+    "TRAFFIC_SCHEMA",
     "Carry",
     "Merged",
     "Piece",
     "merge",
     "piece",
+    "traffic",
     "with_seq",
     "write_file",
     "write_partitioned",
@@ -100,6 +102,9 @@ STATE_CHANGES_SCHEMA = pa.schema([
     ("run_ns", _I64), ("daemon", _STR), ("ts", _TS), ("ts_ns", _I64), ("key", _STR), ("change", _STR),
     ("owner_conn", _I64), ("owner_name", _STR), ("type_before", _STR), ("value_before", _STR),
     ("bytes_before", _BIN), ("type_after", _STR), ("value_after", _STR), ("bytes_after", _BIN), ("seq", _I64),
+])
+TRAFFIC_SCHEMA = pa.schema([
+    ("run_ns", _I64), ("daemon", _STR), ("second", _TS), ("error_status", _STR), ("records", _I64),
 ])
 CONNECTIONS_SCHEMA = pa.schema([
     ("run_ns", _I64), ("daemon", _STR), ("conn_id", _I64), ("opened", _TS), ("closed", _TS), ("address", _STR),
@@ -404,6 +409,7 @@ class Piece:
     """What :func:`piece` settles about a contiguous range of records, and what it leaves."""
 
     requests: pa.Table  # REQUESTS_SCHEMA: answered SET/CALL requests, final
+    traffic: pa.Table  # TRAFFIC_SCHEMA, final (rows of one second may come from several pieces)
     loose: pa.Table  # VIEW_SCHEMA: exchange rows for :func:`merge`
     candidates: pa.Table  # CANDIDATE_SCHEMA
     conns: pa.Table  # CONN_SCHEMA
@@ -423,7 +429,27 @@ def piece(frames: pa.Table) -> Piece:
     ans = _answered(p, done)
     loose = p.views.filter(pa.array(~p.rows(done)))
     cands = pa.concat_tables([_op_candidates(ans), _record_candidates(frames)])
-    return Piece(_requests(ans), loose, cands, _conn_counters(frames))
+    return Piece(_requests(ans), traffic(frames), loose, cands, _conn_counters(frames))
+
+
+def traffic(frames: pa.Table) -> pa.Table:
+    """Records per (run, second, error status): the ``traffic`` rollup of ``frames``,
+    which the report reads instead of every record. ``error_status``: the status of an
+    error RESPONSE the daemon sent, null for every other record."""
+    f = frames.filter(pc.is_valid(frames.column("ts_ns")))
+    if not f.num_rows:
+        return _empty(TRAFFIC_SCHEMA)
+    status = f.column("status")
+    error = _eq(f.column("kind"), "FRAME_OUT") & _eq(f.column("msg_type"), "RESPONSE") & ~_eq(status, "OK")
+    t = pa.table({
+        "run_ns": f.column("run_ns"), "daemon": f.column("daemon"),
+        "second": pa.array(_ints(f.column("ts_ns")) // 10**9, _I64), "error_status": _keep(status, error),
+    })
+    agg = t.group_by(["run_ns", "daemon", "second", "error_status"], use_threads=False).aggregate(
+        [([], "count_all")]).rename_columns(["run_ns", "daemon", "second", "error_status", "records"])
+    seconds = pc.multiply(agg.column("second"), 10**6).cast(_TS)
+    return agg.set_column(agg.schema.get_field_index("second"), "second", seconds).select(
+        TRAFFIC_SCHEMA.names).cast(TRAFFIC_SCHEMA)
 
 
 # -- the merge: what crosses pieces and ingest runs -------------------------------------

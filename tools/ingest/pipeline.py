@@ -4,14 +4,14 @@ Each Spark task takes byte ranges of segment files (as the ``jetlog`` source pla
 partitions), parses them with :mod:`tools.ingest.parse` and, per range, writes into the
 run's staging directory:
 
-- the ``frames`` rows, and the ``requests`` rows the range settles alone
+- the ``frames`` rows, their ``traffic`` rollup, and the ``requests`` rows the range settles alone
   (:func:`tools.ingest.derive.piece`), partitioned by date as Spark lays them out;
 - what it leaves for the driver: loose exchange rows, state-change candidates and
   connection counters.
 
 The driver then merges those with what the previous run carried
 (:func:`tools.ingest.derive.merge`), writes the rest, and commits (see
-:mod:`tools.ingest.warehouse`). One pass over the records builds all four tables, and
+:mod:`tools.ingest.warehouse`). One pass over the records builds every table, and
 a run costs what is new, not all history.
 
 Why not ``spark.read.format("jetlog")...write``: a DataFrame read has one output; this
@@ -79,6 +79,8 @@ def _settle(table: pa.Table, staging: Path, name: str) -> int:
     derive.write_partitioned(table, table.column("ts_ns"), staging / "frames", f"{name}.parquet")
     part = derive.piece(derive.with_seq(table))
     derive.write_partitioned(part.requests, part.requests.column("ts_ns"), staging / "requests", f"{name}.parquet")
+    seconds_ns = pc.multiply(pc.cast(part.traffic.column("second"), pa.int64()), 1000)
+    derive.write_partitioned(part.traffic, seconds_ns, staging / "traffic", f"{name}.parquet")
     for what, rows in (("loose", part.loose), ("candidates", part.candidates), ("conns", part.conns)):
         if rows.num_rows:
             derive.write_file(rows, staging / "_parts" / what / f"{name}.parquet")
@@ -177,7 +179,7 @@ def commit(manifest: Any, staging: Path, run_id: str, states: dict[str, Any]) ->
     derive.write_partitioned(merged.pending, merged.pending.column("ts_ns"), snap / "requests", "pending.parquet")
     merged.carry.save(carry_dir / run_id)
     moved = 0
-    for table in ("frames", "requests", "state_changes", "connections"):
+    for table in ("frames", "requests", "state_changes", "connections", "traffic"):
         moved += move_staged(staging / table, root / table, run_id)
     for table in ("requests", "connections"):
         (root / table).mkdir(parents=True, exist_ok=True)

@@ -40,7 +40,7 @@ def _pandas(df: DataFrame) -> pd.DataFrame:
 def collect_summary(tables: dict[str, DataFrame], *, top: int = 10) -> Summary:
     """Aggregate the tables with Spark and collect the (small) results."""
     rows = {name: df.count() for name, df in tables.items()}
-    changes, reqs, frames, conns = (tables[t] for t in ("state_changes", "requests", "frames", "connections"))
+    changes, reqs, conns = (tables[t] for t in ("state_changes", "requests", "connections"))
     top_keys = _pandas(
         changes.groupBy("key").agg(
             F.count("*").alias("changes"),
@@ -59,14 +59,11 @@ def collect_summary(tables: dict[str, DataFrame], *, top: int = 10) -> Summary:
         latency[["p50_ms", "p95_ms", "p99_ms"]] = pd.DataFrame(latency.pop("p").tolist(), index=latency.index)
     else:
         latency = pd.DataFrame(columns=["function", "key_prefix", "n", "p50_ms", "p95_ms", "p99_ms"])
-    # One pass over frames for both the error counts and the records per second:
-    # counts per (second, error status), coarsened to at most ~600 buckets here.
-    is_error = (F.col("kind") == "FRAME_OUT") & (F.col("msg_type") == "RESPONSE") & (F.col("status") != "OK")
+    # Error counts and records per second from the traffic rollup (records per second
+    # and error status), not from every record; coarsened to at most ~600 buckets here.
     by_second = _pandas(
-        frames.filter(F.col("ts_ns").isNotNull())
-        .groupBy(F.floor(F.col("ts_ns") / F.lit(10**9)).cast("long").alias("s"),
-                 F.when(is_error, F.col("status")).alias("error"))
-        .count()
+        tables["traffic"].groupBy(F.unix_seconds("second").alias("s"), F.col("error_status").alias("error"))
+        .agg(F.sum("records").alias("count"))
     )
     errors = (by_second.dropna(subset=["error"]).groupby("error", as_index=False)["count"].sum()
               .rename(columns={"error": "status"}).sort_values(["count", "status"], ascending=[False, True])

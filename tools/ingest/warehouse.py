@@ -1,6 +1,7 @@
 """The warehouse layout and its manifest: what has been ingested, so nothing is twice.
 
-    WAREHOUSE/{frames,requests,state_changes}/date=YYYY-MM-DD/run-<id>-....parquet  (appended per run)
+    WAREHOUSE/{frames,requests,state_changes,connections,traffic}/date=YYYY-MM-DD/run-<id>-....parquet
+                                                                   (appended per run)
     WAREHOUSE/{requests,connections}/date=.../snap-<id>-....parquet  (replaced per run)
     WAREHOUSE/_jet_ingest/manifest.json                            (the commit point)
     WAREHOUSE/_jet_ingest/carry/<id>/                              (handed to the next run)
@@ -36,7 +37,7 @@ from tools.ingest.parse import JetlogError, read_header
 __all__ = ["FileState", "Manifest", "WarehouseError", "header_identity", "locked", "new_run_id"]
 
 MANIFEST_VERSION = 2
-TABLES = ("frames", "requests", "state_changes", "connections")
+TABLES = ("frames", "requests", "state_changes", "connections", "traffic")
 
 
 class WarehouseError(ValueError):
