@@ -13,6 +13,7 @@ import pyarrow.dataset as ds
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from jetd_logs import JetdLog
 
 from jetwire import (
     AddState,
@@ -429,3 +430,18 @@ def test_an_owners_close_is_remembered_for_the_requests_it_leaves_open(tmp_path:
         t = derive_split(frames, [cut], groups, {RUN})
         assert t["pending"].num_rows == 0, groups
         assert t["requests"].column("status").to_pylist() == ["UNANSWERED"], groups
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10**6), damaged=st.integers(0, 4), data=st.data())
+def test_logs_jetd_writes_give_the_same_tables_however_cut(tmp_path: Path, seed: int, damaged: int,
+                                                           data: st.DataObject) -> None:
+    """On logs the real jetd core wrote (random peers, timeouts, late and missing
+    answers; some records damaged), cuts and run boundaries change nothing."""
+    frames = frames_of(JetdLog(seed, 250).write(tmp_path / f"{seed}.jetlog", damage=damaged))
+    whole = derive_split(frames, [], [], {RUN})
+    cuts = data.draw(st.lists(st.integers(1, frames.num_rows - 1), max_size=20))
+    groups = data.draw(st.lists(st.integers(1, len(cuts) + 1), max_size=8))
+    split = derive_split(frames, cuts, groups, {RUN})
+    for name in ("requests", "pending", "state_changes", "connections", "traffic"):
+        assert split[name].equals(whole[name]), name
