@@ -38,7 +38,6 @@ from tools.ingest.parse import ARROW_SCHEMA
 __all__ = ["FRAMES_SCHEMA", "TaskSpec", "commit", "follow_task", "run_task", "spark_ddl"]
 
 FRAMES_SCHEMA = ARROW_SCHEMA.append(pa.field("run_ns", pa.int64()))
-DERIVED = ("requests", "state_changes", "connections")
 
 
 @dataclass(frozen=True)
