@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 import threading
 import time
@@ -213,7 +212,6 @@ def ingest_once(spark: Any, logdir: str, warehouse: Path, *, since_ns: Optional[
     for path, end in ends.items():
         states[path].done = max(states[path].done, end)
     commit(manifest, staging, run_id, states)
-    shutil.rmtree(staging, ignore_errors=True)
     return rows
 
 
@@ -293,7 +291,6 @@ def _follow(spark: Any, args: argparse.Namespace, console: Console) -> None:
             rows = commit_micro_batch(m, states, [r.asDict() for r in settled], staging, run_id)
             if rows:
                 last_rows[0] = time.monotonic()
-            shutil.rmtree(staging, ignore_errors=True)
             console.print(f"micro-batch {batch_id}: {rows} new record(s)")
 
     query = (

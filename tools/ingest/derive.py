@@ -135,10 +135,6 @@ def _keep(arr: pa.ChunkedArray, mask: np.ndarray) -> pa.ChunkedArray | pa.Array:
     return pc.if_else(pa.array(mask, _BOOL), arr, pa.scalar(None, arr.type))
 
 
-def _nulls(n: int, typ: pa.DataType) -> pa.Array:
-    return pa.nulls(n, typ)
-
-
 def _take(table: pa.Table, col: str, idx: np.ndarray) -> pa.Array:
     """``table[col]`` at ``idx``; -1 gives null."""
     return table.column(col).take(pa.array(idx, _I64, mask=idx < 0))
@@ -192,7 +188,7 @@ def exchange_views(frames: pa.Table) -> pa.Table:
         "value_type": _keep(m.column("value_type"), ~side), "value": _keep(m.column("value"), preq & state_op),
         "value_text": _keep(m.column("value_text"), ~side), "status": m.column("status"),
         "text": _keep(m.column("text"), presp),
-        "owner_conn": _nulls(n, _I64), "owner_request_id": _nulls(n, _I64),
+        "owner_conn": pa.nulls(n, _I64), "owner_request_id": pa.nulls(n, _I64),
     }, schema=VIEW_SCHEMA)
     r = frames.filter(pa.array(_eq(kind, "ROUTE") & _mask(pc.is_valid(frames.column("route_owner_id")))))
     copies = [msg]
@@ -202,10 +198,10 @@ def exchange_views(frames: pa.Table) -> pa.Table:
         rid = r.column("route_owner_id" if owner_copy else "route_requester_id")
         copies.append(pa.table({
             "run_ns": r.column("run_ns"), "daemon": r.column("daemon"), "seq": r.column("seq"),
-            "ts_ns": r.column("ts_ns"), "peer_name": _nulls(k, _STR), "conn_id": conn,
+            "ts_ns": r.column("ts_ns"), "peer_name": pa.nulls(k, _STR), "conn_id": conn,
             "side": pa.array(np.full(k, owner_copy), _BOOL), "request_id": rid,
             "tag": pa.array(np.full(k, _ROUTE, np.int8)),
-            **{c: _nulls(k, VIEW_SCHEMA.field(c).type) for c in
+            **{c: pa.nulls(k, VIEW_SCHEMA.field(c).type) for c in
                ("function", "key", "value_type", "value", "value_text", "status", "text")},
             "owner_conn": r.column("route_owner_conn"), "owner_request_id": r.column("route_owner_id"),
         }, schema=VIEW_SCHEMA))
@@ -341,37 +337,25 @@ def _record_candidates(frames: pa.Table) -> pa.Table:
 
 
 def _conn_counters(frames: pa.Table) -> pa.Table:
-    """Per (run, connection) counters of records in ``seq`` order (:data:`CONN_SCHEMA`)."""
+    """Per (run, connection) counters of records (:data:`CONN_SCHEMA`): each record as
+    counters of its own, added up by :func:`_total`."""
     f = frames.filter(pc.fill_null(pc.greater(frames.column("conn_id"), 0), False))
-    if not f.num_rows:
-        return _empty(CONN_SCHEMA)
-    kind = f.column("kind")
+    kind, ts, size, seq = f.column("kind"), f.column("ts_ns"), f.column("size"), f.column("seq")
     is_in, is_out = _eq(kind, "FRAME_IN"), _eq(kind, "FRAME_OUT")
     is_open, is_snap, is_close = _eq(kind, "CONN_OPEN"), _eq(kind, "CONN_SNAPSHOT"), _eq(kind, "CONN_CLOSE")
-    ts, size = f.column("ts_ns"), f.column("size")
+    named = _mask(pc.is_valid(f.column("peer_name")))
     zero = pa.scalar(0, _I64)
-    t = pa.table({
+    return _total([pa.table({
         "run_ns": f.column("run_ns"), "daemon": f.column("daemon"), "conn_id": f.column("conn_id"),
         "open_ns": _keep(ts, is_open), "snapshot_ns": _keep(ts, is_snap), "first_ns": ts,
         "close_ns": _keep(ts, is_close), "frames_in": pa.array(is_in.astype(np.int64)),
         "frames_out": pa.array(is_out.astype(np.int64)),
         "bytes_in": pc.if_else(pa.array(is_in), size, zero), "bytes_out": pc.if_else(pa.array(is_out), size, zero),
-        "in_seq": _keep(f.column("seq"), is_in),
-    })
-    agg = _add_up(t)
-    # Name: the last record carrying one; address: the first OPEN/SNAPSHOT; close: the first CLOSE.
-    named = f.filter(pc.is_valid(f.column("peer_name"))).select(["run_ns", "conn_id", "peer_name", "seq"])
-    picks = [
-        _pick(named, "peer_name", "name", last=True),
-        _pick(f.filter(pa.array(is_open | is_snap)).select(["run_ns", "conn_id", "address", "seq"]), "address",
-              "address", last=False),
-        _pick(f.filter(pa.array(is_close)).select(["run_ns", "conn_id", "status", "text", "seq"]), "status",
-              "close_status", last=False, extra=("text", "close_reason")),
-    ]
-    out = agg
-    for p in picks:
-        out = out.join(p, ["run_ns", "conn_id"], join_type="left outer")
-    return out.select(CONN_SCHEMA.names).cast(CONN_SCHEMA)
+        "name": f.column("peer_name"), "name_seq": _keep(seq, named),
+        "address": _keep(f.column("address"), is_open | is_snap), "address_seq": _keep(seq, is_open | is_snap),
+        "close_status": _keep(f.column("status"), is_close), "close_reason": _keep(f.column("text"), is_close),
+        "close_seq": _keep(seq, is_close), "in_seq": _keep(seq, is_in),
+    })])
 
 
 _MIN = ("open_ns", "snapshot_ns", "first_ns", "close_ns")
@@ -387,21 +371,14 @@ def _add_up(t: pa.Table) -> pa.Table:
     ).rename_columns([*keys, *_MIN, *_SUM, *_MAX])
 
 
-def _pick(t: pa.Table, col: str, name: str, *, last: bool, extra: tuple[str, str] | None = None) -> pa.Table:
-    """Per (run, conn): ``col`` of the row with the highest (``last``) or lowest ``seq``,
-    as ``name`` with ``<name>_seq`` (``close_seq`` for the close status)."""
-    seq_name = "close_seq" if name == "close_status" else f"{name}_seq"
-    run, conn, seq = _ints(t.column("run_ns")), _ints(t.column("conn_id")), _ints(t.column("seq"))
-    order = np.lexsort((-seq if last else seq, conn, run))
+def _one_per_conn(t: pa.Table, by: str, *, last: bool) -> pa.Table:
+    """The row of ``t`` with the highest (``last``) or lowest ``by`` per (run, conn)."""
+    run, conn, at = _ints(t.column("run_ns")), _ints(t.column("conn_id")), _ints(t.column(by))
+    order = np.lexsort((-at if last else at, conn, run))
     first = np.ones(len(order), dtype=bool)
     if len(order) > 1:
         first[1:] = (run[order][1:] != run[order][:-1]) | (conn[order][1:] != conn[order][:-1])
-    rows = t.take(pa.array(order[first]))
-    cols = {"run_ns": rows.column("run_ns"), "conn_id": rows.column("conn_id"), name: rows.column(col),
-            seq_name: rows.column("seq")}
-    if extra:
-        cols[extra[1]] = rows.column(extra[0])
-    return pa.table(cols)
+    return t.take(pa.array(order[first]))
 
 
 @dataclass
@@ -588,19 +565,19 @@ def _timeline(cands: pa.Table, owners: pa.Table, last: pa.Table) -> tuple[pa.Tab
     # records where it changed (``points``: run, key, seq, owner or -1). NOTIFY events
     # (most changes, from peers) are then checked against it with vector operations.
     points: dict[str, list[Any]] = {"run_ns": [], "key": [], "seq": [], "owner": []}
-    for (r, k), (c, _) in owner.items():
-        for col, v in (("run_ns", r), ("key", k), ("seq", -1), ("owner", c)):
+
+    def point(r: int, k: str, at: int, c: int) -> None:
+        for col, v in (("run_ns", r), ("key", k), ("seq", at), ("owner", c)):
             points[col].append(v)
+
+    for (r, k), (c, _) in owner.items():
+        point(r, k, -1, c)  # before every candidate here
     ops = cands.column("op")
     is_event = _eq(ops, "EVENT")
     control = np.flatnonzero(_mask(pc.is_in(ops, pa.array(["ADD_STATE", "REMOVE_STATE", "CLOSE"]))))
     keep = ~_eq(ops, "CLOSE")
     gone: dict[str, list[Any]] = {c: [] for c in ("run_ns", "daemon", "owner_conn", "seq", "ts_ns", "owner_name",
                                                    "key")}
-
-    def point(r: int, k: str, at: int, c: int) -> None:
-        for col, v in (("run_ns", r), ("key", k), ("seq", at), ("owner", c)):
-            points[col].append(v)
 
     if len(control):
         ctl = cands.take(pa.array(control)).select(["op", "run_ns", "daemon", "key", "conn_id", "peer_name", "seq",
@@ -645,8 +622,8 @@ def _timeline(cands: pa.Table, owners: pa.Table, last: pa.Table) -> tuple[pa.Tab
     if gone["key"]:
         n = len(gone["key"])
         rows = pa.concat_tables([rows, pa.table({
-            **gone, "change": ["DISCONNECT"] * n, "value_type": _nulls(n, _STR), "value_text": _nulls(n, _STR),
-            "value": _nulls(n, _BIN)}, schema=rows.schema)])
+            **gone, "change": ["DISCONNECT"] * n, "value_type": pa.nulls(n, _STR), "value_text": pa.nulls(n, _STR),
+            "value": pa.nulls(n, _BIN)}, schema=rows.schema)])
     # Before: the previous change of the same state, or its last value from earlier runs.
     rows = rows.take(pc.sort_indices(rows, [("run_ns", "ascending"), ("key", "ascending"), ("seq", "ascending")]))
     n = rows.num_rows
@@ -731,13 +708,11 @@ def _total(parts: list[pa.Table]) -> pa.Table:
     """Add up connection counters (:data:`CONN_SCHEMA`) per (run, connection)."""
     t = _concat(parts, CONN_SCHEMA)
     agg = _add_up(t)
-    for col, seq, last, extra in (("name", "name_seq", True, None), ("address", "address_seq", False, None),
-                                  ("close_status", "close_seq", False, "close_reason")):
-        cols = ["run_ns", "conn_id", col, seq] + ([extra] if extra else [])
-        sub = t.filter(pc.is_valid(t.column(seq))).select(cols)
-        picked = _pick(sub.rename_columns(["run_ns", "conn_id", "_v", "seq"] + ([extra] if extra else [])), "_v",
-                       col, last=last, extra=(extra, extra) if extra else None)
-        agg = agg.join(picked, ["run_ns", "conn_id"], join_type="left outer")
+    # Name: the last record carrying one; address: the first OPEN/SNAPSHOT; close: the first CLOSE.
+    for seq, cols, last in (("name_seq", ["name"], True), ("address_seq", ["address"], False),
+                            ("close_seq", ["close_status", "close_reason"], False)):
+        sub = t.filter(pc.is_valid(t.column(seq))).select(["run_ns", "conn_id", *cols, seq])
+        agg = agg.join(_one_per_conn(sub, seq, last=last), ["run_ns", "conn_id"], join_type="left outer")
     return agg.select(CONN_SCHEMA.names).cast(CONN_SCHEMA)
 
 

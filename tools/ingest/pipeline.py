@@ -22,6 +22,7 @@ path every executor can write (as before); a retried task rewrites the same name
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,15 +134,11 @@ def _end(rows: pa.Table) -> int:
     """The offset after the last record or damaged region among ``rows``: a record ends
     10 + 13 + size bytes after its start (JETLOG.md 3); a damage row covers
     [offset, offset + size). A bad segment header: -1 (the whole file is done)."""
-    if _any(pc.starts_with(pc.fill_null(rows.column("corrupt"), ""), "bad segment header")):
+    if pc.any(pc.starts_with(pc.fill_null(rows.column("corrupt"), ""), "bad segment header")).as_py():
         return -1
     offset, size = (np.asarray(pc.fill_null(rows.column(c), 0).to_numpy(), dtype=np.int64) for c in ("offset", "size"))
     record = np.asarray(pc.is_valid(rows.column("kind")).to_numpy(zero_copy_only=False), dtype=bool)
     return int(np.max(offset + size + np.where(record, 23, 0)))
-
-
-def _any(mask: pa.ChunkedArray) -> bool:
-    return bool(pc.any(mask).as_py())
 
 
 def _read_parts(directory: Path, schema: pa.Schema) -> list[pa.Table]:
@@ -152,7 +149,8 @@ def _read_parts(directory: Path, schema: pa.Schema) -> list[pa.Table]:
 
 def commit(manifest: Any, staging: Path, run_id: str, states: dict[str, Any]) -> int:
     """Merge what the tasks left in ``staging`` with the carry, move every file into the
-    warehouse under run ``run_id`` and commit the manifest. Returns derived rows added."""
+    warehouse under run ``run_id``, commit the manifest and delete ``staging``. Returns
+    derived rows added."""
     from tools.ingest.warehouse import move_staged
 
     root = manifest.root
@@ -189,4 +187,5 @@ def commit(manifest: Any, staging: Path, run_id: str, states: dict[str, Any]) ->
     manifest.carry = run_id
     manifest.save()
     manifest.remove_stale()
+    shutil.rmtree(staging, ignore_errors=True)
     return int(merged.requests.num_rows + merged.state_changes.num_rows)

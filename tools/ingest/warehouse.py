@@ -26,7 +26,7 @@ import os
 import shutil
 import struct
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -158,31 +158,31 @@ class Manifest:
     def remove_uncommitted(self) -> int:
         """Delete files left by runs that never committed; returns how many."""
         committed = set(self.runs)
-        removed = 0
-        for table in TABLES:
-            directory = self.root / table
-            if directory.exists():
-                for f in directory.rglob("run-*"):
-                    if f.name.split("-", 2)[1] not in committed:
-                        f.unlink()
-                        removed += 1
+        removed = self._remove_tables_files("run", lambda run: run not in committed)
         shutil.rmtree(self.root / "_jet_ingest" / "staging", ignore_errors=True)
         self.remove_stale()
         return removed
 
     def remove_stale(self) -> None:
         """Delete snapshot files and carries other than the current ones."""
-        for table in TABLES:
-            directory = self.root / table
-            if directory.exists():
-                for f in directory.rglob("snap-*"):
-                    if f.name.split("-", 2)[1] != self.carry:
-                        f.unlink()
+        self._remove_tables_files("snap", lambda run: run != self.carry)
         carries = self.root / "_jet_ingest" / "carry"
         if carries.exists():
             for d in carries.iterdir():
                 if d.name != self.carry:
                     shutil.rmtree(d, ignore_errors=True)
+
+    def _remove_tables_files(self, prefix: str, doomed: Callable[[str], bool]) -> int:
+        """Delete the tables' ``<prefix>-<run id>-...`` files whose run id is ``doomed``."""
+        removed = 0
+        for table in TABLES:
+            directory = self.root / table
+            if directory.exists():
+                for f in directory.rglob(f"{prefix}-*"):
+                    if doomed(f.name.split("-", 2)[1]):
+                        f.unlink()
+                        removed += 1
+        return removed
 
 
 def move_staged(staging: Path, table_dir: Path, run_id: str, *, prefix: str = "run") -> int:
@@ -197,12 +197,3 @@ def move_staged(staging: Path, table_dir: Path, run_id: str, *, prefix: str = "r
         os.replace(f, dest)
         moved += 1
     return moved
-
-
-def replace_dir(new: Path, old: Path) -> None:
-    """Put directory ``new`` in place of ``old`` (rename, then delete the previous one)."""
-    trash = old.with_name(f".{old.name}.old-{uuid.uuid4().hex[:6]}")
-    if old.exists():
-        os.replace(old, trash)
-    os.replace(new, old)
-    shutil.rmtree(trash, ignore_errors=True)
