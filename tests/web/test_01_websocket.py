@@ -332,7 +332,7 @@ def test_static_files_and_bad_requests(start_jetd):
     page = conn.getresponse()
     assert page.status == 200 and page.getheader("Content-Type").startswith("text/html")
     assert b"<html" in page.read().lower()
-    for path, status in (("/registry.json", 200), ("/../etc/passwd", 404), ("/nope", 404)):
+    for path, status in (("/jet.js", 200), ("/registry.json", 200), ("/../etc/passwd", 404), ("/nope", 404)):
         conn = http.client.HTTPConnection(host, port, timeout=5)
         conn.request("GET", path)
         response = conn.getresponse()
