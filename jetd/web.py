@@ -396,10 +396,20 @@ class WebProtocol(asyncio.Protocol):
             self._write_ws_output()
             if response.status_code == 101:
                 self._open()
-            elif ws.handshake_exc is not None and origin_error is None:
+                return
+            if ws.handshake_exc is not None and origin_error is None:
                 log.info("web %s: handshake refused: %s", self.address, ws.handshake_exc)
+            self._close_soon()
             return
         ws.send_response(self.listener.static_response(request, path))
+        self._close_soon()
+
+    def _close_soon(self) -> None:
+        """After a plain HTTP response (or a refused handshake) the connection ends: a
+        client that neither reads it nor closes is cut off after HANDSHAKE_TIMEOUT."""
+        raw = self.raw
+        if raw is not None:
+            self.abort_handle = self.server.loop.call_later(HANDSHAKE_TIMEOUT, raw.abort)
 
     def _open(self) -> None:
         """The handshake succeeded: from now on this is a peer (PROTOCOL.md 13.1)."""
