@@ -346,3 +346,35 @@ def test_static_files_and_bad_requests(start_jetd):
     sock.sendall(b"\x16\x03\x01 not http\r\n\r\n")
     assert sock.recv(100) == b""
     assert RawPeer(daemon.address).request(lambda rid: GetState(rid, "x")).status == Status.NOT_FOUND
+
+
+def test_same_limits_as_tcp(start_jetd):
+    daemon = start_web_jetd(start_jetd, "--max-connections", "2", "--max-body", "1000")
+    tcp = RawPeer(daemon.address, "tcp")
+    # max_body (PROTOCOL.md 3): a header announcing more is fatal, over WebSocket too.
+    big = WsPeer(daemon.web, "big")
+    big.ws.send(bytes([1]) + (1001).to_bytes(4, "big"))
+    assert "exceeds max_body" in big.expect_close(Status.TOO_LARGE).message
+    # max_connections (PROTOCOL.md 10.7) counts WebSocket peers with TCP ones.
+    second = WsPeer(daemon.web, "second")
+    third = WsPeer(daemon.web)  # INFO, then CLOSE LIMIT_EXCEEDED
+    third.expect_close(Status.LIMIT_EXCEEDED)
+    assert second.request(lambda rid: GetState(rid, "x")).status == Status.NOT_FOUND
+    assert tcp.request(lambda rid: GetState(rid, "x")).status == Status.NOT_FOUND
+
+
+def test_event_log_records_websocket_peers(start_jetd, tmp_path):
+    from jetwire.log import LogKind, LogRecord, iter_log, parse_record_data
+
+    daemon = start_web_jetd(start_jetd, "--log-dir", str(tmp_path / "log"), "--log-fsync", "always")
+    ws = WsPeer(daemon.web, "logged")
+    assert ws.request(lambda rid: AddState(rid, "k", v(1))).status == Status.OK
+    ws.close()
+    assert daemon.stop() == 0
+    records = []
+    for segment in sorted((tmp_path / "log").glob("jet-*.jetlog")):
+        with open(segment, "rb") as stream:
+            records += [i for i in iter_log(stream) if isinstance(i, LogRecord)]
+    opens = [parse_record_data(r.kind, r.data) for r in records if r.kind == LogKind.CONN_OPEN]
+    assert [o["address"].startswith("ws:127.0.0.1:") for o in opens] == [True]  # JETLOG.md 4
+    assert any(r.kind == LogKind.FRAME_IN and r.data.startswith(b"\x01") for r in records)
