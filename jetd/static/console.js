@@ -140,6 +140,7 @@ function render() {
   if (filter) {
     if (structural || frame.filterChanged) renderFiltered();
   } else if (frame.filterChanged) {
+    dropFiltered();
     renderChildren(model.root, $("tree"));
   } else {
     for (const node of frame.structure) {
@@ -258,12 +259,21 @@ function renderChildren(node, ul) {
   ul.replaceChildren(...items);
 }
 
+let filtered = []; // rows of the filtered list: their nodes' dom is dropped on the next redraw
+
+function dropFiltered() {
+  for (const node of filtered) node.dom = null;
+  filtered = [];
+}
+
 function renderFiltered() {
   forget(model.root);
+  dropFiltered();
   if (!sortedCache) sortedCache = [...model.byKey.keys()].sort();
   const matches = sortedCache.filter((k) => k.startsWith(filter));
   const items = matches.slice(0, MAX_FILTERED).map((key) => {
     const node = model.byKey.get(key);
+    filtered.push(node);
     const li = makeItem(node);
     li.querySelector(".name").textContent = key;
     li.querySelector(".toggle").textContent = "";
