@@ -198,8 +198,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="jet daemon: the binary Jet object bus (spec/PROTOCOL.md).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=(
-            "The first line on stdout is 'jetd listening on HOST:PORT'. SIGTERM or SIGINT:\n"
-            "CLOSE (OK, 'shutting down') to every peer, event log flushed, exit 0.\n"
+            "The first line on stdout is 'jetd listening on HOST:PORT'; with --http-port the\n"
+            "second is 'web on http://HOST:PORT/' (WebSocket peers on /jet, the console on /).\n"
+            "SIGTERM or SIGINT: CLOSE (OK, 'shutting down') to every peer, event log flushed,\n"
+            "exit 0.\n"
             "SIGUSR1 logs the counters. Exit codes: 0 clean stop, 1 cannot listen or\n"
             "write the event log, 2 bad settings.\n\n"
             "Config file (TOML), keys named like the flags:\n"

@@ -348,6 +348,10 @@ class WebProtocol(asyncio.Protocol):
         finally:
             if eventlog is not None:
                 eventlog.turn_ns = 0
+        if getattr(conn, "stalled", False) and self.transport is not None:
+            # As PeerProtocol once the hardening branch's output budget is in: the core holds
+            # this peer's input until its output caught up; Server.run_work resumes reading.
+            self.transport.pause_reading()
 
     def _disconnect(self, reason: str) -> None:
         conn = self.conn
