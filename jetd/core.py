@@ -182,6 +182,13 @@ class Daemon(RegistryHandlers, Routing, Subscriptions):
         self._close_with(conn, Status.INTERNAL, "internal error", close_frame(Status.INTERNAL, "internal error"))
         self._finish_closes()
 
+    def protocol_error(self, conn: Connection, status: Status, message: str, now: float) -> None:
+        """The IO layer found the peer breaking the protocol below the frames (a text
+        message on a WebSocket, PROTOCOL.md 13.4): CLOSE (``status``) it."""
+        self.now = now
+        self._fatal(conn, status, message)
+        self._finish_closes()
+
     def take_dirty(self) -> list[Connection]:
         """Connections with output (or a close) to act on; clears the list."""
         dirty = self.dirty

@@ -23,6 +23,7 @@ from typing import Any, Optional, cast
 from .config import Config
 from .core import Connection, Daemon
 from .eventlog import EventLog
+from .web import WebListener, start_web
 
 __all__ = ["PeerProtocol", "Server", "new_event_loop", "serve"]
 
@@ -283,6 +284,17 @@ async def serve(config: Config, ready: Optional[asyncio.Future[tuple[str, int]]]
             eventlog.close()
         print(f"jetd: cannot listen on {config.host}:{config.port}: {exc.strerror or exc}", file=sys.stderr)
         return 1
+    web: Optional[WebListener] = None
+    if config.http_port is not None:  # PROTOCOL.md 13: WebSocket peers and the console
+        try:
+            web, web_line = await start_web(server)
+        except OSError as exc:
+            await server.shutdown()
+            if eventlog is not None:
+                eventlog.close()
+            where = f"{config.http_host or config.host}:{config.http_port}"
+            print(f"jetd: cannot listen on {where}: {exc.strerror or exc}", file=sys.stderr)
+            return 1
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
@@ -295,10 +307,15 @@ async def serve(config: Config, ready: Optional[asyncio.Future[tuple[str, int]]]
         type(loop).__module__.split(".")[0],
         eventlog.path if eventlog is not None else "off",
     )
+    if web is not None:
+        print(web_line, flush=True)
+        log.info("%s", web_line)
     if ready is not None:
         ready.set_result((host, port))
     await stop.wait()
     log.info("shutting down: %d connections", len(server.protocols))
+    if web is not None:
+        web.close()
     await server.shutdown()
     if eventlog is not None:
         eventlog.close()
