@@ -42,6 +42,10 @@ DEFAULT_SLOW_DEADLINE = 30.0  # PROTOCOL.md 10.8: seconds above the soft limit
 DEFAULT_LOG_FSYNC = "interval"  # JETLOG.md 6
 DEFAULT_LOG_ROTATE_SIZE = 64 * 1024 * 1024  # JETLOG.md 1
 DEFAULT_SHUTDOWN_GRACE = 3.0  # seconds peers get to take their CLOSE before we hang up
+# Hostile peers, input side (PROTOCOL.md 10.7)
+DEFAULT_MAX_INPUT_BUFFER = 64 * 1024 * 1024  # unprocessed input, all connections together
+DEFAULT_FRAME_TIMEOUT = 10.0  # seconds to complete a frame once it has begun
+DEFAULT_FIRST_FRAME_TIMEOUT = 0.0  # seconds to send a first whole frame; 0 = no limit
 
 FSYNC_POLICIES = ("always", "interval", "never")
 LOOPS = ("auto", "uvloop", "asyncio")
@@ -76,6 +80,14 @@ class Config:
         log_rotate_size: segment size that starts a new segment (JETLOG.md 1).
         log_level: level of the diagnostic log on stderr (INFO, DEBUG, WARNING, ...).
         shutdown_grace: seconds to let peers read their CLOSE before hanging up.
+        max_input_buffer: bytes of received input not yet processed (incomplete frames,
+            and frames held back while a peer's output drains), all connections
+            together; the connection whose bytes would pass it is closed
+            LIMIT_EXCEEDED (PROTOCOL.md 10.7).
+        frame_timeout: seconds a peer has to complete a frame it has begun sending;
+            then it is closed TIMEOUT (PROTOCOL.md 10.7).
+        first_frame_timeout: seconds a new connection may stay without sending a
+            whole frame before it is closed TIMEOUT; 0 means no limit.
     """
 
     host: str = DEFAULT_HOST
@@ -98,6 +110,10 @@ class Config:
     log_rotate_size: int = DEFAULT_LOG_ROTATE_SIZE
     log_level: str = "INFO"
     shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE
+    # Hostile peers, input side (PROTOCOL.md 10.7)
+    max_input_buffer: int = DEFAULT_MAX_INPUT_BUFFER
+    frame_timeout: float = DEFAULT_FRAME_TIMEOUT
+    first_frame_timeout: float = DEFAULT_FIRST_FRAME_TIMEOUT
 
     def validate(self) -> Config:
         """Check every value; returns self.
@@ -125,12 +141,19 @@ class Config:
             "soft_limit",
             "hard_limit",
             "log_rotate_size",
+            "max_input_buffer",
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.hard_limit < self.soft_limit:
             raise ConfigError(f"hard_limit ({self.hard_limit}) must not be below soft_limit ({self.soft_limit})")
-        for name in ("route_timeout", "slow_deadline"):
+        if self.max_input_buffer < self.max_body + 5:
+            raise ConfigError(
+                f"max_input_buffer ({self.max_input_buffer}) must hold at least one frame (max_body + 5)"
+            )
+        if self.first_frame_timeout < 0:
+            raise ConfigError(f"first_frame_timeout must not be negative, got {self.first_frame_timeout}")
+        for name in ("route_timeout", "slow_deadline", "frame_timeout"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be above 0 seconds, got {getattr(self, name)}")
         if self.shutdown_grace < 0:
@@ -166,6 +189,9 @@ _HELP = {
     "log_rotate_size": f"event-log segment size that starts a new segment (default {DEFAULT_LOG_ROTATE_SIZE})",
     "log_level": "diagnostic log level on stderr (default INFO)",
     "shutdown_grace": f"seconds peers get to read their CLOSE on shutdown (default {DEFAULT_SHUTDOWN_GRACE:g})",
+    "max_input_buffer": f"bytes of unprocessed input, all connections together (default {DEFAULT_MAX_INPUT_BUFFER})",
+    "frame_timeout": f"seconds a peer has to complete a frame it began (default {DEFAULT_FRAME_TIMEOUT:g})",
+    "first_frame_timeout": "seconds a new connection may go without a whole frame (default 0: no limit)",
 }
 
 

@@ -7,6 +7,12 @@ one write per frame as several times slower). Flow control: the transport's high
 mark is the soft limit of PROTOCOL.md 10.8; above it the core queues locally (and
 holds the peer's changes back, to send their latest values), reading from that peer
 pauses, and the queue drains when the transport calls ``resume_writing``.
+
+A connection the core leaves ``stalled`` (its output is past the budget of PROTOCOL.md
+10.8, or one of its fetches is delivering initial adds in slices) is not read from; the
+pending work of the core runs one slice per loop turn (``Server.run_work`` via
+``call_soon``), so that I/O of other peers gets in between, and the connections that
+caught up are read again.
 """
 
 from __future__ import annotations
@@ -14,6 +20,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import resource
 import signal
 import socket
 import sys
@@ -34,6 +42,29 @@ DRAIN_CHUNK = 256 * 1024  # bytes handed to a paused transport per write while d
 # after a read this large we flush at once, which bounds what one turn queues per peer
 # (input chunk times fan-out) and lets the soft limit act close to its value.
 FLUSH_AFTER_READ = 32 * 1024
+# File descriptors kept free beyond the connections, for the event log and the loop; a
+# connection that would eat into them is accepted only to be told CLOSE LIMIT_EXCEEDED.
+FD_MARGIN = 16
+REFUSED_LOG_INTERVAL = 1.0  # seconds between "refused" log lines (with a count)
+
+
+def raise_fd_limit(wanted: int) -> int:
+    """Raise the soft RLIMIT_NOFILE towards the hard limit; returns the soft limit now."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, wanted)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return soft
+
+
+def open_fds() -> int:
+    """File descriptors this process has open (Linux: /proc/self/fd; else a guess)."""
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return 16
 
 
 class PeerProtocol(asyncio.Protocol):
@@ -64,8 +95,15 @@ class PeerProtocol(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         address = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         server.protocols.add(self)
-        self.conn = server.daemon.connect(address, server.loop.time())
+        refuse = None
+        if len(server.protocols) > server.fd_budget:
+            # Out of file descriptors soon: tell this one rather than let accept() fail
+            # silently for the next ones (PROTOCOL.md 10.7).
+            refuse = f"too many connections (out of file descriptors: limit {server.fd_limit})"
+        self.conn = server.daemon.connect(address, server.loop.time(), refuse)
         self.conn.io = self
+        if self.conn.closing:
+            server.refused(address, self.conn.close_reason)
         server.schedule_flush()
 
     def data_received(self, data: bytes) -> None:
@@ -86,6 +124,9 @@ class PeerProtocol(asyncio.Protocol):
         finally:
             if eventlog is not None:
                 eventlog.turn_ns = 0
+        if self.conn is not None and self.conn.stalled and self.transport is not None:
+            # PROTOCOL.md 10.8: its output is past the budget; read on once it caught up.
+            self.transport.pause_reading()
         if len(data) >= FLUSH_AFTER_READ:
             server.flush()
         elif not server.flush_scheduled:
@@ -99,7 +140,7 @@ class PeerProtocol(asyncio.Protocol):
         # 10.6), but the answers already produced for it still go out before we close.
         server = self.server
         if self.conn is not None:
-            server.daemon.disconnect(self.conn, server.loop.time(), "peer closed its side")
+            server.daemon.end_of_input(self.conn, server.loop.time())
             server.schedule_flush()
         return True
 
@@ -144,7 +185,8 @@ class PeerProtocol(asyncio.Protocol):
             if self.write_paused or not conn.paused or conn.closing:
                 break
             if daemon.drained(conn):
-                transport.resume_reading()
+                if not conn.stalled:  # else run_work resumes it once it caught up
+                    transport.resume_reading()
                 break
         # A CLOSE (OVERLOADED) from the catch-up, and what a live connection got, go out.
         self.server.schedule_flush()
@@ -199,15 +241,62 @@ class Server:
         self.server: Optional[asyncio.AbstractServer] = None
         self._tick_handle: Optional[asyncio.TimerHandle] = None
         self.tick_interval = min(0.1, config.route_timeout / 10)
+        self.work_scheduled = False
+        self.fd_limit = 1 << 30
+        self.fd_budget = 1 << 30  # connections (lingering ones too) before we refuse
+        self._refused = 0
+        self._refused_logged = 0.0
 
     async def start(self) -> tuple[str, int]:
         """Listen; returns the (host, port) actually bound."""
+        self.fd_limit = raise_fd_limit(self.config.max_connections + open_fds() + FD_MARGIN)
+        self.fd_budget = self.fd_limit - open_fds() - FD_MARGIN
+        if self.fd_budget < self.config.max_connections:
+            log.warning(
+                "file descriptor limit %d allows about %d connections, below max_connections %d: "
+                "the others get CLOSE LIMIT_EXCEEDED (raise it with ulimit -n)",
+                self.fd_limit,
+                max(self.fd_budget, 0),
+                self.config.max_connections,
+            )
         self.server = await self.loop.create_server(
             lambda: PeerProtocol(self), self.config.host, self.config.port, backlog=1024, reuse_address=True
         )
         port = self.server.sockets[0].getsockname()[1]
         self._tick_handle = self.loop.call_later(self.tick_interval, self._tick)
         return self.config.host, port
+
+    def refused(self, address: str, reason: str) -> None:
+        """Log a refused connection; at most one line a second, with a count."""
+        self._refused += 1
+        now = self.loop.time()
+        if now - self._refused_logged >= REFUSED_LOG_INTERVAL:
+            log.warning("refused %d connection(s), last from %s: %s", self._refused, address, reason)
+            self._refused = 0
+            self._refused_logged = now
+
+    def schedule_work(self) -> None:
+        if not self.work_scheduled:
+            self.work_scheduled = True
+            self.loop.call_soon(self.run_work)
+
+    def run_work(self) -> None:
+        """One slice of the core's pending work (initial adds, held input, route
+        timeouts); then read again from the connections that caught up, and flush
+        (which schedules the next slice, after the loop has polled for I/O)."""
+        self.work_scheduled = False
+        try:
+            resumed = self.daemon.work(self.loop.time())
+        except Exception:  # a bug here must not stop the daemon
+            log.exception("internal error in pending work")
+            resumed = []
+        for conn in resumed:
+            proto: Any = conn.io
+            if proto is None or proto.transport is None or proto.hung_up or proto.write_paused:
+                continue
+            if not proto.transport.is_closing():
+                proto.transport.resume_reading()
+        self.flush()
 
     def schedule_flush(self) -> None:
         if not self.flush_scheduled:
@@ -234,6 +323,8 @@ class Server:
                     # A fatal close while paused: what was queued before the CLOSE goes too.
                     transport.write(b"".join(conn.take_pending(1 << 62)))
                 proto.hang_up()
+        if self.daemon.has_work:
+            self.schedule_work()
 
     def _tick(self) -> None:
         try:

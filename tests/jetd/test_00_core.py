@@ -50,6 +50,7 @@ class Harness:
         self.daemon = Daemon(Config(**settings))  # type: ignore[arg-type]
         self.now = 0.0
         self.decoders: dict[int, Decoder] = {}
+        self.written: dict[int, list[bytes]] = {}  # what the "IO layer" wrote per connection
 
     def connect(self, name: str = "") -> Connection:
         conn = self.daemon.connect(f"mem:{name}", self.now)
@@ -59,12 +60,26 @@ class Harness:
 
     def send(self, conn: Connection, *messages: Message) -> None:
         self.daemon.receive_data(conn, b"".join(encode(m) for m in messages), self.now)
+        self.pump()
+
+    def pump(self) -> None:
+        """What the IO layer does after a read: write out (here: the output stays in
+        ``conn.out`` for recv, but counts as written), then run the pending work until
+        there is none."""
+        self._write()
+        while self.daemon.has_work:
+            self.daemon.work(self.now)
+            self._write()
+
+    def _write(self) -> None:
+        for conn in self.daemon.take_dirty():
+            self.written.setdefault(conn.conn_id, []).extend(conn.out)
+            conn.out.clear()
 
     def recv(self, conn: Connection) -> list[Message]:
         """Everything queued for ``conn`` (the output of this 'loop turn')."""
-        self.daemon.take_dirty()
-        data = b"".join(conn.out)
-        conn.out.clear()
+        self.pump()
+        data = b"".join(self.written.pop(conn.conn_id, []))
         decoder = self.decoders[conn.conn_id]
         decoder.receive_data(data)
         return list(decoder.messages())
