@@ -626,12 +626,8 @@ class Daemon(RegistryHandlers, Routing, Subscriptions):
                 if state_owner is not conn:
                     reason = self._unknown_key(conn, key, None, "state") if state_owner is None else "not the owner"
                     return self._drop_event(conn, code, key, reason)
-                if end - pos - 1 > self._max_body:
-                    # Its FETCH_CHANGE (body 4 bytes longer) would exceed the max_body we
-                    # announced to the fetchers (PROTOCOL.md 3); the fast path's bound too.
-                    return self._fatal(
-                        conn, Status.TOO_LARGE, f"NOTIFY_STATE event too large to fetch (max_body {self._max_body})"
-                    )
+                # PROTOCOL.md 6.4: its FETCH_CHANGE may be up to 4 bytes above our
+                # max_body; _fanout closes only the fetchers that announced less.
                 kv = conn.states[key] = buf[pos + 6 : end]
                 self._fanout(key, FETCH_CHANGE, kv)
                 return None
