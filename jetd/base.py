@@ -49,6 +49,7 @@ class DaemonStats:
     parked: int = 0  # times a connection's fetches were parked (PROTOCOL.md 10.8)
     caught_up: int = 0  # FETCH_CHANGE events a parked connection got late, with the latest value
     overloaded: int = 0
+    initial_adds: int = 0  # FETCH_ADD events of new fetches (PROTOCOL.md 10.5)
     violations: int = 0
 
     def summary(self) -> str:

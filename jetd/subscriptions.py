@@ -383,8 +383,10 @@ class Subscriptions(DaemonBase):
         log_out = self._log if self._log_events else None
         budget = self._out_budget
         out = conn.out
+        added = 0
         for sent, (key, kv) in enumerate(delivery.source(delivery.cursor)):
             if sent >= DELIVERY_SLICE or conn.paused or conn.out_size > budget:
+                self.stats.initial_adds += sent
                 conn.stalled = True
                 return
             body_length = 5 + len(kv)
@@ -401,6 +403,8 @@ class Subscriptions(DaemonBase):
             delivery.cursor = key
             if log_out is not None:
                 log_out(conn.conn_id, FRAME_OUT, head + fid_bytes + kv)
+            added = sent + 1
+        self.stats.initial_adds += added
         self._finish_delivery(conn)
 
     def _finish_delivery(self, conn: Connection) -> None:
