@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import resource
@@ -28,9 +29,12 @@ import sys
 import time
 from typing import Any, Optional, cast
 
+from jetwire import Status
+
 from .config import Config
 from .core import Connection, Daemon
 from .eventlog import EventLog
+from .frames import close_frame
 
 __all__ = ["PeerProtocol", "Server", "new_event_loop", "serve"]
 
@@ -46,6 +50,8 @@ FLUSH_AFTER_READ = 32 * 1024
 # connection that would eat into them is accepted only to be told CLOSE LIMIT_EXCEEDED.
 FD_MARGIN = 16
 REFUSED_LOG_INTERVAL = 1.0  # seconds between "refused" log lines (with a count)
+ACCEPT_BATCH = 64  # connections accepted per readiness event of a listening socket
+OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
 def raise_fd_limit(wanted: int) -> int:
@@ -238,7 +244,10 @@ class Server:
         self.protocols: set[PeerProtocol] = set()
         self.flush_scheduled = False
         self.all_closed = asyncio.Event()
-        self.server: Optional[asyncio.AbstractServer] = None
+        self.listeners: list[socket.socket] = []
+        # The classic trick: a descriptor held in reserve, closed to accept (and tell
+        # CLOSE LIMIT_EXCEEDED) a connection when accept() fails for lack of one.
+        self._reserve_fd = -1
         self._tick_handle: Optional[asyncio.TimerHandle] = None
         self.tick_interval = min(0.1, config.route_timeout / 10)
         self.work_scheduled = False
@@ -259,12 +268,73 @@ class Server:
                 max(self.fd_budget, 0),
                 self.config.max_connections,
             )
-        self.server = await self.loop.create_server(
-            lambda: PeerProtocol(self), self.config.host, self.config.port, backlog=1024, reuse_address=True
-        )
-        port = self.server.sockets[0].getsockname()[1]
+        self.listeners = listen(self.config.host, self.config.port)
+        for listener in self.listeners:
+            self.loop.add_reader(listener.fileno(), self._accept, listener)
+        self._reserve_fd = _open_reserve()
+        port = self.listeners[0].getsockname()[1]
         self._tick_handle = self.loop.call_later(self.tick_interval, self._tick)
         return self.config.host, port
+
+    def _accept(self, listener: socket.socket) -> None:
+        """Accept what is pending on ``listener`` (our own accept loop, so that running
+        out of descriptors is seen: the loops' own drop such connections silently)."""
+        for _ in range(ACCEPT_BATCH):
+            try:
+                sock, _address = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                if exc.errno in OUT_OF_RESOURCES:
+                    self._refuse_one(listener, exc)
+                    continue
+                if exc.errno == errno.ECONNABORTED:
+                    continue
+                log.warning("accept failed: %s", exc)
+                return
+            sock.setblocking(False)
+            self.loop.create_task(self._connect(sock))
+
+    async def _connect(self, sock: socket.socket) -> None:
+        try:
+            await self.loop.connect_accepted_socket(lambda: PeerProtocol(self), sock)
+        except OSError as exc:
+            log.info("accepted connection lost before it started: %s", exc)
+            sock.close()
+
+    def _refuse_one(self, listener: socket.socket, exc: OSError) -> None:
+        """accept() failed for lack of a descriptor: with the reserve one, accept the
+        connection, send INFO and CLOSE LIMIT_EXCEEDED, and close it (PROTOCOL.md 10.7)."""
+        reason = f"too many connections (out of file descriptors: limit {self.fd_limit})"
+        if self._reserve_fd < 0:
+            self._reserve_fd = _open_reserve()
+            self.refused("?", f"accept failed: {exc.strerror}")
+            return
+        os.close(self._reserve_fd)
+        self._reserve_fd = -1
+        try:
+            sock, address = listener.accept()
+        except OSError:
+            pass
+        else:
+            with contextlib.suppress(OSError):
+                sock.setblocking(False)
+                sock.send(self.daemon.info_frame + close_frame(Status.LIMIT_EXCEEDED, reason))
+            sock.close()
+            self.refused(f"{address[0]}:{address[1]}", reason)
+        self._reserve_fd = _open_reserve()
+
+    def stop_listening(self) -> None:
+        for listener in self.listeners:
+            self.loop.remove_reader(listener.fileno())
+            listener.close()
+        self.listeners = []
+        if self._refused:
+            log.warning("refused %d more connection(s) since the last report", self._refused)
+            self._refused = 0
+        if self._reserve_fd >= 0:
+            os.close(self._reserve_fd)
+            self._reserve_fd = -1
 
     def refused(self, address: str, reason: str) -> None:
         """Log a refused connection; at most one line a second, with a count."""
@@ -338,8 +408,7 @@ class Server:
 
     async def shutdown(self) -> None:
         """PROTOCOL.md 10.9: stop accepting, CLOSE (OK) to every peer, hang up."""
-        if self.server is not None:
-            self.server.close()
+        self.stop_listening()
         if self._tick_handle is not None:
             self._tick_handle.cancel()
         self.daemon.shutdown(self.loop.time())
@@ -397,6 +466,41 @@ async def serve(config: Config, ready: Optional[asyncio.Future[tuple[str, int]]]
         loop.remove_signal_handler(sig)
     log.info("stopped; stats: %s", server.daemon.stats.summary())
     return 0
+
+
+def _open_reserve() -> int:
+    try:
+        return os.open(os.devnull, os.O_RDONLY)
+    except OSError:
+        return -1
+
+
+def listen(host: str, port: int) -> list[socket.socket]:
+    """Listening sockets for every address ``host`` resolves to (like
+    ``loop.create_server``); with port 0, all on the port the first one got.
+
+    Raises:
+        OSError: the address cannot be resolved or bound.
+    """
+    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    listeners: list[socket.socket] = []
+    try:
+        for family, kind, proto, _name, address in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            listeners.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            if port == 0 and len(listeners) > 1:
+                address = (address[0], listeners[0].getsockname()[1], *address[2:])
+            sock.bind(address)
+            sock.listen(1024)
+            sock.setblocking(False)
+    except (OSError, socket.gaierror):
+        for sock in listeners:
+            sock.close()
+        raise
+    return listeners
 
 
 def new_event_loop(kind: str) -> asyncio.AbstractEventLoop:
