@@ -40,6 +40,7 @@ def test_get_flood_is_bounded_by_the_output_budget(start_jetd):
         attacker.send_raw(b"".join(encode(GetState(i + 1, "big")) for i in range(400)))
     growth = peak_rss_growth_kib(daemon.proc.pid, before, 2.0)
     worst = health.finish()
+    print(f"GET flood: RSS +{growth // 1024} MiB, health peer worst {worst * 1000:.0f} ms")
     # Each attacker: soft limit + one answer in the transport (plus what the kernel took).
     assert growth < 2 * (SOFT + MIB) // 1024 + ALLOWANCE_KIB, f"RSS grew {growth} KiB"
     assert worst < HEALTH_BOUND, f"the health peer waited {worst * 1000:.0f} ms"
@@ -65,6 +66,7 @@ def test_fetch_flood_is_bounded_by_the_output_budget(start_jetd):
     attacker.send_raw(b"".join(encode(FetchStates(i + 1, "")) for i in range(100)))  # ~200 MB of adds
     growth = peak_rss_growth_kib(daemon.proc.pid, before, 2.0)
     worst = health.finish()
+    print(f"FETCH flood: RSS +{growth // 1024} MiB, health peer worst {worst * 1000:.0f} ms")
     assert growth < (SOFT + MIB) // 1024 + ALLOWANCE_KIB, f"RSS grew {growth} KiB"
     assert worst < HEALTH_BOUND, f"the health peer waited {worst * 1000:.0f} ms"
 
