@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
-from conftest import REPO
 from jetd_testlib import PeerClosed, RawPeer
 
 from jetwire import Close, GetState, Status
 
 FD_LIMIT = 64
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_connections_beyond_the_fd_limit_are_told_and_logged(start_jetd, tmp_path):
