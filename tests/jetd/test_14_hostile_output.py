@@ -6,6 +6,7 @@ shutdown."""
 from __future__ import annotations
 
 import signal
+import socket
 import time
 
 from hostile_lib import HEALTH_BOUND, Discard, HealthPeer, peak_rss_growth_kib, read_slowly_until_close
@@ -99,4 +100,20 @@ def test_pipelining_peer_gets_its_close_at_shutdown(start_jetd):
     assert close is not None, f"no CLOSE after {read} bytes"
     assert close.status == Status.OK and close.message == "shutting down", close
     assert daemon.proc.wait(10) == 0
+    owner.close()
+
+
+def test_a_half_closed_pipeline_gets_every_answer(start_jetd):
+    # PROTOCOL.md 10.8: the held input of a stalled peer is processed, in order, even when
+    # the peer has shut down its sending side meanwhile; only then is it gone (10.6).
+    daemon = start_jetd("--soft-limit", str(SOFT))
+    owner = _big_state(daemon.address)
+    peer = RawPeer(daemon.address, "pipeliner")
+    peer.send_raw(b"".join(encode(GetState(i + 1, "big")) for i in range(20)))
+    peer.sock.shutdown(socket.SHUT_WR)
+    answer = encode(Response(20, Status.OK, v(b"x" * BIG)))
+    reader = Discard(peer.sock)  # reads until the daemon closes
+    reader.start()
+    reader.join(30)
+    assert reader.received == 20 * len(answer) and reader.tail == answer[-4096:], reader.received
     owner.close()

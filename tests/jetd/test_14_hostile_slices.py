@@ -177,3 +177,19 @@ def test_route_timeouts_expire_in_slices(monkeypatch):
 
 
 import jetd.routes  # noqa: E402  (monkeypatched above by name)
+
+
+def test_end_of_input_while_stalled_waits_for_the_held_frames():
+    # The peer shut down its sending side while its input was held: every frame it sent
+    # is still answered, then it is gone (PROTOCOL.md 10.6).
+    h = Harness(soft_limit=4096, hard_limit=65536)
+    owner, greedy = h.connect("owner"), h.connect("greedy")
+    h.send(owner, AddState(1, "big", v(b"x" * 1024)))
+    h.recv(owner)
+    h.daemon.receive_data(greedy, b"".join(encode(GetState(i, "big")) for i in range(20)), h.now)
+    assert greedy.stalled
+    h.daemon.end_of_input(greedy, h.now)
+    assert not greedy.closing
+    answers = h.recv(greedy)
+    assert [a.id for a in answers] == list(range(20))  # type: ignore[attr-defined]
+    assert greedy.closed and greedy.close_reason == "peer closed its side"
