@@ -9,6 +9,7 @@ import signal
 import socket
 import time
 
+import pytest
 from hostile_lib import HEALTH_BOUND, Discard, HealthPeer, peak_rss_growth_kib, read_slowly_until_close
 from jetd_testlib import RawPeer, rss_kib, v
 
@@ -28,10 +29,11 @@ def _big_state(address: tuple[str, int]) -> RawPeer:
     return owner
 
 
-def test_get_flood_is_bounded_by_the_output_budget(start_jetd):
+@pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
+def test_get_flood_is_bounded_by_the_output_budget(start_jetd, loop):
     # Issue 12 item 1: 400 GETs of a 1 MiB state in one 5 KB write, never read: 415 MB
     # queued before; now about the soft limit plus one answer.
-    daemon = start_jetd("--soft-limit", str(SOFT), "--hard-limit", str(HARD))
+    daemon = start_jetd("--soft-limit", str(SOFT), "--hard-limit", str(HARD), "--loop", loop)
     owner = _big_state(daemon.address)
     health = HealthPeer(daemon.address)
     health.start()
@@ -103,10 +105,11 @@ def test_pipelining_peer_gets_its_close_at_shutdown(start_jetd):
     owner.close()
 
 
-def test_a_half_closed_pipeline_gets_every_answer(start_jetd):
+@pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
+def test_a_half_closed_pipeline_gets_every_answer(start_jetd, loop):
     # PROTOCOL.md 10.8: the held input of a stalled peer is processed, in order, even when
     # the peer has shut down its sending side meanwhile; only then is it gone (10.6).
-    daemon = start_jetd("--soft-limit", str(SOFT))
+    daemon = start_jetd("--soft-limit", str(SOFT), "--loop", loop)
     owner = _big_state(daemon.address)
     peer = RawPeer(daemon.address, "pipeliner")
     peer.send_raw(b"".join(encode(GetState(i + 1, "big")) for i in range(20)))
