@@ -259,23 +259,34 @@ class Daemon(RegistryHandlers, Routing, Subscriptions):
         for conn in ready:
             if conn.closing or not conn.stalled or conn.paused or conn.out_size > budget:
                 continue  # a write, drained() or take_dirty() brings it back
-            if conn.delivery is not None:
-                self._deliver(conn)
-                if conn.delivery is not None or conn.closing:
-                    continue
-            conn.stalled = False
-            if conn.rest:
-                self.receive_data(conn, b"", now)
-                if conn.closing or conn.stalled:
-                    continue
-                if conn.rest:
-                    self.partial[conn] = now  # an incomplete frame: its clock starts now
-            if conn.at_eof:
-                self.disconnect(conn, now, "peer closed its side")
-                continue
-            resumed.append(conn)
+            try:
+                if self._go_on(conn, now):
+                    resumed.append(conn)
+            except Exception:
+                # As in the IO layer: a bug must cost one connection, never the daemon.
+                log.exception("internal error on %s", conn.label)
+                self.internal_error(conn, now)
         self._finish_closes()
         return resumed
+
+    def _go_on(self, conn: Connection, now: float) -> bool:
+        """The next slice of ``conn``'s delivery, then its held input; True if it
+        caught up (its input may be read again)."""
+        if conn.delivery is not None:
+            self._deliver(conn)
+            if conn.delivery is not None or conn.closing:
+                return False
+        conn.stalled = False
+        if conn.rest:
+            self.receive_data(conn, b"", now)
+            if conn.closing or conn.stalled:
+                return False
+            if conn.rest:
+                self.partial[conn] = now  # an incomplete frame: its clock starts now
+        if conn.at_eof:
+            self.disconnect(conn, now, "peer closed its side")
+            return False
+        return True
 
     def _drop_input(self, conn: Connection) -> None:
         self.input_buffered -= len(conn.rest)
