@@ -68,6 +68,19 @@ class StateRegistry:
                 return
             yield key, states[key].states[key]
 
+    def matching_after(self, prefix: bytes, after: Optional[bytes]) -> Iterator[tuple[bytes, bytes]]:
+        """Like :meth:`matching`, but only the keys above ``after`` (all if None): where
+        a fetch delivered in slices (:class:`jetd.subscriptions.Delivery`) goes on. Read
+        it within one slice: the index must not change while it is iterated."""
+        if after is None or after < prefix:
+            yield from self.matching(prefix)
+            return
+        states = self.states
+        for key in self.index.irange(minimum=after, inclusive=(False, True)):
+            if not key.startswith(prefix):
+                return
+            yield key, states[key].states[key]
+
 
 class RegistryHandlers(DaemonBase):
     """The requests that change or read the registry."""
