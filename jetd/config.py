@@ -42,6 +42,11 @@ DEFAULT_SLOW_DEADLINE = 30.0  # PROTOCOL.md 10.8: seconds above the soft limit
 DEFAULT_LOG_FSYNC = "interval"  # JETLOG.md 6
 DEFAULT_LOG_ROTATE_SIZE = 64 * 1024 * 1024  # JETLOG.md 1
 DEFAULT_SHUTDOWN_GRACE = 3.0  # seconds peers get to take their CLOSE before we hang up
+# PROTOCOL.md 10.7, 14.5: queries (protocol 1.1)
+DEFAULT_MAX_QUERY_SIZE = 16 * 1024
+DEFAULT_MAX_QUERY_TERMS = 64
+DEFAULT_MAX_WINDOW = 1000
+DEFAULT_MAX_FIELD_DEPTH = 16
 
 FSYNC_POLICIES = ("always", "interval", "never")
 LOOPS = ("auto", "uvloop", "asyncio")
@@ -76,6 +81,10 @@ class Config:
         log_rotate_size: segment size that starts a new segment (JETLOG.md 1).
         log_level: level of the diagnostic log on stderr (INFO, DEBUG, WARNING, ...).
         shutdown_grace: seconds to let peers read their CLOSE before hanging up.
+        max_query_size: largest FETCH_QUERY / QUERY_ONCE payload, bytes (TOO_LARGE above).
+        max_query_terms: matchers, operands, filters and sort of one query.
+        max_window: longest window (to - from + 1) of a sorted query.
+        max_field_depth: segments of one field path.
     """
 
     host: str = DEFAULT_HOST
@@ -98,6 +107,11 @@ class Config:
     log_rotate_size: int = DEFAULT_LOG_ROTATE_SIZE
     log_level: str = "INFO"
     shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE
+    # queries (PROTOCOL.md 14.5)
+    max_query_size: int = DEFAULT_MAX_QUERY_SIZE
+    max_query_terms: int = DEFAULT_MAX_QUERY_TERMS
+    max_window: int = DEFAULT_MAX_WINDOW
+    max_field_depth: int = DEFAULT_MAX_FIELD_DEPTH
 
     def validate(self) -> Config:
         """Check every value; returns self.
@@ -125,6 +139,10 @@ class Config:
             "soft_limit",
             "hard_limit",
             "log_rotate_size",
+            "max_query_size",
+            "max_query_terms",
+            "max_window",
+            "max_field_depth",
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
@@ -166,6 +184,10 @@ _HELP = {
     "log_rotate_size": f"event-log segment size that starts a new segment (default {DEFAULT_LOG_ROTATE_SIZE})",
     "log_level": "diagnostic log level on stderr (default INFO)",
     "shutdown_grace": f"seconds peers get to read their CLOSE on shutdown (default {DEFAULT_SHUTDOWN_GRACE:g})",
+    "max_query_size": f"largest query payload, bytes (default {DEFAULT_MAX_QUERY_SIZE})",
+    "max_query_terms": f"matchers, operands, filters and sort of one query (default {DEFAULT_MAX_QUERY_TERMS})",
+    "max_window": f"longest window of a sorted query (default {DEFAULT_MAX_WINDOW})",
+    "max_field_depth": f"segments of one field path (default {DEFAULT_MAX_FIELD_DEPTH})",
 }
 
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Optional
 from jetwire import Status
 
 if TYPE_CHECKING:
+    from .querying import QueryFetch
     from .routes import Route
     from .subscriptions import Fetch
 
@@ -45,6 +46,7 @@ class Connection:
         "paused",
         "pending",
         "pending_size",
+        "query_fetches",
         "rest",
         "rest_len",
         "routes",
@@ -75,6 +77,7 @@ class Connection:
         self.states: dict[bytes, bytes] = {}  # its states: key -> Key, Value payload
         self.methods: set[bytes] = set()
         self.fetches: dict[int, Fetch] = {}
+        self.query_fetches: dict[int, QueryFetch] = {}  # FETCH_QUERY fetches (PROTOCOL.md 14.3)
         self.routes: dict[int, Route] = {}  # routed to this connection, by our id
         self.next_route_id = 1
         self.rest: list[bytes] = []  # an incomplete frame's bytes

@@ -32,6 +32,7 @@ from typing import Optional
 
 from jetwire import (
     FEATURE_CONFLATION,
+    FEATURE_QUERIES,
     PROTOCOL_MAJOR,
     EventCode,
     Function,
@@ -76,6 +77,8 @@ from .frames import (
     str16_ok,
     why_malformed,
 )
+from .query import QueryIndex
+from .querying import QueryHandlers
 from .registry import RegistryHandlers, StateRegistry
 from .routes import Route, RouteTable, Routing
 from .subscriptions import Fetch, FetchRegistry, Subscriptions
@@ -85,7 +88,7 @@ __all__ = ["Connection", "Daemon", "DaemonStats", "Fetch", "FetchRegistry", "Rou
 log = logging.getLogger("jetd")
 
 
-class Daemon(RegistryHandlers, Routing, Subscriptions):
+class Daemon(RegistryHandlers, Routing, Subscriptions, QueryHandlers):
     """The registry and router. Feed it bytes per connection; it fills output queues.
 
     Args:
@@ -100,6 +103,8 @@ class Daemon(RegistryHandlers, Routing, Subscriptions):
         self.fetches = FetchRegistry()
         # PROTOCOL.md 10.8: the fetches of paused connections, for their ADD/REMOVE events.
         self.parked_fetches = FetchRegistry()
+        self.queries = QueryIndex()  # PROTOCOL.md 14 (jetd.querying)
+        self.nodes = None
         self._parked = 0  # how many fetches are parked
         # While any is parked: key -> sequence number of its last change (self._seq).
         self._changed: dict[bytes, int] = {}
@@ -118,7 +123,7 @@ class Daemon(RegistryHandlers, Routing, Subscriptions):
         self._max_body = config.max_body
         self._small_body_peers = 0  # peers whose INFO announced a max_body below ours
         self._max_key = config.max_key_length
-        self.info_frame = encode(Info(config.name, config.max_body, FEATURE_CONFLATION))
+        self.info_frame = encode(Info(config.name, config.max_body, FEATURE_CONFLATION | FEATURE_QUERIES))
         self._shutdown_frame = close_frame(Status.OK, "shutting down")
         self._request_handlers: dict[int, Callable[[Connection, bytes, int, int, int], None]] = {
             Function.ADD_STATE.value: self._add_state,
@@ -131,6 +136,8 @@ class Daemon(RegistryHandlers, Routing, Subscriptions):
             Function.FETCH_STATES.value: self._fetch,
             Function.UNFETCH.value: self._unfetch,
             Function.GET_STATE.value: self._get,
+            Function.FETCH_QUERY.value: self._fetch_query,
+            Function.QUERY_ONCE.value: self._query_once,
         }
 
     # --- connection lifecycle ---------------------------------------------------------
@@ -234,6 +241,7 @@ class Daemon(RegistryHandlers, Routing, Subscriptions):
         # paths, so this is read again after each of those.
         parked = self._parked
         changed = self._changed
+        queries = self.queries  # PROTOCOL.md 14: query fetches, if any, see every change
         # Routed SET_STATE requests and their OK answers also have fast paths below; the
         # event log (ROUTE and FRAME_OUT records) takes the careful ones.
         fast_route = logger is None
@@ -359,6 +367,12 @@ class Daemon(RegistryHandlers, Routing, Subscriptions):
                                         fanned += len(targets)
                                     else:
                                         self._fanout(key, FETCH_CHANGE, kv)
+                                        pos = end
+                                        if conn.closing:
+                                            break
+                                        continue
+                                if queries:
+                                    self._query_state(key, FETCH_CHANGE, kv)
                                 pos = end
                                 if conn.closing:  # it fetches its own states and overflowed
                                     break
@@ -410,6 +424,8 @@ class Daemon(RegistryHandlers, Routing, Subscriptions):
         fetches = self.parked_fetches if conn.parked else self.fetches
         for fetch in conn.fetches.values():
             fetches.remove(fetch)
+        if conn.query_fetches:
+            self._query_teardown(conn)
         if conn.parked:
             conn.parked = False
             self._unparked(len(conn.fetches))
@@ -420,6 +436,8 @@ class Daemon(RegistryHandlers, Routing, Subscriptions):
             self.fetches.forget(key)
         for key in conn.methods:
             del registry.methods[key]
+            if self.queries:
+                self._query_method(key, False)
         conn.methods.clear()
         self.slow.discard(conn)
         # The IO layer closes the transport after the flush; being listed twice is harmless
