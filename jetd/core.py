@@ -241,7 +241,9 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, QueryHandlers):
         # paths, so this is read again after each of those.
         parked = self._parked
         changed = self._changed
-        queries = self.queries  # PROTOCOL.md 14: query fetches, if any, see every change
+        # PROTOCOL.md 14: query groups, if any, see every change (a plain dict: its truth
+        # test costs nothing, where QueryIndex.__bool__ would be a call per frame).
+        query_groups = self.queries.by_signature
         # Routed SET_STATE requests and their OK answers also have fast paths below; the
         # event log (ROUTE and FRAME_OUT records) takes the careful ones.
         fast_route = logger is None
@@ -371,7 +373,7 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, QueryHandlers):
                                         if conn.closing:
                                             break
                                         continue
-                                if queries:
+                                if query_groups:
                                     self._query_state(key, FETCH_CHANGE, kv)
                                 pos = end
                                 if conn.closing:  # it fetches its own states and overflowed

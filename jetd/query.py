@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 import struct
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Optional
@@ -99,6 +100,14 @@ class QueryLimits:
 _I64 = struct.Struct(">q").unpack
 _F64 = struct.Struct(">d").unpack
 _RANKS: dict[type, int] = {type(None): 0, bool: 1, int: 2, float: 2, str: 3, bytes: 4, list: 5, dict: 6}
+_RANK_TYPES: dict[int, tuple[type, ...]] = {0: (type(None),), 1: (bool,), 2: (int, float), 3: (str,), 4: (bytes,)}
+_COMPARE: dict[int, Callable[[Any, Any], bool]] = {
+    FilterOp.EQ: operator.eq,
+    FilterOp.LT: operator.lt,
+    FilterOp.LE: operator.le,
+    FilterOp.GT: operator.gt,
+    FilterOp.GE: operator.ge,
+}
 
 
 def rank(value: Any) -> int:
@@ -209,16 +218,31 @@ class Extractor:
             if self.vtype in _PARSERS:
                 return self.document()
             return plain_value(self.vtype, self.data)
-        return select(self.document(), path)
+        document = self._document
+        if document is _UNPARSED:
+            document = self.document()
+        if len(path) == 1 and type(document) is dict:
+            return document.get(path[0][0], MISSING)  # the common case: one map key
+        return select(document, path)
 
     def document(self) -> Any:
         document = self._document
         if document is _UNPARSED:
-            document = self._document = parse_document(self.vtype, self.data)
+            parser = _PARSERS.get(self.vtype)
+            if parser is None:
+                document = MISSING
+            else:
+                try:
+                    document = parser(self.data)
+                except Exception:  # as parse_document: no document, never an error
+                    document = MISSING
+            self._document = document
         return document
 
 
 _UNPARSED: Any = object()
+_STALE: Any = object()
+BEYOND = -1  # QueryGroup.update: the change moved no position of any window
 
 
 def _operand(value: Value, op: FilterOp) -> Any:
@@ -240,25 +264,26 @@ def _operand(value: Value, op: FilterOp) -> Any:
 def _filter_test(op: FilterOp, operand: Any) -> Callable[[Any], bool]:
     """PROTOCOL.md 14.1: same rank for EQ and the order comparisons; NE on anything that
     exists and is not EQ; NaN is a NUMBER that is never equal nor ordered."""
+    # Written per operand type: the type test is one identity check (the hot path of
+    # every filtered change). NaN needs no test of its own: it is neither ==, <, nor >.
     ranks = _RANKS
     if op == FilterOp.IS_TYPE:
         return lambda v: ranks.get(type(v), -1) == operand
     want = ranks[type(operand)]
-
-    def ordered(v: Any) -> bool:
-        return ranks.get(type(v), -1) == want and v == v  # v == v: not NaN
-
-    if op == FilterOp.EQ:
-        return lambda v: ordered(v) and v == operand
     if op == FilterOp.NE:
-        return lambda v: v is not MISSING and ranks.get(type(v), -1) >= 0 and not (ordered(v) and v == operand)
-    if op == FilterOp.LT:
-        return lambda v: ordered(v) and v < operand
-    if op == FilterOp.LE:
-        return lambda v: ordered(v) and v <= operand
-    if op == FilterOp.GT:
-        return lambda v: ordered(v) and v > operand
-    return lambda v: ordered(v) and v >= operand
+        kinds = _RANK_TYPES[want]
+        return lambda v: type(v) in ranks and not (type(v) in kinds and v == operand)
+    if want == TypeCode.NULL:
+        if op in (FilterOp.EQ, FilterOp.LE, FilterOp.GE):
+            return lambda v: v is None
+        return lambda v: False
+    compare = _COMPARE[op]
+    if want == TypeCode.NUMBER:
+        return lambda v: (type(v) is int or type(v) is float) and compare(v, operand)
+    kind = type(operand)
+    if op == FilterOp.EQ:
+        return lambda v: type(v) is kind and v == operand
+    return lambda v: type(v) is kind and compare(v, operand)
 
 
 def _path_test(op: PathOp, operands: tuple[str, ...], flags: int) -> Callable[[bytes], bool]:
@@ -443,14 +468,45 @@ class QueryGroup:
     O(log n) (PROTOCOL.md 14.5).
     """
 
-    __slots__ = ("compiled", "fetches", "matched", "order", "path_cache")
+    __slots__ = ("_threshold", "compiled", "fetches", "matched", "order", "reach")
 
     def __init__(self, compiled: CompiledQuery) -> None:
         self.compiled = compiled
         self.matched: dict[bytes, Any] = {}
         self.order: Optional[SortedList] = SortedList() if compiled.sorted else None
         self.fetches: dict[int, Any] = {}  # fetch id -> the glue's fetch object
-        self.path_cache: dict[bytes, bool] = {}
+        # The last 0-based position any fetch's window reaches (-1: no fetch), and the
+        # entry at that position (_STALE until looked up again; None when every entry
+        # is within reach). A change whose old and new entries both lie beyond it moves
+        # no position of any window: two SortedList operations, no position lookups.
+        self.reach = -1
+        self._threshold: Any = _STALE
+
+    def set_reach(self, reach: int) -> None:
+        """The largest 0-based window end of the group's fetches (-1: none)."""
+        self.reach = reach
+        self._threshold = _STALE
+
+    def _beyond(self, previous: Any, entry: Any) -> bool:
+        threshold = self._threshold
+        order = self.order
+        assert order is not None
+        descending = self.compiled.descending
+        if threshold is _STALE:
+            reach = self.reach
+            count = len(order)
+            if reach < 0:
+                return True
+            if count <= reach + 1:
+                threshold = None
+            else:
+                threshold = order[count - 1 - reach] if descending else order[reach]
+            self._threshold = threshold
+        if threshold is None:
+            return False
+        if descending:
+            return bool(previous < threshold and entry < threshold)
+        return bool(previous > threshold and entry > threshold)
 
     def seed(self, states: Iterable[tuple[bytes, bytes]]) -> None:
         """Fill from (key, Key-Value payload) pairs of every state the prefix admits."""
@@ -483,7 +539,8 @@ class QueryGroup:
     def update(self, key: bytes, entry: Any) -> tuple[Any, Optional[int], Optional[int]]:
         """Set ``key``'s entry (None: it does not match now). Returns (the previous entry
         or None, old position, new position); positions are None for an unsorted group
-        or where the key is absent."""
+        or where the key is absent, and both BEYOND when the change moved no position
+        of any window."""
         matched = self.matched
         previous = matched.get(key)
         order = self.order
@@ -494,6 +551,15 @@ class QueryGroup:
             else:
                 matched[key] = entry
             return previous, None, None
+        if previous is None:
+            if entry is None:
+                return None, BEYOND, BEYOND  # neither matched before nor matches now
+        elif entry is not None and self._beyond(previous, entry):
+            order.remove(previous)
+            order.add(entry)
+            matched[key] = entry
+            return previous, BEYOND, BEYOND
+        self._threshold = _STALE
         descending = self.compiled.descending
         old_position = new_position = None
         if previous is not None:

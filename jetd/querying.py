@@ -38,6 +38,7 @@ from .frames import (
     ok_frame,
 )
 from .query import (
+    BEYOND,
     CompiledQuery,
     Extractor,
     NodeIndex,
@@ -136,6 +137,8 @@ class QueryHandlers(DaemonBase):
         self._send(conn, RESP_HEAD_PACK(RESPONSE, 9, rid, 0) + fetch.fid_bytes)
         group.fetches[fetch.fid] = fetch
         conn.query_fetches[fetch.fid] = fetch
+        if compiled.sorted and fetch.high > group.reach:
+            group.set_reach(fetch.high)
         if compiled.sorted:
             fetch.size = max(0, min(fetch.high, len(group) - 1) - fetch.low + 1)
             self._send_window(fetch, fetch.low, fetch.low + fetch.size - 1)
@@ -218,6 +221,8 @@ class QueryHandlers(DaemonBase):
     def _query_drop(self, fetch: QueryFetch) -> None:
         group = fetch.group
         del group.fetches[fetch.fid]
+        if group.order is not None:
+            group.set_reach(max((f.high for f in group.fetches.values()), default=-1))
         if not group.fetches:
             self.queries.drop(group)
             if self.nodes is not None and not self.queries.node_groups:
@@ -273,7 +278,9 @@ class QueryHandlers(DaemonBase):
         if nodes is not None and code == FETCH_ADD:
             for node in nodes.add(key):
                 self._query_key_event(self.queries.node_groups, FETCH_NODE, ADD, node)
-        groups = self.queries.targets(key)
+        queries = self.queries
+        cached = queries.cache.get(key)
+        groups = cached[1] if cached is not None and cached[0] == queries.generation else queries.targets(key)
         extractor: Optional[Extractor] = None
         for group in groups:
             compiled = group.compiled
@@ -281,7 +288,8 @@ class QueryHandlers(DaemonBase):
                 entry: Any = None
             elif compiled.needs_value:
                 if extractor is None:
-                    extractor = Extractor.of_kv(len(key), kv)
+                    klen = len(key)
+                    extractor = Extractor(kv[2 + klen], kv[7 + klen :])
                 entry = compiled.evaluate(key, extractor)
             else:
                 entry = compiled.evaluate(key, None)
@@ -296,7 +304,7 @@ class QueryHandlers(DaemonBase):
                 head = EVT_HEAD_PACK(EVENT, 5 + len(kv), event)
                 for fetch in group.fetches.values():
                     self._query_kv_event(fetch, event, head, key, kv)
-            else:
+            elif old != BEYOND:
                 count = len(group.order)
                 for fetch in group.fetches.values():
                     update = window_update(old, new, count, fetch.low, fetch.high, fetch.size)

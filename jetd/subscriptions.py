@@ -245,7 +245,7 @@ class Subscriptions(DaemonBase):
     def _fanout(self, key: bytes, code: int, kv: bytes) -> None:
         """Send one fetch event for ``key`` to every matching fetch: the frame is
         encoded once as (head, kv); each fetcher gets head + its fetch id + kv."""
-        if self.queries:
+        if self.queries.by_signature:
             self._query_state(key, code, kv)  # PROTOCOL.md 14.2 (jetd.querying)
         body_length = 5 + len(kv)
         if self._parked:
