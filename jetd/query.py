@@ -18,6 +18,7 @@ import dataclasses
 import math
 import operator
 import struct
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Optional
 
@@ -497,10 +498,9 @@ class QueryGroup:
             count = len(order)
             if reach < 0:
                 return True
-            if count <= reach + 1:
-                threshold = None
-            else:
-                threshold = order[count - 1 - reach] if descending else order[reach]
+            # A negative index near the end, like a small one near the start, is found
+            # without the positional index (see _present_position).
+            threshold = None if count <= reach + 1 else order[-1 - reach] if descending else order[reach]
             self._threshold = threshold
         if threshold is None:
             return False
@@ -529,7 +529,7 @@ class QueryGroup:
         """The key at 0-based ``position`` of the order as the query sees it."""
         order = self.order
         assert order is not None
-        entry = order[len(order) - 1 - position if self.compiled.descending else position]
+        entry = order[-1 - position if self.compiled.descending else position]
         key: bytes = entry[-1]
         return key
 
@@ -560,21 +560,48 @@ class QueryGroup:
             matched[key] = entry
             return previous, BEYOND, BEYOND
         self._threshold = _STALE
-        descending = self.compiled.descending
         old_position = new_position = None
         if previous is not None:
-            index = order.bisect_left(previous)
-            old_position = len(order) - 1 - index if descending else index
-            del order[index]
+            old_position = self._present_position(previous)
+            order.remove(previous)
         if entry is None:
             if previous is not None:
                 del matched[key]
         else:
             matched[key] = entry
-            index = order.bisect_left(entry)
             order.add(entry)
-            new_position = len(order) - 1 - index if descending else index
+            new_position = self._present_position(entry)
         return previous, old_position, new_position
+
+    def _present_position(self, entry: Any) -> int:
+        """0-based position of ``entry`` (in the order) as the query sees it.
+
+        A window sits at one end of the SortedList (the start ascending, the end
+        descending). Positions there are found in the end sublist alone, so the
+        list's positional index is never built for them, and every later add and
+        remove is spared its upkeep (sortedcontainers keeps it only once built).
+
+        Beyond that end sublist, when it is longer than every window reaches, the
+        position returned is a lower bound (the sublist's length): such an entry is
+        beyond every window either way, and window_update clips to the window.
+        """
+        order = self.order
+        assert order is not None
+        lists = order._lists
+        where = bisect_left(order._maxes, entry)
+        if self.compiled.descending:
+            end = len(lists) - 1
+            if where == end:
+                sublist = lists[end]
+                return len(sublist) - 1 - bisect_left(sublist, entry)
+            if len(lists[end]) > self.reach:
+                return len(lists[end])
+            return len(order) - 1 - int(order.bisect_left(entry))
+        if where == 0:
+            return bisect_left(lists[0], entry)
+        if len(lists[0]) > self.reach:
+            return len(lists[0])
+        return int(order.bisect_left(entry))
 
 
 class QueryIndex:

@@ -213,3 +213,48 @@ def test_node_index_counts_levels(keys: list[str]) -> None:
         expected = {node for k in live for node in nodes_of(k)}
         assert set(index.counts) == expected
     assert list(nodes_of(b"a//b/c")) == [b"a", b"a/", b"a//b"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32), st.booleans(), st.integers(1, 5), st.integers(1, 4))
+def test_group_windows_with_many_sublists(seed: int, descending: bool, start: int, length: int) -> None:
+    """Positions at the window's end of the SortedList are found without its positional
+    index, and those beyond it are lower bounds: with tiny sublists (load 4) the window
+    kept from window_update still equals a sorted slice after every change."""
+    import random
+
+    from jetd.query import BEYOND, QueryGroup
+
+    rng = random.Random(seed)
+    query = Query(sort_by=SortBy.VALUE, sort_flags=1 if descending else 0, window_from=start, window_to=start + length - 1)
+    group = QueryGroup(compile_query(query))
+    assert group.order is not None
+    group.order._reset(4)
+    low, high = start - 1, start + length - 2
+    group.set_reach(high)
+    values: dict[bytes, int] = {}
+    window: list[bytes] = []
+    size = 0
+    for _ in range(300):
+        key = b"k%d" % rng.randrange(60)
+        if key in values and rng.random() < 0.2:
+            del values[key]
+            entry = None
+        else:
+            values[key] = rng.randrange(40)
+            entry = (2, values[key], key)
+        _, old, new = group.update(key, entry)
+        count = len(group.order)
+        if old == BEYOND:
+            continue
+        update = window_update(old, new, count, low, high, size)
+        if update is None:
+            continue
+        first, last, size = update
+        window = (window + [b""] * size)[:size]
+        for position in range(first, last + 1):
+            window[position - low] = group.at(position)
+        ranked = sorted(values, key=lambda k: (values[k], k), reverse=descending)
+        assert window == ranked[low : high + 1]
+    ranked = sorted(values, key=lambda k: (values[k], k), reverse=descending)
+    assert window == ranked[low : high + 1]
