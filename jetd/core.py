@@ -49,12 +49,12 @@ from .base import DaemonStats
 from .config import Config
 from .connection import Connection
 from .frames import (
+    DAEMON_EVENTS,
     EV_CLOSE,
     EV_NOTIFY_STATE,
     EV_SET_STATE,
     EVENT,
     EVT_HEAD_PACK,
-    FETCH_ADD,
     FETCH_CHANGE,
     FETCH_REMOVE,
     FRAME_IN,
@@ -62,7 +62,7 @@ from .frames import (
     ID_BYTE_FROM,
     ID_HEAD_PACK,
     INFO,
-    MAX_STATUS,
+    KNOWN_STATUSES,
     OPAQUE,
     REQUEST,
     RESPONSE,
@@ -511,7 +511,7 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, QueryHandlers):
             self._send(owner, buf[pos:end])
             return None
         if code == EV_CLOSE:
-            if end - pos < 7 or buf[pos + 6] > MAX_STATUS or not str16_ok(buf, pos + 7, end):
+            if end - pos < 7 or buf[pos + 6] not in KNOWN_STATUSES or not str16_ok(buf, pos + 7, end):
                 return self._fatal(conn, Status.MALFORMED, "malformed CLOSE")
             # PROTOCOL.md 7.3: treated like a disconnect; nothing is sent back.
             conn.closing = True
@@ -519,7 +519,7 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, QueryHandlers):
             conn.close_at = len(conn.pending) if conn.paused else len(conn.out)
             self._to_close.append(conn)
             return None
-        if code in (FETCH_ADD, FETCH_CHANGE, FETCH_REMOVE):
+        if code in DAEMON_EVENTS:
             return self._fatal(conn, Status.MALFORMED, "fetch events may not be sent to the daemon")
         return self._fatal(conn, Status.UNKNOWN_FUNCTION, f"unknown event code 0x{code:02X}")
 
