@@ -18,8 +18,8 @@ import dataclasses
 import math
 import operator
 import struct
-from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
+from heapq import heapify, heappop, heappush
 from typing import Any, Optional
 
 import cbor2
@@ -242,7 +242,6 @@ class Extractor:
 
 
 _UNPARSED: Any = object()
-_STALE: Any = object()
 BEYOND = -1  # QueryGroup.update: the change moved no position of any window
 
 
@@ -461,72 +460,142 @@ def window_update(
     return first, last, size
 
 
+class _Reversed:
+    """A heap item that orders its entry the other way (heapq is a min-heap; the tail
+    of a descending order needs its largest entry first)."""
+
+    __slots__ = ("entry",)
+
+    def __init__(self, entry: Any) -> None:
+        self.entry = entry
+
+    def __lt__(self, other: _Reversed) -> bool:
+        return bool(other.entry < self.entry)
+
+
 class QueryGroup:
     """The entries of one query signature and the fetches that share it.
 
-    ``matched`` maps each matching state key to its entry (sort key or True); a sorted
-    group also keeps ``order``, a SortedList of the sort keys, so that a change costs
-    O(log n) (PROTOCOL.md 14.5).
+    ``matched`` maps each matching state key to its entry (sort key or True). A sorted
+    group splits its order in two (PROTOCOL.md 14.5: a change costs O(log n) plus the
+    window events it causes):
+
+    - ``order``, a SortedList of the *head*: the best entries, at least as many as the
+      farthest window reaches (``reach`` + 1) whenever there are that many, at most
+      about twice that; positions in the head are exact;
+    - the *tail*: every other entry, in a heap (``heapq``, in C) whose best entry comes
+      first, with lazy deletion: an entry that changed or left stays in the heap until
+      it surfaces, and is skipped then (it no longer equals ``matched[key]``).
+
+    Every head entry is better than every tail entry, so a change whose old and new
+    entries both belong to the tail moves no position of any window: it costs one dict
+    store and one heap push. Tail entries report the head's length as their position (a
+    lower bound, beyond every window either way).
     """
 
-    __slots__ = ("_threshold", "compiled", "fetches", "matched", "order", "reach")
+    __slots__ = ("_cap", "_floor", "_tail", "_tail_count", "compiled", "fetches", "matched", "order", "reach")
 
     def __init__(self, compiled: CompiledQuery) -> None:
         self.compiled = compiled
         self.matched: dict[bytes, Any] = {}
         self.order: Optional[SortedList] = SortedList() if compiled.sorted else None
         self.fetches: dict[int, Any] = {}  # fetch id -> the glue's fetch object
-        # The last 0-based position any fetch's window reaches (-1: no fetch), and the
-        # entry at that position (_STALE until looked up again; None when every entry
-        # is within reach). A change whose old and new entries both lie beyond it moves
-        # no position of any window: two SortedList operations, no position lookups.
-        self.reach = -1
-        self._threshold: Any = _STALE
+        self.reach = -1  # the last 0-based position any fetch's window reaches (-1: none)
+        self._tail: list[Any] = []
+        self._tail_count = 0  # live entries in the tail (the heap also holds stale ones)
+        self._floor = 0  # the head holds at least this many entries while there are as many
+        self._cap = 1 << 62  # ... and at most this many: everything until a fetch says how far it reads
 
     def set_reach(self, reach: int) -> None:
         """The largest 0-based window end of the group's fetches (-1: none)."""
         self.reach = reach
-        self._threshold = _STALE
+        if reach < 0:
+            return
+        self._floor = reach + 1
+        self._cap = 2 * (reach + 1) + 16
+        self._rebalance()
 
-    def _beyond(self, previous: Any, entry: Any) -> bool:
-        threshold = self._threshold
+    # the order as the query sees it: better = earlier
+    def _better(self, a: Any, b: Any) -> bool:
+        return bool(a > b) if self.compiled.descending else bool(a < b)
+
+    def _worst(self) -> Any:
         order = self.order
         assert order is not None
-        descending = self.compiled.descending
-        if threshold is _STALE:
-            reach = self.reach
-            count = len(order)
-            if reach < 0:
-                return True
-            # A negative index near the end, like a small one near the start, is found
-            # without the positional index (see _present_position).
-            threshold = None if count <= reach + 1 else order[-1 - reach] if descending else order[reach]
-            self._threshold = threshold
-        if threshold is None:
+        return order[0] if self.compiled.descending else order[-1]
+
+    def _in_head(self, entry: Any) -> bool:
+        order = self.order
+        assert order is not None
+        if not order:
             return False
-        if descending:
-            return bool(previous < threshold and entry < threshold)
-        return bool(previous > threshold and entry > threshold)
+        worst = order[0] if self.compiled.descending else order[-1]
+        return bool(entry >= worst) if self.compiled.descending else bool(entry <= worst)
+
+    def _push(self, entry: Any) -> None:
+        heappush(self._tail, _Reversed(entry) if self.compiled.descending else entry)
+        self._tail_count += 1
+
+    def _pop_best(self) -> Any:
+        """The best live tail entry, out of the tail; None if there is none."""
+        tail = self._tail
+        matched = self.matched
+        descending = self.compiled.descending
+        while tail:
+            item = heappop(tail)
+            entry = item.entry if descending else item
+            if matched.get(entry[-1]) == entry and not self._in_head(entry):
+                self._tail_count -= 1
+                return entry
+        return None
+
+    def _rebalance(self) -> None:
+        order = self.order
+        assert order is not None
+        while len(order) < self._floor and self._tail_count:
+            entry = self._pop_best()
+            if entry is None:
+                break
+            order.add(entry)
+        extra = len(order) - self._cap
+        if extra > 0:
+            if self.compiled.descending:
+                moved = list(order.islice(0, extra))
+                del order[:extra]
+            else:
+                moved = list(order.islice(len(order) - extra, len(order)))
+                del order[len(order) - extra :]
+            for entry in moved:
+                self._push(entry)
+        if len(self._tail) > 2 * self._tail_count + 1024:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Drop the stale items of the tail heap (rebuilt from ``matched``)."""
+        in_head = set(self.order or ())
+        live = [entry for entry in self.matched.values() if entry not in in_head]
+        self._tail = [_Reversed(entry) for entry in live] if self.compiled.descending else live
+        heapify(self._tail)
+        self._tail_count = len(live)
 
     def seed(self, states: Iterable[tuple[bytes, bytes]]) -> None:
-        """Fill from (key, Key-Value payload) pairs of every state the prefix admits."""
+        """Fill from (key, Key-Value payload) pairs of every state the prefix admits
+        (all into the head: ``set_reach`` moves what no window reaches to the tail)."""
         compiled = self.compiled
+        entries = []
         for key, kv in states:
             if compiled.match_key(key):
                 entry = compiled.evaluate(key, Extractor.of_kv(len(key), kv) if compiled.needs_value else None)
                 if entry is not None:
                     self.matched[key] = entry
-                    if self.order is not None:
-                        self.order.add(entry)
-
-    def position(self, entry: Any) -> int:
-        """0-based position of ``entry`` in the order as the query sees it."""
-        assert self.order is not None
-        index: int = self.order.bisect_left(entry)
-        return len(self.order) - 1 - index if self.compiled.descending else index
+                    entries.append(entry)
+        if self.order is not None:
+            self.order.update(entries)
+            if self.reach >= 0:
+                self._rebalance()
 
     def at(self, position: int) -> bytes:
-        """The key at 0-based ``position`` of the order as the query sees it."""
+        """The key at 0-based ``position`` (within the head) as the query sees it."""
         order = self.order
         assert order is not None
         entry = order[-1 - position if self.compiled.descending else position]
@@ -535,6 +604,12 @@ class QueryGroup:
 
     def __len__(self) -> int:
         return len(self.matched)
+
+    def _head_position(self, entry: Any) -> int:
+        order = self.order
+        assert order is not None
+        index: int = order.bisect_left(entry)
+        return len(order) - 1 - index if self.compiled.descending else index
 
     def update(self, key: bytes, entry: Any) -> tuple[Any, Optional[int], Optional[int]]:
         """Set ``key``'s entry (None: it does not match now). Returns (the previous entry
@@ -551,57 +626,43 @@ class QueryGroup:
             else:
                 matched[key] = entry
             return previous, None, None
-        if previous is None:
+        if previous is None and entry is None:
+            return None, BEYOND, BEYOND  # neither matched before nor matches now
+        full = len(order) >= self._floor
+        previous_in_head = previous is not None and self._in_head(previous)
+        if full and not previous_in_head and (entry is None or not self._in_head(entry)):
+            # The tail only: no position of any window moves (the head is full).
+            if previous is not None:
+                self._tail_count -= 1  # its heap item goes stale
             if entry is None:
-                return None, BEYOND, BEYOND  # neither matched before nor matches now
-        elif entry is not None and self._beyond(previous, entry):
-            order.remove(previous)
-            order.add(entry)
-            matched[key] = entry
+                del matched[key]
+            else:
+                matched[key] = entry
+                self._push(entry)
+            if len(self._tail) > 2 * self._tail_count + 1024:
+                self._compact()
             return previous, BEYOND, BEYOND
-        self._threshold = _STALE
         old_position = new_position = None
         if previous is not None:
-            old_position = self._present_position(previous)
-            order.remove(previous)
+            if previous_in_head:
+                old_position = self._head_position(previous)
+                order.remove(previous)
+            else:
+                old_position = len(order)  # a lower bound: beyond every window
+                self._tail_count -= 1
         if entry is None:
             if previous is not None:
                 del matched[key]
         else:
             matched[key] = entry
-            order.add(entry)
-            new_position = self._present_position(entry)
+            if order and not self._better(self._worst(), entry):
+                order.add(entry)
+            else:
+                self._push(entry)  # _rebalance takes it into the head if it belongs there
+        self._rebalance()
+        if entry is not None:
+            new_position = self._head_position(entry) if self._in_head(entry) else len(order)
         return previous, old_position, new_position
-
-    def _present_position(self, entry: Any) -> int:
-        """0-based position of ``entry`` (in the order) as the query sees it.
-
-        A window sits at one end of the SortedList (the start ascending, the end
-        descending). Positions there are found in the end sublist alone, so the
-        list's positional index is never built for them, and every later add and
-        remove is spared its upkeep (sortedcontainers keeps it only once built).
-
-        Beyond that end sublist, when it is longer than every window reaches, the
-        position returned is a lower bound (the sublist's length): such an entry is
-        beyond every window either way, and window_update clips to the window.
-        """
-        order = self.order
-        assert order is not None
-        lists = order._lists
-        where = bisect_left(order._maxes, entry)
-        if self.compiled.descending:
-            end = len(lists) - 1
-            if where == end:
-                sublist = lists[end]
-                return len(sublist) - 1 - bisect_left(sublist, entry)
-            if len(lists[end]) > self.reach:
-                return len(lists[end])
-            return len(order) - 1 - int(order.bisect_left(entry))
-        if where == 0:
-            return bisect_left(lists[0], entry)
-        if len(lists[0]) > self.reach:
-            return len(lists[0])
-        return int(order.bisect_left(entry))
 
 
 class QueryIndex:

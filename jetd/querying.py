@@ -157,7 +157,8 @@ class QueryHandlers(DaemonBase):
         compiled = self._compile_request(conn, buf, pos, end, rid)
         if compiled is None:
             return
-        group = self.queries.by_signature.get(compiled.signature)
+        # A shared sorted group keeps only what its fetches' windows reach in order.
+        group = None if compiled.sorted else self.queries.by_signature.get(compiled.signature)
         if group is None:
             group = QueryGroup(compiled)
             group.seed(self.registry.matching(compiled.prefix))
@@ -305,7 +306,7 @@ class QueryHandlers(DaemonBase):
                 for fetch in group.fetches.values():
                     self._query_kv_event(fetch, event, head, key, kv)
             elif old != BEYOND:
-                count = len(group.order)
+                count = len(group)
                 for fetch in group.fetches.values():
                     update = window_update(old, new, count, fetch.low, fetch.high, fetch.size)
                     if update is None or fetch.conn.closing:
