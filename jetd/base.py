@@ -29,6 +29,7 @@ from .frames import (
 )
 
 if TYPE_CHECKING:
+    from .query import NodeIndex, QueryIndex
     from .registry import StateRegistry
     from .routes import RouteTable
     from .subscriptions import FetchRegistry
@@ -64,6 +65,8 @@ class DaemonBase:
     registry: StateRegistry
     fetches: FetchRegistry
     parked_fetches: FetchRegistry
+    queries: QueryIndex  # PROTOCOL.md 14: query groups (jetd.querying)
+    nodes: Optional[NodeIndex]  # counted only while a fetch asks for nodes
     routes: RouteTable
     connections: dict[int, Connection]
     dirty: list[Connection]
@@ -94,6 +97,11 @@ class DaemonBase:
         def _unknown_key(self, conn: Connection, key: bytes, rid: Optional[int], kind: str) -> Optional[str]: ...
         def _teardown(self, conn: Connection) -> None: ...
         def _end_delivery(self, conn: Connection) -> None: ...
+        def _query_state(self, key: bytes, code: int, kv: bytes) -> None: ...
+        def _query_method(self, key: bytes, added: bool) -> None: ...
+        def _query_release(self, conn: Connection, key: bytes) -> None: ...
+        def _query_catch_up(self, conn: Connection) -> bool: ...
+        def _unfetch_query(self, conn: Connection, fid: int) -> bool: ...
 
     # --- sending ------------------------------------------------------------------------
 

@@ -47,6 +47,11 @@ DEFAULT_HTTP_PATH = "/jet"  # PROTOCOL.md 13: the WebSocket endpoint
 DEFAULT_MAX_INPUT_BUFFER = 64 * 1024 * 1024  # unprocessed input, all connections together
 DEFAULT_FRAME_TIMEOUT = 10.0  # seconds to complete a frame once it has begun
 DEFAULT_FIRST_FRAME_TIMEOUT = 0.0  # seconds to send a first whole frame; 0 = no limit
+# PROTOCOL.md 10.7, 14.5: queries (protocol 1.1)
+DEFAULT_MAX_QUERY_SIZE = 16 * 1024
+DEFAULT_MAX_QUERY_TERMS = 64
+DEFAULT_MAX_WINDOW = 1000
+DEFAULT_MAX_FIELD_DEPTH = 16
 
 FSYNC_POLICIES = ("always", "interval", "never")
 LOOPS = ("auto", "uvloop", "asyncio")
@@ -94,6 +99,10 @@ class Config:
             then it is closed TIMEOUT (PROTOCOL.md 10.7).
         first_frame_timeout: seconds a new connection may stay without sending a
             whole frame before it is closed TIMEOUT; 0 means no limit.
+        max_query_size: largest FETCH_QUERY / QUERY_ONCE payload, bytes (TOO_LARGE above).
+        max_query_terms: matchers, operands, filters and sort of one query.
+        max_window: longest window (to - from + 1) of a sorted query.
+        max_field_depth: segments of one field path.
     """
 
     host: str = DEFAULT_HOST
@@ -124,6 +133,11 @@ class Config:
     max_input_buffer: int = DEFAULT_MAX_INPUT_BUFFER
     frame_timeout: float = DEFAULT_FRAME_TIMEOUT
     first_frame_timeout: float = DEFAULT_FIRST_FRAME_TIMEOUT
+    # queries (PROTOCOL.md 14.5)
+    max_query_size: int = DEFAULT_MAX_QUERY_SIZE
+    max_query_terms: int = DEFAULT_MAX_QUERY_TERMS
+    max_window: int = DEFAULT_MAX_WINDOW
+    max_field_depth: int = DEFAULT_MAX_FIELD_DEPTH
 
     def validate(self) -> Config:
         """Check every value; returns self.
@@ -157,6 +171,10 @@ class Config:
             "hard_limit",
             "log_rotate_size",
             "max_input_buffer",
+            "max_query_size",
+            "max_query_terms",
+            "max_window",
+            "max_field_depth",
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
@@ -214,6 +232,10 @@ _HELP = {
     "max_input_buffer": f"bytes of unprocessed input, all connections together (default {DEFAULT_MAX_INPUT_BUFFER})",
     "frame_timeout": f"seconds a peer has to complete a frame it began (default {DEFAULT_FRAME_TIMEOUT:g})",
     "first_frame_timeout": "seconds a new connection may go without a whole frame (default 0: no limit)",
+    "max_query_size": f"largest query payload, bytes (default {DEFAULT_MAX_QUERY_SIZE})",
+    "max_query_terms": f"matchers, operands, filters and sort of one query (default {DEFAULT_MAX_QUERY_TERMS})",
+    "max_window": f"longest window of a sorted query (default {DEFAULT_MAX_WINDOW})",
+    "max_field_depth": f"segments of one field path (default {DEFAULT_MAX_FIELD_DEPTH})",
 }
 
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Optional
 from jetwire import Status
 
 if TYPE_CHECKING:
+    from .querying import QueryFetch
     from .routes import Route
     from .subscriptions import Delivery, Fetch
 
@@ -49,6 +50,7 @@ class Connection:
         "paused",
         "pending",
         "pending_size",
+        "query_fetches",
         "rest",
         "routes",
         "slow_since",
@@ -79,6 +81,7 @@ class Connection:
         self.states: dict[bytes, bytes] = {}  # its states: key -> Key, Value payload
         self.methods: set[bytes] = set()
         self.fetches: dict[int, Fetch] = {}
+        self.query_fetches: dict[int, QueryFetch] = {}  # FETCH_QUERY fetches (PROTOCOL.md 14.3)
         self.routes: dict[int, Route] = {}  # routed to this connection, by our id
         self.next_route_id = 1
         # Received bytes not processed yet: an incomplete frame, or (while ``stalled``)

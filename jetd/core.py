@@ -37,6 +37,7 @@ from typing import Optional
 
 from jetwire import (
     FEATURE_CONFLATION,
+    FEATURE_QUERIES,
     PROTOCOL_MAJOR,
     EventCode,
     Function,
@@ -53,12 +54,12 @@ from .base import DaemonStats
 from .config import Config
 from .connection import Connection
 from .frames import (
+    DAEMON_EVENTS,
     EV_CLOSE,
     EV_NOTIFY_STATE,
     EV_SET_STATE,
     EVENT,
     EVT_HEAD_PACK,
-    FETCH_ADD,
     FETCH_CHANGE,
     FETCH_REMOVE,
     FRAME_IN,
@@ -66,7 +67,7 @@ from .frames import (
     ID_BYTE_FROM,
     ID_HEAD_PACK,
     INFO,
-    MAX_STATUS,
+    KNOWN_STATUSES,
     OPAQUE,
     REQUEST,
     RESPONSE,
@@ -81,6 +82,8 @@ from .frames import (
     str16_ok,
     why_malformed,
 )
+from .query import QueryIndex
+from .querying import QueryHandlers
 from .registry import RegistryHandlers, StateRegistry
 from .routes import Route, RouteTable, Routing
 from .subscriptions import Delivery, Fetch, FetchRegistry, Subscriptions
@@ -100,7 +103,7 @@ __all__ = [
 log = logging.getLogger("jetd")
 
 
-class Daemon(RegistryHandlers, Routing, Subscriptions):
+class Daemon(RegistryHandlers, Routing, Subscriptions, QueryHandlers):
     """The registry and router. Feed it bytes per connection; it fills output queues.
 
     Args:
@@ -115,6 +118,8 @@ class Daemon(RegistryHandlers, Routing, Subscriptions):
         self.fetches = FetchRegistry()
         # PROTOCOL.md 10.8: the fetches of paused connections, for their ADD/REMOVE events.
         self.parked_fetches = FetchRegistry()
+        self.queries = QueryIndex()  # PROTOCOL.md 14 (jetd.querying)
+        self.nodes = None
         self._parked = 0  # how many fetches are parked
         # While any is parked: key -> sequence number of its last change (self._seq).
         self._changed: dict[bytes, int] = {}
@@ -147,7 +152,7 @@ class Daemon(RegistryHandlers, Routing, Subscriptions):
         self._max_body = config.max_body
         self._small_body_peers = 0  # peers whose INFO announced a max_body below ours
         self._max_key = config.max_key_length
-        self.info_frame = encode(Info(config.name, config.max_body, FEATURE_CONFLATION))
+        self.info_frame = encode(Info(config.name, config.max_body, FEATURE_CONFLATION | FEATURE_QUERIES))
         self._shutdown_frame = close_frame(Status.OK, "shutting down")
         self._request_handlers: dict[int, Callable[[Connection, bytes, int, int, int], None]] = {
             Function.ADD_STATE.value: self._add_state,
@@ -160,6 +165,8 @@ class Daemon(RegistryHandlers, Routing, Subscriptions):
             Function.FETCH_STATES.value: self._fetch,
             Function.UNFETCH.value: self._unfetch,
             Function.GET_STATE.value: self._get,
+            Function.FETCH_QUERY.value: self._fetch_query,
+            Function.QUERY_ONCE.value: self._query_once,
         }
 
     # --- connection lifecycle ---------------------------------------------------------
@@ -386,6 +393,9 @@ class Daemon(RegistryHandlers, Routing, Subscriptions):
         parked = self._parked
         changed = self._changed
         delivering = self._delivering  # read again where parked is
+        # PROTOCOL.md 14: query groups, if any, see every change (a plain dict: its truth
+        # test costs nothing, where QueryIndex.__bool__ would be a call per frame).
+        query_groups = self.queries.by_signature
         # Routed SET_STATE requests and their OK answers also have fast paths below; the
         # event log (ROUTE and FRAME_OUT records) takes the careful ones.
         fast_route = logger is None
@@ -513,6 +523,12 @@ class Daemon(RegistryHandlers, Routing, Subscriptions):
                                         fanned += len(targets)
                                     else:
                                         self._fanout(key, FETCH_CHANGE, kv)
+                                        pos = end
+                                        if conn.closing:
+                                            break
+                                        continue
+                                if query_groups:
+                                    self._query_state(key, FETCH_CHANGE, kv)
                                 pos = end
                                 if conn.closing:  # it fetches its own states and overflowed
                                     break
@@ -583,6 +599,8 @@ class Daemon(RegistryHandlers, Routing, Subscriptions):
         fetches = self.parked_fetches if conn.parked else self.fetches
         for fetch in conn.fetches.values():
             fetches.remove(fetch)
+        if conn.query_fetches:
+            self._query_teardown(conn)
         if conn.parked:
             conn.parked = False
             self._unparked(len(conn.fetches))
@@ -593,6 +611,8 @@ class Daemon(RegistryHandlers, Routing, Subscriptions):
             self.fetches.forget(key)
         for key in conn.methods:
             del registry.methods[key]
+            if self.queries:
+                self._query_method(key, False)
         conn.methods.clear()
         self.slow.discard(conn)
         # The IO layer closes the transport after the flush; being listed twice is harmless
@@ -660,7 +680,7 @@ class Daemon(RegistryHandlers, Routing, Subscriptions):
             self._send(owner, buf[pos:end])
             return None
         if code == EV_CLOSE:
-            if end - pos < 7 or buf[pos + 6] > MAX_STATUS or not str16_ok(buf, pos + 7, end):
+            if end - pos < 7 or buf[pos + 6] not in KNOWN_STATUSES or not str16_ok(buf, pos + 7, end):
                 return self._fatal(conn, Status.MALFORMED, "malformed CLOSE")
             # PROTOCOL.md 7.3: treated like a disconnect; nothing is sent back.
             conn.closing = True
@@ -668,7 +688,7 @@ class Daemon(RegistryHandlers, Routing, Subscriptions):
             conn.close_at = len(conn.pending) if conn.paused else len(conn.out)
             self._to_close.append(conn)
             return None
-        if code in (FETCH_ADD, FETCH_CHANGE, FETCH_REMOVE):
+        if code in DAEMON_EVENTS:
             return self._fatal(conn, Status.MALFORMED, "fetch events may not be sent to the daemon")
         return self._fatal(conn, Status.UNKNOWN_FUNCTION, f"unknown event code 0x{code:02X}")
 

@@ -166,6 +166,8 @@ class RegistryHandlers(DaemonBase):
             return None
         self.registry.methods[key] = conn
         conn.methods.add(key)
+        if self.queries:
+            self._query_method(key, True)  # PROTOCOL.md 14.2
         self._send(conn, ok_frame(rid))
         return None
 
@@ -177,6 +179,8 @@ class RegistryHandlers(DaemonBase):
             return None
         del self.registry.methods[key]
         conn.methods.discard(key)
+        if self.queries:
+            self._query_method(key, False)  # PROTOCOL.md 14.2
         self._send(conn, ok_frame(rid))
         return None
 

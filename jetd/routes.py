@@ -13,7 +13,7 @@ from .base import DaemonBase
 from .connection import Connection
 from .frames import (
     ID_HEAD_PACK,
-    MAX_STATUS,
+    KNOWN_STATUSES,
     NONE_VALUE,
     REQUEST,
     RESP_HEAD_PACK,
@@ -196,7 +196,7 @@ class Routing(DaemonBase):
                 if rest >= 5 and value_ok(buf, pos + 10, end):
                     self._send(requester, ID_HEAD_PACK(RESPONSE, end - pos - 5, rid) + buf[pos + 9 : end])
                     return
-            elif status <= MAX_STATUS and str16_ok(buf, pos + 10, end):
+            elif status in KNOWN_STATUSES and str16_ok(buf, pos + 10, end):
                 self._send(requester, ID_HEAD_PACK(RESPONSE, end - pos - 5, rid) + buf[pos + 9 : end])
                 return
         self._violation(conn, f"malformed RESPONSE to routed request {oid}")

@@ -21,12 +21,15 @@ from .aio import (
     FetchEvent,
     Method,
     PeerAsync,
+    QueryResult,
     State,
+    WindowRow,
 )
 from .errors import (
     AlreadyExists,
     ConnectionClosed,
     Internal,
+    InvalidQuery,
     LimitExceeded,
     Malformed,
     NotFound,
@@ -41,6 +44,7 @@ from .errors import (
     WrongKind,
     error_for_status,
 )
+from .query import field, key, value
 from .sync import Peer, SyncFetch, SyncMethod, SyncState
 
 __all__ = [
@@ -52,6 +56,7 @@ __all__ = [
     "Fetch",
     "FetchEvent",
     "Internal",
+    "InvalidQuery",
     "LimitExceeded",
     "Malformed",
     "Method",
@@ -62,6 +67,7 @@ __all__ = [
     "Peer",
     "PeerAsync",
     "PeerError",
+    "QueryResult",
     "Rejected",
     "State",
     "SyncFetch",
@@ -70,6 +76,10 @@ __all__ = [
     "Timeout",
     "TooLarge",
     "UnknownFunction",
+    "WindowRow",
     "WrongKind",
     "error_for_status",
+    "field",
+    "key",
+    "value",
 ]

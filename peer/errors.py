@@ -20,6 +20,7 @@ __all__ = [
     "AlreadyExists",
     "ConnectionClosed",
     "Internal",
+    "InvalidQuery",
     "LimitExceeded",
     "Malformed",
     "NotFound",
@@ -136,6 +137,12 @@ class Overloaded(PeerError):
     default_status = Status.OVERLOADED
 
 
+class InvalidQuery(PeerError):
+    """The daemon cannot run the query (INVALID_QUERY, PROTOCOL.md 14.6)."""
+
+    default_status = Status.INVALID_QUERY
+
+
 class ConnectionClosed(PeerError):
     """The connection is closed (or was lost) before the request could complete.
 
@@ -162,6 +169,7 @@ _BY_STATUS: dict[Status, type[PeerError]] = {
         WrongKind,
         Internal,
         Overloaded,
+        InvalidQuery,
     )
 }
 
