@@ -37,7 +37,7 @@ def _pandas(df: DataFrame) -> pd.DataFrame:
     return cast(pd.DataFrame, df.toPandas())
 
 
-def collect_summary(tables: dict[str, DataFrame], *, top: int = 10) -> Summary:
+def collect_summary(tables: dict[str, DataFrame], *, top: int = 10, source: str = "") -> Summary:
     """Aggregate the tables with Spark and collect the (small) results."""
     rows = {name: df.count() for name, df in tables.items()}
     changes, reqs, conns = (tables[t] for t in ("state_changes", "requests", "connections"))
