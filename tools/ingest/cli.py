@@ -144,7 +144,7 @@ def _plan(manifest: Any, logdir: str) -> tuple[list[tuple[str, int, int]], dict[
         if size < start:
             raise WarehouseError(
                 f"{f}: segment {segment} of daemon {daemon!r} (created_ns {created}) has {size} bytes, but "
-                f"{start} bytes of it were ingested (from {known.path}): it shrank; "  # type: ignore[union-attr]
+                f"{start} bytes of it were ingested (from {known.path}): it shrank; "
                 "restore the whole file or move it out of the log directory")
         states[key] = FileState(f, crc, daemon, created, segment, run_of[key], max(start, header_size))
         if size > max(start, header_size):
