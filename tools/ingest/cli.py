@@ -48,7 +48,8 @@ def _parse_since(text: str) -> int:
 
 
 class _Progress:
-    """Shows "files done/total" while Spark tasks run (one task per file or chunk)."""
+    """Our own progress while the Spark tasks run (one task per file or chunk): a rich
+    progress bar on a terminal, else a "files done" line when the count changes."""
 
     def __init__(self, spark: Any, console: Console, files: int, tasks: int) -> None:
         self.tracker = spark.sparkContext.statusTracker()
@@ -57,22 +58,31 @@ class _Progress:
         self.tasks = max(tasks, 1)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
+        self._bar: Any = None
 
     def __enter__(self) -> _Progress:
-        if self.console.is_terminal or self.files:
-            self._thread.start()
+        if self.console.is_terminal:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._bar = Progress(TextColumn("ingesting"), BarColumn(), MofNCompleteColumn(), TextColumn("files"),
+                                 TimeElapsedColumn(), console=self.console, transient=True)
+            self._bar.start()
+            self._task = self._bar.add_task("files", total=self.files)
+        self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(2)
+        if self._bar is not None:
+            self._bar.stop()
         if not exc[0]:
             self.console.print(f"files done {self.files}/{self.files}")
 
     def _run(self) -> None:
         last = -1
-        while not self._stop.wait(1.0):
+        while not self._stop.wait(0.5 if self._bar is not None else 1.0):
             done = 0
             for stage_id in self.tracker.getActiveStageIds():
                 info = self.tracker.getStageInfo(stage_id)
@@ -80,7 +90,10 @@ class _Progress:
                     done = max(done, info.numCompletedTasks)
             files_done = done * self.files // self.tasks
             if files_done != last:
-                self.console.print(f"files done {files_done}/{self.files}")
+                if self._bar is not None:
+                    self._bar.update(self._task, completed=files_done)
+                else:
+                    self.console.print(f"files done {files_done}/{self.files}")
                 last = files_done
 
 
@@ -287,9 +300,9 @@ def ingest_once(spark: Any, logdir: str, warehouse: Path, *, since_ns: Optional[
 def load_tables(spark: Any, warehouse: Path) -> dict[str, Any]:
     """Every table of ``warehouse``'s current snapshot as a DataFrame (``frames`` and
     the derived ones), all pinned to that one snapshot."""
-    from tools.ingest.warehouse import TABLES, table_path
+    from tools.ingest.warehouse import TABLES, snapshot_path
 
-    snapshot = table_path(warehouse, "").parent
+    snapshot = snapshot_path(warehouse)
     return {name: _read(spark, snapshot / name, name) for name in TABLES}
 
 

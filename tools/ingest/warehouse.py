@@ -380,8 +380,8 @@ class Manifest:
                 shutil.rmtree(self.snapshots / f"{v:08d}", ignore_errors=True)
 
 
-def table_path(root: Path, table: str) -> Path:
-    """The directory of ``table`` in ``root``'s current snapshot, resolved (pinned).
+def snapshot_path(root: Path) -> Path:
+    """The directory of ``root``'s current snapshot, resolved (pinned).
 
     Raises:
         FileNotFoundError: nothing was committed yet.
@@ -389,4 +389,13 @@ def table_path(root: Path, table: str) -> Path:
     current = root / "_jet_ingest" / "current"
     if not os.path.lexists(current):
         raise FileNotFoundError(f"{root}: nothing ingested yet")
-    return Path(os.path.realpath(current)) / table
+    return Path(os.path.realpath(current))
+
+
+def table_path(root: Path, table: str) -> Path:
+    """The directory of ``table`` in ``root``'s current snapshot, resolved (pinned).
+
+    Raises:
+        FileNotFoundError: nothing was committed yet.
+    """
+    return snapshot_path(root) / table
