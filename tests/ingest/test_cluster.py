@@ -150,8 +150,8 @@ def test_on_a_cluster_tables_match_local_and_invisible_paths_fail_loudly(cluster
     env.pop("PYSPARK_SUBMIT_ARGS", None)
     done = subprocess.run([sys.executable, "-c", _DRIVER, json.dumps(runs)], env=env, capture_output=True, text=True,
                           timeout=600, check=False)
-    out = done.stdout
-    exits = [int(line.split()[1]) for line in out.splitlines() if line.startswith("EXIT")]
+    out = " ".join(done.stdout.split())  # as one line, however the console wrapped it
+    exits = [int(line.split()[1]) for line in done.stdout.splitlines() if line.startswith("EXIT")]
     assert exits == [0, 1, 1], (out, done.stderr[-3000:])
 
     # 1. Paths every node sees: the same tables as a local ingest.

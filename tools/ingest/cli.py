@@ -532,7 +532,9 @@ def main(argv: Optional[list[str]] = None) -> int:
             if message is None:
                 raise
             hint = " (--mode FAILFAST)" if args.mode == "FAILFAST" else ""
-            console.print(f"[red]jet-ingest: {message}[/red]", highlight=False)
+            from rich.text import Text
+
+            console.print(Text(f"jet-ingest: {message}", style="red"), soft_wrap=True)
             console.print(f"[red]jet-ingest: failed{hint}; nothing of this run was committed[/red]", highlight=False)
             return 1
         finally:

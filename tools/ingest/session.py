@@ -163,6 +163,14 @@ appender.console.name = stderr
 appender.console.target = SYSTEM_ERR
 appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n%ex
+# Spark lowers the root level to this logger's (WARN unless set) in a Python driver.
+logger.repl.name = org.apache.spark.repl.Main
+logger.repl.level = error
+# A failed task is reported by jet-ingest itself, with its cause, once.
+logger.executor.name = org.apache.spark.executor.Executor
+logger.executor.level = off
+logger.tasks.name = org.apache.spark.scheduler.TaskSetManager
+logger.tasks.level = off
 """
 
 
