@@ -37,8 +37,10 @@ from jetwire.log import DEFAULT_MAX_RECORD, RECORD_MARKER, LogHeaderIncomplete, 
 
 __all__ = [
     "ARROW_SCHEMA",
+    "CORRUPT",
     "MODES",
     "SPARK_SCHEMA",
+    "TRUNCATED",
     "JetlogError",
     "ScanResult",
     "SegmentHeader",
@@ -52,6 +54,9 @@ __all__ = [
 ]
 
 MODES = ("PERMISSIVE", "DROPMALFORMED", "FAILFAST")
+# ``kind`` of the rows that are not records (JETLOG.md 5), beside the record kinds.
+CORRUPT = "CORRUPT"  # a damaged region, or a bad segment header (the whole file)
+TRUNCATED = "TRUNCATED"  # the file ends inside this record
 
 # The fixed schema of the `jetlog` source; docs/README of tools.ingest explains each column.
 SPARK_SCHEMA = (
@@ -98,6 +103,7 @@ ARROW_SCHEMA = pa.schema(
 )
 
 _HEAD = struct.Struct(">HII")  # JETLOG.md 3: marker | length | crc
+_LEN = struct.Struct(">I")
 _HEAD_SIZE = 10
 _FIXED_SIZE = 13  # JETLOG.md 3: ts_ns u64 | conn_id u32 | kind u8
 _MARKER_BYTES = struct.pack(">H", RECORD_MARKER)
@@ -154,45 +160,83 @@ class ScanResult:
 
 
 def _record_problem(buf: bytes | mmap.mmap, pos: int, have: int, max_record: int, verify_crc: bool) -> Optional[str]:
-    """Why the record at ``pos`` is not valid; "" if incomplete; None if valid."""
-    if have - pos < _HEAD_SIZE:
-        if have - pos >= 2 and buf[pos : pos + 2] != _MARKER_BYTES:
-            return "bad record marker"
-        return ""
-    marker, length, crc = _HEAD.unpack_from(buf, pos)
-    if marker != RECORD_MARKER:
+    """Why the record at ``pos`` is not valid (JETLOG.md 5); "" if the bytes end inside
+    it while what is there is sound so far; None if valid."""
+    rem = have - pos
+    if rem < 2:
+        return "" if buf[pos:have] == _MARKER_BYTES[:rem] else "bad record marker"
+    if buf[pos : pos + 2] != _MARKER_BYTES:
         return "bad record marker"
+    if rem < 6:
+        return ""
+    length = _LEN.unpack_from(buf, pos + 2)[0]
     if length < _FIXED_SIZE or length > max_record:
         return f"implausible record length {length}"
     end = pos + _HEAD_SIZE + length
     if end > have:
         return ""
-    if verify_crc and zlib.crc32(buf[pos + _HEAD_SIZE : end], zlib.crc32(buf[pos + 2 : pos + 6])) != crc:
+    if verify_crc and zlib.crc32(buf[pos + _HEAD_SIZE : end], zlib.crc32(buf[pos + 2 : pos + 6])) != _LEN.unpack_from(
+        buf, pos + 6
+    )[0]:
         return "record CRC mismatch"
     return None
 
 
-def _is_sync_point(buf: bytes | mmap.mmap, pos: int, have: int, max_record: int) -> bool:
-    """A valid record whose successor is valid too, or which ends the data (JETLOG.md 5).
+def _is_candidate(buf: bytes | mmap.mmap, pos: int, have: int, max_record: int) -> bool:
+    """JETLOG.md 5 resync: a marker, a plausible length, right after the record the next
+    marker (or the end of the data, or the start of a marker cut by it), and a matching
+    CRC. The marker after is checked before the CRC: damage full of marker bytes with
+    large lengths would otherwise cost a CRC over up to ``max_record`` bytes at each."""
+    if have - pos < _HEAD_SIZE:
+        return False
+    marker, length, crc = _HEAD.unpack_from(buf, pos)
+    if marker != RECORD_MARKER or length < _FIXED_SIZE or length > max_record:
+        return False
+    end = pos + _HEAD_SIZE + length
+    if end > have:
+        return False
+    after = buf[end : end + 2]
+    if after != _MARKER_BYTES[: len(after)]:
+        return False
+    return bool(zlib.crc32(buf[pos + _HEAD_SIZE : end], zlib.crc32(buf[pos + 2 : pos + 6])) == crc)
 
-    Asking for two chained records makes a false sync inside a record body (a marker, a
-    plausible length and a matching CRC by chance) practically impossible.
+
+def _next_candidate(buf: bytes | mmap.mmap, pos: int, have: int, max_record: int) -> int:
+    """The first resync candidate at or after ``pos`` (JETLOG.md 5), or ``have``."""
+    while True:
+        pos = buf.find(_MARKER_BYTES, pos, have)
+        if pos < 0:
+            return have
+        if _is_candidate(buf, pos, have, max_record):
+            return pos
+        pos += 1
+
+
+def _is_sync_point(buf: bytes | mmap.mmap, pos: int, have: int, max_record: int) -> bool:
+    """A resync candidate whose successor is valid too, or incomplete at the end.
+
+    Where a chunk starts (:func:`find_boundary`). Asking for two chained records makes a
+    false start inside a record body (a marker, a plausible length and a matching CRC by
+    chance) practically impossible. Every sync point is a candidate, so the chunk before
+    reaches it whether it arrives by the chain or by resynchronising after damage.
     """
-    nxt = pos + _HEAD_SIZE + _HEAD.unpack_from(buf, pos)[1] if have - pos >= _HEAD_SIZE else have
-    # Cheap test first: a sync point is followed by a marker (or the end). Without it,
-    # damage full of marker bytes with large lengths would cost a CRC over up to
-    # max_record bytes at every one of them (JETLOG.md 5).
-    if nxt + 2 <= have and buf[nxt : nxt + 2] != _MARKER_BYTES:
+    if not _is_candidate(buf, pos, have, max_record):
         return False
-    if _record_problem(buf, pos, have, max_record, True) is not None:
-        return False
+    nxt = pos + _HEAD_SIZE + _LEN.unpack_from(buf, pos + 2)[0]
     return nxt >= have or _record_problem(buf, nxt, have, max_record, True) in (None, "")
 
 
-def _next_sync(buf: bytes | mmap.mmap, pos: int, have: int, max_record: int) -> int:
-    """The first sync point at or after ``pos``, or ``have`` if none."""
+def find_boundary(
+    buf: bytes | mmap.mmap, pos: int, max_record: int = DEFAULT_MAX_RECORD, *, header_size: int = 0
+) -> int:
+    """Where a chunk that nominally starts at ``pos`` really starts: ``header_size`` if
+    ``pos`` is inside the header, else the first sync point at or after ``pos`` (or the
+    end of ``buf``). The chunk before scans up to exactly there (:func:`scan_records`)."""
+    if pos <= header_size:
+        return header_size
+    have = len(buf)
     while True:
-        pos = buf.find(_MARKER_BYTES, pos)
+        pos = buf.find(_MARKER_BYTES, pos, have)
         if pos < 0:
             return have
         if _is_sync_point(buf, pos, have, max_record):
@@ -200,28 +244,28 @@ def _next_sync(buf: bytes | mmap.mmap, pos: int, have: int, max_record: int) -> 
         pos += 1
 
 
-def find_boundary(buf: bytes | mmap.mmap, pos: int, max_record: int = DEFAULT_MAX_RECORD) -> int:
-    """Where a chunk that nominally starts at ``pos`` really starts: the first record
-    boundary at or after ``pos`` (JETLOG.md 5 resync rule, two chained valid records)."""
-    return _next_sync(buf, pos, len(buf), max_record)
-
-
 def scan_records(
     buf: bytes | mmap.mmap,
     start: int,
-    stop: Optional[int] = None,
+    until: Optional[int] = None,
     *,
     max_record: int = DEFAULT_MAX_RECORD,
     verify_crc: bool = True,
 ) -> ScanResult:
-    """Locate the records that begin in ``[start, stop)`` (``stop`` defaults to the end).
+    """Locate the records and damaged regions that begin in ``[start, until)``.
 
-    ``start`` must be a record boundary (the header's end or a :func:`find_boundary`
-    result). A record may extend past ``stop``; the bytes of ``buf`` bound everything.
+    ``start`` and ``until`` must be where chunks really start (the header's end, a
+    :func:`find_boundary` result, or the end of ``buf``): the scan follows the chain
+    from ``start`` and stops once it reaches ``until``, so that chunks ``[b0, b1)``,
+    ``[b1, b2)``... together report exactly what one scan of the whole file reports,
+    damage right after a cut included. Records and damage may extend past ``until``;
+    the bytes of ``buf`` bound everything (JETLOG.md 5: a record that runs past them is
+    a truncated last record, unless a resync candidate follows it: then its length is
+    damage).
     """
     have = len(buf)
-    if stop is None or stop > have:
-        stop = have
+    if until is None or until > have:
+        until = have
     starts: list[int] = []
     append = starts.append
     unpack = _HEAD.unpack_from
@@ -229,7 +273,7 @@ def scan_records(
     damage: list[tuple[int, int, str]] = []
     pos = start
     truncated: Optional[tuple[int, int, int]] = None
-    while pos < stop:
+    while pos < until:
         # Fast path: a valid record (the overwhelmingly common case), checked inline.
         if have - pos >= _HEAD_SIZE:
             marker, length, crc = unpack(buf, pos)
@@ -244,13 +288,15 @@ def scan_records(
                 pos = end
                 continue
         problem = _record_problem(buf, pos, have, max_record, verify_crc)
+        nxt = _next_candidate(buf, pos + 1, have, max_record)
         if problem == "":
-            # JETLOG.md 5: the bytes end inside a record; stop cleanly, never an error.
-            need = _HEAD_SIZE + (unpack(buf, pos)[1] if have - pos >= _HEAD_SIZE else 0)
-            truncated = (pos, have - pos, need)
-            break
-        # JETLOG.md 5: damage in the middle; report it and resync to the next sync point.
-        nxt = _next_sync(buf, pos + 1, have, max_record)
+            if nxt >= have:
+                # JETLOG.md 5: the bytes end inside the last record.
+                need = _HEAD_SIZE + (_LEN.unpack_from(buf, pos + 2)[0] if have - pos >= _HEAD_SIZE else 0)
+                truncated = (pos, have - pos, need)
+                break
+            problem = "record runs past the end of the file while a valid record follows"
+        # JETLOG.md 5: damage in the middle; report it and resume at the next candidate.
         damage.append((pos, nxt - pos, problem or "damage"))
         pos = nxt
     return ScanResult(np.asarray(starts, dtype=np.int64), damage, pos, truncated)
@@ -280,7 +326,7 @@ def resume_offset(path: str, start: int, limit: int, chunk: int, *, max_record: 
             return start
         cuts = range(start, limit, chunk) if limit - start > chunk else range(start, start + 1)
         for cut in reversed(cuts):
-            begin = header.size if cut <= header.size else find_boundary(mm, cut, max_record)
+            begin = find_boundary(mm, cut, max_record, header_size=header.size)
             if begin < size:
                 return scan_records(mm, begin, max_record=max_record).end
         return max(start, header.size)
@@ -654,20 +700,24 @@ def parse_batch(a: np.ndarray, starts: np.ndarray, seg: _Segment) -> tuple[pa.Re
     return pa.RecordBatch.from_pydict(cols, schema=ARROW_SCHEMA), data_err > 0
 
 
-def _damage_batch(path: str, header: Optional[SegmentHeader], damage: list[tuple[int, int, str]]) -> pa.RecordBatch:
-    """One row per damaged region (JETLOG.md 5): where it begins, how long, and why."""
-    rows = [
-        {
-            "file": path,
-            "offset": off,
-            "daemon": header.name if header else None,
-            "segment": header.segment if header else None,
-            "size": length,
-            "corrupt": f"{reason}; skipped {length} bytes" if length else reason,
-        }
-        for off, length, reason in damage
-    ]
-    return pa.RecordBatch.from_pylist(rows, schema=ARROW_SCHEMA)
+def _damage_batch(path: str, header: Optional[SegmentHeader], rows: list[tuple[int, int, str, str]]) -> pa.RecordBatch:
+    """Rows for what is not a record (JETLOG.md 5): ``(offset, size, kind, corrupt)``
+    with ``kind`` CORRUPT (a damaged region or a bad header) or TRUNCATED."""
+    return pa.RecordBatch.from_pylist(
+        [
+            {
+                "file": path,
+                "offset": off,
+                "daemon": header.name if header else None,
+                "segment": header.segment if header else None,
+                "kind": kind,
+                "size": size,
+                "corrupt": text,
+            }
+            for off, size, kind, text in rows
+        ],
+        schema=ARROW_SCHEMA,
+    )
 
 
 def batch_rows(starts: np.ndarray, a: np.ndarray, max_rows: int, max_bytes: int) -> Iterator[np.ndarray]:
@@ -751,13 +801,16 @@ def _read_mapped(
     bytes_max: int,
     stats: Optional[dict[str, object]],
 ) -> Iterator[pa.RecordBatch]:
+    have = len(mm)
     try:
         header = read_header(mm)
     except JetlogError as exc:
+        # JETLOG.md 2: the whole file is rejected. Reported once, by the chunk at 0.
         if mode == "FAILFAST":
-            raise JetlogError(f"{path}: {exc}") from None
+            raise JetlogError(f"{path}: bad segment header: {exc}; the whole file ({have} bytes) is unreadable") from None
         if mode == "PERMISSIVE" and start == 0:
-            yield _damage_batch(path, None, [(0, 0, f"bad segment header: {exc}")])
+            text = f"bad segment header: {exc}; skipped the whole file ({have} bytes)"
+            yield _damage_batch(path, None, [(0, have, CORRUPT, text)])
         return
     if header is None:  # JETLOG.md 5: still being created; nothing to read yet
         return
@@ -766,19 +819,25 @@ def _read_mapped(
     a = np.frombuffer(mm, dtype=np.uint8)
     try:
         seg = _Segment(path, header)
-        if start <= header.size:
-            begin = header.size
-        else:
-            begin = find_boundary(mm, start, max_record)
-            if begin < (stop if stop is not None else len(mm)):
-                _initial_names(mm, a, seg, begin, max_record)
-        scan = scan_records(mm, begin, stop, max_record=max_record)
+        begin = find_boundary(mm, start, max_record, header_size=header.size)
+        until = have if stop is None or stop >= have else find_boundary(mm, stop, max_record, header_size=header.size)
+        if begin >= until:
+            if stats is not None:
+                stats["end"], stats["truncated"] = begin, None
+            return
+        if begin > header.size:
+            _initial_names(mm, a, seg, begin, max_record)
+        scan = scan_records(mm, begin, until, max_record=max_record)
         if stats is not None:
             stats["end"] = scan.end
             stats["truncated"] = scan.truncated
-        if scan.damage and mode == "FAILFAST":
-            off, length, reason = scan.damage[0]
-            raise JetlogError(f"{path}: {reason} at offset {off} ({length} bytes damaged)")
+        if mode == "FAILFAST":
+            if scan.damage:
+                off, length, reason = scan.damage[0]
+                raise JetlogError(f"{path}: {reason} at offset {off} ({length} bytes damaged)")
+            if scan.truncated:
+                off, present, needed = scan.truncated
+                raise JetlogError(f"{path}: truncated record at offset {off}: {present} of {needed} bytes present")
         for sub in batch_rows(scan.starts, a, rows_max, bytes_max):
             batch, bad = parse_batch(a, sub, seg)
             if bad.any():
@@ -791,7 +850,11 @@ def _read_mapped(
                     batch = batch.filter(pa.array(~bad))
             if batch.num_rows:
                 yield batch
-        if scan.damage and mode == "PERMISSIVE":
-            yield _damage_batch(path, header, scan.damage)
+        if mode == "PERMISSIVE" and (scan.damage or scan.truncated):
+            rows = [(off, length, CORRUPT, f"{reason}; skipped {length} bytes") for off, length, reason in scan.damage]
+            if scan.truncated:
+                off, present, needed = scan.truncated
+                rows.append((off, present, TRUNCATED, f"truncated record: {present} of {needed} bytes present"))
+            yield _damage_batch(path, header, rows)
     finally:
         del a
