@@ -19,6 +19,7 @@ Master: ``local[*]`` unless ``--master`` or ``spark-submit --master`` says other
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import threading
@@ -201,6 +202,30 @@ def _frames_df(df: Any, states: dict[str, Any], since_ns: Optional[int]) -> Any:
     return out
 
 
+def _complete_live(ranges: list[tuple[str, int, int]], states: dict[str, Any]) -> list[tuple[str, int, int]]:
+    """``ranges`` with the newest segment of each daemon cut after its last complete
+    record: the daemon may be writing the rest of the last one (JETLOG.md 5), which is
+    neither damage nor a reason for FAILFAST to fail. An older segment will not grow
+    (the daemon moved on, or restarted): its truncated tail is read and reported."""
+    from tools.ingest.parse import JetlogError, resume_offset
+    from tools.ingest.source import DEFAULT_CHUNK
+
+    newest: dict[str, tuple[int, int, str]] = {}
+    for s in states.values():
+        if s.daemon:
+            newest[s.daemon] = max(newest.get(s.daemon, (s.created_ns, s.segment, s.path)),
+                                   (s.created_ns, s.segment, s.path))
+    live = {path for _, _, path in newest.values()}
+    out = []
+    for path, start, limit in ranges:
+        if path in live:
+            with contextlib.suppress(JetlogError, OSError):  # else read as it is: the reader reports it
+                limit = resume_offset(path, start, limit, DEFAULT_CHUNK)
+        if limit > start:
+            out.append((path, start, limit))
+    return out
+
+
 def _resume_offsets(ranges: list[tuple[str, int, int]], chunk: int) -> dict[str, int]:
     """Each range's resume offset, as the reader's last chunk of it ends (no Spark job)."""
     from tools.ingest.parse import JetlogError, resume_offset
@@ -265,6 +290,11 @@ def ingest_once(spark: Any, logdir: str, warehouse: Path, *, since_ns: Optional[
     if removed:
         console.print(f"removed what {removed} ingest run(s) left that never committed")
     ranges, states = _plan(manifest, logdir)
+    if not ranges:
+        _record(manifest, states)
+        console.print("nothing new to ingest")
+        return 0
+    ranges = _complete_live(ranges, states)
     if not ranges:
         _record(manifest, states)
         console.print("nothing new to ingest")

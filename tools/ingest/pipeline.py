@@ -201,13 +201,22 @@ def follow_task(batches: Iterator[pa.RecordBatch], staging: str, batch_id: int) 
 
 def _end(rows: pa.Table) -> int:
     """The offset after the last record or damaged region among ``rows``: a record ends
-    10 + 13 + size bytes after its start (JETLOG.md 3); a damage row covers
-    [offset, offset + size). A bad segment header: -1 (the whole file is done)."""
+    10 + 13 + size bytes after its start (JETLOG.md 3); a CORRUPT row covers [offset,
+    offset + size); a TRUNCATED record is read again, so it ends at its offset. A bad
+    segment header: -1 (the whole file is done)."""
+    from tools.ingest.parse import CORRUPT, TRUNCATED
+
     if pc.any(pc.starts_with(pc.fill_null(rows.column("corrupt"), ""), "bad segment header")).as_py():
         return -1
     offset, size = (np.asarray(pc.fill_null(rows.column(c), 0).to_numpy(), dtype=np.int64) for c in ("offset", "size"))
-    record = np.asarray(pc.is_valid(rows.column("kind")).to_numpy(zero_copy_only=False), dtype=bool)
-    return int(np.max(offset + size + np.where(record, 23, 0)))
+    kind = rows.column("kind")
+    record = ~_flag(pc.is_in(kind, value_set=pa.array([CORRUPT, TRUNCATED])))
+    truncated = _flag(pc.equal(kind, TRUNCATED))
+    return int(np.max(np.where(truncated, offset, offset + size + np.where(record, 23, 0))))
+
+
+def _flag(arr: Any) -> np.ndarray:
+    return np.asarray(pc.fill_null(arr, False).to_numpy(zero_copy_only=False), dtype=bool)
 
 
 def _read_parts(directory: Path, schema: pa.Schema) -> list[pa.Table]:
