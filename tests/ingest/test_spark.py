@@ -362,6 +362,7 @@ def test_follow_ingests_a_live_log_exactly_once(spark: Any, start_jetd: Callable
     log_dir.mkdir()
     daemon = start_jetd("--log-dir", str(log_dir), "--log-fsync", "always")
     run_scenario(daemon.host, daemon.port)  # before jet-ingest starts: the batch ingest takes it
+    _wait_closed(log_dir, spark, 2)  # jetd writes its log on its next tick
     args = _parser().parse_args([str(log_dir), "--out", str(warehouse), "--follow", "--interval", "0.5",
                                  "--idle-exit", "3", "--no-report", "--follow-for", "90"])
     out = io.StringIO()

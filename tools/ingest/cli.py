@@ -408,7 +408,7 @@ def _follow(spark: Any, args: argparse.Namespace, console: Console) -> int:
     manifest.remove_uncommitted()
     starting = {s.path: s.done for s in manifest.files.values()}
     last_rows = [time.monotonic()]
-    added = [0]
+    added, batches = [0], [0]
     # Held while a micro-batch commits, so stopping never cuts one in half.
     committing = threading.Lock()
 
@@ -428,8 +428,10 @@ def _follow(spark: Any, args: argparse.Namespace, console: Console) -> int:
             settled = fresh.mapInArrow(lambda it: follow_task(it, str(staging), batch_id),
                                        "file string, `end` long, rows long, written string").collect()
             rows = commit_micro_batch(m, states, [r.asDict() for r in settled], staging, run_id)
+            if rows or not batches[0]:
+                last_rows[0] = time.monotonic()  # idle time counts from the first look
+            batches[0] += 1
             if rows:
-                last_rows[0] = time.monotonic()
                 added[0] += rows
                 compact(m)
             console.print(f"micro-batch {batch_id}: {rows} new record(s)")
@@ -448,8 +450,8 @@ def _follow(spark: Any, args: argparse.Namespace, console: Console) -> int:
             now = time.monotonic()
             if args.follow_for is not None and now - started >= args.follow_for:
                 break
-            if args.idle_exit is None or now - last_rows[0] < args.idle_exit:
-                continue
+            if args.idle_exit is None or not batches[0] or now - last_rows[0] < args.idle_exit:
+                continue  # (before its first micro-batch the stream has not looked yet)
             # Not while a micro-batch is being planned or committed: it may hold records.
             if not committing.locked() and not query.status.get("isTriggerActive", False):
                 console.print(f"no new records for {args.idle_exit:g} s: stopping")
