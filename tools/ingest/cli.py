@@ -546,7 +546,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                 # Decided from the headers and sizes against the manifest: no JVM.
                 manifest.remove_uncommitted()
                 ranges, states = _plan(manifest, args.logdir)
-                if not ranges:
+                if not _complete_live(ranges, states):
                     _record(manifest, states)
                     report = warehouse / "report.html"
                     console.print("nothing new to ingest" + (f"; report: {report}" if report.exists() else ""))
