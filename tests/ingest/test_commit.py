@@ -173,6 +173,15 @@ def test_check_reports_refuses_what_the_driver_cannot_see(tmp_path: Path) -> Non
         check_reports(staging, [stranded], 1)
     with pytest.raises(IngestError, match="expected reports from 2 task"):
         check_reports(staging, [ok], 2)
+    # One chunk of a segment read, the next one found it gone (renamed mid-run): committing
+    # the first chunk's rows would have the next run read them again under the new name.
+    gone = str(tmp_path / "renamed-away.jetlog")
+    parts = [[(gone, 0, 100, 200)], [(gone, 100, None, 200)]]
+    halves = [{"task": 0, "rows": 0, "files": {}, "missing": []}, {"task": 1, "rows": 0, "files": {}, "missing": [gone]}]
+    with pytest.raises(IngestError, match="vanished while it was being read"):
+        check_reports(staging, halves, 2, parts)
+    halves[0]["missing"] = [gone]
+    assert check_reports(staging, halves, 2, parts) == {}  # gone before any task read it
 
 
 def test_compaction_keeps_follow_from_leaving_many_small_files(tmp_path: Path) -> None:

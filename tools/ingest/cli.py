@@ -312,7 +312,7 @@ def ingest_once(spark: Any, logdir: str, warehouse: Path, *, since_ns: Optional[
         reports = _execute(spark, parts, spec, console, len(ranges))
     finally:
         worker.join()
-    staged = check_reports(staging, reports, len(parts))
+    staged = check_reports(staging, reports, len(parts), parts)
     if len(ends) < len(ranges):
         raise RuntimeError("jet-ingest: could not compute where each file's next read resumes")
     gone = {p for r in reports for p in r["missing"]}  # rotated away: check_reports proved it

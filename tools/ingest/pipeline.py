@@ -126,26 +126,38 @@ class IngestError(RuntimeError):
     """What the tasks report does not add up to what the driver can commit (says why)."""
 
 
-def check_reports(staging: Path, reports: list[dict[str, Any]], tasks: int) -> dict[str, dict[str, int]]:
+def check_reports(staging: Path, reports: list[dict[str, Any]], tasks: int,
+                  parts: Optional[list[list[Any]]] = None) -> dict[str, dict[str, int]]:
     """Check, before anything is committed, that every task reported, that the files the
-    tasks could not open are really gone (rotated away), and that every file the tasks
-    wrote is in ``staging`` as the driver sees it, with the rows they reported. Returns
-    the staged files and their rows ({table: {file: rows}}).
+    tasks could not open are really gone (rotated away) and were not read in part by
+    other tasks (``parts``: each task's ranges), and that every file the tasks wrote is
+    in ``staging`` as the driver sees it, with the rows they reported. Returns the
+    staged files and their rows ({table: {file: rows}}).
 
     Raises:
         IngestError: a file the driver sees was unreadable on an executor (the log
-            directory is not visible there), or a staged file is missing or holds other
-            rows (the warehouse is not the same path on the executors).
+            directory is not visible there), a file vanished while it was being read,
+            or a staged file is missing or holds other rows (the warehouse is not the
+            same path on the executors).
     """
     import pyarrow.parquet as pq
 
     if sorted(r["task"] for r in reports) != list(range(tasks)):
         raise IngestError(f"expected reports from {tasks} task(s), got {len(reports)}")
-    unseen = sorted({p for r in reports for p in r["missing"] if os.path.exists(p)})
+    missing = {p for r in reports for p in r["missing"]}
+    unseen = sorted(p for p in missing if os.path.exists(p))
     if unseen:
         raise IngestError(
             f"the Spark executors could not open {len(unseen)} log file(s) the driver sees (first: {unseen[0]}): "
             "the log directory must be visible at the same path on every executor (a shared mount)")
+    if parts is not None:
+        # A segment renamed away mid-run, read by some tasks: the next run would find it
+        # under its new name, resume where the manifest says, and read those rows again.
+        read = {rng[0] for r in reports for rng in parts[r["task"]] if rng[0] not in r["missing"]}
+        torn = sorted(missing & read)
+        if torn:
+            raise IngestError(f"{torn[0]} vanished while it was being read (rotated during the run?): "
+                              "run jet-ingest again")
     staged: dict[str, dict[str, int]] = {}
     lost: list[str] = []
     for r in reports:
