@@ -86,28 +86,25 @@ class _Progress:
 
 def _plan(manifest: Any, logdir: str) -> tuple[list[tuple[str, int, int]], dict[str, Any]]:
     """Byte ranges still to ingest per file, and the file states to record."""
+    from tools.ingest.parse import JetlogError, infer_runs, read_file_header
     from tools.ingest.source import expand_paths
     from tools.ingest.warehouse import FileState, header_identity
 
     files = expand_paths({"path": logdir})
     idents = {f: header_identity(f) for f in files}
-    # Runs: per daemon name, segments in creation order; a segment numbered no higher
-    # than its predecessor starts a new run (JETLOG.md 1: a new segment on every start).
-    run_of: dict[str, int] = {}
-    by_daemon: dict[str, list[tuple[int, int, str]]] = {}
-    for f, ident in idents.items():
-        if ident is not None:
-            by_daemon.setdefault(ident[1], []).append((ident[2], ident[3], f))
-    for segs in by_daemon.values():
-        run_ns, prev = None, None
-        for created, segment, f in sorted(segs):
-            known = manifest.files.get(f)
-            if known is not None and known.created_ns == created:
-                run_ns = known.run_ns
-            elif run_ns is None or prev is None or segment <= prev:
-                run_ns = created
-            run_of[f] = run_ns
-            prev = segment
+    # Runs (JETLOG.md 2): the header's run_ns, or inferred from the headers for version 1.
+    headers = {}
+    for f in files:
+        try:
+            headers[f] = read_file_header(f)
+        except (OSError, JetlogError):
+            headers[f] = None
+
+    def known_run(f: str, header: Any) -> Optional[int]:
+        known = manifest.files.get(f)
+        return known.run_ns if known is not None and known.created_ns == header.created_ns else None
+
+    run_of = infer_runs(headers, known_run)
     ranges: list[tuple[str, int, int]] = []
     states: dict[str, Any] = {}
     for f, ident in idents.items():
