@@ -453,7 +453,7 @@ def time_range(
 
     start = header_size
     if lo_ns is not None:
-        first, ts = probe(header_size)
+        ts = probe(header_size)[1]
         if ts is None:
             return header_size, header_size  # no record at all
         if ts < lo_ns:
