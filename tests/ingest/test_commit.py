@@ -264,8 +264,6 @@ def test_a_live_segment_cut_mid_record_is_not_damage_but_an_old_one_is(tmp_path:
     assert TRUNCATED not in visible(wh).column("kind").to_pylist()
 
 
-@pytest.mark.xfail(strict=True, reason="reader side (parse.read_segment): a read that starts at a resume offset "
-                   "where a truncated record begins yields no TRUNCATED row (find_boundary moves past it)")
 def test_an_older_segments_cut_tail_is_reported_once_the_daemon_moved_on(tmp_path: Path) -> None:
     from tools.ingest.parse import TRUNCATED
 

@@ -103,65 +103,69 @@ def _plan(manifest: Any, logdir: str) -> tuple[list[tuple[str, int, int]], dict[
     segment identity, :func:`tools.ingest.warehouse.segment_key`).
 
     A segment is known by its header, wherever it lies now: one renamed or moved to an
-    archive directory resumes where the warehouse left it, and a second copy of it is
-    not read.
+    archive directory resumes where the warehouse left it (a ``.gz`` one, finished, is
+    done), and a second copy of it is not read. Runs: the header's ``run_ns``, or
+    inferred from the headers (:func:`tools.ingest.parse.infer_runs`).
 
     Raises:
         WarehouseError: a known segment is now shorter than what was ingested from it.
     """
+    from tools.ingest.parse import JetlogError, infer_runs, read_file_header
     from tools.ingest.source import expand_paths
-    from tools.ingest.warehouse import FileState, WarehouseError, bad_header_key, header_identity, segment_key
+    from tools.ingest.warehouse import FileState, WarehouseError, bad_header_key, segment_key
+
+    def key_of(h: Any) -> str:
+        return segment_key(h.name, h.created_ns, h.segment, h.crc)
 
     files = expand_paths({"path": logdir})
-    idents = {f: header_identity(f) for f in files}
+    headers: dict[str, Any] = {}
+    for f in files:
+        try:
+            headers[f] = read_file_header(f)
+        except (OSError, JetlogError):
+            headers[f] = None
     where: dict[str, str] = {}  # segment key -> the path read
-    for f, ident in idents.items():
-        if ident is None:
+    for f, h in headers.items():
+        if h is None:
             continue
-        key = segment_key(ident[1], ident[2], ident[3], ident[0])
+        key = key_of(h)
         known = manifest.files.get(key)
         if key not in where or (known is not None and known.path == f):
             where[key] = f
-    # Runs: per daemon name, segments in creation order; a segment numbered no higher
-    # than its predecessor starts a new run (JETLOG.md 1: a new segment on every start).
-    run_of: dict[str, int] = {}
-    by_daemon: dict[str, list[tuple[int, int, str]]] = {}
-    for key, f in where.items():
-        _, daemon, created, segment, _ = idents[f]  # type: ignore[misc]
-        by_daemon.setdefault(daemon, []).append((created, segment, key))
-    for segs in by_daemon.values():
-        run_ns, prev = None, None
-        for created, segment, key in sorted(segs):
-            known = manifest.files.get(key)
-            if known is not None:
-                run_ns = known.run_ns
-            elif run_ns is None or prev is None or segment <= prev:
-                run_ns = created
-            run_of[key] = run_ns
-            prev = segment
+
+    def known_run(path: str, header: Any) -> Optional[int]:
+        known = manifest.files.get(key_of(header))
+        return known.run_ns if known is not None else None
+
+    run_of = infer_runs({f: headers[f] for f in where.values()}, known_run)
     ranges: list[tuple[str, int, int]] = []
     states: dict[str, Any] = {}
-    for f, ident in idents.items():
+    for f, h in headers.items():
         size = Path(f).stat().st_size
-        if ident is None:
+        if h is None:
             key = bad_header_key(f)
             if key not in manifest.files and not _header_incomplete(f):
                 ranges.append((f, 0, size))  # a bad header: reported once as a corrupt row
                 states[key] = FileState(f, 0, "", 0, 0, 0, size)
             continue
-        crc, daemon, created, segment, header_size = ident
-        key = segment_key(daemon, created, segment, crc)
+        key = key_of(h)
         if where[key] != f:
             continue  # another copy of a segment read from elsewhere
         known = manifest.files.get(key)
         start = known.done if known is not None else 0
+        if f.endswith(".gz"):
+            # Archived, so finished: read whole once (offsets are of the uncompressed bytes).
+            if known is None:
+                ranges.append((f, 0, size))
+            states[key] = FileState(f, h.crc, h.name, h.created_ns, h.segment, run_of[f], max(start, size))
+            continue
         if size < start:
             raise WarehouseError(
-                f"{f}: segment {segment} of daemon {daemon!r} (created_ns {created}) has {size} bytes, but "
+                f"{f}: segment {h.segment} of daemon {h.name!r} (created_ns {h.created_ns}) has {size} bytes, but "
                 f"{start} bytes of it were ingested (from {known.path}): it shrank; "
                 "restore the whole file or move it out of the log directory")
-        states[key] = FileState(f, crc, daemon, created, segment, run_of[key], max(start, header_size))
-        if size > max(start, header_size):
+        states[key] = FileState(f, h.crc, h.name, h.created_ns, h.segment, run_of[f], max(start, h.size))
+        if size > max(start, h.size):
             ranges.append((f, start, size))
     return ranges, states
 
@@ -303,7 +307,8 @@ def ingest_once(spark: Any, logdir: str, warehouse: Path, *, since_ns: Optional[
     console.print(f"ingesting {len(ranges)} file(s), {sum(lim - s for _, s, lim in ranges):,} bytes")
     run_id = new_run_id()
     staging = manifest.meta / "staging" / run_id
-    spec = TaskSpec(str(staging), {s.path: s.run_ns for s in states.values()}, since_ns, mode)
+    resume = {path: start for path, start, _ in ranges if start > 0}
+    spec = TaskSpec(str(staging), {s.path: s.run_ns for s in states.values()}, since_ns, mode, resume)
     ends: dict[str, int] = {}
     # Where each file's next read resumes is computed while the tasks run.
     worker = threading.Thread(target=lambda: ends.update(_resume_offsets(ranges, DEFAULT_CHUNK)), daemon=True)

@@ -26,7 +26,7 @@ import json
 import os
 import shutil
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -52,6 +52,7 @@ class TaskSpec:
     runs: dict[str, int]  # file -> run_ns
     since_ns: Optional[int] = None
     mode: str = "PERMISSIVE"
+    resume: dict[str, int] = field(default_factory=dict)  # file -> the offset its range starts at
 
 
 def spark_ddl(schema: pa.Schema) -> str:
@@ -110,7 +111,12 @@ def run_task(index: int, ranges: list[tuple[str, int, Optional[int], int]], spec
     missing: list[str] = []
     for i, (path, start, stop, limit) in enumerate(ranges):
         try:
-            batches = list(read_segment(path, start, stop, mode=spec.mode, limit=limit))
+            # A range's first chunk starts exactly where the manifest says the last run
+            # ended (a record boundary, or a record cut short that is now final); a
+            # truncated record is reported as a row (the live segment's cut tail is not
+            # planned at all: cli._complete_live).
+            batches = list(read_segment(path, start, stop, mode=spec.mode, limit=limit,
+                                        exact_start=spec.resume.get(path) == start, truncated_row=True))
         except FileNotFoundError:
             # Rotated away since planning, or never visible here (an executor that does
             # not mount the log directory): only the driver can tell which.

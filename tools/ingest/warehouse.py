@@ -46,7 +46,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import struct
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -54,8 +53,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
-
-from tools.ingest.parse import JetlogError, read_header
 
 __all__ = [
     "CRASH_ENV",
@@ -65,7 +62,6 @@ __all__ = [
     "Manifest",
     "WarehouseError",
     "crash_point",
-    "header_identity",
     "locked",
     "new_run_id",
     "segment_key",
@@ -123,21 +119,6 @@ def locked(root: Path) -> Iterator[None]:
 def new_run_id() -> str:
     """A fresh ingest run id."""
     return uuid.uuid4().hex[:12]
-
-
-def header_identity(path: str) -> Optional[tuple[int, str, int, int, int]]:
-    """(header CRC, daemon, created_ns, segment, header size) of a segment, None if the
-    header is incomplete or invalid."""
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(64 * 1024 + 64)
-        header = read_header(head)
-    except (OSError, JetlogError):
-        return None
-    if header is None:
-        return None
-    (crc,) = struct.unpack_from(">I", head, header.size - 4)
-    return crc, header.name, header.created_ns, header.segment, header.size
 
 
 def segment_key(daemon: str, created_ns: int, segment: int, header_crc: int) -> str:
