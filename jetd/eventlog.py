@@ -310,7 +310,9 @@ class EventLog:
         self.stats.segments += 1
         self.path = path = self.directory / f"jet-{self.started}-{os.getpid()}-{self.segment:06d}.jetlog"
         now = _time_ns()
-        parts = [encode_header(LogHeader(self.name, now, self.segment))]
+        if self.segment == 0:
+            self.run_ns = now  # JETLOG.md 2: the run is named by its first segment's created_ns
+        parts = [encode_header(LogHeader(self.name, now, self.segment, run_ns=self.run_ns))]
         if self.segment > 0:
             ts = self._last_ts = max(now, self._last_ts)
             for conn_id, (address, name) in sorted(self._open_conns.items()):

@@ -43,13 +43,15 @@ __all__ = [
 ]
 
 MAGIC = b"\x89JETLOG\n"  # JETLOG.md 2: like PNG's, catches text-mode and 7-bit damage
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # JETLOG.md 2: what we write; readers accept 1 and 2
+READ_VERSIONS = (1, 2)
 RECORD_MARKER = 0x4A52  # "JR", JETLOG.md 3: lets a reader resynchronise quickly
 RECORD_HEAD_SIZE = 10  # marker:u16 | length:u32 | crc:u32
 RECORD_FIXED_SIZE = 13  # ts_ns:u64 | conn_id:u32 | kind:u8
 DEFAULT_MAX_RECORD = 64 * 1024 * 1024 + 1024  # JETLOG.md 3: a 64 MiB frame and change
 
 _HEADER_FIXED = struct.Struct(">8sHHQI")  # magic, version, flags, created_ns, segment
+_U64 = struct.Struct(">Q")  # version 2: run_ns, between segment and name
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _RECORD_HEAD = struct.Struct(">HII")
@@ -72,7 +74,14 @@ class LogKind(IntEnum):
 
 @dataclass(frozen=True, slots=True)
 class LogHeader:
-    """Segment file header (JETLOG.md 2)."""
+    """Segment file header (JETLOG.md 2).
+
+    ``run_ns`` (version 2) names the daemon run: the ``created_ns`` of its first
+    segment; read from a version-1 file it is None (the reader infers the run). Writing
+    version 2 without ``run_ns``: segment 0 starts its run (``run_ns`` is
+    ``created_ns``); a later segment's run is unknown, so it is written as version 1
+    rather than with a wrong run.
+    """
 
     name: str
     created_ns: int
@@ -80,6 +89,7 @@ class LogHeader:
     version: int = FORMAT_VERSION
     flags: int = 0
     size: int = 0  # bytes the header occupies in the file (set by the reader)
+    run_ns: Optional[int] = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,8 +145,15 @@ def encode_header(header: LogHeader) -> bytes:
     Raises:
         LocalProtocolError: if a field does not fit its width or the name is too long.
     """
+    version = header.version
+    if version not in READ_VERSIONS:
+        raise LocalProtocolError(f"cannot write jet log version {version!r}")
+    if version == 2 and header.run_ns is None and header.segment != 0:
+        version = 1  # the run is unknown: let readers infer it rather than state a wrong one
     try:
-        head = _HEADER_FIXED.pack(MAGIC, header.version, header.flags, header.created_ns, header.segment)
+        head = _HEADER_FIXED.pack(MAGIC, version, header.flags, header.created_ns, header.segment)
+        if version >= 2:
+            head += _U64.pack(header.created_ns if header.run_ns is None else header.run_ns)
     except struct.error as exc:
         raise LocalProtocolError(f"log header field out of range ({exc})") from None
     head += _str16(header.name, "name")
@@ -299,13 +316,21 @@ def decode_header(data: Union[bytes, bytearray, memoryview, mmap]) -> LogHeader:
     have = len(data)
     if bytes(data[: min(len(MAGIC), have)]) != MAGIC[: min(len(MAGIC), have)]:
         raise RemoteProtocolError("not a jet event log: bad magic")
-    fixed = _HEADER_FIXED.size + 2  # up to and including the name's length
+    if have < _HEADER_FIXED.size:
+        raise LogHeaderIncomplete(f"jet log ends inside its header ({have} bytes)", _HEADER_FIXED.size + 2)
+    _magic, version, flags, created_ns, segment = _HEADER_FIXED.unpack_from(data, 0)
+    if version not in READ_VERSIONS:
+        raise RemoteProtocolError(f"unsupported jet log version {version}")
+    run_ns: Optional[int] = None
+    name_at = _HEADER_FIXED.size
+    if version >= 2:  # JETLOG.md 2: run_ns sits between segment and name
+        name_at += _U64.size
+    fixed = name_at + 2  # up to and including the name's length
     if have < fixed:
         raise LogHeaderIncomplete(f"jet log ends inside its header ({have} bytes)", fixed)
-    _magic, version, flags, created_ns, segment = _HEADER_FIXED.unpack_from(data, 0)
-    if version != FORMAT_VERSION:
-        raise RemoteProtocolError(f"unsupported jet log version {version}")
-    (n,) = _U16.unpack_from(data, _HEADER_FIXED.size)
+    if version >= 2:
+        (run_ns,) = _U64.unpack_from(data, _HEADER_FIXED.size)
+    (n,) = _U16.unpack_from(data, name_at)
     size = fixed + n + 4
     if have < size:
         raise LogHeaderIncomplete(f"jet log ends inside its header ({have} of {size} bytes)", size)
@@ -316,7 +341,7 @@ def decode_header(data: Union[bytes, bytearray, memoryview, mmap]) -> LogHeader:
         name = bytes(data[fixed : size - 4]).decode("utf-8")
     except UnicodeDecodeError:
         raise RemoteProtocolError("jet log header name is not valid UTF-8") from None
-    return LogHeader(name, created_ns, segment, version, flags, size)
+    return LogHeader(name, created_ns, segment, version, flags, size, run_ns)
 
 
 # --- the streaming reader -----------------------------------------------------------

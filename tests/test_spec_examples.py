@@ -29,9 +29,10 @@ JETLOG_EXAMPLES = examples("JETLOG.md")
 
 
 def test_the_spec_has_its_examples() -> None:
-    # One per message of sections 4.4 and 6-7 at least; the JETLOG header and two records.
+    # One per message of sections 4.4 and 6-7 at least; the JETLOG headers (versions 2
+    # and 1) and two records.
     assert len(PROTOCOL_EXAMPLES) >= 20
-    assert len(JETLOG_EXAMPLES) == 3
+    assert len(JETLOG_EXAMPLES) == 4
 
 
 @pytest.mark.parametrize("frame", PROTOCOL_EXAMPLES, ids=lambda b: b[:12].hex())
@@ -40,9 +41,12 @@ def test_protocol_example_decodes_and_encodes_back(frame: bytes) -> None:
 
 
 def test_jetlog_examples_read_and_write_back() -> None:
-    header, *records = JETLOG_EXAMPLES
+    header, header_v1, *records = JETLOG_EXAMPLES
+    v1 = next(iter_log(io.BytesIO(header_v1)))
+    assert isinstance(v1, LogHeader) and v1.version == 1 and v1.run_ns is None and encode_header(v1) == header_v1
     items = list(iter_log(io.BytesIO(header + b"".join(records))))
     assert isinstance(items[0], LogHeader) and encode_header(items[0]) == header
+    assert (items[0].version, items[0].segment, items[0].created_ns - items[0].run_ns) == (2, 3, 180 * 10**9)
     assert len(items) == 1 + len(records)
     for item, raw in zip(items[1:], records, strict=True):
         assert isinstance(item, LogRecord)

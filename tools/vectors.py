@@ -617,6 +617,7 @@ def log_item_to_json(item: Any) -> JsonObj:
             "version": item.version,
             "flags": item.flags,
             "size": item.size,
+            "run_ns": item.run_ns,
         }
     if isinstance(item, LogRecord):
         out: JsonObj = {
@@ -1417,8 +1418,12 @@ def incomplete_vectors() -> list[JsonObj]:
 LOG_MAGIC = b"\x89JETLOG\n"
 
 
-def _log_header(name: str, created_ns: int, segment: int, version: int = 1, flags: int = 0) -> bytes:
-    head = LOG_MAGIC + struct.pack(">HHQI", version, flags, created_ns, segment) + _str16(name)
+def _log_header(name: str, created_ns: int, segment: int, version: int = 1, flags: int = 0,
+                run_ns: int = 0) -> bytes:
+    head = LOG_MAGIC + struct.pack(">HHQI", version, flags, created_ns, segment)
+    if version == 2:  # JETLOG.md 2: run_ns between segment and name
+        head += struct.pack(">Q", run_ns)
+    head += _str16(name)
     return head + _u32(zlib.crc32(head))
 
 
@@ -1432,6 +1437,10 @@ LOG_KINDS = {1: "FRAME_IN", 2: "FRAME_OUT", 3: "CONN_OPEN", 4: "CONN_CLOSE", 5: 
 
 JETLOG_HEADER_EXAMPLE = (
     "89 4a 45 54 4c 4f 47 0a 00 01 00 00 18 7a 46 c1 46 d5 80 00 00 00 00 03 00 04 6a 65 74 64 c6 4a 50 95"
+)
+JETLOG_HEADER_V2_EXAMPLE = (
+    "89 4a 45 54 4c 4f 47 0a 00 02 00 00 18 7a 46 c1 46 d5 80 00 00 00 00 03 18 7a 46 97 5d ff 78 00 00 04 6a 65"
+    " 74 64 ff d2 16 ef"
 )
 JETLOG_OPEN_EXAMPLE = (
     "4a 52 00 00 00 1e 9c 6d b0 15 18 7a 46 c1 4e 31 4d 15 00 00 00 07 03 00 0f 31 32 37 2e 30 2e 30 2e 31"
@@ -1478,6 +1487,7 @@ def jetlog_vectors() -> JsonObj:
         "version": 1,
         "flags": 0,
         "size": len(header),
+        "run_ns": None,
     }
     record_items: list[JsonObj] = []
     offset = len(header)
@@ -1503,6 +1513,20 @@ def jetlog_vectors() -> JsonObj:
 
     add("complete", "a header and one record of every kind (and one unknown kind)", whole, [header_item, *record_items])
     add("header_only", "a segment with no records yet", header, [header_item])
+    run_ns = created - 180 * 10**9
+    header_v2 = _log_header("jetd", created, 3, version=2, run_ns=run_ns)
+    if header_v2.hex() != JETLOG_HEADER_V2_EXAMPLE.replace(" ", ""):
+        raise SystemExit(f"version 2 log header does not reproduce JETLOG.md 2: {header_v2.hex()}")
+    shift = len(header_v2) - len(header)
+    add(
+        "complete_v2",
+        "the same records behind a version 2 header (section 2: run_ns)",
+        header_v2 + b"".join(records),
+        [
+            {**header_item, "version": 2, "size": len(header_v2), "run_ns": run_ns},
+            *[{**item, "offset": item["offset"] + shift} for item in record_items],
+        ],
+    )
     starts = [item["offset"] for item in record_items]
     last = starts[-1]
     last_len = len(records[-1])
@@ -1596,16 +1620,17 @@ def jetlog_vectors() -> JsonObj:
     bad_magic[1] = ord("X")
     bad_crc = bytearray(whole)
     bad_crc[len(header) - 1] ^= 0x01
-    bad_version = LOG_MAGIC + struct.pack(">HHQI", 2, 0, created, 3) + _str16("jetd")
+    bad_version = LOG_MAGIC + struct.pack(">HHQIQ", 3, 0, created, 3, created) + _str16("jetd")
     bad_version += _u32(zlib.crc32(bad_version))
     bad_name = LOG_MAGIC + struct.pack(">HHQI", 1, 0, created, 3) + _key(b"j\xffd")
     bad_name += _u32(zlib.crc32(bad_name))
     for name, description, data in (
         ("bad_magic", "not a jet log", bytes(bad_magic)),
         ("bad_header_crc", "the header CRC does not match", bytes(bad_crc)),
-        ("bad_version", "format version 2", bad_version),
+        ("bad_version", "format version 3", bad_version),
         ("bad_header_name_utf8", "the daemon name is not UTF-8", bad_name),
         ("ends_inside_header", "a file cut inside its header", header[:20]),
+        ("ends_inside_header_v2", "a version 2 file cut inside its header", header_v2[:30]),
         ("empty_file", "no bytes at all", b""),
     ):
         errors.append({"name": name, "section": "2", "description": description, "hex": data.hex(), "error": True})

@@ -81,7 +81,8 @@ def _sample_log() -> tuple[bytes, list[int], LogHeader]:
     for record in records:
         starts.append(offset)
         offset += len(record)
-    return head + b"".join(records), starts, LogHeader(header.name, header.created_ns, 7, size=len(head))
+    expected = LogHeader(header.name, header.created_ns, 7, version=1, size=len(head))  # no run_ns: version 1
+    return head + b"".join(records), starts, expected
 
 
 def test_round_trip_every_kind() -> None:
@@ -258,7 +259,7 @@ def test_decode_header_of_every_vector_file() -> None:
 def test_decode_header_round_trip_and_errors() -> None:
     header = LogHeader("jetd-ü", 1_700_000_000_000_000_000, 7)
     raw = encode_header(header)
-    assert decode_header(raw + b"JR...") == LogHeader(header.name, header.created_ns, 7, size=len(raw))
+    assert decode_header(raw + b"JR...") == LogHeader(header.name, header.created_ns, 7, 1, size=len(raw))
     for vector in LOG["invalid_files"]:
         data = bytes.fromhex(vector["hex"])
         with pytest.raises(RemoteProtocolError):
@@ -270,7 +271,30 @@ def test_decode_header_round_trip_and_errors() -> None:
     with pytest.raises(RemoteProtocolError, match="magic"):
         decode_header(b"\x89JEX")
     with pytest.raises(RemoteProtocolError, match="version"):
-        decode_header(raw[:8] + b"\x00\x02" + raw[10:])
+        decode_header(raw[:8] + b"\x00\x03" + raw[10:])
+    raw2 = encode_header(LogHeader("jetd", 5, 2, run_ns=4))
+    with pytest.raises(RemoteProtocolError, match="version"):
+        decode_header(raw2[:8] + b"\x00\x03" + raw2[10:])
+
+
+def test_header_versions_1_and_2() -> None:
+    """JETLOG.md 2: version 2 carries run_ns; readers accept both versions; a version-2
+    header read as version 1 (the bytes after segment taken for the name) fails its CRC
+    or its length, never passes as another header."""
+    v1 = LogHeader("jetd", 1_700_000_000_000_000_000, 4, version=1)
+    raw1 = encode_header(v1)
+    assert len(raw1) == 34 and decode_header(raw1) == LogHeader("jetd", v1.created_ns, 4, 1, 0, 34, None)
+    v2 = LogHeader("jetd", 1_700_000_000_000_000_000, 4, run_ns=1_699_999_000_000_000_000)
+    raw2 = encode_header(v2)
+    assert raw2[8:10] == b"\x00\x02" and raw2[24:32] == (1_699_999_000_000_000_000).to_bytes(8, "big")
+    assert decode_header(raw2) == LogHeader("jetd", v2.created_ns, 4, 2, 0, 42, 1_699_999_000_000_000_000)
+    assert decode_header(encode_header(LogHeader("jetd", 5))).run_ns == 5  # segment 0 starts its run
+    assert decode_header(encode_header(LogHeader("jetd", 5, 1))).version == 1  # run unknown: never a wrong one
+    as_v1 = raw2[:8] + b"\x00\x01" + raw2[10:]
+    with pytest.raises(RemoteProtocolError):
+        decode_header(as_v1 + bytes(70000))
+    with pytest.raises(LocalProtocolError):
+        encode_header(LogHeader("jetd", 5, version=3))
 
 
 def test_resync_skips_a_candidate_not_followed_by_a_record() -> None:

@@ -372,11 +372,13 @@ def test_follow_does_not_end_a_run_before_reading_its_tail(tmp_path: Path) -> No
         """What cli._follow's batch() does, with the stream's rows read up to ``ends``."""
         m = Manifest.load(wh)
         _, listed = _plan(m, str(logdir))  # listed now, after the stream planned the batch
+        by_path = {s.path: k for k, s in listed.items()}
         tables = []
         for f, end in ends.items():
-            start = m.files[f].done if f in m.files else 0
+            start = m.files[by_path[f]].done if by_path[f] in m.files else 0
             t = pa.Table.from_batches(list(read_segment(f, start, end)), ARROW_SCHEMA)
-            tables.append(t.append_column("run_ns", pa.array([listed[f].run_ns] * t.num_rows, pa.int64())))
+            run_ns = listed[by_path[f]].run_ns
+            tables.append(t.append_column("run_ns", pa.array([run_ns] * t.num_rows, pa.int64())))
         rows = pa.concat_tables(tables).select(FRAMES_SCHEMA.names).cast(FRAMES_SCHEMA)
         run_id = new_run_id()
         staging = wh / "_jet_ingest" / "staging" / run_id

@@ -14,6 +14,8 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from jetwire import (
     AddMethod,
@@ -51,7 +53,7 @@ from jetwire.log import (
     iter_log,
     route_data,
 )
-from tools.ingest.parse import ARROW_SCHEMA, JetlogError, read_segment
+from tools.ingest.parse import ARROW_SCHEMA, JetlogError, SegmentHeader, read_segment
 
 T0 = 1_767_225_600_000_000_000
 
@@ -97,6 +99,7 @@ def build_log(records: list[tuple[int, int, bytes]] | None = None, *, name: str 
 
 
 def read(path: Path, **kw: Any) -> list[dict[str, Any]]:
+    kw.setdefault("truncated_row", True)  # as the jetlog source reads
     batches = list(read_segment(str(path), **kw))
     for batch in batches:
         assert batch.schema.equals(ARROW_SCHEMA)
@@ -228,18 +231,22 @@ def test_truncation_at_every_offset(tmp_path: Path) -> None:
         stats: dict[str, object] = {}
         rows = read(path, stats=stats)
         whole = [r for r in records if r.offset + 10 + 13 + len(r.data) <= cut]
-        assert [r["offset"] for r in rows] == [r.offset for r in whole], cut
-        assert all(r["corrupt"] is None for r in rows), cut
+        assert [r["offset"] for r in rows if r["kind"] != "TRUNCATED"] == [r.offset for r in whole], cut
+        assert all(r["corrupt"] is None for r in rows if r["kind"] != "TRUNCATED"), cut
+        tail_rows = [(r["offset"], r["size"]) for r in rows if r["kind"] == "TRUNCATED"]
         if cut >= header_size:
             done = whole[-1].offset + 23 + len(whole[-1].data) if whole else header_size
             assert stats["end"] == done, cut
             tail = [item for item in oracle(data[:cut]) if isinstance(item, Truncation)]
             if tail:
                 assert stats["truncated"] == (tail[0].offset, tail[0].present, tail[0].needed), cut
+                assert tail_rows == [(tail[0].offset, tail[0].present)], cut
+                # JETLOG.md 5: a reader MUST report it; FAILFAST fails on it.
+                with pytest.raises(JetlogError, match="truncated record"):
+                    read(path, mode="FAILFAST")
             else:
-                assert stats["truncated"] is None, cut
-        # FAILFAST must not complain about a truncated tail either.
-        read(path, mode="FAILFAST")
+                assert stats["truncated"] is None and tail_rows == [], cut
+                read(path, mode="FAILFAST")
 
 
 def test_bad_utf8(tmp_path: Path) -> None:
@@ -302,8 +309,8 @@ def test_bad_header(tmp_path: Path, damage: str) -> None:
     if damage == "magic":
         data[1] = ord("X")
     elif damage == "version":
-        data[9] = 2
-        data[30:34] = zlib.crc32(bytes(data[:30])).to_bytes(4, "big")
+        data[9] = 3
+        data[38:42] = zlib.crc32(bytes(data[:38])).to_bytes(4, "big")
     elif damage == "crc":
         data[20] ^= 1
     path = tmp_path / "a.jetlog"
@@ -374,7 +381,9 @@ def test_resume_offset_is_where_a_chunked_read_ends(tmp_path: Path) -> None:
                 for b in read_segment(str(path), start, stop, limit=lim):
                     for off, kind, size in zip(*(b.column(c).to_pylist() for c in ("offset", "kind", "size")),
                                                strict=True):
-                        ends.append(off + 23 + size if kind is not None else off + size)  # JETLOG.md 3
+                        # JETLOG.md 3; damage ends after what it skipped; a truncated
+                        # record is read again once complete.
+                        ends.append({"CORRUPT": off + size, "TRUNCATED": off}.get(kind, off + 23 + size))
         return max(ends)
 
     for trial in range(60):
@@ -385,3 +394,288 @@ def test_resume_offset_is_where_a_chunked_read_ends(tmp_path: Path) -> None:
         path.write_bytes(damaged)
         for chunk in (997, 1 << 25):
             assert resume_offset(str(path), 0, len(damaged), chunk) == last_row_end(len(damaged), chunk), (trial, chunk)
+
+
+# --- damage handling whatever the chunking (issue 13 items 2-4, JETLOG.md 5) ------------
+
+
+def read_chunked(path: Path, chunk: int, **kw: Any) -> list[dict[str, Any]]:
+    """Rows of ``path`` read as the ``jetlog`` source plans it: chunks of ``chunk`` bytes."""
+    from tools.ingest.source import plan_ranges
+
+    rows: list[dict[str, Any]] = []
+    size = path.stat().st_size
+    for part in plan_ranges([(str(path), 0, size)], chunk, 0):
+        for _, start, stop, limit in part:
+            rows += read(path, start=start, stop=stop, limit=limit, **kw)
+    return rows
+
+
+def _cut_at(records: list[LogRecord], i: int) -> int:
+    """A chunk size whose first cut falls inside record ``i - 1``, so that record ``i``
+    is the first record after the cut."""
+    return records[i].offset - 3
+
+
+def test_damage_in_the_first_record_after_a_cut_is_reported(tmp_path: Path) -> None:
+    data = bytearray(build_log())
+    records = [item for item in oracle(bytes(data)) if isinstance(item, LogRecord)]
+    victim = records[8]
+    data[victim.offset + 10 + 3] ^= 0xFF  # CRC mismatch
+    path = tmp_path / "a.jetlog"
+    path.write_bytes(bytes(data))
+    chunk = _cut_at(records, 8)
+    rows = read_chunked(path, chunk)
+    assert [(r["offset"], r["size"]) for r in rows if r["corrupt"]] == [
+        (victim.offset, records[9].offset - victim.offset)]
+    assert [r["offset"] for r in rows if not r["corrupt"]] == [r.offset for r in records if r is not victim]
+    with pytest.raises(JetlogError, match="CRC mismatch at offset"):
+        read_chunked(path, chunk, mode="FAILFAST")
+
+
+def test_valid_record_at_a_cut_survives_damage_in_the_next(tmp_path: Path) -> None:
+    data = bytearray(build_log())
+    records = [item for item in oracle(bytes(data)) if isinstance(item, LogRecord)]
+    data[records[9].offset] = 0  # bad marker in the record after the one at the cut
+    path = tmp_path / "a.jetlog"
+    path.write_bytes(bytes(data))
+    rows = read_chunked(path, _cut_at(records, 8))
+    assert [r["offset"] for r in rows if not r["corrupt"]] == [r.offset for r in records if r is not records[9]]
+    assert [r["offset"] for r in rows if r["corrupt"]] == [records[9].offset]
+
+
+def test_valid_record_between_two_damaged_ones_is_kept(tmp_path: Path) -> None:
+    data = bytearray(build_log())
+    records = [item for item in oracle(bytes(data)) if isinstance(item, LogRecord)]
+    for i in (5, 7):
+        data[records[i].offset + 10 + 3] ^= 0xFF
+    path = tmp_path / "a.jetlog"
+    path.write_bytes(bytes(data))
+    for rows in (read(path), read_chunked(path, _cut_at(records, 6))):
+        assert [r["offset"] for r in rows if not r["corrupt"]] == [
+            r.offset for i, r in enumerate(records) if i not in (5, 7)]
+        assert [r["offset"] for r in rows if r["corrupt"]] == [records[5].offset, records[7].offset]
+
+
+def test_truncated_tail_is_reported(tmp_path: Path) -> None:
+    data = build_log()
+    records = [item for item in oracle(data) if isinstance(item, LogRecord)]
+    last = records[-1]
+    path = tmp_path / "a.jetlog"
+    for cut, needed in ((last.offset + 4, 10), (last.offset + 17, 23 + len(last.data))):
+        path.write_bytes(data[:cut])
+        rows = read(path)
+        assert [r["offset"] for r in rows if r["kind"] != "TRUNCATED"] == [r.offset for r in records[:-1]]
+        tail = [r for r in rows if r["kind"] == "TRUNCATED"]
+        assert len(tail) == 1
+        assert (tail[0]["offset"], tail[0]["size"]) == (last.offset, cut - last.offset)
+        assert tail[0]["corrupt"] == f"truncated record: {cut - last.offset} of {needed} bytes present"
+        assert [r for r in read(path, mode="DROPMALFORMED") if r["kind"] == "TRUNCATED"] == []
+        with pytest.raises(JetlogError, match=f"truncated record at offset {last.offset}"):
+            read(path, mode="FAILFAST")
+
+
+def test_bad_header_row_says_the_whole_file_was_skipped(tmp_path: Path) -> None:
+    data = bytearray(build_log())
+    data[20] ^= 1
+    path = tmp_path / "a.jetlog"
+    path.write_bytes(bytes(data))
+    for rows in (read(path), read_chunked(path, 100)):
+        assert len(rows) == 1
+        assert rows[0]["size"] == len(data)
+        assert rows[0]["corrupt"] == f"bad segment header: jet log header CRC mismatch; skipped the whole file ({len(data)} bytes)"
+
+
+def reference_read(data: bytes, max_record: int = 1 << 16) -> tuple[list[int], list[tuple[int, int]], Any]:
+    """JETLOG.md 5 read plainly, in one pass over the whole file, for the tests: the
+    offsets of valid records, the damaged runs ``(offset, length)`` and the truncated
+    tail ``(offset, present, needed)`` (or None)."""
+    from jetwire.log import decode_header
+
+    have = len(data)
+
+    def u32(p: int) -> int:
+        return int.from_bytes(data[p : p + 4], "big")
+
+    def state(p: int) -> str:
+        """ok, short (the file ends inside it, sound so far) or bad."""
+        if data[p : p + 2] != b"JR"[: have - p]:
+            return "bad"
+        if have - p < 6:
+            return "short"
+        length = u32(p + 2)
+        if not 13 <= length <= max_record:
+            return "bad"
+        if p + 10 + length > have:
+            return "short"
+        return "ok" if zlib.crc32(data[p + 2 : p + 6] + data[p + 10 : p + 10 + length]) == u32(p + 6) else "bad"
+
+    def candidate(p: int) -> bool:
+        if have - p < 10 or state(p) != "ok":
+            return False
+        after = p + 10 + u32(p + 2)
+        return data[after : after + 2] == b"JR"[: have - after]
+
+    pos = decode_header(data).size
+    records: list[int] = []
+    damage: list[tuple[int, int]] = []
+    while pos < have:
+        st = state(pos)
+        if st == "ok":
+            records.append(pos)
+            pos += 10 + u32(pos + 2)
+            continue
+        nxt = next((c for c in range(pos + 1, have) if candidate(c)), have)
+        if st == "short" and nxt == have:
+            return records, damage, (pos, have - pos, 10 + (u32(pos + 2) if have - pos >= 10 else 0))
+        damage.append((pos, nxt - pos))
+        pos = nxt
+    return records, damage, None
+
+
+_CLEAN = build_log()
+_HEADER_SIZE = len(encode_header(LogHeader("jetd", T0, 0)))
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    flips=st.lists(st.tuples(st.integers(_HEADER_SIZE, len(_CLEAN) - 1), st.integers(1, 255)), max_size=4),
+    garbage=st.lists(st.tuples(st.integers(_HEADER_SIZE, len(_CLEAN)), st.binary(max_size=30)), max_size=2),
+    keep=st.integers(_HEADER_SIZE, len(_CLEAN) + 60),
+    chunks=st.lists(st.integers(1, len(_CLEAN)), min_size=1, max_size=3),
+)
+def test_chunked_reads_equal_one_strict_read(
+    tmp_path: Path, flips: list[tuple[int, int]], garbage: list[tuple[int, bytes]], keep: int, chunks: list[int]
+) -> None:
+    """Flip bytes, insert garbage (marker bytes likely), truncate, then read in random
+    chunk sizes: valid records, damaged runs and the truncated tail are exactly what one
+    plain whole-file read per JETLOG.md 5 finds, in every mode."""
+    data = bytearray(_CLEAN)
+    for off, xor in flips:
+        data[off] ^= xor
+    for off, junk in sorted(garbage, reverse=True):
+        data[off:off] = junk.replace(b"\x00", b"JR")
+    data = data[:keep]
+    records, damage, tail = reference_read(bytes(data))
+    path = tmp_path / "h.jetlog"
+    path.write_bytes(bytes(data))
+    for chunk in chunks:
+        rows = read_chunked(path, chunk, max_record=1 << 16)
+        assert sorted(r["offset"] for r in rows if r["kind"] not in ("CORRUPT", "TRUNCATED")) == records, chunk
+        assert sorted((r["offset"], r["size"]) for r in rows if r["kind"] == "CORRUPT") == damage, chunk
+        assert [(r["offset"], r["size"]) for r in rows if r["kind"] == "TRUNCATED"] == ([tail[:2]] if tail else [])
+        dropped = read_chunked(path, chunk, max_record=1 << 16, mode="DROPMALFORMED")
+        assert sorted(r["offset"] for r in dropped) == [
+            r["offset"] for r in sorted(rows, key=lambda r: r["offset"]) if r["corrupt"] is None]
+        if damage or tail:
+            with pytest.raises(JetlogError):
+                read_chunked(path, chunk, max_record=1 << 16, mode="FAILFAST")
+
+
+# --- segment identity, runs, gzip (issue 13 items 5 and 7) ----------------------------------
+
+
+def test_identity_comes_from_the_header_not_the_path(tmp_path: Path) -> None:
+    from tools.ingest.parse import SegmentIdentity, read_file_header
+
+    data = build_log(segment=4)
+    a, b = tmp_path / "jet-x.jetlog", tmp_path / "archive" / "renamed.bin"
+    b.parent.mkdir()
+    a.write_bytes(data)
+    b.write_bytes(data)
+    ha, hb = read_file_header(str(a)), read_file_header(str(b))
+    assert ha is not None and hb is not None
+    crc = int.from_bytes(data[ha.size - 4 : ha.size], "big")
+    assert ha.identity == hb.identity == SegmentIdentity("jetd", T0, 4, crc)
+    other = tmp_path / "other.jetlog"
+    other.write_bytes(build_log(segment=5))
+    ho = read_file_header(str(other))
+    assert ho is not None and ho.identity != ha.identity
+
+
+def _v1_header(name: str, created: int, segment: int) -> SegmentHeader:
+    return SegmentHeader(name, created, segment, 34, 1, None, 0)
+
+
+def test_infer_runs() -> None:
+    from tools.ingest.parse import infer_runs
+
+    headers: dict[str, Any] = {
+        "a0": _v1_header("jetd", 100, 0), "a1": _v1_header("jetd", 200, 1), "a2": _v1_header("jetd", 300, 2),
+        "b0": _v1_header("jetd", 400, 0), "b1": _v1_header("jetd", 500, 1),
+        "x3": _v1_header("other", 150, 3), "x4": _v1_header("other", 250, 4),  # run start not listed
+        "v2": SegmentHeader("jetd", 600, 7, 42, 2, 50, 0), "bad": None,
+    }
+    assert infer_runs(headers) == {"a0": 100, "a1": 100, "a2": 100, "b0": 400, "b1": 400,
+                                   "x3": 150, "x4": 150, "v2": 50}
+    # A run recorded earlier (a warehouse's manifest) wins, and its later segments follow it.
+    assert infer_runs(headers, lambda f, h: 90 if f == "x3" else None)["x4"] == 90
+
+
+def test_run_ns_column_version_1_and_2(tmp_path: Path) -> None:
+    from tools.ingest.parse import SOURCE_SCHEMA
+
+    v2 = tmp_path / "v2.jetlog"
+    v2.write_bytes(encode_header(LogHeader("jetd", T0, 3, run_ns=T0 - 5))
+                   + encode_record(T0, 1, LogKind.CONN_OPEN, conn_open_data("a:1")))
+    v1 = tmp_path / "v1.jetlog"
+    v1.write_bytes(encode_header(LogHeader("jetd", T0, 3, version=1))
+                   + encode_record(T0, 1, LogKind.CONN_OPEN, conn_open_data("a:1")))
+    for path, inferred, want in ((v2, 7, T0 - 5), (v1, 7, 7), (v1, None, None)):
+        batches = list(read_segment(str(path), add_run=True, run_ns=inferred))
+        assert all(b.schema.equals(SOURCE_SCHEMA) for b in batches)
+        assert [r["run_ns"] for b in batches for r in b.to_pylist()] == [want]
+
+
+def test_gzip_segments_are_read(tmp_path: Path) -> None:
+    import gzip
+
+    data = build_log()
+    plain, packed = tmp_path / "a.jetlog", tmp_path / "a.jetlog.gz"
+    plain.write_bytes(data)
+    packed.write_bytes(gzip.compress(data))
+    assert [dict(r, file=None) for r in read(packed)] == [dict(r, file=None) for r in read(plain)]
+    packed.write_bytes(gzip.compress(data)[:-20])  # cut short: loud, never skipped
+    with pytest.raises(JetlogError, match="gzip"):
+        read(packed)
+
+
+def test_exact_start_reports_damage_right_at_a_resume_offset(tmp_path: Path) -> None:
+    data = bytearray(build_log())
+    records = [item for item in oracle(bytes(data)) if isinstance(item, LogRecord)]
+    data[records[6].offset + 12] ^= 0xFF
+    path = tmp_path / "a.jetlog"
+    path.write_bytes(bytes(data))
+    rows = read(path, start=records[6].offset, exact_start=True)
+    assert rows[-1]["offset"] == records[6].offset and rows[-1]["kind"] == "CORRUPT"
+    assert [r["offset"] for r in rows if r["kind"] != "CORRUPT"] == [r.offset for r in records[7:]]
+
+
+def test_time_range_covers_exactly_the_records_in_range(tmp_path: Path) -> None:
+    """Bisection over offsets (ts_ns never decreases in a segment): reading [start, stop)
+    yields every record whose time is in range, damage or not, and little else."""
+    import random
+
+    from tools.ingest.parse import read_header, time_range
+    from tools.ingest.synth import write_synthetic_log
+
+    path = tmp_path / "a.jetlog"
+    write_synthetic_log(str(path), 3000)
+    data = bytearray(path.read_bytes())
+    rng = random.Random(3)
+    header = read_header(bytes(data))
+    assert header is not None
+    for _ in range(5):
+        data[rng.randrange(header.size, len(data))] ^= 0xFF
+    path.write_bytes(bytes(data))
+    rows = [r for r in read(path) if r["ts_ns"] is not None]
+    times = [r["ts_ns"] for r in rows]
+    for _ in range(30):
+        lo, hi = sorted(rng.sample(range(times[0] - 10, times[-1] + 10), 2))
+        start, stop = time_range(bytes(data), header.size, lo, hi, grain=512)
+        got = {r["offset"] for r in read(path, start=start, stop=stop, limit=stop)}
+        want = {r["offset"] for r in rows if lo <= r["ts_ns"] <= hi}
+        assert want <= got, (lo, hi)
+        assert len(got) <= len(want) + 2 * 512 // 20 + 4, (lo, hi)  # a grain each side at most
+    assert time_range(bytes(data), header.size, times[-1] + 1, None)[0] >= len(data) - (1 << 16) - 100
+    assert time_range(bytes(data), header.size, None, times[0] - 1) == (header.size, header.size)

@@ -3,65 +3,80 @@
 from __future__ import annotations
 
 import argparse
+import os
+import time
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from jetwire.log import LogHeader, encode_header
 from tools.ingest.cli import _parse_since, _plan
 from tools.ingest.source import expand_paths, plan_ranges
 from tools.ingest.synth import BASE_NS, write_synthetic_log
-from tools.ingest.warehouse import FileState, Manifest, move_staged
+from tools.ingest.warehouse import RETAIN_S, FileState, Manifest
 
 
-def test_manifest_round_trip_and_uncommitted_cleanup(tmp_path: Path) -> None:
+def _stage(root: Path, files: dict[str, int]) -> None:
+    """Parquet files of ``rows`` rows each under ``root`` (relative names)."""
+    for name, rows in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.table({"x": pa.array(range(rows), pa.int64())}), root / name)
+
+
+def test_publish_is_one_rename_and_cleanup_removes_what_never_committed(tmp_path: Path) -> None:
     m = Manifest(tmp_path)
-    m.files["/x.jetlog"] = FileState(123, "jetd", 5, 0, 5, 999)
-    m.runs.append("aaa")
-    m.save()
-    staged = tmp_path / "stage" / "date=2026-01-01"
-    staged.mkdir(parents=True)
-    (staged / "part-0.parquet").write_bytes(b"x")
-    assert move_staged(tmp_path / "stage", tmp_path / "frames", "bbb") == 1
-    (tmp_path / "frames" / "date=2026-01-01" / "run-aaa-part-1.parquet").write_bytes(b"y")
+    _stage(tmp_path / "st1", {"frames/date=2026-01-01/a.parquet": 3, "requests/date=2026-01-01/b.parquet": 2})
+    state = FileState("/x.jetlog", 123, "jetd", 5, 0, 5, 999)
+    assert m.publish([(tmp_path / "st1", "run")], "r1", {state.key: state}) == 2
+    assert os.readlink(tmp_path / "_jet_ingest" / "current") == "snapshots/00000001"
+    assert [p.name for p in (tmp_path / "frames").rglob("*.parquet")] == ["run-r1-a.parquet"]
     loaded = Manifest.load(tmp_path)
-    assert loaded.files == m.files and loaded.runs == ["aaa"]
-    assert loaded.remove_uncommitted() == 1  # run bbb never committed
-    assert [f.name for f in (tmp_path / "frames").rglob("*.parquet")] == ["run-aaa-part-1.parquet"]
-
-
-def test_cleanup_keeps_only_committed_runs_and_the_current_snapshot(tmp_path: Path) -> None:
-    m = Manifest(tmp_path, runs=["aaa"], carry="aaa")
-    m.save()
-    day = "date=2026-01-01"
-    files = {
-        f"requests/{day}/run-aaa-part-0.parquet": True,  # committed
-        f"requests/{day}/run-ccc-part-0.parquet": False,  # a run that died before its commit
-        f"state_changes/{day}/run-ccc-merged.parquet": False,
-        f"requests/{day}/snap-aaa-pending.parquet": True,  # the current snapshot
-        f"requests/{day}/snap-zzz-pending.parquet": False,  # the one before it, or an uncommitted one
-        f"connections/{day}/snap-zzz-all.parquet": False,
-        f"connections/{day}/snap-aaa-all.parquet": True,
-        "_jet_ingest/carry/aaa/conns.parquet": True,
-        "_jet_ingest/carry/ccc/conns.parquet": False,
-    }
-    for name in files:
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_bytes(b"x")
+    assert loaded.files == {state.key: state} and loaded.rows("frames") == 3 and loaded.version == 1
+    # A second run dies after building its snapshot, before the pointer moves.
+    _stage(tmp_path / "st2", {"frames/date=2026-01-01/c.parquet": 4})
+    tmp = tmp_path / "_jet_ingest" / "snapshots" / "00000002" / "frames" / "date=2026-01-01"
+    tmp.mkdir(parents=True)
+    os.link(tmp_path / "st2/frames/date=2026-01-01/c.parquet", tmp / "run-r2-c.parquet")
+    (tmp_path / "_jet_ingest" / "staging" / "r2").mkdir(parents=True)
+    assert sorted(p.name for p in (tmp_path / "frames").rglob("*.parquet")) == ["run-r1-a.parquet"]  # unseen
     assert Manifest.load(tmp_path).remove_uncommitted() == 2
-    assert {n for n in files if (tmp_path / n).exists()} == {n for n, keep in files.items() if keep}
+    assert sorted(p.name for p in (tmp_path / "_jet_ingest" / "snapshots").iterdir()) == ["00000001"]
+    assert not (tmp_path / "_jet_ingest" / "staging").exists()
 
 
-def test_manifest_of_an_older_jet_ingest_is_refused_with_a_reason(tmp_path: Path) -> None:
+def test_publish_drops_replaced_files_and_keeps_the_rest_by_hard_link(tmp_path: Path) -> None:
+    m = Manifest(tmp_path)
+    _stage(tmp_path / "st1", {"requests/date=2026-01-01/a.parquet": 3})
+    _stage(tmp_path / "sn1", {"requests/date=2026-01-01/open.parquet": 1})
+    m.publish([(tmp_path / "st1", "run"), (tmp_path / "sn1", "snap")], "r1", {})
+    _stage(tmp_path / "sn2", {"requests/date=2026-01-01/open.parquet": 2})
+    m.publish([(tmp_path / "sn2", "snap")], "r2", {}, drop=lambda t, rel: "snap-" in rel)
+    assert m.tables["requests"] == {"date=2026-01-01/run-r1-a.parquet": 3, "date=2026-01-01/snap-r2-open.parquet": 2}
+    old = tmp_path / "_jet_ingest/snapshots/00000001/requests/date=2026-01-01/run-r1-a.parquet"
+    assert (tmp_path / "requests/date=2026-01-01/run-r1-a.parquet").stat().st_ino == old.stat().st_ino
+    # A superseded snapshot stays readable for a while, then goes.
+    for _ in range(3):
+        m.publish([], "rx", {})
+    snaps = tmp_path / "_jet_ingest" / "snapshots"
+    assert len(list(snaps.iterdir())) == 5
+    m.remove_stale(now=time.time() + RETAIN_S + 1)
+    assert sorted(p.name for p in snaps.iterdir()) == ["00000003", "00000004", "00000005"]
+
+
+def test_a_warehouse_of_an_older_jet_ingest_is_refused_with_a_reason(tmp_path: Path) -> None:
     (tmp_path / "_jet_ingest").mkdir()
-    (tmp_path / "_jet_ingest" / "manifest.json").write_text('{"version": 1, "files": {}, "runs": []}')
+    (tmp_path / "_jet_ingest" / "manifest.json").write_text('{"version": 2, "files": {}, "runs": []}')
     with pytest.raises(ValueError, match="ingest into a new warehouse"):
         Manifest.load(tmp_path)
 
 
 def test_manifest_rejects_unknown_version(tmp_path: Path) -> None:
-    (tmp_path / "_jet_ingest").mkdir()
-    (tmp_path / "_jet_ingest" / "manifest.json").write_text('{"version": 99}')
+    snap = tmp_path / "_jet_ingest" / "snapshots" / "00000001"
+    snap.mkdir(parents=True)
+    (snap / "_manifest.json").write_text('{"version": 99}')
+    os.symlink("snapshots/00000001", tmp_path / "_jet_ingest" / "current")
     with pytest.raises(ValueError, match="unknown manifest version"):
         Manifest.load(tmp_path)
 
@@ -76,9 +91,10 @@ def test_plan_resumes_and_assigns_runs(tmp_path: Path) -> None:
     m = Manifest(tmp_path / "wh")
     ranges, states = _plan(m, str(logs))
     assert [Path(f).name for f, _, _ in ranges] == ["a", "b", "c"]
-    assert [states[str(logs / n)].run_ns for n in "abc"] == [BASE_NS, BASE_NS, BASE_NS + 20]
+    by_path = {s.path: s for s in states.values()}
+    assert [by_path[str(logs / n)].run_ns for n in "abc"] == [BASE_NS, BASE_NS, BASE_NS + 20]
     size_a = (logs / "a").stat().st_size
-    states[str(logs / "a")].done = size_a
+    by_path[str(logs / "a")].done = size_a
     m.files.update(states)
     ranges, _ = _plan(m, str(logs))
     assert [Path(f).name for f, _, _ in ranges] == ["b", "c"]  # a is done
@@ -136,8 +152,8 @@ def test_cli_rejects_bad_arguments_before_starting_spark(tmp_path: Path, argv: l
 
 @pytest.mark.parametrize(("manifest", "message"), [
     ('{"version": 1, "files": {}, "runs": []}', "ingest into a new warehouse"),
-    ('{"version": 2, "files": {}, "runs": ["r1"], "carry": "r1"}', "carried from ingest run r1 is missing"),
-    ('{"version": 2, "files"', "Expecting"),
+    ('{"version": 2, "files": {}, "runs": ["r1"], "carry": "r1"}', "ingest into a new warehouse"),
+    ("snapshot:{", "not a readable snapshot"),
 ])
 def test_cli_refuses_a_warehouse_it_cannot_continue(tmp_path: Path, manifest: str, message: str) -> None:
     import os
@@ -146,8 +162,12 @@ def test_cli_refuses_a_warehouse_it_cannot_continue(tmp_path: Path, manifest: st
 
     from tools.ingest.session import REPO_ROOT
 
-    (tmp_path / "wh" / "_jet_ingest").mkdir(parents=True)
-    (tmp_path / "wh" / "_jet_ingest" / "manifest.json").write_text(manifest)
+    (tmp_path / "wh" / "_jet_ingest" / "snapshots" / "00000001").mkdir(parents=True)
+    if manifest.startswith("snapshot:"):
+        (tmp_path / "wh" / "_jet_ingest" / "snapshots" / "00000001" / "_manifest.json").write_text(manifest[9:])
+        os.symlink("snapshots/00000001", tmp_path / "wh" / "_jet_ingest" / "current")
+    else:
+        (tmp_path / "wh" / "_jet_ingest" / "manifest.json").write_text(manifest)
     done = subprocess.run([sys.executable, "-m", "tools.ingest", str(tmp_path), "--out", str(tmp_path / "wh")],
                           env={**os.environ, "PYTHONPATH": REPO_ROOT, "COLUMNS": "300"},
                           capture_output=True, text=True, timeout=60, check=False)

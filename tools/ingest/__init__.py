@@ -3,13 +3,14 @@
 - :func:`register` adds the ``jetlog`` Python Data Source to a SparkSession.
 - :mod:`tools.ingest.parse` is the JVM-free vectorised parser the source runs.
 - :mod:`tools.ingest.cli` is ``jet-ingest LOGDIR --out WAREHOUSE``.
+- :func:`read_table` reads a table of a warehouse's current snapshot.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["register"]
+__all__ = ["read_table", "register"]
 
 
 def register(spark: Any) -> None:
@@ -17,3 +18,11 @@ def register(spark: Any) -> None:
     from .source import register as _register
 
     _register(spark)
+
+
+def read_table(spark: Any, warehouse: Any, name: str) -> Any:
+    """Table ``name`` of ``warehouse``'s current snapshot as a DataFrame (see
+    :func:`tools.ingest.cli.read_table`)."""
+    from .cli import read_table as _read_table
+
+    return _read_table(spark, warehouse, name)

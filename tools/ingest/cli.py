@@ -19,6 +19,7 @@ Master: ``local[*]`` unless ``--master`` or ``spark-submit --master`` says other
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import threading
@@ -29,7 +30,7 @@ from typing import Any, Optional
 
 from rich.console import Console
 
-__all__ = ["commit_micro_batch", "ingest_once", "load_tables", "main"]
+__all__ = ["commit_micro_batch", "ingest_once", "load_tables", "main", "read_table"]
 
 
 def _parse_since(text: str) -> int:
@@ -48,7 +49,8 @@ def _parse_since(text: str) -> int:
 
 
 class _Progress:
-    """Shows "files done/total" while Spark tasks run (one task per file or chunk)."""
+    """Our own progress while the Spark tasks run (one task per file or chunk): a rich
+    progress bar on a terminal, else a "files done" line when the count changes."""
 
     def __init__(self, spark: Any, console: Console, files: int, tasks: int) -> None:
         self.tracker = spark.sparkContext.statusTracker()
@@ -57,22 +59,31 @@ class _Progress:
         self.tasks = max(tasks, 1)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
+        self._bar: Any = None
 
     def __enter__(self) -> _Progress:
-        if self.console.is_terminal or self.files:
-            self._thread.start()
+        if self.console.is_terminal:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._bar = Progress(TextColumn("ingesting"), BarColumn(), MofNCompleteColumn(), TextColumn("files"),
+                                 TimeElapsedColumn(), console=self.console, transient=True)
+            self._bar.start()
+            self._task = self._bar.add_task("files", total=self.files)
+        self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(2)
+        if self._bar is not None:
+            self._bar.stop()
         if not exc[0]:
             self.console.print(f"files done {self.files}/{self.files}")
 
     def _run(self) -> None:
         last = -1
-        while not self._stop.wait(1.0):
+        while not self._stop.wait(0.5 if self._bar is not None else 1.0):
             done = 0
             for stage_id in self.tracker.getActiveStageIds():
                 info = self.tracker.getStageInfo(stage_id)
@@ -80,50 +91,87 @@ class _Progress:
                     done = max(done, info.numCompletedTasks)
             files_done = done * self.files // self.tasks
             if files_done != last:
-                self.console.print(f"files done {files_done}/{self.files}")
+                if self._bar is not None:
+                    self._bar.update(self._task, completed=files_done)
+                else:
+                    self.console.print(f"files done {files_done}/{self.files}")
                 last = files_done
 
 
 def _plan(manifest: Any, logdir: str) -> tuple[list[tuple[str, int, int]], dict[str, Any]]:
-    """Byte ranges still to ingest per file, and the file states to record."""
+    """Byte ranges still to ingest per file, and the segment states to record (keyed by
+    segment identity, :func:`tools.ingest.warehouse.segment_key`).
+
+    A segment is known by its header, wherever it lies now: one renamed or moved to an
+    archive directory resumes where the warehouse left it (a ``.gz`` one, finished, is
+    done), and a second copy of it is not read. Runs: the header's ``run_ns``, or
+    inferred from the headers (:func:`tools.ingest.parse.infer_runs`).
+
+    Raises:
+        WarehouseError: a known segment is now shorter than what was ingested from it.
+    """
+    from tools.ingest.parse import JetlogError, infer_runs, read_file_header
     from tools.ingest.source import expand_paths
-    from tools.ingest.warehouse import FileState, header_identity
+    from tools.ingest.warehouse import FileState, WarehouseError, bad_header_key, segment_key
+
+    def key_of(h: Any) -> str:
+        return segment_key(h.name, h.created_ns, h.segment, h.crc)
 
     files = expand_paths({"path": logdir})
-    idents = {f: header_identity(f) for f in files}
-    # Runs: per daemon name, segments in creation order; a segment numbered no higher
-    # than its predecessor starts a new run (JETLOG.md 1: a new segment on every start).
-    run_of: dict[str, int] = {}
-    by_daemon: dict[str, list[tuple[int, int, str]]] = {}
-    for f, ident in idents.items():
-        if ident is not None:
-            by_daemon.setdefault(ident[1], []).append((ident[2], ident[3], f))
-    for segs in by_daemon.values():
-        run_ns, prev = None, None
-        for created, segment, f in sorted(segs):
-            known = manifest.files.get(f)
-            if known is not None and known.created_ns == created:
-                run_ns = known.run_ns
-            elif run_ns is None or prev is None or segment <= prev:
-                run_ns = created
-            run_of[f] = run_ns
-            prev = segment
+    headers: dict[str, Any] = {}
+    for f in files:
+        try:
+            headers[f] = read_file_header(f)
+        except (OSError, JetlogError):
+            headers[f] = None
+    where: dict[str, str] = {}  # segment key -> the path read
+    for f, h in headers.items():
+        if h is None:
+            continue
+        key = key_of(h)
+        known = manifest.files.get(key)
+        if key not in where or (known is not None and known.path == f):
+            where[key] = f
+
+    def known_run(path: str, header: Any) -> Optional[int]:
+        known = manifest.files.get(key_of(header))
+        return known.run_ns if known is not None else None
+
+    run_of = infer_runs({f: headers[f] for f in where.values()}, known_run)
     ranges: list[tuple[str, int, int]] = []
     states: dict[str, Any] = {}
-    for f, ident in idents.items():
+    for f, h in headers.items():
         size = Path(f).stat().st_size
-        known = manifest.files.get(f)
-        if ident is None:
-            if known is None and not _header_incomplete(f):
+        if h is None:
+            key = bad_header_key(f)
+            if key not in manifest.files and not _header_incomplete(f):
                 ranges.append((f, 0, size))  # a bad header: reported once as a corrupt row
-                states[f] = FileState(0, "", 0, 0, 0, size)
+                states[key] = FileState(f, 0, "", 0, 0, 0, size)
             continue
-        crc, daemon, created, segment, header_size = ident
-        start = known.done if known is not None and known.header_crc == crc else 0
-        states[f] = FileState(crc, daemon, created, segment, run_of[f], max(start, header_size))
-        if size > max(start, header_size):
+        key = key_of(h)
+        if where[key] != f:
+            continue  # another copy of a segment read from elsewhere
+        known = manifest.files.get(key)
+        start = known.done if known is not None else 0
+        if f.endswith(".gz"):
+            # Archived, so finished: read whole once (offsets are of the uncompressed bytes).
+            if known is None:
+                ranges.append((f, 0, size))
+            states[key] = FileState(f, h.crc, h.name, h.created_ns, h.segment, run_of[f], max(start, size))
+            continue
+        if size < start:
+            raise WarehouseError(
+                f"{f}: segment {h.segment} of daemon {h.name!r} (created_ns {h.created_ns}) has {size} bytes, but "
+                f"{start} bytes of it were ingested (from {known.path}): it shrank; "
+                "restore the whole file or move it out of the log directory")
+        states[key] = FileState(f, h.crc, h.name, h.created_ns, h.segment, run_of[f], max(start, h.size))
+        if size > max(start, h.size):
             ranges.append((f, start, size))
     return ranges, states
+
+
+def _changed(manifest: Any, states: dict[str, Any]) -> bool:
+    return any(manifest.files.get(k) != s for k, s in states.items())
 
 
 def _header_incomplete(path: str) -> bool:
@@ -152,9 +200,33 @@ def _per_file(values: dict[str, int]) -> Any:
 def _frames_df(df: Any, states: dict[str, Any], since_ns: Optional[int]) -> Any:
     from pyspark.sql import functions as F
 
-    out = df.withColumn("run_ns", _per_file({f: s.run_ns for f, s in states.items()}).cast("long"))
+    out = df.withColumn("run_ns", _per_file({s.path: s.run_ns for s in states.values()}).cast("long"))
     if since_ns is not None:
         out = out.filter(F.col("ts_ns").isNull() | (F.col("ts_ns") >= F.lit(since_ns)))
+    return out
+
+
+def _complete_live(ranges: list[tuple[str, int, int]], states: dict[str, Any]) -> list[tuple[str, int, int]]:
+    """``ranges`` with the newest segment of each daemon cut after its last complete
+    record: the daemon may be writing the rest of the last one (JETLOG.md 5), which is
+    neither damage nor a reason for FAILFAST to fail. An older segment will not grow
+    (the daemon moved on, or restarted): its truncated tail is read and reported."""
+    from tools.ingest.parse import JetlogError, resume_offset
+    from tools.ingest.source import DEFAULT_CHUNK
+
+    newest: dict[str, tuple[int, int, str]] = {}
+    for s in states.values():
+        if s.daemon:
+            newest[s.daemon] = max(newest.get(s.daemon, (s.created_ns, s.segment, s.path)),
+                                   (s.created_ns, s.segment, s.path))
+    live = {path for _, _, path in newest.values()}
+    out = []
+    for path, start, limit in ranges:
+        if path in live:
+            with contextlib.suppress(JetlogError, OSError):  # else read as it is: the reader reports it
+                limit = resume_offset(path, start, limit, DEFAULT_CHUNK)
+        if limit > start:
+            out.append((path, start, limit))
     return out
 
 
@@ -173,11 +245,46 @@ def _resume_offsets(ranges: list[tuple[str, int, int]], chunk: int) -> dict[str,
     return out
 
 
+def _execute(spark: Any, parts: list[Any], spec: Any, console: Console, files: int) -> list[dict[str, Any]]:
+    """Run one :func:`tools.ingest.pipeline.run_task` per partition: as Spark tasks, or
+    in this process when ``spark`` is None."""
+    from tools.ingest.pipeline import run_task
+
+    if spark is None:
+        return [run_task(i, p, spec) for i, p in enumerate(parts)]
+    with _Progress(spark, console, files, len(parts)):
+        return list(spark.sparkContext.parallelize(list(enumerate(parts)), len(parts))
+                    .map(lambda task: run_task(task[0], task[1], spec)).collect())
+
+
+def _record(manifest: Any, states: dict[str, Any]) -> None:
+    """Commit segment states that changed (a moved segment's new path) without rows,
+    and finish a compaction that a killed run left undone."""
+    from tools.ingest.pipeline import compact
+
+    if _changed(manifest, states):
+        from tools.ingest.warehouse import new_run_id
+
+        manifest.publish([], new_run_id(), states)
+    compact(manifest)
+
+
 def ingest_once(spark: Any, logdir: str, warehouse: Path, *, since_ns: Optional[int] = None,
                 console: Optional[Console] = None, mode: str = "PERMISSIVE") -> int:
     """Ingest what is new in ``logdir`` into every table of ``warehouse``; returns the
-    records added (:mod:`tools.ingest.pipeline`)."""
-    from tools.ingest.pipeline import TaskSpec, commit, run_task
+    records added (:mod:`tools.ingest.pipeline`). ``spark`` None runs the tasks in this
+    process (no JVM: tests, tiny logs).
+
+    What the tasks report is checked against what is staged before anything is
+    committed (:func:`tools.ingest.pipeline.check_reports`); then the run is published
+    as one snapshot, and partitions with many small files are compacted in a second one.
+
+    Raises:
+        IngestError: the executors could not see the log files or the warehouse.
+        WarehouseError: a known segment shrank, or the warehouse cannot be continued.
+        JetlogError: (in a Spark exception, from the tasks) damage in FAILFAST mode.
+    """
+    from tools.ingest.pipeline import TaskSpec, check_reports, commit, compact
     from tools.ingest.source import DEFAULT_CHUNK, plan_ranges
     from tools.ingest.warehouse import Manifest, new_run_id
 
@@ -185,83 +292,118 @@ def ingest_once(spark: Any, logdir: str, warehouse: Path, *, since_ns: Optional[
     manifest = Manifest.load(warehouse)
     removed = manifest.remove_uncommitted()
     if removed:
-        console.print(f"removed {removed} file(s) of an ingest run that never committed")
+        console.print(f"removed what {removed} ingest run(s) left that never committed")
     ranges, states = _plan(manifest, logdir)
     if not ranges:
-        manifest.files.update(states)
-        manifest.save()
+        _record(manifest, states)
+        console.print("nothing new to ingest")
+        return 0
+    ranges = _complete_live(ranges, states)
+    if not ranges:
+        _record(manifest, states)
         console.print("nothing new to ingest")
         return 0
     parts = plan_ranges(ranges, DEFAULT_CHUNK, 0)
     console.print(f"ingesting {len(ranges)} file(s), {sum(lim - s for _, s, lim in ranges):,} bytes")
     run_id = new_run_id()
-    staging = manifest.root / "_jet_ingest" / "staging" / run_id
-    spec = TaskSpec(str(staging), {f: s.run_ns for f, s in states.items()}, since_ns, mode)
+    staging = manifest.meta / "staging" / run_id
+    resume = {path: start for path, start, _ in ranges if start > 0}
+    spec = TaskSpec(str(staging), {s.path: s.run_ns for s in states.values()}, since_ns, mode, resume)
     ends: dict[str, int] = {}
     # Where each file's next read resumes is computed while the tasks run.
     worker = threading.Thread(target=lambda: ends.update(_resume_offsets(ranges, DEFAULT_CHUNK)), daemon=True)
     worker.start()
     try:
-        with _Progress(spark, console, len(ranges), len(parts)):
-            rows = int(sum(spark.sparkContext.parallelize(list(enumerate(parts)), len(parts))
-                       .map(lambda task: run_task(task[0], task[1], spec)).collect()))
+        reports = _execute(spark, parts, spec, console, len(ranges))
     finally:
         worker.join()
+    staged = check_reports(staging, reports, len(parts), parts)
     if len(ends) < len(ranges):
         raise RuntimeError("jet-ingest: could not compute where each file's next read resumes")
+    gone = {p for r in reports for p in r["missing"]}  # rotated away: check_reports proved it
+    by_path = {s.path: k for k, s in states.items()}
+    for path in gone:
+        states.pop(by_path[path], None)
     for path, end in ends.items():
-        states[path].done = max(states[path].done, end)
-    commit(manifest, staging, run_id, states)
-    return rows
+        if path in by_path and by_path[path] in states:
+            states[by_path[path]].done = max(states[by_path[path]].done, end)
+    commit(manifest, staging, run_id, states, staged)
+    compact(manifest)
+    return int(sum(r["rows"] for r in reports))
 
 
 def load_tables(spark: Any, warehouse: Path) -> dict[str, Any]:
-    """Every table of ``warehouse`` as a DataFrame (``frames`` and the derived ones)."""
+    """Every table of ``warehouse``'s current snapshot as a DataFrame (``frames`` and
+    the derived ones), all pinned to that one snapshot."""
+    from tools.ingest.warehouse import TABLES, snapshot_path
+
+    snapshot = snapshot_path(warehouse)
+    return {name: _read(spark, snapshot / name, name) for name in TABLES}
+
+
+def _read(spark: Any, directory: Path, name: str) -> Any:
     from tools.ingest.derive import CONNECTIONS_SCHEMA, REQUESTS_SCHEMA, STATE_CHANGES_SCHEMA, TRAFFIC_SCHEMA
     from tools.ingest.pipeline import FRAMES_SCHEMA, spark_ddl
 
-    if not (warehouse / "frames").exists():
-        raise FileNotFoundError(f"{warehouse / 'frames'}: nothing ingested yet")
-    out = {}
-    for name, schema in (("frames", FRAMES_SCHEMA), ("state_changes", STATE_CHANGES_SCHEMA),
-                         ("requests", REQUESTS_SCHEMA), ("connections", CONNECTIONS_SCHEMA),
-                         ("traffic", TRAFFIC_SCHEMA)):
-        (warehouse / name).mkdir(exist_ok=True)
-        out[name] = spark.read.schema(spark_ddl(schema)).parquet(str(warehouse / name))
-    return out
+    schema = {"frames": FRAMES_SCHEMA, "state_changes": STATE_CHANGES_SCHEMA, "requests": REQUESTS_SCHEMA,
+              "connections": CONNECTIONS_SCHEMA, "traffic": TRAFFIC_SCHEMA}[name]
+    return spark.read.schema(spark_ddl(schema)).parquet(str(directory))
+
+
+def read_table(spark: Any, warehouse: str | Path, name: str) -> Any:
+    """``name`` (frames, requests, state_changes, connections, traffic) of the
+    warehouse's current snapshot: the one way to read a warehouse that is being
+    written. The snapshot is resolved once, so the DataFrame keeps reading it while
+    later ones are committed (for :data:`tools.ingest.warehouse.RETAIN_S` at least).
+
+    Raises:
+        FileNotFoundError: nothing was ingested into ``warehouse`` yet.
+        ValueError: no such table.
+    """
+    from tools.ingest.warehouse import TABLES, table_path
+
+    if name not in TABLES:
+        raise ValueError(f"no table {name!r}: one of {', '.join(TABLES)}")
+    return _read(spark, table_path(Path(warehouse), name), name)
 
 
 def commit_micro_batch(manifest: Any, listed: dict[str, Any], settled: list[dict[str, Any]], staging: Path,
                        run_id: str) -> int:
     """Commit a ``--follow`` micro-batch whose tasks (:func:`tools.ingest.pipeline.follow_task`)
-    left ``staging`` and reported ``settled`` (file, end, rows); returns its rows.
+    left ``staging`` and reported ``settled`` (file, end, rows, written); returns its rows.
 
-    Only files the warehouse holds already, or that the batch read, are recorded: a
+    Only segments the warehouse holds already, or that the batch read, are recorded: a
     segment ``listed`` now that the stream has not read yet (jetd restarted after the
     micro-batch was planned) would end its daemon's previous run, whose last records
     may not be read yet either.
+
+    Raises:
+        IngestError: a staged file is missing or holds other rows than reported.
     """
-    from tools.ingest.pipeline import commit
+    from tools.ingest.pipeline import check_reports, commit
 
     read = {r["file"] for r in settled if r["rows"]}
-    states = {f: s for f, s in listed.items() if f in manifest.files or f in read}
+    states = {k: s for k, s in listed.items() if k in manifest.files or s.path in read}
+    by_path = {s.path: s for s in states.values()}
     for r in settled:
-        state = states.get(r["file"])
+        state = by_path.get(r["file"])
         if state is not None:
             end = Path(r["file"]).stat().st_size if r["end"] < 0 else r["end"]
             state.done = max(state.done, end)
+    reports = [{"task": i, "rows": r["rows"], "files": json.loads(r.get("written") or "{}"), "missing": []}
+               for i, r in enumerate(settled)]
+    staged = check_reports(staging, reports, len(reports))
     rows = sum(int(r["rows"]) for r in settled)
     if rows:
-        commit(manifest, staging, run_id, states)
+        commit(manifest, staging, run_id, states, staged)
     else:
-        manifest.files.update(states)
-        manifest.save()
+        _record(manifest, states)
     return rows
 
 
-def _follow(spark: Any, args: argparse.Namespace, console: Console) -> None:
+def _follow(spark: Any, args: argparse.Namespace, console: Console) -> int:
     """Keep ingesting with the streaming reader until interrupted, or until no new
-    record arrived for ``--idle-exit`` seconds."""
+    record arrived for ``--idle-exit`` seconds; returns the records added."""
     from pyspark.sql import functions as F
 
     from tools.ingest.warehouse import Manifest, new_run_id
@@ -269,28 +411,34 @@ def _follow(spark: Any, args: argparse.Namespace, console: Console) -> None:
     warehouse = Path(args.out)
     manifest = Manifest.load(warehouse)
     manifest.remove_uncommitted()
-    starting = {f: s.done for f, s in manifest.files.items()}
+    starting = {s.path: s.done for s in manifest.files.values()}
     last_rows = [time.monotonic()]
+    added, batches = [0], [0]
     # Held while a micro-batch commits, so stopping never cuts one in half.
     committing = threading.Lock()
 
     def batch(df: Any, batch_id: int) -> None:
-        from tools.ingest.pipeline import follow_task
+        from tools.ingest.pipeline import compact, follow_task
 
         with committing:
             m = Manifest.load(warehouse)
             _, states = _plan(m, args.logdir)
             # The manifest is the truth: rows it already holds (from a batch run, or a
-            # micro-batch replayed after a crash) are filtered out.
-            done = _per_file({f: s.done for f, s in m.files.items()})
+            # micro-batch replayed after a crash, or a segment since renamed) are
+            # filtered out.
+            done = _per_file({s.path: m.files[k].done for k, s in states.items() if k in m.files})
             fresh = _frames_df(df.filter(F.col("offset") >= F.coalesce(done, F.lit(0))), states, args.since)
             run_id = new_run_id()
             staging = m.root / "_jet_ingest" / "staging" / run_id
             settled = fresh.mapInArrow(lambda it: follow_task(it, str(staging), batch_id),
-                                       "file string, `end` long, rows long").collect()
+                                       "file string, `end` long, rows long, written string").collect()
             rows = commit_micro_batch(m, states, [r.asDict() for r in settled], staging, run_id)
+            if rows or not batches[0]:
+                last_rows[0] = time.monotonic()  # idle time counts from the first look
+            batches[0] += 1
             if rows:
-                last_rows[0] = time.monotonic()
+                added[0] += rows
+                compact(m)
             console.print(f"micro-batch {batch_id}: {rows} new record(s)")
 
     query = (
@@ -307,8 +455,8 @@ def _follow(spark: Any, args: argparse.Namespace, console: Console) -> None:
             now = time.monotonic()
             if args.follow_for is not None and now - started >= args.follow_for:
                 break
-            if args.idle_exit is None or now - last_rows[0] < args.idle_exit:
-                continue
+            if args.idle_exit is None or not batches[0] or now - last_rows[0] < args.idle_exit:
+                continue  # (before its first micro-batch the stream has not looked yet)
             # Not while a micro-batch is being planned or committed: it may hold records.
             if not committing.locked() and not query.status.get("isTriggerActive", False):
                 console.print(f"no new records for {args.idle_exit:g} s: stopping")
@@ -318,22 +466,67 @@ def _follow(spark: Any, args: argparse.Namespace, console: Console) -> None:
     finally:
         with committing:
             query.stop()
+    return added[0]
+
+
+_DESCRIPTION = """\
+Ingest jetd event logs (spec/JETLOG.md) into a Parquet warehouse with Spark: every record
+(frames) and the tables derived from them (requests, state_changes, connections, traffic),
+then print a summary and write WAREHOUSE/report.html. Run it again to add what is new:
+nothing is ingested twice, and readers see each run whole or not at all."""
+
+_EPILOG = """\
+read the tables with tools.ingest.read_table(spark, WAREHOUSE, "frames") (or
+spark.read.parquet("WAREHOUSE/frames")); layout and clusters: tools/ingest/README.md.
+
+exit status: 0 done (or nothing new), 1 the ingest failed and nothing was committed
+(damage with --mode FAILFAST, executors that cannot see the files), 2 bad arguments
+or a warehouse it cannot continue."""
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="jet-ingest", description=__doc__.split("\n\n")[0])
-    parser.add_argument("logdir", help="jetd log directory (or a segment file or glob)")
-    parser.add_argument("--out", required=True, help="warehouse directory (created if missing)")
-    parser.add_argument("--master", help="Spark master URL (default: spark-submit's, else local[*])")
-    parser.add_argument("--since", type=_parse_since, help="skip records before this time (ISO 8601 or epoch s)")
+    parser = argparse.ArgumentParser(prog="jet-ingest", description=_DESCRIPTION, epilog=_EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("logdir", help="jetd log directory (or a segment file, or a glob)")
+    parser.add_argument("--out", required=True, metavar="WAREHOUSE", help="warehouse directory (created if missing)")
+    parser.add_argument("--master", metavar="URL",
+                        help="Spark master (default: spark-submit's, else local[*]); on a cluster the log "
+                             "directory and the warehouse must be at the same path on every node")
+    parser.add_argument("--since", type=_parse_since, metavar="TIME",
+                        help="skip records before TIME for good (ISO 8601, UTC unless it says, or epoch seconds)")
+    parser.add_argument("--mode", default="PERMISSIVE", choices=["PERMISSIVE", "DROPMALFORMED", "FAILFAST"],
+                        type=str.upper,
+                        help="damaged records: PERMISSIVE keeps a row saying what was skipped (default), "
+                             "DROPMALFORMED drops them, FAILFAST stops with exit status 1 and commits nothing")
     parser.add_argument("--follow", action="store_true", help="keep ingesting new records (streaming reader)")
-    parser.add_argument("--interval", type=float, default=5.0, help="--follow: seconds between micro-batches")
+    parser.add_argument("--interval", type=float, default=5.0, metavar="S",
+                        help="--follow: seconds between micro-batches (default 5)")
     parser.add_argument("--idle-exit", type=float, default=None, metavar="S",
                         help="--follow: stop after S seconds without a new record")
     parser.add_argument("--follow-for", type=float, default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--mode", default="PERMISSIVE", choices=["PERMISSIVE", "DROPMALFORMED", "FAILFAST"])
     parser.add_argument("--no-report", action="store_true", help="skip the summary and report.html")
+    parser.add_argument("--verbose", "-v", action="store_true", help="show Spark's own log lines and progress bars")
     return parser
+
+
+def _failure(exc: BaseException) -> Optional[str]:
+    """The message of an ingest failure to show without a traceback (None: a bug)."""
+    from tools.ingest.parse import JetlogError
+    from tools.ingest.pipeline import IngestError
+    from tools.ingest.warehouse import WarehouseError
+
+    if isinstance(exc, (IngestError, WarehouseError, JetlogError)):
+        return str(exc)
+    # An exception raised in a Python worker reaches the driver as a Spark exception
+    # whose text holds the worker's traceback: its last line of ours is the message.
+    import re
+
+    found = re.findall(r"(?:tools\.ingest\.\w+\.)?(JetlogError|FileNotFoundError|IngestError|PermissionError|"
+                       r"OSError): (.+)", str(exc))
+    if found:
+        kind, message = found[-1]
+        return f"{message}" if kind == "JetlogError" else f"{kind}: {message}"
+    return None
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -347,21 +540,40 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     from tools.ingest.warehouse import Manifest, WarehouseError, locked
 
+    started = time.monotonic()
     warehouse = Path(args.out).resolve()
     with ExitStack() as stack:
         try:
             warehouse.mkdir(parents=True, exist_ok=True)
             stack.enter_context(locked(warehouse))
-            Manifest.load(warehouse)  # refuse a warehouse it cannot continue before starting Spark
+            manifest = Manifest.load(warehouse)  # refuse a warehouse it cannot continue before starting Spark
+            if not args.follow:
+                # Decided from the headers and sizes against the manifest: no JVM.
+                manifest.remove_uncommitted()
+                ranges, states = _plan(manifest, args.logdir)
+                if not _complete_live(ranges, states):
+                    _record(manifest, states)
+                    report = warehouse / "report.html"
+                    console.print("nothing new to ingest" + (f"; report: {report}" if report.exists() else ""))
+                    return 0
         except (WarehouseError, OSError, json.JSONDecodeError) as exc:
             console.print(f"[red]jet-ingest: {exc}[/red]")
             return 2
         from tools.ingest.session import spark_session
 
-        started = time.monotonic()
-        spark = spark_session(args.master)
+        spark = spark_session(args.master, quiet=not args.verbose)
         try:
             return run(spark, args, console, started=started)
+        except Exception as exc:
+            message = _failure(exc)
+            if message is None:
+                raise
+            hint = " (--mode FAILFAST)" if args.mode == "FAILFAST" else ""
+            from rich.text import Text
+
+            console.print(Text(f"jet-ingest: {message}", style="red"), soft_wrap=True)
+            console.print(f"[red]jet-ingest: failed{hint}; nothing of this run was committed[/red]", highlight=False)
+            return 1
         finally:
             spark.stop()
 
@@ -369,13 +581,15 @@ def main(argv: Optional[list[str]] = None) -> int:
 def run(spark: Any, args: argparse.Namespace, console: Console, *, started: Optional[float] = None) -> int:
     """What ``jet-ingest`` does with a SparkSession (``main`` creates and stops it, and
     holds the warehouse's lock around it)."""
+    from tools.ingest.warehouse import Manifest
+
     started = time.monotonic() if started is None else started
     warehouse = Path(args.out).resolve()
     warehouse.mkdir(parents=True, exist_ok=True)
     added = ingest_once(spark, args.logdir, warehouse, since_ns=args.since, console=console, mode=args.mode)
     if args.follow:
-        _follow(spark, args, console)
-    if not (warehouse / "frames").exists():
+        added += _follow(spark, args, console)
+    if not Manifest.load(warehouse).rows("frames"):
         console.print("no records ingested yet")
         return 0
     tables = load_tables(spark, warehouse)
@@ -383,7 +597,7 @@ def run(spark: Any, args: argparse.Namespace, console: Console, *, started: Opti
     if not args.no_report:
         from tools.ingest.report import collect_summary, print_summary, write_report
 
-        summary = collect_summary(tables)
+        summary = collect_summary(tables, source=args.logdir)
         print_summary(summary, console)
         write_report(summary, warehouse / "report.html")
         console.print(f"report: {warehouse / 'report.html'}")

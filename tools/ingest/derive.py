@@ -746,10 +746,12 @@ def write_file(table: pa.Table, path: Path) -> None:
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"  # Spark's directory for a null partition value
 
 
-def write_partitioned(table: pa.Table, ts_ns: pa.ChunkedArray | pa.Array, directory: Path, name: str) -> int:
+def write_partitioned(table: pa.Table, ts_ns: pa.ChunkedArray | pa.Array, directory: Path, name: str,
+                      written: Optional[dict[str, int]] = None) -> int:
     """Write ``table`` under ``directory/date=YYYY-MM-DD/name`` by the UTC date of
     ``ts_ns`` (null: Spark's null partition), as Spark's ``partitionBy("date")`` lays
-    it out. Returns the number of files."""
+    it out. Returns the number of files; ``written``, if given, receives each file's
+    path relative to ``directory`` and its rows."""
     if not table.num_rows:
         return 0
     valid = _mask(pc.is_valid(ts_ns))
@@ -760,5 +762,7 @@ def write_partitioned(table: pa.Table, ts_ns: pa.ChunkedArray | pa.Array, direct
         part = table if sel.all() else table.filter(pa.array(sel))
         label = NULL_PARTITION if day == np.iinfo(np.int64).min else str(np.datetime64(int(day), "D"))
         write_file(part, directory / f"date={label}" / name)
+        if written is not None:
+            written[f"date={label}/{name}"] = part.num_rows
         files += 1
     return files

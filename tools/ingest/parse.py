@@ -18,14 +18,16 @@ How a segment is read:
 
 from __future__ import annotations
 
+import gzip
 import mmap
 import os
 import struct
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -37,44 +39,55 @@ from jetwire.log import DEFAULT_MAX_RECORD, RECORD_MARKER, LogHeaderIncomplete, 
 
 __all__ = [
     "ARROW_SCHEMA",
+    "CORRUPT",
     "MODES",
+    "SOURCE_SCHEMA",
     "SPARK_SCHEMA",
+    "TRUNCATED",
     "JetlogError",
     "ScanResult",
     "SegmentHeader",
+    "SegmentIdentity",
     "batch_rows",
     "find_boundary",
+    "infer_runs",
+    "open_segment",
     "parse_batch",
+    "read_file_header",
     "read_header",
     "read_segment",
     "resume_offset",
     "scan_records",
+    "time_range",
 ]
 
 MODES = ("PERMISSIVE", "DROPMALFORMED", "FAILFAST")
+# ``kind`` of the rows that are not records (JETLOG.md 5), beside the record kinds.
+CORRUPT = "CORRUPT"  # a damaged region, or a bad segment header (the whole file)
+TRUNCATED = "TRUNCATED"  # the file ends inside this record
 
 # The fixed schema of the `jetlog` source; docs/README of tools.ingest explains each column.
 SPARK_SCHEMA = (
-    "file string, offset long, daemon string, segment long, ts_ns long, ts timestamp, "
-    "conn_id long, peer_name string, kind string, direction string, msg_type string, "
+    "file string not null, offset long not null, daemon string, segment long, ts_ns long, ts timestamp, "
+    "conn_id long, peer_name string, kind string not null, direction string, msg_type string, "
     "request_id long, function string, status string, fetch_id long, key string, "
     "value_type string, value binary, value_text string, text string, address string, "
     "route_requester_conn long, route_requester_id long, route_owner_conn long, "
-    "route_owner_id long, size long, frame_error string, corrupt string"
+    "route_owner_id long, size long not null, frame_error string, corrupt string, run_ns long"
 )
 
 _TS = pa.timestamp("us", tz="UTC")  # what Spark expects for TimestampType (NOTES.md: no implicit casts)
 ARROW_SCHEMA = pa.schema(
     [
-        ("file", pa.string()),
-        ("offset", pa.int64()),
+        pa.field("file", pa.string(), nullable=False),
+        pa.field("offset", pa.int64(), nullable=False),
         ("daemon", pa.string()),
         ("segment", pa.int64()),
         ("ts_ns", pa.int64()),
         ("ts", _TS),
         ("conn_id", pa.int64()),
         ("peer_name", pa.string()),
-        ("kind", pa.string()),
+        pa.field("kind", pa.string(), nullable=False),
         ("direction", pa.string()),
         ("msg_type", pa.string()),
         ("request_id", pa.int64()),
@@ -91,13 +104,17 @@ ARROW_SCHEMA = pa.schema(
         ("route_requester_id", pa.int64()),
         ("route_owner_conn", pa.int64()),
         ("route_owner_id", pa.int64()),
-        ("size", pa.int64()),
+        pa.field("size", pa.int64(), nullable=False),
         ("frame_error", pa.string()),
         ("corrupt", pa.string()),
     ]
 )
+# What the ``jetlog`` source yields: the records plus the daemon run (JETLOG.md 2), which
+# with ``conn_id`` identifies a connection across restarts.
+SOURCE_SCHEMA = ARROW_SCHEMA.append(pa.field("run_ns", pa.int64()))
 
 _HEAD = struct.Struct(">HII")  # JETLOG.md 3: marker | length | crc
+_LEN = struct.Struct(">I")
 _HEAD_SIZE = 10
 _FIXED_SIZE = 13  # JETLOG.md 3: ts_ns u64 | conn_id u32 | kind u8
 _MARKER_BYTES = struct.pack(">H", RECORD_MARKER)
@@ -110,14 +127,74 @@ class JetlogError(Exception):
     """A damaged or invalid event log met in FAILFAST mode, or an unusable header."""
 
 
+_HEADER_READ = 34 + 0xFFFF + 4  # the largest header (JETLOG.md 2: version 2, a 65535-byte name)
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+@contextmanager
+def open_segment(path: str, limit: Optional[int] = None) -> Iterator[bytes | mmap.mmap]:
+    """The bytes of a segment file, at most ``limit`` of them: a read-only mapping, or
+    for a gzip-compressed segment (a rotated log compressed by logrotate, say) the
+    decompressed bytes (offsets are then offsets in the decompressed segment).
+
+    Raises:
+        JetlogError: the gzip stream is corrupt or ends early (never skipped silently).
+        OSError: the file cannot be read (FileNotFoundError if it is gone).
+    """
+    with open(path, "rb") as fh:
+        if fh.read(2) == _GZIP_MAGIC:
+            fh.seek(0)
+            try:
+                with gzip.GzipFile(fileobj=fh) as gz:
+                    data = gz.read() if limit is None else gz.read(limit)
+            except (OSError, EOFError, zlib.error) as exc:
+                raise JetlogError(f"{path}: gzip-compressed segment cannot be read: {exc}") from None
+            yield data
+            return
+        size = os.fstat(fh.fileno()).st_size
+        if limit is not None:
+            size = min(size, limit)
+        if size == 0:
+            yield b""
+            return
+        mm = mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_READ)
+    try:
+        yield mm
+    finally:
+        mm.close()
+
+
+class SegmentIdentity(NamedTuple):
+    """What a segment is, whatever its file is called or wherever it was moved
+    (JETLOG.md 1: readers do not trust names): the header's daemon name, creation time,
+    segment number and CRC (JETLOG.md 2). Hashable; ``list(identity)`` is JSON."""
+
+    daemon: str
+    created_ns: int
+    segment: int
+    header_crc: int
+
+
 @dataclass(frozen=True)
 class SegmentHeader:
-    """A segment file header (JETLOG.md 2); ``size`` is where the first record starts."""
+    """A segment file header (JETLOG.md 2); ``size`` is where the first record starts.
+
+    ``run_ns`` is the daemon run from a version-2 header, None in version 1 (infer it
+    with :func:`infer_runs`).
+    """
 
     name: str
     created_ns: int
     segment: int
     size: int
+    version: int = 1
+    run_ns: Optional[int] = None
+    crc: int = 0
+
+    @property
+    def identity(self) -> SegmentIdentity:
+        """The segment's identity (:class:`SegmentIdentity`), from the header alone."""
+        return SegmentIdentity(self.name, self.created_ns, self.segment, self.crc)
 
 
 def read_header(buf: bytes | mmap.mmap | memoryview) -> Optional[SegmentHeader]:
@@ -134,7 +211,56 @@ def read_header(buf: bytes | mmap.mmap | memoryview) -> Optional[SegmentHeader]:
         return None
     except RemoteProtocolError as exc:
         raise JetlogError(str(exc)) from None
-    return SegmentHeader(header.name, header.created_ns, header.segment, header.size)
+    (crc,) = _LEN.unpack_from(buf, header.size - 4)
+    return SegmentHeader(header.name, header.created_ns, header.segment, header.size, header.version,
+                         header.run_ns, crc)
+
+
+def read_file_header(path: str) -> Optional[SegmentHeader]:
+    """The header of the segment file ``path`` (gzip-compressed or not); None if the
+    file ends inside it.
+
+    Raises:
+        JetlogError: the header is invalid.
+        OSError: the file cannot be read (FileNotFoundError if it is gone).
+    """
+    with open_segment(path) as buf:
+        return read_header(buf[: _HEADER_READ])
+
+
+def infer_runs(
+    headers: Mapping[str, Optional[SegmentHeader]],
+    known: Optional[Callable[[str, SegmentHeader], Optional[int]]] = None,
+) -> dict[str, int]:
+    """The daemon run (``run_ns``) of each file with a valid header (JETLOG.md 2).
+
+    Version 2 headers say it. For version 1, per daemon name, in ``created_ns`` order,
+    a segment whose number is not higher than its predecessor's starts a new run named
+    by its ``created_ns`` (JETLOG.md 1: a new segment on every start); the first file of
+    a daemon starts a run too, so a run whose first segments are not among ``headers``
+    is named by its earliest file here. ``known(path, header)``, if given, may return a
+    run recorded earlier for a file (a warehouse's manifest): it wins, and the
+    segments after it in the same run follow it.
+    """
+    out: dict[str, int] = {}
+    by_daemon: dict[str, list[tuple[int, int, str, SegmentHeader]]] = {}
+    for path, header in headers.items():
+        if header is not None:
+            by_daemon.setdefault(header.name, []).append((header.created_ns, header.segment, path, header))
+    for segments in by_daemon.values():
+        run: Optional[int] = None
+        prev: Optional[int] = None
+        for created, segment, path, header in sorted(segments, key=lambda s: s[:3]):
+            recorded = known(path, header) if known is not None else None
+            if header.run_ns is not None:
+                run = header.run_ns
+            elif recorded is not None:
+                run = recorded
+            elif run is None or prev is None or segment <= prev:
+                run = created
+            out[path] = run
+            prev = segment
+    return out
 
 
 @dataclass
@@ -154,45 +280,83 @@ class ScanResult:
 
 
 def _record_problem(buf: bytes | mmap.mmap, pos: int, have: int, max_record: int, verify_crc: bool) -> Optional[str]:
-    """Why the record at ``pos`` is not valid; "" if incomplete; None if valid."""
-    if have - pos < _HEAD_SIZE:
-        if have - pos >= 2 and buf[pos : pos + 2] != _MARKER_BYTES:
-            return "bad record marker"
-        return ""
-    marker, length, crc = _HEAD.unpack_from(buf, pos)
-    if marker != RECORD_MARKER:
+    """Why the record at ``pos`` is not valid (JETLOG.md 5); "" if the bytes end inside
+    it while what is there is sound so far; None if valid."""
+    rem = have - pos
+    if rem < 2:
+        return "" if buf[pos:have] == _MARKER_BYTES[:rem] else "bad record marker"
+    if buf[pos : pos + 2] != _MARKER_BYTES:
         return "bad record marker"
+    if rem < 6:
+        return ""
+    length = _LEN.unpack_from(buf, pos + 2)[0]
     if length < _FIXED_SIZE or length > max_record:
         return f"implausible record length {length}"
     end = pos + _HEAD_SIZE + length
     if end > have:
         return ""
-    if verify_crc and zlib.crc32(buf[pos + _HEAD_SIZE : end], zlib.crc32(buf[pos + 2 : pos + 6])) != crc:
+    if verify_crc and zlib.crc32(buf[pos + _HEAD_SIZE : end], zlib.crc32(buf[pos + 2 : pos + 6])) != _LEN.unpack_from(
+        buf, pos + 6
+    )[0]:
         return "record CRC mismatch"
     return None
 
 
-def _is_sync_point(buf: bytes | mmap.mmap, pos: int, have: int, max_record: int) -> bool:
-    """A valid record whose successor is valid too, or which ends the data (JETLOG.md 5).
+def _is_candidate(buf: bytes | mmap.mmap, pos: int, have: int, max_record: int) -> bool:
+    """JETLOG.md 5 resync: a marker, a plausible length, right after the record the next
+    marker (or the end of the data, or the start of a marker cut by it), and a matching
+    CRC. The marker after is checked before the CRC: damage full of marker bytes with
+    large lengths would otherwise cost a CRC over up to ``max_record`` bytes at each."""
+    if have - pos < _HEAD_SIZE:
+        return False
+    marker, length, crc = _HEAD.unpack_from(buf, pos)
+    if marker != RECORD_MARKER or length < _FIXED_SIZE or length > max_record:
+        return False
+    end = pos + _HEAD_SIZE + length
+    if end > have:
+        return False
+    after = buf[end : end + 2]
+    if after != _MARKER_BYTES[: len(after)]:
+        return False
+    return bool(zlib.crc32(buf[pos + _HEAD_SIZE : end], zlib.crc32(buf[pos + 2 : pos + 6])) == crc)
 
-    Asking for two chained records makes a false sync inside a record body (a marker, a
-    plausible length and a matching CRC by chance) practically impossible.
+
+def _next_candidate(buf: bytes | mmap.mmap, pos: int, have: int, max_record: int) -> int:
+    """The first resync candidate at or after ``pos`` (JETLOG.md 5), or ``have``."""
+    while True:
+        pos = buf.find(_MARKER_BYTES, pos, have)
+        if pos < 0:
+            return have
+        if _is_candidate(buf, pos, have, max_record):
+            return pos
+        pos += 1
+
+
+def _is_sync_point(buf: bytes | mmap.mmap, pos: int, have: int, max_record: int) -> bool:
+    """A resync candidate whose successor is valid too, or incomplete at the end.
+
+    Where a chunk starts (:func:`find_boundary`). Asking for two chained records makes a
+    false start inside a record body (a marker, a plausible length and a matching CRC by
+    chance) practically impossible. Every sync point is a candidate, so the chunk before
+    reaches it whether it arrives by the chain or by resynchronising after damage.
     """
-    nxt = pos + _HEAD_SIZE + _HEAD.unpack_from(buf, pos)[1] if have - pos >= _HEAD_SIZE else have
-    # Cheap test first: a sync point is followed by a marker (or the end). Without it,
-    # damage full of marker bytes with large lengths would cost a CRC over up to
-    # max_record bytes at every one of them (JETLOG.md 5).
-    if nxt + 2 <= have and buf[nxt : nxt + 2] != _MARKER_BYTES:
+    if not _is_candidate(buf, pos, have, max_record):
         return False
-    if _record_problem(buf, pos, have, max_record, True) is not None:
-        return False
+    nxt = pos + _HEAD_SIZE + _LEN.unpack_from(buf, pos + 2)[0]
     return nxt >= have or _record_problem(buf, nxt, have, max_record, True) in (None, "")
 
 
-def _next_sync(buf: bytes | mmap.mmap, pos: int, have: int, max_record: int) -> int:
-    """The first sync point at or after ``pos``, or ``have`` if none."""
+def find_boundary(
+    buf: bytes | mmap.mmap, pos: int, max_record: int = DEFAULT_MAX_RECORD, *, header_size: int = 0
+) -> int:
+    """Where a chunk that nominally starts at ``pos`` really starts: ``header_size`` if
+    ``pos`` is inside the header, else the first sync point at or after ``pos`` (or the
+    end of ``buf``). The chunk before scans up to exactly there (:func:`scan_records`)."""
+    if pos <= header_size:
+        return header_size
+    have = len(buf)
     while True:
-        pos = buf.find(_MARKER_BYTES, pos)
+        pos = buf.find(_MARKER_BYTES, pos, have)
         if pos < 0:
             return have
         if _is_sync_point(buf, pos, have, max_record):
@@ -200,28 +364,28 @@ def _next_sync(buf: bytes | mmap.mmap, pos: int, have: int, max_record: int) -> 
         pos += 1
 
 
-def find_boundary(buf: bytes | mmap.mmap, pos: int, max_record: int = DEFAULT_MAX_RECORD) -> int:
-    """Where a chunk that nominally starts at ``pos`` really starts: the first record
-    boundary at or after ``pos`` (JETLOG.md 5 resync rule, two chained valid records)."""
-    return _next_sync(buf, pos, len(buf), max_record)
-
-
 def scan_records(
     buf: bytes | mmap.mmap,
     start: int,
-    stop: Optional[int] = None,
+    until: Optional[int] = None,
     *,
     max_record: int = DEFAULT_MAX_RECORD,
     verify_crc: bool = True,
 ) -> ScanResult:
-    """Locate the records that begin in ``[start, stop)`` (``stop`` defaults to the end).
+    """Locate the records and damaged regions that begin in ``[start, until)``.
 
-    ``start`` must be a record boundary (the header's end or a :func:`find_boundary`
-    result). A record may extend past ``stop``; the bytes of ``buf`` bound everything.
+    ``start`` and ``until`` must be where chunks really start (the header's end, a
+    :func:`find_boundary` result, or the end of ``buf``): the scan follows the chain
+    from ``start`` and stops once it reaches ``until``, so that chunks ``[b0, b1)``,
+    ``[b1, b2)``... together report exactly what one scan of the whole file reports,
+    damage right after a cut included. Records and damage may extend past ``until``;
+    the bytes of ``buf`` bound everything (JETLOG.md 5: a record that runs past them is
+    a truncated last record, unless a resync candidate follows it: then its length is
+    damage).
     """
     have = len(buf)
-    if stop is None or stop > have:
-        stop = have
+    if until is None or until > have:
+        until = have
     starts: list[int] = []
     append = starts.append
     unpack = _HEAD.unpack_from
@@ -229,7 +393,7 @@ def scan_records(
     damage: list[tuple[int, int, str]] = []
     pos = start
     truncated: Optional[tuple[int, int, int]] = None
-    while pos < stop:
+    while pos < until:
         # Fast path: a valid record (the overwhelmingly common case), checked inline.
         if have - pos >= _HEAD_SIZE:
             marker, length, crc = unpack(buf, pos)
@@ -244,16 +408,81 @@ def scan_records(
                 pos = end
                 continue
         problem = _record_problem(buf, pos, have, max_record, verify_crc)
+        nxt = _next_candidate(buf, pos + 1, have, max_record)
         if problem == "":
-            # JETLOG.md 5: the bytes end inside a record; stop cleanly, never an error.
-            need = _HEAD_SIZE + (unpack(buf, pos)[1] if have - pos >= _HEAD_SIZE else 0)
-            truncated = (pos, have - pos, need)
-            break
-        # JETLOG.md 5: damage in the middle; report it and resync to the next sync point.
-        nxt = _next_sync(buf, pos + 1, have, max_record)
+            if nxt >= have:
+                # JETLOG.md 5: the bytes end inside the last record.
+                need = _HEAD_SIZE + (_LEN.unpack_from(buf, pos + 2)[0] if have - pos >= _HEAD_SIZE else 0)
+                truncated = (pos, have - pos, need)
+                break
+            problem = "record runs past the end of the file while a valid record follows"
+        # JETLOG.md 5: damage in the middle; report it and resume at the next candidate.
         damage.append((pos, nxt - pos, problem or "damage"))
         pos = nxt
     return ScanResult(np.asarray(starts, dtype=np.int64), damage, pos, truncated)
+
+
+def time_range(
+    buf: bytes | mmap.mmap,
+    header_size: int,
+    lo_ns: Optional[int],
+    hi_ns: Optional[int],
+    *,
+    max_record: int = DEFAULT_MAX_RECORD,
+    grain: int = 1 << 16,
+) -> tuple[int, int]:
+    """``[start, stop)``: where the records with ``lo_ns <= ts_ns <= hi_ns`` (bounds
+    None: open) begin, found by bisection over byte offsets, since ``ts_ns`` never
+    decreases within a segment (JETLOG.md 3). Both ends are chunk starts
+    (:func:`find_boundary`), so reading ``[start, stop)`` as a chunk reads exactly the
+    records between them; every record outside is outside the time range. Damaged
+    bytes are skipped by the probes (only valid records carry a time). ``grain``: the
+    bisection stops when the bracket is this narrow (bytes read beyond the range).
+    """
+    have = len(buf)
+
+    def probe(pos: int) -> tuple[int, Optional[int]]:
+        """(where a chunk at ``pos`` starts, ts_ns of the first valid record from there)."""
+        begin = find_boundary(buf, pos, max_record, header_size=header_size)
+        valid = begin
+        while valid < have and _record_problem(buf, valid, have, max_record, True) is not None:
+            valid = find_boundary(buf, valid + 1, max_record, header_size=header_size)
+        if valid >= have:
+            return begin, None
+        return begin, int.from_bytes(buf[valid + _HEAD_SIZE : valid + _HEAD_SIZE + 8], "big")
+
+    start = header_size
+    if lo_ns is not None:
+        ts = probe(header_size)[1]
+        if ts is None:
+            return header_size, header_size  # no record at all
+        if ts < lo_ns:
+            # The largest probe position whose first record is still before lo_ns.
+            a, z = header_size, have
+            while z - a > grain:
+                m = (a + z) // 2
+                t = probe(m)[1]
+                if t is not None and t < lo_ns:
+                    a = m
+                else:
+                    z = m
+            start = probe(a)[0]
+    stop = have
+    if hi_ns is not None:
+        b, ts = probe(start)
+        if ts is None or ts > hi_ns:
+            return start, b if ts is not None else have
+        # The smallest probe position whose first record is after hi_ns (or none left).
+        a, z = start, have
+        while z - a > grain:
+            m = (a + z) // 2
+            t = probe(m)[1]
+            if t is None or t > hi_ns:
+                z = m
+            else:
+                a = m
+        stop = probe(z)[0] if z < have else have
+    return start, stop
 
 
 def resume_offset(path: str, start: int, limit: int, chunk: int, *, max_record: int = DEFAULT_MAX_RECORD) -> int:
@@ -269,23 +498,19 @@ def resume_offset(path: str, start: int, limit: int, chunk: int, *, max_record: 
     Raises:
         JetlogError: the segment header is invalid.
     """
-    with open(path, "rb") as fh:
-        size = min(os.fstat(fh.fileno()).st_size, limit)
+    with open_segment(path, limit) as mm:
+        size = len(mm)
         if size <= start:
             return start
-        mm = mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_READ)
-    try:
         header = read_header(mm)
         if header is None:
             return start
         cuts = range(start, limit, chunk) if limit - start > chunk else range(start, start + 1)
         for cut in reversed(cuts):
-            begin = header.size if cut <= header.size else find_boundary(mm, cut, max_record)
+            begin = find_boundary(mm, cut, max_record, header_size=header.size)
             if begin < size:
                 return scan_records(mm, begin, max_record=max_record).end
         return max(start, header.size)
-    finally:
-        mm.close()
 
 
 # --- vectorised field extraction ------------------------------------------------------
@@ -654,20 +879,24 @@ def parse_batch(a: np.ndarray, starts: np.ndarray, seg: _Segment) -> tuple[pa.Re
     return pa.RecordBatch.from_pydict(cols, schema=ARROW_SCHEMA), data_err > 0
 
 
-def _damage_batch(path: str, header: Optional[SegmentHeader], damage: list[tuple[int, int, str]]) -> pa.RecordBatch:
-    """One row per damaged region (JETLOG.md 5): where it begins, how long, and why."""
-    rows = [
-        {
-            "file": path,
-            "offset": off,
-            "daemon": header.name if header else None,
-            "segment": header.segment if header else None,
-            "size": length,
-            "corrupt": f"{reason}; skipped {length} bytes" if length else reason,
-        }
-        for off, length, reason in damage
-    ]
-    return pa.RecordBatch.from_pylist(rows, schema=ARROW_SCHEMA)
+def _damage_batch(path: str, header: Optional[SegmentHeader], rows: list[tuple[int, int, str, str]]) -> pa.RecordBatch:
+    """Rows for what is not a record (JETLOG.md 5): ``(offset, size, kind, corrupt)``
+    with ``kind`` CORRUPT (a damaged region or a bad header) or TRUNCATED."""
+    return pa.RecordBatch.from_pylist(
+        [
+            {
+                "file": path,
+                "offset": off,
+                "daemon": header.name if header else None,
+                "segment": header.segment if header else None,
+                "kind": kind,
+                "size": size,
+                "corrupt": text,
+            }
+            for off, size, kind, text in rows
+        ],
+        schema=ARROW_SCHEMA,
+    )
 
 
 def batch_rows(starts: np.ndarray, a: np.ndarray, max_rows: int, max_bytes: int) -> Iterator[np.ndarray]:
@@ -710,39 +939,50 @@ def read_segment(
     batch_bytes_max: int = DEFAULT_BATCH_BYTES,
     limit: Optional[int] = None,
     stats: Optional[dict[str, object]] = None,
+    add_run: bool = False,
+    run_ns: Optional[int] = None,
+    exact_start: bool = False,
+    truncated_row: bool = False,
 ) -> Iterator[pa.RecordBatch]:
     """Read the records of one segment file that begin in ``[start, stop)`` as batches.
 
     ``start`` 0 (or anything inside the header) means from the first record; any other
-    ``start`` is moved to the next record boundary (:func:`find_boundary`), so adjacent
-    chunks ``[0, m)`` and ``[m, end)`` together yield every record exactly once.
+    ``start`` is moved to where a chunk starting there really starts
+    (:func:`find_boundary`), and the read goes up to where a chunk starting at ``stop``
+    starts, so adjacent chunks ``[0, m)`` and ``[m, end)`` together yield every record
+    and damaged run exactly once. With ``exact_start``, ``start`` is a position a
+    previous read ended at (a resume offset, a streaming offset): read from exactly
+    there, so that damage right there is reported too.
     ``limit`` caps the bytes considered (a streaming offset: the file may be longer now).
     ``stats``, if given, receives ``end`` (offset after the last complete record) and
-    ``truncated``.
+    ``truncated``. Batches have :data:`ARROW_SCHEMA`, or with ``add_run``
+    :data:`SOURCE_SCHEMA`: a ``run_ns`` column from a version-2 header, else ``run_ns``
+    (what :func:`infer_runs` says for a version-1 file).
+
+    Rows that are not records have ``kind`` CORRUPT (damage: ``size`` bytes skipped; a
+    bad header: the whole file) or, with ``truncated_row`` (the ``jetlog`` source sets
+    it), TRUNCATED (``size`` bytes present), JETLOG.md 5; ``stats`` reports a truncated
+    last record either way (a warehouse reads it again once complete, and keeps no row).
+    A gzip-compressed segment is read whole, by the chunk that starts at 0.
 
     Raises:
-        JetlogError: in FAILFAST mode on any damage or bad header.
+        JetlogError: in FAILFAST mode on any damage, truncated last record or bad
+            header; in any mode on a gzip stream that cannot be read.
+        OSError: the file cannot be read (FileNotFoundError: it is gone).
         ValueError: on an unknown ``mode``.
     """
     mode = mode.upper()
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
-    with open(path, "rb") as fh:
-        size = os.fstat(fh.fileno()).st_size
-        if limit is not None:
-            size = min(size, limit)
-        if size == 0:
-            return
-        mm = mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_READ)
-    try:
-        yield from _read_mapped(path, mm, start, stop, mode, max_record, batch_rows_max, batch_bytes_max, stats)
-    finally:
-        mm.close()
+    with open_segment(path, limit) as mm:
+        if len(mm):
+            yield from _read_mapped(path, mm, start, stop, mode, max_record, batch_rows_max, batch_bytes_max, stats,
+                                    run_ns, add_run, exact_start, truncated_row)
 
 
 def _read_mapped(
     path: str,
-    mm: mmap.mmap,
+    mm: bytes | mmap.mmap,
     start: int,
     stop: Optional[int],
     mode: str,
@@ -750,14 +990,52 @@ def _read_mapped(
     rows_max: int,
     bytes_max: int,
     stats: Optional[dict[str, object]],
+    run_ns: Optional[int],
+    add_run: bool,
+    exact_start: bool,
+    truncated_row: bool,
 ) -> Iterator[pa.RecordBatch]:
+    if add_run:
+        try:
+            header = read_header(mm)
+        except JetlogError:
+            header = None  # reported by _read_records
+        # JETLOG.md 2: a version-2 header names its run; version 1: what the caller inferred.
+        run = header.run_ns if header is not None and header.run_ns is not None else run_ns
+    for batch in _read_records(path, mm, start, stop, mode, max_record, rows_max, bytes_max, stats, exact_start,
+                               truncated_row):
+        if add_run:
+            batch = pa.RecordBatch.from_arrays(
+                [*batch.columns, pa.array(np.full(batch.num_rows, run or 0, dtype=np.int64), pa.int64(),
+                                          mask=np.full(batch.num_rows, run is None))],
+                schema=SOURCE_SCHEMA,
+            )
+        yield batch
+
+
+def _read_records(
+    path: str,
+    mm: bytes | mmap.mmap,
+    start: int,
+    stop: Optional[int],
+    mode: str,
+    max_record: int,
+    rows_max: int,
+    bytes_max: int,
+    stats: Optional[dict[str, object]],
+    exact_start: bool = False,
+    truncated_row: bool = True,
+) -> Iterator[pa.RecordBatch]:
+    have = len(mm)
     try:
         header = read_header(mm)
     except JetlogError as exc:
+        # JETLOG.md 2: the whole file is rejected. Reported once, by the chunk at 0.
         if mode == "FAILFAST":
-            raise JetlogError(f"{path}: {exc}") from None
+            raise JetlogError(f"{path}: bad segment header: {exc}; the whole file ({have} bytes) is unreadable") from None
         if mode == "PERMISSIVE" and start == 0:
-            yield _damage_batch(path, None, [(0, 0, f"bad segment header: {exc}")])
+            text = f"bad segment header: {exc}; skipped the whole file ({have} bytes)"
+            yield _damage_batch(path, None, [(0, have, CORRUPT, text)])
         return
     if header is None:  # JETLOG.md 5: still being created; nothing to read yet
         return
@@ -766,19 +1044,28 @@ def _read_mapped(
     a = np.frombuffer(mm, dtype=np.uint8)
     try:
         seg = _Segment(path, header)
-        if start <= header.size:
-            begin = header.size
+        if exact_start and start > header.size:
+            begin = min(start, have)
         else:
-            begin = find_boundary(mm, start, max_record)
-            if begin < (stop if stop is not None else len(mm)):
-                _initial_names(mm, a, seg, begin, max_record)
-        scan = scan_records(mm, begin, stop, max_record=max_record)
+            begin = find_boundary(mm, start, max_record, header_size=header.size)
+        until = have if stop is None or stop >= have else find_boundary(mm, stop, max_record, header_size=header.size)
+        if begin >= until:
+            if stats is not None:
+                stats["end"], stats["truncated"] = begin, None
+            return
+        if begin > header.size:
+            _initial_names(mm, a, seg, begin, max_record)
+        scan = scan_records(mm, begin, until, max_record=max_record)
         if stats is not None:
             stats["end"] = scan.end
             stats["truncated"] = scan.truncated
-        if scan.damage and mode == "FAILFAST":
-            off, length, reason = scan.damage[0]
-            raise JetlogError(f"{path}: {reason} at offset {off} ({length} bytes damaged)")
+        if mode == "FAILFAST":
+            if scan.damage:
+                off, length, reason = scan.damage[0]
+                raise JetlogError(f"{path}: {reason} at offset {off} ({length} bytes damaged)")
+            if scan.truncated:
+                off, present, needed = scan.truncated
+                raise JetlogError(f"{path}: truncated record at offset {off}: {present} of {needed} bytes present")
         for sub in batch_rows(scan.starts, a, rows_max, bytes_max):
             batch, bad = parse_batch(a, sub, seg)
             if bad.any():
@@ -791,7 +1078,11 @@ def _read_mapped(
                     batch = batch.filter(pa.array(~bad))
             if batch.num_rows:
                 yield batch
-        if scan.damage and mode == "PERMISSIVE":
-            yield _damage_batch(path, header, scan.damage)
+        if mode == "PERMISSIVE" and (scan.damage or (scan.truncated and truncated_row)):
+            rows = [(off, length, CORRUPT, f"{reason}; skipped {length} bytes") for off, length, reason in scan.damage]
+            if scan.truncated and truncated_row:
+                off, present, needed = scan.truncated
+                rows.append((off, present, TRUNCATED, f"truncated record: {present} of {needed} bytes present"))
+            yield _damage_batch(path, header, rows)
     finally:
         del a

@@ -154,13 +154,52 @@ def _maps(java: str, archive: str) -> bool:
     return done.returncode == 0
 
 
+_QUIET_LOG4J = """\
+# jet-ingest without --verbose: only Spark's errors reach the console (stderr).
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = stderr
+appender.console.type = Console
+appender.console.name = stderr
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n%ex
+# Spark lowers the root level to this logger's (WARN unless set) in a Python driver.
+logger.repl.name = org.apache.spark.repl.Main
+logger.repl.level = error
+# A failed task is reported by jet-ingest itself, with its cause, once.
+logger.executor.name = org.apache.spark.executor.Executor
+logger.executor.level = off
+logger.tasks.name = org.apache.spark.scheduler.TaskSetManager
+logger.tasks.level = off
+"""
+
+
+def _quiet_log4j() -> Optional[str]:
+    """A log4j2 configuration file that keeps Spark's INFO and WARN lines off the
+    console (written once to the temp directory), or None if it cannot be written."""
+    digest = hashlib.sha256(_QUIET_LOG4J.encode()).hexdigest()[:12]
+    path = Path(tempfile.gettempdir()) / f"jet-ingest-log4j2-{digest}.properties"
+    if any(c.isspace() or c in "\"'\\" for c in str(path)):
+        return None
+    try:
+        if not path.exists():
+            tmp = path.with_name(f".{path.name}.{os.getpid()}")
+            tmp.write_text(_QUIET_LOG4J)
+            os.replace(tmp, path)
+    except OSError:
+        return None
+    return str(path)
+
+
 def spark_session(master: Optional[str] = None, *, app: str = "jet-ingest", ui: bool = False,
-                  conf: Optional[dict[str, str]] = None) -> Any:
+                  conf: Optional[dict[str, str]] = None, quiet: bool = False) -> Any:
     """Get or create a SparkSession with the ``jetlog`` source registered.
 
     ``master`` None leaves the master to ``spark-submit`` (or pyspark's own default,
     ``local[*]``); it is never hard-coded here. For local masters the driver binds to
-    127.0.0.1 and the workers get this repository on their ``PYTHONPATH``.
+    127.0.0.1 and the workers get this repository on their ``PYTHONPATH``. ``quiet``
+    keeps Spark's log lines below ERROR and its stage progress bars off the console
+    (a driver JVM this call starts; not one that ``spark-submit`` started).
     """
     from pyspark.sql import SparkSession
 
@@ -185,12 +224,19 @@ def spark_session(master: Optional[str] = None, *, app: str = "jet-ingest", ui: 
             # In local mode the driver JVM runs every task: with Spark's default 1 GiB
             # heap, queries over a large warehouse's frames spill and collect garbage.
             settings["spark.driver.memory"] = DEFAULT_LOCAL_MEMORY
+    if quiet:
+        settings["spark.ui.showConsoleProgress"] = "false"
     settings.update(conf or {})
-    if local and not _driver_running():
-        cds = class_data_sharing()
-        if cds is not None:
-            user = settings.get("spark.driver.extraJavaOptions")
-            settings["spark.driver.extraJavaOptions"] = f"{user} {cds}" if user else cds
+    starting = not _driver_running()
+    options = []
+    if local and starting:
+        options.append(class_data_sharing())
+    if quiet and starting and not _cds_blocked():
+        log4j = _quiet_log4j()
+        options.append(f"-Dlog4j2.configurationFile=file:{log4j}" if log4j else None)
+    for extra in filter(None, options):
+        user = settings.get("spark.driver.extraJavaOptions")
+        settings["spark.driver.extraJavaOptions"] = f"{user} {extra}" if user else extra
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

@@ -25,10 +25,14 @@ The schema is fixed (:data:`tools.ingest.parse.SPARK_SCHEMA`); codes are spec na
 
 from __future__ import annotations
 
+import datetime
+import fnmatch
 import glob
 import json
+import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
@@ -36,27 +40,48 @@ from pyspark.sql.types import StructType
 
 from jetwire.log import DEFAULT_MAX_RECORD, MAGIC
 
-__all__ = ["JetlogDataSource", "expand_paths", "plan_ranges", "register"]
+__all__ = ["JetlogDataSource", "expand_paths", "plan_ranges", "register", "segment_runs"]
 
 DEFAULT_CHUNK = 32 << 20
 DEFAULT_GROUP = 32 << 20
 _GLOB_CHARS = set("*?[")
+_GZIP_MAGIC = b"\x1f\x8b"
+_log = logging.getLogger("jetlog")
 
 
 def _looks_like_jetlog(path: str) -> bool:
-    """True if the file starts with the log magic (or is shorter and a prefix of it)."""
+    """True if the file starts with the log magic (or is shorter and a prefix of it),
+    also once gunzipped (a compressed rotated segment)."""
     try:
         with open(path, "rb") as fh:
             head = fh.read(len(MAGIC))
-    except OSError:
+            if head[:2] == _GZIP_MAGIC:
+                import gzip
+
+                fh.seek(0)
+                with gzip.GzipFile(fileobj=fh) as gz:
+                    head = gz.read(len(MAGIC))
+    except (OSError, EOFError):
         return False
     return MAGIC.startswith(head)
 
 
-def _dir_files(directory: str) -> list[str]:
+def _opt_true(options: Any, name: str) -> bool:
+    return str(options.get(name.lower(), options.get(name, "false"))).strip().lower() == "true"
+
+
+def _dir_files(directory: str, recursive: bool, name_glob: Optional[str]) -> list[str]:
+    """The segment files of ``directory`` (names are not trusted, JETLOG.md 1: the
+    magic is); hidden files and ones starting with ``_`` are skipped, as Spark does."""
     out = []
     for entry in sorted(os.scandir(directory), key=lambda e: e.name):
-        if entry.name.startswith((".", "_")) or not entry.is_file():
+        if entry.name.startswith((".", "_")):
+            continue
+        if entry.is_dir():
+            if recursive:
+                out.extend(_dir_files(entry.path, recursive, name_glob))
+            continue
+        if not entry.is_file() or (name_glob is not None and not fnmatch.fnmatchcase(entry.name, name_glob)):
             continue
         if _looks_like_jetlog(entry.path):
             out.append(entry.path)
@@ -65,11 +90,16 @@ def _dir_files(directory: str) -> list[str]:
 
 def expand_paths(options: Any) -> list[str]:
     """The files named by the ``path``/``paths`` options: files as given, directories
-    and globs expanded (sorted, deduplicated).
+    and globs expanded (sorted, deduplicated), like Spark's file sources:
+    ``recursiveFileLookup`` (true: directories are walked down), ``pathGlobFilter``
+    (only files whose name matches, e.g. ``*.jetlog``).
+
+    An existing empty directory gives no files (an empty DataFrame).
 
     Raises:
         ValueError: if no path was given.
-        FileNotFoundError: if a named file or directory does not exist.
+        FileNotFoundError: if a named file or directory does not exist, or a glob
+            matches nothing (as Spark's PATH_NOT_FOUND).
     """
     given: list[str] = []
     if options.get("paths"):
@@ -77,15 +107,29 @@ def expand_paths(options: Any) -> list[str]:
     if options.get("path"):
         given.append(options["path"])
     if not given:
-        raise ValueError("jetlog: give a path: spark.read.format('jetlog').load(PATH)")
+        # Spark 4.3 keeps no OPTIONS of a catalog table (CREATE TABLE ... USING) of a Python
+        # data source: the reader gets none. Say what works instead.
+        raise ValueError("jetlog: give a path: spark.read.format('jetlog').load(PATH), or in SQL "
+                         "CREATE TEMPORARY VIEW name USING jetlog OPTIONS (path 'PATH') (a CREATE TABLE ... "
+                         "USING jetlog keeps no OPTIONS in Spark 4.3: its reader gets none)")
+    recursive = _opt_true(options, "recursiveFileLookup")
+    name_glob = options.get("pathglobfilter", options.get("pathGlobFilter"))
     files: list[str] = []
     for raw in given:
         path = raw[len("file:") :] if raw.startswith("file:") else raw
+        if path.startswith("//"):  # file:///x
+            path = path[2:]
         if _GLOB_CHARS & set(path):
-            for match in sorted(glob.glob(path, recursive=True)):
-                files.extend(_dir_files(match) if os.path.isdir(match) else [match])
+            matches = sorted(glob.glob(path, recursive=True))
+            if not matches:
+                raise FileNotFoundError(f"jetlog: no file or directory matches {path}")
+            for match in matches:
+                if os.path.isdir(match):
+                    files.extend(_dir_files(match, recursive, name_glob))
+                elif name_glob is None or fnmatch.fnmatchcase(os.path.basename(match), name_glob):
+                    files.append(match)
         elif os.path.isdir(path):
-            files.extend(_dir_files(path))
+            files.extend(_dir_files(path, recursive, name_glob))
         elif os.path.isfile(path):
             files.append(path)
         else:
@@ -93,12 +137,31 @@ def expand_paths(options: Any) -> list[str]:
     return list(dict.fromkeys(os.path.abspath(f) for f in files))
 
 
-Range = tuple[str, int, Optional[int], int]  # file, start, stop (None: to limit), limit
+def segment_runs(files: Sequence[str]) -> dict[str, int]:
+    """The daemon run (``run_ns``) of each of ``files`` with a valid header, as the
+    ``jetlog`` source's ``run_ns`` column says it (JETLOG.md 2; version 1: inferred from
+    these files' headers, :func:`tools.ingest.parse.infer_runs`).
+
+    Raises:
+        OSError: a file cannot be read.
+    """
+    from tools.ingest.parse import JetlogError, infer_runs, read_file_header
+
+    headers = {}
+    for f in files:
+        try:
+            headers[f] = read_file_header(f)
+        except JetlogError:
+            headers[f] = None  # a bad header: its one row says so
+    return infer_runs(headers)
+
+
+Range = tuple[str, int, Optional[int], Optional[int]]  # file, start, stop (None: to limit), limit
 
 
 def plan_ranges(ranges: Sequence[tuple[str, int, int]], chunk: int, group: int) -> list[list[Range]]:
     """Group ``(file, start, limit)`` ranges into partitions: big ranges cut in chunks
-    (the reader moves each cut to a record boundary), small ones grouped."""
+    (the reader moves each cut to where the chunk really starts), small ones grouped."""
     parts: list[list[Range]] = []
     current: list[Range] = []
     current_bytes = 0
@@ -125,27 +188,197 @@ def plan_ranges(ranges: Sequence[tuple[str, int, int]], chunk: int, group: int) 
     return parts
 
 
-class JetlogPartition(InputPartition):
-    """Byte ranges of one or more segment files read by one task."""
+def _is_gzip(path: str) -> bool:
+    with open(path, "rb") as fh:
+        return fh.read(2) == _GZIP_MAGIC
 
-    def __init__(self, ranges: list[Range]) -> None:
+
+class JetlogPartition(InputPartition):
+    """Byte ranges of one or more segment files read by one task.
+
+    ``runs``: file -> run_ns (for version-1 headers); ``starts``: file -> the start of
+    its range, a position an earlier read ended at (read from exactly there).
+    """
+
+    def __init__(self, ranges: list[Range], runs: dict[str, int], starts: dict[str, int]) -> None:
         super().__init__(ranges)
         self.ranges = ranges
+        self.runs = runs
+        self.starts = starts
 
 
-def _read_ranges(ranges: list[Range], options: dict[str, str]) -> Iterator[Any]:
+def _partitions(ranges: list[tuple[str, int, Optional[int]]], options: dict[str, str],
+                runs: dict[str, int]) -> list[JetlogPartition]:
+    """Partitions for ``(file, start, limit)`` ranges (limit None: the whole file): a
+    gzip-compressed segment is one task (it cannot be split); never no partition."""
+    chunk = int(options.get("chunksize", DEFAULT_CHUNK))
+    group = int(options.get("groupsize", DEFAULT_GROUP))
+    plain: list[tuple[str, int, int]] = []
+    parts: list[list[Range]] = []
+    for path, start, limit in ranges:
+        if limit is None:
+            parts.append([(path, start, None, None)])
+        else:
+            plain.append((path, start, limit))
+    parts = plan_ranges(plain, chunk, group) + parts
+    starts = {path: start for path, start, _ in ranges}
+    out = [JetlogPartition(p, {f: runs[f] for f, *_ in p if f in runs}, {f: starts[f] for f, *_ in p})
+           for p in parts]
+    # Spark needs at least one partition: an empty directory is an empty DataFrame.
+    return out or [JetlogPartition([], {}, {})]
+
+
+def _missing(path: str, exc: OSError) -> str:
+    return (f"jetlog: cannot read {path}, which the driver listed: {exc.strerror or exc}. "
+            "Every executor must see the log files at the same path as the driver (a shared "
+            "mount). If files may be deleted between listing and reading, set the option "
+            "ignoreMissingFiles=true to skip them (each one is reported).")
+
+
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+_US = datetime.timedelta(microseconds=1)
+
+
+@dataclass
+class Pushed:
+    """The filters the batch reader uses to skip work (all ANDed). Spark evaluates every
+    filter again after the scan, so these only ever skip what cannot match."""
+
+    lo_ns: Optional[int] = None  # ts_ns >= lo_ns
+    hi_ns: Optional[int] = None  # ts_ns <= hi_ns
+    kinds: Optional[frozenset[str]] = None
+    conns: Optional[frozenset[int]] = None
+    keys: Optional[frozenset[str]] = None
+    key_prefix: Optional[str] = None
+
+    def any(self) -> bool:
+        return any(v is not None for v in (self.lo_ns, self.hi_ns, self.kinds, self.conns, self.keys,
+                                            self.key_prefix))
+
+    def _bound(self, lo: Optional[int] = None, hi: Optional[int] = None) -> None:
+        if lo is not None:
+            self.lo_ns = lo if self.lo_ns is None else max(self.lo_ns, lo)
+        if hi is not None:
+            self.hi_ns = hi if self.hi_ns is None else min(self.hi_ns, hi)
+
+    def add(self, flt: Any) -> bool:
+        """Take ``flt`` into account if it is on a column this reader can use; True if so."""
+        from pyspark.sql.datasource import (
+            EqualTo,
+            GreaterThan,
+            GreaterThanOrEqual,
+            In,
+            LessThan,
+            LessThanOrEqual,
+            StringStartsWith,
+        )
+
+        col = ".".join(getattr(flt, "attribute", ()))
+        value = getattr(flt, "value", None)
+        if col in ("ts", "ts_ns"):
+            # ts is ts_ns // 1000 as a UTC timestamp (microseconds): bounds in ns, inclusive.
+            def ns(v: Any) -> Optional[tuple[int, int]]:
+                """(first ns, last ns) that the literal ``v`` stands for."""
+                if col == "ts_ns":
+                    return (v, v) if isinstance(v, int) and not isinstance(v, bool) else None
+                if isinstance(v, datetime.datetime) and v.tzinfo is not None:
+                    us = (v - _EPOCH) // _US
+                    return us * 1000, us * 1000 + 999
+                return None  # a naive time: its zone is unknown here, so never skip by it
+
+            got = None if isinstance(flt, In) else ns(value)
+            if got is None:
+                return False
+            first, last = got
+            if isinstance(flt, EqualTo):
+                self._bound(first, last)
+            elif isinstance(flt, GreaterThan):
+                self._bound(lo=last + 1)
+            elif isinstance(flt, GreaterThanOrEqual):
+                self._bound(lo=first)
+            elif isinstance(flt, LessThan):
+                self._bound(hi=first - 1)
+            elif isinstance(flt, LessThanOrEqual):
+                self._bound(hi=last)
+            else:
+                return False
+            return True
+        values: Optional[frozenset[Any]] = None
+        if isinstance(flt, EqualTo):
+            values = frozenset([value])
+        elif isinstance(flt, In):
+            values = frozenset(value or ())
+        if col == "key" and isinstance(flt, StringStartsWith) and isinstance(value, str):
+            if self.key_prefix is None or value.startswith(self.key_prefix):
+                self.key_prefix = value  # the stricter of two prefixes (both must hold)
+            return True
+        if values is None:
+            return False
+        if col == "kind" and all(isinstance(v, str) for v in values):
+            self.kinds = values if self.kinds is None else self.kinds & values
+        elif col == "conn_id" and all(isinstance(v, int) for v in values):
+            self.conns = values if self.conns is None else self.conns & values
+        elif col == "key" and all(isinstance(v, str) for v in values):
+            self.keys = values if self.keys is None else self.keys & values
+        else:
+            return False
+        return True
+
+    def mask(self, batch: Any) -> Any:
+        """The rows of ``batch`` that can match (pyarrow boolean array)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        keep = pa.array([True] * batch.num_rows)
+        ts = batch.column("ts_ns")
+        if self.lo_ns is not None:
+            keep = pc.and_(keep, pc.greater_equal(ts, pa.scalar(self.lo_ns, pa.int64())))
+        if self.hi_ns is not None:
+            keep = pc.and_(keep, pc.less_equal(ts, pa.scalar(self.hi_ns, pa.int64())))
+        if self.kinds is not None:
+            keep = pc.and_(keep, pc.is_in(batch.column("kind"), pa.array(sorted(self.kinds), pa.string())))
+        if self.conns is not None:
+            keep = pc.and_(keep, pc.is_in(batch.column("conn_id"), pa.array(sorted(self.conns), pa.int64())))
+        if self.keys is not None:
+            keep = pc.and_(keep, pc.is_in(batch.column("key"), pa.array(sorted(self.keys), pa.string())))
+        if self.key_prefix is not None:
+            keep = pc.and_(keep, pc.starts_with(batch.column("key"), self.key_prefix))
+        return pc.fill_null(keep, False)
+
+
+def _read_ranges(partition: JetlogPartition, options: dict[str, str], pushed: Optional[Pushed] = None) -> Iterator[Any]:
     # Imported here: this runs in the Python worker, which has numpy/pyarrow.
-    from tools.ingest.parse import read_segment
+    import pyarrow as pa
 
-    mode = options.get("mode", "PERMISSIVE")
+    from tools.ingest.parse import CORRUPT, SOURCE_SCHEMA, read_segment
+
+    if pushed is not None and pushed.any():
+        for batch in _read_ranges(partition, options):
+            batch = batch.filter(pushed.mask(batch))
+            if batch.num_rows:
+                yield batch
+        return
+
+    mode = options.get("mode", "PERMISSIVE").upper()
     max_record = int(options.get("maxrecordsize", DEFAULT_MAX_RECORD))
-    for path, start, stop, limit in ranges:
+    ignore_missing = _opt_true(options, "ignoreMissingFiles")
+    for path, start, stop, limit in partition.ranges:
         try:
-            yield from read_segment(path, start, stop, mode=mode, max_record=max_record, limit=limit)
-        except FileNotFoundError:
-            # A segment deleted (rotated away) since planning has nothing left to read.
-            if mode.upper() == "FAILFAST":
-                raise
+            yield from read_segment(
+                path, start, stop, mode=mode, max_record=max_record, limit=limit, add_run=True,
+                run_ns=partition.runs.get(path), exact_start=start == partition.starts.get(path),
+                truncated_row=True,
+            )
+        except FileNotFoundError as exc:
+            if not ignore_missing:
+                raise FileNotFoundError(_missing(path, exc)) from None
+            # Like Spark's ignoreMissingFiles, but never silent: logged, and a row.
+            _log.warning("jetlog: skipped missing file %s (ignoreMissingFiles)", path)
+            if mode == "PERMISSIVE":
+                yield pa.RecordBatch.from_pylist(
+                    [{"file": path, "offset": start, "kind": CORRUPT, "size": 0,
+                      "corrupt": "missing file: listed by the driver, gone when read (ignoreMissingFiles)"}],
+                    schema=SOURCE_SCHEMA)
 
 
 def _options(options: Any) -> dict[str, str]:
@@ -153,92 +386,216 @@ def _options(options: Any) -> dict[str, str]:
     return {str(k).lower(): str(v) for k, v in dict(options).items()}
 
 
+def _check_mode(options: dict[str, str]) -> None:
+    from tools.ingest.parse import MODES
+
+    if options.get("mode", "PERMISSIVE").upper() not in MODES:
+        raise ValueError(f"jetlog: mode must be one of {', '.join(MODES)}")
+
+
 class JetlogReader(DataSourceReader):
     """Batch reader: plans partitions on the driver, parses in the workers."""
 
     def __init__(self, options: dict[str, str]) -> None:
         self.options = options
-        from tools.ingest.parse import MODES
-
-        if options.get("mode", "PERMISSIVE").upper() not in MODES:
-            raise ValueError(f"jetlog: mode must be one of {', '.join(MODES)}")
+        _check_mode(options)
 
     def partitions(self) -> Sequence[InputPartition]:
         opts = self.options
+        ranges: list[tuple[str, int, Optional[int]]]
         if opts.get("ranges"):
             ranges = [(str(p), int(s), int(lim)) for p, s, lim in json.loads(opts["ranges"])]
         else:
-            ranges = [(f, 0, os.path.getsize(f)) for f in expand_paths(opts)]
-        chunk = int(opts.get("chunksize", DEFAULT_CHUNK))
-        group = int(opts.get("groupsize", DEFAULT_GROUP))
-        return [JetlogPartition(p) for p in plan_ranges(ranges, chunk, group)]
+            ranges = [(f, 0, None if _is_gzip(f) else os.path.getsize(f)) for f in expand_paths(opts)]
+        runs = segment_runs(list(dict.fromkeys(f for f, _, _ in ranges)))
+        return _partitions(ranges, opts, runs)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, JetlogPartition)
-        return _read_ranges(partition.ranges, self.options)
+        return _read_ranges(partition, self.options)
+
+
+class JetlogPushdownReader(JetlogReader):
+    """The batch reader with filter pushdown (``pushFilters``, pyspark 4.1+): filters on
+    ``ts``/``ts_ns`` skip whole files and byte ranges (``ts_ns`` never decreases within a
+    segment, JETLOG.md 3: bisection over offsets, :func:`tools.ingest.parse.time_range`);
+    those and filters on ``kind``, ``conn_id`` and ``key`` drop rows in the workers. Every
+    filter is still handed back to Spark, which evaluates it again.
+
+    Only used when ``spark.sql.python.filterPushdown.enabled`` is true (Spark refuses a
+    reader with ``pushFilters`` otherwise): :func:`register` sets it.
+    """
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        self.pushed = Pushed()
+
+    def pushFilters(self, filters: list[Any]) -> Iterable[Any]:
+        for flt in filters:
+            self.pushed.add(flt)
+            yield flt  # Spark evaluates it again: pushing only skips work
+
+    def partitions(self) -> Sequence[InputPartition]:
+        pushed = self.pushed
+        if pushed.lo_ns is None and pushed.hi_ns is None:
+            return super().partitions()
+        from tools.ingest.parse import JetlogError, open_segment, read_header, time_range
+
+        opts = self.options
+        max_record = int(opts.get("maxrecordsize", DEFAULT_MAX_RECORD))
+        files = expand_paths(opts)
+        ranges: list[tuple[str, int, Optional[int]]] = []
+        for f in files:
+            if _is_gzip(f):
+                ranges.append((f, 0, None))
+                continue
+            with open_segment(f) as buf:
+                try:
+                    header = read_header(buf)
+                except JetlogError:
+                    header = None  # reported as a row (a time filter drops it: it has no ts)
+                if header is None:
+                    continue
+                start, stop = time_range(buf, header.size, pushed.lo_ns, pushed.hi_ns, max_record=max_record)
+            if stop > start:
+                ranges.append((f, start, stop))
+        runs = segment_runs(files)
+        return _partitions(ranges, opts, runs)
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, JetlogPartition)
+        return _read_ranges(partition, self.options, self.pushed)
+
+
+def _read_limit(options: dict[str, str]) -> Any:
+    """``maxFilesPerTrigger`` / ``maxBytesPerTrigger`` as a ReadLimit (as Spark's file
+    source, not both)."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxFiles
+
+    files, size = options.get("maxfilespertrigger"), options.get("maxbytespertrigger")
+    if files is not None and size is not None:
+        raise ValueError("jetlog: maxFilesPerTrigger and maxBytesPerTrigger cannot both be set")
+    if files is not None:
+        if int(files) < 1:
+            raise ValueError(f"jetlog: maxFilesPerTrigger must be at least 1, not {files}")
+        return ReadMaxFiles(int(files))
+    if size is not None:
+        if int(size) < 1:
+            raise ValueError(f"jetlog: maxBytesPerTrigger must be at least 1, not {size}")
+        return ReadMaxBytes(int(size))
+    return ReadAllAvailable()
 
 
 class JetlogStreamReader(DataSourceStreamReader):
     """Streaming reader over a log directory (or glob).
 
     The offset is ``{"files": {file: end}}`` where ``end`` is the offset after the last
-    complete record of the file (JETLOG.md 5: a reader following a live file waits for
-    the rest of a truncated record), so every micro-batch reads whole records only and
-    a checkpointed query never reads a record twice.
+    complete record or damaged run of the file (JETLOG.md 5: a reader following a live
+    file waits for the rest of a truncated record), so every micro-batch reads whole
+    records only and a checkpointed query never reads a record twice.
     """
 
     def __init__(self, options: dict[str, str]) -> None:
         self.options = options
-        self._ends: dict[str, tuple[int, int]] = {}  # file -> (scanned up to, size seen)
+        _check_mode(options)
+        self._ends: dict[str, tuple[int, int, int]] = {}  # file -> (from, scanned up to, size seen)
         self.max_record = int(options.get("maxrecordsize", DEFAULT_MAX_RECORD))
+        self.limit = _read_limit(options)
+        start = options.get("startingoffsets", "earliest").strip()
+        if start.lower() not in ("earliest", "latest"):
+            try:
+                parsed = json.loads(start)
+            except ValueError:
+                parsed = None
+            if not isinstance(parsed, dict) or not all(isinstance(v, int) for v in parsed.values()):
+                raise ValueError("jetlog: startingOffsets is 'earliest', 'latest' or JSON {file: offset}, "
+                                 f"not {start!r}")
 
     def initialOffset(self) -> dict[str, Any]:
-        start = self.options.get("startingoffsets")
-        return {"files": json.loads(start) if start else {}}
+        start = self.options.get("startingoffsets", "earliest").strip()
+        if start.lower() == "earliest":
+            return {"files": {}}
+        if start.lower() == "latest":
+            # Only what is written from now on: every file's current complete end.
+            return {"files": {f: self._complete_end(f, 0) for f in expand_paths(self.options)}}
+        return {"files": {os.path.abspath(f): int(v) for f, v in json.loads(start).items()}}
 
-    def _complete_end(self, path: str, start: int) -> int:
-        from tools.ingest.parse import JetlogError, read_header, scan_records
+    def getDefaultReadLimit(self) -> Any:
+        return self.limit
 
-        size = os.path.getsize(path)
+    def _complete_end(self, path: str, start: int, budget: Optional[int] = None) -> int:
+        """The offset after the last complete record or damaged run of ``path``, read
+        from ``start`` (a position an earlier read ended at); with ``budget``, the
+        furthest such offset at most ``budget`` bytes past ``start`` (at least one
+        record or run, so that a stream always advances)."""
+        from tools.ingest.parse import JetlogError, open_segment, read_header, scan_records
+
+        try:
+            size = os.path.getsize(path)
+        except FileNotFoundError:
+            return start  # deleted: nothing more to read (what was read stays read)
         known = self._ends.get(path)
-        if known is not None and known[1] == size:
-            return known[0]
-        import mmap
-
-        if size == 0:
-            return 0
-        with open(path, "rb") as fh, mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_READ) as mm:
+        if budget is None and known is not None and known[0] == start and known[2] == size:
+            return known[1]
+        with open_segment(path) as mm:
             try:
                 header = read_header(mm)
             except JetlogError:
                 # A bad header is reported once, as a row, by the reader.
-                self._ends[path] = (size, size)
-                return size
+                return len(mm)
             if header is None:
-                return 0
-            begin = max(start, known[0] if known else 0, header.size)
-            end = scan_records(mm, begin, max_record=self.max_record).end
-        self._ends[path] = (end, size)
+                return start
+            begin = max(start, header.size)
+            until = None if budget is None else begin + budget
+            scan = scan_records(mm, begin, until, max_record=self.max_record)
+            end = scan.end
+            if budget is not None and end > begin + budget:
+                # The last record or run crosses the budget: stop before it, unless it is the only one.
+                points = sorted([int(x) for x in scan.starts] + [d[0] for d in scan.damage])
+                inside = [p for p in points if begin < p <= begin + budget]
+                if inside:
+                    end = inside[-1]
+        if budget is None:
+            self._ends[path] = (start, end, size)
         return end
 
     def latestOffset(self, start: Optional[dict[str, Any]] = None, limit: Any = None) -> dict[str, Any]:
-        done = dict((start or {}).get("files", {}))
+        from pyspark.sql.streaming.datasource import ReadMaxBytes, ReadMaxFiles
+
+        done = {f: int(v) for f, v in (start or {}).get("files", {}).items()}
         files = dict(done)
-        for path in expand_paths(self.options):
-            end = self._complete_end(path, int(done.get(path, 0)))
-            files[path] = max(end, int(done.get(path, 0)))
+        if limit is None:
+            limit = self.limit
+        files_left = limit.max_files if isinstance(limit, ReadMaxFiles) else None
+        bytes_left = limit.max_bytes if isinstance(limit, ReadMaxBytes) else None
+        for path in expand_paths(self.options):  # sorted: JETLOG.md 1 names sort chronologically
+            begin = done.get(path, 0)
+            if files_left is not None and files_left <= 0:
+                break
+            if bytes_left is not None and bytes_left <= 0:
+                break
+            end = max(self._complete_end(path, begin, bytes_left), begin)
+            if end > begin or path not in files:
+                files[path] = end
+            if end > begin:
+                if files_left is not None:
+                    files_left -= 1
+                if bytes_left is not None:
+                    bytes_left -= end - max(begin, 0)
         return {"files": files}
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         begin = start.get("files", {})
-        ranges = [(p, int(begin.get(p, 0)), int(e)) for p, e in sorted(end.get("files", {}).items())]
-        chunk = int(self.options.get("chunksize", DEFAULT_CHUNK))
-        group = int(self.options.get("groupsize", DEFAULT_GROUP))
-        return [JetlogPartition(p) for p in plan_ranges(ranges, chunk, group)]
+        ranges: list[tuple[str, int, Optional[int]]] = [
+            (p, int(begin.get(p, 0)), int(e)) for p, e in sorted(end.get("files", {}).items())
+            if int(e) > int(begin.get(p, 0))
+        ]
+        runs = segment_runs([p for p in end.get("files", {}) if os.path.exists(p)])
+        return _partitions(ranges, self.options, runs)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, JetlogPartition)
-        return _read_ranges(partition.ranges, self.options)
+        return _read_ranges(partition, self.options)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to release: the log files belong to the daemon."""
@@ -263,10 +620,20 @@ class JetlogDataSource(DataSource):
         return JetlogStreamReader(_options(self.options))
 
 
+class JetlogPushdownDataSource(JetlogDataSource):
+    """``format("jetlog")`` with filter pushdown (:class:`JetlogPushdownReader`)."""
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return JetlogPushdownReader(_options(self.options))
+
+
 def register(spark: Any) -> None:
-    """Register the ``jetlog`` data source with ``spark`` (a SparkSession).
+    """Register the ``jetlog`` data source with ``spark`` (a SparkSession), with filter
+    pushdown: this turns on ``spark.sql.python.filterPushdown.enabled`` in the session
+    (Spark refuses a Python reader that pushes filters while it is off).
 
     Afterwards ``spark.read.format("jetlog")``, ``spark.readStream.format("jetlog")``
-    and ``CREATE TABLE ... USING jetlog`` work in that session.
+    and ``CREATE TEMPORARY VIEW ... USING jetlog`` work in that session.
     """
-    spark.dataSource.register(JetlogDataSource)
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    spark.dataSource.register(JetlogPushdownDataSource)

@@ -1,22 +1,44 @@
-"""The warehouse layout and its manifest: what has been ingested, so nothing is twice.
+"""The warehouse layout: immutable snapshots, published by one atomic rename.
 
-    WAREHOUSE/{frames,requests,state_changes,connections,traffic}/date=YYYY-MM-DD/run-<id>-....parquet
-                                                                   (appended per run)
-    WAREHOUSE/{requests,connections}/date=.../snap-<id>-....parquet  (replaced per run)
-    WAREHOUSE/_jet_ingest/manifest.json                            (the commit point)
-    WAREHOUSE/_jet_ingest/carry/<id>/                              (handed to the next run)
+    WAREHOUSE/<table> -> _jet_ingest/current/<table>        (symlinks, made once)
+    WAREHOUSE/_jet_ingest/current -> snapshots/00000042      (the commit point)
+    WAREHOUSE/_jet_ingest/snapshots/00000042/
+        {frames,requests,state_changes,connections,traffic}/date=YYYY-MM-DD/*.parquet
+        _carry/*.parquet                                     (handed to the next run)
+        _manifest.json                                       (what this snapshot holds)
+    WAREHOUSE/_jet_ingest/staging/<run id>/                  (a run's files before its commit)
     WAREHOUSE/report.html
 
-An ingest run writes into ``_jet_ingest/staging/<id>/``, moves the files into the tables
-under names that carry the run id, writes its carry (:class:`tools.ingest.derive.Carry`),
-then replaces the manifest atomically (write + ``os.replace``): that is its commit. The
-manifest lists committed run ids, the current carry (whose id also names the current
-snapshot files: requests still open, and the connections table) and, per log file (by
-absolute path and header CRC), the offset after the last record ingested. A run that
-died before its commit leaves files of an uncommitted id, which the next run deletes
-first; a run that died just after it leaves the previous snapshot, deleted the same way.
-The warehouse must be a filesystem path every Spark executor can write (local, or a
-shared mount on a cluster).
+Each commit builds a new snapshot directory beside the current one: it hard-links the
+current snapshot's Parquet files that stay (a link costs no data), moves the run's staged
+files in, adds the carry and a ``_manifest.json`` that lists every Parquet file of the
+snapshot with its rows, and renames the finished directory into place. Then it points
+``_jet_ingest/current`` at it by renaming a new symlink over the old one: that rename is
+the commit, the one step a reader sees or does not see. Until it happens every table
+directory a reader can reach (``WAREHOUSE/frames`` and the rest resolve through
+``current``) holds exactly the previous snapshot's files; uncommitted files only ever live
+under ``_jet_ingest/`` (``staging``, an unpublished snapshot), which no table path leads
+to. A run killed at any point leaves the previous snapshot current; the next run deletes
+what the dead one left (:meth:`Manifest.remove_uncommitted`) and reads its byte ranges
+again.
+
+Readers: :func:`tools.ingest.read_table` (``read_table(spark, WAREHOUSE, "frames")``)
+resolves ``current`` once and reads that snapshot's directory, so a query is pinned to
+one snapshot even while later ones are committed. ``spark.read.parquet("WAREHOUSE/frames")``
+also sees only committed rows (it follows the symlinks at listing time); a query that
+runs across a later commit that compacts files may then fail to find a file (loudly,
+never with wrong rows). Superseded snapshots stay readable for :data:`RETAIN_S`.
+
+Each table of a snapshot is a plain Hive-partitioned Parquet directory, so moving to Delta
+Lake or Iceberg is a conversion of ``WAREHOUSE/_jet_ingest/current/<table>`` in place
+(``CONVERT TO DELTA parquet.`...` PARTITIONED BY (date DATE)``, Iceberg's ``migrate`` /
+``add_files``), not a rewrite.
+
+The manifest keys every log segment by its identity from the header (daemon name,
+``created_ns``, segment number, header CRC), not by its path: a segment renamed or moved
+to an archive directory is known as the one already ingested. The warehouse needs a
+filesystem with hard links and symlinks (local disks, NFS), visible at the same path to
+the driver and every Spark executor.
 """
 
 from __future__ import annotations
@@ -24,7 +46,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import struct
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -32,23 +54,46 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from tools.ingest.parse import JetlogError, read_header
+__all__ = [
+    "CRASH_ENV",
+    "RETAIN_S",
+    "TABLES",
+    "FileState",
+    "Manifest",
+    "WarehouseError",
+    "crash_point",
+    "locked",
+    "new_run_id",
+    "segment_key",
+]
 
-__all__ = ["FileState", "Manifest", "WarehouseError", "header_identity", "locked", "new_run_id"]
-
-MANIFEST_VERSION = 2
+MANIFEST_VERSION = 3
 TABLES = ("frames", "requests", "state_changes", "connections", "traffic")
+RETAIN_S = 600.0  # a superseded snapshot stays readable this long (queries in flight)
+KEEP_SUPERSEDED = 2  # ... and the newest superseded ones are kept whatever their age
+CRASH_ENV = "JET_INGEST_CRASH_AT"  # tests: os._exit(86) at the named point (crash_point)
 
 
 class WarehouseError(ValueError):
-    """The warehouse is not one this jet-ingest can continue (says why)."""
+    """The warehouse is not one this jet-ingest can continue, or an ingest cannot be
+    committed safely (says why)."""
+
+
+def crash_point(name: str) -> None:
+    """Die here, as a killed process would, if ``$JET_INGEST_CRASH_AT`` names this point.
+
+    The crash tests set it in a subprocess to stop an ingest between any two steps of
+    its commit; ``os._exit`` runs no cleanup, like SIGKILL.
+    """
+    if os.environ.get(CRASH_ENV) == name:
+        os._exit(86)
 
 
 @contextmanager
 def locked(root: Path) -> Iterator[None]:
     """Hold ``root``'s lock (``_jet_ingest/lock``, an advisory ``flock``) while one
     jet-ingest writes it: two at once would delete each other's staged files and
-    overwrite each other's manifest and carry. No lock where ``fcntl`` is missing.
+    publish over each other. No lock where ``fcntl`` is missing.
 
     Raises:
         WarehouseError: another process holds it.
@@ -72,29 +117,26 @@ def locked(root: Path) -> Iterator[None]:
 
 
 def new_run_id() -> str:
-    """A fresh, sortable-enough ingest run id."""
+    """A fresh ingest run id."""
     return uuid.uuid4().hex[:12]
 
 
-def header_identity(path: str) -> Optional[tuple[int, str, int, int, int]]:
-    """(header CRC, daemon, created_ns, segment, header size) of a segment, None if the
-    header is incomplete or invalid."""
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(64 * 1024 + 64)
-        header = read_header(head)
-    except (OSError, JetlogError):
-        return None
-    if header is None:
-        return None
-    (crc,) = struct.unpack_from(">I", head, header.size - 4)
-    return crc, header.name, header.created_ns, header.segment, header.size
+def segment_key(daemon: str, created_ns: int, segment: int, header_crc: int) -> str:
+    """The manifest's key of a segment: its identity from the header (JETLOG.md 2),
+    the same wherever the file is moved."""
+    return f"{daemon}/{created_ns}/{segment}/{header_crc:08x}"
+
+
+def bad_header_key(path: str) -> str:
+    """The manifest's key of a file with an invalid header (no identity: by its path)."""
+    return f"path:{path}"
 
 
 @dataclass
 class FileState:
-    """What the warehouse holds of one log file."""
+    """What the warehouse holds of one log segment."""
 
+    path: str  # where it was last seen
     header_crc: int
     daemon: str
     created_ns: int
@@ -102,98 +144,239 @@ class FileState:
     run_ns: int
     done: int  # offset after the last record ingested
 
+    @property
+    def key(self) -> str:
+        return segment_key(self.daemon, self.created_ns, self.segment, self.header_crc) if self.daemon \
+            else bad_header_key(self.path)
+
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
 
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 @dataclass
 class Manifest:
-    """The committed state of a warehouse (see the module docstring)."""
+    """The committed state of a warehouse: its current snapshot (module docstring)."""
 
     root: Path
-    files: dict[str, FileState] = field(default_factory=dict)
-    runs: list[str] = field(default_factory=list)
-    carry: Optional[str] = None  # the run whose carry and snapshot files are current
+    files: dict[str, FileState] = field(default_factory=dict)  # segment_key -> state
+    tables: dict[str, dict[str, int]] = field(default_factory=dict)  # table -> {relative file: rows}
+    version: int = 0  # snapshot number; 0: nothing committed yet
+    has_carry: bool = False
 
     @property
-    def path(self) -> Path:
-        return self.root / "_jet_ingest" / "manifest.json"
+    def meta(self) -> Path:
+        return self.root / "_jet_ingest"
+
+    @property
+    def snapshots(self) -> Path:
+        return self.meta / "snapshots"
+
+    @property
+    def current(self) -> Path:
+        """The commit point: a symlink to the current snapshot's directory."""
+        return self.meta / "current"
+
+    @property
+    def snapshot_dir(self) -> Optional[Path]:
+        return self.snapshots / f"{self.version:08d}" if self.version else None
+
+    @property
+    def carry_dir(self) -> Optional[Path]:
+        return self.snapshot_dir / "_carry" if self.version and self.has_carry else None  # type: ignore[operator]
+
+    def rows(self, table: str) -> int:
+        """Rows of ``table`` in this snapshot."""
+        return sum(self.tables.get(table, {}).values())
 
     @classmethod
     def load(cls, root: Path) -> Manifest:
-        """Read the manifest of ``root`` (empty if there is none yet).
+        """The committed state of ``root`` (empty if nothing was committed yet).
 
         Raises:
-            WarehouseError: if the manifest exists but is not one this version wrote, or
-                names a carry that is missing.
+            WarehouseError: the warehouse was made by an older jet-ingest, or its
+                current snapshot is unreadable.
         """
         m = cls(root)
-        if m.path.exists():
-            doc = json.loads(m.path.read_text())
-            if doc.get("version") == 1:
-                raise WarehouseError(f"{m.root}: made by an older jet-ingest that rebuilt its derived tables from "
-                                 "frames on every run; ingest into a new warehouse")
-            if doc.get("version") != MANIFEST_VERSION:
-                raise WarehouseError(f"{m.path}: unknown manifest version {doc.get('version')!r}")
-            m.files = {p: FileState(**s) for p, s in doc["files"].items()}
-            m.runs = list(doc["runs"])
-            m.carry = doc.get("carry")
-            if m.carry and not (m.root / "_jet_ingest" / "carry" / m.carry).is_dir():
-                raise WarehouseError(f"{m.root}: the state carried from ingest run {m.carry} is missing "
-                                     f"(_jet_ingest/carry/{m.carry}); the derived tables cannot be continued")
+        if (m.meta / "manifest.json").exists():
+            raise WarehouseError(f"{root}: made by an older jet-ingest (its tables are not published as "
+                                 "snapshots); ingest into a new warehouse")
+        if not os.path.lexists(m.current):
+            return m
+        target = os.readlink(m.current)
+        try:
+            version = int(Path(target).name)
+            doc = json.loads((m.snapshots / Path(target).name / "_manifest.json").read_text())
+        except (ValueError, OSError) as exc:
+            raise WarehouseError(f"{m.current} -> {target}: not a readable snapshot ({exc})") from None
+        if doc.get("version") != MANIFEST_VERSION:
+            raise WarehouseError(f"{m.current}: unknown manifest version {doc.get('version')!r}")
+        m.version = version
+        m.files = {k: FileState(**s) for k, s in doc["files"].items()}
+        m.tables = {t: dict(v) for t, v in doc["tables"].items()}
+        m.has_carry = bool(doc.get("carry"))
         return m
 
-    def save(self) -> None:
-        """Atomically replace the manifest: the commit point of a run."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        doc = {"version": MANIFEST_VERSION, "files": {p: s.to_json() for p, s in sorted(self.files.items())},
-               "runs": self.runs, "carry": self.carry}
-        tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "w") as fh:
+    # -- commit -------------------------------------------------------------------
+
+    def publish(self, staged: list[tuple[Path, str]], run_id: str, states: dict[str, FileState], *,
+                drop: Callable[[str, str], bool] = lambda table, rel: False,
+                added_rows: Optional[dict[str, dict[str, int]]] = None,
+                carry: Optional[Path] = None, point: str = "") -> int:
+        """Commit a new snapshot: the current one's files except those ``drop(table,
+        relative path)`` names, plus, for each ``(directory, prefix)`` of ``staged``,
+        the Parquet files under ``directory/<table>/`` (renamed ``<prefix>-<run
+        id>-<name>``), the carry directory ``carry`` (else the current one's), and the
+        segment ``states`` merged over the current ones. ``added_rows`` gives the rows
+        of files of the first staged directory ({table: {path relative to
+        ``directory/<table>``: rows}}) when the caller has checked them; other files'
+        footers are read. Returns the number of files added. On return the snapshot
+        is current and ``self`` describes it.
+
+        Crash points (``point`` prefixes them): ``linked``, ``published``, ``committed``.
+        """
+        import pyarrow.parquet as pq
+
+        self.snapshots.mkdir(parents=True, exist_ok=True)
+        version = self.version + 1
+        final = self.snapshots / f"{version:08d}"
+        tmp = self.snapshots / f".{version:08d}.{run_id}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tables: dict[str, dict[str, int]] = {}
+        old = self.snapshot_dir
+        added = 0
+        for table in TABLES:
+            keep = {rel: n for rel, n in self.tables.get(table, {}).items() if not drop(table, rel)}
+            (tmp / table).mkdir(parents=True, exist_ok=True)
+            for rel in keep:
+                dest = tmp / table / rel
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                os.link(old / table / rel, dest)  # type: ignore[operator]
+            for i, (staging, prefix) in enumerate(staged):
+                known = (added_rows or {}).get(table, {}) if i == 0 else {}
+                src_dir = staging / table
+                for f in sorted(src_dir.rglob("*.parquet")) if src_dir.exists() else []:
+                    rel_src = f.relative_to(src_dir)
+                    rel = str(rel_src.parent / f"{prefix}-{run_id}-{f.name}")
+                    rows = known.get(str(rel_src))
+                    keep[rel] = rows if rows is not None else pq.read_metadata(f).num_rows
+                    dest = tmp / table / rel
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(f, dest)
+                    added += 1
+            tables[table] = dict(sorted(keep.items()))
+        carried = carry if carry is not None else self.carry_dir
+        if carried is not None and carried.exists():
+            (tmp / "_carry").mkdir()
+            for f in carried.iterdir():
+                if carry is not None:
+                    os.replace(f, tmp / "_carry" / f.name)
+                else:
+                    os.link(f, tmp / "_carry" / f.name)
+        files = dict(self.files)
+        files.update(states)
+        doc = {"version": MANIFEST_VERSION, "snapshot": version, "run": run_id, "committed_ns": time.time_ns(),
+               "carry": carried is not None, "files": {k: s.to_json() for k, s in sorted(files.items())},
+               "tables": tables}
+        with open(tmp / "_manifest.json", "w") as fh:
             json.dump(doc, fh, indent=1)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, self.path)
+        crash_point(f"{point}linked")
+        os.rename(tmp, final)
+        _fsync_dir(self.snapshots)
+        crash_point(f"{point}published")
+        pointer = self.meta / f".current.{run_id}"
+        if os.path.lexists(pointer):
+            pointer.unlink()
+        os.symlink(os.path.join("snapshots", final.name), pointer)
+        os.replace(pointer, self.current)  # the commit
+        _fsync_dir(self.meta)
+        crash_point(f"{point}committed")
+        self.version, self.files, self.tables, self.has_carry = version, files, tables, carried is not None
+        self._link_tables()
+        self.remove_stale()
+        return added
+
+    def _link_tables(self) -> None:
+        """``WAREHOUSE/<table>`` -> ``_jet_ingest/current/<table>`` (once)."""
+        for table in TABLES:
+            link = self.root / table
+            target = os.path.join("_jet_ingest", "current", table)
+            if os.path.islink(link) and os.readlink(link) == target:
+                continue
+            if os.path.lexists(link):
+                raise WarehouseError(f"{link}: expected a symlink to {target}; move it away")
+            os.symlink(target, link)
+
+    # -- cleanup ------------------------------------------------------------------
 
     def remove_uncommitted(self) -> int:
-        """Delete files left by runs that never committed; returns how many."""
-        committed = set(self.runs)
-        removed = self._remove_tables_files("run", lambda run: run not in committed)
-        shutil.rmtree(self.root / "_jet_ingest" / "staging", ignore_errors=True)
+        """Delete what runs that never committed left (staging, unpublished snapshots);
+        returns how many directories went."""
+        removed = 0
+        staging = self.meta / "staging"
+        if staging.exists():
+            removed += sum(1 for _ in staging.iterdir())
+            shutil.rmtree(staging, ignore_errors=True)
+        if self.snapshots.exists():
+            for d in self.snapshots.iterdir():
+                if d.name.startswith(".") or (d.name.isdigit() and int(d.name) > self.version):
+                    shutil.rmtree(d, ignore_errors=True)
+                    removed += 1
+        for p in self.meta.glob(".current.*") if self.meta.exists() else []:
+            p.unlink(missing_ok=True)
+        if self.version:
+            self._link_tables()
         self.remove_stale()
         return removed
 
-    def remove_stale(self) -> None:
-        """Delete snapshot files and carries other than the current ones."""
-        self._remove_tables_files("snap", lambda run: run != self.carry)
-        carries = self.root / "_jet_ingest" / "carry"
-        if carries.exists():
-            for d in carries.iterdir():
-                if d.name != self.carry:
-                    shutil.rmtree(d, ignore_errors=True)
-
-    def _remove_tables_files(self, prefix: str, doomed: Callable[[str], bool]) -> int:
-        """Delete the tables' ``<prefix>-<run id>-...`` files whose run id is ``doomed``."""
-        removed = 0
-        for table in TABLES:
-            directory = self.root / table
-            if directory.exists():
-                for f in directory.rglob(f"{prefix}-*"):
-                    if doomed(f.name.split("-", 2)[1]):
-                        f.unlink()
-                        removed += 1
-        return removed
+    def remove_stale(self, now: Optional[float] = None) -> None:
+        """Delete superseded snapshots older than :data:`RETAIN_S` (keeping the
+        :data:`KEEP_SUPERSEDED` newest), and the staging directory."""
+        if not self.snapshots.exists():
+            return
+        now = time.time() if now is None else now
+        versions = sorted(int(d.name) for d in self.snapshots.iterdir() if d.name.isdigit())
+        superseded = [v for v in versions if v < self.version]
+        for i, v in enumerate(superseded[:-KEEP_SUPERSEDED] if KEEP_SUPERSEDED else superseded):
+            successor = self.snapshots / f"{superseded[i + 1] if i + 1 < len(superseded) else self.version:08d}"
+            try:
+                replaced_at = successor.stat().st_mtime
+            except OSError:
+                continue
+            if now - replaced_at >= RETAIN_S:
+                shutil.rmtree(self.snapshots / f"{v:08d}", ignore_errors=True)
 
 
-def move_staged(staging: Path, table_dir: Path, run_id: str, *, prefix: str = "run") -> int:
-    """Move the Parquet files of a staged table into ``table_dir``, keeping the
-    partition directories and prefixing names with ``<prefix>-<run id>-``. Returns the
-    file count."""
-    moved = 0
-    for f in staging.rglob("*.parquet"):
-        rel = f.relative_to(staging)
-        dest = table_dir / rel.parent / f"{prefix}-{run_id}-{f.name}"
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(f, dest)
-        moved += 1
-    return moved
+def snapshot_path(root: Path) -> Path:
+    """The directory of ``root``'s current snapshot, resolved (pinned).
+
+    Raises:
+        FileNotFoundError: nothing was committed yet.
+    """
+    current = root / "_jet_ingest" / "current"
+    if not os.path.lexists(current):
+        raise FileNotFoundError(f"{root}: nothing ingested yet")
+    return Path(os.path.realpath(current))
+
+
+def table_path(root: Path, table: str) -> Path:
+    """The directory of ``table`` in ``root``'s current snapshot, resolved (pinned).
+
+    Raises:
+        FileNotFoundError: nothing was committed yet.
+    """
+    return snapshot_path(root) / table

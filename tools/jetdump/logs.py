@@ -158,8 +158,9 @@ class LogSource:
             if item.segment == 0 or self.run < 0:
                 self.run += 1
             self.daemon = item.name or "jetd"
+            run = "" if item.run_ns is None else f", run {item.run_ns}"  # JETLOG.md 2 version 2
             yield Note(None, item.created_ns / 1e9, "log-segment",
-                       f"{path.name}: segment {item.segment} of {item.name!r}")
+                       f"{path.name}: segment {item.segment} of {item.name!r}{run}")
         elif isinstance(item, Corruption):
             yield Note(None, None, "log-damage",
                        f"{path.name}: damage at offset {item.offset}: {item.length} byte(s) skipped ({item.reason})")

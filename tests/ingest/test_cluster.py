@@ -1,0 +1,179 @@
+"""``jet-ingest`` on a real Spark standalone cluster: a master and a one-core worker
+started with pyspark's own launcher (``spark-class``) on 127.0.0.1, stopped at the end.
+
+The worker (and so every executor it starts) runs in a private mount namespace in which
+a tmpfs is mounted over ``driver-only/``: a directory that exists, with files in it, for
+the driver, and is empty for the executors, as a local disk of the driver's machine
+is on a real cluster. Each failure case puts the log directory or the warehouse there.
+
+One driver process runs ``jet-ingest``'s ``main`` three times (one JVM start, three
+Spark applications): with paths every node sees, with a log directory the executors
+cannot see, and with a warehouse they cannot see.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow.dataset as ds
+import pytest
+
+from tools.ingest.session import REPO_ROOT
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+pyspark = pytest.importorskip("pyspark")
+SPARK_CLASS = os.path.join(os.path.dirname(pyspark.__file__), "bin", "spark-class")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _can_unshare() -> bool:
+    if not shutil.which("unshare"):
+        return False
+    done = subprocess.run(["unshare", "-m", "--propagation", "private", "true"], capture_output=True, check=False)
+    return done.returncode == 0 and os.geteuid() == 0
+
+
+class Cluster:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.hidden = root / "driver-only"
+        self.hidden.mkdir()
+        self.port, self.ui = _free_port(), _free_port()
+        self.url = f"spark://127.0.0.1:{self.port}"
+        self.env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_HOME": os.path.dirname(pyspark.__file__),
+                    "PYSPARK_PYTHON": sys.executable, "SPARK_LOG_DIR": str(root / "logs"),
+                    "SPARK_WORKER_DIR": str(root / "work")}
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def _start(self, cmd: list[str], log: str) -> None:
+        with open(self.root / log, "wb") as out:
+            self.procs.append(subprocess.Popen(cmd, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                                               start_new_session=True))
+
+    def start(self) -> None:
+        self._start([SPARK_CLASS, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                     "--port", str(self.port), "--webui-port", str(self.ui)], "master.log")
+        worker = [SPARK_CLASS, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--cores", "1",
+                  "--memory", "1g", "--webui-port", str(_free_port()), "--work-dir", str(self.root / "work"),
+                  self.url]
+        # The executors inherit the worker's mount namespace: driver-only/ is empty there.
+        self._start(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                     f'mount -t tmpfs jet-test-hidden "{self.hidden}" && exec "$@"', "sh", *worker], "worker.log")
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.ui}/json/", timeout=5) as reply:
+                    state = json.load(reply)
+                if any(w.get("state") == "ALIVE" for w in state.get("workers", [])):
+                    return
+            except OSError:
+                pass
+            for p in self.procs:
+                assert p.poll() is None, (self.root / "master.log").read_text()[-2000:] + \
+                    (self.root / "worker.log").read_text()[-2000:]
+            time.sleep(0.5)
+        raise AssertionError("the Spark worker did not register with the master in 120 s")
+
+    def stop(self) -> None:
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)  # its own session: the daemon and its executors
+        for p in self.procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait(10)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    if not _can_unshare():
+        pytest.skip("needs root and unshare(1) to give the worker its own mounts")
+    c = Cluster(tmp_path_factory.mktemp("spark-cluster"))
+    try:
+        c.start()
+        yield c
+    finally:
+        c.stop()
+
+
+_DRIVER = """
+import json, sys
+from tools.ingest.cli import main
+for argv in json.loads(sys.argv[1]):
+    print("EXIT", main(argv), flush=True)
+"""
+
+
+def _rows(warehouse: Path, table: str) -> list[tuple[Any, ...]]:
+    t = ds.dataset(warehouse / table, format="parquet", partitioning="hive").to_table()
+    cols = [c for c in t.column_names if c != "file"]  # the same segments, at other paths
+    return sorted((tuple(r[c] for c in cols) for r in t.select(cols).to_pylist()), key=repr)
+
+
+def test_on_a_cluster_tables_match_local_and_invisible_paths_fail_loudly(cluster: Cluster, tmp_path: Path) -> None:
+    from jetd_logs import RUN, JetdLog
+
+    from tools.ingest.cli import ingest_once
+    from tools.ingest.warehouse import Manifest
+
+    shared = tmp_path / "logs"
+    shared.mkdir()
+    JetdLog(21, 300).write(shared / "jetd-a.jetlog", damage=2)
+    JetdLog(22, 300, start_ns=RUN + 10**12).write(shared / "jetd-b.jetlog", created_ns=RUN + 10**12)
+    hidden_logs = cluster.hidden / "logs"
+    shutil.copytree(shared, hidden_logs)
+    runs = [
+        [str(shared), "--out", str(tmp_path / "wh"), "--master", cluster.url, "--no-report"],
+        [str(hidden_logs), "--out", str(tmp_path / "wh-hidden-logs"), "--master", cluster.url, "--no-report"],
+        [str(shared), "--out", str(cluster.hidden / "wh"), "--master", cluster.url, "--no-report"],
+    ]
+    env = {**cluster.env, "PYTHONPATH": REPO_ROOT, "COLUMNS": "300"}
+    env.pop("PYSPARK_SUBMIT_ARGS", None)
+    done = subprocess.run([sys.executable, "-c", _DRIVER, json.dumps(runs)], env=env, capture_output=True, text=True,
+                          timeout=600, check=False)
+    out = " ".join(done.stdout.split())  # as one line, however the console wrapped it
+    exits = [int(line.split()[1]) for line in done.stdout.splitlines() if line.startswith("EXIT")]
+    assert exits == [0, 1, 1], (out, done.stderr[-3000:])
+
+    # 1. Paths every node sees: the same tables as a local ingest.
+    local = tmp_path / "wh-local"
+    ingest_once(None, str(shared), local)
+    for table in ("frames", "requests", "state_changes", "connections", "traffic"):
+        assert _rows(tmp_path / "wh", table) == _rows(local, table), table
+    assert Manifest.load(tmp_path / "wh").rows("frames") > 0
+
+    # 2. A log directory the executors cannot see: a clear message, nothing marked done.
+    assert "could not open 2 log file(s) the driver sees" in out, out
+    assert "log directory must be visible at the same path on every executor" in out
+    assert "nothing of this run was committed" in out
+    assert "no records ingested yet" not in out
+    assert Manifest.load(tmp_path / "wh-hidden-logs").version == 0
+    # ... so a later run that can read them ingests everything.
+    assert ingest_once(None, str(hidden_logs), tmp_path / "wh-hidden-logs") == \
+        Manifest.load(tmp_path / "wh").rows("frames")
+
+    # 3. A warehouse the executors cannot see: their Parquet files are not where the driver looks.
+    assert "not in the warehouse as the driver sees it" in out, out
+    assert "warehouse must be a path every executor and the driver share" in out
+    assert Manifest.load(cluster.hidden / "wh").version == 0
+    assert "Traceback" not in out + done.stderr
+

@@ -1,0 +1,281 @@
+"""JVM-free tests of jet-ingest's commit: snapshots published by one rename, crashes at
+every step of it, segments known by their header identity, the checks of what tasks
+report, compaction, and the command line that needs no JVM.
+
+The ingest runs its tasks in this process (``ingest_once(None, ...)``); what readers see
+is read with pyarrow's dataset reader, which skips ``_``/``.`` files as Spark does
+(test_spark.py reads a crashed warehouse with Spark itself).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pytest
+from rich.console import Console
+
+from tools.ingest.cli import ingest_once
+from tools.ingest.pipeline import IngestError, check_reports, compact
+from tools.ingest.session import REPO_ROOT
+from tools.ingest.synth import BASE_NS, write_synthetic_log
+from tools.ingest.warehouse import CRASH_ENV, TABLES, Manifest, WarehouseError
+
+QUIET = Console(file=open(os.devnull, "w"))  # noqa: SIM115 (lives as long as the module)
+
+
+def _segments(logs: Path, first: int, last: int, records: int = 100) -> None:
+    logs.mkdir(exist_ok=True)
+    for i in range(first, last):
+        write_synthetic_log(str(logs / f"jet-{i:03d}.jetlog"), records, segment=i, start_ns=BASE_NS + i * 10**10)
+
+
+def visible(warehouse: Path, table: str = "frames") -> pa.Table:
+    """What a reader of ``WAREHOUSE/<table>`` sees (Spark's rules: ``_``/``.`` hidden)."""
+    if not (warehouse / table).exists():
+        return pa.table({"file": pa.array([], pa.string()), "offset": pa.array([], pa.int64())})
+    return ds.dataset(warehouse / table, format="parquet", partitioning="hive").to_table()
+
+
+def frame_keys(warehouse: Path) -> list[tuple[str, int]]:
+    """(segment file name, offset) of every frames row a reader sees."""
+    t = visible(warehouse)
+    return [(Path(f).name, o) for f, o in zip(t.column("file").to_pylist(), t.column("offset").to_pylist(),
+                                               strict=True)]
+
+
+def test_a_renamed_or_archived_segment_is_not_ingested_again(tmp_path: Path) -> None:
+    logs, wh = tmp_path / "logs", tmp_path / "wh"
+    _segments(logs, 0, 3)
+    added = ingest_once(None, str(logs), wh, console=QUIET)
+    assert added == len(frame_keys(wh)) > 0
+    # Rotated by hand, and a copy left in the directory: both are the same segment.
+    os.rename(logs / "jet-001.jetlog", logs / "jet-001.jetlog.1")
+    shutil.copy(logs / "jet-002.jetlog", logs / "archived-002")
+    assert ingest_once(None, str(logs), wh, console=QUIET) == 0
+    assert len(frame_keys(wh)) == added
+    for name in TABLES[1:]:
+        t = visible(wh, name)
+        assert t.num_rows == visible(wh, name).num_rows  # settles
+    paths = {s.path for s in Manifest.load(wh).files.values()}
+    assert str(logs / "jet-001.jetlog.1") in paths and str(logs / "jet-001.jetlog") not in paths
+    # The renamed segment goes on growing (jetd still writes it): only the new bytes count.
+    whole = tmp_path / "whole.jetlog"
+    n = write_synthetic_log(str(whole), 150, segment=3, start_ns=BASE_NS + 3 * 10**10)
+    data = whole.read_bytes()
+    (logs / "jet-003.jetlog").write_bytes(data[: len(data) // 2])
+    first = ingest_once(None, str(logs), wh, console=QUIET)
+    os.rename(logs / "jet-003.jetlog", logs / "old-003")
+    (logs / "old-003").write_bytes(data)
+    second = ingest_once(None, str(logs), wh, console=QUIET)
+    assert first + second == n
+    keys = frame_keys(wh)
+    assert len(keys) == len(set(keys)) == added + n
+
+
+def test_a_segment_that_shrank_is_an_error(tmp_path: Path) -> None:
+    logs, wh = tmp_path / "logs", tmp_path / "wh"
+    _segments(logs, 0, 1)
+    ingest_once(None, str(logs), wh, console=QUIET)
+    seg = logs / "jet-000.jetlog"
+    os.rename(seg, logs / "moved")
+    (logs / "moved").write_bytes((logs / "moved").read_bytes()[:-500])
+    with pytest.raises(WarehouseError, match="shrank"):
+        ingest_once(None, str(logs), wh, console=QUIET)
+
+
+CRASH_POINTS = ["staged", "merged", "linked", "published", "committed",
+                "compact-staged", "compact-linked", "compact-published", "compact-committed"]
+_INGEST = "import sys; from pathlib import Path; from tools.ingest.cli import ingest_once; " \
+          "ingest_once(None, sys.argv[1], Path(sys.argv[2]))"
+
+
+def _ingest_process(logs: Path, wh: Path, crash_at: str | None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": REPO_ROOT}
+    env.pop(CRASH_ENV, None)
+    if crash_at:
+        env[CRASH_ENV] = crash_at
+    return subprocess.run([sys.executable, "-c", _INGEST, str(logs), str(wh)], env=env, capture_output=True,
+                          text=True, timeout=120, check=False)
+
+
+@pytest.fixture(scope="module")
+def one_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
+    """A log directory and a warehouse with one committed run; then ten more segments
+    (enough for the next run to compact): the crash tests start from copies of it."""
+    base = tmp_path_factory.mktemp("one-run")
+    _segments(base / "logs", 0, 4, 40)
+    first = ingest_once(None, str(base / "logs"), base / "wh", console=QUIET)
+    _segments(base / "logs", 4, 14, 40)
+    return base, first
+
+
+def crashed_warehouse(tmp_path: Path, one_run: tuple[Path, int], point: str) -> tuple[Path, Path, int, int]:
+    """The warehouse of ``one_run``, then a second run killed at ``point``.
+    Returns (logs, warehouse, rows of the first run, rows of both)."""
+    base, first = one_run
+    logs, wh = tmp_path / "logs", tmp_path / "wh"
+    shutil.copytree(base / "logs", logs)
+    shutil.copytree(base / "wh", wh, symlinks=True)
+    # The copied segments lie elsewhere now: known by their headers all the same.
+    done = _ingest_process(logs, wh, point)
+    assert done.returncode == 86, done  # died at the point
+    total = len(frame_keys_of_logs(logs))
+    return logs, wh, first, total
+
+
+def frame_keys_of_logs(logs: Path) -> list[tuple[str, int]]:
+    from tools.ingest.parse import read_segment
+
+    return [(f.name, o) for f in sorted(logs.iterdir()) for b in read_segment(str(f))
+            for o in b.column("offset").to_pylist()]
+
+
+@pytest.mark.parametrize("point", CRASH_POINTS)
+def test_a_crash_at_any_point_shows_readers_only_committed_rows(tmp_path: Path, one_run: tuple[Path, int],
+                                                               point: str) -> None:
+    logs, wh, first, total = crashed_warehouse(tmp_path, one_run, point)
+    committed = point == "committed" or point.startswith("compact-")
+    keys = frame_keys(wh)
+    assert len(keys) == len(set(keys)) == (total if committed else first), point
+    # Every table a reader can reach is one snapshot: the derived rows match the frames.
+    requests = visible(wh, "requests")
+    ids = list(zip(requests.column("run_ns").to_pylist(), requests.column("requester_conn").to_pylist(),
+                   requests.column("request_id").to_pylist(), requests.column("ts_ns").to_pylist(), strict=True))
+    assert len(ids) == len(set(ids)), point
+    # The next run completes the work, once.
+    ingest_once(None, str(logs), wh, console=QUIET)
+    keys = frame_keys(wh)
+    assert len(keys) == len(set(keys)) == total
+    assert set(keys) == set(frame_keys_of_logs(logs))
+    assert len(list((wh / "frames").rglob("*.parquet"))) <= 3  # compacted
+    assert not (wh / "_jet_ingest" / "staging").exists() or not any((wh / "_jet_ingest" / "staging").iterdir())
+    assert not [d for d in (wh / "_jet_ingest" / "snapshots").iterdir() if d.name.startswith(".")]
+
+
+def test_check_reports_refuses_what_the_driver_cannot_see(tmp_path: Path) -> None:
+    staging = tmp_path / "staging"
+    seen = tmp_path / "seen.jetlog"
+    seen.write_bytes(b"x")
+    ok = {"task": 0, "rows": 0, "files": {}, "missing": [str(tmp_path / "rotated-away.jetlog")]}
+    assert check_reports(staging, [ok], 1) == {}  # gone for the driver too: rotated away
+    blind = {"task": 0, "rows": 0, "files": {}, "missing": [str(seen)]}
+    with pytest.raises(IngestError, match="log directory must be visible at the same path on every executor"):
+        check_reports(staging, [blind], 1)
+    stranded = {"task": 0, "rows": 5, "files": {"frames": {"date=2026-01-01/part-0.parquet": 5}}, "missing": []}
+    with pytest.raises(IngestError, match="warehouse must be a path every executor and the driver share"):
+        check_reports(staging, [stranded], 1)
+    with pytest.raises(IngestError, match="expected reports from 2 task"):
+        check_reports(staging, [ok], 2)
+    # One chunk of a segment read, the next one found it gone (renamed mid-run): committing
+    # the first chunk's rows would have the next run read them again under the new name.
+    gone = str(tmp_path / "renamed-away.jetlog")
+    parts = [[(gone, 0, 100, 200)], [(gone, 100, None, 200)]]
+    halves = [{"task": 0, "rows": 0, "files": {}, "missing": []}, {"task": 1, "rows": 0, "files": {}, "missing": [gone]}]
+    with pytest.raises(IngestError, match="vanished while it was being read"):
+        check_reports(staging, halves, 2, parts)
+    halves[0]["missing"] = [gone]
+    assert check_reports(staging, halves, 2, parts) == {}  # gone before any task read it
+
+
+def test_compaction_keeps_follow_from_leaving_many_small_files(tmp_path: Path) -> None:
+    """Micro-batch-sized runs, one after another, as ``--follow`` makes them."""
+    logs, wh = tmp_path / "logs", tmp_path / "wh"
+    whole = tmp_path / "whole.jetlog"
+    n = write_synthetic_log(str(whole), 1200)
+    data = whole.read_bytes()
+    logs.mkdir()
+    for k in range(1, 13):
+        (logs / "jet-0.jetlog").write_bytes(data[: len(data) * k // 12])
+        ingest_once(None, str(logs), wh, console=QUIET)
+    keys = frame_keys(wh)
+    assert len(keys) == len(set(keys)) == n
+    for table in TABLES:
+        files = list((wh / table).rglob("*.parquet"))
+        assert len(files) < 10, (table, len(files))
+    m = Manifest.load(wh)
+    assert m.rows("frames") == n
+    assert compact(m) == 0  # nothing left to compact
+    assert len(list((wh / "_jet_ingest" / "snapshots").iterdir())) <= 3 + 12 * 2  # superseded ones within RETAIN_S
+
+
+def _python_m_ingest(*argv: str, env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess[str], float]:
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "tools.ingest", *argv],
+                          env={**os.environ, "PYTHONPATH": REPO_ROOT, "COLUMNS": "100", **(env or {})},
+                          capture_output=True, text=True, timeout=120, check=False)
+    return done, time.monotonic() - started
+
+
+def test_nothing_new_answers_quickly_without_a_jvm(tmp_path: Path) -> None:
+    logs, wh = tmp_path / "logs", tmp_path / "wh"
+    _segments(logs, 0, 3)
+    ingest_once(None, str(logs), wh, console=QUIET)
+    # No java anywhere: starting Spark would fail.
+    no_java = {"JAVA_HOME": str(tmp_path / "no-java"), "PATH": os.path.dirname(sys.executable) + ":/usr/bin:/bin",
+               "SPARK_HOME": str(tmp_path / "no-spark")}
+    done, took = _python_m_ingest(str(logs), "--out", str(wh), env=no_java)
+    assert done.returncode == 0, done
+    assert "nothing new to ingest" in done.stdout
+    assert took < 10, took  # ~0.6 s here; the bound allows a loaded machine
+    os.rename(logs / "jet-000.jetlog", logs / "jet-000.old")  # a renamed segment is not new either
+    with open(logs / "jet-002.jetlog", "ab") as fh:
+        fh.write(b"\x4a\x52\x00\x00")  # nor the start of a record the daemon is writing
+    done, _ = _python_m_ingest(str(logs), "--out", str(wh), env=no_java)
+    assert done.returncode == 0 and "nothing new to ingest" in done.stdout, done
+
+
+def test_help_reads_well() -> None:
+    done, _ = _python_m_ingest("--help")
+    assert done.returncode == 0
+    text = done.stdout
+    assert "``" not in text and ":mod:" not in text  # no leaked docstring markup
+    assert "Ingest jetd event logs" in text
+    mode = text[text.index("--mode"):]
+    assert "FAILFAST stops" in mode and "exit status" in text
+    assert "--verbose" in text
+
+
+def test_a_live_segment_cut_mid_record_is_not_damage_but_an_old_one_is(tmp_path: Path) -> None:
+    """The newest segment of a daemon may be being written: its last record waits for
+    the next run (no TRUNCATED row, FAILFAST does not fail). Once a newer segment exists
+    (the daemon rotated or restarted), an older segment's cut tail is final: reported."""
+    from tools.ingest.parse import TRUNCATED
+
+    logs, wh = tmp_path / "logs", tmp_path / "wh"
+    logs.mkdir()
+    whole = tmp_path / "whole.jetlog"
+    n = write_synthetic_log(str(whole), 200)
+    data = whole.read_bytes()
+    seg = logs / "jet-000.jetlog"
+    seg.write_bytes(data[: len(data) // 2 + 5])
+    first = ingest_once(None, str(logs), wh, console=QUIET, mode="FAILFAST")
+    kinds = visible(wh).column("kind").to_pylist()
+    assert TRUNCATED not in kinds and len(kinds) == first > 0
+    seg.write_bytes(data[:-7])  # the daemon died mid-record ...
+    second = ingest_once(None, str(logs), wh, console=QUIET)
+    assert first + second == n - 1  # ... its last record waits: it might still come
+    assert TRUNCATED not in visible(wh).column("kind").to_pylist()
+
+
+def test_an_older_segments_cut_tail_is_reported_once_the_daemon_moved_on(tmp_path: Path) -> None:
+    from tools.ingest.parse import TRUNCATED
+
+    logs, wh = tmp_path / "logs", tmp_path / "wh"
+    logs.mkdir()
+    whole = tmp_path / "whole.jetlog"
+    n = write_synthetic_log(str(whole), 200)
+    (logs / "jet-000.jetlog").write_bytes(whole.read_bytes()[:-7])  # the daemon died mid-record
+    ingest_once(None, str(logs), wh, console=QUIET)
+    write_synthetic_log(str(logs / "jet-001.jetlog"), 10, segment=0, start_ns=BASE_NS + 10**12)  # ... restarted
+    ingest_once(None, str(logs), wh, console=QUIET)
+    t = visible(wh)
+    rows = [(Path(f).name, k) for f, k in zip(t.column("file").to_pylist(), t.column("kind").to_pylist(), strict=True)]
+    assert rows.count(("jet-000.jetlog", TRUNCATED)) == 1
+    assert sum(1 for f, k in rows if f == "jet-000.jetlog" and k != TRUNCATED) == n - 1
