@@ -8,7 +8,6 @@ runs through the shared local[2] session.
 from __future__ import annotations
 
 import gzip
-import json
 from pathlib import Path
 from typing import Any
 
@@ -143,11 +142,7 @@ def test_streaming_offsets_and_read_limits(spark: Any, tmp_path: Path) -> None:
     _segment(logs / "jet-3.jetlog", BASE_NS + 300, 3, 5, first=30)
     _run_stream(spark, logs, out, ckpt, startingOffsets="latest")
     assert addresses(out) == list(range(30, 35))
-    out, ckpt = tmp_path / "o4", tmp_path / "c4"
-    first = logs / "jet-0.jetlog"
-    starting = json.dumps({str(first): first.stat().st_size})
-    _run_stream(spark, logs, out, ckpt, startingOffsets=starting)
-    assert addresses(out) == list(range(10, 35))
+    # (JSON startingOffsets: jet-ingest --follow's tests in test_spark.py.)
     with pytest.raises(Exception, match="startingOffsets"):
         _run_stream(spark, logs, tmp_path / "o5", tmp_path / "c5", startingOffsets="yesterday")
     with pytest.raises(Exception, match="cannot both be set"):

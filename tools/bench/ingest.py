@@ -167,7 +167,7 @@ def _source_bench(spark: Any, logs: Path, jsonl: Path, total: int, log_bytes: in
     # a window of total/100 us in the middle of the last segment holds about 1% of them.
     mid = BASE_NS + (segments - 1) * 10**12 + 100 * 10**6
     lo = datetime.datetime.fromtimestamp(mid / 1e9, datetime.UTC)
-    hi = lo + datetime.timedelta(microseconds=total // 100)
+    hi = lo + datetime.timedelta(milliseconds=max(1, total // 100_000))  # whole ms: JSON keeps ts to the ms
     window = (F.col("ts") >= F.lit(lo)) & (F.col("ts") < F.lit(hi))
 
     def jet() -> Any:
