@@ -16,6 +16,7 @@ from __future__ import annotations
 from .codec import Decoder, decode_body, decode_frame, encode, frame_size
 from .codes import (
     DEFAULT_MAX_BODY,
+    FEATURE_AUTH_REQUIRED,
     FEATURE_CONFLATION,
     HEADER_SIZE,
     PROTOCOL_MAJOR,
@@ -30,6 +31,7 @@ from .errors import JetError, LocalProtocolError, ProtocolError, RemoteProtocolE
 from .messages import (
     AddMethod,
     AddState,
+    Authenticate,
     CallMethod,
     Close,
     FetchAdd,
@@ -54,12 +56,14 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DEFAULT_MAX_BODY",
+    "FEATURE_AUTH_REQUIRED",
     "FEATURE_CONFLATION",
     "HEADER_SIZE",
     "PROTOCOL_MAJOR",
     "PROTOCOL_MINOR",
     "AddMethod",
     "AddState",
+    "Authenticate",
     "CallMethod",
     "Close",
     "Decoder",

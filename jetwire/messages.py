@@ -7,7 +7,7 @@ travel as a fire-and-forget EVENT (SET_STATE, NOTIFY_STATE, CALL_METHOD; PROTOCO
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar, Optional
 
 from .codes import DEFAULT_MAX_BODY, PROTOCOL_MAJOR, PROTOCOL_MINOR, EventCode, Function, Status
@@ -123,6 +123,21 @@ class GetState(Request):
 
 
 @dataclass(frozen=True, slots=True)
+class Authenticate(Request):
+    """AUTHENTICATE (PROTOCOL.md 6.12, 13.2): authenticate the connection as ``user``.
+
+    The ``repr`` masks the password, so that logs of messages never show it.
+    """
+
+    function: ClassVar[Function] = Function.AUTHENTICATE
+    user: str
+    password: str = field(repr=False)
+
+    def __repr__(self) -> str:
+        return f"Authenticate(id={self.id!r}, user={self.user!r}, password='********')"
+
+
+@dataclass(frozen=True, slots=True)
 class Response(Message):
     """RESPONSE (PROTOCOL.md 4.2).
 
@@ -193,6 +208,7 @@ REQUEST_CLASSES: dict[int, type[Request]] = {
         FetchStates,
         Unfetch,
         GetState,
+        Authenticate,
     )
 }
 

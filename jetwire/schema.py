@@ -174,6 +174,7 @@ REQUEST_PAYLOADS = {
     Function.FETCH_STATES: Struct(*_str16("prefix")),
     Function.UNFETCH: Struct(_f("fetch_id", Int32ub)),
     Function.GET_STATE: KEY_ONLY,
+    Function.AUTHENTICATE: Struct(*_str16("user", min_len=1), *_str16("password")),
 }
 
 REQUEST_BODY = Struct(

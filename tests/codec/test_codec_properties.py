@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from jetwire import (
     AddMethod,
     AddState,
+    Authenticate,
     CallMethod,
     Close,
     Decoder,
@@ -83,6 +84,7 @@ messages: st.SearchStrategy[Message] = st.one_of(
     st.builds(FetchStates, ids, text),
     st.builds(Unfetch, ids, u32),
     st.builds(GetState, ids, keys),
+    st.builds(Authenticate, ids, keys, text),
     st.builds(Response, ids),
     st.builds(lambda i, v: Response(i, value=v), ids, values),
     st.builds(lambda i, f: Response(i, fetch_id=f), ids, u32),

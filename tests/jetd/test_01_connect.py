@@ -15,7 +15,7 @@ def test_info_is_first_frame(jetd):
         message = peer.recv()
         assert isinstance(message, Info)
         assert message.name == "jetd"
-        assert (message.major, message.minor) == (1, 0)
+        assert (message.major, message.minor) == (1, 1)
         assert message.max_body == DEFAULT_MAX_BODY
         assert message.features & FEATURE_CONFLATION
         # PROTOCOL.md 4.4: the example INFO of jetd, byte for byte.
