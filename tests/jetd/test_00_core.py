@@ -17,9 +17,8 @@ from jetd.core import (
     FetchRegistry,
     RouteTable,
     StateRegistry,
-    _key_value_end,
-    _value_ok,
 )
+from jetd.frames import key_value_end, value_ok
 from jetwire import (
     AddState,
     Close,
@@ -391,7 +390,7 @@ def test_fast_key_value_check_matches_jetwire(key, vtype, data, length_delta, tr
     n = max(0, len(data) + length_delta)
     payload = struct.pack(">H", len(key)) + key + struct.pack(">BI", vtype, n) + data + trailing
     body = struct.pack(">IB", 1, 3) + payload
-    kend = _key_value_end(body, 5, len(body))
+    kend = key_value_end(body, 5, len(body))
     # The daemon checks a key's UTF-8 when it is not registered (see _unknown_key).
     fast = kend >= 0 and is_utf8(body[7:kend])
     assert fast == _kv_payload_accepted_by_jetwire(payload)
@@ -403,7 +402,7 @@ def test_fast_key_value_check_matches_jetwire(key, vtype, data, length_delta, tr
 @given(value=st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**63 - 1), st.floats(allow_nan=False), st.text(max_size=20), st.binary(max_size=20)))
 def test_value_check_accepts_every_valid_value(value):
     raw = encode(Response(1, Status.OK, Value.of(value)))[10:]
-    assert _value_ok(raw, 0, len(raw))
+    assert value_ok(raw, 0, len(raw))
 
 
 def test_owner_fetching_itself_is_held_back_then_overflows_when_it_drains():

@@ -1,0 +1,197 @@
+"""What every part of the daemon's core shares: its state, output queues and closing.
+
+:class:`DaemonBase` declares the state that :class:`jetd.core.Daemon` sets up and holds
+the output side (queueing a frame for a peer, answering, closing a peer). The core's
+responsibilities are mixed into ``Daemon`` from one module each: the registry
+(:mod:`jetd.registry`), routing (:mod:`jetd.routes`) and subscriptions
+(:mod:`jetd.subscriptions`); a method of one that calls into another is declared here.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional
+
+from jetwire import Status
+
+from .config import Config
+from .connection import Connection
+from .frames import (
+    FRAME_OUT,
+    REQUEST,
+    RESPONSE,
+    U32_FROM,
+    LogHook,
+    close_frame,
+    response_frame,
+    why_malformed,
+)
+
+if TYPE_CHECKING:
+    from .registry import StateRegistry
+    from .routes import RouteTable
+    from .subscriptions import FetchRegistry
+
+__all__ = ["DaemonBase", "DaemonStats"]
+
+log = logging.getLogger("jetd")
+
+
+@dataclass
+class DaemonStats:
+    """Counters for logs and benchmarks (logged at shutdown and on SIGUSR1)."""
+
+    connections: int = 0
+    frames_in: int = 0
+    routed: int = 0
+    fanout_events: int = 0
+    parked: int = 0  # times a connection's fetches were parked (PROTOCOL.md 10.8)
+    caught_up: int = 0  # FETCH_CHANGE events a parked connection got late, with the latest value
+    overloaded: int = 0
+    violations: int = 0
+
+    def summary(self) -> str:
+        """One log line: ``name=value`` for every counter."""
+        return " ".join(f"{name}={value}" for name, value in vars(self).items())
+
+
+class DaemonBase:
+    """The daemon's state and its output side (see the module docstring)."""
+
+    config: Config
+    registry: StateRegistry
+    fetches: FetchRegistry
+    parked_fetches: FetchRegistry
+    routes: RouteTable
+    connections: dict[int, Connection]
+    dirty: list[Connection]
+    slow: set[Connection]
+    stats: DaemonStats
+    now: float
+    _log: Optional[LogHook]
+    _log_events: bool
+    _parked: int
+    _changed: dict[bytes, int]
+    _seq: int
+    _next_conn_id: int
+    _next_fetch_id: int
+    _to_close: list[Connection]
+    _max_body: int
+    _small_body_peers: int
+    _max_key: int
+
+    if TYPE_CHECKING:
+        # Provided by the other parts of the core (jetd.core.Daemon mixes them in).
+        def _fanout(self, key: bytes, code: int, kv: bytes) -> None: ...
+        def _catch_up_on(self, conn: Connection, key: bytes, kv: bytes) -> None: ...
+        def _unknown_key(self, conn: Connection, key: bytes, rid: Optional[int], kind: str) -> Optional[str]: ...
+        def _teardown(self, conn: Connection) -> None: ...
+
+    # --- sending ------------------------------------------------------------------------
+
+    def _send(self, conn: Connection, frame: bytes) -> None:
+        """Queue one (non fan-out) frame for ``conn`` and log it."""
+        if conn.closed:
+            return
+        if self._small_body_peers and len(frame) - 5 > conn.max_body:
+            # PROTOCOL.md 3: never send a body above the max_body the peer announced.
+            body_length = len(frame) - 5
+            if frame[0] == RESPONSE:
+                message = f"the answer of {body_length} bytes exceeds your max_body {conn.max_body}"
+                frame = response_frame(U32_FROM(frame, 5)[0], Status.TOO_LARGE, message)
+            else:
+                message = f"a frame of {body_length} bytes exceeds your max_body {conn.max_body}"
+                self._close_with(conn, Status.TOO_LARGE, message, close_frame(Status.TOO_LARGE, message))
+                return
+        if conn.paused:
+            if not self._enqueue(conn, frame):
+                return
+        else:
+            out = conn.out
+            if not out:
+                self.dirty.append(conn)
+            out.append(frame)
+        if self._log is not None:
+            self._log(conn.conn_id, FRAME_OUT, frame)
+
+    def _enqueue(self, conn: Connection, frame: bytes) -> bool:
+        """Queue ``frame`` for paused ``conn``; above the hard limit CLOSE the peer
+        instead. Returns True if the frame is queued (JETLOG.md 4: only those are logged)."""
+        conn.enqueue(frame)
+        if conn.pending_size + conn.transport_size > self.config.hard_limit:
+            self._overload(conn, "output above the hard limit")
+            return False
+        return True
+
+    def _reply(self, conn: Connection, rid: int, status: Status, message: str) -> None:
+        self._send(conn, response_frame(rid, status, message))
+
+    def _event_too_large(self, conn: Connection, body_length: int) -> None:
+        """A fetch event does not fit the fetcher's announced max_body: rather than lose
+        it silently, the fetcher is closed with TOO_LARGE."""
+        message = f"a fetch event of {body_length} bytes exceeds your max_body {conn.max_body}"
+        self._close_with(conn, Status.TOO_LARGE, message, close_frame(Status.TOO_LARGE, message))
+
+    def _too_large_for(self, conn: Connection, body_length: int) -> bool:
+        """True if ``conn`` announced a max_body below ``body_length`` (PROTOCOL.md 3)."""
+        return self._small_body_peers > 0 and body_length > conn.max_body
+
+
+    # --- closing ------------------------------------------------------------------------
+
+    def _violation(self, conn: Connection, message: str) -> None:
+        conn.violations += 1
+        self.stats.violations += 1
+        # One line per violation, but a peer flooding bad frames cannot flood the log.
+        if conn.violations <= 10:
+            log.info("violation by %s: %s", conn.label, message)
+        elif conn.violations == 11:
+            log.info("violation by %s: further violations are not logged", conn.label)
+
+    def _fatal(self, conn: Connection, status: Status, message: str) -> None:
+        """PROTOCOL.md 9.2, 9.3: CLOSE with ``status`` and disconnect; read nothing more."""
+        self._violation(conn, message)
+        self._close_with(conn, status, message, close_frame(status, message))
+
+    def _close_with(self, conn: Connection, status: Status, message: str, frame: bytes) -> None:
+        if conn.closing:
+            return
+        conn.closing = True
+        conn.close_status = status
+        conn.close_reason = message
+        if conn.paused:
+            conn.enqueue(frame)
+            conn.close_at = len(conn.pending)
+        else:
+            if not conn.out:
+                self.dirty.append(conn)
+            conn.out.append(frame)
+            conn.close_at = len(conn.out)
+        if self._log is not None:
+            self._log(conn.conn_id, FRAME_OUT, frame)
+        self._to_close.append(conn)
+
+    def _overload(self, conn: Connection, reason: str) -> None:
+        """PROTOCOL.md 10.8: drop what is queued, CLOSE (OVERLOADED), disconnect."""
+        if conn.closing:
+            return
+        self.stats.overloaded += 1
+        log.info("overloaded %s: %s (%d bytes queued)", conn.label, reason, conn.queued)
+        conn.pending.clear()
+        conn.pending_size = 0
+        conn.paused = False  # the CLOSE goes straight to the transport
+        conn.out.clear()
+        self._close_with(conn, Status.OVERLOADED, reason, close_frame(Status.OVERLOADED, reason))
+
+    def _finish_closes(self) -> None:
+        while self._to_close:
+            conn = self._to_close.pop()
+            if not conn.closed:
+                self._teardown(conn)
+
+    def _malformed(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
+        """PROTOCOL.md 9.1: a bad body with a readable id: MALFORMED, stay connected."""
+        status, message = why_malformed(REQUEST, buf[pos + 5 : end])
+        self._violation(conn, message)
+        self._reply(conn, rid, status, message)

@@ -1,0 +1,114 @@
+"""One peer's connection as the daemon's core sees it: its queues and its holdings."""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, Optional
+
+from jetwire import Status
+
+if TYPE_CHECKING:
+    from .routes import Route
+    from .subscriptions import Fetch
+
+__all__ = ["Connection"]
+
+
+class Connection:
+    """One peer's connection as the core sees it.
+
+    ``out`` collects byte pieces to write at the end of the loop turn. While ``paused``
+    (its transport is above the soft limit, or older output still waits) frames go to
+    ``pending`` instead, and its fetches are ``parked``: their changes are held back
+    as keys changed after ``mark`` (PROTOCOL.md 10.8, see the module docstring).
+    """
+
+    __slots__ = (
+        "address",
+        "caught",
+        "close_at",
+        "close_reason",
+        "close_status",
+        "closed",
+        "closing",
+        "conn_id",
+        "fetches",
+        "io",
+        "mark",
+        "max_body",
+        "methods",
+        "name",
+        "need",
+        "next_route_id",
+        "out",
+        "parked",
+        "paused",
+        "pending",
+        "pending_size",
+        "rest",
+        "rest_len",
+        "routes",
+        "slow_since",
+        "states",
+        "transport_size",
+        "violations",
+    )
+
+    def __init__(self, conn_id: int, address: str) -> None:
+        self.conn_id = conn_id
+        self.address = address
+        self.name = ""
+        self.out: list[bytes] = []
+        self.paused = False
+        self.parked = False  # its fetches are in Daemon.parked_fetches, not Daemon.fetches
+        self.mark = 0  # parked: the changes up to this sequence number are queued already
+        self.caught: dict[bytes, int] = {}  # parked: keys caught up on one by one since, and when
+        self.pending: deque[bytes] = deque()
+        self.pending_size = 0
+        self.transport_size = 0  # bytes the transport buffers; set by the IO layer
+        self.slow_since: Optional[float] = None
+        self.closing = False  # CLOSE queued (or peer gone): read nothing more
+        self.closed = False  # torn down: its states, methods, fetches, routes are gone
+        self.close_status = Status.OK
+        self.close_reason = ""
+        self.close_at = -1
+        self.states: dict[bytes, bytes] = {}  # its states: key -> Key, Value payload
+        self.methods: set[bytes] = set()
+        self.fetches: dict[int, Fetch] = {}
+        self.routes: dict[int, Route] = {}  # routed to this connection, by our id
+        self.next_route_id = 1
+        self.rest: list[bytes] = []  # an incomplete frame's bytes
+        self.rest_len = 0
+        self.need = 5
+        self.violations = 0
+        self.io: object = None  # the IO layer's handle (a protocol object)
+        # PROTOCOL.md 3: the largest body this peer accepts; until its INFO says
+        # otherwise we assume it accepts what we do.
+        self.max_body = 0xFFFF_FFFF
+
+    @property
+    def label(self) -> str:
+        """``#id name@address`` for log lines."""
+        return f"#{self.conn_id} {self.name or '-'}@{self.address}"
+
+    @property
+    def queued(self) -> int:
+        """Bytes waiting for this peer: in the transport plus in the local queue."""
+        return self.transport_size + self.pending_size
+
+    def enqueue(self, frame: bytes) -> None:
+        """Queue a frame locally (paused mode)."""
+        self.pending.append(frame)
+        self.pending_size += len(frame)
+
+    def take_pending(self, budget: int) -> list[bytes]:
+        """Pop queued frames, in order, up to about ``budget`` bytes (at least one)."""
+        taken: list[bytes] = []
+        size = 0
+        pending = self.pending
+        while pending and size < budget:
+            frame = pending.popleft()
+            taken.append(frame)
+            size += len(frame)
+        self.pending_size -= size
+        return taken

@@ -1,0 +1,122 @@
+"""The frame layouts and checks the daemon's hot paths share (PROTOCOL.md 3-5).
+
+Precompiled ``struct`` objects and plain-int codes: the core works on received bytes
+directly, and anything these quick checks doubt goes to :func:`jetwire.decode_body`,
+which names the exact fault (:func:`why_malformed`).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+
+from jetwire import Close, EventCode, Function, RemoteProtocolError, Status, decode_body, encode
+from jetwire.codec import is_utf8
+from jetwire.log import LogKind
+
+# Frame heads (PROTOCOL.md 3, 4): type:u8 | length:u32, then id/function or code.
+HDR = struct.Struct(">BI")
+HDR_FROM = HDR.unpack_from
+HDR_PACK = HDR.pack
+ID_HEAD = struct.Struct(">BII")  # type, length, id: a REQUEST/RESPONSE head minus its last byte
+ID_HEAD_PACK = ID_HEAD.pack
+RESP_HEAD = struct.Struct(">BIIB")  # type, length, id, status
+RESP_HEAD_PACK = RESP_HEAD.pack
+EVT_HEAD = struct.Struct(">BIB")  # type, length, code
+EVT_HEAD_PACK = EVT_HEAD.pack
+U16 = struct.Struct(">H")
+U16_FROM = U16.unpack_from
+U32 = struct.Struct(">I")
+U32_FROM = U32.unpack_from
+U32_PACK = U32.pack
+ID_BYTE_FROM = struct.Struct(">IB").unpack_from
+VHEAD_FROM = struct.Struct(">BI").unpack_from
+
+REQUEST, RESPONSE, EVENT, INFO = 1, 2, 3, 4
+FETCH_ADD = EventCode.FETCH_ADD.value
+FETCH_CHANGE = EventCode.FETCH_CHANGE.value
+FETCH_REMOVE = EventCode.FETCH_REMOVE.value
+# Plain ints for the codes the hot paths compare: an IntEnum member costs several times
+# a small int in a comparison.
+SET_STATE = Function.SET_STATE.value
+EV_SET_STATE = EventCode.SET_STATE.value
+EV_NOTIFY_STATE = EventCode.NOTIFY_STATE.value
+EV_CLOSE = EventCode.CLOSE.value
+NONE_VALUE = b"\x00\x00\x00\x00\x00"  # PROTOCOL.md 10.3: empty OK to a set -> NONE
+MAX_STATUS = max(Status)
+
+# PROTOCOL.md 5.3 per vtype byte: fixed width (>= 0), opaque (-1), STRING (-2), reserved (-3).
+OPAQUE, UTF8, RESERVED = -1, -2, -3
+VTYPE_CHECK = [
+    {0: 0, 1: 1, 2: 8, 3: 8, 4: UTF8}.get(t, OPAQUE if 5 <= t <= 8 or t >= 0x80 else RESERVED)
+    for t in range(256)
+]
+
+ROUTE_PACK = struct.Struct(">IIIIBH").pack  # JETLOG.md 4: ROUTE data up to the key bytes
+ROUTE_KIND = LogKind.ROUTE.value
+FRAME_IN = LogKind.FRAME_IN.value
+FRAME_OUT = LogKind.FRAME_OUT.value
+
+LogHook = Callable[[int, int, bytes], None]
+"""``hook(conn_id, kind, data)``: append one event-log record (the writer stamps it)."""
+
+
+def value_ok(buf: bytes, off: int, end: int) -> bool:
+    """True if ``buf[off:end]`` is exactly one well-formed Value (PROTOCOL.md 5.3)."""
+    if end - off < 5:
+        return False
+    vtype, n = VHEAD_FROM(buf, off)
+    if off + 5 + n != end:
+        return False
+    check = VTYPE_CHECK[vtype]
+    if check >= 0:
+        return n == check and (vtype != 1 or buf[off + 5] < 2)
+    if check == OPAQUE:
+        return True
+    if check == UTF8:
+        return is_utf8(buf[off + 5 : end])
+    return False
+
+
+def key_value_end(buf: bytes, off: int, end: int) -> int:
+    """Offset where the key of a ``Key, Value`` payload at ``off`` ends, or -1 if the
+    payload is not well formed. The key's UTF-8 is not checked here: a key found in the
+    registry was checked when it was added, so only unknown keys need the check."""
+    if end - off < 7:
+        return -1
+    klen: int = U16_FROM(buf, off)[0]
+    kend = off + 2 + klen
+    if klen == 0 or not value_ok(buf, kend, end):
+        return -1
+    return kend
+
+
+def key_only_end(buf: bytes, off: int, end: int) -> bool:
+    """True if ``buf[off:end]`` is exactly one non-empty str16 (UTF-8 checked later)."""
+    return end - off >= 3 and off + 2 + U16_FROM(buf, off)[0] == end
+
+
+def str16_ok(buf: bytes, off: int, end: int) -> bool:
+    return end - off >= 2 and off + 2 + U16_FROM(buf, off)[0] == end and is_utf8(buf[off + 2 : end])
+
+
+def response_frame(rid: int, status: Status, message: str) -> bytes:
+    raw = message.encode("utf-8")[:0xFFFF]
+    return RESP_HEAD_PACK(RESPONSE, 7 + len(raw), rid, status) + U16.pack(len(raw)) + raw
+
+
+def ok_frame(rid: int) -> bytes:
+    return RESP_HEAD_PACK(RESPONSE, 5, rid, 0)
+
+
+def close_frame(status: Status, message: str) -> bytes:
+    return encode(Close(status, message))
+
+
+def why_malformed(ftype: int, body: bytes) -> tuple[Status, str]:
+    """The status and reason jetwire gives for a body the fast checks rejected."""
+    try:
+        decode_body(ftype, body)
+    except RemoteProtocolError as exc:
+        return exc.status, exc.message
+    return Status.MALFORMED, "malformed body"  # pragma: no cover - fast path is stricter only on keys

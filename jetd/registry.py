@@ -1,0 +1,198 @@
+"""Who owns what: states (with their cached values) and methods, and the requests that
+add, remove, notify and read them (PROTOCOL.md 6.1, 6.2, 6.4, 6.6, 6.7, 6.10, 10.2, 10.4)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Optional
+
+from sortedcontainers import SortedList
+
+from jetwire import Status
+from jetwire.codec import is_utf8
+
+from .base import DaemonBase
+from .connection import Connection
+from .frames import (
+    FETCH_ADD,
+    FETCH_CHANGE,
+    FETCH_REMOVE,
+    RESP_HEAD_PACK,
+    RESPONSE,
+    key_only_end,
+    key_value_end,
+    ok_frame,
+)
+
+__all__ = ["RegistryHandlers", "StateRegistry"]
+
+
+class StateRegistry:
+    """States and methods by key bytes, with a sorted index of state keys.
+
+    ``states`` maps a key to its owner; the cached value lives in the owner's
+    ``Connection.states`` as the ``Key, Value`` payload exactly as on the wire
+    (u16 klen | key | Value), so a fetch event is a head, a fetch id and that payload,
+    and a state costs two dict entries and two bytes objects (PROTOCOL.md 10.4 cache).
+
+    PROTOCOL.md 5.2: keys sort by their UTF-8 bytes, so the index holds ``bytes`` and a
+    prefix fetch is one range scan: O(log n + matches), never a walk over all states.
+    """
+
+    __slots__ = ("index", "methods", "states")
+
+    def __init__(self) -> None:
+        self.states: dict[bytes, Connection] = {}
+        self.methods: dict[bytes, Connection] = {}
+        self.index: SortedList = SortedList()
+
+    def add_state(self, key: bytes, kv: bytes, owner: Connection) -> None:
+        """Register ``key`` owned by ``owner`` with its ``Key, Value`` payload ``kv``."""
+        self.states[key] = owner
+        owner.states[key] = kv
+        self.index.add(key)
+
+    def remove_state(self, key: bytes) -> bytes:
+        """Forget ``key``; returns its last ``Key, Value`` payload (the caller fans out
+        FETCH_REMOVE and then drops the key's cached fetch targets)."""
+        owner = self.states.pop(key)
+        self.index.remove(key)
+        return owner.states.pop(key)
+
+    def matching(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """(key, ``Key, Value`` payload) of the states whose key starts with ``prefix``,
+        in byte order of key."""
+        states = self.states
+        for key in self.index.irange(minimum=prefix):
+            if not key.startswith(prefix):
+                return
+            yield key, states[key].states[key]
+
+
+class RegistryHandlers(DaemonBase):
+    """The requests that change or read the registry."""
+
+    def _unknown_key(self, conn: Connection, key: bytes, rid: Optional[int], kind: str) -> Optional[str]:
+        """Reply for a key that is neither where it was looked for: MALFORMED if it is not
+        UTF-8, TOO_LARGE above the key limit, else NOT_FOUND or WRONG_KIND. Returns the
+        reason (for a fire-and-forget event, where nobody is answered)."""
+        if not is_utf8(key):
+            message, status = "key is not valid UTF-8", Status.MALFORMED
+        elif len(key) > self._max_key:
+            message, status = f"key of {len(key)} bytes exceeds the limit of {self._max_key}", Status.TOO_LARGE
+        elif kind == "state" and key in self.registry.methods:
+            message, status = "the key is a method", Status.WRONG_KIND
+        elif kind == "method" and key in self.registry.states:
+            message, status = "the key is a state", Status.WRONG_KIND
+        else:
+            message, status = f"no such {kind}", Status.NOT_FOUND
+        if rid is not None:
+            self._reply(conn, rid, status, message)
+        return message
+
+    def _check_new_key(self, conn: Connection, key: bytes, rid: int) -> bool:
+        if len(key) > self._max_key:
+            self._reply(conn, rid, Status.TOO_LARGE, f"key of {len(key)} bytes exceeds the limit of {self._max_key}")
+        elif key in self.registry.states or key in self.registry.methods:
+            self._reply(conn, rid, Status.ALREADY_EXISTS, "the key is taken")
+        elif not is_utf8(key):
+            self._reply(conn, rid, Status.MALFORMED, "key is not valid UTF-8")
+        elif len(conn.states) + len(conn.methods) >= self.config.max_states_per_connection:
+            self._reply(
+                conn,
+                rid,
+                Status.LIMIT_EXCEEDED,
+                f"at most {self.config.max_states_per_connection} states and methods per connection",
+            )
+        else:
+            return True
+        return False
+
+    def _add_state(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
+        kend = key_value_end(buf, pos + 10, end)
+        if kend < 0:
+            return self._malformed(conn, buf, pos, end, rid)
+        key = buf[pos + 12 : kend]
+        if not self._check_new_key(conn, key, rid):
+            return None
+        kv = buf[pos + 10 : end]
+        self.registry.add_state(key, kv, conn)
+        # PROTOCOL.md 10.5: the fetch events a request causes go out before its OK.
+        self._fanout(key, FETCH_ADD, kv)
+        self._send(conn, ok_frame(rid))
+        return None
+
+    def _remove_state(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
+        if not key_only_end(buf, pos + 10, end):
+            return self._malformed(conn, buf, pos, end, rid)
+        key = buf[pos + 12 : end]
+        if not self._removable(conn, key, rid, self.registry.states, "state"):
+            return None
+        kv = self.registry.remove_state(key)
+        self._fanout(key, FETCH_REMOVE, kv)  # PROTOCOL.md 10.5: before the OK
+        self.fetches.forget(key)
+        self._send(conn, ok_frame(rid))
+        return None
+
+    def _removable(self, conn: Connection, key: bytes, rid: int, owners: dict[bytes, Connection], kind: str) -> bool:
+        """True if ``conn`` owns ``key`` in ``owners``; else answers NOT_FOUND or NOT_OWNER."""
+        owner = owners.get(key)
+        if owner is None:
+            self._unknown_key(conn, key, rid, kind)
+            return False
+        if owner is not conn:
+            self._reply(conn, rid, Status.NOT_OWNER, f"only the owner may remove a {kind}")
+            return False
+        return True
+
+    def _add_method(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
+        if not key_only_end(buf, pos + 10, end):
+            return self._malformed(conn, buf, pos, end, rid)
+        key = buf[pos + 12 : end]
+        if not self._check_new_key(conn, key, rid):
+            return None
+        self.registry.methods[key] = conn
+        conn.methods.add(key)
+        self._send(conn, ok_frame(rid))
+        return None
+
+    def _remove_method(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
+        if not key_only_end(buf, pos + 10, end):
+            return self._malformed(conn, buf, pos, end, rid)
+        key = buf[pos + 12 : end]
+        if not self._removable(conn, key, rid, self.registry.methods, "method"):
+            return None
+        del self.registry.methods[key]
+        conn.methods.discard(key)
+        self._send(conn, ok_frame(rid))
+        return None
+
+    def _notify(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
+        kend = key_value_end(buf, pos + 10, end)
+        if kend < 0:
+            return self._malformed(conn, buf, pos, end, rid)
+        key = buf[pos + 12 : kend]
+        owner = self.registry.states.get(key)
+        if owner is None:
+            self._unknown_key(conn, key, rid, "state")
+            return None
+        if owner is not conn:
+            return self._reply(conn, rid, Status.NOT_OWNER, "only the owner may notify")
+        kv = conn.states[key] = buf[pos + 10 : end]
+        self._fanout(key, FETCH_CHANGE, kv)  # PROTOCOL.md 10.5: before the OK
+        if conn.parked:
+            self._catch_up_on(conn, key, kv)  # it fetches its own state: the change first
+        self._send(conn, ok_frame(rid))
+        return None
+
+    def _get(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
+        if not key_only_end(buf, pos + 10, end):
+            return self._malformed(conn, buf, pos, end, rid)
+        key = buf[pos + 12 : end]
+        owner = self.registry.states.get(key)
+        if owner is None:
+            self._unknown_key(conn, key, rid, "state")
+            return None
+        value = owner.states[key][2 + len(key) :]
+        self._send(conn, RESP_HEAD_PACK(RESPONSE, 5 + len(value), rid, 0) + value)
+        return None

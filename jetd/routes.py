@@ -1,0 +1,194 @@
+"""Routing SET_STATE and CALL_METHOD to owners and their answers back, with the route
+timeout (PROTOCOL.md 10.3)."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from typing import Optional
+
+from jetwire import Status
+
+from .base import DaemonBase
+from .connection import Connection
+from .frames import (
+    ID_HEAD_PACK,
+    MAX_STATUS,
+    NONE_VALUE,
+    REQUEST,
+    RESP_HEAD_PACK,
+    RESPONSE,
+    ROUTE_KIND,
+    ROUTE_PACK,
+    SET_STATE,
+    U32_FROM,
+    key_value_end,
+    response_frame,
+    str16_ok,
+    value_ok,
+)
+
+__all__ = ["Route", "RouteTable", "Routing"]
+
+
+class Route:
+    """A request routed to an owner (PROTOCOL.md 10.3), waiting for its answer."""
+
+    __slots__ = ("deadline", "done", "function", "key", "oid", "owner", "requester", "rid")
+
+    def __init__(self, requester: Connection, rid: int, owner: Connection, oid: int, function: int, key: bytes,
+                 deadline: float) -> None:
+        self.requester = requester
+        self.rid = rid
+        self.owner = owner
+        self.oid = oid
+        self.function = function
+        self.key = key  # PROTOCOL.md 10.5: a parked requester catches up on it before the answer
+        self.deadline = deadline
+        self.done = False
+
+
+class RouteTable:
+    """Routed requests: per-owner maps (``Connection.routes``) of the daemon-chosen ids,
+    plus one FIFO of all routes for timeouts.
+
+    The route timeout is the same for every route, so creation order is deadline order
+    and the FIFO's head is always the next to expire; answered routes are dropped from
+    the head lazily, which keeps the FIFO short when owners answer in order.
+    """
+
+    __slots__ = ("fifo", "timeout")
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self.fifo: deque[Route] = deque()
+
+    def open(self, requester: Connection, rid: int, owner: Connection, function: int, key: bytes,
+             now: float) -> Route:
+        """Pick an id distinct from every other request pending at ``owner``."""
+        routes = owner.routes
+        oid = owner.next_route_id
+        while oid in routes:
+            oid = (oid + 1) & 0xFFFF_FFFF
+        owner.next_route_id = (oid + 1) & 0xFFFF_FFFF
+        route = Route(requester, rid, owner, oid, function, key, now + self.timeout)
+        routes[oid] = route
+        fifo = self.fifo
+        while fifo and fifo[0].done:
+            fifo.popleft()
+        fifo.append(route)
+        return route
+
+    def expired(self, now: float) -> Iterator[Route]:
+        """Pop and yield the routes whose deadline has passed."""
+        fifo = self.fifo
+        while fifo:
+            route = fifo[0]
+            if route.done:
+                fifo.popleft()
+            elif route.deadline <= now:
+                fifo.popleft()
+                route.done = True
+                del route.owner.routes[route.oid]
+                yield route
+            else:
+                return
+
+
+class Routing(DaemonBase):
+    """Routed requests and the owners' answers."""
+
+    def _expire_routes(self, now: float) -> None:
+        """PROTOCOL.md 10.3: answer TIMEOUT for every route past its deadline."""
+        for route in self.routes.expired(now):
+            requester = route.requester
+            self._violation(route.owner, f"routed request id {route.oid} not answered within the route timeout")
+            if not requester.closed:
+                self._send(requester, response_frame(route.rid, Status.TIMEOUT, "the owner did not answer in time"))
+
+    def _route_request(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
+        """PROTOCOL.md 10.3: SET_STATE / CALL_METHOD to the owner under our own id."""
+        kend = key_value_end(buf, pos + 10, end)
+        if kend < 0:
+            return self._malformed(conn, buf, pos, end, rid)
+        key = buf[pos + 12 : kend]
+        function = buf[pos + 9]
+        owner: Optional[Connection]
+        if function == SET_STATE:
+            owner = self.registry.states.get(key)
+            kind = "state"
+        else:
+            owner = self.registry.methods.get(key)
+            kind = "method"
+        if owner is None:
+            self._unknown_key(conn, key, rid, kind)
+            return None
+        if len(owner.routes) >= self.config.max_pending_per_owner:
+            return self._reply(
+                conn,
+                rid,
+                Status.LIMIT_EXCEEDED,
+                f"the owner has {self.config.max_pending_per_owner} requests pending",
+            )
+        if self._small_body_peers and end - pos - 5 > owner.max_body:
+            return self._reply(
+                conn, rid, Status.TOO_LARGE, f"the owner accepts bodies of at most {owner.max_body} bytes"
+            )
+        route = self.routes.open(conn, rid, owner, function, key, self.now)
+        self.stats.routed += 1
+        head = ID_HEAD_PACK(REQUEST, end - pos - 5, route.oid)
+        tail = buf[pos + 9 : end]
+        if self._log is not None:
+            # JETLOG.md 4 ROUTE, packed here from the key bytes (route_data would need a str).
+            self._log(
+                conn.conn_id,
+                ROUTE_KIND,
+                ROUTE_PACK(conn.conn_id, rid, owner.conn_id, route.oid, function, len(key)) + key,
+            )
+            self._send(owner, head + tail)
+        elif owner.paused or owner.closed:
+            self._send(owner, head + tail)
+        else:
+            out = owner.out
+            if not out:
+                self.dirty.append(owner)
+            out.append(head)
+            out.append(tail)
+        return None
+
+    def _response(self, conn: Connection, buf: bytes, pos: int, end: int) -> None:
+        """An owner's answer to a routed request (PROTOCOL.md 10.3, 9.3)."""
+        if end - pos < 9:
+            self._violation(conn, "RESPONSE without a readable id dropped")
+            return
+        oid = U32_FROM(buf, pos + 5)[0]
+        route = conn.routes.pop(oid, None)
+        if route is None:
+            # Late (after TIMEOUT), or invented: dropped (PROTOCOL.md 9.3).
+            self._violation(conn, f"dropped response id {oid}: nothing pending under that id")
+            return
+        route.done = True
+        requester = route.requester
+        if requester.closed:
+            return  # PROTOCOL.md 10.3: requester gone, the answer is dropped
+        rid = route.rid
+        if requester.parked and route.function == SET_STATE:
+            # PROTOCOL.md 10.5: the change its set caused before the answer.
+            owner = self.registry.states.get(route.key)
+            if owner is not None:
+                self._catch_up_on(requester, route.key, owner.states[route.key])
+        if end - pos >= 10:
+            status = buf[pos + 9]
+            if status == 0:
+                rest = end - pos - 10
+                if rest == 0 and route.function == SET_STATE:
+                    self._send(requester, RESP_HEAD_PACK(RESPONSE, 10, rid, 0) + NONE_VALUE)
+                    return
+                if rest >= 5 and value_ok(buf, pos + 10, end):
+                    self._send(requester, ID_HEAD_PACK(RESPONSE, end - pos - 5, rid) + buf[pos + 9 : end])
+                    return
+            elif status <= MAX_STATUS and str16_ok(buf, pos + 10, end):
+                self._send(requester, ID_HEAD_PACK(RESPONSE, end - pos - 5, rid) + buf[pos + 9 : end])
+                return
+        self._violation(conn, f"malformed RESPONSE to routed request {oid}")
+        self._reply(requester, rid, Status.MALFORMED, "the owner answered with a malformed response")

@@ -1,0 +1,357 @@
+"""Fetches: the prefix index, fan-out of fetch events, and parking the fetches of slow
+consumers (PROTOCOL.md 6.8, 6.9, 7.2, 10.5, 10.8).
+
+Slow consumers (PROTOCOL.md 10.8): while a connection is paused its fetches are
+*parked*, out of the fetch index, so a change costs a paused peer nothing. While any
+fetch is parked, a change stores one sequence number under its key in one daemon-wide
+dict (a single store per change, however many peers are paused). A parked connection
+catches up on one key before that key's FETCH_REMOVE and before the answer to its own
+SET_STATE or NOTIFY_STATE of that key (PROTOCOL.md 10.5), and on every key changed
+after its mark when its queue has drained: that catch-up is queued like any other
+output, under the hard limit, and the fetches are live again once it is written.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from jetwire import Status
+
+from .base import DaemonBase
+from .connection import Connection
+from .frames import (
+    EVENT,
+    EVT_HEAD_PACK,
+    FETCH_ADD,
+    FETCH_CHANGE,
+    FETCH_REMOVE,
+    FRAME_OUT,
+    RESP_HEAD_PACK,
+    RESPONSE,
+    U32_FROM,
+    U32_PACK,
+    ok_frame,
+    str16_ok,
+)
+
+__all__ = ["Fetch", "FetchRegistry", "Subscriptions"]
+
+log = logging.getLogger("jetd")
+
+
+class Fetch:
+    """One fetch: its daemon-unique id (and that id packed once), its connection and prefix."""
+
+    __slots__ = ("conn", "fid", "fid_bytes", "prefix")
+
+    def __init__(self, fid: int, conn: Connection, prefix: bytes) -> None:
+        self.fid = fid
+        self.fid_bytes = U32_PACK(fid)
+        self.conn = conn
+        self.prefix = prefix
+
+
+class FetchRegistry:
+    """Fetches indexed by prefix: a change of key K visits only the prefixes of K that
+    some fetch uses, found by slicing K at each distinct prefix length in use (usually
+    one or two), so its cost follows the fetches it matches, not all fetches."""
+
+    __slots__ = ("_length_counts", "by_prefix", "cache", "generation", "lengths")
+
+    def __init__(self) -> None:
+        self.by_prefix: dict[bytes, dict[int, Fetch]] = {}
+        self.lengths: list[int] = []
+        self._length_counts: dict[int, int] = {}
+        self.generation = 0  # bumped by every add/remove: invalidates cached targets
+        # key -> (generation, targets); Daemon.receive_data reads it inline.
+        self.cache: dict[bytes, tuple[int, list[Fetch]]] = {}
+
+    def targets(self, key: bytes) -> list[Fetch]:
+        """Every fetch matching ``key``, as one list cached per key until the set of
+        fetches changes: a stream of changes to one key (the common case) pays for
+        the prefix walk once. Keys without fetchers are not cached (no memory cost)."""
+        cached = self.cache.get(key)
+        if cached is not None and cached[0] == self.generation:
+            return cached[1]
+        found = [fetch for group in self.groups(key) for fetch in group.values()]
+        if found:
+            self.cache[key] = (self.generation, found)
+        elif cached is not None:
+            del self.cache[key]
+        return found
+
+    def forget(self, key: bytes) -> None:
+        """Drop the cached targets of a key that no longer exists."""
+        self.cache.pop(key, None)
+
+    def add(self, fetch: Fetch) -> None:
+        """Index a new fetch under its prefix."""
+        self.generation += 1
+        self.by_prefix.setdefault(fetch.prefix, {})[fetch.fid] = fetch
+        n = len(fetch.prefix)
+        count = self._length_counts.get(n, 0)
+        self._length_counts[n] = count + 1
+        if count == 0:
+            self.lengths = sorted(self._length_counts)
+
+    def remove(self, fetch: Fetch) -> None:
+        """Drop a fetch (UNFETCH or its connection closed)."""
+        self.generation += 1
+        group = self.by_prefix[fetch.prefix]
+        del group[fetch.fid]
+        if not group:
+            del self.by_prefix[fetch.prefix]
+        n = len(fetch.prefix)
+        count = self._length_counts[n] - 1
+        if count:
+            self._length_counts[n] = count
+        else:
+            del self._length_counts[n]
+            self.lengths = sorted(self._length_counts)
+
+    def groups(self, key: bytes) -> list[dict[int, Fetch]]:
+        """The groups of fetches (one per matching prefix) that match ``key``."""
+        found = []
+        by_prefix = self.by_prefix
+        klen = len(key)
+        for n in self.lengths:
+            if n > klen:
+                break
+            group = by_prefix.get(key[:n])
+            if group:
+                found.append(group)
+        return found
+
+
+class Subscriptions(DaemonBase):
+    """FETCH_STATES and UNFETCH, fan-out, and the flow control of slow consumers."""
+
+    # --- flow control (called by the IO layer) -------------------------------------------
+
+    def pause(self, conn: Connection, transport_size: int) -> None:
+        """The transport's buffer went above the soft limit: queue locally from now on,
+        and park the connection's fetches (PROTOCOL.md 10.8)."""
+        conn.transport_size = transport_size
+        if not conn.paused:
+            conn.paused = True
+            conn.slow_since = self.now
+            self.slow.add(conn)
+            if not conn.closed and not conn.parked:
+                self._park(conn)
+            log.debug("slow %s: %d bytes in the transport, queueing locally", conn.label, transport_size)
+
+    def drained(self, conn: Connection) -> bool:
+        """The local queue is empty and the transport below its low mark again.
+
+        If keys changed while the connection was parked, their latest values are queued
+        first (PROTOCOL.md 10.8), like any output above the soft limit, and it stays
+        paused: returns False, and the IO layer writes the queue and calls again. Returns
+        True once the connection is live again (False too if it was closed)."""
+        if conn.closing:
+            return False
+        if conn.parked:
+            if self._seq != conn.mark:
+                self._catch_up(conn)
+                self._finish_closes()
+                if conn.pending or conn.closing:
+                    return False
+            self._unpark(conn)
+        conn.paused = False
+        conn.transport_size = 0
+        conn.slow_since = None
+        self.slow.discard(conn)
+        log.debug("drained %s", conn.label)
+        return True
+
+    def _park(self, conn: Connection) -> None:
+        conn.parked = True
+        conn.mark = self._seq
+        live, parked = self.fetches, self.parked_fetches
+        for fetch in conn.fetches.values():
+            live.remove(fetch)
+            parked.add(fetch)
+        self._parked += len(conn.fetches)
+        self.stats.parked += 1
+
+    def _unpark(self, conn: Connection) -> None:
+        conn.parked = False
+        conn.caught.clear()
+        live, parked = self.fetches, self.parked_fetches
+        for fetch in conn.fetches.values():
+            parked.remove(fetch)
+            live.add(fetch)
+        self._unparked(len(conn.fetches))
+
+    def _unparked(self, count: int) -> None:
+        self._parked -= count
+        if not self._parked:
+            self._changed.clear()
+
+    def _catch_up(self, conn: Connection) -> None:
+        """Queue for parked ``conn`` a FETCH_CHANGE with the latest value per (fetch, key)
+        changed since its mark and not caught up on one by one since (PROTOCOL.md 10.8);
+        CLOSE it above the hard limit."""
+        mark = conn.mark
+        conn.mark = self._seq
+        caught = conn.caught
+        states = self.registry.states
+        sent = 0
+        for key, changed in self._changed.items():
+            if changed > mark and changed > caught.get(key, 0):
+                owner = states.get(key)
+                if owner is not None:
+                    sent += self._catch_up_key(conn, key, owner.states[key])
+                    if conn.closing:
+                        break
+        caught.clear()
+        self.stats.caught_up += sent
+        if conn.pending_size + conn.transport_size > self.config.hard_limit:
+            self._overload(conn, "output above the hard limit")
+
+    def _catch_up_on(self, conn: Connection, key: bytes, kv: bytes) -> None:
+        """Parked ``conn`` catches up on ``key`` alone (its value ``kv``), if it changed
+        since the connection's mark and since it last caught up on it."""
+        changed = self._changed.get(key, 0)
+        if changed > conn.mark and changed > conn.caught.get(key, 0) and not conn.closing:
+            conn.caught[key] = self._seq
+            self.stats.caught_up += self._catch_up_key(conn, key, kv)
+
+    def _catch_up_key(self, conn: Connection, key: bytes, kv: bytes) -> int:
+        """Queue for parked ``conn`` (so paused: only a closing one is not, and it is not
+        caught up) the FETCH_CHANGE of ``key`` (value ``kv``) for each of its fetches that
+        matches; returns how many."""
+        body_length = 5 + len(kv)
+        if self._too_large_for(conn, body_length):
+            self._event_too_large(conn, body_length)
+            return 0
+        head = EVT_HEAD_PACK(EVENT, body_length, FETCH_CHANGE)
+        log = self._log if self._log_events else None
+        sent = 0
+        for fetch in conn.fetches.values():
+            if key.startswith(fetch.prefix):
+                frame = head + fetch.fid_bytes + kv
+                conn.enqueue(frame)
+                if log is not None:
+                    log(conn.conn_id, FRAME_OUT, frame)
+                sent += 1
+        return sent
+
+    def _fanout(self, key: bytes, code: int, kv: bytes) -> None:
+        """Send one fetch event for ``key`` to every matching fetch: the frame is
+        encoded once as (head, kv); each fetcher gets head + its fetch id + kv."""
+        body_length = 5 + len(kv)
+        if self._parked:
+            if code == FETCH_CHANGE:
+                self._seq += 1
+                self._changed[key] = self._seq
+            else:
+                self._fanout_parked(key, code, kv)
+        if not self.fetches.lengths:
+            return
+        targets = self.fetches.targets(key)
+        if not targets:
+            return
+        head = EVT_HEAD_PACK(EVENT, body_length, code)
+        dirty = self.dirty
+        careful = self._small_body_peers > 0
+        for fetch in targets:
+            conn = fetch.conn
+            if careful and body_length > conn.max_body:
+                self._event_too_large(conn, body_length)
+            else:
+                out = conn.out
+                if not out:
+                    dirty.append(conn)
+                out.append(head)
+                out.append(fetch.fid_bytes)
+                out.append(kv)
+        self.stats.fanout_events += len(targets)
+        if self._log_events and self._log is not None:
+            for fetch in targets:
+                self._log(fetch.conn.conn_id, FRAME_OUT, head + fetch.fid_bytes + kv)
+
+
+    def _fanout_parked(self, key: bytes, code: int, kv: bytes) -> None:
+        """A FETCH_ADD or FETCH_REMOVE for the parked fetches of ``key``: queued in
+        order, after the changes held back (PROTOCOL.md 10.8: never conflated)."""
+        # Not the cached targets: ADD and REMOVE are rare, and a cache entry would keep
+        # closed connections alive until the key is removed.
+        targets = [fetch for group in self.parked_fetches.groups(key) for fetch in group.values()]
+        body_length = 5 + len(kv)
+        head = EVT_HEAD_PACK(EVENT, body_length, code)
+        for fetch in targets:
+            conn = fetch.conn
+            if conn.closing:
+                continue  # its CLOSE is queued: nothing may follow it
+            if self._too_large_for(conn, body_length):
+                self._event_too_large(conn, body_length)
+                continue
+            if code == FETCH_REMOVE:
+                # The key's held-back change first (kv is its last value), for all of the
+                # connection's fetches at once.
+                self._catch_up_on(conn, key, kv)
+                if conn.closing:
+                    continue
+            frame = head + fetch.fid_bytes + kv
+            if self._enqueue(conn, frame) and self._log_events and self._log is not None:
+                self._log(conn.conn_id, FRAME_OUT, frame)
+        self.stats.fanout_events += len(targets)
+        if code == FETCH_REMOVE:
+            # Every parked fetch of the key is caught up on it now.
+            self._changed.pop(key, None)
+
+    def _fetch(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
+        if not str16_ok(buf, pos + 10, end):
+            return self._malformed(conn, buf, pos, end, rid)
+        if len(conn.fetches) >= self.config.max_fetches_per_connection:
+            return self._reply(
+                conn,
+                rid,
+                Status.LIMIT_EXCEEDED,
+                f"at most {self.config.max_fetches_per_connection} fetches per connection",
+            )
+        prefix = buf[pos + 12 : end]
+        fetch = Fetch(self._next_fetch_id, conn, prefix)
+        self._next_fetch_id += 1
+        # PROTOCOL.md 10.5: the OK first, then FETCH_ADD in byte order of key, then live.
+        self._send(conn, RESP_HEAD_PACK(RESPONSE, 9, rid, 0) + fetch.fid_bytes)
+        fid_bytes = fetch.fid_bytes
+        log_events = self._log_events and self._log is not None
+        careful = self._small_body_peers > 0
+        for _key, kv in self.registry.matching(prefix):
+            head = EVT_HEAD_PACK(EVENT, 5 + len(kv), FETCH_ADD)
+            if careful and 5 + len(kv) > conn.max_body:
+                self._event_too_large(conn, 5 + len(kv))
+                return None
+            if conn.paused:
+                if not self._enqueue(conn, head + fid_bytes + kv):
+                    return None
+            else:
+                out = conn.out
+                out.append(head)
+                out.append(fid_bytes)
+                out.append(kv)
+            if log_events and self._log is not None:
+                self._log(conn.conn_id, FRAME_OUT, head + fid_bytes + kv)
+        conn.fetches[fetch.fid] = fetch
+        if conn.parked:
+            self.parked_fetches.add(fetch)
+            self._parked += 1
+        else:
+            self.fetches.add(fetch)
+        return None
+
+    def _unfetch(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
+        if end - pos != 14:
+            return self._malformed(conn, buf, pos, end, rid)
+        fid = U32_FROM(buf, pos + 10)[0]
+        if fid not in conn.fetches:
+            return self._reply(conn, rid, Status.NOT_FOUND, f"no fetch {fid} on this connection")
+        fetch = conn.fetches.pop(fid)
+        if conn.parked:
+            self.parked_fetches.remove(fetch)
+            self._unparked(1)
+        else:
+            self.fetches.remove(fetch)
+        self._send(conn, ok_frame(rid))
+        return None
