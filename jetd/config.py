@@ -42,6 +42,8 @@ DEFAULT_SLOW_DEADLINE = 30.0  # PROTOCOL.md 10.8: seconds above the soft limit
 DEFAULT_LOG_FSYNC = "interval"  # JETLOG.md 6
 DEFAULT_LOG_ROTATE_SIZE = 64 * 1024 * 1024  # JETLOG.md 1
 DEFAULT_SHUTDOWN_GRACE = 3.0  # seconds peers get to take their CLOSE before we hang up
+DEFAULT_AUTH_TIMEOUT = 10.0  # PROTOCOL.md 13.2: seconds to authenticate (no anonymous permissions)
+DEFAULT_AUTH_FAILURE_DELAY = 0.5  # PROTOCOL.md 13.2: seconds before each AUTH_FAILED
 
 FSYNC_POLICIES = ("always", "interval", "never")
 LOOPS = ("auto", "uvloop", "asyncio")
@@ -76,6 +78,15 @@ class Config:
         log_rotate_size: segment size that starts a new segment (JETLOG.md 1).
         log_level: level of the diagnostic log on stderr (INFO, DEBUG, WARNING, ...).
         shutdown_grace: seconds to let peers read their CLOSE before hanging up.
+        auth: users file (jetd.users); None: no authentication, every peer may do
+            anything (PROTOCOL.md 13). Re-read on SIGHUP.
+        auth_timeout: seconds a connection may stay unauthenticated when the
+            anonymous entry grants nothing (PROTOCOL.md 13.2).
+        auth_failure_delay: seconds before each AUTH_FAILED answer (PROTOCOL.md 13.2).
+        tls_cert: PEM certificate chain of the listener; with ``tls_key`` turns on TLS.
+        tls_key: PEM private key of ``tls_cert``.
+        tls_client_ca: PEM CA bundle: peers may present a client certificate signed by
+            it, whose CN is then their user (PROTOCOL.md 13.6).
     """
 
     host: str = DEFAULT_HOST
@@ -98,6 +109,13 @@ class Config:
     log_rotate_size: int = DEFAULT_LOG_ROTATE_SIZE
     log_level: str = "INFO"
     shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE
+    # Security (PROTOCOL.md 13), kept together.
+    auth: Optional[str] = None
+    auth_timeout: float = DEFAULT_AUTH_TIMEOUT
+    auth_failure_delay: float = DEFAULT_AUTH_FAILURE_DELAY
+    tls_cert: Optional[str] = None
+    tls_key: Optional[str] = None
+    tls_client_ca: Optional[str] = None
 
     def validate(self) -> Config:
         """Check every value; returns self.
@@ -133,6 +151,14 @@ class Config:
         for name in ("route_timeout", "slow_deadline"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be above 0 seconds, got {getattr(self, name)}")
+        if not self.auth_timeout > 0:
+            raise ConfigError(f"auth_timeout must be above 0 seconds, got {self.auth_timeout}")
+        if self.auth_failure_delay < 0:
+            raise ConfigError(f"auth_failure_delay must not be negative, got {self.auth_failure_delay}")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError("tls_cert and tls_key go together: give both, or neither")
+        if self.tls_client_ca is not None and self.tls_cert is None:
+            raise ConfigError("tls_client_ca needs tls_cert and tls_key")
         if self.shutdown_grace < 0:
             raise ConfigError(f"shutdown_grace must not be negative, got {self.shutdown_grace}")
         if self.log_fsync not in FSYNC_POLICIES:
@@ -166,6 +192,12 @@ _HELP = {
     "log_rotate_size": f"event-log segment size that starts a new segment (default {DEFAULT_LOG_ROTATE_SIZE})",
     "log_level": "diagnostic log level on stderr (default INFO)",
     "shutdown_grace": f"seconds peers get to read their CLOSE on shutdown (default {DEFAULT_SHUTDOWN_GRACE:g})",
+    "auth": "users file: require authentication and enforce permissions (re-read on SIGHUP)",
+    "auth_timeout": f"seconds to authenticate when anonymous peers may do nothing (default {DEFAULT_AUTH_TIMEOUT:g})",
+    "auth_failure_delay": f"seconds before each AUTH_FAILED answer (default {DEFAULT_AUTH_FAILURE_DELAY:g})",
+    "tls_cert": "PEM certificate (chain) of the listener: TLS on (with --tls-key)",
+    "tls_key": "PEM private key of --tls-cert",
+    "tls_client_ca": "PEM CA bundle for client certificates; a verified certificate's CN is the user",
 }
 
 
@@ -178,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=(
             "The first line on stdout is 'jetd listening on HOST:PORT'. SIGTERM or SIGINT:\n"
             "CLOSE (OK, 'shutting down') to every peer, event log flushed, exit 0.\n"
-            "SIGUSR1 logs the counters. Exit codes: 0 clean stop, 1 cannot listen or\n"
+            "SIGUSR1 logs the counters; SIGHUP re-reads the --auth users file. Exit codes: 0 clean stop, 1 cannot listen or\n"
             "write the event log, 2 bad settings.\n\n"
             "Config file (TOML), keys named like the flags:\n"
             "  [jetd]\n  port = 11124\n  max-body = 1048576\n  log-dir = \"/var/log/jetd\"\n"

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Optional
 from jetwire import Status
 
 if TYPE_CHECKING:
+    from .access import Permissions
     from .routes import Route
     from .subscriptions import Fetch
 
@@ -25,6 +26,7 @@ class Connection:
 
     __slots__ = (
         "address",
+        "auth_failures",
         "caught",
         "close_at",
         "close_reason",
@@ -33,6 +35,7 @@ class Connection:
         "closing",
         "conn_id",
         "fetches",
+        "held",
         "io",
         "mark",
         "max_body",
@@ -45,13 +48,16 @@ class Connection:
         "paused",
         "pending",
         "pending_size",
+        "perms",
         "rest",
         "rest_len",
         "routes",
         "slow_since",
         "states",
         "transport_size",
+        "user",
         "violations",
+        "writable",
     )
 
     def __init__(self, conn_id: int, address: str) -> None:
@@ -85,11 +91,19 @@ class Connection:
         # PROTOCOL.md 3: the largest body this peer accepts; until its INFO says
         # otherwise we assume it accepts what we do.
         self.max_body = 0xFFFF_FFFF
+        # PROTOCOL.md 13 (jetd.access): None without --auth, so nothing is checked.
+        self.perms: Optional[Permissions] = None
+        # write permission per key, cached; None when every key is writable.
+        self.writable: Optional[dict[bytes, bool]] = None
+        self.user: Optional[str] = None  # who it authenticated as
+        self.held = False  # PROTOCOL.md 13.2: AUTHENTICATE being answered: read nothing
+        self.auth_failures = 0
 
     @property
     def label(self) -> str:
-        """``#id name@address`` for log lines."""
-        return f"#{self.conn_id} {self.name or '-'}@{self.address}"
+        """``#id name@address`` for log lines (``#id name(user)@address`` once authenticated)."""
+        user = f"({self.user})" if self.user is not None else ""
+        return f"#{self.conn_id} {self.name or '-'}{user}@{self.address}"
 
     @property
     def queued(self) -> int:

@@ -12,6 +12,7 @@ Each responsibility lives in its own module, mixed into :class:`Daemon`:
 - :mod:`jetd.registry`: states and methods, who owns them, the cached values;
 - :mod:`jetd.routes`: routed SET_STATE/CALL_METHOD, owners' answers, route timeouts;
 - :mod:`jetd.subscriptions`: fetches, fan-out, slow consumers (parking);
+- :mod:`jetd.access`: users, permissions and authentication (PROTOCOL.md 13);
 - :mod:`jetd.base`: the shared state, output queues and closing;
 - :mod:`jetd.frames`: the frame layouts and quick checks of the hot paths.
 
@@ -27,10 +28,12 @@ anything the fast checks doubt goes the careful way through the handlers.
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Callable
 from typing import Optional
 
 from jetwire import (
+    FEATURE_AUTH_REQUIRED,
     FEATURE_CONFLATION,
     PROTOCOL_MAJOR,
     EventCode,
@@ -44,6 +47,7 @@ from jetwire import (
 from jetwire.codes import MIN_PEER_MAX_BODY
 from jetwire.log import LogKind, conn_close_data, conn_name_data, conn_open_data
 
+from .access import Access, AccessControl, Offload, mask_authenticate
 from .base import DaemonStats
 from .config import Config
 from .connection import Connection
@@ -85,17 +89,27 @@ __all__ = ["Connection", "Daemon", "DaemonStats", "Fetch", "FetchRegistry", "Rou
 log = logging.getLogger("jetd")
 
 
-class Daemon(RegistryHandlers, Routing, Subscriptions):
+class Daemon(RegistryHandlers, Routing, Subscriptions, AccessControl):
     """The registry and router. Feed it bytes per connection; it fills output queues.
 
     Args:
         config: limits and policies (:class:`jetd.config.Config`).
         log_hook: called as ``hook(conn_id, kind, data)`` for every event-log record
             (JETLOG.md 4), or None when no event log is kept.
+        access: the loaded users file when authentication is on (PROTOCOL.md 13), else
+            None: then nothing is checked.
+
+    Attributes:
+        offload: set by the IO layer to run password checks off the loop (see
+            :data:`jetd.access.Offload`); None runs them inline.
     """
 
-    def __init__(self, config: Config, log_hook: Optional[LogHook] = None) -> None:
+    def __init__(self, config: Config, log_hook: Optional[LogHook] = None, access: Optional[Access] = None) -> None:
         self.config = config
+        self.access = access
+        self.offload: Optional[Offload] = None
+        self._auth_answers: deque[tuple[float, Connection, int]] = deque()  # delayed AUTH_FAILED
+        self._auth_deadlines: deque[tuple[float, Connection]] = deque()  # auth timeout, in connect order
         self.registry = StateRegistry()
         self.fetches = FetchRegistry()
         # PROTOCOL.md 10.8: the fetches of paused connections, for their ADD/REMOVE events.
@@ -118,7 +132,8 @@ class Daemon(RegistryHandlers, Routing, Subscriptions):
         self._max_body = config.max_body
         self._small_body_peers = 0  # peers whose INFO announced a max_body below ours
         self._max_key = config.max_key_length
-        self.info_frame = encode(Info(config.name, config.max_body, FEATURE_CONFLATION))
+        features = FEATURE_CONFLATION | (FEATURE_AUTH_REQUIRED if access is not None else 0)
+        self.info_frame = encode(Info(config.name, config.max_body, features))
         self._shutdown_frame = close_frame(Status.OK, "shutting down")
         self._request_handlers: dict[int, Callable[[Connection, bytes, int, int, int], None]] = {
             Function.ADD_STATE.value: self._add_state,
@@ -131,7 +146,9 @@ class Daemon(RegistryHandlers, Routing, Subscriptions):
             Function.FETCH_STATES.value: self._fetch,
             Function.UNFETCH.value: self._unfetch,
             Function.GET_STATE.value: self._get,
+            Function.AUTHENTICATE.value: self._authenticate,
         }
+        self._authenticate_code = Function.AUTHENTICATE.value
 
     # --- connection lifecycle ---------------------------------------------------------
 
@@ -149,6 +166,7 @@ class Daemon(RegistryHandlers, Routing, Subscriptions):
         if self._log is not None:
             self._log(conn.conn_id, LogKind.CONN_OPEN, conn_open_data(address))
         self._send(conn, self.info_frame)
+        self._access_on_connect(conn)
         log.info("open %s", conn.label)
         if len(self.connections) > self.config.max_connections:
             message = f"too many connections (max {self.config.max_connections})"
@@ -195,6 +213,8 @@ class Daemon(RegistryHandlers, Routing, Subscriptions):
         the deadline (PROTOCOL.md 10.8)."""
         self.now = now
         self._expire_routes(now)
+        if self.access is not None:
+            self._tick_access(now)
         deadline = self.config.slow_deadline
         for conn in list(self.slow):
             if conn.slow_since is not None and now - conn.slow_since > deadline:
@@ -208,6 +228,13 @@ class Daemon(RegistryHandlers, Routing, Subscriptions):
         if conn.closing:
             return
         self.now = now
+        if conn.held:
+            # PROTOCOL.md 13.2: AUTHENTICATE is being answered; its outcome applies to
+            # what follows (jetd.access releases the connection).
+            if data:
+                conn.rest.append(data)
+                conn.rest_len += len(data)
+            return
         if conn.rest:
             conn.rest.append(data)
             conn.rest_len += len(data)
@@ -239,6 +266,8 @@ class Daemon(RegistryHandlers, Routing, Subscriptions):
         fast_route = logger is None
         open_route = self.routes.open
         max_pending = self.config.max_pending_per_owner
+        # PROTOCOL.md 13.3: write permissions cached per key; None: everything writable.
+        writable = conn.writable
         frames = 0
         routed = 0
         fanned = 0
@@ -258,7 +287,8 @@ class Daemon(RegistryHandlers, Routing, Subscriptions):
                 conn.need = 5 + length
                 break
             if logger is not None:
-                logger(conn.conn_id, FRAME_IN, buf[pos:end])
+                # JETLOG.md 4: an AUTHENTICATE is recorded without its password.
+                logger(conn.conn_id, FRAME_IN, mask_authenticate(buf[pos:end]) if ftype == REQUEST else buf[pos:end])
             frames += 1
             if ftype == REQUEST:
                 # PROTOCOL.md 10.3: a well-formed SET_STATE with a fixed-width or opaque
@@ -278,6 +308,7 @@ class Daemon(RegistryHandlers, Routing, Subscriptions):
                             owner = states.get(key)
                             if (
                                 owner is not None
+                                and (writable is None or writable.get(key))
                                 and not owner.paused
                                 and not owner.closed
                                 and len(owner.routes) < max_pending
@@ -368,8 +399,10 @@ class Daemon(RegistryHandlers, Routing, Subscriptions):
                 self._info(conn, buf, pos, end)
                 inline_fanout = plain_fanout and not self._small_body_peers
             parked = self._parked
+            writable = conn.writable  # AUTHENTICATE may have changed it
             pos = end
-            if conn.closing:
+            if conn.closing or conn.held:
+                conn.need = 5
                 break
         else:
             conn.need = 5
@@ -447,6 +480,11 @@ class Daemon(RegistryHandlers, Routing, Subscriptions):
             self._reply(conn, rid, Status.MALFORMED, "REQUEST body is shorter than id and function")
             return
         rid, function = ID_BYTE_FROM(buf, pos + 5)
+        perms = conn.perms
+        if perms is not None and perms.nothing and function != self._authenticate_code:
+            # PROTOCOL.md 13.2: without any permission only AUTHENTICATE is answered.
+            self._reply(conn, rid, Status.NOT_AUTHORIZED, "authentication required")
+            return
         handler = self._request_handlers.get(function)
         if handler is None:
             self._violation(conn, f"unknown function 0x{function:02X}")
@@ -480,6 +518,9 @@ class Daemon(RegistryHandlers, Routing, Subscriptions):
                 kv = conn.states[key] = buf[pos + 6 : end]
                 self._fanout(key, FETCH_CHANGE, kv)
                 return None
+            if conn.writable is not None and not self._may_write(conn, key):
+                # PROTOCOL.md 13.3: dropped and logged, like any event not carried out.
+                return self._drop_event(conn, code, key, f"not authorized: write (user {conn.user or 'anonymous'})")
             registry = self.registry
             owner: Optional[Connection] = (registry.states if code == EV_SET_STATE else registry.methods).get(key)
             if owner is None:

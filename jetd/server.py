@@ -13,16 +13,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import signal
 import socket
+import ssl
 import sys
 import time
+from collections.abc import Callable
 from typing import Any, Optional, cast
 
-from .config import Config
+from .access import Access
+from .config import Config, ConfigError
 from .core import Connection, Daemon
 from .eventlog import EventLog
+from .tls import certificate_user, server_context
+from .users import UsersFileError
 
 __all__ = ["PeerProtocol", "Server", "new_event_loop", "serve"]
 
@@ -66,6 +72,9 @@ class PeerProtocol(asyncio.Protocol):
         server.protocols.add(self)
         self.conn = server.daemon.connect(address, server.loop.time())
         self.conn.io = self
+        user = certificate_user(transport.get_extra_info("ssl_object"))
+        if user is not None:
+            server.daemon.authenticate_certificate(self.conn, user)  # PROTOCOL.md 13.6
         server.schedule_flush()
 
     def data_received(self, data: bytes) -> None:
@@ -86,6 +95,8 @@ class PeerProtocol(asyncio.Protocol):
         finally:
             if eventlog is not None:
                 eventlog.turn_ns = 0
+        if self.conn is not None and self.conn.held:
+            server.hold(self)  # PROTOCOL.md 13.2: read nothing while AUTHENTICATE is answered
         if len(data) >= FLUSH_AFTER_READ:
             server.flush()
         elif not server.flush_scheduled:
@@ -188,11 +199,21 @@ class PeerProtocol(asyncio.Protocol):
 class Server:
     """The listening socket, the core, the per-turn flush and the clock."""
 
-    def __init__(self, config: Config, loop: asyncio.AbstractEventLoop, eventlog: Optional[EventLog] = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        loop: asyncio.AbstractEventLoop,
+        eventlog: Optional[EventLog] = None,
+        access: Optional[Access] = None,
+        ssl_context: Optional[ssl.SSLContext] = None,
+    ) -> None:
         self.config = config
         self.loop = loop
         self.eventlog = eventlog
-        self.daemon = Daemon(config, eventlog.append if eventlog is not None else None)
+        self.ssl_context = ssl_context
+        self.daemon = Daemon(config, eventlog.append if eventlog is not None else None, access)
+        self.daemon.offload = self._offload
+        self.held: set[PeerProtocol] = set()  # reading paused while AUTHENTICATE is answered
         self.protocols: set[PeerProtocol] = set()
         self.flush_scheduled = False
         self.all_closed = asyncio.Event()
@@ -203,11 +224,62 @@ class Server:
     async def start(self) -> tuple[str, int]:
         """Listen; returns the (host, port) actually bound."""
         self.server = await self.loop.create_server(
-            lambda: PeerProtocol(self), self.config.host, self.config.port, backlog=1024, reuse_address=True
+            lambda: PeerProtocol(self),
+            self.config.host,
+            self.config.port,
+            backlog=1024,
+            reuse_address=True,
+            ssl=self.ssl_context,
         )
         port = self.server.sockets[0].getsockname()[1]
         self._tick_handle = self.loop.call_later(self.tick_interval, self._tick)
         return self.config.host, port
+
+    # --- authentication (PROTOCOL.md 13.2) -------------------------------------------------
+
+    def _offload(self, job: Callable[[], bool], done: Callable[[bool, float], None]) -> None:
+        """Run a password check (argon2: slow on purpose) in a thread, then its outcome
+        on the loop: other connections are not held up."""
+
+        def finished(future: asyncio.Future[bool]) -> None:
+            try:
+                ok = future.result()
+            except Exception:
+                log.exception("internal error while checking a password")
+                ok = False
+            try:
+                done(ok, self.loop.time())
+            except Exception:
+                log.exception("internal error after checking a password")
+            self._release_held()
+            self.flush()
+
+        self.loop.run_in_executor(None, job).add_done_callback(finished)
+
+    def hold(self, proto: PeerProtocol) -> None:
+        if proto not in self.held and proto.transport is not None and not proto.transport.is_closing():
+            self.held.add(proto)
+            proto.transport.pause_reading()
+
+    def _release_held(self) -> None:
+        for proto in [p for p in self.held if p.conn is None or not p.conn.held]:
+            self.held.discard(proto)
+            transport = proto.transport
+            if transport is not None and not transport.is_closing() and not proto.write_paused:
+                transport.resume_reading()
+
+    def reload_access(self) -> None:
+        """SIGHUP: re-read the users file; keep the old one if the new one does not load."""
+        if self.config.auth is None:
+            log.warning("SIGHUP ignored: jetd runs without --auth")
+            return
+        try:
+            access = Access.load(self.config.auth)
+        except UsersFileError as exc:
+            log.error("users file not reloaded, the old one stays in force: %s", exc)
+            return
+        self.daemon.set_access(access, self.loop.time())
+        self.flush()
 
     def schedule_flush(self) -> None:
         if not self.flush_scheduled:
@@ -238,6 +310,8 @@ class Server:
     def _tick(self) -> None:
         try:
             self.daemon.tick(self.loop.time())
+            if self.held:
+                self._release_held()
             self.flush()
             if self.eventlog is not None:
                 self.eventlog.flush()  # a quiet daemon's records reach the file within a tick
@@ -269,13 +343,20 @@ async def serve(config: Config, ready: Optional[asyncio.Future[tuple[str, int]]]
     Prints ``jetd listening on HOST:PORT`` as the first stdout line once listening.
     """
     loop = asyncio.get_running_loop()
+    try:
+        access = Access.load(config.auth) if config.auth is not None else None
+        ssl_context = server_context(config)
+    except (UsersFileError, ConfigError) as exc:
+        print(f"jetd: error: {exc}", file=sys.stderr)
+        return 2
+    _warn_exposed(config)
     eventlog: Optional[EventLog] = None
     if config.log_dir:
         eventlog = EventLog(
             config.log_dir, name=config.name, fsync=config.log_fsync, rotate_size=config.log_rotate_size
         )
         eventlog.open()
-    server = Server(config, loop, eventlog)
+    server = Server(config, loop, eventlog, access, ssl_context)
     try:
         host, port = await server.start()
     except OSError as exc:
@@ -287,6 +368,7 @@ async def serve(config: Config, ready: Optional[asyncio.Future[tuple[str, int]]]
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGUSR1, lambda: log.info("stats: %s", server.daemon.stats.summary()))
+    loop.add_signal_handler(signal.SIGHUP, server.reload_access)
     print(f"jetd listening on {host}:{port}", flush=True)
     log.info(
         "listening on %s:%d (loop %s, event log %s)",
@@ -302,10 +384,37 @@ async def serve(config: Config, ready: Optional[asyncio.Future[tuple[str, int]]]
     await server.shutdown()
     if eventlog is not None:
         eventlog.close()
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGHUP):
         loop.remove_signal_handler(sig)
     log.info("stopped; stats: %s", server.daemon.stats.summary())
     return 0
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name, or every interface ("" / "0.0.0.0" are not loopback either)
+
+
+def _warn_exposed(config: Config) -> None:
+    """Say it loudly when jetd listens beyond this machine without protection."""
+    if _is_loopback(config.host):
+        return
+    if config.auth is None:
+        print(
+            f"jetd: WARNING: listening on {config.host} (not loopback) without --auth: "
+            "anyone who can reach this port can read, set, call and register any key",
+            file=sys.stderr,
+        )
+    if config.tls_cert is None:
+        print(
+            f"jetd: WARNING: listening on {config.host} (not loopback) without TLS "
+            "(--tls-cert/--tls-key): data and passwords travel in clear text",
+            file=sys.stderr,
+        )
 
 
 def new_event_loop(kind: str) -> asyncio.AbstractEventLoop:

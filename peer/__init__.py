@@ -25,10 +25,12 @@ from .aio import (
 )
 from .errors import (
     AlreadyExists,
+    AuthFailed,
     ConnectionClosed,
     Internal,
     LimitExceeded,
     Malformed,
+    NotAuthorized,
     NotFound,
     NotOwner,
     Overloaded,
@@ -47,6 +49,7 @@ __all__ = [
     "DEFAULT_PORT",
     "DEFAULT_TIMEOUT",
     "AlreadyExists",
+    "AuthFailed",
     "ConnectionClosed",
     "EventKind",
     "Fetch",
@@ -55,6 +58,7 @@ __all__ = [
     "LimitExceeded",
     "Malformed",
     "Method",
+    "NotAuthorized",
     "NotFound",
     "NotOwner",
     "Overloaded",

@@ -136,6 +136,19 @@ class Overloaded(PeerError):
     default_status = Status.OVERLOADED
 
 
+class AuthFailed(PeerError):
+    """Unknown user or wrong password (AUTH_FAILED, PROTOCOL.md 13.2)."""
+
+    default_status = Status.AUTH_FAILED
+
+
+class NotAuthorized(PeerError):
+    """Outside this connection's permissions, or not authenticated (NOT_AUTHORIZED,
+    PROTOCOL.md 13.3); the message names the permission and the key."""
+
+    default_status = Status.NOT_AUTHORIZED
+
+
 class ConnectionClosed(PeerError):
     """The connection is closed (or was lost) before the request could complete.
 
@@ -162,6 +175,8 @@ _BY_STATUS: dict[Status, type[PeerError]] = {
         WrongKind,
         Internal,
         Overloaded,
+        AuthFailed,
+        NotAuthorized,
     )
 }
 

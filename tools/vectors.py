@@ -317,7 +317,7 @@ def log_item_to_json(item: Any) -> JsonObj:
             "kind_name": LOG_KINDS.get(item.kind),
             "data_hex": item.data.hex(),
         }
-        if item.kind in (3, 4, 5, 6, 7):
+        if item.kind in (3, 4, 5, 6, 7, 8):
             fields = parse_record_data(item.kind, item.data)
             if "status" in fields:
                 fields["status"] = Status(int(fields["status"])).name  # type: ignore[call-overload]
@@ -1161,7 +1161,7 @@ def _log_record(ts_ns: int, conn_id: int, kind: int, data: bytes) -> bytes:
     return b"JR" + length + _u32(zlib.crc32(length + body)) + body
 
 
-LOG_KINDS = {1: "FRAME_IN", 2: "FRAME_OUT", 3: "CONN_OPEN", 4: "CONN_CLOSE", 5: "CONN_NAME", 6: "CONN_SNAPSHOT", 7: "ROUTE"}
+LOG_KINDS = {1: "FRAME_IN", 2: "FRAME_OUT", 3: "CONN_OPEN", 4: "CONN_CLOSE", 5: "CONN_NAME", 6: "CONN_SNAPSHOT", 7: "ROUTE", 8: "CONN_AUTH"}
 
 JETLOG_HEADER_EXAMPLE = (
     "89 4a 45 54 4c 4f 47 0a 00 01 00 00 18 7a 46 c1 46 d5 80 00 00 00 00 03 00 04 6a 65 74 64 c6 4a 50 95"
