@@ -204,8 +204,9 @@ def build_parser() -> argparse.ArgumentParser:
     security.add_argument("--user", metavar="NAME", help="authenticate as NAME (password: $JET_PASSWORD, else a prompt)")
     security.add_argument("--tls", action="store_true", help="connect with TLS (system CAs unless --ca)")
     security.add_argument("--ca", metavar="FILE", help="PEM CA bundle to verify the daemon with (implies --tls)")
-    security.add_argument("--cert", metavar="FILE", help="PEM client certificate (implies --tls; with --key)")
-    security.add_argument("--key", metavar="FILE", help="PEM private key of --cert")
+    security.add_argument("--cert", dest="tls_cert", metavar="FILE", help="PEM client certificate (implies --tls; with --key)")
+    # dest: "key" is the positional KEY of get/set/call.
+    security.add_argument("--key", dest="tls_key", metavar="FILE", help="PEM private key of --cert")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     commands.add_parser("info", help="show the daemon's INFO")
@@ -256,14 +257,14 @@ def _password(user: Optional[str]) -> Optional[str]:
 
 def _ssl_context(args: argparse.Namespace) -> Optional[ssl.SSLContext]:
     """The TLS context of ``--tls/--ca/--cert/--key``, or None without TLS."""
-    if not (args.tls or args.ca or args.cert or args.key):
+    if not (args.tls or args.ca or args.tls_cert or args.tls_key):
         return None
-    if (args.cert is None) != (args.key is None):
+    if (args.tls_cert is None) != (args.tls_key is None):
         raise UsageError("--cert and --key go together")
     try:
         context = ssl.create_default_context(cafile=args.ca)
-        if args.cert is not None:
-            context.load_cert_chain(args.cert, args.key)
+        if args.tls_cert is not None:
+            context.load_cert_chain(args.tls_cert, args.tls_key)
     except (OSError, ssl.SSLError) as exc:
         raise UsageError(f"TLS files: {exc}") from None
     return context

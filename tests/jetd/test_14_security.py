@@ -497,3 +497,38 @@ def test_sync_and_tiny_peers_authenticate(start_jetd: Callable[..., DaemonProces
             assert operator.get("plant/boiler/t") == 1.5
             with pytest.raises(NotAuthorized):
                 operator.add_state("plant/x", 1)
+
+
+def _jet(daemon: DaemonProcess, *args: str, password: str | None = None) -> subprocess.CompletedProcess[str]:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "JET_PASSWORD"}
+    env["PYTHONPATH"] = str(REPO)
+    if password is not None:
+        env["JET_PASSWORD"] = password
+    return subprocess.run([sys.executable, "-m", "peer", "--port", str(daemon.port), *args], capture_output=True,
+                          text=True, cwd=REPO, env=env, stdin=subprocess.DEVNULL, timeout=60)
+
+
+def test_jet_cli_user_and_tls(start_jetd: Callable[..., DaemonProcess], users_path: Path, tmp_path: Path) -> None:
+    from peer import Peer
+
+    pki = _make_pki(tmp_path)
+    daemon = start_jetd("--auth", str(users_path), "--auth-failure-delay", "0", "--tls-cert", str(pki["server"]),
+                        "--tls-key", str(pki["server-key"]), "--tls-client-ca", str(pki["ca"]))
+    ca = ("--ca", str(pki["ca"]))
+    with Peer(*daemon.address, ssl=_client_context(pki, "client")) as boiler:  # CN boiler
+        boiler.add_state("plant/boiler/t", 21.5)
+        done = _jet(daemon, *ca, "--user", "operator", "get", "plant/boiler/t", password="op-pw")
+        assert (done.returncode, done.stdout) == (0, "21.5\n"), done.stderr
+        denied = _jet(daemon, *ca, "--user", "operator", "set", "plant/boiler/t", "1", password="op-pw")
+        assert denied.returncode != 0 and "NOT_AUTHORIZED: not authorized: write plant/boiler/t" in denied.stderr
+        wrong = _jet(daemon, *ca, "--user", "operator", "get", "plant/boiler/t", password="nope")
+        assert wrong.returncode != 0 and "AUTH_FAILED" in wrong.stderr
+        no_password = _jet(daemon, *ca, "--user", "operator", "get", "plant/boiler/t")
+        assert no_password.returncode == 2 and "JET_PASSWORD" in no_password.stderr
+        by_cert = _jet(daemon, *ca, "--cert", str(pki["client"]), "--key", str(pki["client-key"]), "get",
+                       "plant/boiler/t")
+        assert (by_cert.returncode, by_cert.stdout) == (0, "21.5\n"), by_cert.stderr
+        untrusted = _jet(daemon, "--tls", "get", "plant/boiler/t")  # the system CAs do not know our CA
+        assert untrusted.returncode != 0

@@ -22,6 +22,7 @@ from typing import Any, Optional, Union
 from jetwire import (
     AddMethod,
     AddState,
+    Authenticate,
     CallMethod,
     Close,
     FetchAdd,
@@ -339,12 +340,13 @@ _KEY_ONLY = {
 }
 _FETCH_EVENTS = {"FETCH_ADD": FetchAdd, "FETCH_CHANGE": FetchChange, "FETCH_REMOVE": FetchRemove}
 KINDS = frozenset(
-    {*_KEY_VALUE, *_KEY_ONLY, *_FETCH_EVENTS, "FETCH_STATES", "UNFETCH", "RESPONSE", "INFO", "CLOSE"}
+    {*_KEY_VALUE, *_KEY_ONLY, *_FETCH_EVENTS, "FETCH_STATES", "UNFETCH", "RESPONSE", "INFO", "CLOSE", "AUTHENTICATE"}
 )
 _KIND_OF: dict[type, str] = {
     **{cls: name for name, cls in {**_KEY_VALUE, **_KEY_ONLY, **_FETCH_EVENTS}.items()},
     FetchStates: "FETCH_STATES",
     Unfetch: "UNFETCH",
+    Authenticate: "AUTHENTICATE",
     Response: "RESPONSE",
     Info: "INFO",
     Close: "CLOSE",
@@ -355,6 +357,7 @@ _FIELDS: dict[str, tuple[str, ...]] = {
     **{name: ("fetch_id", "key", "value") for name in _FETCH_EVENTS},
     "FETCH_STATES": ("id", "prefix"),
     "UNFETCH": ("id", "fetch_id"),
+    "AUTHENTICATE": ("id", "user", "password"),
     "RESPONSE": ("id", "status", "value", "fetch_id", "message"),
     "INFO": ("major", "minor", "max_body", "features", "name"),
     "CLOSE": ("status", "message"),
@@ -427,6 +430,9 @@ def build_message(obj: Mapping[str, Any], env: Mapping[str, Any], namespace: str
             return FetchStates(num("id"), prefix)
         if kind == "UNFETCH":
             return Unfetch(num("id"), num("fetch_id", 0))
+        if kind == "AUTHENTICATE":
+            # PROTOCOL.md 6.12: user and password as given (never namespaced).
+            return Authenticate(num("id"), str(obj.get("user", "")), str(obj.get("password", "")))
         if kind == "RESPONSE":
             status = _status(obj.get("status", "OK"))
             val = value_from_json(obj["value"], env) if obj.get("value") is not None else None

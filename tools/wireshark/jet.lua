@@ -20,7 +20,7 @@ local frame_types = { [1] = "REQUEST", [2] = "RESPONSE", [3] = "EVENT", [4] = "I
 local functions = {
     [0x01] = "ADD_STATE", [0x02] = "REMOVE_STATE", [0x03] = "SET_STATE", [0x04] = "NOTIFY_STATE",
     [0x05] = "CALL_METHOD", [0x06] = "ADD_METHOD", [0x07] = "REMOVE_METHOD", [0x08] = "FETCH_STATES",
-    [0x09] = "UNFETCH", [0x0A] = "GET_STATE",
+    [0x09] = "UNFETCH", [0x0A] = "GET_STATE", [0x10] = "AUTHENTICATE",
 }
 local event_codes = {
     [0x03] = "SET_STATE", [0x04] = "NOTIFY_STATE", [0x05] = "CALL_METHOD",
@@ -31,6 +31,7 @@ local statuses = {
     [0x04] = "REJECTED", [0x05] = "TIMEOUT", [0x06] = "OWNER_GONE", [0x07] = "MALFORMED",
     [0x08] = "UNKNOWN_FUNCTION", [0x09] = "TOO_LARGE", [0x0A] = "LIMIT_EXCEEDED",
     [0x0B] = "WRONG_KIND", [0x0C] = "INTERNAL", [0x0D] = "OVERLOADED",
+    [0x0E] = "AUTH_FAILED", [0x0F] = "NOT_AUTHORIZED", -- PROTOCOL.md 13 (protocol 1.1)
 }
 local value_types = {
     [0x00] = "NONE", [0x01] = "BOOL", [0x02] = "INT64", [0x03] = "FLOAT64", [0x04] = "STRING",
@@ -65,6 +66,11 @@ f.info_minor = ProtoField.uint8("jet.info.minor", "Minor version", base.DEC)
 f.info_max_body = ProtoField.uint32("jet.info.max_body", "Maximum body", base.DEC)
 f.info_features = ProtoField.uint32("jet.info.features", "Features", base.HEX)
 f.info_conflation = ProtoField.bool("jet.info.features.conflation", "CONFLATION", 32, nil, 0x00000001)
+f.info_auth_required = ProtoField.bool("jet.info.features.auth_required", "AUTH_REQUIRED", 32, nil, 0x00000004)
+f.user_length = ProtoField.uint16("jet.user_length", "User length", base.DEC)
+f.user = ProtoField.string("jet.user", "User", base.UNICODE)
+f.password_length = ProtoField.uint16("jet.password_length", "Password length", base.DEC)
+f.password = ProtoField.string("jet.password", "Password (masked)", base.UNICODE)
 f.info_name_length = ProtoField.uint16("jet.info.name_length", "Name length", base.DEC)
 f.info_name = ProtoField.string("jet.info.name", "Name", base.UNICODE)
 f.response_to = ProtoField.framenum("jet.response_to", "Response to request in frame", base.NONE)
@@ -308,6 +314,30 @@ local function dissect_frame(tvb, pinfo, root)
                 elseif func == 0x08 then
                     local prefix = body:str16(f.prefix_length, f.prefix, "prefix")
                     summary = summary .. " prefix=\"" .. tostring(prefix) .. "\""
+                elseif func == 0x10 then
+                    -- PROTOCOL.md 6.12: the password is never shown, only where it is.
+                    local user = body:str16(f.user_length, f.user, "user", 1)
+                    if not body.err then
+                        if body:left() < 2 then
+                            body:fail("password length truncated")
+                        else
+                            local n = tvb(body.pos, 2):uint()
+                            tree:add(f.password_length, tvb(body.pos, 2))
+                            body.pos = body.pos + 2
+                            if n > body:left() then
+                                body:fail("password length " .. n .. " runs past the body end")
+                            else
+                                local range = tvb(body.pos, n)
+                                if not valid_utf8(range:raw()) then
+                                    body:fail("password is not valid UTF-8")
+                                else
+                                    tree:add(f.password, range, "********")
+                                    body.pos = body.pos + n
+                                end
+                            end
+                        end
+                    end
+                    summary = summary .. " user=\"" .. tostring(user) .. "\" password=********"
                 elseif func == 0x09 then
                     if body:left() ~= 4 then
                         body:fail("UNFETCH payload must be 4 bytes, got " .. body:left())
@@ -379,6 +409,7 @@ local function dissect_frame(tvb, pinfo, root)
             local range = tvb(body.pos, 4)
             local item = tree:add(f.info_features, range)
             item:add(f.info_conflation, range)
+            item:add(f.info_auth_required, range)
             body.pos = body.pos + 4
         else
             body:fail("features truncated")
