@@ -483,7 +483,11 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, AccessControl):
         perms = conn.perms
         if perms is not None and perms.nothing and function != self._authenticate_code:
             # PROTOCOL.md 13.2: without any permission only AUTHENTICATE is answered.
-            self._reply(conn, rid, Status.NOT_AUTHORIZED, "authentication required")
+            if conn.user is None:
+                message = "authentication required"
+            else:
+                message = f"not authorized: user {conn.user} has no permissions"
+            self._reply(conn, rid, Status.NOT_AUTHORIZED, message)
             return
         handler = self._request_handlers.get(function)
         if handler is None:

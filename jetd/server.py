@@ -257,7 +257,9 @@ class Server:
         self.loop.run_in_executor(None, job).add_done_callback(finished)
 
     def hold(self, proto: PeerProtocol) -> None:
-        if proto not in self.held and proto.transport is not None and not proto.transport.is_closing():
+        """Stop reading from ``proto`` until its AUTHENTICATE is answered (again, if the
+        drain of its output resumed reading meanwhile)."""
+        if proto.transport is not None and not proto.transport.is_closing():
             self.held.add(proto)
             proto.transport.pause_reading()
 
