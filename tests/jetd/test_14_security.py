@@ -334,6 +334,12 @@ def test_the_event_log_records_the_user_never_the_password(start_jetd: Callable[
         with open(path, "rb") as stream:
             auth += [r for r in iter_log(stream) if getattr(r, "kind", None) == LogKind.CONN_AUTH]
     assert [parse_record_data(r.kind, r.data) for r in auth] == [{"method": 1, "user": "boiler"}]  # type: ignore[attr-defined]
+    shown = subprocess.run([sys.executable, "-m", "tools.jetdump", str(log_dir)], capture_output=True, text=True,
+                           cwd=REPO, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert "authenticated as 'boiler' (password)" in shown.stdout
+    assert 'AUTHENTICATE user="boiler" password=********' in shown.stdout
+    assert "boiler-pw" not in shown.stdout
 
 
 def test_warnings_when_exposed(capsys: pytest.CaptureFixture[str]) -> None:
