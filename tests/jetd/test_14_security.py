@@ -538,3 +538,27 @@ def test_jet_cli_user_and_tls(start_jetd: Callable[..., DaemonProcess], users_pa
         assert (by_cert.returncode, by_cert.stdout) == (0, "21.5\n"), by_cert.stderr
         untrusted = _jet(daemon, "--tls", "get", "plant/boiler/t")  # the system CAs do not know our CA
         assert untrusted.returncode != 0
+
+
+def test_a_reconnecting_peer_authenticates_again(start_jetd: Callable[..., DaemonProcess], users_path: Path) -> None:
+    from peer import PeerAsync
+
+    first = start_jetd("--auth", str(users_path))
+    port = first.port
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        boiler = await PeerAsync.connect(first.host, port, user="boiler", password="boiler-pw", reconnect=True,
+                                         reconnect_min_delay=0.02, reconnect_max_delay=0.2)
+        await boiler.add_state("plant/boiler/t", 7)
+        await loop.run_in_executor(None, first.stop)
+        second = await loop.run_in_executor(None, lambda: start_jetd("--auth", str(users_path), "--port", str(port)))
+        deadline = time.monotonic() + 15
+        while not (boiler.reconnects == 1 and boiler.connected):
+            assert time.monotonic() < deadline, "no reconnect"
+            await asyncio.sleep(0.05)
+        async with await PeerAsync.connect(second.host, port, user="operator", password="op-pw") as operator:
+            assert await operator.get("plant/boiler/t") == 7  # restored: re-authenticated as boiler
+        await boiler.close()
+
+    asyncio.run(scenario())
