@@ -12,6 +12,7 @@ pauses, and the queue drains when the transport calls ``resume_writing``.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import ipaddress
 import logging
@@ -35,6 +36,9 @@ __all__ = ["PeerProtocol", "Server", "new_event_loop", "serve"]
 log = logging.getLogger("jetd")
 
 LINGER_QUIET = 0.2  # hang_up: seconds without input after which the socket is closed
+# Password checks (argon2id: ~64 MiB and a fraction of a second each) run on this many
+# threads at most, which bounds their memory and leaves the loop its core.
+PASSWORD_CHECK_THREADS = 2
 DRAIN_CHUNK = 256 * 1024  # bytes handed to a paused transport per write while draining
 # libuv reads up to 32 times per readiness event, so one loop turn can bring megabytes;
 # after a read this large we flush at once, which bounds what one turn queues per peer
@@ -214,6 +218,7 @@ class Server:
         self.daemon = Daemon(config, eventlog.append if eventlog is not None else None, access)
         self.daemon.offload = self._offload
         self.held: set[PeerProtocol] = set()  # reading paused while AUTHENTICATE is answered
+        self._checks: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self.protocols: set[PeerProtocol] = set()
         self.flush_scheduled = False
         self.all_closed = asyncio.Event()
@@ -254,7 +259,9 @@ class Server:
             self._release_held()
             self.flush()
 
-        self.loop.run_in_executor(None, job).add_done_callback(finished)
+        if self._checks is None:
+            self._checks = concurrent.futures.ThreadPoolExecutor(PASSWORD_CHECK_THREADS, "jetd-password")
+        self.loop.run_in_executor(self._checks, job).add_done_callback(finished)
 
     def hold(self, proto: PeerProtocol) -> None:
         """Stop reading from ``proto`` until its AUTHENTICATE is answered (again, if the
@@ -329,6 +336,8 @@ class Server:
             self._tick_handle.cancel()
         self.daemon.shutdown(self.loop.time())
         self.flush()
+        if self._checks is not None:
+            self._checks.shutdown(wait=False, cancel_futures=True)
         if self.protocols:
             try:
                 await asyncio.wait_for(self.all_closed.wait(), self.config.shutdown_grace + 1)
