@@ -210,8 +210,9 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=(
             "The first line on stdout is 'jetd listening on HOST:PORT'. SIGTERM or SIGINT:\n"
             "CLOSE (OK, 'shutting down') to every peer, event log flushed, exit 0.\n"
-            "SIGUSR1 logs the counters; SIGHUP re-reads the --auth users file. Exit codes: 0 clean stop, 1 cannot listen or\n"
-            "write the event log, 2 bad settings.\n\n"
+            "SIGUSR1 logs the counters; SIGHUP re-reads the --auth users file. Exit codes:\n"
+            "0 clean stop, 1 cannot listen or write the event log, 2 bad settings.\n"
+            "`jetd user add|del|list FILE ...` edits a users file (jetd user --help).\n\n"
             "Config file (TOML), keys named like the flags:\n"
             "  [jetd]\n  port = 11124\n  max-body = 1048576\n  log-dir = \"/var/log/jetd\"\n"
         ),
