@@ -562,3 +562,26 @@ def test_a_reconnecting_peer_authenticates_again(start_jetd: Callable[..., Daemo
         await boiler.close()
 
     asyncio.run(scenario())
+
+
+def test_users_file_round_trips_through_its_text() -> None:
+    """What `jetd user add` writes reads back the same, whatever the names and prefixes."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from jetd.users import Grants
+
+    names = st.text(min_size=1, max_size=12).filter(lambda n: n != "anonymous")
+    prefixes = st.lists(st.text(max_size=12), max_size=3)
+    grants = st.builds(Grants, own=prefixes, read=prefixes, write=prefixes)
+
+    @settings(max_examples=100, deadline=None)
+    @given(st.dictionaries(names, grants, max_size=3), st.dictionaries(names, prefixes, max_size=3), grants)
+    def round_trip(groups: dict[str, Grants], users: dict[str, list[str]], anonymous: Grants) -> None:
+        file = UsersFile(groups=groups, anonymous=anonymous)
+        for name, read in users.items():
+            file.users[name] = User(read=read, password="$argon2id$v=19$m=8,t=1,p=1$c2FsdHNhbHQ$aGFzaA",
+                                    groups=list(groups))
+        assert UsersFile.parse(file.dump()) == file
+
+    round_trip()
