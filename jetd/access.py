@@ -13,8 +13,8 @@ the daemon's side of authentication.
 What the hot paths pay: without ``--auth`` a connection's ``perms`` and ``writable`` are
 None and nothing is checked. With it, ``read`` costs nothing per event: a fetch is
 indexed under the prefixes it may read (:meth:`PrefixSet.narrow`), so the fetch index
-itself filters. ``write`` is cached per connection and key in ``conn.writable``, which
-the routed-SET fast path reads inline; ``own`` and GET's ``read`` are checked directly.
+itself filters. ``write`` is cached per connection: ``conn.writable`` holds the keys it
+may write, which the routed-SET fast path tests inline; ``own`` and GET's ``read`` are checked directly.
 Every cache is dropped when permissions change (:meth:`AccessControl.set_access`).
 """
 
@@ -210,18 +210,19 @@ class AccessControl(DaemonBase):
             self._reply(conn, rid, Status.NOT_AUTHORIZED, message)
 
     def _may_write(self, conn: Connection, key: bytes) -> bool:
-        """PROTOCOL.md 13.3 ``write``, cached per connection and key."""
+        """PROTOCOL.md 13.3 ``write``, cached per connection for the keys it may write
+        (the routed-SET fast path tests ``key in conn.writable`` inline; a denied key
+        takes the careful path, which checks the compiled prefixes again)."""
         writable = conn.writable
-        if writable is None:
+        if writable is None or key in writable:
             return True
-        allowed = writable.get(key)
-        if allowed is None:
-            perms = conn.perms
-            allowed = perms is not None and perms.write.matches(key)
-            if len(writable) >= WRITABLE_CACHE_MAX:
-                writable.clear()
-            writable[key] = allowed
-        return allowed
+        perms = conn.perms
+        if perms is None or not perms.write.matches(key):
+            return False
+        if len(writable) >= WRITABLE_CACHE_MAX:
+            writable.clear()
+        writable.add(key)
+        return True
 
     # --- AUTHENTICATE ---------------------------------------------------------------------
 
@@ -323,7 +324,7 @@ class AccessControl(DaemonBase):
         if access is None:
             return
         conn.perms = access.anonymous
-        conn.writable = None if access.anonymous.write.everything else {}
+        conn.writable = None if access.anonymous.write.everything else set()
         self._auth_deadlines.append((self.now + self.config.auth_timeout, conn))
 
     # --- changes of permissions (PROTOCOL.md 13.5) -------------------------------------------
@@ -349,7 +350,7 @@ class AccessControl(DaemonBase):
 
     def _apply_permissions(self, conn: Connection, perms: Permissions) -> None:
         conn.perms = perms
-        conn.writable = None if perms.write.everything else {}
+        conn.writable = None if perms.write.everything else set()
         registry = self.registry
         for fid in sorted(conn.fetches):
             fetch = conn.fetches[fid]

@@ -93,8 +93,8 @@ class Connection:
         self.max_body = 0xFFFF_FFFF
         # PROTOCOL.md 13 (jetd.access): None without --auth, so nothing is checked.
         self.perms: Optional[Permissions] = None
-        # write permission per key, cached; None when every key is writable.
-        self.writable: Optional[dict[bytes, bool]] = None
+        # keys it may write, cached (jetd.access); None when every key is writable.
+        self.writable: Optional[set[bytes]] = None
         self.user: Optional[str] = None  # who it authenticated as
         self.held = False  # PROTOCOL.md 13.2: AUTHENTICATE being answered: read nothing
         self.auth_failures = 0

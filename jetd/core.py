@@ -308,7 +308,7 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, AccessControl):
                             owner = states.get(key)
                             if (
                                 owner is not None
-                                and (writable is None or writable.get(key))
+                                and (writable is None or key in writable)
                                 and not owner.paused
                                 and not owner.closed
                                 and len(owner.routes) < max_pending
