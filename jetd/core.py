@@ -266,7 +266,7 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, AccessControl):
         fast_route = logger is None
         open_route = self.routes.open
         max_pending = self.config.max_pending_per_owner
-        # PROTOCOL.md 13.3: write permissions cached per key; None: everything writable.
+        # PROTOCOL.md 13.3: the keys this connection may write (jetd.access); None: all.
         writable = conn.writable
         frames = 0
         routed = 0
