@@ -1,27 +1,42 @@
-# The two commands the README gives: `make test` installs everything and runs the suite.
+# The two commands the README gives. `make test` installs everything it needs and runs the
+# whole suite: Debian packages through apt-get (root, or sudo), then a virtual environment
+# in .venv with the package and its test extras, then pytest. `.ci/run` calls it.
 PYTHON ?= python3
+VENV ?= .venv
+VPY := $(VENV)/bin/python
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# command -> Debian package, for what the tests drive for real.
+SYSTEM_DEPS := tshark:tshark java:openjdk-17-jre-headless chromium:chromium node:nodejs npm:npm
 
-.PHONY: test lint bench system-deps
+.PHONY: test lint bench system-deps venv
 
 system-deps:
-	@if ! command -v tshark >/dev/null || ! command -v java >/dev/null; then \
+	@missing=""; for pair in $(SYSTEM_DEPS); do \
+		command -v $${pair%%:*} >/dev/null || missing="$$missing $${pair#*:}"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages:$$missing"; \
 		$(SUDO) apt-get update -q && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q tshark openjdk-17-jre-headless; \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q $$missing; \
 	fi
 
-test: system-deps
-	$(PYTHON) -m pip install -q -e '.[dev]'
-	$(PYTHON) -m pytest
+$(VPY):
+	$(PYTHON) -m venv $(VENV)
 
-lint:
-	$(PYTHON) -m ruff check .
-	$(PYTHON) -m mypy
+venv: $(VPY)
+	$(VPY) -m pip install -q -e '.[dev]'
+
+test: system-deps venv
+	$(VPY) -m pytest
+
+lint: venv
+	$(VPY) -m ruff check .
+	$(VPY) -m mypy
 
 # The full benchmarks behind BENCHMARKS.md (tens of minutes; the machine should be quiet).
-bench:
-	$(PYTHON) -m tools.bench.codec
-	$(PYTHON) -m tools.bench.daemon --against all
-	$(PYTHON) -m tools.bench.peer
-	$(PYTHON) -m tools.bench.jetdump
-	$(PYTHON) -m tools.bench.ingest
+bench: venv
+	$(VPY) -m tools.bench.codec
+	$(VPY) -m tools.bench.daemon --against all
+	$(VPY) -m tools.bench.peer
+	$(VPY) -m tools.bench.jetdump
+	$(VPY) -m tools.bench.ingest

@@ -1,7 +1,10 @@
 """jetd: the jet daemon (spec/PROTOCOL.md), a sans-IO core in a thin uvloop server.
 
-- :mod:`jetd.core`: :class:`~jetd.core.Daemon`, the registry, router and fan-out,
-  testable without sockets.
+- :mod:`jetd.core`: :class:`~jetd.core.Daemon`, the sans-IO core, testable without
+  sockets: the connection life cycle and the frame dispatcher, over one module per
+  responsibility: :mod:`jetd.registry` (states and methods), :mod:`jetd.routes`
+  (routing and timeouts), :mod:`jetd.subscriptions` (fetches, fan-out, slow consumers),
+  :mod:`jetd.base` (shared state, output, closing), :mod:`jetd.frames` (frame layouts).
 - :mod:`jetd.server`: the asyncio/uvloop protocol, per-turn flushing, flow control.
 - :mod:`jetd.config`: every setting, with defaults, TOML file and flags.
 - :mod:`jetd.eventlog`: the event log of spec/JETLOG.md.
