@@ -585,3 +585,48 @@ def test_users_file_round_trips_through_its_text() -> None:
         assert UsersFile.parse(file.dump()) == file
 
     round_trip()
+
+
+def _user_add_on_a_terminal(path: Path, answers: list[str]) -> tuple[int, str]:
+    """``jetd user add`` with its stdin, stdout and stderr on a pseudo-terminal, answering
+    each password prompt with the next of ``answers``."""
+    import os
+    import pty
+    import select
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "jetd", "user", "add", str(path), "tty-user", "--read", "x/"],
+                            stdin=slave, stdout=slave, stderr=slave, cwd=REPO, start_new_session=True)
+    os.close(slave)
+    seen = b""
+    pending = list(answers)
+    deadline = time.monotonic() + 30
+    try:
+        while proc.poll() is None and time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.2)
+            if ready:
+                try:
+                    chunk = os.read(master, 1024)
+                except OSError:
+                    break
+                seen += chunk
+                if pending and seen.rstrip().endswith(b":"):
+                    os.write(master, pending.pop(0).encode() + b"\n")
+                    seen += b"<answered>"
+        code = proc.wait(timeout=30)
+    finally:
+        os.close(master)
+    return code, seen.decode(errors="replace")
+
+
+def test_user_add_asks_twice_on_a_terminal(tmp_path: Path) -> None:
+    path = tmp_path / "users.toml"
+    code, shown = _user_add_on_a_terminal(path, ["tty-pw", "tty-pw"])
+    assert code == 0, shown
+    assert shown.count("password") >= 2 and "tty-pw" not in shown  # asked twice, never echoed
+    from jetd.access import Access
+
+    assert Access.load(str(path)).verify("tty-user", "tty-pw")
+    code, shown = _user_add_on_a_terminal(tmp_path / "other.toml", ["one", "two"])
+    assert code == 2 and "the passwords differ" in shown
+    assert not (tmp_path / "other.toml").exists()
