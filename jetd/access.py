@@ -25,16 +25,17 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Optional
 
-from jetwire import Authenticate, RemoteProtocolError, Status, decode_body
+from jetwire import Authenticate, Function, RemoteProtocolError, Status, decode_body
 from jetwire.codec import is_utf8
 from jetwire.log import LogKind, conn_auth_data
 
 from .base import DaemonBase
 from .connection import Connection
-from .frames import EVENT, EVT_HEAD_PACK, FETCH_ADD, FETCH_REMOVE, REQUEST, close_frame, ok_frame
+from .frames import EVENT, EVT_HEAD_PACK, FETCH_ADD, FETCH_REMOVE, FRAME_IN, REQUEST, close_frame, ok_frame
 from .users import UsersFile
 
 __all__ = [
+    "AUTHENTICATE",
     "MAX_AUTH_FAILURES",
     "Access",
     "AccessControl",
@@ -46,6 +47,7 @@ __all__ = [
 
 log = logging.getLogger("jetd")
 
+AUTHENTICATE = Function.AUTHENTICATE.value  # a plain int for the dispatcher's comparisons
 MAX_AUTH_FAILURES = 5  # PROTOCOL.md 13.2: CLOSE after the 5th AUTH_FAILED
 WRITABLE_CACHE_MAX = 4096  # keys cached per connection; a peer probing many keys resets it
 AUTH_BY_PASSWORD = 1  # JETLOG.md 4 CONN_AUTH method
@@ -190,7 +192,7 @@ class AccessControl(DaemonBase):
 
     access: Optional[Access]
     offload: Optional[Offload]
-    _auth_answers: deque[tuple[float, Connection, int]]
+    _auth_answers: deque[tuple[float, Connection, int, bytes]]
     _auth_deadlines: deque[tuple[float, Connection]]
 
     if TYPE_CHECKING:  # provided by jetd.core.Daemon
@@ -227,25 +229,33 @@ class AccessControl(DaemonBase):
     # --- AUTHENTICATE ---------------------------------------------------------------------
 
     def _authenticate(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
-        """PROTOCOL.md 6.12, 13.2."""
+        """PROTOCOL.md 6.12, 13.2.
+
+        JETLOG.md 4: its FRAME_IN record (password masked) is written here, or when it is
+        answered if that is later, so that the record of a request the daemon answers
+        itself still comes right before its answer."""
+        frame = mask_authenticate(buf[pos:end]) if self._log is not None else b""
         try:
             message = decode_body(REQUEST, buf[pos + 5 : end])
         except RemoteProtocolError:
+            self._log_request(conn, frame)
             return self._malformed(conn, buf, pos, end, rid)
         assert isinstance(message, Authenticate)
         access = self.access
         if access is None:
             # PROTOCOL.md 6.12: without authentication every peer has every permission.
+            self._log_request(conn, frame)
             self._send(conn, ok_frame(rid))
             return None
         if conn.user is not None:
+            self._log_request(conn, frame)
             return self._reply(conn, rid, Status.NOT_AUTHORIZED, f"already authenticated as {conn.user}")
         # PROTOCOL.md 13.2: nothing more is read from the connection until it is answered.
         conn.held = True
         user, password = message.user, message.password
 
         def done(ok: bool, now: float) -> None:
-            self._auth_done(conn, rid, user, ok, now)
+            self._auth_done(conn, rid, user, ok, now, frame)
 
         if self.offload is not None:
             self.offload(lambda: access.verify(user, password), done)
@@ -253,7 +263,11 @@ class AccessControl(DaemonBase):
             done(access.verify(user, password), self.now)
         return None
 
-    def _auth_done(self, conn: Connection, rid: int, user: str, ok: bool, now: float) -> None:
+    def _log_request(self, conn: Connection, frame: bytes) -> None:
+        if self._log is not None:
+            self._log(conn.conn_id, FRAME_IN, frame)
+
+    def _auth_done(self, conn: Connection, rid: int, user: str, ok: bool, now: float, frame: bytes) -> None:
         self.now = now
         if conn.closing or self.access is None:
             conn.held = False
@@ -261,8 +275,9 @@ class AccessControl(DaemonBase):
         if not ok:
             conn.auth_failures += 1
             log.info("authentication failed on %s for user %r (%d)", conn.label, user, conn.auth_failures)
-            self._auth_answers.append((now + self.config.auth_failure_delay, conn, rid))
+            self._auth_answers.append((now + self.config.auth_failure_delay, conn, rid, frame))
             return
+        self._log_request(conn, frame)
         self._authenticated(conn, user, AUTH_BY_PASSWORD)
         self._send(conn, ok_frame(rid))
         self._release(conn, now)
@@ -295,9 +310,10 @@ class AccessControl(DaemonBase):
         """Delayed AUTH_FAILED answers and the auth timeout (PROTOCOL.md 13.2)."""
         answers = self._auth_answers
         while answers and answers[0][0] <= now:
-            _, conn, rid = answers.popleft()
+            _, conn, rid, frame = answers.popleft()
             if conn.closing:
                 continue
+            self._log_request(conn, frame)
             self._reply(conn, rid, Status.AUTH_FAILED, "authentication failed")
             if conn.auth_failures >= MAX_AUTH_FAILURES:
                 message = "too many failed authentications"

@@ -47,7 +47,7 @@ from jetwire import (
 from jetwire.codes import MIN_PEER_MAX_BODY
 from jetwire.log import LogKind, conn_close_data, conn_name_data, conn_open_data
 
-from .access import Access, AccessControl, Offload, mask_authenticate
+from .access import AUTHENTICATE, Access, AccessControl, Offload
 from .base import DaemonStats
 from .config import Config
 from .connection import Connection
@@ -108,7 +108,7 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, AccessControl):
         self.config = config
         self.access = access
         self.offload: Optional[Offload] = None
-        self._auth_answers: deque[tuple[float, Connection, int]] = deque()  # delayed AUTH_FAILED
+        self._auth_answers: deque[tuple[float, Connection, int, bytes]] = deque()  # delayed AUTH_FAILED
         self._auth_deadlines: deque[tuple[float, Connection]] = deque()  # auth timeout, in connect order
         self.registry = StateRegistry()
         self.fetches = FetchRegistry()
@@ -148,7 +148,6 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, AccessControl):
             Function.GET_STATE.value: self._get,
             Function.AUTHENTICATE.value: self._authenticate,
         }
-        self._authenticate_code = Function.AUTHENTICATE.value
 
     # --- connection lifecycle ---------------------------------------------------------
 
@@ -286,9 +285,10 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, AccessControl):
             if end > n:
                 conn.need = 5 + length
                 break
-            if logger is not None:
-                # JETLOG.md 4: an AUTHENTICATE is recorded without its password.
-                logger(conn.conn_id, FRAME_IN, mask_authenticate(buf[pos:end]) if ftype == REQUEST else buf[pos:end])
+            if logger is not None and not (ftype == REQUEST and length >= 5 and buf[pos + 9] == AUTHENTICATE):
+                # JETLOG.md 4: an AUTHENTICATE is recorded when it is answered, without its
+                # password (jetd.access).
+                logger(conn.conn_id, FRAME_IN, buf[pos:end])
             frames += 1
             if ftype == REQUEST:
                 # PROTOCOL.md 10.3: a well-formed SET_STATE with a fixed-width or opaque
@@ -481,7 +481,7 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, AccessControl):
             return
         rid, function = ID_BYTE_FROM(buf, pos + 5)
         perms = conn.perms
-        if perms is not None and perms.nothing and function != self._authenticate_code:
+        if perms is not None and perms.nothing and function != AUTHENTICATE:
             # PROTOCOL.md 13.2: without any permission only AUTHENTICATE is answered.
             if conn.user is None:
                 message = "authentication required"

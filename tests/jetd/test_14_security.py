@@ -320,20 +320,36 @@ def test_a_1_0_peer_works_without_auth(jetd: DaemonProcess) -> None:
 
 def test_the_event_log_records_the_user_never_the_password(start_jetd: Callable[..., DaemonProcess],
                                                            users_path: Path, tmp_path: Path) -> None:
+    from jetwire import decode_frame
     from jetwire.log import LogKind, iter_log, parse_record_data
 
     log_dir = tmp_path / "log"
-    daemon = start_jetd("--auth", str(users_path), "--log-dir", str(log_dir))
+    daemon = start_jetd("--auth", str(users_path), "--log-dir", str(log_dir), "--auth-failure-delay", "0.3")
+    with RawPeer(daemon.address) as guesser, RawPeer(daemon.address) as busy:
+        guesser.send(Authenticate(1, "boiler", "guess-pw"))
+        for _ in range(5):  # other connections' frames while the guess is checked and delayed
+            assert busy.request(lambda r: GetState(r, "x")).status == Status.NOT_AUTHORIZED
+        assert guesser.recv().status == Status.AUTH_FAILED  # type: ignore[attr-defined]
     with login(daemon, "boiler", "boiler-pw"):
         pass
     assert daemon.stop() == 0
     blobs = b"".join(p.read_bytes() for p in log_dir.iterdir())
-    assert b"boiler-pw" not in blobs
-    auth = []
+    assert b"boiler-pw" not in blobs and b"guess-pw" not in blobs
+    records = []
     for path in sorted(log_dir.iterdir()):
         with open(path, "rb") as stream:
-            auth += [r for r in iter_log(stream) if getattr(r, "kind", None) == LogKind.CONN_AUTH]
+            records += [r for r in iter_log(stream) if hasattr(r, "kind")]
+    auth = [r for r in records if r.kind == LogKind.CONN_AUTH]  # type: ignore[attr-defined]
     assert [parse_record_data(r.kind, r.data) for r in auth] == [{"method": 1, "user": "boiler"}]  # type: ignore[attr-defined]
+    # JETLOG.md 4: each AUTHENTICATE's FRAME_IN comes right before its answer (and CONN_AUTH),
+    # with no record of another connection between them.
+    for i, record in enumerate(records):
+        if record.kind == LogKind.FRAME_IN and isinstance(decode_frame(record.data), Authenticate):  # type: ignore[attr-defined]
+            following = records[i + 1]
+            if following.kind == LogKind.CONN_AUTH:  # type: ignore[attr-defined]
+                following = records[i + 2]
+            assert following.conn_id == record.conn_id and following.kind == LogKind.FRAME_OUT  # type: ignore[attr-defined]
+            assert isinstance(decode_frame(following.data), Response)  # type: ignore[attr-defined]
     shown = subprocess.run([sys.executable, "-m", "tools.jetdump", str(log_dir)], capture_output=True, text=True,
                            cwd=REPO, timeout=60)
     assert shown.returncode == 0, shown.stderr
