@@ -1,4 +1,4 @@
-"""Access control (PROTOCOL.md 13): users and their permissions, compiled for speed, and
+"""Access control (PROTOCOL.md 14): users and their permissions, compiled for speed, and
 the daemon's side of authentication.
 
 - :class:`PrefixSet` compiles a list of key prefixes like the fetch index does
@@ -48,7 +48,7 @@ __all__ = [
 log = logging.getLogger("jetd")
 
 AUTHENTICATE = Function.AUTHENTICATE.value  # a plain int for the dispatcher's comparisons
-MAX_AUTH_FAILURES = 5  # PROTOCOL.md 13.2: CLOSE after the 5th AUTH_FAILED
+MAX_AUTH_FAILURES = 5  # PROTOCOL.md 14.2: CLOSE after the 5th AUTH_FAILED
 WRITABLE_CACHE_MAX = 4096  # keys cached per connection; a peer probing many keys resets it
 AUTH_BY_PASSWORD = 1  # JETLOG.md 4 CONN_AUTH method
 AUTH_BY_CERTIFICATE = 2
@@ -95,7 +95,7 @@ class PrefixSet:
 
     def narrow(self, prefix: bytes) -> tuple[bytes, ...]:
         """The prefixes, sorted and disjoint, whose keys are exactly the keys that start
-        with ``prefix`` and match this set (PROTOCOL.md 13.4): ``(prefix,)`` when the set
+        with ``prefix`` and match this set (PROTOCOL.md 14.4): ``(prefix,)`` when the set
         covers it, else the set's prefixes that extend it (possibly none)."""
         if self.matches(prefix):
             return (prefix,)
@@ -103,7 +103,7 @@ class PrefixSet:
 
 
 class Permissions:
-    """One connection's compiled permissions (PROTOCOL.md 13.1)."""
+    """One connection's compiled permissions (PROTOCOL.md 14.1)."""
 
     __slots__ = ("nothing", "own", "read", "user", "write")
 
@@ -112,13 +112,13 @@ class Permissions:
         self.own = PrefixSet(p.encode("utf-8") for p in own)
         self.read = PrefixSet(p.encode("utf-8") for p in read)
         self.write = PrefixSet(p.encode("utf-8") for p in write)
-        # PROTOCOL.md 13.2: a connection without any permission gets NOT_AUTHORIZED for
+        # PROTOCOL.md 14.2: a connection without any permission gets NOT_AUTHORIZED for
         # every function but AUTHENTICATE.
         self.nothing = self.own.empty and self.read.empty and self.write.empty
 
 
 class Access:
-    """A loaded users file, compiled: what the daemon consults (PROTOCOL.md 13).
+    """A loaded users file, compiled: what the daemon consults (PROTOCOL.md 14).
 
     Raises (from :meth:`load`): :class:`jetd.users.UsersFileError`.
     """
@@ -169,7 +169,7 @@ class Access:
 
     @property
     def timeout_applies(self) -> bool:
-        """PROTOCOL.md 13.2: the auth timeout closes unauthenticated connections only when
+        """PROTOCOL.md 14.2: the auth timeout closes unauthenticated connections only when
         the anonymous entry grants nothing."""
         return self.anonymous.nothing
 
@@ -188,7 +188,7 @@ def mask_authenticate(frame: bytes) -> bytes:
 
 
 class AccessControl(DaemonBase):
-    """Authentication and the permission checks (PROTOCOL.md 13), mixed into the Daemon."""
+    """Authentication and the permission checks (PROTOCOL.md 14), mixed into the Daemon."""
 
     access: Optional[Access]
     offload: Optional[Offload]
@@ -202,7 +202,7 @@ class AccessControl(DaemonBase):
 
     def _not_authorized(self, conn: Connection, rid: Optional[int], permission: str, key: bytes) -> None:
         """Answer NOT_AUTHORIZED naming the permission and the key (MALFORMED for a key
-        that is not UTF-8: PROTOCOL.md 13.3 checks the form first)."""
+        that is not UTF-8: PROTOCOL.md 14.3 checks the form first)."""
         if not is_utf8(key):
             if rid is not None:
                 self._reply(conn, rid, Status.MALFORMED, "key is not valid UTF-8")
@@ -212,7 +212,7 @@ class AccessControl(DaemonBase):
             self._reply(conn, rid, Status.NOT_AUTHORIZED, message)
 
     def _may_write(self, conn: Connection, key: bytes) -> bool:
-        """PROTOCOL.md 13.3 ``write``, cached per connection for the keys it may write
+        """PROTOCOL.md 14.3 ``write``, cached per connection for the keys it may write
         (the routed-SET fast path tests ``key in conn.writable`` inline; a denied key
         takes the careful path, which checks the compiled prefixes again)."""
         writable = conn.writable
@@ -229,7 +229,7 @@ class AccessControl(DaemonBase):
     # --- AUTHENTICATE ---------------------------------------------------------------------
 
     def _authenticate(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
-        """PROTOCOL.md 6.12, 13.2.
+        """PROTOCOL.md 6.12, 14.2.
 
         JETLOG.md 4: its FRAME_IN record (password masked) is written here, or when it is
         answered if that is later, so that the record of a request the daemon answers
@@ -250,7 +250,7 @@ class AccessControl(DaemonBase):
         if conn.user is not None:
             self._log_request(conn, frame)
             return self._reply(conn, rid, Status.NOT_AUTHORIZED, f"already authenticated as {conn.user}")
-        # PROTOCOL.md 13.2: nothing more is read from the connection until it is answered.
+        # PROTOCOL.md 14.2: nothing more is read from the connection until it is answered.
         conn.held = True
         user, password = message.user, message.password
 
@@ -297,7 +297,7 @@ class AccessControl(DaemonBase):
             self.receive_data(conn, b"", now)
 
     def authenticate_certificate(self, conn: Connection, user: str) -> None:
-        """PROTOCOL.md 13.6: a verified client certificate names ``user`` (the IO layer
+        """PROTOCOL.md 14.6: a verified client certificate names ``user`` (the IO layer
         calls this right after :meth:`connect`)."""
         if self.access is None or conn.closing:
             return
@@ -307,7 +307,7 @@ class AccessControl(DaemonBase):
         self._authenticated(conn, user, AUTH_BY_CERTIFICATE)
 
     def _tick_access(self, now: float) -> None:
-        """Delayed AUTH_FAILED answers and the auth timeout (PROTOCOL.md 13.2)."""
+        """Delayed AUTH_FAILED answers and the auth timeout (PROTOCOL.md 14.2)."""
         answers = self._auth_answers
         while answers and answers[0][0] <= now:
             _, conn, rid, frame = answers.popleft()
@@ -343,7 +343,7 @@ class AccessControl(DaemonBase):
         conn.writable = None if access.anonymous.write.everything else set()
         self._auth_deadlines.append((self.now + self.config.auth_timeout, conn))
 
-    # --- changes of permissions (PROTOCOL.md 13.5) -------------------------------------------
+    # --- changes of permissions (PROTOCOL.md 14.5) -------------------------------------------
 
     def set_access(self, access: Access, now: float) -> None:
         """Use a newly loaded users file (SIGHUP): every connection gets its user's new

@@ -42,8 +42,9 @@ DEFAULT_SLOW_DEADLINE = 30.0  # PROTOCOL.md 10.8: seconds above the soft limit
 DEFAULT_LOG_FSYNC = "interval"  # JETLOG.md 6
 DEFAULT_LOG_ROTATE_SIZE = 64 * 1024 * 1024  # JETLOG.md 1
 DEFAULT_SHUTDOWN_GRACE = 3.0  # seconds peers get to take their CLOSE before we hang up
-DEFAULT_AUTH_TIMEOUT = 10.0  # PROTOCOL.md 13.2: seconds to authenticate (no anonymous permissions)
-DEFAULT_AUTH_FAILURE_DELAY = 0.5  # PROTOCOL.md 13.2: seconds before each AUTH_FAILED
+DEFAULT_HTTP_PATH = "/jet"  # PROTOCOL.md 13: the WebSocket endpoint
+DEFAULT_AUTH_TIMEOUT = 10.0  # PROTOCOL.md 14.2: seconds to authenticate (no anonymous permissions)
+DEFAULT_AUTH_FAILURE_DELAY = 0.5  # PROTOCOL.md 14.2: seconds before each AUTH_FAILED
 
 FSYNC_POLICIES = ("always", "interval", "never")
 LOOPS = ("auto", "uvloop", "asyncio")
@@ -78,15 +79,20 @@ class Config:
         log_rotate_size: segment size that starts a new segment (JETLOG.md 1).
         log_level: level of the diagnostic log on stderr (INFO, DEBUG, WARNING, ...).
         shutdown_grace: seconds to let peers read their CLOSE before hanging up.
+        http_port: port of the HTTP listener (WebSocket peers on ``/jet``, the web
+            console on ``/``, PROTOCOL.md 13); None serves no HTTP, 0 picks a free port.
+        http_host: address of the HTTP listener; None listens on ``host``.
+        http_origins: comma-separated ``Origin`` values a browser page may connect from
+            besides the same origin (``*``: any origin); PROTOCOL.md 13.3.
         auth: users file (jetd.users); None: no authentication, every peer may do
-            anything (PROTOCOL.md 13). Re-read on SIGHUP.
+            anything (PROTOCOL.md 14). Re-read on SIGHUP.
         auth_timeout: seconds a connection may stay unauthenticated when the
-            anonymous entry grants nothing (PROTOCOL.md 13.2).
-        auth_failure_delay: seconds before each AUTH_FAILED answer (PROTOCOL.md 13.2).
+            anonymous entry grants nothing (PROTOCOL.md 14.2).
+        auth_failure_delay: seconds before each AUTH_FAILED answer (PROTOCOL.md 14.2).
         tls_cert: PEM certificate chain of the listener; with ``tls_key`` turns on TLS.
         tls_key: PEM private key of ``tls_cert``.
         tls_client_ca: PEM CA bundle: peers may present a client certificate signed by
-            it, whose CN is then their user (PROTOCOL.md 13.6).
+            it, whose CN is then their user (PROTOCOL.md 14.6).
     """
 
     host: str = DEFAULT_HOST
@@ -109,7 +115,11 @@ class Config:
     log_rotate_size: int = DEFAULT_LOG_ROTATE_SIZE
     log_level: str = "INFO"
     shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE
-    # Security (PROTOCOL.md 13), kept together.
+    # The HTTP listener (jetd.web), PROTOCOL.md 13.
+    http_port: Optional[int] = None
+    http_host: Optional[str] = None
+    http_origins: str = ""
+    # Security (PROTOCOL.md 14), kept together.
     auth: Optional[str] = None
     auth_timeout: float = DEFAULT_AUTH_TIMEOUT
     auth_failure_delay: float = DEFAULT_AUTH_FAILURE_DELAY
@@ -125,6 +135,11 @@ class Config:
         """
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port must be 0..65535, got {self.port}")
+        if self.http_port is not None and not 0 <= self.http_port <= 65535:
+            raise ConfigError(f"http_port must be 0..65535, got {self.http_port}")
+        for origin in self.allowed_origins():
+            if origin != "*" and not origin.startswith(("http://", "https://")):
+                raise ConfigError(f"http_origins: {origin!r} is not an origin like http://host:port or *")
         if not 16 <= self.max_body <= 0xFFFF_FFFF:
             raise ConfigError(f"max_body must be 16..4294967295, got {self.max_body}")
         if self.log_dir is not None and self.max_body + _LOGGED_FRAME_OVERHEAD > DEFAULT_MAX_RECORD:
@@ -169,6 +184,10 @@ class Config:
             raise ConfigError("name is longer than 65535 UTF-8 bytes")
         return self
 
+    def allowed_origins(self) -> list[str]:
+        """``http_origins`` as a list (no trailing slashes, lower case)."""
+        return [o.strip().rstrip("/").lower() for o in self.http_origins.split(",") if o.strip()]
+
 
 _FIELDS = {f.name: f for f in fields(Config)}
 _HELP = {
@@ -192,6 +211,9 @@ _HELP = {
     "log_rotate_size": f"event-log segment size that starts a new segment (default {DEFAULT_LOG_ROTATE_SIZE})",
     "log_level": "diagnostic log level on stderr (default INFO)",
     "shutdown_grace": f"seconds peers get to read their CLOSE on shutdown (default {DEFAULT_SHUTDOWN_GRACE:g})",
+    "http_port": "serve WebSocket peers (/jet) and the web console (/) on this HTTP port, 0 for a free one",
+    "http_host": "address of the HTTP listener (default: --host)",
+    "http_origins": "comma-separated browser origins allowed besides the same origin, or * for any",
     "auth": "users file: require authentication and enforce permissions (re-read on SIGHUP)",
     "auth_timeout": f"seconds to authenticate when anonymous peers may do nothing (default {DEFAULT_AUTH_TIMEOUT:g})",
     "auth_failure_delay": f"seconds before each AUTH_FAILED answer (default {DEFAULT_AUTH_FAILURE_DELAY:g})",
@@ -208,8 +230,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="jet daemon: the binary Jet object bus (spec/PROTOCOL.md).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=(
-            "The first line on stdout is 'jetd listening on HOST:PORT'. SIGTERM or SIGINT:\n"
-            "CLOSE (OK, 'shutting down') to every peer, event log flushed, exit 0.\n"
+            "The first line on stdout is 'jetd listening on HOST:PORT'; with --http-port the\n"
+            "second is 'web on http://HOST:PORT/' (WebSocket peers on /jet, the console on /).\n"
+            "SIGTERM or SIGINT: CLOSE (OK, 'shutting down') to every peer, event log flushed,\n"
+            "exit 0.\n"
             "SIGUSR1 logs the counters; SIGHUP re-reads the --auth users file. Exit codes:\n"
             "0 clean stop, 1 cannot listen or write the event log, 2 bad settings.\n"
             "`jetd user add|del|list FILE ...` edits a users file (jetd user --help).\n\n"
@@ -223,7 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
         if f.type in ("bool", bool):
             parser.add_argument(flag, action="store_true", default=None, help=_HELP[name])
             continue
-        kind: Any = {"int": int, "float": float}.get(str(f.type), str)
+        kind: Any = {"int": int, "Optional[int]": int, "float": float}.get(str(f.type), str)
         choices = {"log_fsync": FSYNC_POLICIES, "loop": LOOPS}.get(name)
         parser.add_argument(flag, type=kind, default=None, choices=choices, metavar=name.upper(), help=_HELP[name])
     return parser
@@ -236,7 +260,7 @@ def _coerce(name: str, value: Any) -> Any:
             if not isinstance(value, bool):
                 raise TypeError
             return value
-        if kind == "int":
+        if kind in ("int", "Optional[int]"):
             if isinstance(value, bool) or not isinstance(value, int):
                 raise TypeError
             return value
@@ -248,7 +272,7 @@ def _coerce(name: str, value: Any) -> Any:
             raise TypeError
         return value
     except TypeError:
-        raise ConfigError(f"{name} must be of type {kind.replace('Optional[str]', 'str')}, got {value!r}") from None
+        raise ConfigError(f"{name} must be of type {kind.replace('Optional[', '').rstrip(']')}, got {value!r}") from None
 
 
 def load_toml(path: str) -> dict[str, Any]:

@@ -91,12 +91,12 @@ class Connection:
         # PROTOCOL.md 3: the largest body this peer accepts; until its INFO says
         # otherwise we assume it accepts what we do.
         self.max_body = 0xFFFF_FFFF
-        # PROTOCOL.md 13 (jetd.access): None without --auth, so nothing is checked.
+        # PROTOCOL.md 14 (jetd.access): None without --auth, so nothing is checked.
         self.perms: Optional[Permissions] = None
         # keys it may write, cached (jetd.access); None when every key is writable.
         self.writable: Optional[set[bytes]] = None
         self.user: Optional[str] = None  # who it authenticated as
-        self.held = False  # PROTOCOL.md 13.2: AUTHENTICATE being answered: read nothing
+        self.held = False  # PROTOCOL.md 14.2: AUTHENTICATE being answered: read nothing
         self.auth_failures = 0
 
     @property

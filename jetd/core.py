@@ -12,7 +12,7 @@ Each responsibility lives in its own module, mixed into :class:`Daemon`:
 - :mod:`jetd.registry`: states and methods, who owns them, the cached values;
 - :mod:`jetd.routes`: routed SET_STATE/CALL_METHOD, owners' answers, route timeouts;
 - :mod:`jetd.subscriptions`: fetches, fan-out, slow consumers (parking);
-- :mod:`jetd.access`: users, permissions and authentication (PROTOCOL.md 13);
+- :mod:`jetd.access`: users, permissions and authentication (PROTOCOL.md 14);
 - :mod:`jetd.base`: the shared state, output queues and closing;
 - :mod:`jetd.frames`: the frame layouts and quick checks of the hot paths.
 
@@ -96,7 +96,7 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, AccessControl):
         config: limits and policies (:class:`jetd.config.Config`).
         log_hook: called as ``hook(conn_id, kind, data)`` for every event-log record
             (JETLOG.md 4), or None when no event log is kept.
-        access: the loaded users file when authentication is on (PROTOCOL.md 13), else
+        access: the loaded users file when authentication is on (PROTOCOL.md 14), else
             None: then nothing is checked.
 
     Attributes:
@@ -199,6 +199,13 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, AccessControl):
         self._close_with(conn, Status.INTERNAL, "internal error", close_frame(Status.INTERNAL, "internal error"))
         self._finish_closes()
 
+    def protocol_error(self, conn: Connection, status: Status, message: str, now: float) -> None:
+        """The IO layer found the peer breaking the protocol below the frames (a text
+        message on a WebSocket, PROTOCOL.md 13.4): CLOSE (``status``) it."""
+        self.now = now
+        self._fatal(conn, status, message)
+        self._finish_closes()
+
     def take_dirty(self) -> list[Connection]:
         """Connections with output (or a close) to act on; clears the list."""
         dirty = self.dirty
@@ -228,7 +235,7 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, AccessControl):
             return
         self.now = now
         if conn.held:
-            # PROTOCOL.md 13.2: AUTHENTICATE is being answered; its outcome applies to
+            # PROTOCOL.md 14.2: AUTHENTICATE is being answered; its outcome applies to
             # what follows (jetd.access releases the connection).
             if data:
                 conn.rest.append(data)
@@ -265,7 +272,7 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, AccessControl):
         fast_route = logger is None
         open_route = self.routes.open
         max_pending = self.config.max_pending_per_owner
-        # PROTOCOL.md 13.3: the keys this connection may write (jetd.access); None: all.
+        # PROTOCOL.md 14.3: the keys this connection may write (jetd.access); None: all.
         writable = conn.writable
         frames = 0
         routed = 0
@@ -482,7 +489,7 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, AccessControl):
         rid, function = ID_BYTE_FROM(buf, pos + 5)
         perms = conn.perms
         if perms is not None and perms.nothing and function != AUTHENTICATE:
-            # PROTOCOL.md 13.2: without any permission only AUTHENTICATE is answered.
+            # PROTOCOL.md 14.2: without any permission only AUTHENTICATE is answered.
             if conn.user is None:
                 message = "authentication required"
             else:
@@ -523,7 +530,7 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, AccessControl):
                 self._fanout(key, FETCH_CHANGE, kv)
                 return None
             if conn.writable is not None and not self._may_write(conn, key):
-                # PROTOCOL.md 13.3: dropped and logged, like any event not carried out.
+                # PROTOCOL.md 14.3: dropped and logged, like any event not carried out.
                 return self._drop_event(conn, code, key, f"not authorized: write (user {conn.user or 'anonymous'})")
             registry = self.registry
             owner: Optional[Connection] = (registry.states if code == EV_SET_STATE else registry.methods).get(key)

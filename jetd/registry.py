@@ -70,7 +70,7 @@ class StateRegistry:
 
     def matching_any(self, prefixes: tuple[bytes, ...]) -> Iterator[tuple[bytes, bytes]]:
         """As :meth:`matching` for several disjoint prefixes, sorted: still in byte order
-        of key (PROTOCOL.md 13.4)."""
+        of key (PROTOCOL.md 14.4)."""
         for prefix in prefixes:
             yield from self.matching(prefix)
 
@@ -120,7 +120,7 @@ class RegistryHandlers(DaemonBase):
             return self._malformed(conn, buf, pos, end, rid)
         key = buf[pos + 12 : kend]
         if conn.perms is not None and not conn.perms.own.matches(key):
-            return self._not_authorized(conn, rid, "own", key)  # PROTOCOL.md 13.3
+            return self._not_authorized(conn, rid, "own", key)  # PROTOCOL.md 14.3
         if not self._check_new_key(conn, key, rid):
             return None
         kv = buf[pos + 10 : end]
@@ -158,7 +158,7 @@ class RegistryHandlers(DaemonBase):
             return self._malformed(conn, buf, pos, end, rid)
         key = buf[pos + 12 : end]
         if conn.perms is not None and not conn.perms.own.matches(key):
-            return self._not_authorized(conn, rid, "own", key)  # PROTOCOL.md 13.3
+            return self._not_authorized(conn, rid, "own", key)  # PROTOCOL.md 14.3
         if not self._check_new_key(conn, key, rid):
             return None
         self.registry.methods[key] = conn
@@ -200,7 +200,7 @@ class RegistryHandlers(DaemonBase):
             return self._malformed(conn, buf, pos, end, rid)
         key = buf[pos + 12 : end]
         if conn.perms is not None and not conn.perms.read.matches(key):
-            return self._not_authorized(conn, rid, "read", key)  # PROTOCOL.md 13.3
+            return self._not_authorized(conn, rid, "read", key)  # PROTOCOL.md 14.3
         owner = self.registry.states.get(key)
         if owner is None:
             self._unknown_key(conn, key, rid, "state")

@@ -30,6 +30,7 @@ from .core import Connection, Daemon
 from .eventlog import EventLog
 from .tls import certificate_user, server_context
 from .users import UsersFileError
+from .web import WebListener, start_web
 
 __all__ = ["PeerProtocol", "Server", "new_event_loop", "serve"]
 
@@ -78,7 +79,7 @@ class PeerProtocol(asyncio.Protocol):
         self.conn.io = self
         user = certificate_user(transport.get_extra_info("ssl_object"))
         if user is not None:
-            server.daemon.authenticate_certificate(self.conn, user)  # PROTOCOL.md 13.6
+            server.daemon.authenticate_certificate(self.conn, user)  # PROTOCOL.md 14.6
         server.schedule_flush()
 
     def data_received(self, data: bytes) -> None:
@@ -100,7 +101,7 @@ class PeerProtocol(asyncio.Protocol):
             if eventlog is not None:
                 eventlog.turn_ns = 0
         if self.conn is not None and self.conn.held:
-            server.hold(self)  # PROTOCOL.md 13.2: read nothing while AUTHENTICATE is answered
+            server.hold(self)  # PROTOCOL.md 14.2: read nothing while AUTHENTICATE is answered
         if len(data) >= FLUSH_AFTER_READ:
             server.flush()
         elif not server.flush_scheduled:
@@ -217,7 +218,8 @@ class Server:
         self.ssl_context = ssl_context
         self.daemon = Daemon(config, eventlog.append if eventlog is not None else None, access)
         self.daemon.offload = self._offload
-        self.held: set[PeerProtocol] = set()  # reading paused while AUTHENTICATE is answered
+        # PeerProtocol or jetd.web.WebProtocol: reading paused while AUTHENTICATE is answered.
+        self.held: set[Any] = set()
         self._checks: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self.protocols: set[PeerProtocol] = set()
         self.flush_scheduled = False
@@ -240,7 +242,7 @@ class Server:
         self._tick_handle = self.loop.call_later(self.tick_interval, self._tick)
         return self.config.host, port
 
-    # --- authentication (PROTOCOL.md 13.2) -------------------------------------------------
+    # --- authentication (PROTOCOL.md 14.2) -------------------------------------------------
 
     def _offload(self, job: Callable[[], bool], done: Callable[[bool, float], None]) -> None:
         """Run a password check (argon2: slow on purpose) in a thread, then its outcome
@@ -263,7 +265,7 @@ class Server:
             self._checks = concurrent.futures.ThreadPoolExecutor(PASSWORD_CHECK_THREADS, "jetd-password")
         self.loop.run_in_executor(self._checks, job).add_done_callback(finished)
 
-    def hold(self, proto: PeerProtocol) -> None:
+    def hold(self, proto: Any) -> None:
         """Stop reading from ``proto`` until its AUTHENTICATE is answered (again, if the
         drain of its output resumed reading meanwhile)."""
         if proto.transport is not None and not proto.transport.is_closing():
@@ -375,6 +377,18 @@ async def serve(config: Config, ready: Optional[asyncio.Future[tuple[str, int]]]
             eventlog.close()
         print(f"jetd: cannot listen on {config.host}:{config.port}: {exc.strerror or exc}", file=sys.stderr)
         return 1
+    web: Optional[WebListener] = None
+    if config.http_port is not None:  # PROTOCOL.md 13: WebSocket peers and the console
+        try:
+            # The same TLS settings as the TCP listener (jetd.tls): wss and https.
+            web, web_line = await start_web(server, server.ssl_context)
+        except OSError as exc:
+            await server.shutdown()
+            if eventlog is not None:
+                eventlog.close()
+            where = f"{config.http_host or config.host}:{config.http_port}"
+            print(f"jetd: cannot listen on {where}: {exc.strerror or exc}", file=sys.stderr)
+            return 1
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
@@ -388,10 +402,15 @@ async def serve(config: Config, ready: Optional[asyncio.Future[tuple[str, int]]]
         type(loop).__module__.split(".")[0],
         eventlog.path if eventlog is not None else "off",
     )
+    if web is not None:
+        print(web_line, flush=True)
+        log.info("%s", web_line)
     if ready is not None:
         ready.set_result((host, port))
     await stop.wait()
     log.info("shutting down: %d connections", len(server.protocols))
+    if web is not None:
+        web.close()
     await server.shutdown()
     if eventlog is not None:
         eventlog.close()

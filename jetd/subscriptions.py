@@ -44,7 +44,7 @@ class Fetch:
     """One fetch: its daemon-unique id (and that id packed once), its connection and prefix.
 
     ``prefixes`` are what the fetch index files it under: ``(prefix,)``, or with
-    permissions (PROTOCOL.md 13.4) the disjoint prefixes its connection may read within
+    permissions (PROTOCOL.md 14.4) the disjoint prefixes its connection may read within
     ``prefix`` (:meth:`jetd.access.PrefixSet.narrow`), possibly none.
     """
 
@@ -324,7 +324,7 @@ class Subscriptions(DaemonBase):
         if perms is None:
             fetch = Fetch(self._next_fetch_id, conn, prefix)
         else:
-            # PROTOCOL.md 13.4: indexed under the prefixes it may read, which filters
+            # PROTOCOL.md 14.4: indexed under the prefixes it may read, which filters
             # every event at no cost per event; refused if it could deliver nothing.
             readable = perms.read.narrow(prefix)
             if not readable:

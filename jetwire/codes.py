@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import IntEnum
 
 PROTOCOL_MAJOR = 1  # PROTOCOL.md 2: major version; a mismatch is fatal
-PROTOCOL_MINOR = 1  # PROTOCOL.md 2: minor versions only add, never change (1.1: section 13)
+PROTOCOL_MINOR = 1  # PROTOCOL.md 2: minor versions only add, never change (1.1: section 14)
 
 HEADER_SIZE = 5  # PROTOCOL.md 3: type:u8 | length:u32
 DEFAULT_MAX_BODY = 1024 * 1024  # PROTOCOL.md 3: announced in INFO, 1 MiB unless configured
@@ -35,7 +35,7 @@ class Function(IntEnum):
     UNFETCH = 0x09  # PROTOCOL.md 6.9
     GET_STATE = 0x0A  # PROTOCOL.md 6.10
     # 0x0B..0x0F: reserved for the queries of protocol 1.1 (PROTOCOL.md 2, 6)
-    AUTHENTICATE = 0x10  # PROTOCOL.md 6.12, 13 (protocol 1.1)
+    AUTHENTICATE = 0x10  # PROTOCOL.md 6.12, 14 (protocol 1.1)
 
 
 class EventCode(IntEnum):
@@ -67,8 +67,8 @@ class Status(IntEnum):
     WRONG_KIND = 0x0B
     INTERNAL = 0x0C
     OVERLOADED = 0x0D
-    AUTH_FAILED = 0x0E  # PROTOCOL.md 13.2 (protocol 1.1)
-    NOT_AUTHORIZED = 0x0F  # PROTOCOL.md 13.3 (protocol 1.1)
+    AUTH_FAILED = 0x0E  # PROTOCOL.md 14.2 (protocol 1.1)
+    NOT_AUTHORIZED = 0x0F  # PROTOCOL.md 14.3 (protocol 1.1)
 
 
 class ValueType(IntEnum):
@@ -113,7 +113,7 @@ EVENT_FUNCTIONS = frozenset({Function.SET_STATE, Function.NOTIFY_STATE, Function
 
 FEATURE_CONFLATION = 0x0000_0001  # PROTOCOL.md 4.4, 10.8: may conflate FETCH_CHANGE
 # 0x0000_0002: reserved for the queries of protocol 1.1 (PROTOCOL.md 4.4)
-FEATURE_AUTH_REQUIRED = 0x0000_0004  # PROTOCOL.md 4.4, 13: permissions are enforced
+FEATURE_AUTH_REQUIRED = 0x0000_0004  # PROTOCOL.md 4.4, 14: permissions are enforced
 
 
 def is_known_value_type(vtype: int) -> bool:

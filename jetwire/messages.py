@@ -124,7 +124,7 @@ class GetState(Request):
 
 @dataclass(frozen=True, slots=True)
 class Authenticate(Request):
-    """AUTHENTICATE (PROTOCOL.md 6.12, 13.2): authenticate the connection as ``user``.
+    """AUTHENTICATE (PROTOCOL.md 6.12, 14.2): authenticate the connection as ``user``.
 
     The ``repr`` masks the password, so that logs of messages never show it.
     """

@@ -648,11 +648,11 @@ class PeerAsync:
                 by an async callback, may fall behind before it ends with
                 :class:`Overloaded`.
             user, password: authenticate as ``user`` right after connecting (and after
-                every reconnect) with AUTHENTICATE (PROTOCOL.md 13.2); ``password``
+                every reconnect) with AUTHENTICATE (PROTOCOL.md 14.2); ``password``
                 defaults to empty. Without ``user`` the peer does not authenticate
                 (anonymous, or a TLS client certificate names it).
             ssl: TLS: True for the default context (system CAs), or an
-                :class:`ssl.SSLContext` (own CA, client certificate; PROTOCOL.md 13.6).
+                :class:`ssl.SSLContext` (own CA, client certificate; PROTOCOL.md 14.6).
 
         Returns:
             The connected peer.
@@ -693,7 +693,7 @@ class PeerAsync:
                 link.send(encode(Info(self.name, self.max_body)))
                 info = await link.info
                 if self.user is not None:
-                    # PROTOCOL.md 13.2: before anything that needs the permissions.
+                    # PROTOCOL.md 14.2: before anything that needs the permissions.
                     await self._request(
                         Authenticate, (self.user, self._password or ""), _convert_empty, None, restoring=True
                     )

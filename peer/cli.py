@@ -200,7 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", action="store_true", help="print one JSON object per line")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds to wait (default %(default)s)")
     parser.add_argument("--name", default="jet-cli", help="peer name sent to the daemon")
-    security = parser.add_argument_group("security (PROTOCOL.md 13)")
+    security = parser.add_argument_group("security (PROTOCOL.md 14)")
     security.add_argument("--user", metavar="NAME", help="authenticate as NAME (password: $JET_PASSWORD, else a prompt)")
     security.add_argument("--tls", action="store_true", help="connect with TLS (system CAs unless --ca)")
     security.add_argument("--ca", metavar="FILE", help="PEM CA bundle to verify the daemon with (implies --tls)")

@@ -137,14 +137,14 @@ class Overloaded(PeerError):
 
 
 class AuthFailed(PeerError):
-    """Unknown user or wrong password (AUTH_FAILED, PROTOCOL.md 13.2)."""
+    """Unknown user or wrong password (AUTH_FAILED, PROTOCOL.md 14.2)."""
 
     default_status = Status.AUTH_FAILED
 
 
 class NotAuthorized(PeerError):
     """Outside this connection's permissions, or not authenticated (NOT_AUTHORIZED,
-    PROTOCOL.md 13.3); the message names the permission and the key."""
+    PROTOCOL.md 14.3); the message names the permission and the key."""
 
     default_status = Status.NOT_AUTHORIZED
 

@@ -16,7 +16,7 @@ answered by your handlers, fetch events go to your callbacks.
 Values: None, bool, int (INT64), float, str, bytes, dict/list (JSON) map both ways; any
 other value type arrives as a :class:`Raw` ``(vtype, data)`` and may be sent as one.
 
-Security (PROTOCOL.md 13): ``TinyPeer(..., user="dev7", password="...")`` authenticates
+Security (PROTOCOL.md 14): ``TinyPeer(..., user="dev7", password="...")`` authenticates
 right after connecting; ``ssl=True`` (or an ``ssl.SSLContext``) speaks TLS where the
 platform has the ``ssl`` module.
 """
@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple, Optional
 
-try:  # not every platform that runs this file has it (PROTOCOL.md 13.6: TLS is optional)
+try:  # not every platform that runs this file has it (PROTOCOL.md 14.6: TLS is optional)
     import ssl as _ssl
 except ImportError:  # pragma: no cover
     _ssl = None  # type: ignore[assignment]
@@ -52,7 +52,7 @@ AUTHENTICATE = 0x10  # PROTOCOL.md 6.12 (protocol 1.1)
 FETCH_ADD, FETCH_CHANGE, FETCH_REMOVE, CLOSE = 0x81, 0x82, 0x83, 0xF0
 # PROTOCOL.md 8: statuses
 STATUS_NAMES = ["OK", "NOT_FOUND", "ALREADY_EXISTS", "NOT_OWNER", "REJECTED", "TIMEOUT", "OWNER_GONE", "MALFORMED", "UNKNOWN_FUNCTION", "TOO_LARGE", "LIMIT_EXCEEDED", "WRONG_KIND", "INTERNAL", "OVERLOADED", "AUTH_FAILED", "NOT_AUTHORIZED"]
-AUTH_FAILED, NOT_AUTHORIZED = 0x0E, 0x0F  # PROTOCOL.md 13
+AUTH_FAILED, NOT_AUTHORIZED = 0x0E, 0x0F  # PROTOCOL.md 14
 OK, NOT_FOUND, REJECTED, TIMEOUT, MALFORMED, UNKNOWN_FUNCTION, TOO_LARGE, INTERNAL = 0, 1, 4, 5, 7, 8, 9, 12
 # PROTOCOL.md 5.3: value types
 V_NONE, V_BOOL, V_INT64, V_FLOAT64, V_STRING, V_JSON, V_BYTES = 0, 1, 2, 3, 4, 5, 6
@@ -364,8 +364,8 @@ class TinyPeer:
         name: sent in this peer's INFO.
         timeout: seconds to connect and the default wait for every response.
         max_body: the largest body accepted (checked before buffering it).
-        user, password: authenticate as ``user`` right after connecting (PROTOCOL.md 13.2).
-        ssl: True (system CAs) or an ``ssl.SSLContext``: TLS (PROTOCOL.md 13.6).
+        user, password: authenticate as ``user`` right after connecting (PROTOCOL.md 14.2).
+        ssl: True (system CAs) or an ``ssl.SSLContext``: TLS (PROTOCOL.md 14.6).
 
     Raises:
         OSError: the connection failed (ssl.SSLError included).

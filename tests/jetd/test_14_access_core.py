@@ -140,7 +140,7 @@ def test_auth_timeout_spares_authenticated_and_waiting_connections() -> None:
 
 def test_reload_on_a_parked_fetcher_keeps_order() -> None:
     """A paused fetcher's held-back change of a key comes before the key's FETCH_REMOVE
-    when a reload takes the key away (PROTOCOL.md 10.8, 13.5)."""
+    when a reload takes the key away (PROTOCOL.md 10.8, 14.5)."""
     h = Harness(make_access(["p/a", "p/b"]))
     owner, viewer = h.connect(), h.connect()
     h.login(owner, "owner", "o")

@@ -1,4 +1,4 @@
-"""14-security: users, permissions, authentication, reload and TLS (PROTOCOL.md 13),
+"""14-security: users, permissions, authentication, reload and TLS (PROTOCOL.md 14),
 through real TCP against a real jetd started with a users file."""
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ local statuses = {
     [0x04] = "REJECTED", [0x05] = "TIMEOUT", [0x06] = "OWNER_GONE", [0x07] = "MALFORMED",
     [0x08] = "UNKNOWN_FUNCTION", [0x09] = "TOO_LARGE", [0x0A] = "LIMIT_EXCEEDED",
     [0x0B] = "WRONG_KIND", [0x0C] = "INTERNAL", [0x0D] = "OVERLOADED",
-    [0x0E] = "AUTH_FAILED", [0x0F] = "NOT_AUTHORIZED", -- PROTOCOL.md 13 (protocol 1.1)
+    [0x0E] = "AUTH_FAILED", [0x0F] = "NOT_AUTHORIZED", -- PROTOCOL.md 14 (protocol 1.1)
 }
 local value_types = {
     [0x00] = "NONE", [0x01] = "BOOL", [0x02] = "INT64", [0x03] = "FLOAT64", [0x04] = "STRING",

@@ -1,0 +1,447 @@
+// The jet web console: a live tree of the bus, by "/" levels (PROTOCOL.md 5.2 convention).
+// States and values come from one fetch of every key over the page's own WebSocket
+// (/jet); methods and owners, which the protocol does not list, from /registry.json.
+// Events only touch the model; the DOM is updated once per animation frame, and only
+// for rows that are on screen, so 10,000 states and 1,000 changes/s stay cheap.
+import { Peer, Value, ValueType, PeerError } from "/jet.js";
+
+const REGISTRY_POLL_MS = 3000;
+const MAX_CHILDREN = 1000; // rows rendered under one node; the filter narrows the rest
+const MAX_FILTERED = 500;
+
+const $ = (id) => document.getElementById(id);
+const el = (tag, cls, text) => {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = text;
+  return e;
+};
+
+class TreeNode {
+  constructor(name, path, parent) {
+    this.name = name;
+    this.path = path; // the key this node stands for (a state or method may live here)
+    this.parent = parent;
+    /** @type {Map<string, TreeNode>} */
+    this.children = new Map();
+    this.kind = null; // "state" | "method" | null (a level only)
+    /** @type {Value|null} */
+    this.raw = null;
+    this.size = 0; // states and methods in this subtree
+    this.expanded = parent === null;
+    this.dom = null; // {li, val, count, toggle, ul, owner} while rendered
+  }
+}
+
+const model = {
+  root: new TreeNode("", "", null),
+  /** @type {Map<string, TreeNode>} */
+  byKey: new Map(), // keys that are states or methods
+  owners: new Map(), // key -> "name@address (#id)"
+  states: 0,
+  methods: 0,
+  changes: 0,
+  ownersKnown: false,
+};
+
+// --- the model -----------------------------------------------------------------------
+
+function nodeFor(key, create) {
+  let node = model.root;
+  const parts = key.split("/");
+  let path = "";
+  for (let i = 0; i < parts.length; i++) {
+    path = i === 0 ? parts[0] : `${path}/${parts[i]}`;
+    let child = node.children.get(parts[i]);
+    if (!child) {
+      if (!create) return null;
+      child = new TreeNode(parts[i], path, node);
+      node.children.set(parts[i], child);
+      frame.structure.add(node);
+    }
+    node = child;
+  }
+  return node;
+}
+
+function setLeaf(key, kind, raw) {
+  const node = nodeFor(key, true);
+  if (node.kind === null) {
+    node.kind = kind;
+    for (let n = node; n; n = n.parent) {
+      n.size += 1;
+      frame.counts.add(n);
+    }
+    model.byKey.set(key, node);
+    if (kind === "state") model.states += 1; else model.methods += 1;
+    frame.structure.add(node.parent);
+    frame.structure.add(node); // its row changes shape
+  }
+  node.raw = raw;
+  frame.values.add(node);
+}
+
+function dropLeaf(key, kind) {
+  const node = model.byKey.get(key);
+  if (!node || node.kind !== kind) return;
+  model.byKey.delete(key);
+  if (kind === "state") model.states -= 1; else model.methods -= 1;
+  node.kind = null;
+  node.raw = null;
+  for (let n = node; n; n = n.parent) {
+    n.size -= 1;
+    frame.counts.add(n);
+  }
+  // Prune levels left empty.
+  let n = node;
+  while (n.parent && n.size === 0 && n.children.size === 0) {
+    n.parent.children.delete(n.name);
+    frame.structure.add(n.parent);
+    n.dom = null;
+    n = n.parent;
+  }
+  frame.structure.add(n);
+}
+
+// --- batching per animation frame ------------------------------------------------------
+
+const frame = {
+  values: new Set(),
+  structure: new Set(),
+  counts: new Set(),
+  flashing: [],
+  scheduled: false,
+  filterChanged: false,
+};
+
+function schedule() {
+  if (!frame.scheduled) {
+    frame.scheduled = true;
+    requestAnimationFrame(render);
+  }
+}
+
+function onEvent(ev) {
+  model.changes += 1;
+  if (ev.kind === "remove") dropLeaf(ev.key, "state");
+  else setLeaf(ev.key, "state", ev.raw);
+  schedule();
+}
+
+let filter = "";
+let sortedCache = null;
+
+function render() {
+  frame.scheduled = false;
+  for (const e of frame.flashing) e.classList.remove("flash");
+  frame.flashing = [];
+  const structural = frame.structure.size > 0;
+  if (structural) sortedCache = null;
+  if (filter) {
+    if (structural || frame.filterChanged) renderFiltered();
+  } else if (frame.filterChanged) {
+    dropFiltered();
+    renderChildren(model.root, $("tree"));
+  } else {
+    for (const node of frame.structure) {
+      if (node === model.root) renderChildren(model.root, $("tree"));
+      else if (node.dom) refreshRow(node);
+    }
+  }
+  frame.filterChanged = false;
+  for (const node of frame.counts) {
+    if (node.dom) node.dom.count.textContent = node.children.size ? String(node.size) : "";
+  }
+  for (const node of frame.values) {
+    if (node.dom && node.dom.val) {
+      node.dom.val.textContent = show(node.raw);
+      node.dom.val.classList.add("flash");
+      frame.flashing.push(node.dom.val);
+    }
+    if (node === selected) showDetail(node.path, false);
+  }
+  frame.values.clear();
+  frame.structure.clear();
+  frame.counts.clear();
+  $("counts").textContent = `${model.states} states · ${model.methods}${model.ownersKnown ? "" : "?"} methods`;
+  if (frame.flashing.length) schedule(); // one more frame takes the highlight off
+}
+
+function show(raw) {
+  if (!raw) return "";
+  const text = raw.toString();
+  return text.length > 200 ? `${text.slice(0, 200)}…` : text;
+}
+
+function ownerOf(key) {
+  return model.owners.get(key) ?? (model.ownersKnown ? "" : "owner unknown");
+}
+
+function makeItem(node) {
+  const li = el("li");
+  const row = el("div", "node");
+  row.dataset.key = node.path;
+  const toggle = el("span", "toggle");
+  const name = el("span", "name", node.name === "" ? "(empty)" : node.name);
+  row.append(toggle, name);
+  const dom = { li, row, toggle, val: null, count: el("span", "count"), ul: null, owner: null };
+  node.dom = dom;
+  fillRow(node);
+  row.addEventListener("click", () => {
+    if (node.children.size) {
+      node.expanded = !node.expanded;
+      refreshRow(node);
+    }
+    if (node.kind) select(node.path);
+  });
+  li.append(row);
+  return li;
+}
+
+function fillRow(node) {
+  const dom = node.dom;
+  const row = dom.row;
+  while (row.children.length > 2) row.lastChild.remove();
+  dom.toggle.textContent = node.children.size ? (node.expanded ? "▾" : "▸") : "";
+  if (node.kind === "method") row.append(el("span", "badge method", "method"));
+  dom.val = null;
+  if (node.kind === "state") {
+    row.append(el("span", "badge", node.raw ? node.raw.typeName.toLowerCase() : ""));
+    dom.val = el("span", "val", show(node.raw));
+    row.append(dom.val);
+  }
+  dom.count.textContent = node.children.size ? String(node.size) : "";
+  row.append(dom.count);
+  if (node.kind) row.append(el("span", "owner", ownerOf(node.path)));
+  row.classList.toggle("selected", node === selected);
+}
+
+function refreshRow(node) {
+  fillRow(node);
+  const dom = node.dom;
+  if (node.expanded && node.children.size) {
+    if (!dom.ul) {
+      dom.ul = el("ul");
+      dom.li.append(dom.ul);
+    }
+    renderChildren(node, dom.ul);
+  } else if (dom.ul) {
+    dom.ul.remove();
+    dom.ul = null;
+    forget(node);
+  }
+}
+
+function forget(node) {
+  for (const child of node.children.values()) {
+    if (child.dom) {
+      child.dom = null;
+      forget(child);
+    }
+  }
+}
+
+function renderChildren(node, ul) {
+  forget(node);
+  const names = [...node.children.keys()].sort();
+  const items = [];
+  for (const name of names.slice(0, MAX_CHILDREN)) {
+    const child = node.children.get(name);
+    const li = makeItem(child);
+    if (child.expanded && child.children.size) {
+      child.dom.ul = el("ul");
+      li.append(child.dom.ul);
+      renderChildren(child, child.dom.ul);
+    }
+    items.push(li);
+  }
+  if (names.length > MAX_CHILDREN) items.push(el("li", "hint", `… ${names.length - MAX_CHILDREN} more: filter by prefix`));
+  ul.replaceChildren(...items);
+}
+
+let filtered = []; // rows of the filtered list: their nodes' dom is dropped on the next redraw
+
+function dropFiltered() {
+  for (const node of filtered) node.dom = null;
+  filtered = [];
+}
+
+function renderFiltered() {
+  forget(model.root);
+  dropFiltered();
+  if (!sortedCache) sortedCache = [...model.byKey.keys()].sort();
+  const matches = sortedCache.filter((k) => k.startsWith(filter));
+  const items = matches.slice(0, MAX_FILTERED).map((key) => {
+    const node = model.byKey.get(key);
+    filtered.push(node);
+    const li = makeItem(node);
+    li.querySelector(".name").textContent = key;
+    li.querySelector(".toggle").textContent = "";
+    return li;
+  });
+  $("tree").replaceChildren(...items);
+  $("more").textContent = matches.length > MAX_FILTERED
+    ? `${matches.length - MAX_FILTERED} more keys match: narrow the prefix` : matches.length ? "" : "no key starts with this prefix";
+}
+
+// --- details, set and call ----------------------------------------------------------------
+
+let selected = null;
+let peer = null;
+
+function select(key) {
+  const before = selected;
+  selected = model.byKey.get(key) ?? null;
+  if (before?.dom) before.dom.row.classList.remove("selected");
+  if (selected?.dom) selected.dom.row.classList.add("selected");
+  showDetail(key, true);
+}
+
+function showDetail(key, fresh) {
+  const pane = $("detail");
+  const node = model.byKey.get(key);
+  let view = pane.querySelector(".view");
+  if (fresh || !view) {
+    view = el("div", "view");
+    view.append($("detail-template").content.cloneNode(true));
+    pane.replaceChildren(view);
+    const form = view.querySelector("form.act");
+    form.addEventListener("submit", (e) => {
+      e.preventDefault();
+      act(key, form, view.querySelector(".answer"));
+    });
+  }
+  const kind = node ? node.kind : "method?";
+  view.querySelector(".key").textContent = key;
+  view.querySelector(".kind").textContent = node ? kind : "unknown (not a fetched state; calling it as a method)";
+  view.querySelector(".owner").textContent = ownerOf(key) || "—";
+  view.querySelector(".vtype").textContent = node?.raw ? node.raw.typeName : "—";
+  view.querySelector(".value").textContent = node?.raw ? node.raw.toString() : "—";
+  view.querySelector(".what").textContent = kind === "state" ? "Set the state to" : "Call the method with";
+  view.querySelector("form.act button").textContent = kind === "state" ? "Set" : "Call";
+  view.dataset.kind = kind;
+}
+
+/** The value typed in the form, as the chosen type. */
+function parseInput(text, as) {
+  switch (as) {
+    case "none": return null;
+    case "string": return text;
+    case "int64": return Value.int64(BigInt(text.trim()));
+    case "float64": {
+      const x = Number(text);
+      if (text.trim() === "" || Number.isNaN(x) && text.trim().toLowerCase() !== "nan") throw new Error(`not a number: ${text}`);
+      return Value.float64(x);
+    }
+    case "bool": {
+      const t = text.trim().toLowerCase();
+      if (t !== "true" && t !== "false") throw new Error("a bool is true or false");
+      return t === "true";
+    }
+    case "json": JSON.parse(text); return new Value(ValueType.JSON, new TextEncoder().encode(text));
+    default: {
+      if (text.trim() === "") return null;
+      const parsed = JSON.parse(text); // numbers go as FLOAT64, objects and arrays as JSON
+      return parsed;
+    }
+  }
+}
+
+async function act(key, form, answer) {
+  answer.className = "answer";
+  answer.textContent = "…";
+  let value;
+  try {
+    value = parseInput(form.elements.text.value, form.elements.as.value);
+  } catch (e) {
+    answer.className = "answer error";
+    answer.textContent = `cannot read the value: ${e.message}`;
+    return;
+  }
+  const isState = model.byKey.get(key)?.kind === "state";
+  try {
+    const result = isState ? await peer.set(key, value) : await peer.call(key, value);
+    answer.className = "answer ok";
+    answer.textContent = `OK: ${Value.of(result).toString()}`;
+  } catch (e) {
+    answer.className = "answer error";
+    answer.textContent = e instanceof PeerError ? `${e.name}: ${e.message}` : String(e);
+  }
+}
+
+// --- the registry (methods and owners) ------------------------------------------------------
+
+async function pollRegistry() {
+  try {
+    const response = await fetch("/registry.json", { cache: "no-store" });
+    if (!response.ok) throw new Error(String(response.status));
+    const doc = await response.json();
+    const label = (id) => {
+      const p = doc.peers[id];
+      return p ? `${p.name || "-"}@${p.address} (#${id})` : `#${id}`;
+    };
+    const owners = new Map();
+    for (const [key, id] of doc.states) owners.set(key, label(id));
+    const methods = new Set();
+    for (const [key, id] of doc.methods) {
+      owners.set(key, label(id));
+      methods.add(key);
+    }
+    for (const [key, node] of model.byKey) if (node.kind === "method" && !methods.has(key)) dropLeaf(key, "method");
+    for (const key of methods) if (!model.byKey.has(key)) setLeaf(key, "method", null);
+    const changed = owners.size !== model.owners.size || [...owners].some(([k, v]) => model.owners.get(k) !== v);
+    model.owners = owners;
+    model.ownersKnown = true;
+    if (changed) frame.filterChanged = true; // owners are drawn in rows: redraw what is shown
+    schedule();
+  } catch {
+    model.ownersKnown = false;
+  }
+}
+
+// --- connection -------------------------------------------------------------------------------
+
+function setStatus(text, cls) {
+  const s = $("status");
+  s.textContent = text;
+  s.className = `status ${cls}`;
+}
+
+async function start() {
+  setStatus("connecting…", "connecting");
+  try {
+    peer = await Peer.connect(undefined, { name: "web-console" });
+  } catch (e) {
+    setStatus(`cannot connect: ${e.message}`, "closed");
+    setTimeout(start, 2000);
+    return;
+  }
+  setStatus("live", "open");
+  peer.closed.then((e) => {
+    setStatus(`closed: ${e.message}`, "closed");
+    // Start over with a fresh model after a pause.
+    setTimeout(() => {
+      model.root = new TreeNode("", "", null);
+      model.byKey.clear();
+      model.states = model.methods = 0;
+      frame.filterChanged = true;
+      start();
+    }, 2000);
+  });
+  await peer.fetch("", onEvent);
+  pollRegistry();
+}
+
+$("search").addEventListener("input", (e) => {
+  filter = e.target.value;
+  $("more").textContent = "";
+  frame.filterChanged = true;
+  schedule();
+});
+$("call-any").addEventListener("submit", (e) => {
+  e.preventDefault();
+  select(e.target.elements.key.value);
+});
+setInterval(pollRegistry, REGISTRY_POLL_MS);
+window.jetConsole = { model, get peer() { return peer; } }; // for the curious (and the tests)
+start();

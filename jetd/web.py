@@ -1,0 +1,567 @@
+"""jetd's HTTP listener: WebSocket peers on ``/jet`` and the web console (PROTOCOL.md 13).
+
+A thin shell around the same sans-IO core as :mod:`jetd.server`, in the shape of that
+module's ``PeerProtocol``. One :class:`WebProtocol` per HTTP connection speaks HTTP and
+WebSocket through the sans-IO ``websockets.server.ServerProtocol`` (handshake, control
+frames, parsing and unmasking); a plain ``GET`` of another path is answered with a static
+file (the console, the JavaScript library) and the connection closes.
+
+Once upgraded, the connection is an ordinary peer of :class:`jetd.core.Daemon`: the
+payloads of the binary messages it receives go to ``Daemon.receive_data`` as the byte
+stream of PROTOCOL.md 3 (13.2), and its ``transport`` is a :class:`WebSocketTransport`,
+an adapter that gives ``Server.flush`` and the slow-consumer machinery the asyncio
+transport they expect: ``write`` sends the bytes as binary messages (at most 1 MiB each,
+13.2), and flow control (``pause_reading``, ``get_write_buffer_size``...) is the TCP
+transport's. The adapter writes the message header itself, two to ten bytes, rather than
+going through ``ServerProtocol.send_binary``, which copies the payload into a new frame
+object per write: that is the daemon's hot path (BENCHMARKS.md, WebSocket).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import email.utils
+import json
+import logging
+import mimetypes
+import socket
+import struct
+import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional, cast
+
+from websockets.datastructures import Headers
+from websockets.frames import Opcode
+from websockets.http11 import Request, Response
+from websockets.protocol import OPEN, SEND_EOF
+from websockets.server import ServerProtocol
+from websockets.typing import Subprotocol
+
+from jetwire import Status
+
+from .connection import Connection
+from .tls import certificate_user
+
+if TYPE_CHECKING:
+    from .server import Server
+
+__all__ = ["SUBPROTOCOL", "WS_FRAME_LIMIT", "WebListener", "WebProtocol", "WebSocketTransport", "start_web"]
+
+log = logging.getLogger("jetd")
+# websockets logs every open and close at INFO; jetd logs its peers itself.
+_ws_log = logging.getLogger("jetd.websocket")
+_ws_log.setLevel(logging.WARNING)
+
+SUBPROTOCOL = Subprotocol("jet")  # PROTOCOL.md 13.1
+WS_PATH = "/jet"  # PROTOCOL.md 13.1
+WS_FRAME_LIMIT = 1 << 20  # PROTOCOL.md 13.2: the message bound, both directions
+HANDSHAKE_TIMEOUT = 10.0  # seconds a connection may take to send its HTTP request
+LINGER_QUIET = 0.2  # as jetd.server: seconds without input before a hung-up socket closes
+DRAIN_CHUNK = 256 * 1024  # as jetd.server.DRAIN_CHUNK
+FLUSH_AFTER_READ = 32 * 1024  # as jetd.server.FLUSH_AFTER_READ
+TEXT_MESSAGE = "text messages are not jet: frames travel in binary messages"  # PROTOCOL.md 13.4
+CLOSE_NORMAL = 1000
+CLOSE_UNSUPPORTED_DATA = 1003
+
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+
+_H7 = struct.Struct(">BB").pack
+_H16 = struct.Struct(">BBH").pack
+_H64 = struct.Struct(">BBQ").pack
+_FIN_BINARY = 0x82
+
+
+def _binary_header(n: int) -> bytes:
+    """RFC 6455 5.2: FIN, opcode 2, no mask (a server never masks), payload length ``n``."""
+    if n < 126:
+        return _H7(_FIN_BINARY, n)
+    if n < 65536:
+        return _H16(_FIN_BINARY, 126, n)
+    return _H64(_FIN_BINARY, 127, n)
+
+
+def library_path() -> Optional[Path]:
+    """Where the JavaScript peer library ``jet.js`` is: ``js/`` of a checkout, or what
+    ``pip install`` put in ``<prefix>/share/jet/js`` (pyproject data-files)."""
+    for candidate in (
+        Path(__file__).resolve().parent.parent / "js" / "jet.js",
+        Path(sys.prefix) / "share" / "jet" / "js" / "jet.js",
+    ):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+class WebSocketTransport:
+    """The transport a WebSocket peer's connection has, as ``Server.flush``, the core's
+    flow control and :meth:`WebProtocol.drain` see it: duck-typed like the asyncio
+    transport of ``jetd.server.PeerProtocol``."""
+
+    __slots__ = ("_proto", "_raw")
+
+    def __init__(self, proto: WebProtocol, raw: asyncio.Transport) -> None:
+        self._proto = proto
+        self._raw = raw
+
+    def write(self, data: bytes) -> None:
+        """Send ``data`` (jet bytes) as binary messages of at most 1 MiB (PROTOCOL.md 13.2)."""
+        if self._proto.ws.state is not OPEN:
+            return  # a WebSocket close frame went out: nothing may follow it
+        n = len(data)
+        raw = self._raw
+        if n <= 4096:
+            raw.write(_binary_header(n) + data)
+        elif n <= WS_FRAME_LIMIT:
+            raw.writelines((_binary_header(n), data))
+        else:
+            view = memoryview(data)
+            pieces: list[Any] = []
+            for start in range(0, n, WS_FRAME_LIMIT):
+                chunk = view[start : start + WS_FRAME_LIMIT]
+                pieces.append(_binary_header(len(chunk)))
+                pieces.append(chunk)
+            raw.writelines(pieces)
+
+    def get_write_buffer_size(self) -> int:
+        return self._raw.get_write_buffer_size()
+
+    def pause_reading(self) -> None:
+        if not self._raw.is_closing():
+            self._raw.pause_reading()
+
+    def resume_reading(self) -> None:
+        if not self._raw.is_closing():
+            self._raw.resume_reading()
+
+    def is_closing(self) -> bool:
+        return self._raw.is_closing() or self._proto.ws.state is not OPEN
+
+    def can_write_eof(self) -> bool:
+        return False  # PROTOCOL.md 13.4: the WebSocket closing handshake replaces it
+
+    def write_eof(self) -> None:
+        raise NotImplementedError("a WebSocket peer is closed with hang_up()")
+
+    def close(self) -> None:
+        self._proto.hang_up()
+
+    def abort(self) -> None:
+        self._raw.abort()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._raw.get_extra_info(name, default)
+
+
+class WebProtocol(asyncio.Protocol):
+    """One HTTP connection: a static file, a refused handshake, or a WebSocket peer."""
+
+    def __init__(self, listener: WebListener) -> None:
+        self.listener = listener
+        self.server = listener.server
+        self.ws = ServerProtocol(
+            subprotocols=[SUBPROTOCOL], max_size=(None, WS_FRAME_LIMIT), logger=_ws_log
+        )
+        self.raw: Optional[asyncio.Transport] = None
+        self.transport: Optional[WebSocketTransport] = None  # set once upgraded
+        self.conn: Optional[Connection] = None
+        self.write_paused = False
+        self.hung_up = False
+        self.heard = False
+        self.text_message = False  # a fragmented text message is being received
+        self.close_code = CLOSE_NORMAL
+        self.abort_handle: Optional[asyncio.TimerHandle] = None
+        self.address = "?"
+
+    # --- asyncio.Protocol ---------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.raw = raw = cast(asyncio.Transport, transport)
+        soft = self.server.config.soft_limit
+        # NOTES.md: uvloop's default low-water mark is tiny; set both marks explicitly.
+        raw.set_write_buffer_limits(high=soft, low=soft // 4)
+        sock = raw.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        peer = raw.get_extra_info("peername")
+        self.address = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.listener.connections.add(self)
+        self.abort_handle = self.server.loop.call_later(HANDSHAKE_TIMEOUT, self._handshake_timeout)
+
+    def data_received(self, data: bytes) -> None:
+        if self.hung_up:
+            self.heard = True
+        ws = self.ws
+        ws.receive_data(data)
+        events = ws.events_received()
+        if events:
+            self._handle(events, len(data))
+        self._write_ws_output()
+        if ws.parser_exc is not None and self.conn is not None and not self.conn.closing:
+            # Bad WebSocket framing or a frame above the bound: websockets closed the
+            # WebSocket with its status (PROTOCOL.md 13.4); the peer is gone for the core.
+            self._disconnect(f"WebSocket protocol error: {ws.parser_exc}")
+
+    def eof_received(self) -> bool:
+        self.ws.receive_eof()
+        self._write_ws_output()
+        if self.hung_up or self.conn is None:
+            return False
+        # PROTOCOL.md 10.6: gone for the registry; what was produced for it still goes
+        # nowhere (a WebSocket cannot write after the peer's end), so close.
+        self._disconnect("peer closed its side")
+        return False
+
+    def connection_lost(self, exc: Optional[Exception]) -> None:
+        self.listener.connections.discard(self)
+        if self.abort_handle is not None:
+            self.abort_handle.cancel()
+        server = self.server
+        if self.conn is not None:
+            cast("set[WebProtocol]", server.protocols).discard(self)
+            reason = f"connection lost: {exc}" if exc is not None else "peer disconnected"
+            server.daemon.disconnect(self.conn, server.loop.time(), reason)
+            self.conn.io = None
+            server.schedule_flush()
+            if not server.protocols:
+                server.all_closed.set()
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+        transport = self.transport
+        if self.conn is not None and transport is not None:
+            self.server.daemon.pause(self.conn, transport.get_write_buffer_size())
+            # A peer that does not read gets no more of our attention either.
+            if not transport.is_closing():
+                transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        self.drain()
+
+    # --- what Server.flush and the core's flow control call -----------------------------
+
+    def drain(self) -> None:
+        """As ``jetd.server.PeerProtocol.drain``: hand the locally queued frames to the
+        transport until it pauses again, then let the core queue what it held back
+        (PROTOCOL.md 10.8); once all is written the connection is live again."""
+        conn = self.conn
+        transport = self.transport
+        if conn is None or transport is None or transport.is_closing():
+            return
+        daemon = self.server.daemon
+        while True:
+            while conn.pending and not self.write_paused:
+                transport.write(b"".join(conn.take_pending(DRAIN_CHUNK)))
+            if self.write_paused or not conn.paused or conn.closing:
+                break
+            if daemon.drained(conn):
+                transport.resume_reading()
+                break
+        self.server.schedule_flush()
+
+    def hang_up(self) -> None:
+        """End the connection once its CLOSE is written (PROTOCOL.md 13.4): the WebSocket
+        closing handshake, reading (and dropping) what the peer still sends until its
+        close frame; a peer that takes longer than the shutdown grace is aborted."""
+        raw = self.raw
+        if raw is None or raw.is_closing() or self.hung_up:
+            return
+        self.hung_up = True
+        ws = self.ws
+        if ws.state is OPEN:
+            ws.send_close(self.close_code)
+            self._write_ws_output()
+            raw.resume_reading()  # we read until its close frame, even if it was slow
+            self.server.loop.call_later(LINGER_QUIET, self._linger)
+        elif not ws.eof_sent:
+            raw.close()
+        if self.abort_handle is not None:
+            self.abort_handle.cancel()
+        self.abort_handle = self.server.loop.call_later(self.server.config.shutdown_grace, raw.abort)
+
+    def _linger(self) -> None:
+        """After our close frame, as ``PeerProtocol``: close once everything is written and
+        the peer has been quiet for LINGER_QUIET (closing with unread input would reset
+        the connection, which can destroy the CLOSE before the peer reads it)."""
+        raw = self.raw
+        if raw is None or raw.is_closing():
+            return
+        if self.heard or raw.get_write_buffer_size():
+            self.heard = False
+            self.server.loop.call_later(LINGER_QUIET, self._linger)
+        else:
+            raw.close()
+
+    # --- internals ------------------------------------------------------------------------
+
+    def _handle(self, events: list[Any], nbytes: int) -> None:
+        server = self.server
+        daemon = server.daemon
+        stream: list[bytes] = []
+        for event in events:
+            if isinstance(event, Request):
+                self._request(event)
+                continue
+            conn = self.conn
+            if conn is None or conn.closing:
+                continue
+            opcode = event.opcode
+            if opcode is Opcode.BINARY or (opcode is Opcode.CONT and not self.text_message):
+                data = event.data
+                stream.append(data if type(data) is bytes else bytes(data))
+            elif opcode is Opcode.TEXT or opcode is Opcode.CONT:
+                self.text_message = not event.fin
+                self._feed(stream)
+                stream = []
+                # PROTOCOL.md 13.4: CLOSE (MALFORMED), then WebSocket status 1003.
+                self.close_code = CLOSE_UNSUPPORTED_DATA
+                daemon.protocol_error(conn, Status.MALFORMED, TEXT_MESSAGE, server.loop.time())
+            elif opcode is Opcode.CLOSE:
+                self._feed(stream)
+                stream = []
+                code = self.ws.close_rcvd.code if self.ws.close_rcvd is not None else "none"
+                self._disconnect(f"peer closed the WebSocket ({code})")
+        if stream:
+            self._feed(stream)
+        if nbytes >= FLUSH_AFTER_READ:
+            server.flush()
+        else:
+            server.schedule_flush()
+
+    def _feed(self, stream: list[bytes]) -> None:
+        conn = self.conn
+        if not stream or conn is None:
+            return
+        server = self.server
+        eventlog = server.eventlog
+        if eventlog is not None:
+            eventlog.turn_ns = time.time_ns()  # as PeerProtocol: one timestamp per read
+        try:
+            server.daemon.receive_data(conn, stream[0] if len(stream) == 1 else b"".join(stream), server.loop.time())
+        except Exception:
+            # A bug in the core must cost one connection, never the daemon.
+            log.exception("internal error on %s", conn.label)
+            server.daemon.internal_error(conn, server.loop.time())
+        finally:
+            if eventlog is not None:
+                eventlog.turn_ns = 0
+        if conn.held:
+            server.hold(self)  # PROTOCOL.md 14.2: read nothing while AUTHENTICATE is answered
+        if getattr(conn, "stalled", False) and self.transport is not None:
+            # As PeerProtocol once the hardening branch's output budget is in: the core holds
+            # this peer's input until its output caught up; Server.run_work resumes reading.
+            self.transport.pause_reading()
+
+    def _disconnect(self, reason: str) -> None:
+        conn = self.conn
+        if conn is None:
+            return
+        server = self.server
+        server.daemon.disconnect(conn, server.loop.time(), reason)
+        server.schedule_flush()
+
+    def _write_ws_output(self) -> None:
+        raw = self.raw
+        if raw is None:
+            return
+        for chunk in self.ws.data_to_send():
+            if chunk is SEND_EOF or chunk == b"":
+                if raw.is_closing():
+                    continue
+                if raw.can_write_eof():
+                    raw.write_eof()
+                else:
+                    raw.close()
+            elif not raw.is_closing():
+                raw.write(chunk)
+
+    def _handshake_timeout(self) -> None:
+        self.abort_handle = None
+        if self.conn is None and self.raw is not None:
+            log.info("web %s: no HTTP request within %g s", self.address, HANDSHAKE_TIMEOUT)
+            self.raw.abort()
+
+    def _request(self, request: Request) -> None:
+        """An HTTP request: the WebSocket endpoint, or a static file."""
+        ws = self.ws
+        if self.abort_handle is not None:
+            self.abort_handle.cancel()
+            self.abort_handle = None
+        path = request.path.partition("?")[0]
+        if path == WS_PATH:
+            origin_error = self.listener.check_origin(request.headers)
+            if origin_error is not None:
+                log.info("web %s: refused: %s", self.address, origin_error)
+                response = ws.reject(403, f"Forbidden: {origin_error}\n")
+            else:
+                response = ws.accept(request)
+            ws.send_response(response)
+            self._write_ws_output()
+            if response.status_code == 101:
+                self._open()
+                return
+            if ws.handshake_exc is not None and origin_error is None:
+                log.info("web %s: handshake refused: %s", self.address, ws.handshake_exc)
+            self._close_soon()
+            return
+        ws.send_response(self.listener.static_response(request, path))
+        self._close_soon()
+
+    def _close_soon(self) -> None:
+        """After a plain HTTP response (or a refused handshake) the connection ends: a
+        client that neither reads it nor closes is cut off after HANDSHAKE_TIMEOUT."""
+        raw = self.raw
+        if raw is not None:
+            self.abort_handle = self.server.loop.call_later(HANDSHAKE_TIMEOUT, raw.abort)
+
+    def _open(self) -> None:
+        """The handshake succeeded: from now on this is a peer (PROTOCOL.md 13.1)."""
+        server = self.server
+        raw = self.raw
+        assert raw is not None
+        self.transport = WebSocketTransport(self, raw)
+        # Duck-typed like PeerProtocol for Server.flush and Server.shutdown.
+        cast("set[WebProtocol]", server.protocols).add(self)
+        self.conn = server.daemon.connect(f"ws:{self.address}", server.loop.time())
+        self.conn.io = self
+        user = certificate_user(raw.get_extra_info("ssl_object"))
+        if user is not None:
+            server.daemon.authenticate_certificate(self.conn, user)  # PROTOCOL.md 14.6 (wss)
+        server.schedule_flush()
+
+
+class WebListener:
+    """The HTTP listener: its socket, its connections, the origin policy and the files."""
+
+    def __init__(self, server: Server, ssl: Any = None) -> None:
+        self.server = server
+        self.config = server.config
+        # The hook for TLS (wss, PROTOCOL.md 13.3 same origin with https): an SSLContext.
+        self.ssl = ssl
+        self.scheme = "https" if ssl is not None else "http"
+        self.origins = self.config.allowed_origins()
+        self.connections: set[WebProtocol] = set()
+        self.listening: Optional[asyncio.AbstractServer] = None
+        self.files: dict[str, Path] = {
+            "/": STATIC_DIR / "index.html",
+            "/index.html": STATIC_DIR / "index.html",
+            "/console.js": STATIC_DIR / "console.js",
+            "/console.css": STATIC_DIR / "console.css",
+        }
+        library = library_path()
+        if library is not None:
+            self.files["/jet.js"] = library
+
+    async def start(self) -> tuple[str, int]:
+        """Listen; returns the (host, port) actually bound."""
+        config = self.config
+        host = config.http_host if config.http_host is not None else config.host
+        port = config.http_port if config.http_port is not None else 0
+        self.listening = await self.server.loop.create_server(
+            lambda: WebProtocol(self), host, port, backlog=1024, reuse_address=True, ssl=self.ssl
+        )
+        return host, self.listening.sockets[0].getsockname()[1]
+
+    def close(self) -> None:
+        """Stop accepting; drop connections still in their HTTP phase (peers are closed
+        by ``Server.shutdown`` like every other peer)."""
+        if self.listening is not None:
+            self.listening.close()
+        for proto in list(self.connections):
+            if proto.conn is None and proto.raw is not None:
+                proto.raw.abort()
+
+    def check_origin(self, headers: Headers) -> Optional[str]:
+        """PROTOCOL.md 13.3: None if the handshake's Origin is allowed, else why not."""
+        origins = headers.get_all("Origin")
+        if not origins:
+            return None  # a program, not a browser page
+        if len(origins) > 1:
+            return "more than one Origin header"
+        origin = origins[0].rstrip("/").lower()
+        if "*" in self.origins or origin in self.origins:
+            return None
+        host = headers.get("Host")
+        if host is not None and origin == f"{self.scheme}://{host.lower()}":
+            return None
+        return f"origin {origins[0]!r} is not allowed (same origin or --http-origins)"
+
+    def static_response(self, request: Request, path: str) -> Response:
+        """A file of the console, the JavaScript library, or the registry as JSON."""
+        if request.method not in ("GET", "HEAD"):
+            return _plain(405, "Method Not Allowed", "only GET\n", {"Allow": "GET, HEAD"})
+        if path == "/registry.json":
+            return _response(200, "OK", "application/json", self.registry_json(), request.method)
+        file = self.files.get(path)
+        if file is None:
+            return _plain(404, "Not Found", f"no such page: {path}\n")
+        try:
+            body = file.read_bytes()
+        except OSError as exc:
+            log.error("web: cannot read %s: %s", file, exc)
+            return _plain(500, "Internal Server Error", "cannot read the file\n")
+        kind = mimetypes.guess_type(file.name)[0] or "application/octet-stream"
+        if kind.startswith("text/") or kind.endswith("javascript"):
+            kind += "; charset=utf-8"
+        return _response(200, "OK", kind, body, request.method)
+
+    def registry_json(self) -> bytes:
+        """What the protocol cannot tell a peer (PROTOCOL.md 6.8: methods are never fetched,
+        and no function names an owner): every method and the owner of every key, for
+        the console. ``{"peers": {conn_id: label}, "states": [[key, conn_id]...],
+        "methods": [...]}``."""
+        registry = self.server.daemon.registry
+        peers: dict[int, Connection] = {}
+
+        def listing(table: Iterable[tuple[bytes, Connection]]) -> list[list[Any]]:
+            rows = []
+            for key, owner in table:
+                peers[owner.conn_id] = owner
+                rows.append([key.decode("utf-8", "replace"), owner.conn_id])
+            return rows
+
+        document = {
+            "states": listing(registry.states.items()),
+            "methods": listing(registry.methods.items()),
+            "peers": {str(cid): {"name": c.name, "address": c.address} for cid, c in peers.items()},
+        }
+        return json.dumps(document, separators=(",", ":")).encode()
+
+
+def _response(status: int, phrase: str, kind: str, body: bytes, method: str = "GET") -> Response:
+    headers = Headers(
+        [
+            ("Date", email.utils.formatdate(usegmt=True)),
+            ("Connection", "close"),
+            ("Content-Type", kind),
+            ("Content-Length", str(len(body))),
+            ("Cache-Control", "no-cache"),
+            ("X-Content-Type-Options", "nosniff"),
+        ]
+    )
+    return Response(status, phrase, headers, b"" if method == "HEAD" else body)
+
+
+def _plain(status: int, phrase: str, text: str, extra: Optional[dict[str, str]] = None) -> Response:
+    response = _response(status, phrase, "text/plain; charset=utf-8", text.encode())
+    for name, value in (extra or {}).items():
+        response.headers[name] = value
+    return response
+
+
+async def start_web(server: Server, ssl: Any = None) -> tuple[WebListener, str]:
+    """Start the HTTP listener of ``server`` (``config.http_port``); returns it and the
+    line ``web on http://HOST:PORT/`` to print and log.
+
+    Raises:
+        OSError: the port cannot be bound.
+    """
+    listener = WebListener(server, ssl)
+    host, port = await listener.start()
+    shown = f"[{host}]" if ":" in host else host
+    return listener, f"web on {listener.scheme}://{shown}:{port}/"
+

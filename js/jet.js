@@ -1,0 +1,1253 @@
+// jet.js: a jet peer for browsers and Node.js (spec/PROTOCOL.md 1.0), one ES module.
+//
+// The codec (Value, encode, Decoder) follows spec/PROTOCOL.md and is checked against every
+// vector of spec/vectors/; messages are plain objects with the field names of those
+// vectors. The Peer mirrors the Python asyncio peer (peer/aio.py): states, methods,
+// set/call/get, fetch with events, typed errors, CLOSE. Transports: WebSocket
+// (PROTOCOL.md 13; the browser's WebSocket, Node's global one, or the `ws` package) and,
+// in Node.js, TCP through `node:net`.
+//
+// Example:
+//   import { Peer } from "./jet.js";
+//   const peer = await Peer.connect("ws://127.0.0.1:8080/jet", { name: "demo" });
+//   const temp = await peer.addState("plant/temp", 21.5, { onSet: (v) => Math.min(v, 30) });
+//   console.log(await peer.set("plant/temp", 42));        // 30: the owner clamped it
+//   await peer.fetch("plant/", (ev) => console.log(ev.kind, ev.key, ev.value));
+
+// --- codes (PROTOCOL.md 3, 4, 6, 7, 8) ---------------------------------------------------
+
+/** Frame types (PROTOCOL.md 3). */
+export const FrameType = Object.freeze({ REQUEST: 1, RESPONSE: 2, EVENT: 3, INFO: 4 });
+/** Functions (PROTOCOL.md 6). */
+export const FunctionCode = Object.freeze({
+  ADD_STATE: 1, REMOVE_STATE: 2, SET_STATE: 3, NOTIFY_STATE: 4, CALL_METHOD: 5,
+  ADD_METHOD: 6, REMOVE_METHOD: 7, FETCH_STATES: 8, UNFETCH: 9, GET_STATE: 10,
+});
+/** Event codes (PROTOCOL.md 7). */
+export const EventCode = Object.freeze({
+  SET_STATE: 0x03, NOTIFY_STATE: 0x04, CALL_METHOD: 0x05,
+  FETCH_ADD: 0x81, FETCH_CHANGE: 0x82, FETCH_REMOVE: 0x83, CLOSE: 0xf0,
+});
+/** Status codes (PROTOCOL.md 8). */
+export const Status = Object.freeze({
+  OK: 0, NOT_FOUND: 1, ALREADY_EXISTS: 2, NOT_OWNER: 3, REJECTED: 4, TIMEOUT: 5, OWNER_GONE: 6,
+  MALFORMED: 7, UNKNOWN_FUNCTION: 8, TOO_LARGE: 9, LIMIT_EXCEEDED: 10, WRONG_KIND: 11,
+  INTERNAL: 12, OVERLOADED: 13,
+});
+/** Value types (PROTOCOL.md 5.3); 0x80..0xFF are application-defined. */
+export const ValueType = Object.freeze({
+  NONE: 0, BOOL: 1, INT64: 2, FLOAT64: 3, STRING: 4, JSON: 5, BYTES: 6, CBOR: 7, MSGPACK: 8,
+});
+/** Feature bits of INFO (PROTOCOL.md 4.4). */
+export const FEATURE_CONFLATION = 0x1;
+export const PROTOCOL_MAJOR = 1;
+export const PROTOCOL_MINOR = 0;
+export const DEFAULT_MAX_BODY = 1048576;
+export const DEFAULT_PORT = 11124;
+export const DEFAULT_TIMEOUT = 10000; // ms; longer than jetd's route timeout (5 s)
+/** PROTOCOL.md 13.2: at most this many bytes of payload per WebSocket message. */
+export const WS_MESSAGE_LIMIT = 1048576;
+
+const HEADER = 5;
+const nameOf = (table, code) => Object.keys(table).find((k) => table[k] === code);
+const FUNCTION_NAMES = Object.fromEntries(Object.entries(FunctionCode).map(([k, v]) => [v, k]));
+const EVENT_NAMES = Object.fromEntries(Object.entries(EventCode).map(([k, v]) => [v, k]));
+const STATUS_NAMES = Object.fromEntries(Object.entries(Status).map(([k, v]) => [v, k]));
+const MAX_STATUS = 0x0d;
+
+/** @param {number} status @returns {string} the status's name, or its number in hex. */
+export function statusName(status) {
+  return STATUS_NAMES[status] ?? `0x${status.toString(16).padStart(2, "0")}`;
+}
+
+// --- errors -------------------------------------------------------------------------------
+
+/** Base of every error jet raises. */
+export class JetError extends Error {}
+
+/** The other side sent bytes that do not follow the protocol (a decoder error).
+ *  `fatal`: the stream cannot be trusted (PROTOCOL.md 9.2, 9.3); `requestId`: the id of a
+ *  REQUEST or RESPONSE whose body has at least 4 bytes, else null; `frameType`: the
+ *  frame's type name, or its type byte when unknown. */
+export class ProtocolError extends JetError {
+  /** @param {number} status @param {string} message @param {{fatal?: boolean, requestId?: number|null, frameType?: string|number|null}} [info] */
+  constructor(status, message, info = {}) {
+    super(`${statusName(status)}: ${message}`);
+    this.name = "ProtocolError";
+    this.status = status;
+    this.reason = message;
+    this.fatal = info.fatal ?? false;
+    this.requestId = info.requestId ?? null;
+    this.frameType = info.frameType ?? null;
+  }
+}
+
+/** A request did not succeed; `status` is its status (null for a connection closed without
+ *  a CLOSE), `reason` the message from the daemon, the owner, or this peer. */
+export class PeerError extends JetError {
+  /** @param {string} [message] @param {number|null} [status] */
+  constructor(message = "", status) {
+    const s = status === undefined ? /** @type {any} */ (new.target).defaultStatus : status;
+    super(s === null || s === undefined ? message : message ? `${statusName(s)}: ${message}` : statusName(s));
+    this.name = new.target.name;
+    /** @type {number|null} */
+    this.status = s ?? null;
+    this.reason = message;
+  }
+}
+PeerError.defaultStatus = Status.INTERNAL;
+
+const errorClass = (name, status) => {
+  const cls = { [name]: class extends PeerError {} }[name];
+  cls.defaultStatus = status;
+  return cls;
+};
+export const NotFound = errorClass("NotFound", Status.NOT_FOUND);
+export const AlreadyExists = errorClass("AlreadyExists", Status.ALREADY_EXISTS);
+export const NotOwner = errorClass("NotOwner", Status.NOT_OWNER);
+export const Rejected = errorClass("Rejected", Status.REJECTED);
+export const Timeout = errorClass("Timeout", Status.TIMEOUT);
+export const OwnerGone = errorClass("OwnerGone", Status.OWNER_GONE);
+export const Malformed = errorClass("Malformed", Status.MALFORMED);
+export const UnknownFunction = errorClass("UnknownFunction", Status.UNKNOWN_FUNCTION);
+export const TooLarge = errorClass("TooLarge", Status.TOO_LARGE);
+export const LimitExceeded = errorClass("LimitExceeded", Status.LIMIT_EXCEEDED);
+export const WrongKind = errorClass("WrongKind", Status.WRONG_KIND);
+export const Internal = errorClass("Internal", Status.INTERNAL);
+export const Overloaded = errorClass("Overloaded", Status.OVERLOADED);
+/** The connection is closed or lost; `status` is the status of the daemon's CLOSE if it sent one. */
+export const ConnectionClosed = errorClass("ConnectionClosed", null);
+
+const BY_STATUS = new Map(
+  [NotFound, AlreadyExists, NotOwner, Rejected, Timeout, OwnerGone, Malformed, UnknownFunction,
+    TooLarge, LimitExceeded, WrongKind, Internal, Overloaded].map((c) => [c.defaultStatus, c]),
+);
+
+/** The typed error for a non-OK status (Internal for OK or an unknown byte).
+ *  @param {number} status @param {string} [message] @returns {PeerError} */
+export function errorForStatus(status, message = "") {
+  const cls = BY_STATUS.get(status);
+  if (cls) return new cls(message);
+  return new Internal(`failure reported with status ${statusName(status)}: ${message}`);
+}
+
+// --- values (PROTOCOL.md 5.3) --------------------------------------------------------------
+
+const utf8Encoder = new TextEncoder();
+const utf8Strict = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
+
+/** @param {Uint8Array} bytes @returns {string|null} the text, or null if not valid UTF-8 */
+function utf8OrNull(bytes) {
+  try {
+    return utf8Strict.decode(bytes);
+  } catch {
+    return null;
+  }
+}
+
+/** One jet value: a type byte and its data bytes. Use `Value.of(x)` to map from JavaScript
+ *  and `value.toJS()` (or a FetchEvent's `value`) to map back. */
+export class Value {
+  /** @param {number} vtype @param {Uint8Array} [data] */
+  constructor(vtype, data = new Uint8Array(0)) {
+    this.vtype = vtype;
+    this.data = data;
+  }
+
+  /** Map a JavaScript value: null/undefined -> NONE, boolean -> BOOL, bigint -> INT64,
+   *  number -> FLOAT64, string -> STRING, Uint8Array/ArrayBuffer -> BYTES, a Value as is,
+   *  any other object (array, plain object) -> JSON.
+   *  @param {any} x @returns {Value} */
+  static of(x) {
+    if (x instanceof Value) return x;
+    if (x === null || x === undefined) return new Value(ValueType.NONE);
+    switch (typeof x) {
+      case "boolean":
+        return new Value(ValueType.BOOL, Uint8Array.of(x ? 1 : 0));
+      case "bigint":
+        return Value.int64(x);
+      case "number":
+        return Value.float64(x);
+      case "string":
+        return new Value(ValueType.STRING, utf8Encoder.encode(x));
+      default:
+    }
+    if (x instanceof Uint8Array) return new Value(ValueType.BYTES, x);
+    if (x instanceof ArrayBuffer) return new Value(ValueType.BYTES, new Uint8Array(x));
+    if (typeof x === "object") return Value.json(x);
+    throw new TypeError(`no jet mapping for a ${typeof x}`);
+  }
+
+  /** @param {bigint|number} n @returns {Value} an INT64 */
+  static int64(n) {
+    const big = BigInt(n);
+    if (big < -(2n ** 63n) || big >= 2n ** 63n) throw new RangeError(`${big} does not fit INT64`);
+    const data = new Uint8Array(8);
+    new DataView(data.buffer).setBigInt64(0, big);
+    return new Value(ValueType.INT64, data);
+  }
+
+  /** @param {number} x @returns {Value} a FLOAT64 */
+  static float64(x) {
+    const data = new Uint8Array(8);
+    new DataView(data.buffer).setFloat64(0, x);
+    return new Value(ValueType.FLOAT64, data);
+  }
+
+  /** @param {any} document @returns {Value} a JSON value (JSON.stringify of `document`) */
+  static json(document) {
+    const text = JSON.stringify(document);
+    if (text === undefined) throw new TypeError("no JSON text for this value");
+    return new Value(ValueType.JSON, utf8Encoder.encode(text));
+  }
+
+  /** The JavaScript form: null, boolean, bigint (INT64), number, string, the parsed JSON,
+   *  Uint8Array (BYTES); CBOR, MSGPACK and application types come back as the Value.
+   *  @throws {Malformed} for a JSON value that does not parse */
+  toJS() {
+    const { vtype, data } = this;
+    switch (vtype) {
+      case ValueType.NONE:
+        return null;
+      case ValueType.BOOL:
+        return data[0] === 1;
+      case ValueType.INT64:
+        return new DataView(data.buffer, data.byteOffset, 8).getBigInt64(0);
+      case ValueType.FLOAT64:
+        return new DataView(data.buffer, data.byteOffset, 8).getFloat64(0);
+      case ValueType.STRING:
+        return utf8Strict.decode(data);
+      case ValueType.JSON: {
+        const text = utf8OrNull(data);
+        if (text === null) throw new Malformed("JSON value is not valid UTF-8");
+        try {
+          return JSON.parse(text);
+        } catch (e) {
+          throw new Malformed(`JSON value does not parse: ${e instanceof Error ? e.message : e}`);
+        }
+      }
+      case ValueType.BYTES:
+        return data;
+      default:
+        return this;
+    }
+  }
+
+  /** @param {Value} other */
+  equals(other) {
+    if (!(other instanceof Value) || other.vtype !== this.vtype || other.data.length !== this.data.length) return false;
+    return this.data.every((b, i) => b === other.data[i]);
+  }
+
+  /** The value's type name: NONE ... MSGPACK, or APPLICATION. */
+  get typeName() {
+    return this.vtype >= 0x80 ? "APPLICATION" : nameOf(ValueType, this.vtype) ?? "RESERVED";
+  }
+
+  toString() {
+    try {
+      const js = this.toJS();
+      if (js instanceof Value || js instanceof Uint8Array) return `${this.typeName}(${this.data.length} bytes)`;
+      if (typeof js === "bigint") return `${js}`;
+      return this.vtype === ValueType.JSON ? new TextDecoder().decode(this.data) : JSON.stringify(js);
+    } catch {
+      return `${this.typeName}(invalid)`;
+    }
+  }
+}
+
+/** Why (vtype, data) is not a well-formed value, or null (PROTOCOL.md 5.3). */
+function valueProblem(vtype, data) {
+  if (vtype >= 0x09 && vtype <= 0x7f) return `reserved value type 0x${vtype.toString(16)}`;
+  const width = { 0: 0, 1: 1, 2: 8, 3: 8 }[vtype];
+  if (width !== undefined && data.length !== width) return `${nameOf(ValueType, vtype)} value must be ${width} bytes, got ${data.length}`;
+  if (vtype === ValueType.BOOL && data[0] > 1) return `BOOL value must be 0x00 or 0x01, got ${data[0]}`;
+  if (vtype === ValueType.STRING && utf8OrNull(data) === null) return "STRING value is not valid UTF-8";
+  return null;
+}
+
+// --- encoding -------------------------------------------------------------------------------
+
+class Writer {
+  constructor(size) {
+    this.bytes = new Uint8Array(size);
+    this.view = new DataView(this.bytes.buffer);
+    this.pos = 0;
+  }
+  u8(n) { this.view.setUint8(this.pos, n); this.pos += 1; }
+  u16(n) { this.view.setUint16(this.pos, n); this.pos += 2; }
+  u32(n) { this.view.setUint32(this.pos, n); this.pos += 4; }
+  raw(b) { this.bytes.set(b, this.pos); this.pos += b.length; }
+  str16(b) { this.u16(b.length); this.raw(b); }
+  value(v) { this.u8(v.vtype); this.u32(v.data.length); this.raw(v.data); }
+}
+
+const textBytes = (s, what) => {
+  const b = utf8Encoder.encode(s ?? "");
+  if (b.length > 0xffff) throw new TooLarge(`${what} longer than 65535 UTF-8 bytes`);
+  return b;
+};
+const keyBytes = (key) => {
+  if (typeof key !== "string" || key.length === 0) throw new TypeError("a key is a non-empty string");
+  return textBytes(key, "key");
+};
+const asValue = (v) => (v instanceof Value ? v : Value.of(v));
+
+/** Encode one message (the object form of spec/vectors) into one frame.
+ *  @param {any} m @returns {Uint8Array} */
+export function encode(m) {
+  /** @type {Array<[string, any]>} */
+  const parts = [];
+  let type;
+  switch (m.type) {
+    case "REQUEST": {
+      type = FrameType.REQUEST;
+      const fn = FunctionCode[m.function];
+      if (fn === undefined) throw new TypeError(`unknown function ${m.function}`);
+      parts.push(["u32", m.id >>> 0], ["u8", fn]);
+      if (fn === FunctionCode.FETCH_STATES) parts.push(["str16", textBytes(m.prefix, "prefix")]);
+      else if (fn === FunctionCode.UNFETCH) parts.push(["u32", m.fetch_id]);
+      else {
+        parts.push(["str16", keyBytes(m.key)]);
+        if ([1, 3, 4, 5].includes(fn)) parts.push(["value", asValue(m.value)]);
+      }
+      break;
+    }
+    case "RESPONSE": {
+      type = FrameType.RESPONSE;
+      const status = typeof m.status === "number" ? m.status : Status[m.status];
+      parts.push(["u32", m.id >>> 0], ["u8", status]);
+      if (status !== Status.OK) parts.push(["str16", textBytes(m.message, "message")]);
+      else if (m.payload === "fetch_id") parts.push(["u32", m.fetch_id]);
+      else if (m.payload === "value" || (m.payload === undefined && m.value !== undefined)) parts.push(["value", asValue(m.value)]);
+      break;
+    }
+    case "EVENT": {
+      type = FrameType.EVENT;
+      const code = EventCode[m.code];
+      if (code === undefined) throw new TypeError(`unknown event code ${m.code}`);
+      parts.push(["u8", code]);
+      if (code === EventCode.CLOSE) {
+        const status = typeof m.status === "number" ? m.status : Status[m.status];
+        parts.push(["u8", status], ["str16", textBytes(m.message, "message")]);
+      } else {
+        if (code >= 0x81) parts.push(["u32", m.fetch_id]);
+        parts.push(["str16", keyBytes(m.key)], ["value", asValue(m.value)]);
+      }
+      break;
+    }
+    case "INFO":
+      type = FrameType.INFO;
+      parts.push(["u8", m.major ?? PROTOCOL_MAJOR], ["u8", m.minor ?? PROTOCOL_MINOR], ["u32", m.max_body ?? DEFAULT_MAX_BODY],
+        ["u32", m.features ?? 0], ["str16", textBytes(m.name, "name")]);
+      break;
+    default:
+      throw new TypeError(`unknown message type ${m.type}`);
+  }
+  const size = parts.reduce((n, [kind, x]) => n + ({ u8: 1, u32: 4 }[kind] ?? (kind === "str16" ? 2 + x.length : 5 + x.data.length)), 0);
+  if (size > 0xffffffff) throw new TooLarge("body longer than 2**32 - 1 bytes");
+  const w = new Writer(HEADER + size);
+  w.u8(type);
+  w.u32(size);
+  for (const [kind, x] of parts) w[kind](x);
+  return w.bytes;
+}
+
+// --- decoding -------------------------------------------------------------------------------
+
+class BodyReader {
+  /** @param {Uint8Array} body @param {(msg: string) => ProtocolError} fail */
+  constructor(body, fail) {
+    this.b = body;
+    this.v = new DataView(body.buffer, body.byteOffset, body.length);
+    this.pos = 0;
+    this.fail = fail;
+  }
+  need(n, what) { if (this.pos + n > this.b.length) throw this.fail(`truncated ${what}`); }
+  u8(what) { this.need(1, what); return this.v.getUint8(this.pos++); }
+  u32(what) { this.need(4, what); const n = this.v.getUint32(this.pos); this.pos += 4; return n; }
+  str16(what, nonEmpty = false) {
+    this.need(2, `${what} length`);
+    const n = this.v.getUint16(this.pos);
+    this.pos += 2;
+    if (nonEmpty && n === 0) throw this.fail(`empty ${what}`);
+    this.need(n, what);
+    const text = utf8OrNull(this.b.subarray(this.pos, this.pos + n));
+    if (text === null) throw this.fail(`${what} is not valid UTF-8`);
+    this.pos += n;
+    return text;
+  }
+  value() {
+    this.need(5, "value header");
+    const vtype = this.v.getUint8(this.pos);
+    const n = this.v.getUint32(this.pos + 1);
+    this.pos += 5;
+    this.need(n, "value data");
+    const data = this.b.slice(this.pos, this.pos + n); // a copy: the stream buffer is reused
+    this.pos += n;
+    const problem = valueProblem(vtype, data);
+    if (problem) throw this.fail(problem);
+    return new Value(vtype, data);
+  }
+  end() { if (this.pos !== this.b.length) throw this.fail(`${this.b.length - this.pos} trailing bytes`); }
+}
+
+/** Decode one frame body. @param {number} type @param {Uint8Array} body @returns {any} */
+export function decodeBody(type, body) {
+  const frameType = nameOf(FrameType, type) ?? type;
+  if (type === FrameType.REQUEST || type === FrameType.RESPONSE) {
+    if (body.length < 4) {
+      // PROTOCOL.md 9.1: no readable id. A REQUEST so short is fatal; a RESPONSE is dropped.
+      throw new ProtocolError(Status.MALFORMED, `${frameType} body of ${body.length} bytes has no readable id`,
+        { fatal: type === FrameType.REQUEST, frameType });
+    }
+  }
+  let requestId = null;
+  const fatal = type === FrameType.EVENT || type === FrameType.INFO;
+  const fail = (msg, status = Status.MALFORMED) => new ProtocolError(status, msg, { fatal, requestId, frameType });
+  const r = new BodyReader(body, fail);
+  if (type === FrameType.REQUEST) {
+    requestId = r.u32("id");
+    const fn = r.u8("function");
+    const name = FUNCTION_NAMES[fn];
+    if (!name) throw fail(`unknown function 0x${fn.toString(16)}`, Status.UNKNOWN_FUNCTION);
+    const m = { type: "REQUEST", id: requestId, function: name };
+    if (fn === FunctionCode.FETCH_STATES) m.prefix = r.str16("prefix");
+    else if (fn === FunctionCode.UNFETCH) m.fetch_id = r.u32("fetch_id");
+    else {
+      m.key = r.str16("key", true);
+      if ([1, 3, 4, 5].includes(fn)) m.value = r.value();
+    }
+    r.end();
+    return m;
+  }
+  if (type === FrameType.RESPONSE) {
+    requestId = r.u32("id");
+    const status = r.u8("status");
+    if (status > MAX_STATUS) throw fail(`unknown status 0x${status.toString(16)}`);
+    const m = { type: "RESPONSE", id: requestId, status: STATUS_NAMES[status] };
+    if (status !== Status.OK) {
+      m.message = r.str16("message");
+      r.end();
+      return m;
+    }
+    const rest = body.length - r.pos;
+    if (rest === 0) m.payload = "empty";
+    else if (rest === 4) { m.payload = "fetch_id"; m.fetch_id = r.u32("fetch_id"); }
+    else if (rest >= 5) { m.payload = "value"; m.value = r.value(); r.end(); }
+    else throw fail(`OK payload of ${rest} bytes`); // PROTOCOL.md 4.2
+    return m;
+  }
+  if (type === FrameType.EVENT) {
+    if (body.length === 0) throw fail("EVENT body is empty");
+    const code = r.u8("code");
+    const name = EVENT_NAMES[code];
+    if (!name) throw fail(`unknown event code 0x${code.toString(16)}`, Status.UNKNOWN_FUNCTION);
+    const m = { type: "EVENT", code: name };
+    if (code === EventCode.CLOSE) {
+      const status = r.u8("status");
+      if (status > MAX_STATUS) throw fail(`unknown status 0x${status.toString(16)}`);
+      m.status = STATUS_NAMES[status];
+      m.message = r.str16("message");
+    } else {
+      if (code >= 0x81) m.fetch_id = r.u32("fetch_id");
+      m.key = r.str16("key", true);
+      m.value = r.value();
+    }
+    r.end();
+    return m;
+  }
+  // INFO (PROTOCOL.md 4.4); another major version is fatal (PROTOCOL.md 2).
+  const m = { type: "INFO", major: r.u8("major"), minor: r.u8("minor"), max_body: r.u32("max_body"),
+    features: r.u32("features"), name: r.str16("name") };
+  r.end();
+  if (m.major !== PROTOCOL_MAJOR) throw fail(`unsupported protocol major version ${m.major}`);
+  return m;
+}
+
+/** A stream decoder (PROTOCOL.md 3): feed bytes with `receiveData`, pull messages with
+ *  `nextMessage` until it returns null. A bad frame throws a ProtocolError; after a
+ *  non-fatal one the frame is skipped, after a fatal one every call throws it again. */
+export class Decoder {
+  /** @param {{maxBody?: number}} [options] */
+  constructor({ maxBody = DEFAULT_MAX_BODY } = {}) {
+    this.maxBody = maxBody;
+    /** @type {Uint8Array[]} */
+    this.chunks = [];
+    this.total = 0; // bytes buffered (the first chunk counted from `pos`)
+    this.pos = 0; // offset in chunks[0]
+    /** @type {ProtocolError|null} */
+    this.failed = null;
+  }
+
+  /** @param {Uint8Array} data */
+  receiveData(data) {
+    if (data.length) {
+      this.chunks.push(data);
+      this.total += data.length;
+    }
+  }
+
+  /** Make the first `n` buffered bytes contiguous in chunks[0] (from pos). */
+  _gather(n) {
+    const chunks = this.chunks;
+    if (chunks[0].length - this.pos >= n) return;
+    const merged = new Uint8Array(n);
+    let filled = 0;
+    let i = 0;
+    let pos = this.pos;
+    while (filled < n) {
+      const c = chunks[i];
+      const take = Math.min(c.length - pos, n - filled);
+      merged.set(c.subarray(pos, pos + take), filled);
+      filled += take;
+      if (pos + take === c.length) {
+        i += 1;
+        pos = 0;
+      } else pos += take;
+    }
+    const rest = chunks.slice(i);
+    if (pos) rest[0] = rest[0].subarray(pos);
+    this.chunks = [merged, ...rest];
+    this.pos = 0;
+  }
+
+  _skip(n) {
+    this.total -= n;
+    this.pos += n;
+    while (this.chunks.length && this.pos >= this.chunks[0].length) {
+      this.pos -= this.chunks[0].length;
+      this.chunks.shift();
+    }
+  }
+
+  /** @returns {any|null} the next message, or null until more bytes arrive */
+  nextMessage() {
+    if (this.failed) throw this.failed;
+    if (this.total < HEADER) return null;
+    this._gather(HEADER);
+    const c = this.chunks[0];
+    const view = new DataView(c.buffer, c.byteOffset + this.pos, HEADER);
+    const type = view.getUint8(0);
+    const length = view.getUint32(1);
+    if (type < 1 || type > 4) {
+      this.failed = new ProtocolError(Status.MALFORMED, `unknown frame type 0x${type.toString(16)}`, { fatal: true, frameType: type });
+      throw this.failed;
+    }
+    if (length > this.maxBody) {
+      // PROTOCOL.md 3: checked from the 5 header bytes, before any body is buffered.
+      this.failed = new ProtocolError(Status.TOO_LARGE, `body of ${length} bytes exceeds max_body ${this.maxBody}`,
+        { fatal: true, frameType: nameOf(FrameType, type) });
+      throw this.failed;
+    }
+    if (this.total < HEADER + length) return null;
+    this._gather(HEADER + length);
+    const frame = this.chunks[0];
+    const body = frame.subarray(this.pos + HEADER, this.pos + HEADER + length);
+    this._skip(HEADER + length);
+    try {
+      return decodeBody(type, body);
+    } catch (e) {
+      if (e instanceof ProtocolError && e.fatal) this.failed = e;
+      throw e;
+    }
+  }
+}
+
+// --- transports -------------------------------------------------------------------------------
+
+const isNode = typeof process !== "undefined" && !!process.versions?.node;
+
+/** A byte link: `send`, `close`, and callbacks `ondata`, `onclose(reason)`. What arrives
+ *  before the peer attaches its callbacks (the daemon's INFO can come in the same read as
+ *  the handshake's end) is kept and handed over by `attach`. */
+class Link {
+  constructor() {
+    /** @type {Array<Uint8Array|null>} */
+    const early = [];
+    let closedWith = null;
+    /** @type {(data: Uint8Array|null) => void} */
+    this.ondata = (data) => early.push(data);
+    /** @type {(reason: string) => void} */
+    this.onclose = (reason) => { closedWith = reason; };
+    this.closed = false;
+    this._early = () => [early, closedWith];
+  }
+  /** @param {(data: Uint8Array|null) => void} ondata @param {(reason: string) => void} onclose */
+  attach(ondata, onclose) {
+    const [early, closedWith] = this._early();
+    this.ondata = ondata;
+    this.onclose = onclose;
+    for (const data of early) ondata(data);
+    if (closedWith !== null) onclose(closedWith);
+  }
+}
+
+class WebSocketLink extends Link {
+  /** @param {any} ws */
+  constructor(ws) {
+    super();
+    this.ws = ws;
+    ws.binaryType = "arraybuffer";
+    ws.onmessage = (event) => {
+      if (typeof event.data === "string") {
+        // PROTOCOL.md 13.4: a text message is not jet.
+        this.textMessage = true;
+        this.ondata(null);
+        return;
+      }
+      this.ondata(new Uint8Array(event.data));
+    };
+    ws.onclose = (event) => {
+      this.closed = true;
+      this.onclose(`WebSocket closed (${event.code}${event.reason ? ` ${event.reason}` : ""})`);
+    };
+    ws.onerror = () => {};
+  }
+  /** @param {Uint8Array} data */
+  send(data) {
+    if (this.closed || this.ws.readyState !== 1) return;
+    for (let at = 0; at < data.length; at += WS_MESSAGE_LIMIT) {
+      this.ws.send(data.subarray(at, at + WS_MESSAGE_LIMIT)); // PROTOCOL.md 13.2
+    }
+  }
+  close() {
+    if (this.ws.readyState <= 1) this.ws.close(1000);
+  }
+  abort() {
+    if (typeof this.ws.terminate === "function") this.ws.terminate();
+    else this.close();
+  }
+}
+
+class TcpLink extends Link {
+  constructor(socket) {
+    super();
+    this.socket = socket;
+    socket.setNoDelay(true);
+    socket.on("data", (buf) => this.ondata(new Uint8Array(buf.buffer, buf.byteOffset, buf.length)));
+    socket.on("error", (e) => { this.error = e; });
+    socket.on("close", () => {
+      this.closed = true;
+      this.onclose(this.error ? `connection lost: ${this.error.message}` : "connection closed");
+    });
+  }
+  send(data) {
+    if (!this.closed) this.socket.write(data);
+  }
+  close() {
+    // PROTOCOL.md 7.3: half-close, then read until the daemon closes (or a few seconds).
+    this.socket.end();
+    setTimeout(() => this.socket.destroy(), 3000).unref?.();
+  }
+  abort() {
+    this.socket.destroy();
+  }
+}
+
+/** @returns {Promise<any>} the WebSocket class of this runtime */
+async function webSocketClass() {
+  if (globalThis.WebSocket) return globalThis.WebSocket;
+  try {
+    const mod = await import("ws");
+    return mod.WebSocket ?? mod.default;
+  } catch {
+    throw new ConnectionClosed("no WebSocket in this runtime: install the `ws` package");
+  }
+}
+
+/** Open a link to `address`: "ws://...", "wss://...", "tcp://host:port" or {host, port}. */
+async function openLink(address, options, timeoutMs) {
+  const deadline = (promise, what) => new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Timeout(`${what}: no connection within ${timeoutMs / 1000} s`)), timeoutMs);
+    promise.then((v) => { clearTimeout(timer); resolve(v); }, (e) => { clearTimeout(timer); reject(e); });
+  });
+  if (typeof address === "string" && /^wss?:\/\//.test(address)) {
+    const WS = await webSocketClass();
+    const ws = isNode && !globalThis.WebSocket ? new WS(address, "jet", options.origin ? { origin: options.origin } : {}) : new WS(address, "jet");
+    const opened = new Promise((resolve, reject) => {
+      ws.onopen = () => resolve(new WebSocketLink(ws));
+      ws.onerror = (e) => reject(new ConnectionClosed(`cannot connect to ${address}${e?.message ? `: ${e.message}` : ""}`));
+      ws.onclose = (e) => reject(new ConnectionClosed(`cannot connect to ${address} (${e.code})`));
+    });
+    return deadline(opened, address);
+  }
+  let host;
+  let port;
+  if (typeof address === "string") {
+    const m = /^(?:tcp:\/\/)?\[?([^\]]+?)\]?:(\d+)$/.exec(address);
+    if (!m) throw new TypeError(`not a jet address: ${address} (ws://..., wss://... or tcp://host:port)`);
+    [host, port] = [m[1], Number(m[2])];
+  } else {
+    ({ host = "127.0.0.1", port = DEFAULT_PORT } = address ?? {});
+  }
+  if (!isNode) throw new TypeError("TCP needs Node.js; browsers connect with ws:// or wss://");
+  const net = await import("node:net");
+  const opened = new Promise((resolve, reject) => {
+    const socket = net.connect({ host, port });
+    socket.once("connect", () => resolve(new TcpLink(socket)));
+    socket.once("error", (e) => reject(new ConnectionClosed(`cannot connect to ${host}:${port}: ${e.message}`)));
+  });
+  return deadline(opened, `${host}:${port}`);
+}
+
+// --- the peer ---------------------------------------------------------------------------------
+
+/** One fetch event: `kind` ("add", "change", "remove"), `key`, and the value: `raw` as
+ *  received, `value` mapped to JavaScript when read (throws Malformed for bad JSON). */
+export class FetchEvent {
+  constructor(kind, key, raw) {
+    this.kind = kind;
+    this.key = key;
+    this.raw = raw;
+  }
+  get value() {
+    return this.raw.toJS();
+  }
+}
+
+const KINDS = { FETCH_ADD: "add", FETCH_CHANGE: "change", FETCH_REMOVE: "remove" };
+
+/** A state this peer owns (from `peer.addState`). */
+export class State {
+  constructor(peer, key, raw, onSet) {
+    this.peer = peer;
+    this.key = key;
+    this.raw = raw;
+    this.onSet = onSet;
+    this.removed = false;
+  }
+  /** The current value (as last added or notified), mapped to JavaScript. */
+  get value() {
+    return this.raw.toJS();
+  }
+  /** Announce a new complete value (NOTIFY_STATE, PROTOCOL.md 6.4). @returns {Promise<void>} */
+  notify(value, { timeout } = {}) {
+    this._live();
+    this.raw = Value.of(value);
+    return this.peer._request({ function: "NOTIFY_STATE", key: this.key, value: this.raw }, () => undefined, timeout);
+  }
+  /** Announce a new value as a fire-and-forget EVENT (PROTOCOL.md 7.1). */
+  notifyNowait(value) {
+    this._live();
+    this.raw = Value.of(value);
+    this.peer._sendEvent({ type: "EVENT", code: "NOTIFY_STATE", key: this.key, value: this.raw });
+  }
+  /** Remove the state (REMOVE_STATE, PROTOCOL.md 6.2). */
+  async remove({ timeout } = {}) {
+    this._live();
+    this.removed = true;
+    this.peer._states.delete(this.key);
+    await this.peer._request({ function: "REMOVE_STATE", key: this.key }, () => undefined, timeout);
+  }
+  _live() {
+    if (this.removed) throw new JetError(`state ${this.key} was removed`);
+  }
+}
+
+/** A method this peer owns (from `peer.addMethod`). */
+export class Method {
+  constructor(peer, key, handler) {
+    this.peer = peer;
+    this.key = key;
+    this.handler = handler;
+    this.removed = false;
+  }
+  /** Remove the method (REMOVE_METHOD, PROTOCOL.md 6.7). */
+  async remove({ timeout } = {}) {
+    if (this.removed) throw new JetError(`method ${this.key} was removed`);
+    this.removed = true;
+    this.peer._methods.delete(this.key);
+    await this.peer._request({ function: "REMOVE_METHOD", key: this.key }, () => undefined, timeout);
+  }
+}
+
+/** A fetch (from `peer.fetch`): events go to its callback, or, without one, to its async
+ *  iterator (`for await (const event of fetch)`). */
+export class Fetch {
+  constructor(peer, prefix, onEvent, maxQueue) {
+    this.peer = peer;
+    this.prefix = prefix;
+    this.onEvent = onEvent;
+    /** @type {number|null} */
+    this.fetchId = null;
+    this.active = false;
+    this._queue = [];
+    this._maxQueue = maxQueue;
+    this._waiter = null;
+    this._end = null;
+  }
+
+  _deliver(kind, key, raw) {
+    const event = new FetchEvent(kind, key, raw);
+    if (this.onEvent) {
+      try {
+        this.onEvent(event);
+      } catch (e) {
+        console.error(`jet: fetch ${JSON.stringify(this.prefix)}: callback failed on ${kind} ${key}:`, e);
+      }
+      return;
+    }
+    if (this._queue.length >= this._maxQueue) {
+      // A consumer this far behind would make memory grow without bound.
+      this.peer._dropFetch(this);
+      this._finish(new Overloaded(`fetch ${JSON.stringify(this.prefix)}: consumer fell ${this._maxQueue} events behind`));
+      return;
+    }
+    this._queue.push(event);
+    this._wake();
+  }
+
+  _wake() {
+    const waiter = this._waiter;
+    this._waiter = null;
+    if (waiter) waiter();
+  }
+
+  _finish(reason) {
+    this.active = false;
+    if (!this._end) this._end = reason;
+    this._wake();
+  }
+
+  /** End the fetch (UNFETCH, PROTOCOL.md 6.9); no event is delivered after this call. */
+  async unfetch({ timeout } = {}) {
+    if (!this.active) throw new JetError(`fetch ${JSON.stringify(this.prefix)} is not active`);
+    const fetchId = this.fetchId;
+    this._finish("done");
+    this.peer._fetches.delete(fetchId);
+    await this.peer._request({ function: "UNFETCH", fetch_id: fetchId }, () => undefined, timeout);
+  }
+
+  async *[Symbol.asyncIterator]() {
+    if (this.onEvent) throw new JetError("this fetch delivers to its callback");
+    for (;;) {
+      if (this._queue.length) {
+        yield this._queue.shift();
+        continue;
+      }
+      if (this._end) {
+        if (this._end === "done") return;
+        throw this._end;
+      }
+      await new Promise((resolve) => { this._waiter = resolve; });
+    }
+  }
+}
+
+const fnName = (handler) => handler?.name || "handler";
+const MAX_ERROR_MESSAGE = 1000;
+
+/** A jet peer: owner, client and fetcher on one connection. Create it with `Peer.connect`. */
+export class Peer {
+  constructor(link, options) {
+    this._link = link;
+    this.name = options.name ?? "peer";
+    this.timeout = options.timeout ?? DEFAULT_TIMEOUT;
+    this.maxBody = options.maxBody ?? DEFAULT_MAX_BODY;
+    this.fetchQueue = options.fetchQueue ?? 100000;
+    this._decoder = new Decoder({ maxBody: this.maxBody });
+    /** @type {Map<number, {resolve: Function, reject: Function, convert: Function, timer: any}>} */
+    this._pending = new Map();
+    this._nextId = 0;
+    /** @type {Map<string, State>} */
+    this._states = new Map();
+    /** @type {Map<string, Method>} */
+    this._methods = new Map();
+    /** @type {Map<number, Fetch>} */
+    this._fetches = new Map();
+    this._out = [];
+    this._outSize = 0;
+    this._closedError = null;
+    /** The daemon's CLOSE, if it sent one: {status, message}. */
+    this.closeReason = null;
+    this.info = null;
+    /** Called once with a ConnectionClosed when the connection ends. */
+    this.onclose = null;
+    this._infoWait = null;
+    /** Resolves with the ConnectionClosed error when the connection ends. */
+    this.closed = new Promise((resolve) => { this._resolveClosed = resolve; });
+  }
+
+  /** Connect to a daemon, send this peer's INFO, wait for the daemon's.
+   *  @param {string|{host?: string, port?: number}} [address] "ws://host:port/jet",
+   *    "wss://...", "tcp://host:port" (Node.js) or {host, port}; in a browser the default is
+   *    the /jet endpoint of the page's own server.
+   *  @param {{name?: string, timeout?: number, maxBody?: number, fetchQueue?: number, origin?: string}} [options]
+   *    timeout in milliseconds (connection and default per request); origin (Node's `ws`
+   *    only) the Origin header to send.
+   *  @returns {Promise<Peer>}
+   *  @throws {ConnectionClosed|Timeout|Malformed} */
+  static async connect(address, options = {}) {
+    if (address === undefined && typeof location !== "undefined") {
+      address = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/jet`;
+    }
+    const timeout = options.timeout ?? DEFAULT_TIMEOUT;
+    const link = await openLink(address, options, timeout);
+    const peer = new Peer(link, options);
+    const info = new Promise((resolve, reject) => { peer._infoWait = { resolve, reject }; });
+    link.attach((data) => peer._onData(data), (reason) => peer._onLinkClosed(reason));
+    // PROTOCOL.md 4.4: our INFO first; requests may follow without waiting.
+    peer._send(encode({ type: "INFO", name: peer.name, max_body: peer.maxBody, features: 0 }));
+    const timer = setTimeout(() => peer._infoWait?.reject(new Timeout(`no INFO within ${timeout / 1000} s`)), timeout);
+    try {
+      peer.info = await info;
+    } catch (e) {
+      link.abort();
+      throw e;
+    } finally {
+      clearTimeout(timer);
+    }
+    return peer;
+  }
+
+  /** True until the connection closes. */
+  get connected() {
+    return !this._closedError;
+  }
+
+  // --- sending ------------------------------------------------------------------------------
+
+  _send(frame) {
+    if (!this._out.length) queueMicrotask(() => this._flush()); // one write per turn
+    this._out.push(frame);
+    this._outSize += frame.length;
+  }
+
+  _flush() {
+    const out = this._out;
+    if (!out.length) return;
+    this._out = [];
+    const size = this._outSize;
+    this._outSize = 0;
+    if (out.length === 1) return this._link.send(out[0]);
+    const joined = new Uint8Array(size);
+    let at = 0;
+    for (const f of out) { joined.set(f, at); at += f.length; }
+    this._link.send(joined);
+  }
+
+  _frame(message) {
+    const frame = encode(message);
+    if (this.info && frame.length - HEADER > this.info.max_body) {
+      throw new TooLarge(`body of ${frame.length - HEADER} bytes exceeds the daemon's max_body ${this.info.max_body}`);
+    }
+    return frame;
+  }
+
+  _closedErr() {
+    const e = this._closedError;
+    return new ConnectionClosed(e ? e.reason : "peer closed", e ? e.status : null);
+  }
+
+  /** Send a REQUEST; its handler is registered before the frame is queued, and `convert`
+   *  runs synchronously when the response is decoded (so a fetch is live for the events
+   *  that follow its OK in the same read). */
+  _request(fields, convert, timeout) {
+    if (this._closedError) return Promise.reject(this._closedErr());
+    let id = this._nextId;
+    do { id = (id + 1) >>> 0; } while (this._pending.has(id));
+    this._nextId = id;
+    let frame;
+    try {
+      frame = this._frame({ type: "REQUEST", id, ...fields });
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    return new Promise((resolve, reject) => {
+      const ms = timeout ?? this.timeout;
+      const timer = setTimeout(() => {
+        if (this._pending.delete(id)) reject(new Timeout(`no response within ${ms / 1000} s (peer timeout)`));
+      }, ms);
+      this._pending.set(id, { resolve, reject, convert, timer });
+      this._send(frame);
+    });
+  }
+
+  _sendEvent(message) {
+    if (this._closedError) throw this._closedErr();
+    this._send(this._frame(message));
+  }
+
+  // --- client role ----------------------------------------------------------------------------
+
+  /** Ask the owner of state `key` to take `value` (SET_STATE, PROTOCOL.md 6.3).
+   *  @returns {Promise<any>} the value now in effect, as the owner answered */
+  set(key, value, { timeout } = {}) {
+    return this._request({ function: "SET_STATE", key, value: Value.of(value) }, convertValue, timeout);
+  }
+  /** Fire-and-forget set (PROTOCOL.md 7.1). */
+  setNowait(key, value) {
+    this._sendEvent({ type: "EVENT", code: "SET_STATE", key, value: Value.of(value) });
+  }
+  /** Call method `key` (CALL_METHOD, PROTOCOL.md 6.5). @returns {Promise<any>} its result */
+  call(key, args = null, { timeout } = {}) {
+    return this._request({ function: "CALL_METHOD", key, value: Value.of(args) }, convertValue, timeout);
+  }
+  /** Fire-and-forget call (PROTOCOL.md 7.1). */
+  callNowait(key, args = null) {
+    this._sendEvent({ type: "EVENT", code: "CALL_METHOD", key, value: Value.of(args) });
+  }
+  /** The daemon's cached value of state `key` (GET_STATE, PROTOCOL.md 6.10). */
+  get(key, { timeout } = {}) {
+    return this._request({ function: "GET_STATE", key }, convertValue, timeout);
+  }
+  /** Like `get`, but resolves to the Value unmapped. */
+  getRaw(key, { timeout } = {}) {
+    return this._request({ function: "GET_STATE", key }, (m) => m.value ?? new Value(ValueType.NONE), timeout);
+  }
+
+  /** Fetch every state whose key starts with `prefix` (PROTOCOL.md 6.8). With `onEvent`
+   *  every FetchEvent is passed to it, in order; without, iterate the Fetch with
+   *  `for await`. Resolves once the daemon's OK is in; the initial adds that follow the
+   *  OK are never missed.
+   *  @param {string} [prefix] @param {(event: FetchEvent) => void} [onEvent]
+   *  @returns {Promise<Fetch>} */
+  async fetch(prefix = "", onEvent = undefined, { timeout } = {}) {
+    const fetch = new Fetch(this, prefix, onEvent, this.fetchQueue);
+    const activate = (m) => {
+      if (m.payload !== "fetch_id") throw new Malformed("FETCH_STATES answered OK without a fetch_id");
+      fetch.fetchId = m.fetch_id;
+      fetch.active = true;
+      this._fetches.set(m.fetch_id, fetch); // synchronously, before the next frame is decoded
+      return fetch;
+    };
+    return this._request({ function: "FETCH_STATES", prefix }, activate, timeout);
+  }
+
+  _dropFetch(fetch) {
+    if (this._fetches.get(fetch.fetchId) === fetch) {
+      this._fetches.delete(fetch.fetchId);
+      this._request({ function: "UNFETCH", fetch_id: fetch.fetchId }, () => undefined).catch(() => {});
+    }
+  }
+
+  // --- owner role -----------------------------------------------------------------------------
+
+  /** Add a state owned by this peer (ADD_STATE, PROTOCOL.md 6.1).
+   *  @param {string} key @param {any} value its initial value
+   *  @param {{onSet?: (value: any) => any, timeout?: number}} [options] onSet gets the requested
+   *    value (mapped) and returns the value to keep (undefined keeps the requested one;
+   *    may be async); it throws Rejected (or any PeerError) to refuse. Without onSet the
+   *    state is read-only: sets are REJECTED.
+   *  @returns {Promise<State>} */
+  async addState(key, value, { onSet, timeout } = {}) {
+    if (this._states.has(key) || this._methods.has(key)) throw new JetError(`this peer already owns ${key}`);
+    const state = new State(this, key, Value.of(value), onSet);
+    this._states.set(key, state);
+    try {
+      await this._request({ function: "ADD_STATE", key, value: state.raw }, () => undefined, timeout);
+    } catch (e) {
+      if (this._states.get(key) === state) this._states.delete(key);
+      throw e;
+    }
+    return state;
+  }
+
+  /** Add a method owned by this peer (ADD_METHOD, PROTOCOL.md 6.6). The handler gets the
+   *  argument (mapped) and returns the result (may be async); errors as for onSet.
+   *  @returns {Promise<Method>} */
+  async addMethod(key, handler, { timeout } = {}) {
+    if (this._states.has(key) || this._methods.has(key)) throw new JetError(`this peer already owns ${key}`);
+    const method = new Method(this, key, handler);
+    this._methods.set(key, method);
+    try {
+      await this._request({ function: "ADD_METHOD", key }, () => undefined, timeout);
+    } catch (e) {
+      if (this._methods.get(key) === method) this._methods.delete(key);
+      throw e;
+    }
+    return method;
+  }
+
+  async _serve(m) {
+    // A routed SET_STATE or CALL_METHOD (REQUEST, or EVENT when fire-and-forget).
+    const rid = m.type === "REQUEST" ? m.id : null;
+    const isSet = m.function === "SET_STATE" || m.code === "SET_STATE";
+    const owned = isSet ? this._states.get(m.key) : this._methods.get(m.key);
+    if (!owned) return this._answerError(rid, new NotFound(`this peer owns no ${isSet ? "state" : "method"} ${m.key}`));
+    const handler = isSet ? owned.onSet : owned.handler;
+    if (!handler) return this._answerError(rid, new Rejected(`state ${m.key} is read-only`));
+    let outcome;
+    try {
+      outcome = handler(m.value.toJS());
+      if (outcome && typeof outcome.then === "function") outcome = await outcome;
+    } catch (e) {
+      return this._answerError(rid, e, handler);
+    }
+    let value;
+    try {
+      value = isSet && outcome === undefined ? m.value : Value.of(outcome);
+    } catch (e) {
+      return this._answerError(rid, new Internal(`${fnName(handler)} returned an unmappable value: ${e.message}`));
+    }
+    if (this._closedError) return undefined;
+    if (isSet) {
+      if (owned.removed) return this._answerError(rid, new NotFound(`state ${m.key} was removed`));
+      owned.raw = value;
+      // PROTOCOL.md 10.3, 11: NOTIFY_STATE with the complete new value, then OK with it.
+      this._send(encode({ type: "EVENT", code: "NOTIFY_STATE", key: m.key, value }));
+    }
+    if (rid !== null) this._send(encode({ type: "RESPONSE", id: rid, status: "OK", payload: "value", value }));
+    return undefined;
+  }
+
+  _answerError(rid, error, handler) {
+    let status;
+    let text;
+    if (error instanceof PeerError && error.status !== null && error.status !== Status.OK) {
+      [status, text] = [error.status, error.reason];
+    } else {
+      // A handler that crashes is INTERNAL (a bug at the owner), not REJECTED.
+      status = Status.INTERNAL;
+      text = `${fnName(handler)} failed: ${error?.name ?? "Error"}: ${error?.message ?? error}`;
+      console.error(`jet: ${text}`);
+    }
+    if (rid === null || this._closedError) return;
+    this._send(encode({ type: "RESPONSE", id: rid, status, message: text.slice(0, MAX_ERROR_MESSAGE) }));
+  }
+
+  // --- receiving ------------------------------------------------------------------------------
+
+  _onData(data) {
+    if (data === null) {
+      // PROTOCOL.md 13.4: a text message from the daemon.
+      return this._fatal(Status.MALFORMED, "text messages are not jet: frames travel in binary messages");
+    }
+    const decoder = this._decoder;
+    decoder.receiveData(data);
+    for (;;) {
+      if (this._closedError) return;
+      let m;
+      try {
+        m = decoder.nextMessage();
+      } catch (e) {
+        if (!(e instanceof ProtocolError)) throw e;
+        this._onBadFrame(e);
+        continue;
+      }
+      if (m === null) return;
+      this._dispatch(m);
+    }
+  }
+
+  _dispatch(m) {
+    if (m.type === "EVENT") {
+      const kind = KINDS[m.code];
+      if (kind) {
+        this._fetches.get(m.fetch_id)?._deliver(kind, m.key, m.value);
+      } else if (m.code === "CLOSE") {
+        this.closeReason = { status: Status[m.status], message: m.message };
+        this._link.close();
+        this._onLinkClosed(`daemon closed the connection: ${m.status} ${m.message}`);
+      } else if (m.code === "SET_STATE" || m.code === "CALL_METHOD") {
+        this._serve(m);
+      }
+      return;
+    }
+    if (m.type === "RESPONSE") {
+      const entry = this._pending.get(m.id);
+      if (!entry) return; // late (after our timeout): dropped
+      this._pending.delete(m.id);
+      clearTimeout(entry.timer);
+      if (m.status !== "OK") return entry.reject(errorForStatus(Status[m.status], m.message));
+      try {
+        entry.resolve(entry.convert(m));
+      } catch (e) {
+        entry.reject(e);
+      }
+      return;
+    }
+    if (m.type === "REQUEST") {
+      if (m.function === "SET_STATE" || m.function === "CALL_METHOD") this._serve(m);
+      else this._send(encode({ type: "RESPONSE", id: m.id, status: "UNKNOWN_FUNCTION", message: "a peer serves only set and call" }));
+      return;
+    }
+    // INFO: the first one completes the connection; a later one replaces it.
+    if (this._infoWait) {
+      this._infoWait.resolve(m);
+      this._infoWait = null;
+    } else {
+      this.info = m;
+    }
+  }
+
+  _onBadFrame(e) {
+    if (e.fatal || e.requestId === null) {
+      if (e.frameType === "RESPONSE" && !e.fatal) return; // no readable id: dropped
+      return this._fatal(e.status, `the daemon sent a bad frame: ${e.reason}`);
+    }
+    if (e.frameType === "RESPONSE") {
+      const entry = this._pending.get(e.requestId);
+      if (entry) {
+        this._pending.delete(e.requestId);
+        clearTimeout(entry.timer);
+        entry.reject(new Malformed(`malformed response: ${e.reason}`));
+      }
+    } else if (e.frameType === "REQUEST") {
+      // PROTOCOL.md 9.1, from the owner's side: answer and keep going.
+      this._send(encode({ type: "RESPONSE", id: e.requestId, status: e.status, message: e.reason.slice(0, MAX_ERROR_MESSAGE) }));
+    }
+  }
+
+  _fatal(status, message) {
+    if (this._closedError) return;
+    this._send(encode({ type: "EVENT", code: "CLOSE", status, message: message.slice(0, MAX_ERROR_MESSAGE) }));
+    this._flush();
+    this._link.close();
+    this._onLinkClosed(`connection closed: ${message}`);
+  }
+
+  _onLinkClosed(reason) {
+    if (this._closedError) return;
+    const status = this.closeReason ? this.closeReason.status : null;
+    const error = new ConnectionClosed(reason, status);
+    this._closedError = error;
+    this._out = [];
+    for (const entry of this._pending.values()) {
+      clearTimeout(entry.timer);
+      entry.reject(new ConnectionClosed(reason, status));
+    }
+    this._pending.clear();
+    this._infoWait?.reject(error);
+    this._infoWait = null;
+    for (const fetch of this._fetches.values()) fetch._finish(new ConnectionClosed(reason, status));
+    this._fetches.clear();
+    this._resolveClosed(error);
+    if (typeof this.onclose === "function") {
+      try {
+        this.onclose(error);
+      } catch (e) {
+        console.error("jet: onclose failed:", e);
+      }
+    }
+  }
+
+  /** Close the connection: CLOSE (OK) to the daemon (PROTOCOL.md 7.3), pending requests
+   *  fail with ConnectionClosed, fetch iterators end. Idempotent. */
+  async close() {
+    if (!this._closedError) {
+      this._send(encode({ type: "EVENT", code: "CLOSE", status: "OK", message: "peer closing" }));
+      this._flush();
+      for (const fetch of this._fetches.values()) fetch._finish("done");
+      this._fetches.clear();
+      this._onLinkClosed("peer closed");
+      this._link.close();
+    }
+    if (!this._link.closed) {
+      await Promise.race([
+        new Promise((resolve) => {
+          const previous = this._link.onclose;
+          this._link.onclose = (r) => { previous(r); resolve(); };
+        }),
+        new Promise((resolve) => setTimeout(resolve, 3000)),
+      ]);
+      if (!this._link.closed) this._link.abort();
+    }
+  }
+}
+
+function convertValue(m) {
+  // PROTOCOL.md 6.3: an empty OK to a set means NONE.
+  return m.value === undefined ? null : m.value.toJS();
+}

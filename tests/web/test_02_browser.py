@@ -1,0 +1,203 @@
+"""Real Chromium (Playwright) against a real jetd: the web console with a TCP owner, the
+Todo example between two pages, and a refused origin. A console screenshot is saved under
+tests/artifacts/ (ignored by git)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from webtest import start_web_jetd
+
+from peer import PeerAsync
+
+playwright_api = pytest.importorskip("playwright.async_api", reason="playwright is not installed")
+
+CHROMIUM = "/usr/bin/chromium"
+REPO = Path(__file__).resolve().parent.parent.parent
+ARTIFACTS = REPO / "tests" / "artifacts"
+TIMEOUT_MS = 15_000
+
+pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"no Chromium at {CHROMIUM}")
+
+
+async def _browser(p: Any) -> Any:
+    return await p.chromium.launch(
+        executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+    )
+
+
+def _page_errors(page: Any, errors: list[str]) -> None:
+    page.on("pageerror", lambda e: errors.append(str(e)))
+
+
+def test_console_shows_updates_and_sets_a_tcp_owners_state(start_jetd):
+    daemon = start_web_jetd(start_jetd)
+    host, port = daemon.web
+
+    async def run() -> None:
+        owner = await PeerAsync.connect(*daemon.address, name="plant")
+        asked: list[Any] = []
+
+        def clamp(value: Any) -> float:
+            asked.append(value)
+            return min(float(value), 30.0)
+
+        temp = await owner.add_state("plant/line1/temp", 20.5, on_set=clamp)
+        await owner.add_state("plant/line1/mode", "auto")
+        await owner.add_method("plant/reset", lambda arg: "reset done")
+        await asyncio.gather(*(owner.add_state(f"bulk/{i // 100}/{i}", i) for i in range(1000)))
+        async with playwright_api.async_playwright() as p:
+            browser = await _browser(p)
+            page = await browser.new_page(viewport={"width": 1200, "height": 700})
+            errors: list[str] = []
+            _page_errors(page, errors)
+            await page.goto(f"http://{host}:{port}/")
+            await page.wait_for_function(
+                "document.querySelector('#counts').textContent.startsWith('1002 states · 1 methods')",
+                timeout=TIMEOUT_MS,
+            )
+            await page.fill("#search", "plant/")
+            row = page.locator('.node[data-key="plant/line1/temp"]')
+            await row.locator(".val").wait_for(timeout=TIMEOUT_MS)
+            assert await row.locator(".val").text_content() == "20.5"
+            assert "plant@127.0.0.1:" in (await row.locator(".owner").text_content() or "")
+            # Live: the owner notifies, the row changes in place.
+            await temp.notify(21.25)
+            await page.wait_for_function(
+                "document.querySelector('.node[data-key=\"plant/line1/temp\"] .val').textContent === '21.25'",
+                timeout=TIMEOUT_MS,
+            )
+            # Set from the page: routed to the TCP owner, which clamps it.
+            await row.click()
+            await page.fill("form.act input[name=text]", "33.5")
+            await page.click("form.act button")
+            await page.wait_for_selector(".answer.ok", timeout=TIMEOUT_MS)
+            assert (await page.text_content(".answer")) == "OK: 30"
+            assert asked == [33.5]
+            await page.wait_for_function(
+                "document.querySelector('.node[data-key=\"plant/line1/temp\"] .val').textContent === '30'",
+                timeout=TIMEOUT_MS,
+            )
+            # A set the owner refuses shows the typed error.
+            await page.locator('.node[data-key="plant/line1/mode"]').click()
+            await page.fill("form.act input[name=text]", '"manual"')
+            await page.click("form.act button")
+            await page.wait_for_selector(".answer.error", timeout=TIMEOUT_MS)
+            assert "Rejected" in (await page.text_content(".answer") or "")
+            await page.locator('.node[data-key="plant/line1/temp"]').click()
+            ARTIFACTS.mkdir(exist_ok=True)
+            shot = ARTIFACTS / "console.png"
+            await page.screenshot(path=str(shot))
+            print(f"console screenshot: {shot}")
+            # Keys come and go.
+            await temp.remove()
+            await page.locator('.node[data-key="plant/line1/temp"]').wait_for(state="detached", timeout=TIMEOUT_MS)
+            assert not errors, errors
+            await browser.close()
+        await owner.close()
+
+    asyncio.run(run())
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _start_todo(daemon: Any, http_port: int) -> subprocess.Popen[str]:
+    host, port = daemon.web
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO / "examples" / "todo" / "server.py"), "--jet", f"{daemon.host}:{daemon.port}",
+         "--http-port", str(http_port), "--ws", f"ws://{host}:{port}/jet"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert "todo server: page on" in line, line + proc.stdout.read()
+    return proc
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        assert proc.wait(10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_todo_example_between_two_pages(start_jetd):
+    todo_port = _free_port()
+    daemon = start_web_jetd(start_jetd, "--http-origins", f"http://127.0.0.1:{todo_port}")
+    todo = _start_todo(daemon, todo_port)
+    url = f"http://127.0.0.1:{todo_port}/"
+
+    async def run() -> None:
+        async with playwright_api.async_playwright() as p:
+            browser = await _browser(p)
+            errors: list[str] = []
+            a = await browser.new_page()
+            b = await browser.new_page()
+            for page in (a, b):
+                _page_errors(page, errors)
+                await page.goto(url)
+                await page.wait_for_function("document.getElementById('status').textContent === 'live'",
+                                             timeout=TIMEOUT_MS)
+            await a.fill("input[name=title]", "buy milk")
+            await a.click("form#add button")
+            await b.locator("li .title", has_text="buy milk").wait_for(timeout=TIMEOUT_MS)
+            await b.fill("input[name=title]", "walk the dog")
+            await b.press("input[name=title]", "Enter")
+            await a.locator("li .title", has_text="walk the dog").wait_for(timeout=TIMEOUT_MS)
+            # B ticks milk off; A sees it done.
+            await b.locator("li", has_text="buy milk").locator("input[type=checkbox]").check()
+            await a.locator("li.done", has_text="buy milk").wait_for(timeout=TIMEOUT_MS)
+            # A removes it; B sees it go.
+            await a.locator("li", has_text="buy milk").locator("button").click()
+            await b.locator("li", has_text="buy milk").wait_for(state="detached", timeout=TIMEOUT_MS)
+            assert await b.locator("li .title").all_text_contents() == ["walk the dog"]
+            # A bad request shows the owner's refusal.
+            await a.evaluate("document.querySelector('input[name=title]').removeAttribute('required')")
+            await a.fill("input[name=title]", "   ")
+            await a.click("form#add button")
+            await a.wait_for_function("document.getElementById('error').textContent.includes('REJECTED')",
+                                      timeout=TIMEOUT_MS)
+            assert not errors, errors
+            await browser.close()
+
+    try:
+        asyncio.run(run())
+    finally:
+        _stop(todo)
+
+
+def test_page_from_a_foreign_origin_is_refused(start_jetd):
+    todo_port = _free_port()
+    daemon = start_web_jetd(start_jetd)  # same origin only: the todo page's origin is foreign
+    todo = _start_todo(daemon, todo_port)
+
+    async def run() -> None:
+        async with playwright_api.async_playwright() as p:
+            browser = await _browser(p)
+            page = await browser.new_page()
+            await page.goto(f"http://127.0.0.1:{todo_port}/")
+            await page.wait_for_function(
+                "document.getElementById('status').textContent.startsWith('cannot connect')", timeout=TIMEOUT_MS)
+            await browser.close()
+
+    try:
+        asyncio.run(run())
+    finally:
+        _stop(todo)
+    daemon.stop()
+    assert f"refused: origin 'http://127.0.0.1:{todo_port}' is not allowed" in daemon.stderr()

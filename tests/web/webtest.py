@@ -1,0 +1,108 @@
+"""Helpers for the web tests: jetd with its HTTP listener, a WebSocket jet peer."""
+
+from __future__ import annotations
+
+import os
+import selectors
+import time
+from collections.abc import Callable
+from typing import Any, Optional
+
+from websockets.sync.client import ClientConnection, connect
+
+from jetwire import Close, Decoder, Info, Message, Request, Response, encode
+
+TIMEOUT = 5.0
+
+
+def web_address(daemon: Any) -> tuple[str, int]:
+    """Read jetd's second stdout line, ``web on http://HOST:PORT/``; returns (host, port)."""
+    cached = getattr(daemon, "web", None)
+    if cached is not None:
+        return cached  # type: ignore[no-any-return]
+    stdout = daemon.proc.stdout
+    selector = selectors.DefaultSelector()
+    selector.register(stdout, selectors.EVENT_READ)
+    line = b""
+    deadline = time.monotonic() + 15
+    while not line.endswith(b"\n"):
+        remaining = deadline - time.monotonic()
+        assert remaining > 0 and selector.select(remaining), f"no web line: {daemon.stderr()}"
+        chunk = os.read(stdout.fileno(), 1)
+        assert chunk, f"jetd exited before its web line: {daemon.stderr()}"
+        line += chunk
+    selector.close()
+    text = line.decode().strip()
+    assert text.startswith("web on http://") and text.endswith("/"), text
+    host, _, port = text[len("web on http://") : -1].rpartition(":")
+    daemon.web = (host, int(port))
+    return daemon.web  # type: ignore[no-any-return]
+
+
+def start_web_jetd(start_jetd: Callable[..., Any], *args: str) -> Any:
+    """A jetd on port 0 with ``--http-port 0``; its ``web`` attribute is the HTTP address."""
+    daemon = start_jetd("--http-port", "0", *args)
+    web_address(daemon)
+    return daemon
+
+
+class WsPeer:
+    """A jet peer over WebSocket (the websockets sync client); reads the daemon's INFO."""
+
+    def __init__(self, web: tuple[str, int], name: Optional[str] = None, *, read_info: bool = True,
+                 **kwargs: Any) -> None:
+        kwargs.setdefault("subprotocols", ["jet"])
+        self.ws: ClientConnection = connect(f"ws://{web[0]}:{web[1]}/jet", open_timeout=TIMEOUT, **kwargs).__enter__()
+        self.decoder = Decoder(max_body=64 * 1024 * 1024)
+        self._next_id = 1
+        self.info: Optional[Info] = None
+        self.closed = False
+        if read_info:
+            first = self.recv()
+            assert isinstance(first, Info), first
+            self.info = first
+        if name is not None:
+            self.send(Info(name))
+
+    def next_id(self) -> int:
+        rid = self._next_id
+        self._next_id += 1
+        return rid
+
+    def send(self, *messages: Message) -> None:
+        self.ws.send(b"".join(encode(m) for m in messages))
+
+    def recv(self, timeout: float = TIMEOUT) -> Message:
+        """The next jet message; raises ConnectionClosed at the end, TimeoutError on timeout."""
+        deadline = time.monotonic() + timeout
+        while True:
+            message = self.decoder.next_message()
+            if message is not None:
+                return message
+            data = self.ws.recv(max(0.0, deadline - time.monotonic()))
+            assert isinstance(data, bytes), f"text message from jetd: {data!r}"
+            self.decoder.receive_data(data)
+
+    def recv_until(self, match: Callable[[Message], bool], timeout: float = TIMEOUT) -> tuple[Message, list[Message]]:
+        skipped: list[Message] = []
+        deadline = time.monotonic() + timeout
+        while True:
+            message = self.recv(max(0.01, deadline - time.monotonic()))
+            if match(message):
+                return message, skipped
+            skipped.append(message)
+
+    def request(self, make: Callable[[int], Request], timeout: float = TIMEOUT) -> Response:
+        rid = self.next_id()
+        self.send(make(rid))
+        message = self.recv(timeout)
+        assert isinstance(message, Response) and message.id == rid, message
+        return message
+
+    def expect_close(self, status: Any, timeout: float = TIMEOUT) -> Close:
+        message = self.recv(timeout)
+        assert isinstance(message, Close) and message.status == status, message
+        return message
+
+    def close(self) -> None:
+        self.ws.close()
