@@ -646,3 +646,56 @@ def test_user_add_asks_twice_on_a_terminal(tmp_path: Path) -> None:
     code, shown = _user_add_on_a_terminal(tmp_path / "other.toml", ["one", "two"])
     assert code == 2 and "the passwords differ" in shown
     assert not (tmp_path / "other.toml").exists()
+
+
+def test_websocket_listener_uses_the_same_tls_and_authentication(start_jetd: Callable[..., DaemonProcess],
+                                                                 users_path: Path, tmp_path: Path) -> None:
+    """wss:// with the TCP listener's TLS settings: a client certificate's CN is the user;
+    without one, AUTHENTICATE (pipelined with a request behind it) over WebSocket."""
+    import os
+    import selectors
+
+    from websockets.sync.client import connect
+
+    from jetwire import Decoder
+
+    pki = _make_pki(tmp_path)
+    daemon = start_jetd("--auth", str(users_path), "--tls-cert", str(pki["server"]), "--tls-key",
+                        str(pki["server-key"]), "--tls-client-ca", str(pki["ca"]), "--http-port", "0")
+    assert daemon.proc.stdout is not None
+    selector = selectors.DefaultSelector()
+    selector.register(daemon.proc.stdout, selectors.EVENT_READ)
+    line = b""
+    while not line.endswith(b"\n"):
+        assert selector.select(15), daemon.stderr()
+        line += os.read(daemon.proc.stdout.fileno(), 1)
+    selector.close()
+    text = line.decode().strip()
+    assert text.startswith("web on https://127.0.0.1:"), text
+    url = f"wss://127.0.0.1:{int(text.rsplit(':', 1)[1].rstrip('/'))}/jet"
+
+    def messages(ws: Any, decoder: Decoder, count: int) -> list[Any]:
+        got: list[Any] = []
+        while len(got) < count:
+            message = decoder.next_message()
+            if message is None:
+                decoder.receive_data(ws.recv(timeout=10))
+            else:
+                got.append(message)
+        return got
+
+    with connect(url, ssl=_client_context(pki, "client"), subprotocols=["jet"], open_timeout=10) as boiler:
+        decoder = Decoder()
+        info = messages(boiler, decoder, 1)[0]
+        assert isinstance(info, Info) and info.features & FEATURE_AUTH_REQUIRED
+        boiler.send(encode(AddState(1, "plant/boiler/ws", f64(3))))
+        assert messages(boiler, decoder, 1) == [Response(1)]  # CN boiler: may own plant/boiler/
+        with connect(url, ssl=_client_context(pki), subprotocols=["jet"], open_timeout=10) as operator:
+            decoder2 = Decoder()
+            messages(operator, decoder2, 1)
+            operator.send(encode(Authenticate(1, "operator", "op-pw")) + encode(GetState(2, "plant/boiler/ws"))
+                          + encode(SetState(3, "plant/boiler/ws", f64(4))))
+            assert messages(operator, decoder2, 3) == [
+                Response(1), Response(2, value=f64(3)),
+                Response(3, Status.NOT_AUTHORIZED, message="not authorized: write plant/boiler/ws"),
+            ]
