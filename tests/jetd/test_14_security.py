@@ -699,3 +699,17 @@ def test_websocket_listener_uses_the_same_tls_and_authentication(start_jetd: Cal
                 Response(1), Response(2, value=f64(3)),
                 Response(3, Status.NOT_AUTHORIZED, message="not authorized: write plant/boiler/ws"),
             ]
+
+
+def test_the_registry_is_not_served_with_auth(start_jetd: Callable[..., DaemonProcess], users_path: Path) -> None:
+    """PROTOCOL.md 14.3: /registry.json would name every key and owner to anyone."""
+    import urllib.error
+    import urllib.request
+
+    daemon = start_jetd("--auth", str(users_path), "--http-port", "0")
+    from tests.web.webtest import web_address
+
+    host, port = web_address(daemon)
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(f"http://{host}:{port}/registry.json", timeout=10)
+    assert refused.value.code == 403
