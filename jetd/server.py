@@ -430,18 +430,23 @@ def _is_loopback(host: str) -> bool:
 
 
 def _warn_exposed(config: Config) -> None:
-    """Say it loudly when jetd listens beyond this machine without protection."""
-    if _is_loopback(config.host):
+    """Say it loudly when jetd listens beyond this machine without protection (its TCP
+    listener, or its HTTP listener for WebSocket peers)."""
+    hosts = [config.host]
+    if config.http_port is not None:
+        hosts.append(config.http_host or config.host)
+    exposed = next((host for host in hosts if not _is_loopback(host)), None)
+    if exposed is None:
         return
     if config.auth is None:
         print(
-            f"jetd: WARNING: listening on {config.host} (not loopback) without --auth: "
+            f"jetd: WARNING: listening on {exposed} (not loopback) without --auth: "
             "anyone who can reach this port can read, set, call and register any key",
             file=sys.stderr,
         )
     if config.tls_cert is None:
         print(
-            f"jetd: WARNING: listening on {config.host} (not loopback) without TLS "
+            f"jetd: WARNING: listening on {exposed} (not loopback) without TLS "
             "(--tls-cert/--tls-key): data and passwords travel in clear text",
             file=sys.stderr,
         )

@@ -370,6 +370,9 @@ def test_warnings_when_exposed(capsys: pytest.CaptureFixture[str]) -> None:
     _warn_exposed(Config(host="::", auth="u.toml"))
     err = capsys.readouterr().err
     assert "without --auth" not in err and "without TLS" in err
+    _warn_exposed(Config(host="127.0.0.1", http_port=8080, http_host="0.0.0.0"))  # the WebSocket listener
+    err = capsys.readouterr().err
+    assert "listening on 0.0.0.0" in err and "without --auth" in err
 
 
 # --- the users file and its commands ----------------------------------------------------------
