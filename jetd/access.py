@@ -197,6 +197,7 @@ class AccessControl(DaemonBase):
 
     if TYPE_CHECKING:  # provided by jetd.core.Daemon
         def receive_data(self, conn: Connection, data: bytes, now: float) -> None: ...
+        def disconnect(self, conn: Connection, now: float, reason: str = ...) -> None: ...
 
     # --- the checks the handlers call -------------------------------------------------
 
@@ -291,10 +292,13 @@ class AccessControl(DaemonBase):
         self._apply_permissions(conn, self.access.permissions(user))
 
     def _release(self, conn: Connection, now: float) -> None:
-        """Read on: the frames that arrived while AUTHENTICATE was being answered."""
+        """Read on: the frames that arrived while AUTHENTICATE was being answered (and
+        the end of input, if the peer closed its side meanwhile)."""
         conn.held = False
         if conn.rest and not conn.closing:
             self.receive_data(conn, b"", now)
+        if conn.at_eof and not (conn.closing or conn.stalled or conn.held):
+            self.disconnect(conn, now, "peer closed its side")
 
     def authenticate_certificate(self, conn: Connection, user: str) -> None:
         """PROTOCOL.md 14.6: a verified client certificate names ``user`` (the IO layer
@@ -368,6 +372,29 @@ class AccessControl(DaemonBase):
         conn.perms = perms
         conn.writable = None if perms.write.everything else set()
         registry = self.registry
+        delivery = conn.delivery
+        if delivery is not None:
+            # A fetch still delivering its initial adds in slices (PROTOCOL.md 10.5): the
+            # keys up to its cursor were added; the changes for them go after its last
+            # add, with the events held meanwhile; the keys above come from the new
+            # prefixes as the delivery goes on.
+            fetch = delivery.fetch
+            narrowed = perms.read.narrow(fetch.prefix)
+            if narrowed != fetch.prefixes:
+                cursor = delivery.cursor
+                if cursor is not None:
+                    old = {k: kv for k, kv in registry.matching_any(fetch.prefixes) if k <= cursor}
+                    new = {k: kv for k, kv in registry.matching_any(narrowed) if k <= cursor}
+                    for code, keys, values in ((FETCH_REMOVE, old.keys() - new.keys(), old),
+                                               (FETCH_ADD, new.keys() - old.keys(), new)):
+                        for key in sorted(keys):
+                            kv = values[key]
+                            frame = EVT_HEAD_PACK(EVENT, 5 + len(kv), code) + fetch.fid_bytes + kv
+                            delivery.held.append(frame)
+                            delivery.held_size += len(frame)
+                self.delivering.remove(fetch)
+                fetch.prefixes = narrowed
+                self.delivering.add(fetch)
         for fid in sorted(conn.fetches):
             fetch = conn.fetches[fid]
             narrowed = perms.read.narrow(fetch.prefix)

@@ -49,6 +49,7 @@ class DaemonStats:
     parked: int = 0  # times a connection's fetches were parked (PROTOCOL.md 10.8)
     caught_up: int = 0  # FETCH_CHANGE events a parked connection got late, with the latest value
     overloaded: int = 0
+    initial_adds: int = 0  # FETCH_ADD events of new fetches (PROTOCOL.md 10.5)
     violations: int = 0
 
     def summary(self) -> str:
@@ -80,6 +81,11 @@ class DaemonBase:
     _max_body: int
     _small_body_peers: int
     _max_key: int
+    _out_budget: int
+    _delivering: int
+    _expiring: bool
+    delivering: FetchRegistry
+    ready: list[Connection]
 
     if TYPE_CHECKING:
         # Provided by the other parts of the core (jetd.core.Daemon mixes them in).
@@ -87,16 +93,19 @@ class DaemonBase:
         def _catch_up_on(self, conn: Connection, key: bytes, kv: bytes) -> None: ...
         def _unknown_key(self, conn: Connection, key: bytes, rid: Optional[int], kind: str) -> Optional[str]: ...
         def _teardown(self, conn: Connection) -> None: ...
+        def _end_delivery(self, conn: Connection) -> None: ...
         def _not_authorized(self, conn: Connection, rid: Optional[int], permission: str, key: bytes) -> None: ...
         def _may_write(self, conn: Connection, key: bytes) -> bool: ...
 
     # --- sending ------------------------------------------------------------------------
 
     def _send(self, conn: Connection, frame: bytes) -> None:
-        """Queue one (non fan-out) frame for ``conn`` and log it."""
+        """Queue one (non fan-out) frame for ``conn`` and log it. Past the output budget
+        the connection's input stalls (PROTOCOL.md 10.8: answers are never dropped, so
+        the peer's further requests wait until it has read them)."""
         if conn.closed:
             return
-        if self._small_body_peers and len(frame) - 5 > conn.max_body:
+        if (self._small_body_peers or len(frame) - 5 > self._max_body) and len(frame) - 5 > conn.max_body:
             # PROTOCOL.md 3: never send a body above the max_body the peer announced.
             body_length = len(frame) - 5
             if frame[0] == RESPONSE:
@@ -109,11 +118,16 @@ class DaemonBase:
         if conn.paused:
             if not self._enqueue(conn, frame):
                 return
+            if conn.pending_size > self._out_budget:
+                conn.stalled = True
         else:
             out = conn.out
             if not out:
                 self.dirty.append(conn)
             out.append(frame)
+            conn.out_size += len(frame)
+            if conn.out_size > self._out_budget:
+                conn.stalled = True
         if self._log is not None:
             self._log(conn.conn_id, FRAME_OUT, frame)
 
@@ -136,8 +150,10 @@ class DaemonBase:
         self._close_with(conn, Status.TOO_LARGE, message, close_frame(Status.TOO_LARGE, message))
 
     def _too_large_for(self, conn: Connection, body_length: int) -> bool:
-        """True if ``conn`` announced a max_body below ``body_length`` (PROTOCOL.md 3)."""
-        return self._small_body_peers > 0 and body_length > conn.max_body
+        """True if ``conn`` announced a max_body below ``body_length`` (PROTOCOL.md 3).
+        A fetch event may be 4 bytes above our own max_body (PROTOCOL.md 6.4), so a
+        peer announcing ours may be too small for it too."""
+        return (self._small_body_peers > 0 or body_length > self._max_body) and body_length > conn.max_body
 
 
     # --- closing ------------------------------------------------------------------------
@@ -180,11 +196,19 @@ class DaemonBase:
             return
         self.stats.overloaded += 1
         log.info("overloaded %s: %s (%d bytes queued)", conn.label, reason, conn.queued)
+        self._drop_output(conn)
+        self._close_with(conn, Status.OVERLOADED, reason, close_frame(Status.OVERLOADED, reason))
+
+    def _drop_output(self, conn: Connection) -> None:
+        """PROTOCOL.md 7.3, 10.8: before a CLOSE the peer would only get after output it
+        cannot take, drop that output (queued locally, not yet in the transport), so the
+        CLOSE is next after what the transport already holds."""
         conn.pending.clear()
         conn.pending_size = 0
         conn.paused = False  # the CLOSE goes straight to the transport
         conn.out.clear()
-        self._close_with(conn, Status.OVERLOADED, reason, close_frame(Status.OVERLOADED, reason))
+        if conn.delivery is not None:
+            self._end_delivery(conn)
 
     def _finish_closes(self) -> None:
         while self._to_close:

@@ -43,6 +43,10 @@ DEFAULT_LOG_FSYNC = "interval"  # JETLOG.md 6
 DEFAULT_LOG_ROTATE_SIZE = 64 * 1024 * 1024  # JETLOG.md 1
 DEFAULT_SHUTDOWN_GRACE = 3.0  # seconds peers get to take their CLOSE before we hang up
 DEFAULT_HTTP_PATH = "/jet"  # PROTOCOL.md 13: the WebSocket endpoint
+# Hostile peers, input side (PROTOCOL.md 10.7)
+DEFAULT_MAX_INPUT_BUFFER = 64 * 1024 * 1024  # unprocessed input, all connections together
+DEFAULT_FRAME_TIMEOUT = 10.0  # seconds to complete a frame once it has begun
+DEFAULT_FIRST_FRAME_TIMEOUT = 0.0  # seconds to send a first whole frame; 0 = no limit
 DEFAULT_AUTH_TIMEOUT = 10.0  # PROTOCOL.md 14.2: seconds to authenticate (no anonymous permissions)
 DEFAULT_AUTH_FAILURE_DELAY = 0.5  # PROTOCOL.md 14.2: seconds before each AUTH_FAILED
 
@@ -84,6 +88,14 @@ class Config:
         http_host: address of the HTTP listener; None listens on ``host``.
         http_origins: comma-separated ``Origin`` values a browser page may connect from
             besides the same origin (``*``: any origin); PROTOCOL.md 13.3.
+        max_input_buffer: bytes of received input not yet processed (incomplete frames,
+            and frames held back while a peer's output drains), all connections
+            together; the connection whose bytes would pass it is closed
+            LIMIT_EXCEEDED (PROTOCOL.md 10.7).
+        frame_timeout: seconds a peer has to complete a frame it has begun sending;
+            then it is closed TIMEOUT (PROTOCOL.md 10.7).
+        first_frame_timeout: seconds a new connection may stay without sending a
+            whole frame before it is closed TIMEOUT; 0 means no limit.
         auth: users file (jetd.users); None: no authentication, every peer may do
             anything (PROTOCOL.md 14). Re-read on SIGHUP.
         auth_timeout: seconds a connection may stay unauthenticated when the
@@ -119,6 +131,10 @@ class Config:
     http_port: Optional[int] = None
     http_host: Optional[str] = None
     http_origins: str = ""
+    # Hostile peers, input side (PROTOCOL.md 10.7)
+    max_input_buffer: int = DEFAULT_MAX_INPUT_BUFFER
+    frame_timeout: float = DEFAULT_FRAME_TIMEOUT
+    first_frame_timeout: float = DEFAULT_FIRST_FRAME_TIMEOUT
     # Security (PROTOCOL.md 14), kept together.
     auth: Optional[str] = None
     auth_timeout: float = DEFAULT_AUTH_TIMEOUT
@@ -158,12 +174,19 @@ class Config:
             "soft_limit",
             "hard_limit",
             "log_rotate_size",
+            "max_input_buffer",
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.hard_limit < self.soft_limit:
             raise ConfigError(f"hard_limit ({self.hard_limit}) must not be below soft_limit ({self.soft_limit})")
-        for name in ("route_timeout", "slow_deadline"):
+        if self.max_input_buffer < self.max_body + 5:
+            raise ConfigError(
+                f"max_input_buffer ({self.max_input_buffer}) must hold at least one frame (max_body + 5)"
+            )
+        if self.first_frame_timeout < 0:
+            raise ConfigError(f"first_frame_timeout must not be negative, got {self.first_frame_timeout}")
+        for name in ("route_timeout", "slow_deadline", "frame_timeout"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be above 0 seconds, got {getattr(self, name)}")
         if not self.auth_timeout > 0:
@@ -214,6 +237,9 @@ _HELP = {
     "http_port": "serve WebSocket peers (/jet) and the web console (/) on this HTTP port, 0 for a free one",
     "http_host": "address of the HTTP listener (default: --host)",
     "http_origins": "comma-separated browser origins allowed besides the same origin, or * for any",
+    "max_input_buffer": f"bytes of unprocessed input, all connections together (default {DEFAULT_MAX_INPUT_BUFFER})",
+    "frame_timeout": f"seconds a peer has to complete a frame it began (default {DEFAULT_FRAME_TIMEOUT:g})",
+    "first_frame_timeout": "seconds a new connection may go without a whole frame (default 0: no limit)",
     "auth": "users file: require authentication and enforce permissions (re-read on SIGHUP)",
     "auth_timeout": f"seconds to authenticate when anonymous peers may do nothing (default {DEFAULT_AUTH_TIMEOUT:g})",
     "auth_failure_delay": f"seconds before each AUTH_FAILED answer (default {DEFAULT_AUTH_FAILURE_DELAY:g})",

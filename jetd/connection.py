@@ -10,7 +10,7 @@ from jetwire import Status
 if TYPE_CHECKING:
     from .access import Permissions
     from .routes import Route
-    from .subscriptions import Fetch
+    from .subscriptions import Delivery, Fetch
 
 __all__ = ["Connection"]
 
@@ -26,6 +26,7 @@ class Connection:
 
     __slots__ = (
         "address",
+        "at_eof",
         "auth_failures",
         "caught",
         "close_at",
@@ -34,7 +35,9 @@ class Connection:
         "closed",
         "closing",
         "conn_id",
+        "delivery",
         "fetches",
+        "heard",
         "held",
         "io",
         "mark",
@@ -44,15 +47,16 @@ class Connection:
         "need",
         "next_route_id",
         "out",
+        "out_size",
         "parked",
         "paused",
         "pending",
         "pending_size",
         "perms",
         "rest",
-        "rest_len",
         "routes",
         "slow_since",
+        "stalled",
         "states",
         "transport_size",
         "user",
@@ -83,9 +87,20 @@ class Connection:
         self.fetches: dict[int, Fetch] = {}
         self.routes: dict[int, Route] = {}  # routed to this connection, by our id
         self.next_route_id = 1
-        self.rest: list[bytes] = []  # an incomplete frame's bytes
-        self.rest_len = 0
-        self.need = 5
+        # Received bytes not processed yet: an incomplete frame, or (while ``stalled``)
+        # whole frames held back. A bytearray: a frame trickled in tiny reads costs
+        # about its size, not a bytes object per read (PROTOCOL.md 10.7).
+        self.rest = bytearray()
+        self.need = 5  # bytes ``rest`` must hold before it is worth cutting frames again
+        # Bytes the careful paths (answers, initial adds, held events) queued in ``out``
+        # since the last flush: the output budget of PROTOCOL.md 10.8 within one read.
+        self.out_size = 0
+        # Input processing stopped (its output is over the budget, or one of its fetches
+        # is still delivering initial adds): ``rest`` waits; the IO layer stops reading.
+        self.stalled = False
+        self.heard = False  # a whole frame arrived (first_frame_timeout, PROTOCOL.md 10.7)
+        self.at_eof = False  # the peer closed its side while stalled: disconnect once caught up
+        self.delivery: Optional[Delivery] = None  # a fetch whose initial adds are under way
         self.violations = 0
         self.io: object = None  # the IO layer's handle (a protocol object)
         # PROTOCOL.md 3: the largest body this peer accepts; until its INFO says

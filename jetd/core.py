@@ -6,6 +6,10 @@ bytes with :meth:`Daemon.receive_data`, calls :meth:`Daemon.tick` with the monot
 now and then, and after each loop turn writes out what :meth:`Daemon.take_dirty` names:
 ``conn.out`` (a list of byte pieces to join and write) or, for a connection whose
 transport is paused, the local queue drained with :meth:`Connection.take_pending`.
+While :attr:`Daemon.has_work` (a fetch's initial adds, input held back while a peer's
+output drains, a burst of route timeouts) it calls :meth:`Daemon.work` once per loop
+turn; a connection left ``stalled`` by :meth:`Daemon.receive_data` must not be read
+from until :meth:`Daemon.work` returns it.
 
 Each responsibility lives in its own module, mixed into :class:`Daemon`:
 
@@ -82,9 +86,19 @@ from .frames import (
 )
 from .registry import RegistryHandlers, StateRegistry
 from .routes import Route, RouteTable, Routing
-from .subscriptions import Fetch, FetchRegistry, Subscriptions
+from .subscriptions import Delivery, Fetch, FetchRegistry, Subscriptions
 
-__all__ = ["Connection", "Daemon", "DaemonStats", "Fetch", "FetchRegistry", "Route", "RouteTable", "StateRegistry"]
+__all__ = [
+    "Connection",
+    "Daemon",
+    "DaemonStats",
+    "Delivery",
+    "Fetch",
+    "FetchRegistry",
+    "Route",
+    "RouteTable",
+    "StateRegistry",
+]
 
 log = logging.getLogger("jetd")
 
@@ -118,6 +132,20 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, AccessControl):
         # While any is parked: key -> sequence number of its last change (self._seq).
         self._changed: dict[bytes, int] = {}
         self._seq = 0
+        # PROTOCOL.md 10.5: new fetches whose initial adds are under way (Delivery).
+        self.delivering = FetchRegistry()
+        self._delivering = 0
+        # Stalled connections that may go on (Daemon.work): a delivery, or held input.
+        self.ready: list[Connection] = []
+        # PROTOCOL.md 10.8: the output budget; past it a connection's input stalls.
+        self._out_budget = config.soft_limit
+        self._expiring = False  # more route timeouts are due than one slice answers
+        # PROTOCOL.md 10.7, input side: unprocessed bytes of all connections, the
+        # connections with an incomplete frame (and since when), and the connections
+        # yet to send a first frame (by deadline: the same timeout for all).
+        self.input_buffered = 0
+        self.partial: dict[Connection, float] = {}
+        self._silent: deque[tuple[float, Connection]] = deque()
         self.routes = RouteTable(config.route_timeout)
         self.connections: dict[int, Connection] = {}
         self.dirty: list[Connection] = []
@@ -151,10 +179,11 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, AccessControl):
 
     # --- connection lifecycle ---------------------------------------------------------
 
-    def connect(self, address: str, now: float) -> Connection:
+    def connect(self, address: str, now: float, refuse: Optional[str] = None) -> Connection:
         """A peer connected: returns its Connection with INFO queued (PROTOCOL.md 10.1).
 
-        Beyond ``max_connections`` the connection gets INFO then CLOSE LIMIT_EXCEEDED
+        Beyond ``max_connections``, or when the IO layer says ``refuse`` (a reason: it is
+        out of file descriptors), the connection gets INFO then CLOSE LIMIT_EXCEEDED
         (PROTOCOL.md 10.7) and is marked closing.
         """
         self.now = now
@@ -165,10 +194,12 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, AccessControl):
         if self._log is not None:
             self._log(conn.conn_id, LogKind.CONN_OPEN, conn_open_data(address))
         self._send(conn, self.info_frame)
+        if self.config.first_frame_timeout > 0:
+            self._silent.append((now + self.config.first_frame_timeout, conn))
         self._access_on_connect(conn)
         log.info("open %s", conn.label)
-        if len(self.connections) > self.config.max_connections:
-            message = f"too many connections (max {self.config.max_connections})"
+        if refuse is not None or len(self.connections) > self.config.max_connections:
+            message = refuse or f"too many connections (max {self.config.max_connections})"
             self._close_with(conn, Status.LIMIT_EXCEEDED, message, close_frame(Status.LIMIT_EXCEEDED, message))
             self._finish_closes()
         return conn
@@ -184,18 +215,31 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, AccessControl):
         self.connections.pop(conn.conn_id, None)
         self.slow.discard(conn)
 
+    def end_of_input(self, conn: Connection, now: float) -> None:
+        """The peer closed its sending side: it is gone (PROTOCOL.md 10.6) once the
+        frames it sent are processed; a stalled connection goes when it catches up."""
+        if (conn.stalled or conn.held) and not conn.closing:
+            conn.at_eof = True  # held: PROTOCOL.md 14.2, its AUTHENTICATE is being answered
+            return
+        self.disconnect(conn, now, "peer closed its side")
+
     def shutdown(self, now: float) -> None:
-        """PROTOCOL.md 10.9: CLOSE (OK, "shutting down") to every peer."""
+        """PROTOCOL.md 10.9: CLOSE (OK, "shutting down") to every peer. A slow peer's
+        locally queued output is dropped first (PROTOCOL.md 7.3): it would keep the
+        CLOSE from it until the grace runs out."""
         self.now = now
         for conn in list(self.connections.values()):
             if not conn.closing:
+                if conn.paused:
+                    self._drop_output(conn)
+                self._end_delivery(conn)
                 self._close_with(conn, Status.OK, "shutting down", self._shutdown_frame)
         self._finish_closes()
 
     def internal_error(self, conn: Connection, now: float) -> None:
         """A bug surfaced while handling ``conn``'s bytes: CLOSE (INTERNAL) it."""
         self.now = now
-        conn.rest = []
+        self._drop_input(conn)
         self._close_with(conn, Status.INTERNAL, "internal error", close_frame(Status.INTERNAL, "internal error"))
         self._finish_closes()
 
@@ -207,10 +251,70 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, AccessControl):
         self._finish_closes()
 
     def take_dirty(self) -> list[Connection]:
-        """Connections with output (or a close) to act on; clears the list."""
+        """Connections with output (or a close) to act on; clears the list. Their
+        output is about to be written: their budget starts over, and a stalled one may
+        go on in the next :meth:`work` (unless the write pauses its transport)."""
         dirty = self.dirty
         self.dirty = []
+        ready = self.ready
+        for conn in dirty:
+            conn.out_size = 0
+            if conn.stalled:
+                ready.append(conn)
         return dirty
+
+    @property
+    def has_work(self) -> bool:
+        """True while :meth:`work` has something to do."""
+        return bool(self.ready) or self._expiring
+
+    def work(self, now: float) -> list[Connection]:
+        """One slice of the pending work: route timeouts beyond the last slice, the
+        next slice of initial adds of each ready connection, then its held input.
+        Returns the connections that caught up: the IO layer may read them again."""
+        self.now = now
+        if self._expiring:
+            self._expire_routes(now)
+        ready = self.ready
+        self.ready = []
+        resumed: list[Connection] = []
+        budget = self._out_budget
+        for conn in ready:
+            if conn.closing or not conn.stalled or conn.paused or conn.out_size > budget:
+                continue  # a write, drained() or take_dirty() brings it back
+            try:
+                if self._go_on(conn, now):
+                    resumed.append(conn)
+            except Exception:
+                # As in the IO layer: a bug must cost one connection, never the daemon.
+                log.exception("internal error on %s", conn.label)
+                self.internal_error(conn, now)
+        self._finish_closes()
+        return resumed
+
+    def _go_on(self, conn: Connection, now: float) -> bool:
+        """The next slice of ``conn``'s delivery, then its held input; True if it
+        caught up (its input may be read again)."""
+        if conn.delivery is not None:
+            self._deliver(conn)
+            if conn.delivery is not None or conn.closing:
+                return False
+        conn.stalled = False
+        if conn.rest:
+            self.receive_data(conn, b"", now)
+            if conn.closing or conn.stalled:
+                return False
+            if conn.rest:
+                self.partial[conn] = now  # an incomplete frame: its clock starts now
+        if conn.at_eof:
+            self.disconnect(conn, now, "peer closed its side")
+            return False
+        return True
+
+    def _drop_input(self, conn: Connection) -> None:
+        self.input_buffered -= len(conn.rest)
+        conn.rest = bytearray()
+        self.partial.pop(conn, None)
 
     # --- clock --------------------------------------------------------------------------
 
@@ -219,6 +323,16 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, AccessControl):
         the deadline (PROTOCOL.md 10.8)."""
         self.now = now
         self._expire_routes(now)
+        if self.partial:
+            limit = self.config.frame_timeout
+            for conn, since in list(self.partial.items()):
+                if now - since > limit:
+                    self._input_timeout(conn, f"frame not completed within {limit:g} s")
+        silent = self._silent
+        while silent and silent[0][0] <= now:
+            conn = silent.popleft()[1]
+            if not conn.closing and not conn.heard:
+                self._input_timeout(conn, f"no frame within {self.config.first_frame_timeout:g} s of connecting")
         if self.access is not None:
             self._tick_access(now)
         deadline = self.config.slow_deadline
@@ -227,28 +341,52 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, AccessControl):
                 self._overload(conn, f"output stuck above the soft limit for more than {deadline:g} s")
         self._finish_closes()
 
+    def _input_timeout(self, conn: Connection, message: str) -> None:
+        """PROTOCOL.md 10.7: a peer too slow to send a frame is closed TIMEOUT."""
+        self._violation(conn, message)
+        self._drop_input(conn)
+        self._close_with(conn, Status.TIMEOUT, message, close_frame(Status.TIMEOUT, message))
+
+    def _input_overflow(self, conn: Connection, more: int) -> None:
+        """PROTOCOL.md 10.7: ``more`` unprocessed bytes would pass max_input_buffer."""
+        limit = self.config.max_input_buffer
+        message = f"input buffer limit reached ({limit} bytes unprocessed on all connections)"
+        log.warning("input buffer full: %s would add %d bytes to %d", conn.label, more, self.input_buffered)
+        self._violation(conn, message)
+        self._drop_input(conn)
+        self._close_with(conn, Status.LIMIT_EXCEEDED, message, close_frame(Status.LIMIT_EXCEEDED, message))
+
     # --- receiving ----------------------------------------------------------------------
 
     def receive_data(self, conn: Connection, data: bytes, now: float) -> None:
-        """Process the bytes a peer sent: every complete frame, in order (PROTOCOL.md 10.1)."""
+        """Process the bytes a peer sent: every complete frame, in order (PROTOCOL.md 10.1).
+
+        Stops early, keeping the rest, when the connection's output passes its budget
+        or a fetch of it delivers initial adds in slices (PROTOCOL.md 10.5, 10.8): then
+        ``conn.stalled`` is set and :meth:`work` goes on later."""
         if conn.closing:
             return
         self.now = now
-        if conn.held:
-            # PROTOCOL.md 14.2: AUTHENTICATE is being answered; its outcome applies to
-            # what follows (jetd.access releases the connection).
+        rest = conn.rest
+        had_rest = bool(rest)
+        # PROTOCOL.md 14.2: while its AUTHENTICATE is being answered (``held``) a
+        # connection's input waits like a stalled one's; jetd.access releases it.
+        if had_rest or conn.stalled or conn.held:
             if data:
-                conn.rest.append(data)
-                conn.rest_len += len(data)
-            return
-        if conn.rest:
-            conn.rest.append(data)
-            conn.rest_len += len(data)
-            if conn.rest_len < conn.need:
+                if self.input_buffered + len(data) > self.config.max_input_buffer:
+                    self._input_overflow(conn, len(data))
+                    self._finish_closes()
+                    return
+                rest += data
+                self.input_buffered += len(data)
+                if conn.stalled or conn.held or len(rest) < conn.need:
+                    return
+            elif conn.stalled or conn.held or len(rest) < conn.need:
                 return
-            buf = b"".join(conn.rest)
-            conn.rest = []
-            conn.rest_len = 0
+            buf = bytes(rest)
+            self.input_buffered -= len(rest)
+            conn.rest = bytearray()
+            had_rest = True
         else:
             buf = data
         n = len(buf)
@@ -267,6 +405,7 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, AccessControl):
         # paths, so this is read again after each of those.
         parked = self._parked
         changed = self._changed
+        delivering = self._delivering  # read again where parked is
         # Routed SET_STATE requests and their OK answers also have fast paths below; the
         # event log (ROUTE and FRAME_OUT records) takes the careful ones.
         fast_route = logger is None
@@ -375,6 +514,8 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, AccessControl):
                                     # PROTOCOL.md 10.8: the change is held for parked fetches.
                                     seq = self._seq = self._seq + 1
                                     changed[key] = seq
+                                if delivering:
+                                    self._hold(key, FETCH_CHANGE, kv)  # PROTOCOL.md 10.5
                                 if fetches.lengths:
                                     cached = targets_cache.get(key)
                                     if cached is not None and cached[0] == fetches.generation:
@@ -406,9 +547,14 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, AccessControl):
                 self._info(conn, buf, pos, end)
                 inline_fanout = plain_fanout and not self._small_body_peers
             parked = self._parked
+            delivering = self._delivering
             writable = conn.writable  # AUTHENTICATE may have changed it
             pos = end
-            if conn.closing or conn.held:
+            if conn.closing or conn.stalled or conn.held:
+                # PROTOCOL.md 10.8: its output is past the budget (or paused, or a
+                # fetch's adds are still under way): the rest of its input waits. 14.2:
+                # so does it while its AUTHENTICATE is answered (held, not stalled).
+                conn.stalled = conn.stalled and not conn.closing
                 conn.need = 5
                 break
         else:
@@ -416,10 +562,21 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, AccessControl):
         self.stats.frames_in += frames
         self.stats.fanout_events += fanned
         self.stats.routed += routed
+        if frames:
+            conn.heard = True
         if pos < n and not conn.closing:
-            rest = buf[pos:] if pos else buf
-            conn.rest = [rest]
-            conn.rest_len = len(rest)
+            left = n - pos
+            if self.input_buffered + left > self.config.max_input_buffer:
+                self._input_overflow(conn, left)
+            else:
+                conn.rest = bytearray(buf[pos:] if pos else buf)
+                self.input_buffered += left
+                if conn.stalled or conn.held:
+                    self.partial.pop(conn, None)  # we stopped reading it: no clock
+                else:
+                    self.partial[conn] = now  # PROTOCOL.md 10.7: frame_timeout from now
+        elif had_rest:
+            self.partial.pop(conn, None)
         if self._to_close:
             self._finish_closes()
 
@@ -435,6 +592,9 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, AccessControl):
             else:
                 del conn.out[conn.close_at :]
         conn.closed = True
+        self._drop_input(conn)
+        self._end_delivery(conn)
+        conn.stalled = False
         # It no longer counts against max_connections, even while the IO layer lingers
         # on its socket (jetd.server.PeerProtocol.hang_up).
         self.connections.pop(conn.conn_id, None)
@@ -520,12 +680,8 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, AccessControl):
                 if state_owner is not conn:
                     reason = self._unknown_key(conn, key, None, "state") if state_owner is None else "not the owner"
                     return self._drop_event(conn, code, key, reason)
-                if end - pos - 1 > self._max_body:
-                    # Its FETCH_CHANGE (body 4 bytes longer) would exceed the max_body we
-                    # announced to the fetchers (PROTOCOL.md 3); the fast path's bound too.
-                    return self._fatal(
-                        conn, Status.TOO_LARGE, f"NOTIFY_STATE event too large to fetch (max_body {self._max_body})"
-                    )
+                # PROTOCOL.md 6.4: its FETCH_CHANGE may be up to 4 bytes above our
+                # max_body; _fanout closes only the fetchers that announced less.
                 kv = conn.states[key] = buf[pos + 6 : end]
                 self._fanout(key, FETCH_CHANGE, kv)
                 return None

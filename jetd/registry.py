@@ -68,6 +68,25 @@ class StateRegistry:
                 return
             yield key, states[key].states[key]
 
+    def matching_after(self, prefix: bytes, after: Optional[bytes]) -> Iterator[tuple[bytes, bytes]]:
+        """Like :meth:`matching`, but only the keys above ``after`` (all if None): where
+        a fetch delivered in slices (:class:`jetd.subscriptions.Delivery`) goes on. Read
+        it within one slice: the index must not change while it is iterated."""
+        if after is None or after < prefix:
+            yield from self.matching(prefix)
+            return
+        states = self.states
+        for key in self.index.irange(minimum=after, inclusive=(False, True)):
+            if not key.startswith(prefix):
+                return
+            yield key, states[key].states[key]
+
+    def matching_any_after(self, prefixes: tuple[bytes, ...], after: Optional[bytes]) -> Iterator[tuple[bytes, bytes]]:
+        """:meth:`matching_after` for several disjoint prefixes, sorted (a fetch's readable
+        prefixes, PROTOCOL.md 14.4): still in byte order of key."""
+        for prefix in prefixes:
+            yield from self.matching_after(prefix, after)
+
     def matching_any(self, prefixes: tuple[bytes, ...]) -> Iterator[tuple[bytes, bytes]]:
         """As :meth:`matching` for several disjoint prefixes, sorted: still in byte order
         of key (PROTOCOL.md 14.4)."""

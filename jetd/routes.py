@@ -28,7 +28,11 @@ from .frames import (
     value_ok,
 )
 
-__all__ = ["Route", "RouteTable", "Routing"]
+__all__ = ["EXPIRE_SLICE", "Route", "RouteTable", "Routing"]
+
+# Route timeouts answered per call: a burst of them goes out in slices of a few ms,
+# between which the loop serves other peers (Daemon.work goes on with the rest).
+EXPIRE_SLICE = 4096
 
 
 class Route:
@@ -99,12 +103,17 @@ class Routing(DaemonBase):
     """Routed requests and the owners' answers."""
 
     def _expire_routes(self, now: float) -> None:
-        """PROTOCOL.md 10.3: answer TIMEOUT for every route past its deadline."""
-        for route in self.routes.expired(now):
+        """PROTOCOL.md 10.3: answer TIMEOUT for the routes past their deadline, at most
+        EXPIRE_SLICE of them; ``_expiring`` says whether more are due."""
+        for expired, route in enumerate(self.routes.expired(now), 1):
             requester = route.requester
             self._violation(route.owner, f"routed request id {route.oid} not answered within the route timeout")
             if not requester.closed:
                 self._send(requester, response_frame(route.rid, Status.TIMEOUT, "the owner did not answer in time"))
+            if expired >= EXPIRE_SLICE:
+                self._expiring = True
+                return
+        self._expiring = False
 
     def _route_request(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
         """PROTOCOL.md 10.3: SET_STATE / CALL_METHOD to the owner under our own id."""

@@ -7,6 +7,12 @@ one write per frame as several times slower). Flow control: the transport's high
 mark is the soft limit of PROTOCOL.md 10.8; above it the core queues locally (and
 holds the peer's changes back, to send their latest values), reading from that peer
 pauses, and the queue drains when the transport calls ``resume_writing``.
+
+A connection the core leaves ``stalled`` (its output is past the budget of PROTOCOL.md
+10.8, or one of its fetches is delivering initial adds in slices) is not read from; the
+pending work of the core runs one slice per loop turn (``Server.run_work`` via
+``call_soon``), so that I/O of other peers gets in between, and the connections that
+caught up are read again.
 """
 
 from __future__ import annotations
@@ -14,8 +20,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import errno
 import ipaddress
 import logging
+import os
+import resource
 import signal
 import socket
 import ssl
@@ -24,15 +33,17 @@ import time
 from collections.abc import Callable
 from typing import Any, Optional, cast
 
+from jetwire import Status
+
 from .access import Access
 from .config import Config, ConfigError
 from .core import Connection, Daemon
 from .eventlog import EventLog
+from .frames import close_frame
 from .tls import certificate_user, server_context
 from .users import UsersFileError
-from .web import WebListener, start_web
 
-__all__ = ["PeerProtocol", "Server", "new_event_loop", "serve"]
+__all__ = ["PeerProtocol", "PeerShell", "Server", "new_event_loop", "serve"]
 
 log = logging.getLogger("jetd")
 
@@ -45,81 +56,121 @@ DRAIN_CHUNK = 256 * 1024  # bytes handed to a paused transport per write while d
 # after a read this large we flush at once, which bounds what one turn queues per peer
 # (input chunk times fan-out) and lets the soft limit act close to its value.
 FLUSH_AFTER_READ = 32 * 1024
+# File descriptors kept free beyond the connections, for the event log and the loop; a
+# connection that would eat into them is accepted only to be told CLOSE LIMIT_EXCEEDED.
+FD_MARGIN = 16
+REFUSED_LOG_INTERVAL = 1.0  # seconds between "refused" log lines (with a count)
+ACCEPT_BATCH = 64  # connections accepted per readiness event of a listening socket
+OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
-class PeerProtocol(asyncio.Protocol):
-    """One peer connection: bytes in to the core, flow-control callbacks to the core."""
+def raise_fd_limit(wanted: int) -> int:
+    """Raise the soft RLIMIT_NOFILE towards the hard limit; returns the soft limit now."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, wanted)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return soft
 
-    __slots__ = ("abort_handle", "conn", "heard", "hung_up", "server", "transport", "write_paused")
+
+def open_fds() -> int:
+    """File descriptors this process has open (Linux: /proc/self/fd; else a guess)."""
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return 16
+
+
+class PeerShell(asyncio.Protocol):
+    """What every transport shell does for the core, whatever carries the bytes.
+
+    A shell attaches a :class:`Connection` to its peer, feeds it what the peer sent,
+    passes the transport's flow control on (PROTOCOL.md 10.8) and hangs up once the
+    CLOSE is written. ``transport`` is what ``Server.flush`` writes the core's output
+    to; ``raw`` is the socket's own transport (the same object for TCP; for WebSocket,
+    :mod:`jetd.web` puts a framing adapter in ``transport``).
+    """
 
     def __init__(self, server: Server) -> None:
         self.server = server
         self.transport: Optional[asyncio.Transport] = None
+        self.raw: Optional[asyncio.Transport] = None
         self.conn: Optional[Connection] = None
         self.write_paused = False
         self.abort_handle: Optional[asyncio.TimerHandle] = None
         self.hung_up = False
         self.heard = False  # input arrived since the last linger check
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+    def prepare(self, transport: asyncio.BaseTransport) -> str:
+        """Set up a new socket transport; returns the peer's ``host:port``."""
         # uvloop's transports are not asyncio.Transport subclasses, but behave as one.
-        self.transport = transport = cast(asyncio.Transport, transport)
-        server = self.server
-        soft = server.config.soft_limit
+        self.raw = raw = cast(asyncio.Transport, transport)
+        soft = self.server.config.soft_limit
         # NOTES.md: uvloop's default low-water mark is tiny; set both marks explicitly.
-        transport.set_write_buffer_limits(high=soft, low=soft // 4)
-        sock = transport.get_extra_info("socket")
+        raw.set_write_buffer_limits(high=soft, low=soft // 4)
+        sock = raw.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        peer = transport.get_extra_info("peername")
-        address = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        peer = raw.get_extra_info("peername")
+        return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+
+    def attach(self, address: str) -> None:
+        """The peer is a peer from now on: a Connection in the core, INFO queued."""
+        server = self.server
         server.protocols.add(self)
-        self.conn = server.daemon.connect(address, server.loop.time())
+        refuse = None
+        if len(server.protocols) > server.fd_budget:
+            # Out of file descriptors soon: tell this one rather than let accept() fail
+            # silently for the next ones (PROTOCOL.md 10.7).
+            refuse = f"too many connections (out of file descriptors: limit {server.fd_limit})"
+        self.conn = server.daemon.connect(address, server.loop.time(), refuse)
         self.conn.io = self
-        user = certificate_user(transport.get_extra_info("ssl_object"))
-        if user is not None:
-            server.daemon.authenticate_certificate(self.conn, user)  # PROTOCOL.md 14.6
+        if self.conn.closing:
+            server.refused(address, self.conn.close_reason)
+        elif self.raw is not None:
+            # PROTOCOL.md 14.6: a verified client certificate (TCP or wss) names the user.
+            user = certificate_user(self.raw.get_extra_info("ssl_object"))
+            if user is not None:
+                server.daemon.authenticate_certificate(self.conn, user)
         server.schedule_flush()
 
-    def data_received(self, data: bytes) -> None:
-        if self.hung_up:
-            self.heard = True  # after our CLOSE: read only so that closing sends no RST (hang_up)
-            return
+    def feed(self, data: bytes) -> None:
+        """Hand the core the jet bytes the peer sent."""
         server = self.server
+        conn = self.conn
+        if conn is None:
+            return
         eventlog = server.eventlog
         if eventlog is not None:
             eventlog.turn_ns = time.time_ns()  # one timestamp for the records of this read
         try:
-            server.daemon.receive_data(self.conn, data, server.loop.time())  # type: ignore[arg-type]
+            server.daemon.receive_data(conn, data, server.loop.time())
         except Exception:
             # A bug in the core must cost one connection, never the daemon.
-            log.exception("internal error on %s", self.conn.label if self.conn else "?")
-            if self.conn is not None:
-                server.daemon.internal_error(self.conn, server.loop.time())
+            log.exception("internal error on %s", conn.label)
+            server.daemon.internal_error(conn, server.loop.time())
         finally:
             if eventlog is not None:
                 eventlog.turn_ns = 0
-        if self.conn is not None and self.conn.held:
+        if conn.stalled and self.transport is not None:
+            # PROTOCOL.md 10.8: its output is past the budget; read on once it caught up.
+            self.transport.pause_reading()
+        if conn.held:
             server.hold(self)  # PROTOCOL.md 14.2: read nothing while AUTHENTICATE is answered
-        if len(data) >= FLUSH_AFTER_READ:
+
+    def flush_after_read(self, nbytes: int) -> None:
+        server = self.server
+        if nbytes >= FLUSH_AFTER_READ:
             server.flush()
         elif not server.flush_scheduled:
             server.flush_scheduled = True
             server.loop.call_soon(server.flush)
 
-    def eof_received(self) -> bool:
-        if self.hung_up:
-            return False  # both sides are done: the transport closes
-        # The peer will send nothing more: it is gone for the registry (PROTOCOL.md
-        # 10.6), but the answers already produced for it still go out before we close.
-        server = self.server
-        if self.conn is not None:
-            server.daemon.disconnect(self.conn, server.loop.time(), "peer closed its side")
-            server.schedule_flush()
-        return True
-
-    def connection_lost(self, exc: Optional[Exception]) -> None:
+    def detach(self, exc: Optional[Exception]) -> None:
+        """The socket is gone: so is the peer, for the core (PROTOCOL.md 10.6)."""
         server = self.server
         server.protocols.discard(self)
         if self.abort_handle is not None:
@@ -160,45 +211,86 @@ class PeerProtocol(asyncio.Protocol):
             if self.write_paused or not conn.paused or conn.closing:
                 break
             if daemon.drained(conn):
-                transport.resume_reading()
+                if not conn.stalled and not conn.held:  # else run_work / the release resumes it
+                    transport.resume_reading()
                 break
         # A CLOSE (OVERLOADED) from the catch-up, and what a live connection got, go out.
         self.server.schedule_flush()
 
     def hang_up(self) -> None:
-        """End the connection once the queued bytes (its CLOSE last) are written.
+        """End the connection once the queued bytes (its CLOSE last) are written."""
+        raise NotImplementedError
 
-        A lingering close: we half-close (FIN after the last byte) and read, dropping it,
-        whatever the peer still sends until it closes its side. Closing a socket whose
-        input was not all read makes the kernel answer with RST, and a RST can destroy
-        the CLOSE frame in the peer's receive buffer before the peer reads it: exactly
-        what a peer that sent an oversize frame (PROTOCOL.md 9.2) would do. The socket is
-        closed when the peer closes its side, or once everything is written and nothing
-        arrived for LINGER_QUIET seconds; a peer that takes longer than the shutdown
-        grace is aborted."""
+    def linger(self) -> None:
+        """Keep reading (and dropping) what the peer still sends after our last bytes,
+        and close once everything is written and the peer was quiet for LINGER_QUIET
+        (closing with unread input makes the kernel send RST, which can destroy the
+        CLOSE in the peer's receive buffer before the peer reads it); a peer that takes
+        longer than the shutdown grace is aborted."""
+        raw = self.raw
+        if raw is None or raw.is_closing():
+            return
+        loop = self.server.loop
+        raw.resume_reading()
+        loop.call_later(LINGER_QUIET, self._linger)
+        if self.abort_handle is not None:
+            self.abort_handle.cancel()
+        self.abort_handle = loop.call_later(self.server.config.shutdown_grace, raw.abort)
+
+    def _linger(self) -> None:
+        raw = self.raw
+        if raw is None or raw.is_closing():
+            return
+        if self.heard or raw.get_write_buffer_size():
+            self.heard = False
+            self.server.loop.call_later(LINGER_QUIET, self._linger)
+        else:
+            raw.close()
+
+
+class PeerProtocol(PeerShell):
+    """One TCP peer: the socket's bytes are the jet byte stream (PROTOCOL.md 3)."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        address = self.prepare(transport)
+        self.transport = self.raw
+        self.attach(address)
+
+    def data_received(self, data: bytes) -> None:
+        if self.hung_up:
+            self.heard = True  # after our CLOSE: read only so that closing sends no RST (hang_up)
+            return
+        self.feed(data)
+        self.flush_after_read(len(data))
+
+    def eof_received(self) -> bool:
+        if self.hung_up:
+            return False  # both sides are done: the transport closes
+        # The peer will send nothing more: it is gone for the registry (PROTOCOL.md
+        # 10.6), but the answers already produced for it still go out before we close.
+        server = self.server
+        if self.conn is not None:
+            server.daemon.end_of_input(self.conn, server.loop.time())
+            server.schedule_flush()
+        return True
+
+    def connection_lost(self, exc: Optional[Exception]) -> None:
+        self.detach(exc)
+
+    def hang_up(self) -> None:
+        """A lingering close (PROTOCOL.md 7.3): half-close (FIN after the last byte) and
+        read until the peer closes its side, or :meth:`PeerShell.linger` gives up."""
         transport = self.transport
         if transport is None or transport.is_closing() or self.hung_up:
             return
         self.hung_up = True
         if transport.can_write_eof():
             transport.write_eof()
-            transport.resume_reading()
-            self.server.loop.call_later(LINGER_QUIET, self._linger)
+            self.linger()
         else:
             transport.close()
-        if self.abort_handle is None:
-            self.abort_handle = self.server.loop.call_later(self.server.config.shutdown_grace, transport.abort)
-
-
-    def _linger(self) -> None:
-        transport = self.transport
-        if transport is None or transport.is_closing():
-            return
-        if self.heard or transport.get_write_buffer_size():
-            self.heard = False
-            self.server.loop.call_later(LINGER_QUIET, self._linger)
-        else:
-            transport.close()
+            if self.abort_handle is None:
+                self.abort_handle = self.server.loop.call_later(self.server.config.shutdown_grace, transport.abort)
 
 
 class Server:
@@ -215,32 +307,116 @@ class Server:
         self.config = config
         self.loop = loop
         self.eventlog = eventlog
+        # PROTOCOL.md 14.6: one SSLContext (jetd.tls) for the TCP and WebSocket listeners.
         self.ssl_context = ssl_context
         self.daemon = Daemon(config, eventlog.append if eventlog is not None else None, access)
         self.daemon.offload = self._offload
-        # PeerProtocol or jetd.web.WebProtocol: reading paused while AUTHENTICATE is answered.
+        # PeerShells whose reading is paused while their AUTHENTICATE is answered.
         self.held: set[Any] = set()
         self._checks: Optional[concurrent.futures.ThreadPoolExecutor] = None
-        self.protocols: set[PeerProtocol] = set()
+        self.protocols: set[PeerShell] = set()
         self.flush_scheduled = False
         self.all_closed = asyncio.Event()
-        self.server: Optional[asyncio.AbstractServer] = None
+        self.listeners: list[socket.socket] = []
+        # The classic trick: a descriptor held in reserve, closed to accept (and tell
+        # CLOSE LIMIT_EXCEEDED) a connection when accept() fails for lack of one.
+        self._reserve_fd = -1
         self._tick_handle: Optional[asyncio.TimerHandle] = None
         self.tick_interval = min(0.1, config.route_timeout / 10)
+        self.work_scheduled = False
+        self.fd_limit = 1 << 30
+        self.fd_budget = 1 << 30  # connections (lingering ones too) before we refuse
+        self._refused = 0
+        self._refused_logged = 0.0
 
     async def start(self) -> tuple[str, int]:
         """Listen; returns the (host, port) actually bound."""
-        self.server = await self.loop.create_server(
-            lambda: PeerProtocol(self),
-            self.config.host,
-            self.config.port,
-            backlog=1024,
-            reuse_address=True,
-            ssl=self.ssl_context,
-        )
-        port = self.server.sockets[0].getsockname()[1]
+        self.fd_limit = raise_fd_limit(self.config.max_connections + open_fds() + FD_MARGIN)
+        self.fd_budget = self.fd_limit - open_fds() - FD_MARGIN
+        if self.fd_budget < self.config.max_connections:
+            log.warning(
+                "file descriptor limit %d allows about %d connections, below max_connections %d: "
+                "the others get CLOSE LIMIT_EXCEEDED (raise it with ulimit -n)",
+                self.fd_limit,
+                max(self.fd_budget, 0),
+                self.config.max_connections,
+            )
+        self.listeners = listen(self.config.host, self.config.port)
+        for listener in self.listeners:
+            self.loop.add_reader(listener.fileno(), self._accept, listener)
+        self._reserve_fd = _open_reserve()
+        port = self.listeners[0].getsockname()[1]
         self._tick_handle = self.loop.call_later(self.tick_interval, self._tick)
         return self.config.host, port
+
+    def _accept(self, listener: socket.socket) -> None:
+        """Accept what is pending on ``listener`` (our own accept loop, so that running
+        out of descriptors is seen: the loops' own drop such connections silently)."""
+        for _ in range(ACCEPT_BATCH):
+            try:
+                sock, _address = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                if exc.errno in OUT_OF_RESOURCES:
+                    self._refuse_one(listener, exc)
+                    continue
+                if exc.errno == errno.ECONNABORTED:
+                    continue
+                log.warning("accept failed: %s", exc)
+                return
+            sock.setblocking(False)
+            self.loop.create_task(self._connect(sock))
+
+    async def _connect(self, sock: socket.socket) -> None:
+        try:
+            await self.loop.connect_accepted_socket(lambda: PeerProtocol(self), sock, ssl=self.ssl_context)
+        except OSError as exc:
+            log.info("accepted connection lost before it started: %s", exc)
+            sock.close()
+
+    def _refuse_one(self, listener: socket.socket, exc: OSError) -> None:
+        """accept() failed for lack of a descriptor: with the reserve one, accept the
+        connection, send INFO and CLOSE LIMIT_EXCEEDED, and close it (PROTOCOL.md 10.7)."""
+        reason = f"too many connections (out of file descriptors: limit {self.fd_limit})"
+        if self._reserve_fd < 0:
+            self._reserve_fd = _open_reserve()
+            self.refused("?", f"accept failed: {exc.strerror}")
+            return
+        os.close(self._reserve_fd)
+        self._reserve_fd = -1
+        try:
+            sock, address = listener.accept()
+        except OSError:
+            pass
+        else:
+            with contextlib.suppress(OSError):
+                sock.setblocking(False)
+                sock.send(self.daemon.info_frame + close_frame(Status.LIMIT_EXCEEDED, reason))
+            sock.close()
+            self.refused(f"{address[0]}:{address[1]}", reason)
+        self._reserve_fd = _open_reserve()
+
+    def stop_listening(self) -> None:
+        for listener in self.listeners:
+            self.loop.remove_reader(listener.fileno())
+            listener.close()
+        self.listeners = []
+        if self._refused:
+            log.warning("refused %d more connection(s) since the last report", self._refused)
+            self._refused = 0
+        if self._reserve_fd >= 0:
+            os.close(self._reserve_fd)
+            self._reserve_fd = -1
+
+    def refused(self, address: str, reason: str) -> None:
+        """Log a refused connection; at most one line a second, with a count."""
+        self._refused += 1
+        now = self.loop.time()
+        if now - self._refused_logged >= REFUSED_LOG_INTERVAL:
+            log.warning("refused %d connection(s), last from %s: %s", self._refused, address, reason)
+            self._refused = 0
+            self._refused_logged = now
 
     # --- authentication (PROTOCOL.md 14.2) -------------------------------------------------
 
@@ -276,7 +452,14 @@ class Server:
         for proto in [p for p in self.held if p.conn is None or not p.conn.held]:
             self.held.discard(proto)
             transport = proto.transport
-            if transport is not None and not transport.is_closing() and not proto.write_paused:
+            conn = proto.conn
+            if (
+                transport is not None
+                and not transport.is_closing()
+                and not proto.write_paused
+                and not proto.hung_up
+                and (conn is None or not conn.stalled)  # else run_work resumes it
+            ):
                 transport.resume_reading()
 
     def reload_access(self) -> None:
@@ -290,6 +473,29 @@ class Server:
             log.error("users file not reloaded, the old one stays in force: %s", exc)
             return
         self.daemon.set_access(access, self.loop.time())
+        self.flush()
+
+    def schedule_work(self) -> None:
+        if not self.work_scheduled:
+            self.work_scheduled = True
+            self.loop.call_soon(self.run_work)
+
+    def run_work(self) -> None:
+        """One slice of the core's pending work (initial adds, held input, route
+        timeouts); then read again from the connections that caught up, and flush
+        (which schedules the next slice, after the loop has polled for I/O)."""
+        self.work_scheduled = False
+        try:
+            resumed = self.daemon.work(self.loop.time())
+        except Exception:  # a bug here must not stop the daemon
+            log.exception("internal error in pending work")
+            resumed = []
+        for conn in resumed:
+            proto: Any = conn.io
+            if proto is None or proto.transport is None or proto.hung_up or proto.write_paused or conn.held:
+                continue
+            if not proto.transport.is_closing():
+                proto.transport.resume_reading()
         self.flush()
 
     def schedule_flush(self) -> None:
@@ -317,6 +523,8 @@ class Server:
                     # A fatal close while paused: what was queued before the CLOSE goes too.
                     transport.write(b"".join(conn.take_pending(1 << 62)))
                 proto.hang_up()
+        if self.daemon.has_work:
+            self.schedule_work()
 
     def _tick(self) -> None:
         try:
@@ -332,8 +540,7 @@ class Server:
 
     async def shutdown(self) -> None:
         """PROTOCOL.md 10.9: stop accepting, CLOSE (OK) to every peer, hang up."""
-        if self.server is not None:
-            self.server.close()
+        self.stop_listening()
         if self._tick_handle is not None:
             self._tick_handle.cancel()
         self.daemon.shutdown(self.loop.time())
@@ -377,6 +584,8 @@ async def serve(config: Config, ready: Optional[asyncio.Future[tuple[str, int]]]
             eventlog.close()
         print(f"jetd: cannot listen on {config.host}:{config.port}: {exc.strerror or exc}", file=sys.stderr)
         return 1
+    from .web import WebListener, start_web  # jetd.web builds on this module
+
     web: Optional[WebListener] = None
     if config.http_port is not None:  # PROTOCOL.md 13: WebSocket peers and the console
         try:
@@ -450,6 +659,41 @@ def _warn_exposed(config: Config) -> None:
             "(--tls-cert/--tls-key): data and passwords travel in clear text",
             file=sys.stderr,
         )
+
+
+def _open_reserve() -> int:
+    try:
+        return os.open(os.devnull, os.O_RDONLY)
+    except OSError:
+        return -1
+
+
+def listen(host: str, port: int) -> list[socket.socket]:
+    """Listening sockets for every address ``host`` resolves to (like
+    ``loop.create_server``); with port 0, all on the port the first one got.
+
+    Raises:
+        OSError: the address cannot be resolved or bound.
+    """
+    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    listeners: list[socket.socket] = []
+    try:
+        for family, kind, proto, _name, address in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            listeners.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            if port == 0 and len(listeners) > 1:
+                address = (address[0], listeners[0].getsockname()[1], *address[2:])
+            sock.bind(address)
+            sock.listen(1024)
+            sock.setblocking(False)
+    except (OSError, socket.gaierror):
+        for sock in listeners:
+            sock.close()
+        raise
+    return listeners
 
 
 def new_event_loop(kind: str) -> asyncio.AbstractEventLoop:

@@ -9,11 +9,16 @@ catches up on one key before that key's FETCH_REMOVE and before the answer to it
 SET_STATE or NOTIFY_STATE of that key (PROTOCOL.md 10.5), and on every key changed
 after its mark when its queue has drained: that catch-up is queued like any other
 output, under the hard limit, and the fetches are live again once it is written.
+
+Initial adds (PROTOCOL.md 10.5) are delivered in slices (:class:`Delivery`): a few
+thousand per loop turn and never past the connection's output budget, so that one
+fetch of a million states neither stalls the other peers nor queues gigabytes.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterator
 from typing import Optional
 
 from jetwire import Status
@@ -35,9 +40,16 @@ from .frames import (
     str16_ok,
 )
 
-__all__ = ["Fetch", "FetchRegistry", "Subscriptions"]
+__all__ = ["DELIVERY_SLICE", "Delivery", "Fetch", "FetchRegistry", "Subscriptions"]
 
 log = logging.getLogger("jetd")
+
+# Initial adds per slice: about a millisecond or two of the loop per slice.
+DELIVERY_SLICE = 2048
+
+InitialSource = Callable[[Optional[bytes]], Iterator[tuple[bytes, bytes]]]
+"""``source(after)``: (key, ``Key, Value`` payload) of the states a new fetch matches,
+in byte order of key, above ``after`` (all if None)."""
 
 
 class Fetch:
@@ -56,6 +68,32 @@ class Fetch:
         self.conn = conn
         self.prefix = prefix
         self.prefixes = (prefix,) if prefixes is None else prefixes
+
+
+class Delivery:
+    """A new fetch whose initial adds (PROTOCOL.md 10.5) are being delivered in slices.
+
+    Each slice reads a fresh iterator from ``source(cursor)`` (the registry may change
+    between slices) and queues FETCH_ADD events up to the slice size or the output
+    budget. Until the last one the fetch is not live: it sits in ``Daemon.delivering``,
+    and a fetch event for a key at or below ``cursor`` (already added) is kept in
+    ``held``, to follow the last initial add in the order it happened; a key above
+    ``cursor`` needs nothing, since its FETCH_ADD, if it still matches when the slice
+    gets there, carries the value of that moment. The connection's input stalls
+    meanwhile (PROTOCOL.md 10.5: nothing it asks next is answered in between).
+
+    A fetch whose adds come in another order than key order (a query) supplies its own
+    ``source`` and must keep ``cursor`` meaning "every key <= cursor is delivered".
+    """
+
+    __slots__ = ("cursor", "fetch", "held", "held_size", "source")
+
+    def __init__(self, fetch: Fetch, source: InitialSource) -> None:
+        self.fetch = fetch
+        self.source = source
+        self.cursor: Optional[bytes] = None  # the last key added
+        self.held: list[bytes] = []
+        self.held_size = 0
 
 
 class FetchRegistry:
@@ -169,6 +207,8 @@ class Subscriptions(DaemonBase):
         conn.transport_size = 0
         conn.slow_since = None
         self.slow.discard(conn)
+        if conn.stalled:
+            self.ready.append(conn)  # its delivery or held input goes on (Daemon.work)
         log.debug("drained %s", conn.label)
         return True
 
@@ -249,6 +289,8 @@ class Subscriptions(DaemonBase):
         """Send one fetch event for ``key`` to every matching fetch: the frame is
         encoded once as (head, kv); each fetcher gets head + its fetch id + kv."""
         body_length = 5 + len(kv)
+        if self._delivering:
+            self._hold(key, code, kv)
         if self._parked:
             if code == FETCH_CHANGE:
                 self._seq += 1
@@ -262,7 +304,8 @@ class Subscriptions(DaemonBase):
             return
         head = EVT_HEAD_PACK(EVENT, body_length, code)
         dirty = self.dirty
-        careful = self._small_body_peers > 0
+        # PROTOCOL.md 6.4: after a NOTIFY_STATE event the event can be 4 bytes above ours.
+        careful = self._small_body_peers > 0 or body_length > self._max_body
         for fetch in targets:
             conn = fetch.conn
             if careful and body_length > conn.max_body:
@@ -333,31 +376,105 @@ class Subscriptions(DaemonBase):
         self._next_fetch_id += 1
         # PROTOCOL.md 10.5: the OK first, then FETCH_ADD in byte order of key, then live.
         self._send(conn, RESP_HEAD_PACK(RESPONSE, 9, rid, 0) + fetch.fid_bytes)
-        fid_bytes = fetch.fid_bytes
-        log_events = self._log_events and self._log is not None
-        careful = self._small_body_peers > 0
-        for _key, kv in self.registry.matching_any(fetch.prefixes):
-            head = EVT_HEAD_PACK(EVENT, 5 + len(kv), FETCH_ADD)
-            if careful and 5 + len(kv) > conn.max_body:
-                self._event_too_large(conn, 5 + len(kv))
-                return None
+        registry = self.registry
+        self._start_delivery(conn, fetch, lambda after: registry.matching_any_after(fetch.prefixes, after))
+        return None
+
+    # --- initial adds in slices (PROTOCOL.md 10.5) --------------------------------------
+
+    def _start_delivery(self, conn: Connection, fetch: Fetch, source: InitialSource) -> None:
+        """Deliver ``fetch``'s initial adds from ``source``: the first slice now, the
+        others from :meth:`jetd.core.Daemon.work` while the connection's input stalls."""
+        conn.delivery = Delivery(fetch, source)
+        self.delivering.add(fetch)
+        self._delivering += 1
+        self._deliver(conn)
+
+    def _deliver(self, conn: Connection) -> None:
+        """Queue one slice of ``conn``'s initial adds; after the last one, the events
+        held meanwhile, and the fetch is live. Stops early (and ``conn`` stays
+        stalled) while the connection is paused or past its output budget."""
+        delivery = conn.delivery
+        assert delivery is not None
+        fid_bytes = delivery.fetch.fid_bytes
+        log_out = self._log if self._log_events else None
+        budget = self._out_budget
+        out = conn.out
+        added = 0
+        for sent, (key, kv) in enumerate(delivery.source(delivery.cursor)):
+            if sent >= DELIVERY_SLICE or conn.paused or conn.out_size > budget:
+                self.stats.initial_adds += sent
+                conn.stalled = True
+                return
+            body_length = 5 + len(kv)
+            if self._too_large_for(conn, body_length):
+                self._event_too_large(conn, body_length)
+                return
+            head = EVT_HEAD_PACK(EVENT, body_length, FETCH_ADD)
+            if not out:
+                self.dirty.append(conn)
+            out.append(head)
+            out.append(fid_bytes)
+            out.append(kv)
+            conn.out_size += 5 + body_length
+            delivery.cursor = key
+            if log_out is not None:
+                log_out(conn.conn_id, FRAME_OUT, head + fid_bytes + kv)
+            added = sent + 1
+        self.stats.initial_adds += added
+        self._finish_delivery(conn)
+
+    def _finish_delivery(self, conn: Connection) -> None:
+        delivery = conn.delivery
+        assert delivery is not None
+        fetch = delivery.fetch
+        self._end_delivery(conn)
+        log_out = self._log if self._log_events else None
+        for frame in delivery.held:
             if conn.paused:
-                if not self._enqueue(conn, head + fid_bytes + kv):
-                    return None
+                if not self._enqueue(conn, frame):
+                    return
             else:
-                out = conn.out
-                out.append(head)
-                out.append(fid_bytes)
-                out.append(kv)
-            if log_events and self._log is not None:
-                self._log(conn.conn_id, FRAME_OUT, head + fid_bytes + kv)
+                if not conn.out:
+                    self.dirty.append(conn)
+                conn.out.append(frame)
+                conn.out_size += len(frame)
+            if log_out is not None:
+                log_out(conn.conn_id, FRAME_OUT, frame)
         conn.fetches[fetch.fid] = fetch
         if conn.parked:
             self.parked_fetches.add(fetch)
             self._parked += 1
         else:
             self.fetches.add(fetch)
-        return None
+
+    def _end_delivery(self, conn: Connection) -> None:
+        """Forget ``conn``'s delivery (finished, or the connection is closing)."""
+        delivery = conn.delivery
+        if delivery is not None:
+            conn.delivery = None
+            self.delivering.remove(delivery.fetch)
+            self._delivering -= 1
+
+    def _hold(self, key: bytes, code: int, kv: bytes) -> None:
+        """A fetch event of ``key`` for the fetches still delivering initial adds that
+        have added ``key`` already: kept until their last initial add (see Delivery)."""
+        body_length = 5 + len(kv)
+        targets = [fetch for group in self.delivering.groups(key) for fetch in group.values()]
+        for fetch in targets:
+            conn = fetch.conn
+            delivery = conn.delivery
+            if delivery is None or delivery.cursor is None or key > delivery.cursor or conn.closing:
+                continue
+            if self._too_large_for(conn, body_length):
+                self._event_too_large(conn, body_length)
+                continue
+            frame = EVT_HEAD_PACK(EVENT, body_length, code) + fetch.fid_bytes + kv
+            delivery.held.append(frame)
+            delivery.held_size += len(frame)
+            # PROTOCOL.md 10.8: held events are output owed to the peer like any other.
+            if delivery.held_size + conn.queued + conn.out_size > self.config.hard_limit:
+                self._overload(conn, "output above the hard limit")
 
     def _unfetch(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
         if end - pos != 14:

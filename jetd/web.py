@@ -20,18 +20,15 @@ object per write: that is the daemon's hot path (BENCHMARKS.md, WebSocket).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import email.utils
 import json
 import logging
 import mimetypes
-import socket
 import struct
 import sys
-import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional, cast
+from typing import Any, Optional, cast
 
 from websockets.datastructures import Headers
 from websockets.frames import Opcode
@@ -43,10 +40,7 @@ from websockets.typing import Subprotocol
 from jetwire import Status
 
 from .connection import Connection
-from .tls import certificate_user
-
-if TYPE_CHECKING:
-    from .server import Server
+from .server import FLUSH_AFTER_READ, PeerShell, Server
 
 __all__ = ["SUBPROTOCOL", "WS_FRAME_LIMIT", "WebListener", "WebProtocol", "WebSocketTransport", "start_web"]
 
@@ -59,9 +53,6 @@ SUBPROTOCOL = Subprotocol("jet")  # PROTOCOL.md 13.1
 WS_PATH = "/jet"  # PROTOCOL.md 13.1
 WS_FRAME_LIMIT = 1 << 20  # PROTOCOL.md 13.2: the message bound, both directions
 HANDSHAKE_TIMEOUT = 10.0  # seconds a connection may take to send its HTTP request
-LINGER_QUIET = 0.2  # as jetd.server: seconds without input before a hung-up socket closes
-DRAIN_CHUNK = 256 * 1024  # as jetd.server.DRAIN_CHUNK
-FLUSH_AFTER_READ = 32 * 1024  # as jetd.server.FLUSH_AFTER_READ
 TEXT_MESSAGE = "text messages are not jet: frames travel in binary messages"  # PROTOCOL.md 13.4
 CLOSE_NORMAL = 1000
 CLOSE_UNSUPPORTED_DATA = 1003
@@ -155,39 +146,23 @@ class WebSocketTransport:
         return self._raw.get_extra_info(name, default)
 
 
-class WebProtocol(asyncio.Protocol):
+class WebProtocol(PeerShell):
     """One HTTP connection: a static file, a refused handshake, or a WebSocket peer."""
 
     def __init__(self, listener: WebListener) -> None:
+        super().__init__(listener.server)
         self.listener = listener
-        self.server = listener.server
         self.ws = ServerProtocol(
             subprotocols=[SUBPROTOCOL], max_size=(None, WS_FRAME_LIMIT), logger=_ws_log
         )
-        self.raw: Optional[asyncio.Transport] = None
-        self.transport: Optional[WebSocketTransport] = None  # set once upgraded
-        self.conn: Optional[Connection] = None
-        self.write_paused = False
-        self.hung_up = False
-        self.heard = False
         self.text_message = False  # a fragmented text message is being received
         self.close_code = CLOSE_NORMAL
-        self.abort_handle: Optional[asyncio.TimerHandle] = None
         self.address = "?"
 
     # --- asyncio.Protocol ---------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.raw = raw = cast(asyncio.Transport, transport)
-        soft = self.server.config.soft_limit
-        # NOTES.md: uvloop's default low-water mark is tiny; set both marks explicitly.
-        raw.set_write_buffer_limits(high=soft, low=soft // 4)
-        sock = raw.get_extra_info("socket")
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        peer = raw.get_extra_info("peername")
-        self.address = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.address = self.prepare(transport)
         self.listener.connections.add(self)
         self.abort_handle = self.server.loop.call_later(HANDSHAKE_TIMEOUT, self._handshake_timeout)
 
@@ -217,56 +192,16 @@ class WebProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Optional[Exception]) -> None:
         self.listener.connections.discard(self)
-        if self.abort_handle is not None:
-            self.abort_handle.cancel()
-        server = self.server
         if self.conn is not None:
-            cast("set[WebProtocol]", server.protocols).discard(self)
-            reason = f"connection lost: {exc}" if exc is not None else "peer disconnected"
-            server.daemon.disconnect(self.conn, server.loop.time(), reason)
-            self.conn.io = None
-            server.schedule_flush()
-            if not server.protocols:
-                server.all_closed.set()
+            self.detach(exc)
+        elif self.abort_handle is not None:
+            self.abort_handle.cancel()
 
-    def pause_writing(self) -> None:
-        self.write_paused = True
-        transport = self.transport
-        if self.conn is not None and transport is not None:
-            self.server.daemon.pause(self.conn, transport.get_write_buffer_size())
-            # A peer that does not read gets no more of our attention either.
-            if not transport.is_closing():
-                transport.pause_reading()
-
-    def resume_writing(self) -> None:
-        self.write_paused = False
-        self.drain()
-
-    # --- what Server.flush and the core's flow control call -----------------------------
-
-    def drain(self) -> None:
-        """As ``jetd.server.PeerProtocol.drain``: hand the locally queued frames to the
-        transport until it pauses again, then let the core queue what it held back
-        (PROTOCOL.md 10.8); once all is written the connection is live again."""
-        conn = self.conn
-        transport = self.transport
-        if conn is None or transport is None or transport.is_closing():
-            return
-        daemon = self.server.daemon
-        while True:
-            while conn.pending and not self.write_paused:
-                transport.write(b"".join(conn.take_pending(DRAIN_CHUNK)))
-            if self.write_paused or not conn.paused or conn.closing:
-                break
-            if daemon.drained(conn):
-                transport.resume_reading()
-                break
-        self.server.schedule_flush()
+    # --- what Server.flush calls ----------------------------------------------------------
 
     def hang_up(self) -> None:
         """End the connection once its CLOSE is written (PROTOCOL.md 13.4): the WebSocket
-        closing handshake, reading (and dropping) what the peer still sends until its
-        close frame; a peer that takes longer than the shutdown grace is aborted."""
+        closing handshake, then :meth:`PeerShell.linger` until the peer's close frame."""
         raw = self.raw
         if raw is None or raw.is_closing() or self.hung_up:
             return
@@ -275,26 +210,13 @@ class WebProtocol(asyncio.Protocol):
         if ws.state is OPEN:
             ws.send_close(self.close_code)
             self._write_ws_output()
-            raw.resume_reading()  # we read until its close frame, even if it was slow
-            self.server.loop.call_later(LINGER_QUIET, self._linger)
-        elif not ws.eof_sent:
+            self.linger()
+            return
+        if not ws.eof_sent:
             raw.close()
         if self.abort_handle is not None:
             self.abort_handle.cancel()
         self.abort_handle = self.server.loop.call_later(self.server.config.shutdown_grace, raw.abort)
-
-    def _linger(self) -> None:
-        """After our close frame, as ``PeerProtocol``: close once everything is written and
-        the peer has been quiet for LINGER_QUIET (closing with unread input would reset
-        the connection, which can destroy the CLOSE before the peer reads it)."""
-        raw = self.raw
-        if raw is None or raw.is_closing():
-            return
-        if self.heard or raw.get_write_buffer_size():
-            self.heard = False
-            self.server.loop.call_later(LINGER_QUIET, self._linger)
-        else:
-            raw.close()
 
     # --- internals ------------------------------------------------------------------------
 
@@ -333,28 +255,8 @@ class WebProtocol(asyncio.Protocol):
             server.schedule_flush()
 
     def _feed(self, stream: list[bytes]) -> None:
-        conn = self.conn
-        if not stream or conn is None:
-            return
-        server = self.server
-        eventlog = server.eventlog
-        if eventlog is not None:
-            eventlog.turn_ns = time.time_ns()  # as PeerProtocol: one timestamp per read
-        try:
-            server.daemon.receive_data(conn, stream[0] if len(stream) == 1 else b"".join(stream), server.loop.time())
-        except Exception:
-            # A bug in the core must cost one connection, never the daemon.
-            log.exception("internal error on %s", conn.label)
-            server.daemon.internal_error(conn, server.loop.time())
-        finally:
-            if eventlog is not None:
-                eventlog.turn_ns = 0
-        if conn.held:
-            server.hold(self)  # PROTOCOL.md 14.2: read nothing while AUTHENTICATE is answered
-        if getattr(conn, "stalled", False) and self.transport is not None:
-            # As PeerProtocol once the hardening branch's output budget is in: the core holds
-            # this peer's input until its output caught up; Server.run_work resumes reading.
-            self.transport.pause_reading()
+        if stream:
+            self.feed(stream[0] if len(stream) == 1 else b"".join(stream))
 
     def _disconnect(self, reason: str) -> None:
         conn = self.conn
@@ -420,18 +322,10 @@ class WebProtocol(asyncio.Protocol):
 
     def _open(self) -> None:
         """The handshake succeeded: from now on this is a peer (PROTOCOL.md 13.1)."""
-        server = self.server
         raw = self.raw
         assert raw is not None
-        self.transport = WebSocketTransport(self, raw)
-        # Duck-typed like PeerProtocol for Server.flush and Server.shutdown.
-        cast("set[WebProtocol]", server.protocols).add(self)
-        self.conn = server.daemon.connect(f"ws:{self.address}", server.loop.time())
-        self.conn.io = self
-        user = certificate_user(raw.get_extra_info("ssl_object"))
-        if user is not None:
-            server.daemon.authenticate_certificate(self.conn, user)  # PROTOCOL.md 14.6 (wss)
-        server.schedule_flush()
+        self.transport = cast(asyncio.Transport, WebSocketTransport(self, raw))
+        self.attach(f"ws:{self.address}")
 
 
 class WebListener:
@@ -496,7 +390,7 @@ class WebListener:
             return _plain(405, "Method Not Allowed", "only GET\n", {"Allow": "GET, HEAD"})
         if path == "/registry.json":
             if self.server.daemon.access is not None:
-                # PROTOCOL.md 14: the registry names every key and owner, to anyone who asks.
+                # PROTOCOL.md 14.3: the registry names every key and owner, to anyone who asks.
                 return _plain(403, "Forbidden", "the registry is not served with --auth\n")
             return _response(200, "OK", "application/json", self.registry_json(), request.method)
         file = self.files.get(path)

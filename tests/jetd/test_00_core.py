@@ -50,6 +50,7 @@ class Harness:
         self.daemon = Daemon(Config(**settings))  # type: ignore[arg-type]
         self.now = 0.0
         self.decoders: dict[int, Decoder] = {}
+        self.written: dict[int, list[bytes]] = {}  # what the "IO layer" wrote per connection
 
     def connect(self, name: str = "") -> Connection:
         conn = self.daemon.connect(f"mem:{name}", self.now)
@@ -59,12 +60,26 @@ class Harness:
 
     def send(self, conn: Connection, *messages: Message) -> None:
         self.daemon.receive_data(conn, b"".join(encode(m) for m in messages), self.now)
+        self.pump()
+
+    def pump(self) -> None:
+        """What the IO layer does after a read: write out (here: the output stays in
+        ``conn.out`` for recv, but counts as written), then run the pending work until
+        there is none."""
+        self._write()
+        while self.daemon.has_work:
+            self.daemon.work(self.now)
+            self._write()
+
+    def _write(self) -> None:
+        for conn in self.daemon.take_dirty():
+            self.written.setdefault(conn.conn_id, []).extend(conn.out)
+            conn.out.clear()
 
     def recv(self, conn: Connection) -> list[Message]:
         """Everything queued for ``conn`` (the output of this 'loop turn')."""
-        self.daemon.take_dirty()
-        data = b"".join(conn.out)
-        conn.out.clear()
+        self.pump()
+        data = b"".join(self.written.pop(conn.conn_id, []))
         decoder = self.decoders[conn.conn_id]
         decoder.receive_data(data)
         return list(decoder.messages())
@@ -678,21 +693,43 @@ def test_paused_fetchers_always_end_up_with_the_latest_values(steps):
             assert views[i].views[fid] == {k: val for k, val in truth.items() if k.startswith(prefix)}
 
 
-@given(kind=st.sampled_from(["STRING", "BYTES"]), extra=st.sampled_from([0, 1]))
-@settings(max_examples=20, deadline=None)
+@given(kind=st.sampled_from(["STRING", "BYTES"]), extra=st.sampled_from([0, 1, 4]))
+@settings(max_examples=30, deadline=None)
 def test_notify_event_size_limit_is_the_same_on_both_paths(kind, extra):
-    # PROTOCOL.md 3: the FETCH_CHANGE of a NOTIFY_STATE event (its body 4 bytes longer)
-    # must fit the max_body announced to fetchers. A STRING takes the careful path, BYTES
-    # the fast one: both accept exactly up to the limit.
+    # PROTOCOL.md 6.4: a NOTIFY_STATE event up to max_body is accepted; its FETCH_CHANGE
+    # (4 bytes longer) closes only a fetcher that announced a max_body below it; the
+    # owner, a peer that announced enough and one that announced nothing get it. A
+    # STRING takes the careful path, BYTES the fast one: both behave the same.
     h = Harness(max_body=64)
-    owner, fetcher = h.connect(), h.connect()
-    n = 64 - 4 - 9 + extra  # event body: code 1 + key "k" 3 + value head 5 + n
+    owner, small, large, silent = h.connect(), h.connect(), h.connect(), h.connect()
+    h.send(small, Info("small", 64))
+    h.send(large, Info("large", 68))
+    n = 64 - 4 - 9 + extra  # the FETCH_CHANGE body: code 1 + fid 4 + key "k" 3 + value head 5 + n
     value = v("x" * n) if kind == "STRING" else v(b"x" * n)
-    h.send(owner, AddState(1, "k", v("") if kind == "STRING" else v(b"")))
-    h.send(fetcher, FetchStates(1, "k"))
-    fid = h.recv(fetcher)[0].fetch_id
+    empty = v("") if kind == "STRING" else v(b"")
+    h.send(owner, AddState(1, "k", empty))
+    h.send(owner, NotifyState(None, "k", value))  # no fetcher yet
+    assert not owner.closing
+    h.send(owner, NotifyState(None, "k", empty))
+    fids = {}
+    for peer in (small, large, silent):
+        h.send(peer, FetchStates(1, "k"))
+        fids[peer.conn_id] = h.recv(peer)[0].fetch_id
     h.send(owner, NotifyState(None, "k", value))
+    assert not owner.closing
+    assert h.recv(large) == [FetchChange(fids[large.conn_id], "k", value)]
+    assert h.recv(silent) == [FetchChange(fids[silent.conn_id], "k", value)]
     if extra:
-        assert owner.closed and h.recv(fetcher) == [FetchRemove(fid, "k", v("") if kind == "STRING" else v(b""))]
+        assert small.closed
+        [close] = h.recv(small)
+        assert close == Close(Status.TOO_LARGE, f"a fetch event of {64 + extra} bytes exceeds your max_body 64")
     else:
-        assert not owner.closed and h.recv(fetcher) == [FetchChange(fid, "k", value)]
+        assert not small.closed and h.recv(small) == [FetchChange(fids[small.conn_id], "k", value)]
+    # A new fetch of the state gets it as a FETCH_ADD under the same rule.
+    late = h.connect()
+    h.send(late, Info("late", 64))
+    h.send(late, FetchStates(2, "k"))
+    if extra:
+        assert late.closed
+    else:
+        assert h.recv(late)[1] == FetchAdd(h.daemon._next_fetch_id - 1, "k", value)

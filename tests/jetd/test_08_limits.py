@@ -10,6 +10,7 @@ from jetwire import (
     AddMethod,
     AddState,
     CallMethod,
+    FetchChange,
     FetchStates,
     GetState,
     Info,
@@ -114,7 +115,15 @@ def test_peer_max_body_is_respected(start_jetd):
     assert ok.id == 99 and ok.ok
     small.expect_close(Status.TOO_LARGE)
     assert owner.request(lambda rid: GetState(rid, "small")).ok
-    # A NOTIFY event whose FETCH_CHANGE would exceed our own max_body closes its sender.
-    # Event body 1 + 2 + 5 + 5 + 4083 = 4096 fits; its FETCH_CHANGE would be 4100.
+    # PROTOCOL.md 6.4: a NOTIFY event whose FETCH_CHANGE would exceed our own max_body is
+    # accepted (event body 1 + 2 + 5 + 5 + 4083 = 4096 fits; its FETCH_CHANGE is 4100);
+    # only a fetcher that announced less than 4100 is closed, one that announced more gets it.
+    bigger = RawPeer(daemon.address)
+    bigger.send(Info("bigger", max_body=8192))
+    fid = bigger.request(lambda rid: FetchStates(rid, "small")).fetch_id
+    bigger.recv()  # its initial add
     owner.send(NotifyState(None, "small", v(b"z" * 4083)))
-    assert "too large to fetch" in owner.expect_close(Status.TOO_LARGE).message
+    change = bigger.recv()
+    assert change == FetchChange(fid, "small", v(b"z" * 4083)), change
+    got = owner.request(lambda rid: GetState(rid, "small"))
+    assert got.ok and got.value == v(b"z" * 4083)

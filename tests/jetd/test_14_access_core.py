@@ -98,7 +98,7 @@ def test_frames_behind_authenticate_wait_for_its_check() -> None:
     owner = h.connect()
     h.send(owner, Authenticate(1, "owner", "o"), AddState(2, "p/a", f(1)), GetState(3, "p/a"))
     assert h.recv(owner) == []  # nothing read past AUTHENTICATE while the check runs
-    assert owner.held and owner.rest_len > 0
+    assert owner.held and len(owner.rest) > 0
     h.send(owner, GetState(4, "p/a"))  # more bytes arrive meanwhile: buffered too
     h.finish_checks()
     assert h.recv(owner) == [

@@ -1,0 +1,122 @@
+"""Helpers for the hostile-peer tests (area 14): a health peer that measures how long
+the daemon keeps everyone else waiting, a reader that empties a socket, and a reader
+that takes its bytes slowly."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Optional
+
+from jetd_testlib import RawPeer, rss_kib, v
+
+from jetwire import AddState, Close, Decoder, GetState, Message, NotifyState, Response
+
+HEALTH_PERIOD = 0.05  # seconds between the health peer's rounds
+HEALTH_BOUND = 0.25  # the longest a round may take, on a loaded 2-core machine
+
+
+class HealthPeer(threading.Thread):
+    """Owns a state; every 50 ms sets it (NOTIFY_STATE request) and reads it back
+    (GET_STATE), and records how long each round waited for its two answers."""
+
+    def __init__(self, address: tuple[str, int], key: str = "health") -> None:
+        super().__init__(daemon=True)
+        self.peer = RawPeer(address, "health")
+        self.key = key
+        self.peer.request(lambda rid: AddState(rid, key, v(0)))
+        self.waits: list[float] = []
+        self.stop_event = threading.Event()
+        self.measuring = threading.Event()
+        self.measuring.set()
+        self.error: Optional[BaseException] = None
+
+    def run(self) -> None:
+        peer = self.peer
+        n = 0
+        try:
+            while not self.stop_event.is_set():
+                self.measuring.wait()
+                n += 1
+                rid = peer.next_id()
+                started = time.monotonic()
+                peer.send(NotifyState(rid, self.key, v(n)), GetState(rid + 1, self.key))
+                peer.next_id()
+                for expected in (rid, rid + 1):
+                    message = peer.recv(timeout=30)
+                    assert isinstance(message, Response) and message.id == expected, message
+                self.waits.append(time.monotonic() - started)
+                time.sleep(HEALTH_PERIOD)
+        except BaseException as exc:  # reported by the test through check()
+            self.error = exc
+
+    def finish(self) -> float:
+        """Stop; returns the longest wait (seconds) and fails on the peer's own error."""
+        self.stop_event.set()
+        self.measuring.set()
+        self.join(35)
+        if self.error is not None:
+            raise AssertionError(f"health peer failed: {self.error!r}")
+        assert self.waits, "the health peer made no round"
+        self.peer.close()
+        return max(self.waits)
+
+
+class Discard(threading.Thread):
+    """Reads a socket as fast as it can and drops the bytes (counting them)."""
+
+    def __init__(self, sock: socket.socket, expected: Optional[int] = None) -> None:
+        super().__init__(daemon=True)
+        self.sock = sock
+        self.expected = expected
+        self.received = 0
+        self.tail = b""
+
+    def run(self) -> None:
+        self.sock.settimeout(30)
+        while self.expected is None or self.received < self.expected:
+            try:
+                data = self.sock.recv(1 << 20)
+            except OSError:
+                return
+            if not data:
+                return
+            self.received += len(data)
+            self.tail = (self.tail + data)[-4096:]
+
+
+def read_slowly_until_close(peer: RawPeer, rate: float, timeout: float) -> tuple[Optional[Close], int]:
+    """Read at about ``rate`` bytes/s until a CLOSE or EOF; returns (the CLOSE or None,
+    bytes read)."""
+    decoder = Decoder(max_body=64 << 20)
+    sock = peer.sock
+    sock.settimeout(timeout)
+    chunk = 64 * 1024
+    total = 0
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            data = sock.recv(chunk)
+        except (TimeoutError, ConnectionResetError):
+            return None, total
+        if not data:
+            return None, total
+        total += len(data)
+        decoder.receive_data(data)
+        message: Optional[Message]
+        while (message := decoder.next_message()) is not None:
+            if isinstance(message, Close):
+                return message, total
+        time.sleep(len(data) / rate)
+    return None, total
+
+
+def peak_rss_growth_kib(pid: int, before: int, seconds: float) -> int:
+    """Sample RSS for ``seconds``; returns the peak growth over ``before`` (KiB)."""
+    peak = before
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        peak = max(peak, rss_kib(pid))
+        time.sleep(0.02)
+    return peak - before
