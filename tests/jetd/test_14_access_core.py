@@ -198,3 +198,41 @@ def test_without_auth_nothing_is_checked() -> None:
     h.send(conn, Authenticate(1, "anyone", "x"), AddState(2, "any/key", f(1)))
     assert h.recv(conn) == [Response(1), Response(2)]
     assert conn.user is None and h.jobs == []
+
+
+def test_reload_during_a_sliced_fetch_delivery() -> None:
+    """A fetch still delivering its initial adds in slices (PROTOCOL.md 10.5) when a reload
+    narrows its read: what the peer ends up with is exactly the readable states."""
+    from jetd.subscriptions import DELIVERY_SLICE
+
+    keys = [f"p/k{i:04d}" for i in range(DELIVERY_SLICE + 300)]
+    h = Harness(make_access(["p/"]))
+    owner, viewer = h.connect(), h.connect()
+    h.login(owner, "owner", "o")
+    h.login(viewer, "viewer", "v")
+    h.send(owner, *(AddState(i, key, f(i)) for i, key in enumerate(keys)))
+    h.recv(owner)
+    h.send(viewer, FetchStates(1, "p/"))
+    assert viewer.delivery is not None  # the first slice only: the rest comes from work()
+    seen: dict[str, Value] = {}
+
+    def apply(messages: list[Message]) -> None:
+        for message in messages:
+            if isinstance(message, FetchAdd):
+                assert message.key not in seen
+                seen[message.key] = message.value
+            elif isinstance(message, FetchRemove):
+                del seen[message.key]
+
+    apply(h.recv(viewer)[1:])
+    h.daemon.set_access(make_access(["p/k1", "p/k2"]), h.now)
+    for _ in range(100):
+        if viewer.delivery is None:
+            break
+        h.daemon.work(h.now)
+        apply(h.recv(viewer))
+    apply(h.recv(viewer))
+    assert viewer.delivery is None
+    assert sorted(seen) == [key for key in keys if key.startswith(("p/k1", "p/k2"))]
+    h.send(owner, NotifyState(None, "p/k0001", f(-1)), NotifyState(None, "p/k1001", f(-2)))
+    assert [(type(m), m.key) for m in h.recv(viewer)] == [(FetchChange, "p/k1001")]  # type: ignore[attr-defined]
