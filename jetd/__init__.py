@@ -5,7 +5,7 @@
   responsibility: :mod:`jetd.registry` (states and methods), :mod:`jetd.routes`
   (routing and timeouts), :mod:`jetd.subscriptions` (fetches, fan-out, slow consumers),
   :mod:`jetd.base` (shared state, output, closing), :mod:`jetd.frames` (frame layouts),
-  :mod:`jetd.access` (users, permissions, authentication: PROTOCOL.md 14).
+  :mod:`jetd.access` (users, permissions, authentication: PROTOCOL.md 15).
 - :mod:`jetd.server`: the asyncio/uvloop protocol, per-turn flushing, flow control.
 - :mod:`jetd.users`: the users file and ``jetd user add|del|list``.
 - :mod:`jetd.tls`: the listeners' SSLContext (one place for TCP and WebSocket).

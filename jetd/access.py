@@ -1,4 +1,4 @@
-"""Access control (PROTOCOL.md 14): users and their permissions, compiled for speed, and
+"""Access control (PROTOCOL.md 15): users and their permissions, compiled for speed, and
 the daemon's side of authentication.
 
 - :class:`PrefixSet` compiles a list of key prefixes like the fetch index does
@@ -37,6 +37,7 @@ from .users import UsersFile
 __all__ = [
     "AUTHENTICATE",
     "MAX_AUTH_FAILURES",
+    "QUERY_FUNCTIONS",
     "Access",
     "AccessControl",
     "Offload",
@@ -48,7 +49,9 @@ __all__ = [
 log = logging.getLogger("jetd")
 
 AUTHENTICATE = Function.AUTHENTICATE.value  # a plain int for the dispatcher's comparisons
-MAX_AUTH_FAILURES = 5  # PROTOCOL.md 14.2: CLOSE after the 5th AUTH_FAILED
+# PROTOCOL.md 15.3: refused to a connection that may not read every key.
+QUERY_FUNCTIONS = frozenset({Function.FETCH_QUERY.value, Function.QUERY_ONCE.value})
+MAX_AUTH_FAILURES = 5  # PROTOCOL.md 15.2: CLOSE after the 5th AUTH_FAILED
 WRITABLE_CACHE_MAX = 4096  # keys cached per connection; a peer probing many keys resets it
 AUTH_BY_PASSWORD = 1  # JETLOG.md 4 CONN_AUTH method
 AUTH_BY_CERTIFICATE = 2
@@ -95,7 +98,7 @@ class PrefixSet:
 
     def narrow(self, prefix: bytes) -> tuple[bytes, ...]:
         """The prefixes, sorted and disjoint, whose keys are exactly the keys that start
-        with ``prefix`` and match this set (PROTOCOL.md 14.4): ``(prefix,)`` when the set
+        with ``prefix`` and match this set (PROTOCOL.md 15.4): ``(prefix,)`` when the set
         covers it, else the set's prefixes that extend it (possibly none)."""
         if self.matches(prefix):
             return (prefix,)
@@ -103,7 +106,7 @@ class PrefixSet:
 
 
 class Permissions:
-    """One connection's compiled permissions (PROTOCOL.md 14.1)."""
+    """One connection's compiled permissions (PROTOCOL.md 15.1)."""
 
     __slots__ = ("nothing", "own", "read", "user", "write")
 
@@ -112,13 +115,13 @@ class Permissions:
         self.own = PrefixSet(p.encode("utf-8") for p in own)
         self.read = PrefixSet(p.encode("utf-8") for p in read)
         self.write = PrefixSet(p.encode("utf-8") for p in write)
-        # PROTOCOL.md 14.2: a connection without any permission gets NOT_AUTHORIZED for
+        # PROTOCOL.md 15.2: a connection without any permission gets NOT_AUTHORIZED for
         # every function but AUTHENTICATE.
         self.nothing = self.own.empty and self.read.empty and self.write.empty
 
 
 class Access:
-    """A loaded users file, compiled: what the daemon consults (PROTOCOL.md 14).
+    """A loaded users file, compiled: what the daemon consults (PROTOCOL.md 15).
 
     Raises (from :meth:`load`): :class:`jetd.users.UsersFileError`.
     """
@@ -169,7 +172,7 @@ class Access:
 
     @property
     def timeout_applies(self) -> bool:
-        """PROTOCOL.md 14.2: the auth timeout closes unauthenticated connections only when
+        """PROTOCOL.md 15.2: the auth timeout closes unauthenticated connections only when
         the anonymous entry grants nothing."""
         return self.anonymous.nothing
 
@@ -188,7 +191,7 @@ def mask_authenticate(frame: bytes) -> bytes:
 
 
 class AccessControl(DaemonBase):
-    """Authentication and the permission checks (PROTOCOL.md 14), mixed into the Daemon."""
+    """Authentication and the permission checks (PROTOCOL.md 15), mixed into the Daemon."""
 
     access: Optional[Access]
     offload: Optional[Offload]
@@ -203,7 +206,7 @@ class AccessControl(DaemonBase):
 
     def _not_authorized(self, conn: Connection, rid: Optional[int], permission: str, key: bytes) -> None:
         """Answer NOT_AUTHORIZED naming the permission and the key (MALFORMED for a key
-        that is not UTF-8: PROTOCOL.md 14.3 checks the form first)."""
+        that is not UTF-8: PROTOCOL.md 15.3 checks the form first)."""
         if not is_utf8(key):
             if rid is not None:
                 self._reply(conn, rid, Status.MALFORMED, "key is not valid UTF-8")
@@ -213,7 +216,7 @@ class AccessControl(DaemonBase):
             self._reply(conn, rid, Status.NOT_AUTHORIZED, message)
 
     def _may_write(self, conn: Connection, key: bytes) -> bool:
-        """PROTOCOL.md 14.3 ``write``, cached per connection for the keys it may write
+        """PROTOCOL.md 15.3 ``write``, cached per connection for the keys it may write
         (the routed-SET fast path tests ``key in conn.writable`` inline; a denied key
         takes the careful path, which checks the compiled prefixes again)."""
         writable = conn.writable
@@ -230,7 +233,7 @@ class AccessControl(DaemonBase):
     # --- AUTHENTICATE ---------------------------------------------------------------------
 
     def _authenticate(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
-        """PROTOCOL.md 6.12, 14.2.
+        """PROTOCOL.md 6.12, 15.2.
 
         JETLOG.md 4: its FRAME_IN record (password masked) is written here, or when it is
         answered if that is later, so that the record of a request the daemon answers
@@ -251,7 +254,7 @@ class AccessControl(DaemonBase):
         if conn.user is not None:
             self._log_request(conn, frame)
             return self._reply(conn, rid, Status.NOT_AUTHORIZED, f"already authenticated as {conn.user}")
-        # PROTOCOL.md 14.2: nothing more is read from the connection until it is answered.
+        # PROTOCOL.md 15.2: nothing more is read from the connection until it is answered.
         conn.held = True
         user, password = message.user, message.password
 
@@ -301,7 +304,7 @@ class AccessControl(DaemonBase):
             self.disconnect(conn, now, "peer closed its side")
 
     def authenticate_certificate(self, conn: Connection, user: str) -> None:
-        """PROTOCOL.md 14.6: a verified client certificate names ``user`` (the IO layer
+        """PROTOCOL.md 15.6: a verified client certificate names ``user`` (the IO layer
         calls this right after :meth:`connect`)."""
         if self.access is None or conn.closing:
             return
@@ -311,7 +314,7 @@ class AccessControl(DaemonBase):
         self._authenticated(conn, user, AUTH_BY_CERTIFICATE)
 
     def _tick_access(self, now: float) -> None:
-        """Delayed AUTH_FAILED answers and the auth timeout (PROTOCOL.md 14.2)."""
+        """Delayed AUTH_FAILED answers and the auth timeout (PROTOCOL.md 15.2)."""
         answers = self._auth_answers
         while answers and answers[0][0] <= now:
             _, conn, rid, frame = answers.popleft()
@@ -347,7 +350,7 @@ class AccessControl(DaemonBase):
         conn.writable = None if access.anonymous.write.everything else set()
         self._auth_deadlines.append((self.now + self.config.auth_timeout, conn))
 
-    # --- changes of permissions (PROTOCOL.md 14.5) -------------------------------------------
+    # --- changes of permissions (PROTOCOL.md 15.5) -------------------------------------------
 
     def set_access(self, access: Access, now: float) -> None:
         """Use a newly loaded users file (SIGHUP): every connection gets its user's new

@@ -47,8 +47,13 @@ DEFAULT_HTTP_PATH = "/jet"  # PROTOCOL.md 13: the WebSocket endpoint
 DEFAULT_MAX_INPUT_BUFFER = 64 * 1024 * 1024  # unprocessed input, all connections together
 DEFAULT_FRAME_TIMEOUT = 10.0  # seconds to complete a frame once it has begun
 DEFAULT_FIRST_FRAME_TIMEOUT = 0.0  # seconds to send a first whole frame; 0 = no limit
-DEFAULT_AUTH_TIMEOUT = 10.0  # PROTOCOL.md 14.2: seconds to authenticate (no anonymous permissions)
-DEFAULT_AUTH_FAILURE_DELAY = 0.5  # PROTOCOL.md 14.2: seconds before each AUTH_FAILED
+# PROTOCOL.md 10.7, 14.5: queries (protocol 1.1)
+DEFAULT_MAX_QUERY_SIZE = 16 * 1024
+DEFAULT_MAX_QUERY_TERMS = 64
+DEFAULT_MAX_WINDOW = 1000
+DEFAULT_MAX_FIELD_DEPTH = 16
+DEFAULT_AUTH_TIMEOUT = 10.0  # PROTOCOL.md 15.2: seconds to authenticate (no anonymous permissions)
+DEFAULT_AUTH_FAILURE_DELAY = 0.5  # PROTOCOL.md 15.2: seconds before each AUTH_FAILED
 
 FSYNC_POLICIES = ("always", "interval", "never")
 LOOPS = ("auto", "uvloop", "asyncio")
@@ -96,15 +101,19 @@ class Config:
             then it is closed TIMEOUT (PROTOCOL.md 10.7).
         first_frame_timeout: seconds a new connection may stay without sending a
             whole frame before it is closed TIMEOUT; 0 means no limit.
+        max_query_size: largest FETCH_QUERY / QUERY_ONCE payload, bytes (TOO_LARGE above).
+        max_query_terms: matchers, operands, filters and sort of one query.
+        max_window: longest window (to - from + 1) of a sorted query.
+        max_field_depth: segments of one field path.
         auth: users file (jetd.users); None: no authentication, every peer may do
-            anything (PROTOCOL.md 14). Re-read on SIGHUP.
+            anything (PROTOCOL.md 15). Re-read on SIGHUP.
         auth_timeout: seconds a connection may stay unauthenticated when the
-            anonymous entry grants nothing (PROTOCOL.md 14.2).
-        auth_failure_delay: seconds before each AUTH_FAILED answer (PROTOCOL.md 14.2).
+            anonymous entry grants nothing (PROTOCOL.md 15.2).
+        auth_failure_delay: seconds before each AUTH_FAILED answer (PROTOCOL.md 15.2).
         tls_cert: PEM certificate chain of the listener; with ``tls_key`` turns on TLS.
         tls_key: PEM private key of ``tls_cert``.
         tls_client_ca: PEM CA bundle: peers may present a client certificate signed by
-            it, whose CN is then their user (PROTOCOL.md 14.6).
+            it, whose CN is then their user (PROTOCOL.md 15.6).
     """
 
     host: str = DEFAULT_HOST
@@ -135,7 +144,12 @@ class Config:
     max_input_buffer: int = DEFAULT_MAX_INPUT_BUFFER
     frame_timeout: float = DEFAULT_FRAME_TIMEOUT
     first_frame_timeout: float = DEFAULT_FIRST_FRAME_TIMEOUT
-    # Security (PROTOCOL.md 14), kept together.
+    # queries (PROTOCOL.md 14.5)
+    max_query_size: int = DEFAULT_MAX_QUERY_SIZE
+    max_query_terms: int = DEFAULT_MAX_QUERY_TERMS
+    max_window: int = DEFAULT_MAX_WINDOW
+    max_field_depth: int = DEFAULT_MAX_FIELD_DEPTH
+    # Security (PROTOCOL.md 15), kept together.
     auth: Optional[str] = None
     auth_timeout: float = DEFAULT_AUTH_TIMEOUT
     auth_failure_delay: float = DEFAULT_AUTH_FAILURE_DELAY
@@ -175,6 +189,10 @@ class Config:
             "hard_limit",
             "log_rotate_size",
             "max_input_buffer",
+            "max_query_size",
+            "max_query_terms",
+            "max_window",
+            "max_field_depth",
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
@@ -240,6 +258,10 @@ _HELP = {
     "max_input_buffer": f"bytes of unprocessed input, all connections together (default {DEFAULT_MAX_INPUT_BUFFER})",
     "frame_timeout": f"seconds a peer has to complete a frame it began (default {DEFAULT_FRAME_TIMEOUT:g})",
     "first_frame_timeout": "seconds a new connection may go without a whole frame (default 0: no limit)",
+    "max_query_size": f"largest query payload, bytes (default {DEFAULT_MAX_QUERY_SIZE})",
+    "max_query_terms": f"matchers, operands, filters and sort of one query (default {DEFAULT_MAX_QUERY_TERMS})",
+    "max_window": f"longest window of a sorted query (default {DEFAULT_MAX_WINDOW})",
+    "max_field_depth": f"segments of one field path (default {DEFAULT_MAX_FIELD_DEPTH})",
     "auth": "users file: require authentication and enforce permissions (re-read on SIGHUP)",
     "auth_timeout": f"seconds to authenticate when anonymous peers may do nothing (default {DEFAULT_AUTH_TIMEOUT:g})",
     "auth_failure_delay": f"seconds before each AUTH_FAILED answer (default {DEFAULT_AUTH_FAILURE_DELAY:g})",

@@ -9,6 +9,7 @@ from jetwire import Status
 
 if TYPE_CHECKING:
     from .access import Permissions
+    from .querying import QueryFetch
     from .routes import Route
     from .subscriptions import Delivery, Fetch
 
@@ -53,6 +54,7 @@ class Connection:
         "pending",
         "pending_size",
         "perms",
+        "query_fetches",
         "rest",
         "routes",
         "slow_since",
@@ -85,6 +87,7 @@ class Connection:
         self.states: dict[bytes, bytes] = {}  # its states: key -> Key, Value payload
         self.methods: set[bytes] = set()
         self.fetches: dict[int, Fetch] = {}
+        self.query_fetches: dict[int, QueryFetch] = {}  # FETCH_QUERY fetches (PROTOCOL.md 14.3)
         self.routes: dict[int, Route] = {}  # routed to this connection, by our id
         self.next_route_id = 1
         # Received bytes not processed yet: an incomplete frame, or (while ``stalled``)
@@ -106,12 +109,12 @@ class Connection:
         # PROTOCOL.md 3: the largest body this peer accepts; until its INFO says
         # otherwise we assume it accepts what we do.
         self.max_body = 0xFFFF_FFFF
-        # PROTOCOL.md 14 (jetd.access): None without --auth, so nothing is checked.
+        # PROTOCOL.md 15 (jetd.access): None without --auth, so nothing is checked.
         self.perms: Optional[Permissions] = None
         # keys it may write, cached (jetd.access); None when every key is writable.
         self.writable: Optional[set[bytes]] = None
         self.user: Optional[str] = None  # who it authenticated as
-        self.held = False  # PROTOCOL.md 14.2: AUTHENTICATE being answered: read nothing
+        self.held = False  # PROTOCOL.md 15.2: AUTHENTICATE being answered: read nothing
         self.auth_failures = 0
 
     @property

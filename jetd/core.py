@@ -16,7 +16,7 @@ Each responsibility lives in its own module, mixed into :class:`Daemon`:
 - :mod:`jetd.registry`: states and methods, who owns them, the cached values;
 - :mod:`jetd.routes`: routed SET_STATE/CALL_METHOD, owners' answers, route timeouts;
 - :mod:`jetd.subscriptions`: fetches, fan-out, slow consumers (parking);
-- :mod:`jetd.access`: users, permissions and authentication (PROTOCOL.md 14);
+- :mod:`jetd.access`: users, permissions and authentication (PROTOCOL.md 15);
 - :mod:`jetd.base`: the shared state, output queues and closing;
 - :mod:`jetd.frames`: the frame layouts and quick checks of the hot paths.
 
@@ -39,6 +39,7 @@ from typing import Optional
 from jetwire import (
     FEATURE_AUTH_REQUIRED,
     FEATURE_CONFLATION,
+    FEATURE_QUERIES,
     PROTOCOL_MAJOR,
     EventCode,
     Function,
@@ -51,17 +52,17 @@ from jetwire import (
 from jetwire.codes import MIN_PEER_MAX_BODY
 from jetwire.log import LogKind, conn_close_data, conn_name_data, conn_open_data
 
-from .access import AUTHENTICATE, Access, AccessControl, Offload
+from .access import AUTHENTICATE, QUERY_FUNCTIONS, Access, AccessControl, Offload
 from .base import DaemonStats
 from .config import Config
 from .connection import Connection
 from .frames import (
+    DAEMON_EVENTS,
     EV_CLOSE,
     EV_NOTIFY_STATE,
     EV_SET_STATE,
     EVENT,
     EVT_HEAD_PACK,
-    FETCH_ADD,
     FETCH_CHANGE,
     FETCH_REMOVE,
     FRAME_IN,
@@ -69,7 +70,7 @@ from .frames import (
     ID_BYTE_FROM,
     ID_HEAD_PACK,
     INFO,
-    MAX_STATUS,
+    KNOWN_STATUSES,
     OPAQUE,
     REQUEST,
     RESPONSE,
@@ -84,6 +85,8 @@ from .frames import (
     str16_ok,
     why_malformed,
 )
+from .query import QueryIndex
+from .querying import QueryHandlers
 from .registry import RegistryHandlers, StateRegistry
 from .routes import Route, RouteTable, Routing
 from .subscriptions import Delivery, Fetch, FetchRegistry, Subscriptions
@@ -103,14 +106,14 @@ __all__ = [
 log = logging.getLogger("jetd")
 
 
-class Daemon(RegistryHandlers, Routing, Subscriptions, AccessControl):
+class Daemon(RegistryHandlers, Routing, Subscriptions, QueryHandlers, AccessControl):
     """The registry and router. Feed it bytes per connection; it fills output queues.
 
     Args:
         config: limits and policies (:class:`jetd.config.Config`).
         log_hook: called as ``hook(conn_id, kind, data)`` for every event-log record
             (JETLOG.md 4), or None when no event log is kept.
-        access: the loaded users file when authentication is on (PROTOCOL.md 14), else
+        access: the loaded users file when authentication is on (PROTOCOL.md 15), else
             None: then nothing is checked.
 
     Attributes:
@@ -128,6 +131,8 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, AccessControl):
         self.fetches = FetchRegistry()
         # PROTOCOL.md 10.8: the fetches of paused connections, for their ADD/REMOVE events.
         self.parked_fetches = FetchRegistry()
+        self.queries = QueryIndex()  # PROTOCOL.md 14 (jetd.querying)
+        self.nodes = None
         self._parked = 0  # how many fetches are parked
         # While any is parked: key -> sequence number of its last change (self._seq).
         self._changed: dict[bytes, int] = {}
@@ -160,7 +165,7 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, AccessControl):
         self._max_body = config.max_body
         self._small_body_peers = 0  # peers whose INFO announced a max_body below ours
         self._max_key = config.max_key_length
-        features = FEATURE_CONFLATION | (FEATURE_AUTH_REQUIRED if access is not None else 0)
+        features = FEATURE_CONFLATION | FEATURE_QUERIES | (FEATURE_AUTH_REQUIRED if access is not None else 0)
         self.info_frame = encode(Info(config.name, config.max_body, features))
         self._shutdown_frame = close_frame(Status.OK, "shutting down")
         self._request_handlers: dict[int, Callable[[Connection, bytes, int, int, int], None]] = {
@@ -174,6 +179,8 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, AccessControl):
             Function.FETCH_STATES.value: self._fetch,
             Function.UNFETCH.value: self._unfetch,
             Function.GET_STATE.value: self._get,
+            Function.FETCH_QUERY.value: self._fetch_query,
+            Function.QUERY_ONCE.value: self._query_once,
             Function.AUTHENTICATE.value: self._authenticate,
         }
 
@@ -219,7 +226,7 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, AccessControl):
         """The peer closed its sending side: it is gone (PROTOCOL.md 10.6) once the
         frames it sent are processed; a stalled connection goes when it catches up."""
         if (conn.stalled or conn.held) and not conn.closing:
-            conn.at_eof = True  # held: PROTOCOL.md 14.2, its AUTHENTICATE is being answered
+            conn.at_eof = True  # held: PROTOCOL.md 15.2, its AUTHENTICATE is being answered
             return
         self.disconnect(conn, now, "peer closed its side")
 
@@ -369,7 +376,7 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, AccessControl):
         self.now = now
         rest = conn.rest
         had_rest = bool(rest)
-        # PROTOCOL.md 14.2: while its AUTHENTICATE is being answered (``held``) a
+        # PROTOCOL.md 15.2: while its AUTHENTICATE is being answered (``held``) a
         # connection's input waits like a stalled one's; jetd.access releases it.
         if had_rest or conn.stalled or conn.held:
             if data:
@@ -406,12 +413,15 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, AccessControl):
         parked = self._parked
         changed = self._changed
         delivering = self._delivering  # read again where parked is
+        # PROTOCOL.md 14: query groups, if any, see every change (a plain dict: its truth
+        # test costs nothing, where QueryIndex.__bool__ would be a call per frame).
+        query_groups = self.queries.by_signature
         # Routed SET_STATE requests and their OK answers also have fast paths below; the
         # event log (ROUTE and FRAME_OUT records) takes the careful ones.
         fast_route = logger is None
         open_route = self.routes.open
         max_pending = self.config.max_pending_per_owner
-        # PROTOCOL.md 14.3: the keys this connection may write (jetd.access); None: all.
+        # PROTOCOL.md 15.3: the keys this connection may write (jetd.access); None: all.
         writable = conn.writable
         frames = 0
         routed = 0
@@ -538,6 +548,12 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, AccessControl):
                                         fanned += len(targets)
                                     else:
                                         self._fanout(key, FETCH_CHANGE, kv)
+                                        pos = end
+                                        if conn.closing:
+                                            break
+                                        continue
+                                if query_groups:
+                                    self._query_state(key, FETCH_CHANGE, kv)
                                 pos = end
                                 if conn.closing:  # it fetches its own states and overflowed
                                     break
@@ -610,6 +626,8 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, AccessControl):
         fetches = self.parked_fetches if conn.parked else self.fetches
         for fetch in conn.fetches.values():
             fetches.remove(fetch)
+        if conn.query_fetches:
+            self._query_teardown(conn)
         if conn.parked:
             conn.parked = False
             self._unparked(len(conn.fetches))
@@ -620,6 +638,8 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, AccessControl):
             self.fetches.forget(key)
         for key in conn.methods:
             del registry.methods[key]
+            if self.queries:
+                self._query_method(key, False)
         conn.methods.clear()
         self.slow.discard(conn)
         # The IO layer closes the transport after the flush; being listed twice is harmless
@@ -649,12 +669,17 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, AccessControl):
         rid, function = ID_BYTE_FROM(buf, pos + 5)
         perms = conn.perms
         if perms is not None and perms.nothing and function != AUTHENTICATE:
-            # PROTOCOL.md 14.2: without any permission only AUTHENTICATE is answered.
+            # PROTOCOL.md 15.2: without any permission only AUTHENTICATE is answered.
             if conn.user is None:
                 message = "authentication required"
             else:
                 message = f"not authorized: user {conn.user} has no permissions"
             self._reply(conn, rid, Status.NOT_AUTHORIZED, message)
+            return
+        if perms is not None and function in QUERY_FUNCTIONS and not perms.read.everything:
+            # PROTOCOL.md 15.3: query answers are not filtered by read (yet): a query
+            # needs read on every key, or it could show what the user may not read.
+            self._reply(conn, rid, Status.NOT_AUTHORIZED, 'not authorized: read "" (every key) for a query')
             return
         handler = self._request_handlers.get(function)
         if handler is None:
@@ -686,7 +711,7 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, AccessControl):
                 self._fanout(key, FETCH_CHANGE, kv)
                 return None
             if conn.writable is not None and not self._may_write(conn, key):
-                # PROTOCOL.md 14.3: dropped and logged, like any event not carried out.
+                # PROTOCOL.md 15.3: dropped and logged, like any event not carried out.
                 return self._drop_event(conn, code, key, f"not authorized: write (user {conn.user or 'anonymous'})")
             registry = self.registry
             owner: Optional[Connection] = (registry.states if code == EV_SET_STATE else registry.methods).get(key)
@@ -699,7 +724,7 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, AccessControl):
             self._send(owner, buf[pos:end])
             return None
         if code == EV_CLOSE:
-            if end - pos < 7 or buf[pos + 6] > MAX_STATUS or not str16_ok(buf, pos + 7, end):
+            if end - pos < 7 or buf[pos + 6] not in KNOWN_STATUSES or not str16_ok(buf, pos + 7, end):
                 return self._fatal(conn, Status.MALFORMED, "malformed CLOSE")
             # PROTOCOL.md 7.3: treated like a disconnect; nothing is sent back.
             conn.closing = True
@@ -707,7 +732,7 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, AccessControl):
             conn.close_at = len(conn.pending) if conn.paused else len(conn.out)
             self._to_close.append(conn)
             return None
-        if code in (FETCH_ADD, FETCH_CHANGE, FETCH_REMOVE):
+        if code in DAEMON_EVENTS:
             return self._fatal(conn, Status.MALFORMED, "fetch events may not be sent to the daemon")
         return self._fatal(conn, Status.UNKNOWN_FUNCTION, f"unknown event code 0x{code:02X}")
 

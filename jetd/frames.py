@@ -43,7 +43,9 @@ EV_SET_STATE = EventCode.SET_STATE.value
 EV_NOTIFY_STATE = EventCode.NOTIFY_STATE.value
 EV_CLOSE = EventCode.CLOSE.value
 NONE_VALUE = b"\x00\x00\x00\x00\x00"  # PROTOCOL.md 10.3: empty OK to a set -> NONE
-MAX_STATUS = max(Status)
+KNOWN_STATUSES = frozenset(int(s) for s in Status)  # PROTOCOL.md 8: the codes are not contiguous
+# PROTOCOL.md 9.3: fetch events (1.0 and 1.1) only the daemon sends.
+DAEMON_EVENTS = frozenset({FETCH_ADD, FETCH_CHANGE, FETCH_REMOVE, *range(0x84, 0x89)})
 
 # PROTOCOL.md 5.3 per vtype byte: fixed width (>= 0), opaque (-1), STRING (-2), reserved (-3).
 OPAQUE, UTF8, RESERVED = -1, -2, -3

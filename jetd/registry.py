@@ -83,13 +83,13 @@ class StateRegistry:
 
     def matching_any_after(self, prefixes: tuple[bytes, ...], after: Optional[bytes]) -> Iterator[tuple[bytes, bytes]]:
         """:meth:`matching_after` for several disjoint prefixes, sorted (a fetch's readable
-        prefixes, PROTOCOL.md 14.4): still in byte order of key."""
+        prefixes, PROTOCOL.md 15.4): still in byte order of key."""
         for prefix in prefixes:
             yield from self.matching_after(prefix, after)
 
     def matching_any(self, prefixes: tuple[bytes, ...]) -> Iterator[tuple[bytes, bytes]]:
         """As :meth:`matching` for several disjoint prefixes, sorted: still in byte order
-        of key (PROTOCOL.md 14.4)."""
+        of key (PROTOCOL.md 15.4)."""
         for prefix in prefixes:
             yield from self.matching(prefix)
 
@@ -139,7 +139,7 @@ class RegistryHandlers(DaemonBase):
             return self._malformed(conn, buf, pos, end, rid)
         key = buf[pos + 12 : kend]
         if conn.perms is not None and not conn.perms.own.matches(key):
-            return self._not_authorized(conn, rid, "own", key)  # PROTOCOL.md 14.3
+            return self._not_authorized(conn, rid, "own", key)  # PROTOCOL.md 15.3
         if not self._check_new_key(conn, key, rid):
             return None
         kv = buf[pos + 10 : end]
@@ -177,11 +177,13 @@ class RegistryHandlers(DaemonBase):
             return self._malformed(conn, buf, pos, end, rid)
         key = buf[pos + 12 : end]
         if conn.perms is not None and not conn.perms.own.matches(key):
-            return self._not_authorized(conn, rid, "own", key)  # PROTOCOL.md 14.3
+            return self._not_authorized(conn, rid, "own", key)  # PROTOCOL.md 15.3
         if not self._check_new_key(conn, key, rid):
             return None
         self.registry.methods[key] = conn
         conn.methods.add(key)
+        if self.queries:
+            self._query_method(key, True)  # PROTOCOL.md 14.2
         self._send(conn, ok_frame(rid))
         return None
 
@@ -193,6 +195,8 @@ class RegistryHandlers(DaemonBase):
             return None
         del self.registry.methods[key]
         conn.methods.discard(key)
+        if self.queries:
+            self._query_method(key, False)  # PROTOCOL.md 14.2
         self._send(conn, ok_frame(rid))
         return None
 
@@ -219,7 +223,7 @@ class RegistryHandlers(DaemonBase):
             return self._malformed(conn, buf, pos, end, rid)
         key = buf[pos + 12 : end]
         if conn.perms is not None and not conn.perms.read.matches(key):
-            return self._not_authorized(conn, rid, "read", key)  # PROTOCOL.md 14.3
+            return self._not_authorized(conn, rid, "read", key)  # PROTOCOL.md 15.3
         owner = self.registry.states.get(key)
         if owner is None:
             self._unknown_key(conn, key, rid, "state")

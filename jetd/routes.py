@@ -13,7 +13,7 @@ from .base import DaemonBase
 from .connection import Connection
 from .frames import (
     ID_HEAD_PACK,
-    MAX_STATUS,
+    KNOWN_STATUSES,
     NONE_VALUE,
     REQUEST,
     RESP_HEAD_PACK,
@@ -122,7 +122,7 @@ class Routing(DaemonBase):
             return self._malformed(conn, buf, pos, end, rid)
         key = buf[pos + 12 : kend]
         if conn.writable is not None and not self._may_write(conn, key):
-            return self._not_authorized(conn, rid, "write", key)  # PROTOCOL.md 14.3
+            return self._not_authorized(conn, rid, "write", key)  # PROTOCOL.md 15.3
         function = buf[pos + 9]
         owner: Optional[Connection]
         if function == SET_STATE:
@@ -198,7 +198,7 @@ class Routing(DaemonBase):
                 if rest >= 5 and value_ok(buf, pos + 10, end):
                     self._send(requester, ID_HEAD_PACK(RESPONSE, end - pos - 5, rid) + buf[pos + 9 : end])
                     return
-            elif status <= MAX_STATUS and str16_ok(buf, pos + 10, end):
+            elif status in KNOWN_STATUSES and str16_ok(buf, pos + 10, end):
                 self._send(requester, ID_HEAD_PACK(RESPONSE, end - pos - 5, rid) + buf[pos + 9 : end])
                 return
         self._violation(conn, f"malformed RESPONSE to routed request {oid}")

@@ -131,7 +131,7 @@ class PeerShell(asyncio.Protocol):
         if self.conn.closing:
             server.refused(address, self.conn.close_reason)
         elif self.raw is not None:
-            # PROTOCOL.md 14.6: a verified client certificate (TCP or wss) names the user.
+            # PROTOCOL.md 15.6: a verified client certificate (TCP or wss) names the user.
             user = certificate_user(self.raw.get_extra_info("ssl_object"))
             if user is not None:
                 server.daemon.authenticate_certificate(self.conn, user)
@@ -159,7 +159,7 @@ class PeerShell(asyncio.Protocol):
             # PROTOCOL.md 10.8: its output is past the budget; read on once it caught up.
             self.transport.pause_reading()
         if conn.held:
-            server.hold(self)  # PROTOCOL.md 14.2: read nothing while AUTHENTICATE is answered
+            server.hold(self)  # PROTOCOL.md 15.2: read nothing while AUTHENTICATE is answered
 
     def flush_after_read(self, nbytes: int) -> None:
         server = self.server
@@ -307,7 +307,7 @@ class Server:
         self.config = config
         self.loop = loop
         self.eventlog = eventlog
-        # PROTOCOL.md 14.6: one SSLContext (jetd.tls) for the TCP and WebSocket listeners.
+        # PROTOCOL.md 15.6: one SSLContext (jetd.tls) for the TCP and WebSocket listeners.
         self.ssl_context = ssl_context
         self.daemon = Daemon(config, eventlog.append if eventlog is not None else None, access)
         self.daemon.offload = self._offload
@@ -418,7 +418,7 @@ class Server:
             self._refused = 0
             self._refused_logged = now
 
-    # --- authentication (PROTOCOL.md 14.2) -------------------------------------------------
+    # --- authentication (PROTOCOL.md 15.2) -------------------------------------------------
 
     def _offload(self, job: Callable[[], bool], done: Callable[[bool, float], None]) -> None:
         """Run a password check (argon2: slow on purpose) in a thread, then its outcome

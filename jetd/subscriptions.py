@@ -56,7 +56,7 @@ class Fetch:
     """One fetch: its daemon-unique id (and that id packed once), its connection and prefix.
 
     ``prefixes`` are what the fetch index files it under: ``(prefix,)``, or with
-    permissions (PROTOCOL.md 14.4) the disjoint prefixes its connection may read within
+    permissions (PROTOCOL.md 15.4) the disjoint prefixes its connection may read within
     ``prefix`` (:meth:`jetd.access.PrefixSet.narrow`), possibly none.
     """
 
@@ -196,6 +196,10 @@ class Subscriptions(DaemonBase):
         True once the connection is live again (False too if it was closed)."""
         if conn.closing:
             return False
+        if conn.query_fetches and self._query_catch_up(conn):
+            # PROTOCOL.md 14.3: held query events first; called again once written.
+            self._finish_closes()
+            return False
         if conn.parked:
             if self._seq != conn.mark:
                 self._catch_up(conn)
@@ -260,6 +264,8 @@ class Subscriptions(DaemonBase):
     def _catch_up_on(self, conn: Connection, key: bytes, kv: bytes) -> None:
         """Parked ``conn`` catches up on ``key`` alone (its value ``kv``), if it changed
         since the connection's mark and since it last caught up on it."""
+        if conn.query_fetches:
+            self._query_release(conn, key)
         changed = self._changed.get(key, 0)
         if changed > conn.mark and changed > conn.caught.get(key, 0) and not conn.closing:
             conn.caught[key] = self._seq
@@ -288,6 +294,8 @@ class Subscriptions(DaemonBase):
     def _fanout(self, key: bytes, code: int, kv: bytes) -> None:
         """Send one fetch event for ``key`` to every matching fetch: the frame is
         encoded once as (head, kv); each fetcher gets head + its fetch id + kv."""
+        if self.queries.by_signature:
+            self._query_state(key, code, kv)  # PROTOCOL.md 14.2 (jetd.querying)
         body_length = 5 + len(kv)
         if self._delivering:
             self._hold(key, code, kv)
@@ -355,7 +363,7 @@ class Subscriptions(DaemonBase):
     def _fetch(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
         if not str16_ok(buf, pos + 10, end):
             return self._malformed(conn, buf, pos, end, rid)
-        if len(conn.fetches) >= self.config.max_fetches_per_connection:
+        if len(conn.fetches) + len(conn.query_fetches) >= self.config.max_fetches_per_connection:
             return self._reply(
                 conn,
                 rid,
@@ -367,7 +375,7 @@ class Subscriptions(DaemonBase):
         if perms is None:
             fetch = Fetch(self._next_fetch_id, conn, prefix)
         else:
-            # PROTOCOL.md 14.4: indexed under the prefixes it may read, which filters
+            # PROTOCOL.md 15.4: indexed under the prefixes it may read, which filters
             # every event at no cost per event; refused if it could deliver nothing.
             readable = perms.read.narrow(prefix)
             if not readable:
@@ -480,6 +488,9 @@ class Subscriptions(DaemonBase):
         if end - pos != 14:
             return self._malformed(conn, buf, pos, end, rid)
         fid = U32_FROM(buf, pos + 10)[0]
+        if conn.query_fetches and self._unfetch_query(conn, fid):
+            self._send(conn, ok_frame(rid))
+            return None
         if fid not in conn.fetches:
             return self._reply(conn, rid, Status.NOT_FOUND, f"no fetch {fid} on this connection")
         fetch = conn.fetches.pop(fid)

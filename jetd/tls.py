@@ -1,4 +1,4 @@
-"""TLS for jetd's listeners (PROTOCOL.md 14.6), built in one place so that the TCP
+"""TLS for jetd's listeners (PROTOCOL.md 15.6), built in one place so that the TCP
 listener and (later) the WebSocket listener use the very same settings."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""jetd's users file: users, groups and the anonymous entry (PROTOCOL.md 14.1), and the
+"""jetd's users file: users, groups and the anonymous entry (PROTOCOL.md 15.1), and the
 ``jetd user add|del|list`` commands that edit it.
 
 The file is TOML that people may also edit by hand::
@@ -19,7 +19,7 @@ The file is TOML that people may also edit by hand::
 Each of ``own``, ``read`` and ``write`` is a list of key prefixes; a user's permissions
 are the union of its own lists and those of its groups. Passwords are stored only as
 argon2id hashes (argon2-cffi); a user without ``password`` can only authenticate with a
-TLS client certificate whose CN is its name (PROTOCOL.md 14.6). ``jetd user add``
+TLS client certificate whose CN is its name (PROTOCOL.md 15.6). ``jetd user add``
 rewrites the file in this layout (comments are not kept).
 """
 
@@ -147,7 +147,7 @@ class UsersFile:
 
     def dump(self) -> str:
         """The file's text in the canonical layout (what ``jetd user add`` writes)."""
-        lines = ["# jetd users file (spec/PROTOCOL.md 14; jetd user add|del|list edits it)", ""]
+        lines = ["# jetd users file (spec/PROTOCOL.md 15; jetd user add|del|list edits it)", ""]
 
         def lists(grants: Grants) -> None:
             for perm in PERMISSIONS:

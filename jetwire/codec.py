@@ -14,9 +14,14 @@ from .codes import (
     DEFAULT_MAX_BODY,
     HEADER_SIZE,
     PROTOCOL_MAJOR,
+    Action,
+    EntryKind,
     EventCode,
+    FilterOp,
     FrameType,
     Function,
+    PathOp,
+    SortBy,
     Status,
     ValueType,
 )
@@ -30,25 +35,37 @@ from .messages import (
     FetchAdd,
     FetchChange,
     FetchEvent,
+    FetchKeyEvent,
+    FetchMethod,
+    FetchNode,
+    FetchQuery,
     FetchRemove,
     FetchStates,
+    FetchUnmatch,
+    FetchWindow,
     GetState,
     Info,
     Message,
     NotifyState,
+    PathMatcher,
+    Query,
+    QueryEntry,
+    QueryOnce,
     RemoveMethod,
     RemoveState,
     Request,
     Response,
     SetState,
     Unfetch,
+    ValueFilter,
+    WindowEntry,
 )
 from .values import _SET_DATA as _V_DATA
 from .values import _SET_VTYPE as _V_TYPE
 from .values import Value
 from .values import _trusted as _make_value
 
-__all__ = ["Decoder", "decode_body", "decode_frame", "encode", "frame_size", "is_utf8"]
+__all__ = ["Decoder", "decode_body", "decode_frame", "encode", "frame_size", "is_utf8", "query_bytes"]
 
 _HEADER = struct.Struct(">BI")
 _U16 = struct.Struct(">H")
@@ -107,6 +124,7 @@ _FAST_WIDTH = [
 # Decoder.messages(): the width of the types whose data needs no look inside (NONE,
 # INT64, FLOAT64), _OPAQUE as above, _CHECKED for BOOL, STRING and the reserved types.
 _PLAIN_WIDTH = [_CHECKED if t == 1 else w for t, w in enumerate(_FAST_WIDTH)]
+_TWO_U32 = struct.Struct(">II")
 _U16_FROM = _U16.unpack_from
 _U32_FROM = _U32.unpack_from
 _VALUE_HEAD_FROM = _VALUE_HEAD.unpack_from
@@ -261,7 +279,87 @@ def _parse_unfetch(buf: bytes, off: int, end: int, rid: Optional[int], ftype: in
     return Unfetch(rid, _U32_FROM(buf, off)[0])
 
 
+_PATH_OPS = {int(op): op for op in PathOp}
+_FILTER_OPS = {int(op): op for op in FilterOp}
+_SORT_BYS = {int(op): op for op in SortBy}
+_ACTIONS = {int(a): a for a in Action}
+_ENTRY_KINDS = {int(k): k for k in EntryKind}
+
+
+def _parse_value_at(buf: bytes, off: int, end: int, rid: Optional[int], ftype: int) -> tuple[Value, int]:
+    """Parse a Value at ``off`` that need not end the body: (value, offset after it)."""
+    if end - off < 5:
+        raise _bad("value truncated: need 5 header bytes", rid, ftype)
+    n = _U32_FROM(buf, off + 1)[0]
+    stop = off + 5 + n
+    if stop > end:
+        raise _bad(f"value length {n} runs past the body end", rid, ftype)
+    return _parse_value(buf, off, stop, rid, ftype), stop
+
+
+def _u8_at(buf: bytes, off: int, end: int, what: str, rid: Optional[int], ftype: int) -> int:
+    if off >= end:
+        raise _bad(f"{what} truncated", rid, ftype)
+    return buf[off]
+
+
+def _parse_query(buf: bytes, off: int, end: int, rid: Optional[int], ftype: int) -> Query:
+    """PROTOCOL.md 14.1: a Query filling ``buf[off:end]``; unknown codes are MALFORMED
+    (the semantic checks, INVALID_QUERY, are the daemon's)."""
+    flags = _u8_at(buf, off, end, "query flags", rid, ftype)
+    count = _u8_at(buf, off + 1, end, "matcher count", rid, ftype)
+    off += 2
+    matchers = []
+    for _ in range(count):
+        if end - off < 3:
+            raise _bad("path matcher truncated", rid, ftype)
+        op = _PATH_OPS.get(buf[off])
+        if op is None:
+            raise _bad(f"unknown path matcher op 0x{buf[off]:02X}", rid, ftype)
+        mflags, n = buf[off + 1], buf[off + 2]
+        off += 3
+        operands = []
+        for _ in range(n):
+            text, off = _parse_str16(buf, off, end, "matcher operand", rid, ftype)
+            operands.append(text)
+        matchers.append(PathMatcher(op, tuple(operands), mflags))
+    count = _u8_at(buf, off, end, "filter count", rid, ftype)
+    off += 1
+    filters = []
+    for _ in range(count):
+        if end - off < 2:
+            raise _bad("value filter truncated", rid, ftype)
+        fop = _FILTER_OPS.get(buf[off])
+        if fop is None:
+            raise _bad(f"unknown value filter op 0x{buf[off]:02X}", rid, ftype)
+        fflags = buf[off + 1]
+        field, off = _parse_str16(buf, off + 2, end, "filter field", rid, ftype)
+        operand, off = _parse_value_at(buf, off, end, rid, ftype)
+        filters.append(ValueFilter(fop, operand, field, fflags))
+    if end - off < 2:
+        raise _bad("sort truncated", rid, ftype)
+    sort_by = _SORT_BYS.get(buf[off])
+    if sort_by is None:
+        raise _bad(f"unknown sort_by 0x{buf[off]:02X}", rid, ftype)
+    sort_flags = buf[off + 1]
+    sort_field, off = _parse_str16(buf, off + 2, end, "sort field", rid, ftype)
+    if end - off != 8:
+        raise _bad(f"window must be 8 bytes and end the query, got {end - off}", rid, ftype)
+    window_from, window_to = _TWO_U32.unpack_from(buf, off)
+    return Query(tuple(matchers), tuple(filters), sort_by, sort_field, sort_flags, window_from, window_to, flags)
+
+
+def _parse_fetch_query(buf: bytes, off: int, end: int, rid: Optional[int], ftype: int) -> Message:
+    return FetchQuery(rid, _parse_query(buf, off, end, rid, ftype))
+
+
+def _parse_query_once(buf: bytes, off: int, end: int, rid: Optional[int], ftype: int) -> Message:
+    return QueryOnce(rid, _parse_query(buf, off, end, rid, ftype))
+
+
 _REQUEST_PARSERS: dict[int, Parser] = {
+    Function.FETCH_QUERY: _parse_fetch_query,
+    Function.QUERY_ONCE: _parse_query_once,
     Function.ADD_STATE: _key_value_parser(AddState, "id"),
     Function.REMOVE_STATE: _key_only_parser(RemoveState),
     Function.SET_STATE: _key_value_parser(SetState, "id"),
@@ -296,6 +394,7 @@ _FETCH_EVENT_RAW_PARSERS: dict[int, Parser] = {
     EventCode.FETCH_ADD: _key_value_parser(FetchAdd, "fetch_id"),
     EventCode.FETCH_CHANGE: _key_value_parser(FetchChange, "fetch_id"),
     EventCode.FETCH_REMOVE: _key_value_parser(FetchRemove, "fetch_id"),
+    EventCode.FETCH_UNMATCH: _key_value_parser(FetchUnmatch, "fetch_id"),
 }
 
 # Decoder.messages() builds the common key/value messages inline. Per function or
@@ -311,7 +410,7 @@ _INLINE_REQUESTS: dict[int, _Builder] = {
     cls.function: _builder(cls, "id") for cls in (AddState, SetState, NotifyState, CallMethod)
 }
 _INLINE_FETCH_EVENTS: dict[int, _Builder] = {
-    cls.code: _builder(cls, "fetch_id") for cls in (FetchAdd, FetchChange, FetchRemove)
+    cls.code: _builder(cls, "fetch_id") for cls in (FetchAdd, FetchChange, FetchRemove, FetchUnmatch)
 }
 # The same, indexed by the code byte (a list index is cheaper than a dict lookup).
 _INLINE_REQUEST_TABLE: list[Optional[_Builder]] = [_INLINE_REQUESTS.get(code) for code in range(256)]
@@ -321,6 +420,59 @@ _FETCH_EVENT_PARSERS: dict[int, Callable[[bytes, int, int], Message]] = {
     EventCode.FETCH_ADD: _fetch_event_parser(FetchAdd),
     EventCode.FETCH_CHANGE: _fetch_event_parser(FetchChange),
     EventCode.FETCH_REMOVE: _fetch_event_parser(FetchRemove),
+    EventCode.FETCH_UNMATCH: _fetch_event_parser(FetchUnmatch),
+}
+
+
+def _parse_fetch_key_event(cls: type) -> Callable[[bytes, int, int], Message]:
+    def parse(buf: bytes, off: int, end: int) -> Message:
+        if end - off < 5:
+            raise _bad("fetch_id and action truncated", None, _EVENT)
+        fid = _U32_FROM(buf, off)[0]
+        action = _ACTIONS.get(buf[off + 4])
+        if action is None:
+            raise _bad(f"unknown action 0x{buf[off + 4]:02X}", None, _EVENT)
+        key, stop = _parse_key(buf, off + 5, end, None, _EVENT)
+        _end(stop, end, None, _EVENT)
+        return cls(fid, action, key)  # type: ignore[no-any-return]
+
+    return parse
+
+
+def _parse_fetch_window(buf: bytes, off: int, end: int) -> Message:
+    if end - off < 10:
+        raise _bad("FETCH_WINDOW head truncated", None, _EVENT)
+    fid, size = _TWO_U32.unpack_from(buf, off)
+    (count,) = _U16_FROM(buf, off + 8)
+    off += 10
+    entries = []
+    for _ in range(count):
+        if end - off < 4:
+            raise _bad("window entry truncated", None, _EVENT)
+        index = _U32_FROM(buf, off)[0]
+        key, off = _parse_key(buf, off + 4, end, None, _EVENT)
+        value, off = _parse_value_at(buf, off, end, None, _EVENT)
+        entries.append(WindowEntry(index, key, value))
+    _end(off, end, None, _EVENT)
+    return FetchWindow(fid, size, tuple(entries))
+
+
+def _parse_query_entry(buf: bytes, off: int, end: int) -> Message:
+    if end - off < 5:
+        raise _bad("QUERY_ENTRY head truncated", None, _EVENT)
+    rid = _U32_FROM(buf, off)[0]
+    kind = _ENTRY_KINDS.get(buf[off + 4])
+    if kind is None:
+        raise _bad(f"unknown entry kind 0x{buf[off + 4]:02X}", None, _EVENT)
+    key, off = _parse_key(buf, off + 5, end, None, _EVENT)
+    return QueryEntry(rid, kind, key, _parse_value(buf, off, end, None, _EVENT))
+
+
+_QUERY_EVENT_PARSERS: dict[int, Callable[[bytes, int, int], Message]] = {
+    EventCode.FETCH_METHOD: _parse_fetch_key_event(FetchMethod),
+    EventCode.FETCH_NODE: _parse_fetch_key_event(FetchNode),
+    EventCode.FETCH_WINDOW: _parse_fetch_window,
+    EventCode.QUERY_ENTRY: _parse_query_entry,
 }
 
 _STATUSES = {int(s): s for s in Status}
@@ -377,6 +529,9 @@ def _decode_event(buf: bytes, off: int, end: int) -> Message:
     request_parser = _EVENT_REQUEST_PARSERS.get(code)
     if request_parser is not None:
         return request_parser(buf, off + 1, end, None, _EVENT)
+    query_parser = _QUERY_EVENT_PARSERS.get(code)
+    if query_parser is not None:
+        return query_parser(buf, off + 1, end)
     if code == EventCode.CLOSE:
         if end - off < 2:
             raise _bad("CLOSE status truncated", None, _EVENT)
@@ -616,6 +771,77 @@ def _encode_fetch_event(msg: FetchEvent) -> bytes:
     )
 
 
+def query_bytes(query: Query) -> bytes:
+    """The wire form of ``query`` (PROTOCOL.md 14.1), without any frame around it.
+
+    Raises:
+        LocalProtocolError: for a count, code or operand that does not fit its field.
+    """
+    if type(query) is not Query:
+        raise LocalProtocolError(f"query must be a jetwire.Query, got {type(query).__name__}")
+    if len(query.matchers) > 0xFF or len(query.filters) > 0xFF:
+        raise LocalProtocolError("a query has at most 255 matchers and 255 filters")
+    parts = [bytes((query.flags, len(query.matchers)))]
+    for matcher in query.matchers:
+        if len(matcher.operands) > 0xFF:
+            raise LocalProtocolError("a path matcher has at most 255 operands")
+        parts.append(bytes((int(matcher.op), matcher.flags, len(matcher.operands))))
+        for text in matcher.operands:
+            raw = _str16_bytes(text, "matcher operand")
+            parts.append(_U16.pack(len(raw)) + raw)
+    parts.append(bytes((len(query.filters),)))
+    for value_filter in query.filters:
+        raw = _str16_bytes(value_filter.field, "filter field")
+        operand = _value_of(value_filter.operand)
+        parts.append(bytes((int(value_filter.op), value_filter.flags)) + _U16.pack(len(raw)) + raw)
+        parts.append(_VALUE_HEAD.pack(operand.vtype, len(operand.data)) + operand.data)
+    raw = _str16_bytes(query.sort_field, "sort field")
+    parts.append(bytes((int(query.sort_by), query.sort_flags)) + _U16.pack(len(raw)) + raw)
+    parts.append(_TWO_U32.pack(query.window_from, query.window_to))
+    return b"".join(parts)
+
+
+def _encode_query_request(msg: FetchQuery) -> bytes:
+    body = query_bytes(msg.query)
+    return _HEADER.pack(_REQUEST, 5 + len(body)) + _ID_BYTE.pack(msg.id, msg.function) + body
+
+
+def _encode_fetch_key_event(msg: FetchKeyEvent) -> bytes:
+    kb = _key_bytes(msg.key)
+    head = _HEADER.pack(_EVENT, 1 + 4 + 1 + 2 + len(kb)) + bytes((msg.code,))
+    return head + _U32.pack(msg.fetch_id) + bytes((Action(msg.action),)) + _U16.pack(len(kb)) + kb
+
+
+def _encode_fetch_window(msg: FetchWindow) -> bytes:
+    if len(msg.entries) > 0xFFFF:
+        raise LocalProtocolError("a FETCH_WINDOW carries at most 65535 entries")
+    parts = [bytes((EventCode.FETCH_WINDOW,)), _TWO_U32.pack(msg.fetch_id, msg.size), _U16.pack(len(msg.entries))]
+    for entry in msg.entries:
+        kb = _key_bytes(entry.key)
+        value = _value_of(entry.value)
+        parts.append(_U32.pack(entry.index) + _U16.pack(len(kb)) + kb)
+        parts.append(_VALUE_HEAD.pack(value.vtype, len(value.data)) + value.data)
+    body = b"".join(parts)
+    return _HEADER.pack(_EVENT, len(body)) + body
+
+
+def _encode_query_entry(msg: QueryEntry) -> bytes:
+    kb = _key_bytes(msg.key)
+    value = _value_of(msg.value)
+    body = b"".join(
+        (
+            bytes((EventCode.QUERY_ENTRY,)),
+            _U32.pack(msg.id),
+            bytes((EntryKind(msg.kind),)),
+            _U16.pack(len(kb)),
+            kb,
+            _VALUE_HEAD.pack(value.vtype, len(value.data)),
+            value.data,
+        )
+    )
+    return _HEADER.pack(_EVENT, len(body)) + body
+
+
 def _encode_close(msg: Close) -> bytes:
     mb = _str16_bytes(msg.message, "message")
     return b"".join(
@@ -651,6 +877,13 @@ _ENCODERS: dict[type, Callable[[Message], bytes]] = {
     FetchAdd: _encode_fetch_event,  # type: ignore[dict-item]
     FetchChange: _encode_fetch_event,  # type: ignore[dict-item]
     FetchRemove: _encode_fetch_event,  # type: ignore[dict-item]
+    FetchUnmatch: _encode_fetch_event,  # type: ignore[dict-item]
+    FetchQuery: _encode_query_request,  # type: ignore[dict-item]
+    QueryOnce: _encode_query_request,  # type: ignore[dict-item]
+    FetchMethod: _encode_fetch_key_event,  # type: ignore[dict-item]
+    FetchNode: _encode_fetch_key_event,  # type: ignore[dict-item]
+    FetchWindow: _encode_fetch_window,  # type: ignore[dict-item]
+    QueryEntry: _encode_query_entry,  # type: ignore[dict-item]
     Close: _encode_close,  # type: ignore[dict-item]
     Info: _encode_info,  # type: ignore[dict-item]
 }

@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import IntEnum
 
 PROTOCOL_MAJOR = 1  # PROTOCOL.md 2: major version; a mismatch is fatal
-PROTOCOL_MINOR = 1  # PROTOCOL.md 2: minor versions only add, never change (1.1: section 14)
+PROTOCOL_MINOR = 1  # PROTOCOL.md 2: minor versions only add, never change (1.1: sections 14, 15)
 
 HEADER_SIZE = 5  # PROTOCOL.md 3: type:u8 | length:u32
 DEFAULT_MAX_BODY = 1024 * 1024  # PROTOCOL.md 3: announced in INFO, 1 MiB unless configured
@@ -34,8 +34,9 @@ class Function(IntEnum):
     FETCH_STATES = 0x08  # PROTOCOL.md 6.8
     UNFETCH = 0x09  # PROTOCOL.md 6.9
     GET_STATE = 0x0A  # PROTOCOL.md 6.10
-    # 0x0B..0x0F: reserved for the queries of protocol 1.1 (PROTOCOL.md 2, 6)
-    AUTHENTICATE = 0x10  # PROTOCOL.md 6.12, 14 (protocol 1.1)
+    FETCH_QUERY = 0x0B  # PROTOCOL.md 14.3 (protocol 1.1)
+    QUERY_ONCE = 0x0C  # PROTOCOL.md 14.4 (protocol 1.1)
+    AUTHENTICATE = 0x10  # PROTOCOL.md 6.12, 15 (protocol 1.1)
 
 
 class EventCode(IntEnum):
@@ -47,6 +48,11 @@ class EventCode(IntEnum):
     FETCH_ADD = 0x81  # PROTOCOL.md 7.2
     FETCH_CHANGE = 0x82  # PROTOCOL.md 7.2
     FETCH_REMOVE = 0x83  # PROTOCOL.md 7.2
+    FETCH_UNMATCH = 0x84  # PROTOCOL.md 14.2 (1.1): still there, no longer matching
+    FETCH_METHOD = 0x85  # PROTOCOL.md 14.2 (1.1)
+    FETCH_NODE = 0x86  # PROTOCOL.md 14.2 (1.1)
+    FETCH_WINDOW = 0x87  # PROTOCOL.md 14.2 (1.1): positions of a sorted window
+    QUERY_ENTRY = 0x88  # PROTOCOL.md 14.4 (1.1): one entry of a QUERY_ONCE answer
     CLOSE = 0xF0  # PROTOCOL.md 7.3
 
 
@@ -67,8 +73,9 @@ class Status(IntEnum):
     WRONG_KIND = 0x0B
     INTERNAL = 0x0C
     OVERLOADED = 0x0D
-    AUTH_FAILED = 0x0E  # PROTOCOL.md 14.2 (protocol 1.1)
-    NOT_AUTHORIZED = 0x0F  # PROTOCOL.md 14.3 (protocol 1.1)
+    AUTH_FAILED = 0x0E  # PROTOCOL.md 15.2 (protocol 1.1)
+    NOT_AUTHORIZED = 0x0F  # PROTOCOL.md 15.3 (protocol 1.1)
+    INVALID_QUERY = 0x10  # PROTOCOL.md 14.6 (protocol 1.1)
 
 
 class ValueType(IntEnum):
@@ -112,8 +119,75 @@ FIXED_VALUE_WIDTHS: dict[int, int] = {
 EVENT_FUNCTIONS = frozenset({Function.SET_STATE, Function.NOTIFY_STATE, Function.CALL_METHOD})
 
 FEATURE_CONFLATION = 0x0000_0001  # PROTOCOL.md 4.4, 10.8: may conflate FETCH_CHANGE
-# 0x0000_0002: reserved for the queries of protocol 1.1 (PROTOCOL.md 4.4)
-FEATURE_AUTH_REQUIRED = 0x0000_0004  # PROTOCOL.md 4.4, 14: permissions are enforced
+FEATURE_QUERIES = 0x0000_0002  # PROTOCOL.md 4.4, 14: answers FETCH_QUERY and QUERY_ONCE
+FEATURE_AUTH_REQUIRED = 0x0000_0004  # PROTOCOL.md 4.4, 15: permissions are enforced
+
+
+class PathOp(IntEnum):
+    """PathMatcher ``op`` (PROTOCOL.md 14.1)."""
+
+    STARTS_WITH = 0x01
+    ENDS_WITH = 0x02
+    CONTAINS = 0x03
+    EQUALS = 0x04
+    EQUALS_ONE_OF = 0x05  # one or more operands
+    CONTAINS_ALL_OF = 0x06  # one or more operands
+
+
+class FilterOp(IntEnum):
+    """ValueFilter ``op`` (PROTOCOL.md 14.1)."""
+
+    EQ = 0x01
+    NE = 0x02
+    LT = 0x03
+    LE = 0x04
+    GT = 0x05
+    GE = 0x06
+    IS_TYPE = 0x07  # operand: INT64 type code (TypeCode)
+
+
+class SortBy(IntEnum):
+    """Query ``sort_by`` (PROTOCOL.md 14.1)."""
+
+    NONE = 0x00
+    KEY = 0x01
+    VALUE = 0x02
+    FIELD = 0x03
+
+
+class TypeCode(IntEnum):
+    """IS_TYPE operand and rank of the order across types (PROTOCOL.md 14.1)."""
+
+    NULL = 0
+    BOOL = 1
+    NUMBER = 2
+    STRING = 3
+    BYTES = 4
+    ARRAY = 5
+    OBJECT = 6
+
+
+class Action(IntEnum):
+    """FETCH_METHOD / FETCH_NODE ``action`` (PROTOCOL.md 14.2)."""
+
+    ADD = 0x01
+    REMOVE = 0x02
+
+
+class EntryKind(IntEnum):
+    """QUERY_ENTRY ``kind`` (PROTOCOL.md 14.4)."""
+
+    STATE = 0x01
+    METHOD = 0x02
+    NODE = 0x03
+
+
+QUERY_METHODS = 0x01  # PROTOCOL.md 14.1 query flags: include method entries
+QUERY_NODES = 0x02  # PROTOCOL.md 14.1 query flags: include node entries
+MATCH_NOT = 0x01  # PROTOCOL.md 14.1 matcher flags
+MATCH_IGNORE_CASE = 0x02
+SORT_DESCENDING = 0x01  # PROTOCOL.md 14.1 sort flags
+SINGLE_OPERAND_OPS = frozenset({PathOp.STARTS_WITH, PathOp.ENDS_WITH, PathOp.CONTAINS, PathOp.EQUALS})
 
 
 def is_known_value_type(vtype: int) -> bool:

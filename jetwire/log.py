@@ -68,7 +68,7 @@ class LogKind(IntEnum):
     CONN_NAME = 0x05  # data: name:str16 (the peer's INFO named it)
     CONN_SNAPSHOT = 0x06  # data: address:str16 | name:str16 (open at segment start)
     ROUTE = 0x07  # data: requester conn,id | owner conn,id | function | key:str16
-    CONN_AUTH = 0x08  # data: method:u8 | user:str16 (never a password; PROTOCOL.md 14.2)
+    CONN_AUTH = 0x08  # data: method:u8 | user:str16 (never a password; PROTOCOL.md 15.2)
 
 
 @dataclass(frozen=True, slots=True)

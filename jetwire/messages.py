@@ -10,7 +10,24 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Optional
 
-from .codes import DEFAULT_MAX_BODY, PROTOCOL_MAJOR, PROTOCOL_MINOR, EventCode, Function, Status
+from .codes import (
+    DEFAULT_MAX_BODY,
+    MATCH_IGNORE_CASE,
+    MATCH_NOT,
+    PROTOCOL_MAJOR,
+    PROTOCOL_MINOR,
+    QUERY_METHODS,
+    QUERY_NODES,
+    SORT_DESCENDING,
+    Action,
+    EntryKind,
+    EventCode,
+    FilterOp,
+    Function,
+    PathOp,
+    SortBy,
+    Status,
+)
 from .values import Value
 
 
@@ -123,8 +140,83 @@ class GetState(Request):
 
 
 @dataclass(frozen=True, slots=True)
+class PathMatcher:
+    """One path matcher of a query (PROTOCOL.md 14.1): ``op`` with its ``operands``;
+    ``flags`` holds MATCH_NOT and MATCH_IGNORE_CASE."""
+
+    op: PathOp
+    operands: tuple[str, ...]
+    flags: int = 0
+
+    @property
+    def negated(self) -> bool:
+        return bool(self.flags & MATCH_NOT)
+
+    @property
+    def ignore_case(self) -> bool:
+        return bool(self.flags & MATCH_IGNORE_CASE)
+
+
+@dataclass(frozen=True, slots=True)
+class ValueFilter:
+    """One value filter of a query (PROTOCOL.md 14.1): ``op`` on the value at ``field``
+    (empty: the value itself) against ``operand``."""
+
+    op: FilterOp
+    operand: Value
+    field: str = ""
+    flags: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """A query (PROTOCOL.md 14.1), field for field as on the wire.
+
+    ``window_from``/``window_to`` are the 1-based window of a sorted query (0, 0 when
+    ``sort_by`` is NONE); ``flags`` holds QUERY_METHODS and QUERY_NODES.
+    """
+
+    matchers: tuple[PathMatcher, ...] = ()
+    filters: tuple[ValueFilter, ...] = ()
+    sort_by: SortBy = SortBy.NONE
+    sort_field: str = ""
+    sort_flags: int = 0
+    window_from: int = 0
+    window_to: int = 0
+    flags: int = 0
+
+    @property
+    def descending(self) -> bool:
+        return bool(self.sort_flags & SORT_DESCENDING)
+
+    @property
+    def methods(self) -> bool:
+        return bool(self.flags & QUERY_METHODS)
+
+    @property
+    def nodes(self) -> bool:
+        return bool(self.flags & QUERY_NODES)
+
+
+@dataclass(frozen=True, slots=True)
+class FetchQuery(Request):
+    """FETCH_QUERY (PROTOCOL.md 14.3, protocol 1.1): a fetch of ``query``."""
+
+    function: ClassVar[Function] = Function.FETCH_QUERY
+    query: Query
+
+
+@dataclass(frozen=True, slots=True)
+class QueryOnce(Request):
+    """QUERY_ONCE (PROTOCOL.md 14.4, protocol 1.1): ``query`` answered once."""
+
+    function: ClassVar[Function] = Function.QUERY_ONCE
+    query: Query
+
+
+@dataclass(frozen=True, slots=True)
 class Authenticate(Request):
-    """AUTHENTICATE (PROTOCOL.md 6.12, 14.2): authenticate the connection as ``user``.
+    """AUTHENTICATE (PROTOCOL.md 6.12, 15.2): authenticate the connection as ``user``.
 
     The ``repr`` masks the password, so that logs of messages never show it.
     """
@@ -188,6 +280,69 @@ class FetchRemove(FetchEvent):
 
 
 @dataclass(frozen=True, slots=True)
+class FetchUnmatch(FetchEvent):
+    """The state still exists but no longer matches the fetch's query; ``value`` is its
+    new value (PROTOCOL.md 14.2)."""
+
+    code: ClassVar[EventCode] = EventCode.FETCH_UNMATCH
+
+
+@dataclass(frozen=True, slots=True)
+class FetchKeyEvent(Message):
+    """Base of FETCH_METHOD / FETCH_NODE (PROTOCOL.md 14.2): ``action`` on ``key``."""
+
+    code: ClassVar[EventCode]
+    fetch_id: int
+    action: Action
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class FetchMethod(FetchKeyEvent):
+    """A method matching the fetch was added or removed."""
+
+    code: ClassVar[EventCode] = EventCode.FETCH_METHOD
+
+
+@dataclass(frozen=True, slots=True)
+class FetchNode(FetchKeyEvent):
+    """A node (hierarchy level) matching the fetch appeared or disappeared."""
+
+    code: ClassVar[EventCode] = EventCode.FETCH_NODE
+
+
+@dataclass(frozen=True, slots=True)
+class WindowEntry:
+    """The state at 1-based position ``index`` of a sorted fetch (PROTOCOL.md 14.2)."""
+
+    index: int
+    key: str
+    value: Value
+
+
+@dataclass(frozen=True, slots=True)
+class FetchWindow(Message):
+    """FETCH_WINDOW (PROTOCOL.md 14.2): the positions of a sorted window that changed,
+    and how many entries the window holds now."""
+
+    code: ClassVar[EventCode] = EventCode.FETCH_WINDOW
+    fetch_id: int
+    size: int
+    entries: tuple[WindowEntry, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class QueryEntry(Message):
+    """QUERY_ENTRY (PROTOCOL.md 14.4): one entry of the answer to QUERY_ONCE ``id``."""
+
+    code: ClassVar[EventCode] = EventCode.QUERY_ENTRY
+    id: int
+    kind: EntryKind
+    key: str
+    value: Value
+
+
+@dataclass(frozen=True, slots=True)
 class Close(Message):
     """CLOSE (PROTOCOL.md 7.3): the sender closes the connection right after."""
 
@@ -208,10 +363,12 @@ REQUEST_CLASSES: dict[int, type[Request]] = {
         FetchStates,
         Unfetch,
         GetState,
+        FetchQuery,
+        QueryOnce,
         Authenticate,
     )
 }
 
 FETCH_EVENT_CLASSES: dict[int, type[FetchEvent]] = {
-    cls.code: cls for cls in (FetchAdd, FetchChange, FetchRemove)
+    cls.code: cls for cls in (FetchAdd, FetchChange, FetchRemove, FetchUnmatch)
 }

@@ -18,6 +18,7 @@ from typing import Any
 
 from construct import (
     Adapter,
+    Array,
     Bytes,
     Check,
     Construct,
@@ -43,9 +44,14 @@ from .codes import (
     FIXED_VALUE_WIDTHS,
     HEADER_SIZE,
     PROTOCOL_MAJOR,
+    Action,
+    EntryKind,
     EventCode,
+    FilterOp,
     FrameType,
     Function,
+    PathOp,
+    SortBy,
     Status,
     ValueType,
     is_known_value_type,
@@ -163,6 +169,41 @@ KEY_VALUE = Struct(*KEY_FIELDS, *VALUE_FIELDS)
 KEY_ONLY = Struct(*KEY_FIELDS)
 FETCH_EVENT = Struct(_f("fetch_id", Int32ub), *KEY_FIELDS, *VALUE_FIELDS)
 
+# PROTOCOL.md 14.1: the Query of FETCH_QUERY and QUERY_ONCE (protocol 1.1).
+PATH_MATCHER = Struct(
+    _f("op", Code(PathOp)),
+    _f("flags", Int8ub),
+    _f("count", Rebuild(Int8ub, lambda ctx: len(ctx.operands))),
+    "operands" / Array(this.count, Struct(*_str16("operand"))),
+)
+VALUE_FILTER = Struct(
+    _f("op", Code(FilterOp)),
+    _f("flags", Int8ub),
+    *_str16("field"),
+    *VALUE_FIELDS,
+)
+QUERY = Struct(
+    _f("flags", Int8ub),
+    _f("matcher_count", Rebuild(Int8ub, lambda ctx: len(ctx.matchers))),
+    "matchers" / Array(this.matcher_count, PATH_MATCHER),
+    _f("filter_count", Rebuild(Int8ub, lambda ctx: len(ctx.filters))),
+    "filters" / Array(this.filter_count, VALUE_FILTER),
+    _f("sort_by", Code(SortBy)),
+    _f("sort_flags", Int8ub),
+    *_str16("sort_field"),
+    _f("from", Int32ub),
+    _f("to", Int32ub),
+)
+FETCH_KEY_EVENT = Struct(_f("fetch_id", Int32ub), _f("action", Code(Action)), *KEY_FIELDS)
+WINDOW_ENTRY = Struct(_f("index", Int32ub), *KEY_FIELDS, *VALUE_FIELDS)
+FETCH_WINDOW = Struct(
+    _f("fetch_id", Int32ub),
+    _f("size", Int32ub),
+    _f("entry_count", Rebuild(Int16ub, lambda ctx: len(ctx.entries))),
+    "entries" / Array(this.entry_count, WINDOW_ENTRY),
+)
+QUERY_ENTRY = Struct(_f("request_id", Int32ub), _f("kind", Code(EntryKind)), *KEY_FIELDS, *VALUE_FIELDS)
+
 REQUEST_PAYLOADS = {
     Function.ADD_STATE: KEY_VALUE,
     Function.REMOVE_STATE: KEY_ONLY,
@@ -174,6 +215,8 @@ REQUEST_PAYLOADS = {
     Function.FETCH_STATES: Struct(*_str16("prefix")),
     Function.UNFETCH: Struct(_f("fetch_id", Int32ub)),
     Function.GET_STATE: KEY_ONLY,
+    Function.FETCH_QUERY: QUERY,
+    Function.QUERY_ONCE: QUERY,
     Function.AUTHENTICATE: Struct(*_str16("user", min_len=1), *_str16("password")),
 }
 
@@ -229,6 +272,11 @@ EVENT_PAYLOADS = {
     EventCode.FETCH_ADD: FETCH_EVENT,
     EventCode.FETCH_CHANGE: FETCH_EVENT,
     EventCode.FETCH_REMOVE: FETCH_EVENT,
+    EventCode.FETCH_UNMATCH: FETCH_EVENT,
+    EventCode.FETCH_METHOD: FETCH_KEY_EVENT,
+    EventCode.FETCH_NODE: FETCH_KEY_EVENT,
+    EventCode.FETCH_WINDOW: FETCH_WINDOW,
+    EventCode.QUERY_ENTRY: QUERY_ENTRY,
     EventCode.CLOSE: Struct(_f("status", Code(Status)), *_str16("message")),
 }
 

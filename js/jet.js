@@ -33,7 +33,7 @@ export const EventCode = Object.freeze({
 export const Status = Object.freeze({
   OK: 0, NOT_FOUND: 1, ALREADY_EXISTS: 2, NOT_OWNER: 3, REJECTED: 4, TIMEOUT: 5, OWNER_GONE: 6,
   MALFORMED: 7, UNKNOWN_FUNCTION: 8, TOO_LARGE: 9, LIMIT_EXCEEDED: 10, WRONG_KIND: 11,
-  INTERNAL: 12, OVERLOADED: 13, AUTH_FAILED: 14, NOT_AUTHORIZED: 15, // 14, 15: PROTOCOL.md 14
+  INTERNAL: 12, OVERLOADED: 13, AUTH_FAILED: 14, NOT_AUTHORIZED: 15, // 14, 15: PROTOCOL.md 15
 });
 /** Value types (PROTOCOL.md 5.3); 0x80..0xFF are application-defined. */
 export const ValueType = Object.freeze({
@@ -41,7 +41,7 @@ export const ValueType = Object.freeze({
 });
 /** Feature bits of INFO (PROTOCOL.md 4.4). */
 export const FEATURE_CONFLATION = 0x1;
-/** The daemon enforces permissions (PROTOCOL.md 14). */
+/** The daemon enforces permissions (PROTOCOL.md 15). */
 export const FEATURE_AUTH_REQUIRED = 0x4;
 export const PROTOCOL_MAJOR = 1;
 export const PROTOCOL_MINOR = 1;
@@ -887,7 +887,7 @@ export class Peer {
    *    user?: string, password?: string}} [options]
    *    timeout in milliseconds (connection and default per request); origin (Node's `ws`
    *    only) the Origin header to send; user and password: AUTHENTICATE right after
-   *    connecting (PROTOCOL.md 14.2).
+   *    connecting (PROTOCOL.md 15.2).
    *  @returns {Promise<Peer>}
    *  @throws {ConnectionClosed|Timeout|Malformed|AuthFailed} */
   static async connect(address, options = {}) {

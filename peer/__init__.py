@@ -21,13 +21,16 @@ from .aio import (
     FetchEvent,
     Method,
     PeerAsync,
+    QueryResult,
     State,
+    WindowRow,
 )
 from .errors import (
     AlreadyExists,
     AuthFailed,
     ConnectionClosed,
     Internal,
+    InvalidQuery,
     LimitExceeded,
     Malformed,
     NotAuthorized,
@@ -43,6 +46,7 @@ from .errors import (
     WrongKind,
     error_for_status,
 )
+from .query import field, key, value
 from .sync import Peer, SyncFetch, SyncMethod, SyncState
 
 __all__ = [
@@ -55,6 +59,7 @@ __all__ = [
     "Fetch",
     "FetchEvent",
     "Internal",
+    "InvalidQuery",
     "LimitExceeded",
     "Malformed",
     "Method",
@@ -66,6 +71,7 @@ __all__ = [
     "Peer",
     "PeerAsync",
     "PeerError",
+    "QueryResult",
     "Rejected",
     "State",
     "SyncFetch",
@@ -74,6 +80,10 @@ __all__ = [
     "Timeout",
     "TooLarge",
     "UnknownFunction",
+    "WindowRow",
     "WrongKind",
     "error_for_status",
+    "field",
+    "key",
+    "value",
 ]

@@ -51,14 +51,23 @@ from jetwire import (
     Decoder,
     FetchAdd,
     FetchChange,
+    FetchMethod,
+    FetchNode,
+    FetchQuery,
     FetchRemove,
     FetchStates,
+    FetchUnmatch,
+    FetchWindow,
     FrameType,
     GetState,
     Info,
     LocalProtocolError,
     Message,
     NotifyState,
+    PathMatcher,
+    Query,
+    QueryEntry,
+    QueryOnce,
     RemoteProtocolError,
     RemoveMethod,
     RemoveState,
@@ -67,9 +76,11 @@ from jetwire import (
     Status,
     Unfetch,
     Value,
+    ValueFilter,
     ValueType,
     encode,
 )
+from jetwire.codes import Action, EntryKind
 from jetwire.values import PythonValue
 
 from .errors import (
@@ -85,6 +96,7 @@ from .errors import (
     TooLarge,
     error_for_status,
 )
+from .query import Matcher, build_query, is_plain_prefix
 
 __all__ = [
     "DEFAULT_FETCH_QUEUE",
@@ -97,7 +109,9 @@ __all__ = [
     "FetchEvent",
     "Method",
     "PeerAsync",
+    "QueryResult",
     "State",
+    "WindowRow",
 ]
 
 log = logging.getLogger("peer")
@@ -126,6 +140,39 @@ class EventKind(StrEnum):
     ADD = "add"
     CHANGE = "change"
     REMOVE = "remove"
+    UNMATCH = "unmatch"  # PROTOCOL.md 14.2: still there, no longer matching the query
+    WINDOW = "window"  # a sorted fetch's window changed: see FetchEvent.rows
+    METHOD_ADD = "method_add"
+    METHOD_REMOVE = "method_remove"
+    NODE_ADD = "node_add"
+    NODE_REMOVE = "node_remove"
+
+
+@dataclass(frozen=True, slots=True)
+class WindowRow:
+    """One row of a sorted fetch's window: its 1-based ``index`` in the whole order."""
+
+    index: int
+    key: str
+    raw: Value
+
+    @property
+    def value(self) -> PythonValue:
+        return _to_python(self.raw)
+
+
+@dataclass(frozen=True, slots=True)
+class QueryResult:
+    """One entry of a one-shot query (PROTOCOL.md 14.4): ``kind`` is ``state``,
+    ``method`` or ``node``; ``raw`` is NONE for methods and nodes."""
+
+    kind: str
+    key: str
+    raw: Value
+
+    @property
+    def value(self) -> PythonValue:
+        return _to_python(self.raw)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +186,7 @@ class FetchEvent:
     kind: EventKind
     key: str
     raw: Value
+    rows: tuple[WindowRow, ...] = ()  # WINDOW: the whole window after the update, in order
 
     @property
     def value(self) -> PythonValue:
@@ -182,7 +230,19 @@ def _as_value(obj: Any) -> Value:
     return value
 
 
-_KINDS: dict[type, EventKind] = {FetchAdd: EventKind.ADD, FetchChange: EventKind.CHANGE, FetchRemove: EventKind.REMOVE}
+_KINDS: dict[type, EventKind] = {
+    FetchAdd: EventKind.ADD,
+    FetchChange: EventKind.CHANGE,
+    FetchRemove: EventKind.REMOVE,
+    FetchUnmatch: EventKind.UNMATCH,
+}
+_KEY_EVENT_KINDS = {
+    (FetchMethod, Action.ADD): EventKind.METHOD_ADD,
+    (FetchMethod, Action.REMOVE): EventKind.METHOD_REMOVE,
+    (FetchNode, Action.ADD): EventKind.NODE_ADD,
+    (FetchNode, Action.REMOVE): EventKind.NODE_REMOVE,
+}
+_NONE = Value(ValueType.NONE)
 
 
 class State:
@@ -290,10 +350,17 @@ class Fetch:
     """
 
     def __init__(
-        self, peer: PeerAsync, prefix: str, on_event: Optional[OnEvent], max_queue: int
+        self,
+        peer: PeerAsync,
+        prefix: str,
+        on_event: Optional[OnEvent],
+        max_queue: int,
+        query: Optional[Query] = None,
     ) -> None:
         self._peer = peer
         self.prefix = prefix
+        self.query = query  # None: FETCH_STATES of ``prefix``; else FETCH_QUERY (PROTOCOL.md 14.3)
+        self.rows: list[WindowRow] = []  # a sorted fetch's window, kept from FETCH_WINDOW
         self.on_event = on_event
         self.fetch_id: Optional[int] = None
         self.active = False
@@ -369,8 +436,25 @@ class Fetch:
             del self._peer._fetches[fetch_id]
             await self._peer._request(Unfetch, (fetch_id,), _convert_empty, timeout)
 
-    def _deliver(self, kind: EventKind, key: str, raw: Value) -> None:
+    def _apply_window(self, message: FetchWindow) -> None:
+        """PROTOCOL.md 14.2: set the listed positions, cut to ``size``; deliver the
+        whole window."""
+        assert self.query is not None
+        start = self.query.window_from
+        rows = self.rows
+        if len(rows) < message.size:
+            rows.extend(WindowRow(start + i, "", _NONE) for i in range(len(rows), message.size))
+        for entry in message.entries:
+            position = entry.index - start
+            if 0 <= position < message.size:
+                rows[position] = WindowRow(entry.index, entry.key, entry.value)
+        del rows[message.size :]
+        self._deliver(EventKind.WINDOW, "", _NONE, tuple(rows))
+
+    def _deliver(self, kind: EventKind, key: str, raw: Value, rows: tuple[WindowRow, ...] = ()) -> None:
         known = self._known
+        if kind is EventKind.WINDOW:
+            known = None
         if known is not None:
             if self._restore_seen is not None and kind is EventKind.ADD:
                 # A restored fetch re-announces what the application already knows.
@@ -380,11 +464,11 @@ class Fetch:
                     return
                 if old is not None:
                     kind = EventKind.CHANGE
-            if kind is EventKind.REMOVE:
+            if kind in (EventKind.REMOVE, EventKind.UNMATCH, EventKind.METHOD_REMOVE, EventKind.NODE_REMOVE):
                 known.pop(key, None)
             else:
                 known[key] = raw
-        event = FetchEvent(kind, key, raw)
+        event = FetchEvent(kind, key, raw, rows)
         callback = self.on_event
         if (callback is None or self._async_callback) and len(self._queue) >= self._max_queue:
             # A consumer this far behind would make the peer's memory grow without bound.
@@ -600,6 +684,7 @@ class PeerAsync:
         self._states: dict[str, State] = {}
         self._methods: dict[str, Method] = {}
         self._fetches: dict[int, Fetch] = {}
+        self._query_results: dict[int, list[QueryResult]] = {}  # QUERY_ONCE id -> entries so far
         self._fetch_objects: list[Fetch] = []  # every active fetch, for restore
         self._closing = False
         self._closed_error: Optional[ConnectionClosed] = None
@@ -648,11 +733,11 @@ class PeerAsync:
                 by an async callback, may fall behind before it ends with
                 :class:`Overloaded`.
             user, password: authenticate as ``user`` right after connecting (and after
-                every reconnect) with AUTHENTICATE (PROTOCOL.md 14.2); ``password``
+                every reconnect) with AUTHENTICATE (PROTOCOL.md 15.2); ``password``
                 defaults to empty. Without ``user`` the peer does not authenticate
                 (anonymous, or a TLS client certificate names it).
             ssl: TLS: True for the default context (system CAs), or an
-                :class:`ssl.SSLContext` (own CA, client certificate; PROTOCOL.md 14.6).
+                :class:`ssl.SSLContext` (own CA, client certificate; PROTOCOL.md 15.6).
 
         Returns:
             The connected peer.
@@ -693,7 +778,7 @@ class PeerAsync:
                 link.send(encode(Info(self.name, self.max_body)))
                 info = await link.info
                 if self.user is not None:
-                    # PROTOCOL.md 14.2: before anything that needs the permissions.
+                    # PROTOCOL.md 15.2: before anything that needs the permissions.
                     await self._request(
                         Authenticate, (self.user, self._password or ""), _convert_empty, None, restoring=True
                     )
@@ -972,9 +1057,27 @@ class PeerAsync:
         prefix: str = "",
         on_event: Optional[OnEvent] = None,
         *,
+        match: tuple[Matcher | PathMatcher, ...] | list[Matcher | PathMatcher] = (),
+        where: tuple[ValueFilter, ...] | list[ValueFilter] = (),
+        sort_by: Optional[str] = None,
+        descending: bool = False,
+        top: Optional[int] = None,
+        window: Optional[tuple[int, int]] = None,
+        methods: bool = False,
+        nodes: bool = False,
         timeout: Optional[float] = None,
     ) -> Fetch:
-        """Fetch every state whose key starts with ``prefix`` (PROTOCOL.md 6.8).
+        """Fetch every state whose key starts with ``prefix`` (PROTOCOL.md 6.8), or, with
+        any query argument, a query fetch (FETCH_QUERY, protocol 1.1, PROTOCOL.md 14.3).
+
+        Query arguments (see :mod:`peer.query`): ``match`` path matchers
+        (``key.ends_with("/temp")``, ``~key.contains("x")``); ``where`` value filters
+        (``field("gender") == "female"``, ``value > 3``); ``sort_by`` ``"key"``,
+        ``"value"`` or a field path, with ``descending`` and a window ``top=N`` or
+        ``window=(from, to)`` (1-based); ``methods`` and ``nodes`` add those entries.
+        A sorted fetch delivers WINDOW events whose ``rows`` are the whole window;
+        ``Fetch.rows`` holds it too. A filtered fetch delivers UNMATCH when a state
+        stops matching.
 
         With ``on_event`` (a function or coroutine function taking a
         :class:`FetchEvent`), every event is passed to it in order; without, iterate the
@@ -985,9 +1088,63 @@ class PeerAsync:
             PeerError: (when awaited or iterated) LimitExceeded, Timeout,
                 ConnectionClosed.
         """
-        fetch = Fetch(self, prefix, on_event, self.fetch_queue)
+        query = build_query(
+            prefix,
+            match=match,
+            where=where,
+            sort_by=sort_by,
+            descending=descending,
+            top=top,
+            window=window,
+            methods=methods,
+            nodes=nodes,
+        )
+        fetch = Fetch(self, prefix, on_event, self.fetch_queue, None if is_plain_prefix(query) else query)
         self._start_fetch(fetch, timeout)
         return fetch
+
+    def query(
+        self,
+        prefix: str = "",
+        *,
+        match: tuple[Matcher | PathMatcher, ...] | list[Matcher | PathMatcher] = (),
+        where: tuple[ValueFilter, ...] | list[ValueFilter] = (),
+        sort_by: Optional[str] = None,
+        descending: bool = False,
+        top: Optional[int] = None,
+        window: Optional[tuple[int, int]] = None,
+        methods: bool = False,
+        nodes: bool = False,
+        timeout: Optional[float] = None,
+    ) -> asyncio.Future[list[QueryResult]]:
+        """Answer a query once (QUERY_ONCE, PROTOCOL.md 14.4): the matching entries in
+        order (byte order of key, or the sort's window). Arguments as :meth:`fetch`.
+
+        Raises:
+            PeerError: (when awaited) InvalidQuery, LimitExceeded, TooLarge, Malformed,
+                Timeout, ConnectionClosed.
+        """
+        query = build_query(
+            prefix,
+            match=match,
+            where=where,
+            sort_by=sort_by,
+            descending=descending,
+            top=top,
+            window=window,
+            methods=methods,
+            nodes=nodes,
+        )
+        results = self._query_results
+
+        def collect(response: Response) -> list[QueryResult]:
+            return results.pop(response.id, [])
+
+        future = self._request(QueryOnce, (query,), collect, timeout)
+        rid = self._next_id
+        results[rid] = []
+        future.add_done_callback(lambda _: results.pop(rid, None))
+        return future
 
     def _start_fetch(self, fetch: Fetch, timeout: Optional[float], *, restoring: bool = False) -> asyncio.Future[Any]:
         def activate(response: Response) -> int:
@@ -1005,7 +1162,11 @@ class PeerAsync:
                     fetch._ready.set_result(fetch)
             return fetch_id
 
-        future = self._request(FetchStates, (fetch.prefix,), activate, timeout, restoring=restoring)
+        if fetch.query is not None:
+            fetch.rows.clear()  # a restored sorted fetch starts with its whole window again
+            future = self._request(FetchQuery, (fetch.query,), activate, timeout, restoring=restoring)
+        else:
+            future = self._request(FetchStates, (fetch.prefix,), activate, timeout, restoring=restoring)
         if not restoring:
 
             def ready(done: asyncio.Future[Any]) -> None:
@@ -1108,6 +1269,21 @@ class PeerAsync:
             fetch = self._fetches.get(message.fetch_id)  # type: ignore[attr-defined]
             if fetch is not None:
                 fetch._deliver(kind, message.key, message.value)  # type: ignore[attr-defined]
+            return
+        if isinstance(message, FetchWindow):
+            fetch = self._fetches.get(message.fetch_id)
+            if fetch is not None and fetch.query is not None:
+                fetch._apply_window(message)
+            return
+        if isinstance(message, (FetchMethod, FetchNode)):
+            fetch = self._fetches.get(message.fetch_id)
+            if fetch is not None:
+                fetch._deliver(_KEY_EVENT_KINDS[type(message), message.action], message.key, _NONE)
+            return
+        if isinstance(message, QueryEntry):
+            collected = self._query_results.get(message.id)
+            if collected is not None:
+                collected.append(QueryResult(EntryKind(message.kind).name.lower(), message.key, message.value))
             return
         if isinstance(message, SetState):
             self._serve_set(link, message)

@@ -5,6 +5,8 @@
     jet set plant/temp 22.5
     jet call plant/reset '[1, 2]'
     jet fetch plant/                 # streams add/change/remove until Ctrl-C
+    jet fetch players/ --where 'gender == "female"' --sort-by score --desc --top 10
+    jet ls plant/ --where 'value > 20'   # one-shot query: matching keys, then exit
     jet serve-state demo/led false   # owns a state, accepts and prints sets
 
 Run ``jet --help`` for the options and the exit codes.
@@ -17,10 +19,12 @@ import contextlib
 import getpass
 import json
 import os
+import re
 import signal
 import ssl
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from types import FrameType
 from typing import Any, NoReturn, Optional, TextIO
@@ -29,6 +33,8 @@ from jetwire import JetError, LocalProtocolError, Status, Value, ValueType
 
 from .aio import DEFAULT_PORT, DEFAULT_TIMEOUT, FetchEvent
 from .errors import ConnectionClosed, PeerError
+from .query import field
+from .query import value as value_itself
 from .sync import Peer
 
 __all__ = ["EXIT_CODES", "format_value", "main", "parse_value", "value_to_json"]
@@ -200,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", action="store_true", help="print one JSON object per line")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds to wait (default %(default)s)")
     parser.add_argument("--name", default="jet-cli", help="peer name sent to the daemon")
-    security = parser.add_argument_group("security (PROTOCOL.md 14)")
+    security = parser.add_argument_group("security (PROTOCOL.md 15)")
     security.add_argument("--user", metavar="NAME", help="authenticate as NAME (password: $JET_PASSWORD, else a prompt)")
     security.add_argument("--tls", action="store_true", help="connect with TLS (system CAs unless --ca)")
     security.add_argument("--ca", metavar="FILE", help="PEM CA bundle to verify the daemon with (implies --tls)")
@@ -221,14 +227,96 @@ def build_parser() -> argparse.ArgumentParser:
     call.add_argument("key")
     call.add_argument("args", nargs="?", default=None, help="the argument (default none)")
     call.add_argument("--type", choices=TYPES, default="auto", help="how to read ARGS (default auto)")
-    fetch = commands.add_parser("fetch", help="stream add/change/remove of states by key prefix until Ctrl-C")
+    fetch = commands.add_parser(
+        "fetch",
+        help="stream add/change/remove of states by key prefix (and query) until Ctrl-C",
+        description="Stream a fetch. With --where, --sort-by, --methods or --nodes it is a query "
+        "fetch (protocol 1.1): EXPR is 'FIELD OP JSONVALUE' or 'value OP JSONVALUE', OP one of "
+        "== != < <= > >=, e.g. --where 'gender == \"female\"'. A sorted fetch prints its whole "
+        "window after each update.",
+    )
     fetch.add_argument("prefix", nargs="?", default="", help="key prefix (default: every state)")
+    _query_arguments(fetch)
+    fetch.add_argument("--sort-by", metavar="key|value|FIELD", help="sort by key, by the value, or by a field")
+    fetch.add_argument("--desc", action="store_true", help="sort descending")
+    fetch.add_argument("--top", type=int, metavar="N", help="the window 1..N of the sort")
+    fetch.add_argument("--from", dest="window_from", type=int, metavar="N", help="first position of the window")
+    fetch.add_argument("--to", dest="window_to", type=int, metavar="M", help="last position of the window")
+    fetch.add_argument("--methods", action="store_true", help="also methods")
+    fetch.add_argument("--nodes", action="store_true", help="also nodes (hierarchy levels split on /)")
+    fetch.add_argument("--count", type=int, metavar="N", help="exit after N events (N window updates when sorted)")
+    fetch.add_argument("--timeout", dest="exit_after", type=float, metavar="S", help="exit after S seconds")
+    ls = commands.add_parser("ls", help="one-shot query: print the matching keys, then exit")
+    ls.add_argument("prefix", nargs="?", default="", help="key prefix (default: every key)")
+    _query_arguments(ls)
     serve = commands.add_parser("serve-state", help="own a state; accept and print every set until Ctrl-C")
     serve.add_argument("key")
     serve.add_argument("value")
     serve.add_argument("--type", choices=TYPES, default="auto", help="how to read VALUE (default auto)")
     serve.add_argument("--read-only", action="store_true", help="reject every set")
     return parser
+
+
+def _query_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--where", action="append", default=[], metavar="EXPR", help="FIELD OP JSONVALUE or value OP JSONVALUE"
+    )
+    # --json after the command works too (it is also a global option).
+    parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON lines")
+
+
+_EXPR = re.compile(r"^\s*(\S+?)\s*(==|!=|<=|>=|<|>)\s*(.+?)\s*$")
+_OPS = {
+    "==": lambda f, x: f == x,
+    "!=": lambda f, x: f != x,
+    "<": lambda f, x: f < x,
+    "<=": lambda f, x: f <= x,
+    ">": lambda f, x: f > x,
+    ">=": lambda f, x: f >= x,
+}
+
+
+def parse_where(text: str) -> Any:
+    """``FIELD OP JSONVALUE`` (or ``value OP JSONVALUE``) as a value filter.
+
+    Raises:
+        UsageError: for anything else, or a JSON value that is not a scalar.
+    """
+    match = _EXPR.match(text)
+    if match is None:
+        raise UsageError(f"--where {text!r}: expected FIELD OP JSONVALUE, OP one of == != < <= > >=")
+    name, op, literal = match.groups()
+    try:
+        operand = json.loads(literal)
+    except ValueError:
+        raise UsageError(f"--where {text!r}: {literal!r} is not a JSON value (strings need double quotes)") from None
+    if isinstance(operand, (dict, list)):
+        raise UsageError(f"--where {text!r}: compare with a number, string, true, false or null")
+    target = value_itself if name == "value" else field(name)
+    return _OPS[op](target, operand)
+
+
+def _query_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"where": [parse_where(text) for text in args.where]}
+    if args.command == "fetch":
+        window = None
+        if args.top is not None and (args.window_from is not None or args.window_to is not None):
+            raise UsageError("give --top N or --from N --to M, not both")
+        if (args.window_from is None) != (args.window_to is None):
+            raise UsageError("--from and --to go together")
+        if args.window_from is not None:
+            window = (args.window_from, args.window_to)
+        if (args.top is not None or window is not None or args.desc) and args.sort_by is None:
+            raise UsageError("--top, --from/--to and --desc need --sort-by")
+        kwargs.update(
+            sort_by=args.sort_by,
+            descending=args.desc,
+            top=args.top,
+            window=window,
+            methods=args.methods,
+            nodes=args.nodes,
+        )
+    return kwargs
 
 
 def _port(args: argparse.Namespace) -> int:
@@ -316,12 +404,61 @@ def run(args: argparse.Namespace, out: Output) -> int:
             result = peer.call(args.key, value)
             out.emit({"key": args.key, "result": value_to_json(result)}, format_value(result))
         elif args.command == "fetch":
-            with peer.fetch(args.prefix) as fetch:
-                for event in fetch:
-                    _print_event(out, event)
+            return _fetch(peer, args, out)
+        elif args.command == "ls":
+            for entry in peer.query(args.prefix, **_query_kwargs(args)):
+                try:
+                    shown: Any = entry.value
+                except PeerError:
+                    shown = entry.raw
+                out.emit(
+                    {"kind": entry.kind, "key": entry.key, "value": value_to_json(shown), "type": _type_name(entry.raw)},
+                    entry.key,
+                )
         elif args.command == "serve-state":
             return _serve_state(peer, args, value, out)
     return EXIT_OK
+
+
+def _fetch(peer: Peer, args: argparse.Namespace, out: Output) -> int:
+    """``jet fetch``: print events until Ctrl-C, ``--count`` events (window updates when
+    sorted) or ``--timeout`` seconds."""
+    kwargs = _query_kwargs(args)
+    if args.count is not None and args.count < 1:
+        raise UsageError("--count must be at least 1")
+    deadline = None if args.exit_after is None else time.monotonic() + args.exit_after
+    seen = 0
+    with peer.fetch(args.prefix, **kwargs) as fetch:
+        while args.count is None or seen < args.count:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                break
+            try:
+                event = fetch.next(timeout=remaining)
+            except TimeoutError:
+                break
+            except StopAsyncIteration:
+                break
+            seen += 1
+            if event.rows or str(event.kind) == "window":
+                _print_window(out, event)
+            else:
+                _print_event(out, event)
+    return EXIT_OK
+
+
+def _print_window(out: Output, event: FetchEvent) -> None:
+    """PROTOCOL.md 14.2: the whole window after the update, in index order."""
+    rows = []
+    lines = [f"window ({len(event.rows)} rows)"]
+    for row in event.rows:
+        try:
+            shown: Any = row.value
+        except PeerError:
+            shown = row.raw
+        rows.append({"index": row.index, "key": row.key, "value": value_to_json(shown), "type": _type_name(row.raw)})
+        lines.append(f"{row.index:>4}  {row.key} = {format_value(shown)}")
+    out.emit({"event": "window", "rows": rows}, "\n".join(lines))
 
 
 def _print_event(out: Output, event: FetchEvent) -> None:

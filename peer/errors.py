@@ -20,6 +20,7 @@ __all__ = [
     "AlreadyExists",
     "ConnectionClosed",
     "Internal",
+    "InvalidQuery",
     "LimitExceeded",
     "Malformed",
     "NotFound",
@@ -136,15 +137,19 @@ class Overloaded(PeerError):
     default_status = Status.OVERLOADED
 
 
+class InvalidQuery(PeerError):
+    """The daemon cannot run the query (INVALID_QUERY, PROTOCOL.md 14.6)."""
+
+    default_status = Status.INVALID_QUERY
 class AuthFailed(PeerError):
-    """Unknown user or wrong password (AUTH_FAILED, PROTOCOL.md 14.2)."""
+    """Unknown user or wrong password (AUTH_FAILED, PROTOCOL.md 15.2)."""
 
     default_status = Status.AUTH_FAILED
 
 
 class NotAuthorized(PeerError):
     """Outside this connection's permissions, or not authenticated (NOT_AUTHORIZED,
-    PROTOCOL.md 14.3); the message names the permission and the key."""
+    PROTOCOL.md 15.3); the message names the permission and the key."""
 
     default_status = Status.NOT_AUTHORIZED
 
@@ -175,6 +180,7 @@ _BY_STATUS: dict[Status, type[PeerError]] = {
         WrongKind,
         Internal,
         Overloaded,
+        InvalidQuery,
         AuthFailed,
         NotAuthorized,
     )

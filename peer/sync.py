@@ -49,6 +49,7 @@ from .aio import (
     OnEvent,
     OnSet,
     PeerAsync,
+    QueryResult,
     State,
 )
 from .errors import ConnectionClosed
@@ -508,26 +509,38 @@ class Peer:
         return self._submit(self._aio.get_raw, key, timeout=timeout)
 
     def fetch(
-        self, prefix: str = "", on_event: Optional[OnEvent] = None, *, timeout: Optional[float] = None
+        self, prefix: str = "", on_event: Optional[OnEvent] = None, *, timeout: Optional[float] = None, **query: Any
     ) -> SyncFetch:
-        """Fetch the states whose key starts with ``prefix`` (PROTOCOL.md 6.8).
+        """Fetch the states whose key starts with ``prefix`` (PROTOCOL.md 6.8), or a query
+        fetch with the query arguments of :meth:`peer.PeerAsync.fetch` (``match``,
+        ``where``, ``sort_by``, ``descending``, ``top``, ``window``, ``methods``,
+        ``nodes``; PROTOCOL.md 14.3).
 
         ``on_event`` runs on the peer's thread for every event, in order; without it,
         iterate the returned :class:`SyncFetch`.
 
         Raises:
-            PeerError: LimitExceeded, Timeout, ConnectionClosed.
+            PeerError: LimitExceeded, InvalidQuery, Timeout, ConnectionClosed.
         """
         self._check_thread()
-        return self._wait(self.fetch_future(prefix, on_event, timeout=timeout), timeout)
+        return self._wait(self.fetch_future(prefix, on_event, timeout=timeout, **query), timeout)
 
     def fetch_future(
-        self, prefix: str = "", on_event: Optional[OnEvent] = None, *, timeout: Optional[float] = None
+        self, prefix: str = "", on_event: Optional[OnEvent] = None, *, timeout: Optional[float] = None, **query: Any
     ) -> concurrent.futures.Future[SyncFetch]:
         """Like :meth:`fetch`, returning a future at once."""
         return self._submit(
-            self._aio.fetch, prefix, on_event, timeout=timeout, wrap=lambda fetch: SyncFetch(self, fetch)
+            self._aio.fetch, prefix, on_event, timeout=timeout, wrap=lambda fetch: SyncFetch(self, fetch), **query
         )
+
+    def query(self, prefix: str = "", *, timeout: Optional[float] = None, **query: Any) -> list[QueryResult]:
+        """Answer a query once (QUERY_ONCE, PROTOCOL.md 14.4); arguments as
+        :meth:`peer.PeerAsync.query`. Returns the entries in order.
+
+        Raises:
+            PeerError: InvalidQuery, LimitExceeded, TooLarge, Timeout, ConnectionClosed.
+        """
+        return self._call(self._aio.query, prefix, timeout=timeout, **query)  # type: ignore[no-any-return]
 
     # --- owner role -------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ answered by your handlers, fetch events go to your callbacks.
 Values: None, bool, int (INT64), float, str, bytes, dict/list (JSON) map both ways; any
 other value type arrives as a :class:`Raw` ``(vtype, data)`` and may be sent as one.
 
-Security (PROTOCOL.md 14): ``TinyPeer(..., user="dev7", password="...")`` authenticates
+Security (PROTOCOL.md 15): ``TinyPeer(..., user="dev7", password="...")`` authenticates
 right after connecting; ``ssl=True`` (or an ``ssl.SSLContext``) speaks TLS where the
 platform has the ``ssl`` module.
 """
@@ -32,12 +32,22 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple, Optional
 
-try:  # not every platform that runs this file has it (PROTOCOL.md 14.6: TLS is optional)
+try:  # not every platform that runs this file has it (PROTOCOL.md 15.6: TLS is optional)
     import ssl as _ssl
 except ImportError:  # pragma: no cover
     _ssl = None  # type: ignore[assignment]
 
-__all__ = ["DEFAULT_MAX_BODY", "DEFAULT_TIMEOUT", "Raw", "TinyError", "TinyPeer", "decode_frame", "encode_frame"]
+__all__ = [
+    "DEFAULT_MAX_BODY",
+    "DEFAULT_TIMEOUT",
+    "Raw",
+    "TinyError",
+    "TinyPeer",
+    "decode_frame",
+    "encode_frame",
+    "matcher",
+    "query_bytes",
+]
 
 DEFAULT_MAX_BODY = 1 << 20  # PROTOCOL.md 3
 DEFAULT_TIMEOUT = 10.0
@@ -47,17 +57,24 @@ REQUEST, RESPONSE, EVENT, INFO = 1, 2, 3, 4
 # PROTOCOL.md 6: functions (SET/NOTIFY/CALL double as event codes, 7.1)
 ADD_STATE, REMOVE_STATE, SET_STATE, NOTIFY_STATE, CALL_METHOD = 1, 2, 3, 4, 5
 ADD_METHOD, REMOVE_METHOD, FETCH_STATES, UNFETCH, GET_STATE = 6, 7, 8, 9, 10
+FETCH_QUERY, QUERY_ONCE = 0x0B, 0x0C  # PROTOCOL.md 14 (protocol 1.1)
 AUTHENTICATE = 0x10  # PROTOCOL.md 6.12 (protocol 1.1)
 # PROTOCOL.md 7: event codes
 FETCH_ADD, FETCH_CHANGE, FETCH_REMOVE, CLOSE = 0x81, 0x82, 0x83, 0xF0
-# PROTOCOL.md 8: statuses
-STATUS_NAMES = ["OK", "NOT_FOUND", "ALREADY_EXISTS", "NOT_OWNER", "REJECTED", "TIMEOUT", "OWNER_GONE", "MALFORMED", "UNKNOWN_FUNCTION", "TOO_LARGE", "LIMIT_EXCEEDED", "WRONG_KIND", "INTERNAL", "OVERLOADED", "AUTH_FAILED", "NOT_AUTHORIZED"]
-AUTH_FAILED, NOT_AUTHORIZED = 0x0E, 0x0F  # PROTOCOL.md 14
+FETCH_UNMATCH, FETCH_METHOD, FETCH_NODE, QUERY_ENTRY = 0x84, 0x85, 0x86, 0x88  # PROTOCOL.md 14.2, 14.4
+# PROTOCOL.md 14.1: path matcher ops and flags (tiny supports path matchers only)
+STARTS_WITH, ENDS_WITH, CONTAINS, EQUALS, EQUALS_ONE_OF, CONTAINS_ALL_OF = 1, 2, 3, 4, 5, 6
+MATCH_NOT, MATCH_IGNORE_CASE = 0x01, 0x02
+QUERY_METHODS, QUERY_NODES = 0x01, 0x02
+_ENTRY_KINDS = {1: "state", 2: "method", 3: "node"}
+# PROTOCOL.md 8: statuses (0x0E..0x10: protocol 1.1)
+STATUS_NAMES = ["OK", "NOT_FOUND", "ALREADY_EXISTS", "NOT_OWNER", "REJECTED", "TIMEOUT", "OWNER_GONE", "MALFORMED", "UNKNOWN_FUNCTION", "TOO_LARGE", "LIMIT_EXCEEDED", "WRONG_KIND", "INTERNAL", "OVERLOADED", "AUTH_FAILED", "NOT_AUTHORIZED", "INVALID_QUERY"]
+AUTH_FAILED, NOT_AUTHORIZED = 0x0E, 0x0F  # PROTOCOL.md 15
 OK, NOT_FOUND, REJECTED, TIMEOUT, MALFORMED, UNKNOWN_FUNCTION, TOO_LARGE, INTERNAL = 0, 1, 4, 5, 7, 8, 9, 12
 # PROTOCOL.md 5.3: value types
 V_NONE, V_BOOL, V_INT64, V_FLOAT64, V_STRING, V_JSON, V_BYTES = 0, 1, 2, 3, 4, 5, 6
 _FIXED = {V_NONE: 0, V_BOOL: 1, V_INT64: 8, V_FLOAT64: 8}
-_KINDS = {FETCH_ADD: "add", FETCH_CHANGE: "change", FETCH_REMOVE: "remove"}
+_KINDS = {FETCH_ADD: "add", FETCH_CHANGE: "change", FETCH_REMOVE: "remove", FETCH_UNMATCH: "unmatch"}
 _KEYED = (ADD_STATE, REMOVE_STATE, SET_STATE, NOTIFY_STATE, CALL_METHOD, ADD_METHOD, REMOVE_METHOD, GET_STATE)
 _WITH_VALUE = (ADD_STATE, SET_STATE, NOTIFY_STATE, CALL_METHOD)
 
@@ -89,7 +106,8 @@ class TinyError(Exception):
 
     def __init__(self, status: int, message: str = "", *, request_id: Optional[int] = None, fatal: bool = False):
         self.status = status
-        self.status_name = STATUS_NAMES[status] if 0 <= status < len(STATUS_NAMES) else f"0x{status:02X}"
+        known = 0 <= status < len(STATUS_NAMES) and STATUS_NAMES[status]
+        self.status_name = STATUS_NAMES[status] if known else f"0x{status:02X}"
         self.message = message
         self.request_id = request_id
         self.fatal = fatal
@@ -184,6 +202,8 @@ def encode_frame(msg: dict[str, Any]) -> bytes:
             body += _str16(msg["prefix"])
         elif function == UNFETCH:
             body += _U32.pack(msg["fetch_id"])
+        elif function in (FETCH_QUERY, QUERY_ONCE):
+            body += msg["query"]  # bytes, from query_bytes()
         elif function == AUTHENTICATE:
             body += _str16(msg["user"], key=True) + _str16(msg["password"])
         else:
@@ -201,6 +221,11 @@ def encode_frame(msg: dict[str, Any]) -> bytes:
         body += _pack_value(msg["value"])
     elif kind == EVENT and msg["code"] == CLOSE:
         body = bytes((CLOSE, msg["status"])) + _str16(msg.get("message", ""))
+    elif kind == EVENT and msg["code"] in (FETCH_METHOD, FETCH_NODE):
+        body = bytes((msg["code"],)) + _U32.pack(msg["fetch_id"]) + bytes((msg["action"],)) + _str16(msg["key"], key=True)
+    elif kind == EVENT and msg["code"] == QUERY_ENTRY:
+        body = bytes((QUERY_ENTRY,)) + _U32.pack(msg["id"]) + bytes((msg["kind"],)) + _str16(msg["key"], key=True)
+        body += _pack_value(msg["value"])
     else:
         raise ValueError(f"cannot encode {msg!r}")
     return _HEAD.pack(kind, len(body)) + body
@@ -274,7 +299,7 @@ def decode_body(ftype: int, body: bytes) -> dict[str, Any]:
         r = _Reader(body, ftype, rid)
         r.pos = 5
         if ftype == RESPONSE:
-            if code >= len(STATUS_NAMES):
+            if code >= len(STATUS_NAMES) or not STATUS_NAMES[code]:
                 raise r.fail(f"unknown status 0x{code:02X}")
             msg: dict[str, Any] = {"type": RESPONSE, "id": rid, "status": code}
             rest = len(body) - 5
@@ -298,13 +323,28 @@ def decode_body(ftype: int, body: bytes) -> dict[str, Any]:
             return {"type": EVENT, "code": code, "fetch_id": fid, "key": key, "value": r.value()}
         if code == CLOSE:
             status = r.u8("status")
-            if status >= len(STATUS_NAMES):
+            if status >= len(STATUS_NAMES) or not STATUS_NAMES[status]:
                 raise r.fail(f"unknown status 0x{status:02X}")
             msg = {"type": EVENT, "code": CLOSE, "status": status, "message": r.str16("message")}
             r.end()
             return msg
         if code in (SET_STATE, NOTIFY_STATE, CALL_METHOD):
             return _decode_call(r, code, {"type": EVENT, "code": code})
+        if code in (FETCH_METHOD, FETCH_NODE):
+            fid = r.u32("fetch_id")
+            action = r.u8("action")
+            if action not in (1, 2):
+                raise r.fail(f"unknown action 0x{action:02X}")
+            msg = {"type": EVENT, "code": code, "fetch_id": fid, "action": action, "key": r.str16("key", key=True)}
+            r.end()
+            return msg
+        if code == QUERY_ENTRY:
+            rid = r.u32("request id")
+            kind = r.u8("kind")
+            if kind not in _ENTRY_KINDS:
+                raise r.fail(f"unknown entry kind 0x{kind:02X}")
+            key = r.str16("key", key=True)
+            return {"type": EVENT, "code": code, "id": rid, "kind": kind, "key": key, "value": r.value()}
         raise r.fail(f"unknown event code 0x{code:02X}", UNKNOWN_FUNCTION)
     if ftype == INFO:
         r = _Reader(body, ftype, None, fatal=True)
@@ -350,6 +390,20 @@ def decode_frame(frame: bytes, max_body: int = DEFAULT_MAX_BODY) -> dict[str, An
     return decode_body(ftype, frame[5:])
 
 
+def matcher(op: int, *operands: str, negate: bool = False, ignore_case: bool = False) -> tuple[int, int, tuple[str, ...]]:
+    """A path matcher (PROTOCOL.md 14.1): ``matcher(ENDS_WITH, "/temp")``."""
+    return op, (MATCH_NOT if negate else 0) | (MATCH_IGNORE_CASE if ignore_case else 0), operands
+
+
+def query_bytes(prefix: str = "", matchers: Any = (), flags: int = 0) -> bytes:
+    """A Query (PROTOCOL.md 14.1) of path matchers only: no filter, no sort."""
+    every = ([(STARTS_WITH, 0, (prefix,))] if prefix else []) + list(matchers)
+    out = bytes((flags, len(every)))
+    for op, mflags, operands in every:
+        out += bytes((op, mflags, len(operands))) + b"".join(_str16(text) for text in operands)
+    return out + bytes((0, 0, 0)) + _U16.pack(0) + _U32.pack(0) + _U32.pack(0)
+
+
 # --- the peer -----------------------------------------------------------------------
 
 Handler = Callable[[Any], Any]
@@ -364,8 +418,8 @@ class TinyPeer:
         name: sent in this peer's INFO.
         timeout: seconds to connect and the default wait for every response.
         max_body: the largest body accepted (checked before buffering it).
-        user, password: authenticate as ``user`` right after connecting (PROTOCOL.md 14.2).
-        ssl: True (system CAs) or an ``ssl.SSLContext``: TLS (PROTOCOL.md 14.6).
+        user, password: authenticate as ``user`` right after connecting (PROTOCOL.md 15.2).
+        ssl: True (system CAs) or an ``ssl.SSLContext``: TLS (PROTOCOL.md 15.6).
 
     Raises:
         OSError: the connection failed (ssl.SSLError included).
@@ -392,6 +446,7 @@ class TinyPeer:
         self.on_set: dict[str, Optional[Handler]] = {}
         self.methods: dict[str, Handler] = {}
         self.fetches: dict[int, FetchCallback] = {}
+        self._entries: dict[int, list[tuple[str, str, Any]]] = {}  # QUERY_ONCE id -> entries so far
         self._buf = b""
         self._responses: dict[int, dict[str, Any]] = {}
         self._next_id = 0
@@ -518,6 +573,15 @@ class TinyPeer:
             callback = self.fetches.get(msg["fetch_id"])
             if callback is not None:
                 callback(_KINDS[msg["code"]], msg["key"], from_value(*msg["value"]))
+        elif kind == EVENT and msg["code"] in (FETCH_METHOD, FETCH_NODE):
+            callback = self.fetches.get(msg["fetch_id"])
+            if callback is not None:
+                what = "method" if msg["code"] == FETCH_METHOD else "node"
+                callback(f"{what}_{'add' if msg['action'] == 1 else 'remove'}", msg["key"], None)
+        elif kind == EVENT and msg["code"] == QUERY_ENTRY:
+            collected = self._entries.get(msg["id"])
+            if collected is not None:
+                collected.append((_ENTRY_KINDS[msg["kind"]], msg["key"], from_value(*msg["value"])))
         elif kind == EVENT and msg["code"] == CLOSE:
             self.close()
             raise TinyError(msg["status"], f"daemon closed the connection: {msg['message']}")
@@ -627,15 +691,39 @@ class TinyPeer:
         response = self._request({"function": GET_STATE, "key": key})
         return from_value(*response["value"]) if "value" in response else None
 
-    def fetch(self, prefix: str, callback: FetchCallback) -> int:
+    def fetch(
+        self, prefix: str, callback: FetchCallback, matchers: Any = (), methods: bool = False, nodes: bool = False
+    ) -> int:
         """Fetch states by key prefix; ``callback(kind, key, value)`` gets every event,
-        kind being "add", "change" or "remove". Returns the fetch id. Raises TinyError."""
+        kind being "add", "change" or "remove". With ``matchers`` (see :func:`matcher`),
+        ``methods`` or ``nodes`` it is a query fetch (protocol 1.1), whose kinds also
+        include "method_add", "method_remove", "node_add", "node_remove" (value None).
+        Returns the fetch id. Raises TinyError."""
         self._fetch_waiting = (self._next_id + 1) & 0xFFFFFFFF, callback
         try:
-            response = self._request({"function": FETCH_STATES, "prefix": prefix})
+            if matchers or methods or nodes:
+                flags = (QUERY_METHODS if methods else 0) | (QUERY_NODES if nodes else 0)
+                request = {"function": FETCH_QUERY, "query": query_bytes(prefix, matchers, flags)}
+            else:
+                request = {"function": FETCH_STATES, "prefix": prefix}
+            response = self._request(request)
         finally:
             self._fetch_waiting = None
         return int(response["fetch_id"])
+
+    def query(
+        self, prefix: str = "", matchers: Any = (), methods: bool = False, nodes: bool = False
+    ) -> list[tuple[str, str, Any]]:
+        """One-shot query (QUERY_ONCE, PROTOCOL.md 14.4): ``[(kind, key, value), ...]`` in
+        byte order of key, kind "state", "method" or "node". Raises TinyError."""
+        rid = (self._next_id + 1) & 0xFFFFFFFF
+        self._entries[rid] = []
+        flags = (QUERY_METHODS if methods else 0) | (QUERY_NODES if nodes else 0)
+        try:
+            self._request({"function": QUERY_ONCE, "query": query_bytes(prefix, matchers, flags)})
+            return self._entries[rid]
+        finally:
+            self._entries.pop(rid, None)
 
     def unfetch(self, fetch_id: int) -> None:
         """End a fetch (PROTOCOL.md 6.9). Raises TinyError."""

@@ -35,14 +35,23 @@ from jetwire import (
     EventCode,
     FetchAdd,
     FetchChange,
+    FetchMethod,
+    FetchNode,
+    FetchQuery,
     FetchRemove,
     FetchStates,
+    FetchUnmatch,
+    FetchWindow,
     FrameType,
     Function,
     GetState,
     Info,
     Message,
     NotifyState,
+    PathMatcher,
+    Query,
+    QueryEntry,
+    QueryOnce,
     RemoteProtocolError,
     RemoveMethod,
     RemoveState,
@@ -51,8 +60,11 @@ from jetwire import (
     Status,
     Unfetch,
     Value,
+    ValueFilter,
     ValueType,
+    WindowEntry,
 )
+from jetwire.codes import Action, EntryKind, FilterOp, PathOp, SortBy
 
 VECTORS_DIR = Path(__file__).resolve().parent.parent / "spec" / "vectors"
 FORMAT = "jet-vectors/1"
@@ -98,11 +110,308 @@ def value_from_json(obj: JsonObj) -> Value:
 
 _KEY_VALUE_REQUESTS = {SetState, NotifyState, CallMethod, AddState}
 _KEY_ONLY_REQUESTS = {RemoveState, AddMethod, RemoveMethod, GetState}
-_FETCH_EVENTS = {FetchAdd: "FETCH_ADD", FetchChange: "FETCH_CHANGE", FetchRemove: "FETCH_REMOVE"}
+_FETCH_EVENTS = {
+    FetchAdd: "FETCH_ADD",
+    FetchChange: "FETCH_CHANGE",
+    FetchRemove: "FETCH_REMOVE",
+    FetchUnmatch: "FETCH_UNMATCH",
+}
+
+
+# --- protocol 1.1 queries (PROTOCOL.md 14): JSON form, builder, vectors ----------------------
+
+_QUERY_FUNCTIONS = {"FETCH_QUERY": FetchQuery, "QUERY_ONCE": QueryOnce}
+_QUERY_EVENTS = ("FETCH_METHOD", "FETCH_NODE", "FETCH_WINDOW", "QUERY_ENTRY")
+
+
+def query_to_json(query: Query) -> JsonObj:
+    """The JSON form of a Query (PROTOCOL.md 14.1); codes by name, flags as bytes."""
+    return {
+        "flags": query.flags,
+        "matchers": [
+            {"op": PathOp(m.op).name, "flags": m.flags, "operands": list(m.operands)} for m in query.matchers
+        ],
+        "filters": [
+            {"op": FilterOp(f.op).name, "flags": f.flags, "field": f.field, "value": value_to_json(f.operand)}
+            for f in query.filters
+        ],
+        "sort_by": SortBy(query.sort_by).name,
+        "sort_flags": query.sort_flags,
+        "sort_field": query.sort_field,
+        "from": query.window_from,
+        "to": query.window_to,
+    }
+
+
+def query_from_json(obj: JsonObj) -> Query:
+    """Inverse of :func:`query_to_json`."""
+    return Query(
+        tuple(PathMatcher(PathOp[m["op"]], tuple(m["operands"]), m["flags"]) for m in obj["matchers"]),
+        tuple(
+            ValueFilter(FilterOp[f["op"]], value_from_json(f["value"]), f["field"], f["flags"])
+            for f in obj["filters"]
+        ),
+        SortBy[obj["sort_by"]],
+        obj["sort_field"],
+        obj["sort_flags"],
+        obj["from"],
+        obj["to"],
+        obj["flags"],
+    )
+
+
+def _query_message_to_json(message: Message) -> JsonObj | None:
+    if isinstance(message, (FetchQuery, QueryOnce)):
+        return {
+            "type": "REQUEST",
+            "id": message.id,
+            "function": message.function.name,
+            "query": query_to_json(message.query),
+        }
+    if isinstance(message, (FetchMethod, FetchNode)):
+        code = "FETCH_METHOD" if isinstance(message, FetchMethod) else "FETCH_NODE"
+        return {
+            "type": "EVENT",
+            "code": code,
+            "fetch_id": message.fetch_id,
+            "action": Action(message.action).name,
+            "key": message.key,
+        }
+    if isinstance(message, FetchWindow):
+        return {
+            "type": "EVENT",
+            "code": "FETCH_WINDOW",
+            "fetch_id": message.fetch_id,
+            "size": message.size,
+            "entries": [{"index": e.index, "key": e.key, "value": value_to_json(e.value)} for e in message.entries],
+        }
+    if isinstance(message, QueryEntry):
+        return {
+            "type": "EVENT",
+            "code": "QUERY_ENTRY",
+            "request_id": message.id,
+            "kind": EntryKind(message.kind).name,
+            "key": message.key,
+            "value": value_to_json(message.value),
+        }
+    return None
+
+
+def _query_message_from_json(obj: JsonObj) -> Message | None:
+    if obj["type"] == "REQUEST" and obj["function"] in _QUERY_FUNCTIONS:
+        return _QUERY_FUNCTIONS[obj["function"]](obj["id"], query_from_json(obj["query"]))
+    if obj["type"] != "EVENT" or obj["code"] not in _QUERY_EVENTS:
+        return None
+    code = obj["code"]
+    if code in ("FETCH_METHOD", "FETCH_NODE"):
+        cls = FetchMethod if code == "FETCH_METHOD" else FetchNode
+        return cls(obj["fetch_id"], Action[obj["action"]], obj["key"])
+    if code == "FETCH_WINDOW":
+        entries = tuple(WindowEntry(e["index"], e["key"], value_from_json(e["value"])) for e in obj["entries"])
+        return FetchWindow(obj["fetch_id"], obj["size"], entries)
+    return QueryEntry(obj["request_id"], EntryKind[obj["kind"]], obj["key"], value_from_json(obj["value"]))
+
+
+def _build_query(obj: JsonObj) -> bytes:
+    """PROTOCOL.md 14.1, from the JSON form, with plain struct (independent of jetwire)."""
+    out = _u8(obj["flags"]) + _u8(len(obj["matchers"]))
+    for m in obj["matchers"]:
+        out += _u8(PathOp[m["op"]]) + _u8(m["flags"]) + _u8(len(m["operands"]))
+        out += b"".join(_str16(text) for text in m["operands"])
+    out += _u8(len(obj["filters"]))
+    for f in obj["filters"]:
+        out += _u8(FilterOp[f["op"]]) + _u8(f["flags"]) + _str16(f["field"]) + _value(f["value"])
+    out += _u8(SortBy[obj["sort_by"]]) + _u8(obj["sort_flags"]) + _str16(obj["sort_field"])
+    return out + _u32(obj["from"]) + _u32(obj["to"])
+
+
+def _build_query_message(obj: JsonObj) -> bytes | None:
+    if obj["type"] == "REQUEST" and obj["function"] in _QUERY_FUNCTIONS:
+        return _frame(1, _u32(obj["id"]) + _u8(Function[obj["function"]]) + _build_query(obj["query"]))
+    if obj["type"] != "EVENT" or obj["code"] not in _QUERY_EVENTS:
+        return None
+    code = obj["code"]
+    head = _u8(EventCode[code])
+    if code in ("FETCH_METHOD", "FETCH_NODE"):
+        return _frame(3, head + _u32(obj["fetch_id"]) + _u8(Action[obj["action"]]) + _str16(obj["key"]))
+    if code == "FETCH_WINDOW":
+        body = head + _u32(obj["fetch_id"]) + _u32(obj["size"]) + _u16(len(obj["entries"]))
+        for e in obj["entries"]:
+            body += _u32(e["index"]) + _str16(e["key"]) + _value(e["value"])
+        return _frame(3, body)
+    return _frame(
+        3, head + _u32(obj["request_id"]) + _u8(EntryKind[obj["kind"]]) + _str16(obj["key"]) + _value(obj["value"])
+    )
+
+
+def _schema_query_to_json(payload: Any) -> JsonObj:
+    return {
+        "flags": payload.flags,
+        "matchers": [
+            {"op": PathOp(int(m.op)).name, "flags": m.flags, "operands": [o.operand for o in m.operands]}
+            for m in payload.matchers
+        ],
+        "filters": [
+            {"op": FilterOp(int(f.op)).name, "flags": f.flags, "field": f.field, "value": _schema_value_to_json(f)}
+            for f in payload.filters
+        ],
+        "sort_by": SortBy(int(payload.sort_by)).name,
+        "sort_flags": payload.sort_flags,
+        "sort_field": payload.sort_field,
+        "from": payload["from"],
+        "to": payload.to,
+    }
+
+
+def _query_container_to_json(ftype: FrameType, body: Any) -> JsonObj | None:
+    if ftype not in (FrameType.REQUEST, FrameType.EVENT):
+        return None
+    payload = body.payload
+    if ftype == FrameType.REQUEST and int(body.function) in (Function.FETCH_QUERY, Function.QUERY_ONCE):
+        name = Function(int(body.function)).name
+        return {"type": "REQUEST", "id": body.id, "function": name, "query": _schema_query_to_json(payload)}
+    if ftype != FrameType.EVENT or EventCode(int(body.code)).name not in _QUERY_EVENTS:
+        return None
+    code = EventCode(int(body.code)).name
+    if code in ("FETCH_METHOD", "FETCH_NODE"):
+        action = Action(int(payload.action)).name
+        return {"type": "EVENT", "code": code, "fetch_id": payload.fetch_id, "action": action, "key": payload.key}
+    if code == "FETCH_WINDOW":
+        entries = [{"index": e.index, "key": e.key, "value": _schema_value_to_json(e)} for e in payload.entries]
+        return {"type": "EVENT", "code": code, "fetch_id": payload.fetch_id, "size": payload.size, "entries": entries}
+    return {
+        "type": "EVENT",
+        "code": code,
+        "request_id": payload.request_id,
+        "kind": EntryKind(int(payload.kind)).name,
+        "key": payload.key,
+        "value": _schema_value_to_json(payload),
+    }
+
+
+def _value_container(value: JsonObj) -> JsonObj:
+    return {"value_type": value["vtype"], "value": bytes.fromhex(value["hex"])}
+
+
+def _query_json_to_container(obj: JsonObj) -> JsonObj | None:
+    if obj["type"] == "REQUEST" and obj["function"] in _QUERY_FUNCTIONS:
+        q = obj["query"]
+        payload = {
+            "flags": q["flags"],
+            "matchers": [
+                {"op": PathOp[m["op"]], "flags": m["flags"], "operands": [{"operand": o} for o in m["operands"]]}
+                for m in q["matchers"]
+            ],
+            "filters": [
+                {"op": FilterOp[f["op"]], "flags": f["flags"], "field": f["field"], **_value_container(f["value"])}
+                for f in q["filters"]
+            ],
+            "sort_by": SortBy[q["sort_by"]],
+            "sort_flags": q["sort_flags"],
+            "sort_field": q["sort_field"],
+            "from": q["from"],
+            "to": q["to"],
+        }
+        body = {"id": obj["id"], "function": Function[obj["function"]], "payload": payload}
+        return {"type": FrameType.REQUEST, "body": body}
+    if obj["type"] != "EVENT" or obj["code"] not in _QUERY_EVENTS:
+        return None
+    code = obj["code"]
+    if code in ("FETCH_METHOD", "FETCH_NODE"):
+        payload = {"fetch_id": obj["fetch_id"], "action": Action[obj["action"]], "key": obj["key"]}
+    elif code == "FETCH_WINDOW":
+        entries = [{"index": e["index"], "key": e["key"], **_value_container(e["value"])} for e in obj["entries"]]
+        payload = {"fetch_id": obj["fetch_id"], "size": obj["size"], "entries": entries}
+    else:
+        payload = {
+            "request_id": obj["request_id"],
+            "kind": EntryKind[obj["kind"]],
+            "key": obj["key"],
+            **_value_container(obj["value"]),
+        }
+    return {"type": FrameType.EVENT, "body": {"code": EventCode[code], "payload": payload}}
+
+
+def _scoreboard_query() -> JsonObj:
+    return {
+        "flags": 0,
+        "matchers": [{"op": "STARTS_WITH", "flags": 0, "operands": ["players/"]}],
+        "filters": [{"op": "EQ", "flags": 0, "field": "gender", "value": _v("STRING", b"female")}],
+        "sort_by": "FIELD",
+        "sort_flags": 1,
+        "sort_field": "score",
+        "from": 1,
+        "to": 10,
+    }
+
+
+def _every_operator_query() -> JsonObj:
+    matchers = [
+        {"op": op.name, "flags": flags, "operands": ["a", "b"] if op in (PathOp.EQUALS_ONE_OF, PathOp.CONTAINS_ALL_OF) else ["x/"]}
+        for op, flags in zip(PathOp, (0, 1, 2, 3, 0, 2), strict=True)
+    ]
+    operands = [_v("NONE", b""), _v("BOOL", b"\x01"), _v("INT64", _i64(-3)), _v("FLOAT64", _f64(2.5)),
+                _v("STRING", "é".encode()), _v("BYTES", b"\x00\xff"), _v("INT64", _i64(6))]
+    filters = [
+        {"op": op.name, "flags": 0, "field": field, "value": value}
+        for op, field, value in zip(FilterOp, ("", "a", "a.b", "tags.0", "x", "é.z", "o"), operands, strict=True)
+    ]
+    return {"flags": 3, "matchers": matchers, "filters": filters, "sort_by": "NONE", "sort_flags": 0,
+            "sort_field": "", "from": 0, "to": 0}
+
+
+def query_valid_vectors() -> list[tuple[str, str, JsonObj, str]]:
+    """(name, section, fields, description) of the valid vectors of protocol 1.1 queries."""
+    scoreboard = _scoreboard_query()
+    empty = {"flags": 0, "matchers": [], "filters": [], "sort_by": "NONE", "sort_flags": 0,
+             "sort_field": "", "from": 0, "to": 0}
+    by_key = dict(empty, sort_by="KEY", **{"from": 11, "to": 20})
+    entry_value = _v("JSON", b'{"s":9}')
+    return [
+        ("request_fetch_query_scoreboard", "14.1", {"type": "REQUEST", "id": 11, "function": "FETCH_QUERY", "query": scoreboard}, "female top ten by score"),
+        ("request_fetch_query_empty", "14.1", {"type": "REQUEST", "id": 1, "function": "FETCH_QUERY", "query": empty}, "no matcher: every state"),
+        ("request_fetch_query_every_operator", "14.1", {"type": "REQUEST", "id": 2, "function": "FETCH_QUERY", "query": _every_operator_query()}, "every matcher op and flag, every filter op"),
+        ("request_query_once_by_key", "14.4", {"type": "REQUEST", "id": 3, "function": "QUERY_ONCE", "query": by_key}, "positions 11..20 by key"),
+        ("event_fetch_unmatch", "14.2", {"type": "EVENT", "code": "FETCH_UNMATCH", "fetch_id": 9, "key": "players/ann", "value": entry_value}, ""),
+        ("event_fetch_method_add", "14.2", {"type": "EVENT", "code": "FETCH_METHOD", "fetch_id": 9, "action": "ADD", "key": "plant/reset"}, ""),
+        ("event_fetch_node_remove", "14.2", {"type": "EVENT", "code": "FETCH_NODE", "fetch_id": 9, "action": "REMOVE", "key": "plant/line3"}, ""),
+        ("event_fetch_window_spec_example", "14.2", {"type": "EVENT", "code": "FETCH_WINDOW", "fetch_id": 7, "size": 10, "entries": [{"index": 3, "key": "players/ann", "value": entry_value}]}, "the example printed in PROTOCOL.md 14.2"),
+        ("event_fetch_window_empty", "14.2", {"type": "EVENT", "code": "FETCH_WINDOW", "fetch_id": 7, "size": 0, "entries": []}, "the window emptied"),
+        ("event_fetch_window_two", "14.2", {"type": "EVENT", "code": "FETCH_WINDOW", "fetch_id": 7, "size": 2, "entries": [{"index": 1, "key": "b", "value": _v("INT64", _i64(2))}, {"index": 2, "key": "a", "value": _v("NONE", b"")}]}, ""),
+        ("event_query_entry_state", "14.4", {"type": "EVENT", "code": "QUERY_ENTRY", "request_id": 12, "kind": "STATE", "key": "players/bob", "value": _v("INT64", _i64(42))}, "the example printed in PROTOCOL.md 14.4"),
+        ("event_query_entry_node", "14.4", {"type": "EVENT", "code": "QUERY_ENTRY", "request_id": 12, "kind": "NODE", "key": "players", "value": _v("NONE", b"")}, ""),
+    ]
+
+
+def query_invalid_vectors() -> list[tuple[str, str, bytes, str, str]]:
+    """(name, section, frame, description, kind) of invalid 1.1 query frames; kind is
+    ``request`` (id 5, MALFORMED, not fatal) or ``event`` (MALFORMED, fatal)."""
+    empty_tail = _u8(0) + _u8(0) + _str16("") + _u32(0) + _u32(0)
+
+    def fq(payload: bytes) -> bytes:
+        return _frame(1, _u32(5) + _u8(0x0B) + payload)
+
+    return [
+        ("fetch_query_unknown_matcher_op", "14.1", fq(_u8(0) + _u8(1) + _u8(0x07) + _u8(0) + _u8(1) + _str16("a") + _u8(0) + empty_tail), "path matcher op 0x07 is not defined", "request"),
+        ("fetch_query_unknown_filter_op", "14.1", fq(_u8(0) + _u8(0) + _u8(1) + _u8(0x08) + _u8(0) + _str16("") + _raw_value(0, b"") + empty_tail), "value filter op 0x08 is not defined", "request"),
+        ("fetch_query_unknown_sort_by", "14.1", fq(_u8(0) + _u8(0) + _u8(0) + _u8(4) + _u8(0) + _str16("") + _u32(0) + _u32(0)), "sort_by 0x04 is not defined", "request"),
+        ("fetch_query_truncated_window", "14.1", fq(_u8(0) + _u8(0) + _u8(0) + _u8(0) + _u8(0) + _str16("") + _u32(0)), "the window needs 8 bytes", "request"),
+        ("fetch_query_trailing_byte", "14.1", fq(_u8(0) + _u8(0) + _u8(0) + empty_tail + b"\x00"), "nothing may follow the window", "request"),
+        ("fetch_query_missing_matcher", "14.1", fq(_u8(0) + _u8(2) + _u8(1) + _u8(0) + _u8(1) + _str16("a") + _u8(0) + empty_tail), "two matchers announced, one present", "request"),
+        ("query_once_bad_operand_value", "14.1", _frame(1, _u32(5) + _u8(0x0C) + _u8(0) + _u8(0) + _u8(1) + _u8(1) + _u8(0) + _str16("") + _raw_value(2, b"\x00") + empty_tail), "an INT64 operand of 1 byte", "request"),
+        ("fetch_window_entry_truncated", "14.2", _frame(3, _u8(0x87) + _u32(7) + _u32(1) + _u16(1) + _u32(1) + _str16("k")), "the entry's value is missing", "event"),
+        ("fetch_window_empty_key", "14.2", _frame(3, _u8(0x87) + _u32(7) + _u32(1) + _u16(1) + _u32(1) + _u16(0) + _raw_value(0, b"")), "keys are never empty", "event"),
+        ("fetch_method_unknown_action", "14.2", _frame(3, _u8(0x85) + _u32(7) + _u8(3) + _str16("k")), "action 0x03 is not defined", "event"),
+        ("query_entry_unknown_kind", "14.4", _frame(3, _u8(0x88) + _u32(7) + _u8(4) + _str16("k") + _raw_value(0, b"")), "kind 0x04 is not defined", "event"),
+        ("fetch_node_trailing_byte", "14.2", _frame(3, _u8(0x86) + _u32(7) + _u8(1) + _str16("k") + b"\x00"), "nothing may follow the key", "event"),
+    ]
 
 
 def message_to_json(message: Message) -> JsonObj:
     """The JSON form of a decoded jetwire message."""
+    query_form = _query_message_to_json(message)
+    if query_form is not None:
+        return query_form
     cls = type(message)
     if isinstance(message, Info):
         return {
@@ -175,6 +484,9 @@ _FETCH_EVENT_CLASSES: dict[str, type] = {name: cls for cls, name in _FETCH_EVENT
 
 def message_from_json(obj: JsonObj) -> Message:
     """Inverse of :func:`message_to_json`."""
+    query_message = _query_message_from_json(obj)
+    if query_message is not None:
+        return query_message
     kind = obj["type"]
     if kind == "INFO":
         return Info(obj["name"], obj["max_body"], obj["features"], obj["major"], obj["minor"])
@@ -231,6 +543,9 @@ def container_to_json(frame: Any) -> JsonObj:
     """The JSON form of a frame as :func:`jetwire.schema.parse_frame` returns it."""
     ftype = FrameType(int(frame.type))
     body = frame.body
+    query_form = _query_container_to_json(ftype, body)
+    if query_form is not None:
+        return query_form
     if ftype == FrameType.INFO:
         return {
             "type": "INFO",
@@ -268,6 +583,9 @@ def container_to_json(frame: Any) -> JsonObj:
 
 def json_to_container(obj: JsonObj) -> JsonObj:
     """The input :func:`jetwire.schema.build_frame` takes for a message's JSON form."""
+    query_container = _query_json_to_container(obj)
+    if query_container is not None:
+        return query_container
     kind = obj["type"]
     payload: JsonObj = {}
     for name in ("fetch_id", "prefix", "key", "message", "user", "password"):
@@ -388,7 +706,10 @@ def _payload(name: str, obj: JsonObj) -> bytes:
 
 
 def build(obj: JsonObj) -> bytes:
-    """Build the frame bytes of a valid vector's JSON form (PROTOCOL.md 3-7)."""
+    """Build the frame bytes of a valid vector's JSON form (PROTOCOL.md 3-7, 14)."""
+    query_frame = _build_query_message(obj)
+    if query_frame is not None:
+        return query_frame
     kind = obj["type"]
     if kind == "REQUEST":
         body = _u32(obj["id"]) + _u8(Function[obj["function"]]) + _payload(obj["function"], obj)
@@ -446,8 +767,8 @@ SPEC_EXAMPLES: list[tuple[str, str, JsonObj, str]] = [
     (
         "info_jetd_spec_example",
         "4.4",
-        {"type": "INFO", "major": 1, "minor": 1, "max_body": 1048576, "features": 1, "name": "jetd"},
-        "04 00 00 00 10 01 01 00 10 00 00 00 00 00 01 00 04 6a 65 74 64",
+        {"type": "INFO", "major": 1, "minor": 1, "max_body": 1048576, "features": 3, "name": "jetd"},
+        "04 00 00 00 10 01 01 00 10 00 00 00 00 00 03 00 04 6a 65 74 64",
     ),
     (
         "request_add_state_spec_example",
@@ -791,6 +1112,8 @@ def valid_vectors() -> list[JsonObj]:
         "a 17-byte body with max_body 17 is accepted",
         max_body=17,
     )
+    for name, section, fields, description in query_valid_vectors():
+        add(name, section, fields, description)
     return out
 
 
@@ -891,7 +1214,7 @@ def invalid_vectors() -> list[JsonObj]:
             "a REQUEST body under 4 bytes has no readable id: CLOSE",
         )
     bad_request("request_body_id_only", "9.1", _frame(1, _u32(7)), "id readable, function missing", 7)
-    for function in (0x00, 0x0B, 0x80, 0xFF):
+    for function in (0x00, 0x0D, 0x80, 0xFF):
         bad_request(
             f"request_function_unknown_0x{function:02x}",
             "6",
@@ -1011,7 +1334,7 @@ def invalid_vectors() -> list[JsonObj]:
             f"response_body_{n}_bytes", "9.3", _frame(2, b"\x00\x00\x00\x02"[:n]), "no readable id: dropped", None
         )
     bad_response("response_body_id_only", "4.2", _frame(2, _u32(2)), "id readable, status missing", 2)
-    for status in (0x10, 0x7F, 0xFF):
+    for status in (0x11, 0x7F, 0xFF):
         bad_response(
             f"response_status_unknown_0x{status:02x}",
             "8",
@@ -1080,7 +1403,7 @@ def invalid_vectors() -> list[JsonObj]:
 
     # EVENT bodies (PROTOCOL.md 4.3, 7, 9.3): every fault closes the connection.
     bad_event("event_body_empty", "4.3", _frame(3, b""), "no code byte")
-    for code in (0x00, 0x01, 0x02, 0x06, 0x0A, 0x80, 0x84, 0xEF, 0xFF):
+    for code in (0x00, 0x01, 0x02, 0x06, 0x0A, 0x80, 0x89, 0xEF, 0xFF):
         bad_event(
             f"event_code_unknown_0x{code:02x}",
             "7",
@@ -1103,7 +1426,7 @@ def invalid_vectors() -> list[JsonObj]:
     )
     bad_event("event_close_no_status", "7.3", _frame(3, b"\xf0"), "CLOSE without its status")
     bad_event("event_close_no_message", "7.3", _frame(3, b"\xf0\x00"), "CLOSE without its message length")
-    bad_event("event_close_unknown_status", "7.3", _frame(3, b"\xf0\x10" + _key(b"")), "status 0x10 is unknown")
+    bad_event("event_close_unknown_status", "7.3", _frame(3, b"\xf0\x11" + _key(b"")), "status 0x11 is unknown")
     bad_event("event_close_bad_utf8", "7.3", _frame(3, b"\xf0\x07" + _key(b"\xff")), "invalid UTF-8 in a message")
     bad_event(
         "event_close_message_length_lies", "7.3", _frame(3, b"\xf0\x07" + _key(b"bye", 4)), "message length 4, 3 bytes"
@@ -1119,6 +1442,11 @@ def invalid_vectors() -> list[JsonObj]:
     bad_info("info_trailing", "4.4", _frame(4, info_head + _key(b"jetd") + b"\x00"), "a trailing byte")
     bad_info("info_major_2", "2", _frame(4, _u8(2) + info_head[1:] + _key(b"jetd")), "another major version")
     bad_info("info_major_0", "2", _frame(4, _u8(0) + info_head[1:] + _key(b"jetd")), "another major version")
+    for name, section, data, description, kind in query_invalid_vectors():
+        if kind == "request":
+            bad_request(name, section, data, description, 5)
+        else:
+            bad_event(name, section, data, description)
     return out
 
 

@@ -1,4 +1,4 @@
-// Authentication and permissions (PROTOCOL.md 14) from the JavaScript peer, over TCP and
+// Authentication and permissions (PROTOCOL.md 15) from the JavaScript peer, over TCP and
 // WebSocket, against a real jetd started with the conformance users file.
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";

@@ -16,29 +16,45 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jetwire import (
+    Action,
     AddMethod,
     AddState,
     Authenticate,
     CallMethod,
     Close,
     Decoder,
+    EntryKind,
     FetchAdd,
     FetchChange,
+    FetchMethod,
+    FetchNode,
+    FetchQuery,
     FetchRemove,
     FetchStates,
+    FetchUnmatch,
+    FetchWindow,
+    FilterOp,
     GetState,
     Info,
     Message,
     NotifyState,
+    PathMatcher,
+    PathOp,
+    Query,
+    QueryEntry,
+    QueryOnce,
     RemoteProtocolError,
     RemoveMethod,
     RemoveState,
     Response,
     SetState,
+    SortBy,
     Status,
     Unfetch,
     Value,
+    ValueFilter,
     ValueType,
+    WindowEntry,
     decode_frame,
     encode,
 )
@@ -73,7 +89,32 @@ ids = u32
 optional_ids = st.one_of(st.none(), u32)
 non_ok = st.sampled_from([s for s in Status if s != Status.OK])
 
+u8 = st.integers(0, 255)
+short_text = st.text(max_size=12)
+# PROTOCOL.md 14.1: any codes the layout allows (the daemon, not the codec, judges meaning).
+matchers = st.builds(PathMatcher, st.sampled_from(list(PathOp)), st.lists(short_text, max_size=3).map(tuple), u8)
+filters = st.builds(ValueFilter, st.sampled_from(list(FilterOp)), values, short_text, u8)
+queries = st.builds(
+    Query,
+    st.lists(matchers, max_size=3).map(tuple),
+    st.lists(filters, max_size=3).map(tuple),
+    st.sampled_from(list(SortBy)),
+    short_text,
+    u8,
+    u32,
+    u32,
+    u8,
+)
+window_entries = st.lists(st.builds(WindowEntry, u32, keys, values), max_size=4).map(tuple)
+
 messages: st.SearchStrategy[Message] = st.one_of(
+    st.builds(FetchQuery, ids, queries),
+    st.builds(QueryOnce, ids, queries),
+    st.builds(FetchUnmatch, u32, keys, values),
+    st.builds(FetchMethod, u32, st.sampled_from(list(Action)), keys),
+    st.builds(FetchNode, u32, st.sampled_from(list(Action)), keys),
+    st.builds(FetchWindow, u32, u32, window_entries),
+    st.builds(QueryEntry, u32, st.sampled_from(list(EntryKind)), keys, values),
     st.builds(AddState, ids, keys, values),
     st.builds(RemoveState, ids, keys),
     st.builds(SetState, optional_ids, keys, values),

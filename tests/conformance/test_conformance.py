@@ -157,7 +157,7 @@ def test_small_max_body_case_runs_against_a_daemon_configured_for_it(start_jetd:
 
 
 def test_auth_cases_run_against_a_daemon_with_the_test_users_file(start_jetd: Any) -> None:
-    """14-auth runs against jetd started with spec/conformance/users.toml (PROTOCOL.md 14)."""
+    """14-auth runs against jetd started with spec/conformance/users.toml (PROTOCOL.md 15)."""
     daemon = start_jetd("--auth", str(REPO / "spec" / "conformance" / "users.toml"), "--auth-failure-delay", "0.1")
     result = run_runner(f"{daemon.host}:{daemon.port}", "--cases", "auth.*")
     match = SUMMARY.match(result.stdout.strip().splitlines()[-1])

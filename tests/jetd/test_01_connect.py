@@ -19,7 +19,7 @@ def test_info_is_first_frame(jetd):
         assert message.max_body == DEFAULT_MAX_BODY
         assert message.features & FEATURE_CONFLATION
         # PROTOCOL.md 4.4: the example INFO of jetd, byte for byte.
-        assert encode(message).hex() == "0400000010010100100000000000010004" + b"jetd".hex()
+        assert encode(message).hex() == "0400000010010100100000000000030004" + b"jetd".hex()
 
 
 def test_requests_before_reading_info_and_peer_name_in_log(jetd):

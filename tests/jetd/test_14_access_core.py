@@ -140,7 +140,7 @@ def test_auth_timeout_spares_authenticated_and_waiting_connections() -> None:
 
 def test_reload_on_a_parked_fetcher_keeps_order() -> None:
     """A paused fetcher's held-back change of a key comes before the key's FETCH_REMOVE
-    when a reload takes the key away (PROTOCOL.md 10.8, 14.5)."""
+    when a reload takes the key away (PROTOCOL.md 10.8, 15.5)."""
     h = Harness(make_access(["p/a", "p/b"]))
     owner, viewer = h.connect(), h.connect()
     h.login(owner, "owner", "o")
@@ -236,3 +236,24 @@ def test_reload_during_a_sliced_fetch_delivery() -> None:
     assert sorted(seen) == [key for key in keys if key.startswith(("p/k1", "p/k2"))]
     h.send(owner, NotifyState(None, "p/k0001", f(-1)), NotifyState(None, "p/k1001", f(-2)))
     assert [(type(m), m.key) for m in h.recv(viewer)] == [(FetchChange, "p/k1001")]  # type: ignore[attr-defined]
+
+
+def test_queries_need_read_on_every_key() -> None:
+    """PROTOCOL.md 15.3: query answers are not filtered by read, so a query is refused to
+    a user who may not read every key; without --auth nothing changes."""
+    from jetwire import FetchQuery, PathMatcher, PathOp, Query
+
+    query = Query(matchers=(PathMatcher(PathOp.STARTS_WITH, ("p/",)),))
+    h = Harness(make_access(["p/"]))
+    viewer = h.connect()
+    h.login(viewer, "viewer", "v")
+    h.send(viewer, FetchQuery(1, query))
+    assert h.recv(viewer) == [
+        Response(1, Status.NOT_AUTHORIZED, message='not authorized: read "" (every key) for a query')
+    ]
+    everything = make_access([""])
+    h2 = Harness(everything)
+    reader = h2.connect()
+    h2.login(reader, "viewer", "v")
+    h2.send(reader, FetchQuery(1, query))
+    assert h2.recv(reader)[0].status == Status.OK  # type: ignore[attr-defined]

@@ -1,4 +1,4 @@
-"""14-security: users, permissions, authentication, reload and TLS (PROTOCOL.md 14),
+"""14-security: users, permissions, authentication, reload and TLS (PROTOCOL.md 15),
 through real TCP against a real jetd started with a users file."""
 
 from __future__ import annotations
@@ -705,7 +705,7 @@ def test_websocket_listener_uses_the_same_tls_and_authentication(start_jetd: Cal
 
 
 def test_the_registry_is_not_served_with_auth(start_jetd: Callable[..., DaemonProcess], users_path: Path) -> None:
-    """PROTOCOL.md 14.3: /registry.json would name every key and owner to anyone."""
+    """PROTOCOL.md 15.3: /registry.json would name every key and owner to anyone."""
     import urllib.error
     import urllib.request
 

@@ -377,7 +377,7 @@ def test_control_characters_never_reach_the_terminal() -> None:
 
 def test_info_summary() -> None:
     result = run_jetdump("--hex", encode(Info("jetd", features=1)).hex())
-    assert 'INFO "jetd" v1.1 max_body=1048576 features=0x00000001' in result.stdout
+    assert 'INFO "jetd" v1.1 max_body=1048576 features=0x00000001' in result.stdout  # protocol 1.1
 
 
 def test_json_fast_path_equals_the_schema_path(capture: Path) -> None:

@@ -36,15 +36,22 @@ def test_tiny_imports_only_the_standard_library():
             imported |= {alias.name.split(".")[0] for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
             imported.add((node.module or "").split(".")[0] if node.level == 0 else "relative")
-    # ssl is imported when the platform has it (PROTOCOL.md 14.6: TLS is optional there).
+    # ssl is imported when the platform has it (PROTOCOL.md 15.6: TLS is optional there).
     assert imported <= {"__future__", "json", "select", "socket", "struct", "time", "typing", "collections", "contextlib",
                         "ssl"}
     assert "threading" not in imported and "asyncio" not in imported
 
 
+def _tiny_never_receives(vector: dict) -> bool:
+    message = vector["message"]
+    return message.get("function") in ("FETCH_QUERY", "QUERY_ONCE") or message.get("code") == "FETCH_WINDOW"
+
+
 @pytest.mark.skipif(not VALID, reason="spec/vectors/frames-valid.json not present")
 @pytest.mark.parametrize("vector", VALID, ids=[v["name"] for v in VALID])
 def test_valid_vectors_decode_and_reencode(vector):
+    if _tiny_never_receives(vector):
+        pytest.skip("tiny sends its queries pre-encoded and never receives FETCH_WINDOW")
     frame = bytes.fromhex(vector["hex"])
     message = tiny.decode_frame(frame)
     assert tiny.encode_frame(message) == frame
@@ -53,6 +60,7 @@ def test_valid_vectors_decode_and_reencode(vector):
     code = expected.get("function") or expected.get("code")
     if code is not None:
         names = {"FETCH_ADD": 0x81, "FETCH_CHANGE": 0x82, "FETCH_REMOVE": 0x83, "CLOSE": 0xF0}
+        names.update(FETCH_UNMATCH=0x84, FETCH_METHOD=0x85, FETCH_NODE=0x86, QUERY_ENTRY=0x88)
         number = names.get(code) or getattr(tiny, code)
         assert message.get("function", message.get("code")) == number
     if expected["type"] == "RESPONSE" or expected.get("code") == "CLOSE":
@@ -67,6 +75,8 @@ def test_valid_vectors_decode_and_reencode(vector):
 @pytest.mark.skipif(not INVALID, reason="spec/vectors/frames-invalid.json not present")
 @pytest.mark.parametrize("vector", INVALID, ids=[v["name"] for v in INVALID])
 def test_invalid_vectors_rejected_like_the_spec_says(vector):
+    if vector["name"].startswith(("fetch_query_", "query_once_", "fetch_window_")):
+        pytest.skip("tiny never receives query requests nor FETCH_WINDOW (PROTOCOL.md 14)")
     data = bytes.fromhex(vector["hex"])
     expected = vector["error"]
     max_body = vector.get("max_body", tiny.DEFAULT_MAX_BODY)
@@ -186,3 +196,22 @@ def test_tiny_sees_daemon_shutdown(start_jetd):
         for _ in range(50):
             device.poll(0.1)
     assert device.closed
+
+
+def test_tiny_path_matchers_and_one_shot_queries(jetd):
+    # PROTOCOL.md 14: tiny sends path-matcher queries (no filters, no sort).
+    with TinyPeer(jetd.host, jetd.port, name="tiny", timeout=5) as device, Peer(jetd.host, jetd.port) as app:
+        app.add_state("plant/line1/temp", 21)
+        app.add_state("plant/line1/TEST", 0)
+        app.add_method("plant/line1/reset", lambda _: None)
+        entries = device.query("plant/", [tiny.matcher(tiny.CONTAINS, "test", negate=True, ignore_case=True)],
+                               methods=True, nodes=True)
+        assert entries == [("node", "plant/line1", None), ("method", "plant/line1/reset", None),
+                           ("state", "plant/line1/temp", 21)]
+        seen = []
+        device.fetch("", lambda kind, key, value: seen.append((kind, key, value)),
+                     [tiny.matcher(tiny.ENDS_WITH, "/temp")])
+        assert seen == [("add", "plant/line1/temp", 21)]
+        with pytest.raises(TinyError) as info:
+            device.query(matchers=[(tiny.EQUALS, 0, ("a", "b"))])
+        assert info.value.status_name == "INVALID_QUERY"

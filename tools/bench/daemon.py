@@ -46,7 +46,7 @@ AGAINST = {
     "auth": ["jetd", "jetd-auth"],
 }
 
-# jetd --auth for the benchmark (PROTOCOL.md 14): the load generator does not
+# jetd --auth for the benchmark (PROTOCOL.md 15): the load generator does not
 # authenticate, so the anonymous entry carries the permissions. They are prefixes of the
 # workloads' keys (never "", which would skip every check): each routed set takes the
 # write check (cached per connection and key) and each fetch of everything is indexed

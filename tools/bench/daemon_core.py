@@ -11,7 +11,7 @@ a shared machine is 10-30%. The TCP benchmark stays the measure of the targets.
 
 ``--ab DIR`` also runs the same rows with the jetd package found in DIR (for example a
 ``git archive`` of an older commit), alternating the two run by run, and adds the ratio.
-``--auth`` runs every row without and with permissions (PROTOCOL.md 14: the connections
+``--auth`` runs every row without and with permissions (PROTOCOL.md 15: the connections
 have write/read/own on the workloads' prefixes, never ``""``, so every check is made),
 alternating, and adds the ratio.
 """

@@ -27,19 +27,32 @@ from jetwire import (
     Close,
     FetchAdd,
     FetchChange,
+    FetchMethod,
+    FetchNode,
+    FetchQuery,
     FetchRemove,
     FetchStates,
+    FetchUnmatch,
+    FetchWindow,
+    FilterOp,
     GetState,
     Info,
     Message,
     NotifyState,
+    PathMatcher,
+    PathOp,
+    Query,
+    QueryEntry,
+    QueryOnce,
     RemoveMethod,
     RemoveState,
     Response,
     SetState,
+    SortBy,
     Status,
     Unfetch,
     Value,
+    ValueFilter,
     ValueType,
 )
 from jetwire.errors import JetError
@@ -326,6 +339,35 @@ def resolve_key(spec: Any, env: Mapping[str, Any], namespace: str, what: str = "
 
 # --- messages ---------------------------------------------------------------------------
 
+# PROTOCOL.md 14.1: operands of these path matchers are keys or key prefixes, and are
+# namespaced like keys; the others (ENDS_WITH, CONTAINS, CONTAINS_ALL_OF) are sent as they
+# are, so a case using them adds a STARTS_WITH "" to stay inside its namespace.
+_NAMESPACED_OPS = frozenset({"STARTS_WITH", "EQUALS", "EQUALS_ONE_OF"})
+
+
+def _query(obj: Mapping[str, Any], env: Mapping[str, Any], namespace: str) -> Query:
+    """A query from the case form: ``{"match": [[OP, [operands], flags]], "where": [[OP,
+    field, value]], "sort": [BY, field, descending, from, to], "flags": n}``."""
+    matchers = []
+    for op, operands, *flags in obj.get("match", []):
+        if op not in PathOp.__members__:
+            raise CaseError(f"unknown path matcher {op!r}")
+        texts = tuple(resolve_key(o, env, namespace) if op in _NAMESPACED_OPS else str(o) for o in operands)
+        matchers.append(PathMatcher(PathOp[op], texts, int(flags[0]) if flags else 0))
+    filters = []
+    for op, field_path, operand in obj.get("where", []):
+        if op not in FilterOp.__members__:
+            raise CaseError(f"unknown value filter {op!r}")
+        filters.append(ValueFilter(FilterOp[op], value_from_json(operand, env), str(field_path)))
+    by, field_path, descending, start, stop = obj.get("sort", ["NONE", "", False, 0, 0])
+    if by not in SortBy.__members__:
+        raise CaseError(f"unknown sort {by!r}")
+    return Query(
+        tuple(matchers), tuple(filters), SortBy[by], str(field_path), 1 if descending else 0,
+        int(start), int(stop), int(obj.get("flags", 0)),
+    )
+
+
 _KEY_VALUE = {
     "ADD_STATE": AddState,
     "SET_STATE": SetState,
@@ -338,12 +380,23 @@ _KEY_ONLY = {
     "REMOVE_METHOD": RemoveMethod,
     "GET_STATE": GetState,
 }
-_FETCH_EVENTS = {"FETCH_ADD": FetchAdd, "FETCH_CHANGE": FetchChange, "FETCH_REMOVE": FetchRemove}
+_FETCH_EVENTS = {
+    "FETCH_ADD": FetchAdd,
+    "FETCH_CHANGE": FetchChange,
+    "FETCH_REMOVE": FetchRemove,
+    "FETCH_UNMATCH": FetchUnmatch,
+}
+# PROTOCOL.md 14 (protocol 1.1): queries, and the events only they cause.
+_QUERIES = {"FETCH_QUERY": FetchQuery, "QUERY_ONCE": QueryOnce}
+_KEY_EVENTS = {"FETCH_METHOD": FetchMethod, "FETCH_NODE": FetchNode}
 KINDS = frozenset(
-    {*_KEY_VALUE, *_KEY_ONLY, *_FETCH_EVENTS, "FETCH_STATES", "UNFETCH", "RESPONSE", "INFO", "CLOSE", "AUTHENTICATE"}
+    {*_KEY_VALUE, *_KEY_ONLY, *_FETCH_EVENTS, *_QUERIES, *_KEY_EVENTS, "FETCH_STATES", "UNFETCH", "RESPONSE",
+     "INFO", "CLOSE", "FETCH_WINDOW", "QUERY_ENTRY", "AUTHENTICATE"}
 )
 _KIND_OF: dict[type, str] = {
-    **{cls: name for name, cls in {**_KEY_VALUE, **_KEY_ONLY, **_FETCH_EVENTS}.items()},
+    **{cls: name for name, cls in {**_KEY_VALUE, **_KEY_ONLY, **_FETCH_EVENTS, **_QUERIES, **_KEY_EVENTS}.items()},
+    FetchWindow: "FETCH_WINDOW",
+    QueryEntry: "QUERY_ENTRY",
     FetchStates: "FETCH_STATES",
     Unfetch: "UNFETCH",
     Authenticate: "AUTHENTICATE",
@@ -356,6 +409,10 @@ _FIELDS: dict[str, tuple[str, ...]] = {
     **{name: ("id", "key") for name in _KEY_ONLY},
     **{name: ("fetch_id", "key", "value") for name in _FETCH_EVENTS},
     "FETCH_STATES": ("id", "prefix"),
+    **{name: ("id", "query") for name in _QUERIES},
+    **{name: ("fetch_id", "action", "key") for name in _KEY_EVENTS},
+    "FETCH_WINDOW": ("fetch_id", "size", "entries"),
+    "QUERY_ENTRY": ("id", "kind", "key", "value"),
     "UNFETCH": ("id", "fetch_id"),
     "AUTHENTICATE": ("id", "user", "password"),
     "RESPONSE": ("id", "status", "value", "fetch_id", "message"),
@@ -425,6 +482,8 @@ def build_message(obj: Mapping[str, Any], env: Mapping[str, Any], namespace: str
             return _KEY_ONLY[kind](num("id"), key())
         if kind in _FETCH_EVENTS:
             return _FETCH_EVENTS[kind](num("fetch_id", 0), key(), value())
+        if kind in _QUERIES:
+            return _QUERIES[kind](num("id"), _query(obj.get("query", {}), env, namespace))
         if kind == "FETCH_STATES":
             prefix = resolve_key(_lookup(obj.get("prefix", ""), env), env, namespace, "prefix")
             return FetchStates(num("id"), prefix)
@@ -458,6 +517,12 @@ def message_fields(message: Message) -> dict[str, Any]:
         item = getattr(message, name)
         if name == "status":
             item = Status(item).name
+        elif name in ("action", "kind"):
+            item = item.name
+        elif name == "query":  # only ever sent: shown in reports
+            item = repr(item)
+        elif name == "entries":  # FETCH_WINDOW: [[index, key], ...] (values are not compared)
+            item = [[entry.index, entry.key] for entry in item]
         fields[name] = item
     if kind == "RESPONSE" and message.status != Status.OK:  # type: ignore[attr-defined]
         fields.pop("value")
@@ -589,8 +654,10 @@ def _expected_field(name: str, spec: Any, env: Mapping[str, Any], namespace: str
         return resolve_key(spec, env, namespace)
     if name == "status":
         return _status(spec).name
-    if name in ("message", "name"):
+    if name in ("message", "name", "action", "kind"):
         return str(spec)
+    if name == "entries":
+        return [[evaluate_int(index, env, "index"), resolve_key(key, env, namespace)] for index, key in spec]
     return evaluate_int(spec, env, name)
 
 

@@ -607,7 +607,7 @@ async def probe(config: RunConfig) -> dict[str, Any]:
         "max_body": message.max_body,
         "features": message.features,
         "info_major": message.major,
-        # PROTOCOL.md 4.4, 14: the cases of 14-auth need a daemon that requires it.
+        # PROTOCOL.md 4.4, 15: the cases of 14-auth need a daemon that requires it.
         "auth_required": 1 if message.features & FEATURE_AUTH_REQUIRED else 0,
     }
 

@@ -19,12 +19,20 @@ from jetwire import (
     EventCode,
     FetchAdd,
     FetchChange,
+    FetchMethod,
+    FetchNode,
+    FetchQuery,
     FetchRemove,
     FetchStates,
+    FetchUnmatch,
+    FetchWindow,
     FrameType,
     Function,
     Info,
     Message,
+    Query,
+    QueryEntry,
+    QueryOnce,
     Request,
     Response,
     Status,
@@ -142,6 +150,47 @@ def _fetch_event(name: str) -> Callable[[Any], str]:
     return summary
 
 
+def query_summary(query: Query) -> str:
+    """PROTOCOL.md 14.1 in one line: ``starts_with('players/') gender==STRING 'female'
+    sort=FIELD:score desc 1..10``."""
+    parts = []
+    for matcher in query.matchers:
+        flags = ("not " if matcher.negated else "") + ("icase " if matcher.ignore_case else "")
+        parts.append(f"{flags}{matcher.op.name.lower()}({', '.join(quote(text) for text in matcher.operands)})")
+    for value_filter in query.filters:
+        target = value_filter.field or "value"
+        parts.append(f"{target} {value_filter.op.name} {value_summary(value_filter.operand)}")
+    if query.sort_by:
+        target = query.sort_field if query.sort_field else query.sort_by.name
+        parts.append(f"sort={target}{' desc' if query.descending else ''} {query.window_from}..{query.window_to}")
+    if query.methods:
+        parts.append("+methods")
+    if query.nodes:
+        parts.append("+nodes")
+    return " ".join(parts) or "(everything)"
+
+
+def _query_request(m: Any) -> str:
+    return f"REQUEST id={m.id} {m.function.name} {query_summary(m.query)}"
+
+
+def _key_event(name: str) -> Callable[[Any], str]:
+    def summary(m: Any) -> str:
+        return f"EVENT {name} fid={m.fetch_id} {m.action.name} key={quote(m.key)}"
+
+    return summary
+
+
+def _window(m: Any) -> str:
+    rows = " ".join(f"#{e.index}={quote(e.key)}" for e in m.entries[:4])
+    more = f" …+{len(m.entries) - 4}" if len(m.entries) > 4 else ""
+    return f"EVENT FETCH_WINDOW fid={m.fetch_id} size={m.size} {rows}{more}".rstrip()
+
+
+def _query_entry(m: Any) -> str:
+    return f"EVENT QUERY_ENTRY id={m.id} {m.kind.name} key={quote(m.key)} {value_summary(m.value)}"
+
+
 def _fetch(m: Any) -> str:
     return f"REQUEST id={m.id} FETCH_STATES prefix={quote(m.prefix)}"
 
@@ -179,6 +228,13 @@ SUMMARIZERS: dict[type, Callable[[Any], str]] = {
     FetchAdd: _fetch_event("FETCH_ADD"),
     FetchChange: _fetch_event("FETCH_CHANGE"),
     FetchRemove: _fetch_event("FETCH_REMOVE"),
+    FetchUnmatch: _fetch_event("FETCH_UNMATCH"),
+    FetchMethod: _key_event("FETCH_METHOD"),
+    FetchNode: _key_event("FETCH_NODE"),
+    FetchWindow: _window,
+    QueryEntry: _query_entry,
+    FetchQuery: _query_request,
+    QueryOnce: _query_request,
     Response: _response,
     Close: _close,
     Info: _info,
@@ -408,7 +464,7 @@ def message_fields(message: Message, raw: bytes) -> tuple[tuple[Any, ...], dict[
         elif message.fetch_id is not None:
             values["fetch_id"] = message.fetch_id
             shape.append("fetch_id")
-    elif isinstance(message, (FetchAdd, FetchChange, FetchRemove)):
+    elif isinstance(message, (FetchAdd, FetchChange, FetchRemove, FetchUnmatch)):
         values["code"] = EVENT_NAMES[message.code]
         values["fetch_id"] = message.fetch_id
         _text(values, shape, "key", message.key)
@@ -430,7 +486,8 @@ def fast_frame_fields(record: FrameRecord) -> tuple[dict[str, Any], dict[str, li
     shape. Frames the fast codec could not decode take the schema path."""
     message = record.message
     raw = record.raw
-    if message is None or raw is None:
+    if message is None or raw is None or isinstance(message, _NESTED):
+        # Queries and windows nest lists: their layouts vary too much to cache.
         return frame_fields(record)
     shape, values = message_fields(message, raw)
     layout = _layouts.get(shape)
@@ -443,6 +500,9 @@ def fast_frame_fields(record: FrameRecord) -> tuple[dict[str, Any], dict[str, li
             _layouts.clear()
         _layouts[shape] = layout
     return values, {name: [offset, length] for name, offset, length in layout}, None
+
+
+_NESTED = (FetchQuery, QueryOnce, FetchWindow, FetchMethod, FetchNode, QueryEntry)
 
 
 def json_record(record: Record, fmt: LineFormatter) -> dict[str, Any]:

@@ -20,18 +20,30 @@ local frame_types = { [1] = "REQUEST", [2] = "RESPONSE", [3] = "EVENT", [4] = "I
 local functions = {
     [0x01] = "ADD_STATE", [0x02] = "REMOVE_STATE", [0x03] = "SET_STATE", [0x04] = "NOTIFY_STATE",
     [0x05] = "CALL_METHOD", [0x06] = "ADD_METHOD", [0x07] = "REMOVE_METHOD", [0x08] = "FETCH_STATES",
+    [0x09] = "UNFETCH", [0x0A] = "GET_STATE",
+    [0x0B] = "FETCH_QUERY", [0x0C] = "QUERY_ONCE", -- PROTOCOL.md 14 (1.1)
     [0x09] = "UNFETCH", [0x0A] = "GET_STATE", [0x10] = "AUTHENTICATE",
 }
 local event_codes = {
     [0x03] = "SET_STATE", [0x04] = "NOTIFY_STATE", [0x05] = "CALL_METHOD",
     [0x81] = "FETCH_ADD", [0x82] = "FETCH_CHANGE", [0x83] = "FETCH_REMOVE", [0xF0] = "CLOSE",
+    [0x84] = "FETCH_UNMATCH", [0x85] = "FETCH_METHOD", [0x86] = "FETCH_NODE",
+    [0x87] = "FETCH_WINDOW", [0x88] = "QUERY_ENTRY", -- PROTOCOL.md 14 (1.1)
 }
+-- PROTOCOL.md 14.1, 14.2, 14.4
+local path_ops = { [1] = "STARTS_WITH", [2] = "ENDS_WITH", [3] = "CONTAINS", [4] = "EQUALS",
+    [5] = "EQUALS_ONE_OF", [6] = "CONTAINS_ALL_OF" }
+local filter_ops = { [1] = "EQ", [2] = "NE", [3] = "LT", [4] = "LE", [5] = "GT", [6] = "GE", [7] = "IS_TYPE" }
+local sort_bys = { [0] = "NONE", [1] = "KEY", [2] = "VALUE", [3] = "FIELD" }
+local actions = { [1] = "ADD", [2] = "REMOVE" }
+local entry_kinds = { [1] = "STATE", [2] = "METHOD", [3] = "NODE" }
 local statuses = {
     [0x00] = "OK", [0x01] = "NOT_FOUND", [0x02] = "ALREADY_EXISTS", [0x03] = "NOT_OWNER",
     [0x04] = "REJECTED", [0x05] = "TIMEOUT", [0x06] = "OWNER_GONE", [0x07] = "MALFORMED",
     [0x08] = "UNKNOWN_FUNCTION", [0x09] = "TOO_LARGE", [0x0A] = "LIMIT_EXCEEDED",
     [0x0B] = "WRONG_KIND", [0x0C] = "INTERNAL", [0x0D] = "OVERLOADED",
-    [0x0E] = "AUTH_FAILED", [0x0F] = "NOT_AUTHORIZED", -- PROTOCOL.md 14 (protocol 1.1)
+    [0x10] = "INVALID_QUERY", -- PROTOCOL.md 14.6 (1.1)
+    [0x0E] = "AUTH_FAILED", [0x0F] = "NOT_AUTHORIZED", -- PROTOCOL.md 15 (protocol 1.1)
 }
 local value_types = {
     [0x00] = "NONE", [0x01] = "BOOL", [0x02] = "INT64", [0x03] = "FLOAT64", [0x04] = "STRING",
@@ -73,6 +85,27 @@ f.password_length = ProtoField.uint16("jet.password_length", "Password length", 
 f.password = ProtoField.string("jet.password", "Password (masked)", base.UNICODE)
 f.info_name_length = ProtoField.uint16("jet.info.name_length", "Name length", base.DEC)
 f.info_name = ProtoField.string("jet.info.name", "Name", base.UNICODE)
+f.query_flags = ProtoField.uint8("jet.query.flags", "Query flags", base.HEX)
+f.matcher_count = ProtoField.uint8("jet.query.matcher_count", "Matcher count", base.DEC)
+f.matcher_op = ProtoField.uint8("jet.query.matcher.op", "Path matcher", base.DEC, path_ops)
+f.matcher_flags = ProtoField.uint8("jet.query.matcher.flags", "Matcher flags", base.HEX)
+f.operand_count = ProtoField.uint8("jet.query.matcher.count", "Operand count", base.DEC)
+f.operand_length = ProtoField.uint16("jet.query.matcher.operand_length", "Operand length", base.DEC)
+f.operand = ProtoField.string("jet.query.matcher.operand", "Operand", base.UNICODE)
+f.filter_count = ProtoField.uint8("jet.query.filter_count", "Filter count", base.DEC)
+f.filter_op = ProtoField.uint8("jet.query.filter.op", "Value filter", base.DEC, filter_ops)
+f.filter_flags = ProtoField.uint8("jet.query.filter.flags", "Filter flags", base.HEX)
+f.field_length = ProtoField.uint16("jet.query.field_length", "Field length", base.DEC)
+f.field = ProtoField.string("jet.query.field", "Field", base.UNICODE)
+f.sort_by = ProtoField.uint8("jet.query.sort_by", "Sort by", base.DEC, sort_bys)
+f.sort_flags = ProtoField.uint8("jet.query.sort_flags", "Sort flags", base.HEX)
+f.window_from = ProtoField.uint32("jet.query.from", "Window from", base.DEC)
+f.window_to = ProtoField.uint32("jet.query.to", "Window to", base.DEC)
+f.action = ProtoField.uint8("jet.action", "Action", base.DEC, actions)
+f.window_size = ProtoField.uint32("jet.window.size", "Window size", base.DEC)
+f.entry_count = ProtoField.uint16("jet.window.entry_count", "Entry count", base.DEC)
+f.index = ProtoField.uint32("jet.window.index", "Index", base.DEC)
+f.kind = ProtoField.uint8("jet.entry.kind", "Entry kind", base.DEC, entry_kinds)
 f.response_to = ProtoField.framenum("jet.response_to", "Response to request in frame", base.NONE)
 f.response_in = ProtoField.framenum("jet.response_in", "Response in frame", base.NONE)
 f.rtt_ms = ProtoField.double("jet.rtt_ms", "Round-trip time (ms)")
@@ -144,9 +177,10 @@ end
 
 function Body:left() return self.stop - self.pos end
 
-function Body:uint(size, field)
+function Body:uint(size, field, what)
     if self.err then return nil end
-    if self:left() < size then return self:fail(field.name .. " truncated") end
+    -- (A ProtoField has no readable name in tshark 4.0's Lua: the caller names it.)
+    if self:left() < size then return self:fail((what or "a field") .. " truncated") end
     local range = self.tvb(self.pos, size)
     self.tree:add(field, range)
     self.pos = self.pos + size
@@ -178,8 +212,9 @@ function Body:str16(len_field, text_field, what, min_len)
     return text
 end
 
--- PROTOCOL.md 5.3: a Value that must fill the rest of the body exactly.
-function Body:value()
+-- PROTOCOL.md 5.3: a Value that must fill the rest of the body exactly (``inner``:
+-- a Value that more fields follow, 14.1 and 14.2).
+function Body:value(inner)
     if self.err then return nil end
     if self:left() < 5 then return self:fail("value truncated: need 5 header bytes") end
     local vtype = self.tvb(self.pos, 1):uint()
@@ -187,9 +222,7 @@ function Body:value()
     local n = self.tvb(self.pos + 1, 4):uint()
     self.tree:add(f.value_length, self.tvb(self.pos + 1, 4))
     self.pos = self.pos + 5
-    if n ~= self:left() then
-        if n > self:left() then return self:fail("value length " .. n .. " runs past the body end") end
-    end
+    if n > self:left() then return self:fail("value length " .. n .. " runs past the body end") end
     if vtype >= 0x09 and vtype <= 0x7F then return self:fail(string.format("reserved value type 0x%02X", vtype)) end
     local width = fixed_width[vtype]
     if width and n ~= width then
@@ -226,8 +259,50 @@ function Body:value()
         end
     end
     self.pos = self.pos + n
-    if self:left() > 0 then return self:fail(self:left() .. " trailing byte(s) after the value") end
+    if not inner and self:left() > 0 then return self:fail(self:left() .. " trailing byte(s) after the value") end
     return summary
+end
+
+-- PROTOCOL.md 14.1: a Query filling the rest of the body; returns a short summary.
+function Body:query()
+    self:uint(1, f.query_flags)
+    local parts = {}
+    local matchers = self:uint(1, f.matcher_count) or 0
+    for _ = 1, matchers do
+        local op = self:uint(1, f.matcher_op)
+        if op and not path_ops[op] then return self:fail(string.format("unknown path matcher op 0x%02X", op)) end
+        local mflags = self:uint(1, f.matcher_flags)
+        local n = self:uint(1, f.operand_count) or 0
+        local texts = {}
+        for _ = 1, n do texts[#texts + 1] = "\"" .. tostring(self:str16(f.operand_length, f.operand, "matcher operand")) .. "\"" end
+        if self.err then return nil end
+        local flags = ""
+        if mflags and mflags % 2 == 1 then flags = "not " end
+        if mflags and math.floor(mflags / 2) % 2 == 1 then flags = flags .. "icase " end
+        parts[#parts + 1] = flags .. path_ops[op]:lower() .. "(" .. table.concat(texts, ", ") .. ")"
+    end
+    local filters = self:uint(1, f.filter_count) or 0
+    for _ = 1, filters do
+        local op = self:uint(1, f.filter_op)
+        if op and not filter_ops[op] then return self:fail(string.format("unknown value filter op 0x%02X", op)) end
+        self:uint(1, f.filter_flags)
+        local field = self:str16(f.field_length, f.field, "filter field")
+        local value = self:value(true)
+        if self.err then return nil end
+        parts[#parts + 1] = (field ~= "" and field or "value") .. " " .. filter_ops[op] .. " " .. tostring(value)
+    end
+    local sort = self:uint(1, f.sort_by)
+    if sort and not sort_bys[sort] then return self:fail(string.format("unknown sort_by 0x%02X", sort)) end
+    local sort_flags = self:uint(1, f.sort_flags)
+    local sort_field = self:str16(f.field_length, f.field, "sort field")
+    local from = self:uint(4, f.window_from, "window from")
+    local to = self:uint(4, f.window_to, "window to")
+    if self.err then return nil end
+    if sort ~= 0 then
+        local desc = (sort_flags and sort_flags % 2 == 1) and " desc" or ""
+        parts[#parts + 1] = "sort=" .. (sort_field ~= "" and sort_field or sort_bys[sort]) .. desc .. " " .. from .. ".." .. to
+    end
+    return #parts > 0 and table.concat(parts, " ") or "(everything)"
 end
 
 function Body:finish()
@@ -314,6 +389,8 @@ local function dissect_frame(tvb, pinfo, root)
                 elseif func == 0x08 then
                     local prefix = body:str16(f.prefix_length, f.prefix, "prefix")
                     summary = summary .. " prefix=\"" .. tostring(prefix) .. "\""
+                elseif func == 0x0B or func == 0x0C then
+                    summary = summary .. " " .. tostring(body:query())
                 elseif func == 0x10 then
                     -- PROTOCOL.md 6.12: the password is never shown, only where it is.
                     local user = body:str16(f.user_length, f.user, "user", 1)
@@ -384,7 +461,31 @@ local function dissect_frame(tvb, pinfo, root)
                 body:fail(string.format("unknown event code 0x%02X", code))
             else
                 summary = summary .. " " .. cname
-                if code >= 0x81 and code <= 0x83 then
+                if code == 0x85 or code == 0x86 then
+                    local fid = body:uint(4, f.fetch_id)
+                    local action = body:uint(1, f.action)
+                    if action and not actions[action] then body:fail(string.format("unknown action 0x%02X", action)) end
+                    local key = body:str16(f.key_length, f.key, "key", 1)
+                    summary = summary .. " fid=" .. tostring(fid) .. " " .. tostring(actions[action or 0]) .. " key=\"" .. tostring(key) .. "\""
+                elseif code == 0x87 then
+                    local fid = body:uint(4, f.fetch_id)
+                    local size = body:uint(4, f.window_size)
+                    local n = body:uint(2, f.entry_count) or 0
+                    summary = summary .. " fid=" .. tostring(fid) .. " size=" .. tostring(size)
+                    for _ = 1, n do
+                        local index = body:uint(4, f.index)
+                        local key = body:str16(f.key_length, f.key, "key", 1)
+                        body:value(true)
+                        if body.err then break end
+                        summary = summary .. " #" .. index .. "=\"" .. key .. "\""
+                    end
+                elseif code == 0x88 then
+                    local rid = body:uint(4, f.id)
+                    local kind = body:uint(1, f.kind)
+                    if kind and not entry_kinds[kind] then body:fail(string.format("unknown entry kind 0x%02X", kind)) end
+                    local key, value = key_value(body)
+                    summary = summary .. " id=" .. tostring(rid) .. " " .. tostring(entry_kinds[kind or 0]) .. " key=\"" .. tostring(key) .. "\" " .. tostring(value)
+                elseif code >= 0x81 and code <= 0x84 then
                     local fid = body:uint(4, f.fetch_id)
                     local key, value = key_value(body)
                     summary = summary .. " fid=" .. tostring(fid) .. " key=\"" .. tostring(key) .. "\" " .. tostring(value)
