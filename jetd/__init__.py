@@ -4,8 +4,11 @@
   sockets: the connection life cycle and the frame dispatcher, over one module per
   responsibility: :mod:`jetd.registry` (states and methods), :mod:`jetd.routes`
   (routing and timeouts), :mod:`jetd.subscriptions` (fetches, fan-out, slow consumers),
-  :mod:`jetd.base` (shared state, output, closing), :mod:`jetd.frames` (frame layouts).
+  :mod:`jetd.base` (shared state, output, closing), :mod:`jetd.frames` (frame layouts),
+  :mod:`jetd.access` (users, permissions, authentication: PROTOCOL.md 15).
 - :mod:`jetd.server`: the asyncio/uvloop protocol, per-turn flushing, flow control.
+- :mod:`jetd.users`: the users file and ``jetd user add|del|list``.
+- :mod:`jetd.tls`: the listeners' SSLContext (one place for TCP and WebSocket).
 - :mod:`jetd.config`: every setting, with defaults, TOML file and flags.
 - :mod:`jetd.eventlog`: the event log of spec/JETLOG.md.
 

@@ -14,9 +14,16 @@ from .server import new_event_loop, serve
 def main(argv: Optional[list[str]] = None) -> int:
     """Parse the command line, run jetd until SIGTERM/SIGINT, return the exit code.
 
+    ``jetd user add|del|list ...`` edits a users file instead (jetd.users).
+
     Exit codes: 0 after a clean shutdown, 1 if it cannot listen or write its event log,
-    2 for bad settings.
+    2 for bad settings (a users file or TLS file that does not load included).
     """
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["user"]:
+        from .users import main as user_main
+
+        return user_main(args[1:])
     try:
         config = config_from_args(argv)
     except ConfigError as exc:

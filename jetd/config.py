@@ -52,6 +52,8 @@ DEFAULT_MAX_QUERY_SIZE = 16 * 1024
 DEFAULT_MAX_QUERY_TERMS = 64
 DEFAULT_MAX_WINDOW = 1000
 DEFAULT_MAX_FIELD_DEPTH = 16
+DEFAULT_AUTH_TIMEOUT = 10.0  # PROTOCOL.md 15.2: seconds to authenticate (no anonymous permissions)
+DEFAULT_AUTH_FAILURE_DELAY = 0.5  # PROTOCOL.md 15.2: seconds before each AUTH_FAILED
 
 FSYNC_POLICIES = ("always", "interval", "never")
 LOOPS = ("auto", "uvloop", "asyncio")
@@ -103,6 +105,15 @@ class Config:
         max_query_terms: matchers, operands, filters and sort of one query.
         max_window: longest window (to - from + 1) of a sorted query.
         max_field_depth: segments of one field path.
+        auth: users file (jetd.users); None: no authentication, every peer may do
+            anything (PROTOCOL.md 15). Re-read on SIGHUP.
+        auth_timeout: seconds a connection may stay unauthenticated when the
+            anonymous entry grants nothing (PROTOCOL.md 15.2).
+        auth_failure_delay: seconds before each AUTH_FAILED answer (PROTOCOL.md 15.2).
+        tls_cert: PEM certificate chain of the listener; with ``tls_key`` turns on TLS.
+        tls_key: PEM private key of ``tls_cert``.
+        tls_client_ca: PEM CA bundle: peers may present a client certificate signed by
+            it, whose CN is then their user (PROTOCOL.md 15.6).
     """
 
     host: str = DEFAULT_HOST
@@ -138,6 +149,13 @@ class Config:
     max_query_terms: int = DEFAULT_MAX_QUERY_TERMS
     max_window: int = DEFAULT_MAX_WINDOW
     max_field_depth: int = DEFAULT_MAX_FIELD_DEPTH
+    # Security (PROTOCOL.md 15), kept together.
+    auth: Optional[str] = None
+    auth_timeout: float = DEFAULT_AUTH_TIMEOUT
+    auth_failure_delay: float = DEFAULT_AUTH_FAILURE_DELAY
+    tls_cert: Optional[str] = None
+    tls_key: Optional[str] = None
+    tls_client_ca: Optional[str] = None
 
     def validate(self) -> Config:
         """Check every value; returns self.
@@ -189,6 +207,14 @@ class Config:
         for name in ("route_timeout", "slow_deadline", "frame_timeout"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be above 0 seconds, got {getattr(self, name)}")
+        if not self.auth_timeout > 0:
+            raise ConfigError(f"auth_timeout must be above 0 seconds, got {self.auth_timeout}")
+        if self.auth_failure_delay < 0:
+            raise ConfigError(f"auth_failure_delay must not be negative, got {self.auth_failure_delay}")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError("tls_cert and tls_key go together: give both, or neither")
+        if self.tls_client_ca is not None and self.tls_cert is None:
+            raise ConfigError("tls_client_ca needs tls_cert and tls_key")
         if self.shutdown_grace < 0:
             raise ConfigError(f"shutdown_grace must not be negative, got {self.shutdown_grace}")
         if self.log_fsync not in FSYNC_POLICIES:
@@ -236,6 +262,12 @@ _HELP = {
     "max_query_terms": f"matchers, operands, filters and sort of one query (default {DEFAULT_MAX_QUERY_TERMS})",
     "max_window": f"longest window of a sorted query (default {DEFAULT_MAX_WINDOW})",
     "max_field_depth": f"segments of one field path (default {DEFAULT_MAX_FIELD_DEPTH})",
+    "auth": "users file: require authentication and enforce permissions (re-read on SIGHUP)",
+    "auth_timeout": f"seconds to authenticate when anonymous peers may do nothing (default {DEFAULT_AUTH_TIMEOUT:g})",
+    "auth_failure_delay": f"seconds before each AUTH_FAILED answer (default {DEFAULT_AUTH_FAILURE_DELAY:g})",
+    "tls_cert": "PEM certificate (chain) of the listener: TLS on (with --tls-key)",
+    "tls_key": "PEM private key of --tls-cert",
+    "tls_client_ca": "PEM CA bundle for client certificates; a verified certificate's CN is the user",
 }
 
 
@@ -250,8 +282,9 @@ def build_parser() -> argparse.ArgumentParser:
             "second is 'web on http://HOST:PORT/' (WebSocket peers on /jet, the console on /).\n"
             "SIGTERM or SIGINT: CLOSE (OK, 'shutting down') to every peer, event log flushed,\n"
             "exit 0.\n"
-            "SIGUSR1 logs the counters. Exit codes: 0 clean stop, 1 cannot listen or\n"
-            "write the event log, 2 bad settings.\n\n"
+            "SIGUSR1 logs the counters; SIGHUP re-reads the --auth users file. Exit codes:\n"
+            "0 clean stop, 1 cannot listen or write the event log, 2 bad settings.\n"
+            "`jetd user add|del|list FILE ...` edits a users file (jetd user --help).\n\n"
             "Config file (TOML), keys named like the flags:\n"
             "  [jetd]\n  port = 11124\n  max-body = 1048576\n  log-dir = \"/var/log/jetd\"\n"
         ),

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Optional
 from jetwire import Status
 
 if TYPE_CHECKING:
+    from .access import Permissions
     from .querying import QueryFetch
     from .routes import Route
     from .subscriptions import Delivery, Fetch
@@ -27,6 +28,7 @@ class Connection:
     __slots__ = (
         "address",
         "at_eof",
+        "auth_failures",
         "caught",
         "close_at",
         "close_reason",
@@ -37,6 +39,7 @@ class Connection:
         "delivery",
         "fetches",
         "heard",
+        "held",
         "io",
         "mark",
         "max_body",
@@ -50,6 +53,7 @@ class Connection:
         "paused",
         "pending",
         "pending_size",
+        "perms",
         "query_fetches",
         "rest",
         "routes",
@@ -57,7 +61,9 @@ class Connection:
         "stalled",
         "states",
         "transport_size",
+        "user",
         "violations",
+        "writable",
     )
 
     def __init__(self, conn_id: int, address: str) -> None:
@@ -103,11 +109,19 @@ class Connection:
         # PROTOCOL.md 3: the largest body this peer accepts; until its INFO says
         # otherwise we assume it accepts what we do.
         self.max_body = 0xFFFF_FFFF
+        # PROTOCOL.md 15 (jetd.access): None without --auth, so nothing is checked.
+        self.perms: Optional[Permissions] = None
+        # keys it may write, cached (jetd.access); None when every key is writable.
+        self.writable: Optional[set[bytes]] = None
+        self.user: Optional[str] = None  # who it authenticated as
+        self.held = False  # PROTOCOL.md 15.2: AUTHENTICATE being answered: read nothing
+        self.auth_failures = 0
 
     @property
     def label(self) -> str:
-        """``#id name@address`` for log lines."""
-        return f"#{self.conn_id} {self.name or '-'}@{self.address}"
+        """``#id name@address`` for log lines (``#id name(user)@address`` once authenticated)."""
+        user = f"({self.user})" if self.user is not None else ""
+        return f"#{self.conn_id} {self.name or '-'}{user}@{self.address}"
 
     @property
     def queued(self) -> int:

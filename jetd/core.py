@@ -16,6 +16,7 @@ Each responsibility lives in its own module, mixed into :class:`Daemon`:
 - :mod:`jetd.registry`: states and methods, who owns them, the cached values;
 - :mod:`jetd.routes`: routed SET_STATE/CALL_METHOD, owners' answers, route timeouts;
 - :mod:`jetd.subscriptions`: fetches, fan-out, slow consumers (parking);
+- :mod:`jetd.access`: users, permissions and authentication (PROTOCOL.md 15);
 - :mod:`jetd.base`: the shared state, output queues and closing;
 - :mod:`jetd.frames`: the frame layouts and quick checks of the hot paths.
 
@@ -36,6 +37,7 @@ from collections.abc import Callable
 from typing import Optional
 
 from jetwire import (
+    FEATURE_AUTH_REQUIRED,
     FEATURE_CONFLATION,
     FEATURE_QUERIES,
     PROTOCOL_MAJOR,
@@ -50,6 +52,7 @@ from jetwire import (
 from jetwire.codes import MIN_PEER_MAX_BODY
 from jetwire.log import LogKind, conn_close_data, conn_name_data, conn_open_data
 
+from .access import AUTHENTICATE, QUERY_FUNCTIONS, Access, AccessControl, Offload
 from .base import DaemonStats
 from .config import Config
 from .connection import Connection
@@ -103,17 +106,27 @@ __all__ = [
 log = logging.getLogger("jetd")
 
 
-class Daemon(RegistryHandlers, Routing, Subscriptions, QueryHandlers):
+class Daemon(RegistryHandlers, Routing, Subscriptions, QueryHandlers, AccessControl):
     """The registry and router. Feed it bytes per connection; it fills output queues.
 
     Args:
         config: limits and policies (:class:`jetd.config.Config`).
         log_hook: called as ``hook(conn_id, kind, data)`` for every event-log record
             (JETLOG.md 4), or None when no event log is kept.
+        access: the loaded users file when authentication is on (PROTOCOL.md 15), else
+            None: then nothing is checked.
+
+    Attributes:
+        offload: set by the IO layer to run password checks off the loop (see
+            :data:`jetd.access.Offload`); None runs them inline.
     """
 
-    def __init__(self, config: Config, log_hook: Optional[LogHook] = None) -> None:
+    def __init__(self, config: Config, log_hook: Optional[LogHook] = None, access: Optional[Access] = None) -> None:
         self.config = config
+        self.access = access
+        self.offload: Optional[Offload] = None
+        self._auth_answers: deque[tuple[float, Connection, int, bytes]] = deque()  # delayed AUTH_FAILED
+        self._auth_deadlines: deque[tuple[float, Connection]] = deque()  # auth timeout, in connect order
         self.registry = StateRegistry()
         self.fetches = FetchRegistry()
         # PROTOCOL.md 10.8: the fetches of paused connections, for their ADD/REMOVE events.
@@ -152,7 +165,8 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, QueryHandlers):
         self._max_body = config.max_body
         self._small_body_peers = 0  # peers whose INFO announced a max_body below ours
         self._max_key = config.max_key_length
-        self.info_frame = encode(Info(config.name, config.max_body, FEATURE_CONFLATION | FEATURE_QUERIES))
+        features = FEATURE_CONFLATION | FEATURE_QUERIES | (FEATURE_AUTH_REQUIRED if access is not None else 0)
+        self.info_frame = encode(Info(config.name, config.max_body, features))
         self._shutdown_frame = close_frame(Status.OK, "shutting down")
         self._request_handlers: dict[int, Callable[[Connection, bytes, int, int, int], None]] = {
             Function.ADD_STATE.value: self._add_state,
@@ -167,6 +181,7 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, QueryHandlers):
             Function.GET_STATE.value: self._get,
             Function.FETCH_QUERY.value: self._fetch_query,
             Function.QUERY_ONCE.value: self._query_once,
+            Function.AUTHENTICATE.value: self._authenticate,
         }
 
     # --- connection lifecycle ---------------------------------------------------------
@@ -188,6 +203,7 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, QueryHandlers):
         self._send(conn, self.info_frame)
         if self.config.first_frame_timeout > 0:
             self._silent.append((now + self.config.first_frame_timeout, conn))
+        self._access_on_connect(conn)
         log.info("open %s", conn.label)
         if refuse is not None or len(self.connections) > self.config.max_connections:
             message = refuse or f"too many connections (max {self.config.max_connections})"
@@ -209,8 +225,8 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, QueryHandlers):
     def end_of_input(self, conn: Connection, now: float) -> None:
         """The peer closed its sending side: it is gone (PROTOCOL.md 10.6) once the
         frames it sent are processed; a stalled connection goes when it catches up."""
-        if conn.stalled and not conn.closing:
-            conn.at_eof = True
+        if (conn.stalled or conn.held) and not conn.closing:
+            conn.at_eof = True  # held: PROTOCOL.md 15.2, its AUTHENTICATE is being answered
             return
         self.disconnect(conn, now, "peer closed its side")
 
@@ -324,6 +340,8 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, QueryHandlers):
             conn = silent.popleft()[1]
             if not conn.closing and not conn.heard:
                 self._input_timeout(conn, f"no frame within {self.config.first_frame_timeout:g} s of connecting")
+        if self.access is not None:
+            self._tick_access(now)
         deadline = self.config.slow_deadline
         for conn in list(self.slow):
             if conn.slow_since is not None and now - conn.slow_since > deadline:
@@ -358,7 +376,9 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, QueryHandlers):
         self.now = now
         rest = conn.rest
         had_rest = bool(rest)
-        if had_rest or conn.stalled:
+        # PROTOCOL.md 15.2: while its AUTHENTICATE is being answered (``held``) a
+        # connection's input waits like a stalled one's; jetd.access releases it.
+        if had_rest or conn.stalled or conn.held:
             if data:
                 if self.input_buffered + len(data) > self.config.max_input_buffer:
                     self._input_overflow(conn, len(data))
@@ -366,9 +386,9 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, QueryHandlers):
                     return
                 rest += data
                 self.input_buffered += len(data)
-                if conn.stalled or len(rest) < conn.need:
+                if conn.stalled or conn.held or len(rest) < conn.need:
                     return
-            elif conn.stalled or len(rest) < conn.need:
+            elif conn.stalled or conn.held or len(rest) < conn.need:
                 return
             buf = bytes(rest)
             self.input_buffered -= len(rest)
@@ -401,6 +421,8 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, QueryHandlers):
         fast_route = logger is None
         open_route = self.routes.open
         max_pending = self.config.max_pending_per_owner
+        # PROTOCOL.md 15.3: the keys this connection may write (jetd.access); None: all.
+        writable = conn.writable
         frames = 0
         routed = 0
         fanned = 0
@@ -419,7 +441,9 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, QueryHandlers):
             if end > n:
                 conn.need = 5 + length
                 break
-            if logger is not None:
+            if logger is not None and not (ftype == REQUEST and length >= 5 and buf[pos + 9] == AUTHENTICATE):
+                # JETLOG.md 4: an AUTHENTICATE is recorded when it is answered, without its
+                # password (jetd.access).
                 logger(conn.conn_id, FRAME_IN, buf[pos:end])
             frames += 1
             if ftype == REQUEST:
@@ -440,6 +464,7 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, QueryHandlers):
                             owner = states.get(key)
                             if (
                                 owner is not None
+                                and (writable is None or key in writable)
                                 and not owner.paused
                                 and not owner.closed
                                 and len(owner.routes) < max_pending
@@ -539,11 +564,13 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, QueryHandlers):
                 inline_fanout = plain_fanout and not self._small_body_peers
             parked = self._parked
             delivering = self._delivering
+            writable = conn.writable  # AUTHENTICATE may have changed it
             pos = end
-            if conn.closing or conn.stalled:
+            if conn.closing or conn.stalled or conn.held:
                 # PROTOCOL.md 10.8: its output is past the budget (or paused, or a
-                # fetch's adds are still under way): the rest of its input waits.
-                conn.stalled = not conn.closing
+                # fetch's adds are still under way): the rest of its input waits. 14.2:
+                # so does it while its AUTHENTICATE is answered (held, not stalled).
+                conn.stalled = conn.stalled and not conn.closing
                 conn.need = 5
                 break
         else:
@@ -560,7 +587,7 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, QueryHandlers):
             else:
                 conn.rest = bytearray(buf[pos:] if pos else buf)
                 self.input_buffered += left
-                if conn.stalled:
+                if conn.stalled or conn.held:
                     self.partial.pop(conn, None)  # we stopped reading it: no clock
                 else:
                     self.partial[conn] = now  # PROTOCOL.md 10.7: frame_timeout from now
@@ -640,6 +667,20 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, QueryHandlers):
             self._reply(conn, rid, Status.MALFORMED, "REQUEST body is shorter than id and function")
             return
         rid, function = ID_BYTE_FROM(buf, pos + 5)
+        perms = conn.perms
+        if perms is not None and perms.nothing and function != AUTHENTICATE:
+            # PROTOCOL.md 15.2: without any permission only AUTHENTICATE is answered.
+            if conn.user is None:
+                message = "authentication required"
+            else:
+                message = f"not authorized: user {conn.user} has no permissions"
+            self._reply(conn, rid, Status.NOT_AUTHORIZED, message)
+            return
+        if perms is not None and function in QUERY_FUNCTIONS and not perms.read.everything:
+            # PROTOCOL.md 15.3: query answers are not filtered by read (yet): a query
+            # needs read on every key, or it could show what the user may not read.
+            self._reply(conn, rid, Status.NOT_AUTHORIZED, 'not authorized: read "" (every key) for a query')
+            return
         handler = self._request_handlers.get(function)
         if handler is None:
             self._violation(conn, f"unknown function 0x{function:02X}")
@@ -669,6 +710,9 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, QueryHandlers):
                 kv = conn.states[key] = buf[pos + 6 : end]
                 self._fanout(key, FETCH_CHANGE, kv)
                 return None
+            if conn.writable is not None and not self._may_write(conn, key):
+                # PROTOCOL.md 15.3: dropped and logged, like any event not carried out.
+                return self._drop_event(conn, code, key, f"not authorized: write (user {conn.user or 'anonymous'})")
             registry = self.registry
             owner: Optional[Connection] = (registry.states if code == EV_SET_STATE else registry.methods).get(key)
             if owner is None:

@@ -81,6 +81,18 @@ class StateRegistry:
                 return
             yield key, states[key].states[key]
 
+    def matching_any_after(self, prefixes: tuple[bytes, ...], after: Optional[bytes]) -> Iterator[tuple[bytes, bytes]]:
+        """:meth:`matching_after` for several disjoint prefixes, sorted (a fetch's readable
+        prefixes, PROTOCOL.md 15.4): still in byte order of key."""
+        for prefix in prefixes:
+            yield from self.matching_after(prefix, after)
+
+    def matching_any(self, prefixes: tuple[bytes, ...]) -> Iterator[tuple[bytes, bytes]]:
+        """As :meth:`matching` for several disjoint prefixes, sorted: still in byte order
+        of key (PROTOCOL.md 15.4)."""
+        for prefix in prefixes:
+            yield from self.matching(prefix)
+
 
 class RegistryHandlers(DaemonBase):
     """The requests that change or read the registry."""
@@ -126,6 +138,8 @@ class RegistryHandlers(DaemonBase):
         if kend < 0:
             return self._malformed(conn, buf, pos, end, rid)
         key = buf[pos + 12 : kend]
+        if conn.perms is not None and not conn.perms.own.matches(key):
+            return self._not_authorized(conn, rid, "own", key)  # PROTOCOL.md 15.3
         if not self._check_new_key(conn, key, rid):
             return None
         kv = buf[pos + 10 : end]
@@ -162,6 +176,8 @@ class RegistryHandlers(DaemonBase):
         if not key_only_end(buf, pos + 10, end):
             return self._malformed(conn, buf, pos, end, rid)
         key = buf[pos + 12 : end]
+        if conn.perms is not None and not conn.perms.own.matches(key):
+            return self._not_authorized(conn, rid, "own", key)  # PROTOCOL.md 15.3
         if not self._check_new_key(conn, key, rid):
             return None
         self.registry.methods[key] = conn
@@ -206,6 +222,8 @@ class RegistryHandlers(DaemonBase):
         if not key_only_end(buf, pos + 10, end):
             return self._malformed(conn, buf, pos, end, rid)
         key = buf[pos + 12 : end]
+        if conn.perms is not None and not conn.perms.read.matches(key):
+            return self._not_authorized(conn, rid, "read", key)  # PROTOCOL.md 15.3
         owner = self.registry.states.get(key)
         if owner is None:
             self._unknown_key(conn, key, rid, "state")

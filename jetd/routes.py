@@ -121,6 +121,8 @@ class Routing(DaemonBase):
         if kend < 0:
             return self._malformed(conn, buf, pos, end, rid)
         key = buf[pos + 12 : kend]
+        if conn.writable is not None and not self._may_write(conn, key):
+            return self._not_authorized(conn, rid, "write", key)  # PROTOCOL.md 15.3
         function = buf[pos + 9]
         owner: Optional[Connection]
         if function == SET_STATE:

@@ -18,29 +18,39 @@ caught up are read again.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import errno
+import ipaddress
 import logging
 import os
 import resource
 import signal
 import socket
+import ssl
 import sys
 import time
+from collections.abc import Callable
 from typing import Any, Optional, cast
 
 from jetwire import Status
 
-from .config import Config
+from .access import Access
+from .config import Config, ConfigError
 from .core import Connection, Daemon
 from .eventlog import EventLog
 from .frames import close_frame
+from .tls import certificate_user, server_context
+from .users import UsersFileError
 
 __all__ = ["PeerProtocol", "PeerShell", "Server", "new_event_loop", "serve"]
 
 log = logging.getLogger("jetd")
 
 LINGER_QUIET = 0.2  # hang_up: seconds without input after which the socket is closed
+# Password checks (argon2id: ~64 MiB and a fraction of a second each) run on this many
+# threads at most, which bounds their memory and leaves the loop its core.
+PASSWORD_CHECK_THREADS = 2
 DRAIN_CHUNK = 256 * 1024  # bytes handed to a paused transport per write while draining
 # libuv reads up to 32 times per readiness event, so one loop turn can bring megabytes;
 # after a read this large we flush at once, which bounds what one turn queues per peer
@@ -120,6 +130,11 @@ class PeerShell(asyncio.Protocol):
         self.conn.io = self
         if self.conn.closing:
             server.refused(address, self.conn.close_reason)
+        elif self.raw is not None:
+            # PROTOCOL.md 15.6: a verified client certificate (TCP or wss) names the user.
+            user = certificate_user(self.raw.get_extra_info("ssl_object"))
+            if user is not None:
+                server.daemon.authenticate_certificate(self.conn, user)
         server.schedule_flush()
 
     def feed(self, data: bytes) -> None:
@@ -143,6 +158,8 @@ class PeerShell(asyncio.Protocol):
         if conn.stalled and self.transport is not None:
             # PROTOCOL.md 10.8: its output is past the budget; read on once it caught up.
             self.transport.pause_reading()
+        if conn.held:
+            server.hold(self)  # PROTOCOL.md 15.2: read nothing while AUTHENTICATE is answered
 
     def flush_after_read(self, nbytes: int) -> None:
         server = self.server
@@ -194,7 +211,7 @@ class PeerShell(asyncio.Protocol):
             if self.write_paused or not conn.paused or conn.closing:
                 break
             if daemon.drained(conn):
-                if not conn.stalled:  # else run_work resumes it once it caught up
+                if not conn.stalled and not conn.held:  # else run_work / the release resumes it
                     transport.resume_reading()
                 break
         # A CLOSE (OVERLOADED) from the catch-up, and what a live connection got, go out.
@@ -279,11 +296,24 @@ class PeerProtocol(PeerShell):
 class Server:
     """The listening socket, the core, the per-turn flush and the clock."""
 
-    def __init__(self, config: Config, loop: asyncio.AbstractEventLoop, eventlog: Optional[EventLog] = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        loop: asyncio.AbstractEventLoop,
+        eventlog: Optional[EventLog] = None,
+        access: Optional[Access] = None,
+        ssl_context: Optional[ssl.SSLContext] = None,
+    ) -> None:
         self.config = config
         self.loop = loop
         self.eventlog = eventlog
-        self.daemon = Daemon(config, eventlog.append if eventlog is not None else None)
+        # PROTOCOL.md 15.6: one SSLContext (jetd.tls) for the TCP and WebSocket listeners.
+        self.ssl_context = ssl_context
+        self.daemon = Daemon(config, eventlog.append if eventlog is not None else None, access)
+        self.daemon.offload = self._offload
+        # PeerShells whose reading is paused while their AUTHENTICATE is answered.
+        self.held: set[Any] = set()
+        self._checks: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self.protocols: set[PeerShell] = set()
         self.flush_scheduled = False
         self.all_closed = asyncio.Event()
@@ -340,7 +370,7 @@ class Server:
 
     async def _connect(self, sock: socket.socket) -> None:
         try:
-            await self.loop.connect_accepted_socket(lambda: PeerProtocol(self), sock)
+            await self.loop.connect_accepted_socket(lambda: PeerProtocol(self), sock, ssl=self.ssl_context)
         except OSError as exc:
             log.info("accepted connection lost before it started: %s", exc)
             sock.close()
@@ -388,6 +418,63 @@ class Server:
             self._refused = 0
             self._refused_logged = now
 
+    # --- authentication (PROTOCOL.md 15.2) -------------------------------------------------
+
+    def _offload(self, job: Callable[[], bool], done: Callable[[bool, float], None]) -> None:
+        """Run a password check (argon2: slow on purpose) in a thread, then its outcome
+        on the loop: other connections are not held up."""
+
+        def finished(future: asyncio.Future[bool]) -> None:
+            try:
+                ok = future.result()
+            except Exception:
+                log.exception("internal error while checking a password")
+                ok = False
+            try:
+                done(ok, self.loop.time())
+            except Exception:
+                log.exception("internal error after checking a password")
+            self._release_held()
+            self.flush()
+
+        if self._checks is None:
+            self._checks = concurrent.futures.ThreadPoolExecutor(PASSWORD_CHECK_THREADS, "jetd-password")
+        self.loop.run_in_executor(self._checks, job).add_done_callback(finished)
+
+    def hold(self, proto: Any) -> None:
+        """Stop reading from ``proto`` until its AUTHENTICATE is answered (again, if the
+        drain of its output resumed reading meanwhile)."""
+        if proto.transport is not None and not proto.transport.is_closing():
+            self.held.add(proto)
+            proto.transport.pause_reading()
+
+    def _release_held(self) -> None:
+        for proto in [p for p in self.held if p.conn is None or not p.conn.held]:
+            self.held.discard(proto)
+            transport = proto.transport
+            conn = proto.conn
+            if (
+                transport is not None
+                and not transport.is_closing()
+                and not proto.write_paused
+                and not proto.hung_up
+                and (conn is None or not conn.stalled)  # else run_work resumes it
+            ):
+                transport.resume_reading()
+
+    def reload_access(self) -> None:
+        """SIGHUP: re-read the users file; keep the old one if the new one does not load."""
+        if self.config.auth is None:
+            log.warning("SIGHUP ignored: jetd runs without --auth")
+            return
+        try:
+            access = Access.load(self.config.auth)
+        except UsersFileError as exc:
+            log.error("users file not reloaded, the old one stays in force: %s", exc)
+            return
+        self.daemon.set_access(access, self.loop.time())
+        self.flush()
+
     def schedule_work(self) -> None:
         if not self.work_scheduled:
             self.work_scheduled = True
@@ -405,7 +492,7 @@ class Server:
             resumed = []
         for conn in resumed:
             proto: Any = conn.io
-            if proto is None or proto.transport is None or proto.hung_up or proto.write_paused:
+            if proto is None or proto.transport is None or proto.hung_up or proto.write_paused or conn.held:
                 continue
             if not proto.transport.is_closing():
                 proto.transport.resume_reading()
@@ -442,6 +529,8 @@ class Server:
     def _tick(self) -> None:
         try:
             self.daemon.tick(self.loop.time())
+            if self.held:
+                self._release_held()
             self.flush()
             if self.eventlog is not None:
                 self.eventlog.flush()  # a quiet daemon's records reach the file within a tick
@@ -456,6 +545,8 @@ class Server:
             self._tick_handle.cancel()
         self.daemon.shutdown(self.loop.time())
         self.flush()
+        if self._checks is not None:
+            self._checks.shutdown(wait=False, cancel_futures=True)
         if self.protocols:
             try:
                 await asyncio.wait_for(self.all_closed.wait(), self.config.shutdown_grace + 1)
@@ -472,13 +563,20 @@ async def serve(config: Config, ready: Optional[asyncio.Future[tuple[str, int]]]
     Prints ``jetd listening on HOST:PORT`` as the first stdout line once listening.
     """
     loop = asyncio.get_running_loop()
+    try:
+        access = Access.load(config.auth) if config.auth is not None else None
+        ssl_context = server_context(config)
+    except (UsersFileError, ConfigError) as exc:
+        print(f"jetd: error: {exc}", file=sys.stderr)
+        return 2
+    _warn_exposed(config)
     eventlog: Optional[EventLog] = None
     if config.log_dir:
         eventlog = EventLog(
             config.log_dir, name=config.name, fsync=config.log_fsync, rotate_size=config.log_rotate_size
         )
         eventlog.open()
-    server = Server(config, loop, eventlog)
+    server = Server(config, loop, eventlog, access, ssl_context)
     try:
         host, port = await server.start()
     except OSError as exc:
@@ -491,7 +589,8 @@ async def serve(config: Config, ready: Optional[asyncio.Future[tuple[str, int]]]
     web: Optional[WebListener] = None
     if config.http_port is not None:  # PROTOCOL.md 13: WebSocket peers and the console
         try:
-            web, web_line = await start_web(server)
+            # The same TLS settings as the TCP listener (jetd.tls): wss and https.
+            web, web_line = await start_web(server, server.ssl_context)
         except OSError as exc:
             await server.shutdown()
             if eventlog is not None:
@@ -503,6 +602,7 @@ async def serve(config: Config, ready: Optional[asyncio.Future[tuple[str, int]]]
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGUSR1, lambda: log.info("stats: %s", server.daemon.stats.summary()))
+    loop.add_signal_handler(signal.SIGHUP, server.reload_access)
     print(f"jetd listening on {host}:{port}", flush=True)
     log.info(
         "listening on %s:%d (loop %s, event log %s)",
@@ -523,10 +623,42 @@ async def serve(config: Config, ready: Optional[asyncio.Future[tuple[str, int]]]
     await server.shutdown()
     if eventlog is not None:
         eventlog.close()
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGHUP):
         loop.remove_signal_handler(sig)
     log.info("stopped; stats: %s", server.daemon.stats.summary())
     return 0
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name, or every interface ("" / "0.0.0.0" are not loopback either)
+
+
+def _warn_exposed(config: Config) -> None:
+    """Say it loudly when jetd listens beyond this machine without protection (its TCP
+    listener, or its HTTP listener for WebSocket peers)."""
+    hosts = [config.host]
+    if config.http_port is not None:
+        hosts.append(config.http_host or config.host)
+    exposed = next((host for host in hosts if not _is_loopback(host)), None)
+    if exposed is None:
+        return
+    if config.auth is None:
+        print(
+            f"jetd: WARNING: listening on {exposed} (not loopback) without --auth: "
+            "anyone who can reach this port can read, set, call and register any key",
+            file=sys.stderr,
+        )
+    if config.tls_cert is None:
+        print(
+            f"jetd: WARNING: listening on {exposed} (not loopback) without TLS "
+            "(--tls-cert/--tls-key): data and passwords travel in clear text",
+            file=sys.stderr,
+        )
 
 
 def _open_reserve() -> int:

@@ -53,15 +53,21 @@ in byte order of key, above ``after`` (all if None)."""
 
 
 class Fetch:
-    """One fetch: its daemon-unique id (and that id packed once), its connection and prefix."""
+    """One fetch: its daemon-unique id (and that id packed once), its connection and prefix.
 
-    __slots__ = ("conn", "fid", "fid_bytes", "prefix")
+    ``prefixes`` are what the fetch index files it under: ``(prefix,)``, or with
+    permissions (PROTOCOL.md 15.4) the disjoint prefixes its connection may read within
+    ``prefix`` (:meth:`jetd.access.PrefixSet.narrow`), possibly none.
+    """
 
-    def __init__(self, fid: int, conn: Connection, prefix: bytes) -> None:
+    __slots__ = ("conn", "fid", "fid_bytes", "prefix", "prefixes")
+
+    def __init__(self, fid: int, conn: Connection, prefix: bytes, prefixes: Optional[tuple[bytes, ...]] = None) -> None:
         self.fid = fid
         self.fid_bytes = U32_PACK(fid)
         self.conn = conn
         self.prefix = prefix
+        self.prefixes = (prefix,) if prefixes is None else prefixes
 
 
 class Delivery:
@@ -124,29 +130,31 @@ class FetchRegistry:
         self.cache.pop(key, None)
 
     def add(self, fetch: Fetch) -> None:
-        """Index a new fetch under its prefix."""
+        """Index a new fetch under its prefixes (disjoint: a key matches one at most)."""
         self.generation += 1
-        self.by_prefix.setdefault(fetch.prefix, {})[fetch.fid] = fetch
-        n = len(fetch.prefix)
-        count = self._length_counts.get(n, 0)
-        self._length_counts[n] = count + 1
-        if count == 0:
-            self.lengths = sorted(self._length_counts)
+        for prefix in fetch.prefixes:
+            self.by_prefix.setdefault(prefix, {})[fetch.fid] = fetch
+            n = len(prefix)
+            count = self._length_counts.get(n, 0)
+            self._length_counts[n] = count + 1
+            if count == 0:
+                self.lengths = sorted(self._length_counts)
 
     def remove(self, fetch: Fetch) -> None:
         """Drop a fetch (UNFETCH or its connection closed)."""
         self.generation += 1
-        group = self.by_prefix[fetch.prefix]
-        del group[fetch.fid]
-        if not group:
-            del self.by_prefix[fetch.prefix]
-        n = len(fetch.prefix)
-        count = self._length_counts[n] - 1
-        if count:
-            self._length_counts[n] = count
-        else:
-            del self._length_counts[n]
-            self.lengths = sorted(self._length_counts)
+        for prefix in fetch.prefixes:
+            group = self.by_prefix[prefix]
+            del group[fetch.fid]
+            if not group:
+                del self.by_prefix[prefix]
+            n = len(prefix)
+            count = self._length_counts[n] - 1
+            if count:
+                self._length_counts[n] = count
+            else:
+                del self._length_counts[n]
+                self.lengths = sorted(self._length_counts)
 
     def groups(self, key: bytes) -> list[dict[int, Fetch]]:
         """The groups of fetches (one per matching prefix) that match ``key``."""
@@ -275,7 +283,7 @@ class Subscriptions(DaemonBase):
         log = self._log if self._log_events else None
         sent = 0
         for fetch in conn.fetches.values():
-            if key.startswith(fetch.prefix):
+            if key.startswith(fetch.prefixes):
                 frame = head + fetch.fid_bytes + kv
                 conn.enqueue(frame)
                 if log is not None:
@@ -363,12 +371,21 @@ class Subscriptions(DaemonBase):
                 f"at most {self.config.max_fetches_per_connection} fetches per connection",
             )
         prefix = buf[pos + 12 : end]
-        fetch = Fetch(self._next_fetch_id, conn, prefix)
+        perms = conn.perms
+        if perms is None:
+            fetch = Fetch(self._next_fetch_id, conn, prefix)
+        else:
+            # PROTOCOL.md 15.4: indexed under the prefixes it may read, which filters
+            # every event at no cost per event; refused if it could deliver nothing.
+            readable = perms.read.narrow(prefix)
+            if not readable:
+                return self._not_authorized(conn, rid, "read", prefix)
+            fetch = Fetch(self._next_fetch_id, conn, prefix, readable)
         self._next_fetch_id += 1
         # PROTOCOL.md 10.5: the OK first, then FETCH_ADD in byte order of key, then live.
         self._send(conn, RESP_HEAD_PACK(RESPONSE, 9, rid, 0) + fetch.fid_bytes)
         registry = self.registry
-        self._start_delivery(conn, fetch, lambda after: registry.matching_after(prefix, after))
+        self._start_delivery(conn, fetch, lambda after: registry.matching_any_after(fetch.prefixes, after))
         return None
 
     # --- initial adds in slices (PROTOCOL.md 10.5) --------------------------------------

@@ -389,6 +389,9 @@ class WebListener:
         if request.method not in ("GET", "HEAD"):
             return _plain(405, "Method Not Allowed", "only GET\n", {"Allow": "GET, HEAD"})
         if path == "/registry.json":
+            if self.server.daemon.access is not None:
+                # PROTOCOL.md 15.3: the registry names every key and owner, to anyone who asks.
+                return _plain(403, "Forbidden", "the registry is not served with --auth\n")
             return _response(200, "OK", "application/json", self.registry_json(), request.method)
         file = self.files.get(path)
         if file is None:

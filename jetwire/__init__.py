@@ -16,6 +16,7 @@ from __future__ import annotations
 from .codec import Decoder, decode_body, decode_frame, encode, frame_size, query_bytes
 from .codes import (
     DEFAULT_MAX_BODY,
+    FEATURE_AUTH_REQUIRED,
     FEATURE_CONFLATION,
     FEATURE_QUERIES,
     HEADER_SIZE,
@@ -42,6 +43,7 @@ from .errors import JetError, LocalProtocolError, ProtocolError, RemoteProtocolE
 from .messages import (
     AddMethod,
     AddState,
+    Authenticate,
     CallMethod,
     Close,
     FetchAdd,
@@ -78,6 +80,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DEFAULT_MAX_BODY",
+    "FEATURE_AUTH_REQUIRED",
     "FEATURE_CONFLATION",
     "FEATURE_QUERIES",
     "HEADER_SIZE",
@@ -91,6 +94,7 @@ __all__ = [
     "Action",
     "AddMethod",
     "AddState",
+    "Authenticate",
     "CallMethod",
     "Close",
     "Decoder",

@@ -29,6 +29,7 @@ from .errors import LocalProtocolError, RemoteProtocolError
 from .messages import (
     AddMethod,
     AddState,
+    Authenticate,
     CallMethod,
     Close,
     FetchAdd,
@@ -262,6 +263,16 @@ def _parse_fetch(buf: bytes, off: int, end: int, rid: Optional[int], ftype: int)
     return FetchStates(rid, prefix)
 
 
+def _parse_authenticate(buf: bytes, off: int, end: int, rid: Optional[int], ftype: int) -> Message:
+    # PROTOCOL.md 6.12: user (1 <= n), password (may be empty).
+    if end - off >= 2 and _U16_FROM(buf, off)[0] == 0:
+        raise _bad("empty user", rid, ftype)
+    user, off = _parse_str16(buf, off, end, "user", rid, ftype)
+    password, off = _parse_str16(buf, off, end, "password", rid, ftype)
+    _end(off, end, rid, ftype)
+    return Authenticate(rid, user, password)
+
+
 def _parse_unfetch(buf: bytes, off: int, end: int, rid: Optional[int], ftype: int) -> Message:
     if end - off != 4:
         raise _bad(f"UNFETCH payload must be 4 bytes, got {end - off}", rid, ftype)
@@ -359,6 +370,7 @@ _REQUEST_PARSERS: dict[int, Parser] = {
     Function.FETCH_STATES: _parse_fetch,
     Function.UNFETCH: _parse_unfetch,
     Function.GET_STATE: _key_only_parser(GetState),
+    Function.AUTHENTICATE: _parse_authenticate,
 }
 
 _EVENT_REQUEST_PARSERS: dict[int, Parser] = {
@@ -703,6 +715,16 @@ def _encode_fetch(msg: FetchStates) -> bytes:
     return _REQ_KEY.pack(_REQUEST, 7 + len(pb), msg.id, msg.function, len(pb)) + pb
 
 
+def _encode_authenticate(msg: Authenticate) -> bytes:
+    ub = _str16_bytes(msg.user, "user")
+    if not ub:
+        raise LocalProtocolError("user must not be empty")  # PROTOCOL.md 6.12
+    pb = _str16_bytes(msg.password, "password")
+    return b"".join(
+        (_REQ_KEY.pack(_REQUEST, 9 + len(ub) + len(pb), msg.id, msg.function, len(ub)), ub, _U16.pack(len(pb)), pb)
+    )
+
+
 def _encode_unfetch(msg: Unfetch) -> bytes:
     return _HEADER.pack(_REQUEST, 9) + _ID_BYTE.pack(msg.id, msg.function) + _U32.pack(msg.fetch_id)
 
@@ -850,6 +872,7 @@ _ENCODERS: dict[type, Callable[[Message], bytes]] = {
     GetState: _encode_key_only,  # type: ignore[dict-item]
     FetchStates: _encode_fetch,  # type: ignore[dict-item]
     Unfetch: _encode_unfetch,  # type: ignore[dict-item]
+    Authenticate: _encode_authenticate,  # type: ignore[dict-item]
     Response: _encode_response,  # type: ignore[dict-item]
     FetchAdd: _encode_fetch_event,  # type: ignore[dict-item]
     FetchChange: _encode_fetch_event,  # type: ignore[dict-item]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import IntEnum
 
 PROTOCOL_MAJOR = 1  # PROTOCOL.md 2: major version; a mismatch is fatal
-PROTOCOL_MINOR = 1  # PROTOCOL.md 2: minor versions only add, never change (1.1: section 14)
+PROTOCOL_MINOR = 1  # PROTOCOL.md 2: minor versions only add, never change (1.1: sections 14, 15)
 
 HEADER_SIZE = 5  # PROTOCOL.md 3: type:u8 | length:u32
 DEFAULT_MAX_BODY = 1024 * 1024  # PROTOCOL.md 3: announced in INFO, 1 MiB unless configured
@@ -36,6 +36,7 @@ class Function(IntEnum):
     GET_STATE = 0x0A  # PROTOCOL.md 6.10
     FETCH_QUERY = 0x0B  # PROTOCOL.md 14.3 (protocol 1.1)
     QUERY_ONCE = 0x0C  # PROTOCOL.md 14.4 (protocol 1.1)
+    AUTHENTICATE = 0x10  # PROTOCOL.md 6.12, 15 (protocol 1.1)
 
 
 class EventCode(IntEnum):
@@ -72,6 +73,8 @@ class Status(IntEnum):
     WRONG_KIND = 0x0B
     INTERNAL = 0x0C
     OVERLOADED = 0x0D
+    AUTH_FAILED = 0x0E  # PROTOCOL.md 15.2 (protocol 1.1)
+    NOT_AUTHORIZED = 0x0F  # PROTOCOL.md 15.3 (protocol 1.1)
     INVALID_QUERY = 0x10  # PROTOCOL.md 14.6 (protocol 1.1)
 
 
@@ -117,6 +120,7 @@ EVENT_FUNCTIONS = frozenset({Function.SET_STATE, Function.NOTIFY_STATE, Function
 
 FEATURE_CONFLATION = 0x0000_0001  # PROTOCOL.md 4.4, 10.8: may conflate FETCH_CHANGE
 FEATURE_QUERIES = 0x0000_0002  # PROTOCOL.md 4.4, 14: answers FETCH_QUERY and QUERY_ONCE
+FEATURE_AUTH_REQUIRED = 0x0000_0004  # PROTOCOL.md 4.4, 15: permissions are enforced
 
 
 class PathOp(IntEnum):

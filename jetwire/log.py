@@ -70,6 +70,7 @@ class LogKind(IntEnum):
     CONN_NAME = 0x05  # data: name:str16 (the peer's INFO named it)
     CONN_SNAPSHOT = 0x06  # data: address:str16 | name:str16 (open at segment start)
     ROUTE = 0x07  # data: requester conn,id | owner conn,id | function | key:str16
+    CONN_AUTH = 0x08  # data: method:u8 | user:str16 (never a password; PROTOCOL.md 15.2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +214,17 @@ def conn_snapshot_data(address: str, name: str) -> bytes:
     return _str16(address, "address") + _str16(name, "name")
 
 
+def conn_auth_data(method: int, user: str) -> bytes:
+    """CONN_AUTH data: ``method:u8 | user:str16`` (JETLOG.md 4): 1 password, 2 certificate.
+
+    Raises:
+        LocalProtocolError: for a method outside u8 or a user name over 65535 bytes.
+    """
+    if not 0 <= method <= 0xFF:
+        raise LocalProtocolError(f"CONN_AUTH method out of range: {method}")
+    return bytes((method,)) + _str16(user, "user")
+
+
 def route_data(requester_conn: int, requester_id: int, owner_conn: int, owner_id: int, function: int, key: str) -> bytes:
     """ROUTE data (JETLOG.md 4): requester and owner (connection, request id), function, key.
 
@@ -264,6 +276,11 @@ def parse_record_data(kind: int, data: bytes) -> dict[str, object]:
         address, off = _read_str16(data, 0)
         name, off = _read_str16(data, off)
         fields = {"address": address, "name": name}
+    elif kind == LogKind.CONN_AUTH:
+        if not data:
+            raise RemoteProtocolError("CONN_AUTH without method")
+        user, off = _read_str16(data, 1)
+        fields = {"method": data[0], "user": user}
     elif kind == LogKind.ROUTE:
         if len(data) < _ROUTE.size:
             raise RemoteProtocolError("ROUTE record truncated")

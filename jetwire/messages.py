@@ -7,7 +7,7 @@ travel as a fire-and-forget EVENT (SET_STATE, NOTIFY_STATE, CALL_METHOD; PROTOCO
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar, Optional
 
 from .codes import (
@@ -215,6 +215,21 @@ class QueryOnce(Request):
 
 
 @dataclass(frozen=True, slots=True)
+class Authenticate(Request):
+    """AUTHENTICATE (PROTOCOL.md 6.12, 15.2): authenticate the connection as ``user``.
+
+    The ``repr`` masks the password, so that logs of messages never show it.
+    """
+
+    function: ClassVar[Function] = Function.AUTHENTICATE
+    user: str
+    password: str = field(repr=False)
+
+    def __repr__(self) -> str:
+        return f"Authenticate(id={self.id!r}, user={self.user!r}, password='********')"
+
+
+@dataclass(frozen=True, slots=True)
 class Response(Message):
     """RESPONSE (PROTOCOL.md 4.2).
 
@@ -350,6 +365,7 @@ REQUEST_CLASSES: dict[int, type[Request]] = {
         GetState,
         FetchQuery,
         QueryOnce,
+        Authenticate,
     )
 }
 

@@ -217,6 +217,7 @@ REQUEST_PAYLOADS = {
     Function.GET_STATE: KEY_ONLY,
     Function.FETCH_QUERY: QUERY,
     Function.QUERY_ONCE: QUERY,
+    Function.AUTHENTICATE: Struct(*_str16("user", min_len=1), *_str16("password")),
 }
 
 REQUEST_BODY = Struct(

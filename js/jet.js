@@ -22,6 +22,7 @@ export const FrameType = Object.freeze({ REQUEST: 1, RESPONSE: 2, EVENT: 3, INFO
 export const FunctionCode = Object.freeze({
   ADD_STATE: 1, REMOVE_STATE: 2, SET_STATE: 3, NOTIFY_STATE: 4, CALL_METHOD: 5,
   ADD_METHOD: 6, REMOVE_METHOD: 7, FETCH_STATES: 8, UNFETCH: 9, GET_STATE: 10,
+  AUTHENTICATE: 0x10, // PROTOCOL.md 6.12 (protocol 1.1)
 });
 /** Event codes (PROTOCOL.md 7). */
 export const EventCode = Object.freeze({
@@ -32,7 +33,7 @@ export const EventCode = Object.freeze({
 export const Status = Object.freeze({
   OK: 0, NOT_FOUND: 1, ALREADY_EXISTS: 2, NOT_OWNER: 3, REJECTED: 4, TIMEOUT: 5, OWNER_GONE: 6,
   MALFORMED: 7, UNKNOWN_FUNCTION: 8, TOO_LARGE: 9, LIMIT_EXCEEDED: 10, WRONG_KIND: 11,
-  INTERNAL: 12, OVERLOADED: 13,
+  INTERNAL: 12, OVERLOADED: 13, AUTH_FAILED: 14, NOT_AUTHORIZED: 15, // 14, 15: PROTOCOL.md 15
 });
 /** Value types (PROTOCOL.md 5.3); 0x80..0xFF are application-defined. */
 export const ValueType = Object.freeze({
@@ -40,8 +41,10 @@ export const ValueType = Object.freeze({
 });
 /** Feature bits of INFO (PROTOCOL.md 4.4). */
 export const FEATURE_CONFLATION = 0x1;
+/** The daemon enforces permissions (PROTOCOL.md 15). */
+export const FEATURE_AUTH_REQUIRED = 0x4;
 export const PROTOCOL_MAJOR = 1;
-export const PROTOCOL_MINOR = 0;
+export const PROTOCOL_MINOR = 1;
 export const DEFAULT_MAX_BODY = 1048576;
 export const DEFAULT_PORT = 11124;
 export const DEFAULT_TIMEOUT = 10000; // ms; longer than jetd's route timeout (5 s)
@@ -53,7 +56,7 @@ const nameOf = (table, code) => Object.keys(table).find((k) => table[k] === code
 const FUNCTION_NAMES = Object.fromEntries(Object.entries(FunctionCode).map(([k, v]) => [v, k]));
 const EVENT_NAMES = Object.fromEntries(Object.entries(EventCode).map(([k, v]) => [v, k]));
 const STATUS_NAMES = Object.fromEntries(Object.entries(Status).map(([k, v]) => [v, k]));
-const MAX_STATUS = 0x0d;
+const MAX_STATUS = 0x0f;
 
 /** @param {number} status @returns {string} the status's name, or its number in hex. */
 export function statusName(status) {
@@ -115,12 +118,14 @@ export const LimitExceeded = errorClass("LimitExceeded", Status.LIMIT_EXCEEDED);
 export const WrongKind = errorClass("WrongKind", Status.WRONG_KIND);
 export const Internal = errorClass("Internal", Status.INTERNAL);
 export const Overloaded = errorClass("Overloaded", Status.OVERLOADED);
+export const AuthFailed = errorClass("AuthFailed", Status.AUTH_FAILED);
+export const NotAuthorized = errorClass("NotAuthorized", Status.NOT_AUTHORIZED);
 /** The connection is closed or lost; `status` is the status of the daemon's CLOSE if it sent one. */
 export const ConnectionClosed = errorClass("ConnectionClosed", null);
 
 const BY_STATUS = new Map(
   [NotFound, AlreadyExists, NotOwner, Rejected, Timeout, OwnerGone, Malformed, UnknownFunction,
-    TooLarge, LimitExceeded, WrongKind, Internal, Overloaded].map((c) => [c.defaultStatus, c]),
+    TooLarge, LimitExceeded, WrongKind, Internal, Overloaded, AuthFailed, NotAuthorized].map((c) => [c.defaultStatus, c]),
 );
 
 /** The typed error for a non-OK status (Internal for OK or an unknown byte).
@@ -307,7 +312,9 @@ export function encode(m) {
       parts.push(["u32", m.id >>> 0], ["u8", fn]);
       if (fn === FunctionCode.FETCH_STATES) parts.push(["str16", textBytes(m.prefix, "prefix")]);
       else if (fn === FunctionCode.UNFETCH) parts.push(["u32", m.fetch_id]);
-      else {
+      else if (fn === FunctionCode.AUTHENTICATE) {
+        parts.push(["str16", keyBytes(m.user)], ["str16", textBytes(m.password ?? "", "password")]);
+      } else {
         parts.push(["str16", keyBytes(m.key)]);
         if ([1, 3, 4, 5].includes(fn)) parts.push(["value", asValue(m.value)]);
       }
@@ -414,7 +421,10 @@ export function decodeBody(type, body) {
     const m = { type: "REQUEST", id: requestId, function: name };
     if (fn === FunctionCode.FETCH_STATES) m.prefix = r.str16("prefix");
     else if (fn === FunctionCode.UNFETCH) m.fetch_id = r.u32("fetch_id");
-    else {
+    else if (fn === FunctionCode.AUTHENTICATE) {
+      m.user = r.str16("user", true);
+      m.password = r.str16("password");
+    } else {
       m.key = r.str16("key", true);
       if ([1, 3, 4, 5].includes(fn)) m.value = r.value();
     }
@@ -873,11 +883,13 @@ export class Peer {
    *  @param {string|{host?: string, port?: number}} [address] "ws://host:port/jet",
    *    "wss://...", "tcp://host:port" (Node.js) or {host, port}; in a browser the default is
    *    the /jet endpoint of the page's own server.
-   *  @param {{name?: string, timeout?: number, maxBody?: number, fetchQueue?: number, origin?: string}} [options]
+   *  @param {{name?: string, timeout?: number, maxBody?: number, fetchQueue?: number, origin?: string,
+   *    user?: string, password?: string}} [options]
    *    timeout in milliseconds (connection and default per request); origin (Node's `ws`
-   *    only) the Origin header to send.
+   *    only) the Origin header to send; user and password: AUTHENTICATE right after
+   *    connecting (PROTOCOL.md 15.2).
    *  @returns {Promise<Peer>}
-   *  @throws {ConnectionClosed|Timeout|Malformed} */
+   *  @throws {ConnectionClosed|Timeout|Malformed|AuthFailed} */
   static async connect(address, options = {}) {
     if (address === undefined && typeof location !== "undefined") {
       address = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/jet`;
@@ -897,6 +909,15 @@ export class Peer {
       throw e;
     } finally {
       clearTimeout(timer);
+    }
+    if (options.user !== undefined) {
+      try {
+        await peer._request({ function: "AUTHENTICATE", user: options.user, password: options.password ?? "" },
+          () => undefined, timeout);
+      } catch (e) {
+        link.abort();
+        throw e;
+      }
     }
     return peer;
   }

@@ -31,12 +31,13 @@ import contextlib
 import inspect
 import logging
 import random
+import ssl as ssl_module
 import struct
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from jetwire import (
     DEFAULT_MAX_BODY,
@@ -44,6 +45,7 @@ from jetwire import (
     PROTOCOL_MAJOR,
     AddMethod,
     AddState,
+    Authenticate,
     CallMethod,
     Close,
     Decoder,
@@ -85,6 +87,7 @@ from .errors import (
     ConnectionClosed,
     Internal,
     Malformed,
+    NotAuthorized,
     NotFound,
     Overloaded,
     PeerError,
@@ -653,6 +656,9 @@ class PeerAsync:
         reconnect_max_delay: float = DEFAULT_RECONNECT_MAX_DELAY,
         max_body: int = DEFAULT_MAX_BODY,
         fetch_queue: int = DEFAULT_FETCH_QUEUE,
+        user: Optional[str] = None,
+        password: Optional[str] = None,
+        ssl: Union[ssl_module.SSLContext, bool, None] = None,
     ) -> None:
         if timeout <= 0:
             raise ValueError("timeout must be positive")
@@ -665,6 +671,9 @@ class PeerAsync:
         self.reconnect_max_delay = reconnect_max_delay
         self.max_body = max_body
         self.fetch_queue = fetch_queue
+        self.user = user
+        self._password = password  # kept to authenticate again after a reconnect
+        self.ssl = ssl
         self._loop = asyncio.get_running_loop()
         self._link: Optional[_Link] = None
         self._info: Optional[Info] = None
@@ -702,6 +711,9 @@ class PeerAsync:
         reconnect_max_delay: float = DEFAULT_RECONNECT_MAX_DELAY,
         max_body: int = DEFAULT_MAX_BODY,
         fetch_queue: int = DEFAULT_FETCH_QUEUE,
+        user: Optional[str] = None,
+        password: Optional[str] = None,
+        ssl: Union[ssl_module.SSLContext, bool, None] = None,
     ) -> PeerAsync:
         """Connect to a daemon, send this peer's INFO and wait for the daemon's.
 
@@ -720,6 +732,12 @@ class PeerAsync:
             fetch_queue: how many events a fetch iterated with ``async for``, or served
                 by an async callback, may fall behind before it ends with
                 :class:`Overloaded`.
+            user, password: authenticate as ``user`` right after connecting (and after
+                every reconnect) with AUTHENTICATE (PROTOCOL.md 15.2); ``password``
+                defaults to empty. Without ``user`` the peer does not authenticate
+                (anonymous, or a TLS client certificate names it).
+            ssl: TLS: True for the default context (system CAs), or an
+                :class:`ssl.SSLContext` (own CA, client certificate; PROTOCOL.md 15.6).
 
         Returns:
             The connected peer.
@@ -728,6 +746,8 @@ class PeerAsync:
             ConnectionClosed: the connection failed or the daemon closed it.
             Timeout: no INFO from the daemon within ``timeout``.
             Malformed: the daemon speaks another major version.
+            AuthFailed: unknown user or wrong password.
+            UnknownFunction: ``user`` given, and the daemon speaks protocol 1.0.
         """
         peer = cls(
             host,
@@ -739,6 +759,9 @@ class PeerAsync:
             reconnect_max_delay=reconnect_max_delay,
             max_body=max_body,
             fetch_queue=fetch_queue,
+            user=user,
+            password=password,
+            ssl=ssl,
         )
         await peer._open()
         return peer
@@ -747,11 +770,18 @@ class PeerAsync:
         loop = self._loop
         try:
             async with asyncio.timeout(self.timeout):
-                _, link = await loop.create_connection(lambda: _Link(self, self.max_body), self.host, self.port)
+                _, link = await loop.create_connection(
+                    lambda: _Link(self, self.max_body), self.host, self.port, ssl=self.ssl or None
+                )
                 self._link = link
                 # PROTOCOL.md 4.4: our INFO first; requests may follow without waiting.
                 link.send(encode(Info(self.name, self.max_body)))
                 info = await link.info
+                if self.user is not None:
+                    # PROTOCOL.md 15.2: before anything that needs the permissions.
+                    await self._request(
+                        Authenticate, (self.user, self._password or ""), _convert_empty, None, restoring=True
+                    )
         except TimeoutError:
             self._abort_link()
             raise Timeout(f"no INFO from {self.host}:{self.port} within {self.timeout} s") from None
@@ -1470,7 +1500,7 @@ class PeerAsync:
         # (PROTOCOL.md 10.1: one connection's frames are processed and answered in order).
         barrier = self._request(GetState, (_BARRIER_KEY,), _convert_raw, None, restoring=True)
         results = await asyncio.gather(*(f for _, f in lost), *waits, return_exceptions=True)
-        with contextlib.suppress(NotFound):
+        with contextlib.suppress(NotFound, NotAuthorized):  # NOT_AUTHORIZED: no read of the key
             await barrier
         for (key, _), result in zip(lost, results, strict=False):
             if isinstance(result, ConnectionClosed):

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import getpass
 import json
 import os
 import re
 import signal
+import ssl
 import sys
 import threading
 import time
@@ -195,7 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
             "VALUE parsing (--type auto): 42 -> int, 3.5 -> float, true -> bool, null -> none,\n"
             '\'"text"\' -> string, \'{"a": 1}\' -> JSON, any other word -> string.\n\n'
             f"exit codes:\n{codes}\n\n"
-            f"environment: JET_HOST, JET_PORT (default 127.0.0.1:{DEFAULT_PORT})"
+            f"environment: JET_HOST, JET_PORT (default 127.0.0.1:{DEFAULT_PORT}), JET_PASSWORD\n"
+            "(the password of --user; without it, jet asks on the terminal)"
         ),
     )
     parser.add_argument("--host", default=os.environ.get("JET_HOST", "127.0.0.1"), help="daemon host ($JET_HOST)")
@@ -203,6 +206,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", action="store_true", help="print one JSON object per line")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds to wait (default %(default)s)")
     parser.add_argument("--name", default="jet-cli", help="peer name sent to the daemon")
+    security = parser.add_argument_group("security (PROTOCOL.md 15)")
+    security.add_argument("--user", metavar="NAME", help="authenticate as NAME (password: $JET_PASSWORD, else a prompt)")
+    security.add_argument("--tls", action="store_true", help="connect with TLS (system CAs unless --ca)")
+    security.add_argument("--ca", metavar="FILE", help="PEM CA bundle to verify the daemon with (implies --tls)")
+    security.add_argument("--cert", dest="tls_cert", metavar="FILE", help="PEM client certificate (implies --tls; with --key)")
+    # dest: "key" is the positional KEY of get/set/call.
+    security.add_argument("--key", dest="tls_key", metavar="FILE", help="PEM private key of --cert")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     commands.add_parser("info", help="show the daemon's INFO")
@@ -321,6 +331,33 @@ def _port(args: argparse.Namespace) -> int:
         raise UsageError(f"JET_PORT is not a port number: {text!r}") from None
 
 
+def _password(user: Optional[str]) -> Optional[str]:
+    """The password of ``--user``: $JET_PASSWORD, else asked on the terminal."""
+    if user is None:
+        return None
+    password = os.environ.get("JET_PASSWORD")
+    if password is not None:
+        return password
+    if not sys.stdin.isatty():
+        raise UsageError("--user needs a password: set JET_PASSWORD (stdin is not a terminal)")
+    return getpass.getpass(f"password for {user}: ")
+
+
+def _ssl_context(args: argparse.Namespace) -> Optional[ssl.SSLContext]:
+    """The TLS context of ``--tls/--ca/--cert/--key``, or None without TLS."""
+    if not (args.tls or args.ca or args.tls_cert or args.tls_key):
+        return None
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise UsageError("--cert and --key go together")
+    try:
+        context = ssl.create_default_context(cafile=args.ca)
+        if args.tls_cert is not None:
+            context.load_cert_chain(args.tls_cert, args.tls_key)
+    except (OSError, ssl.SSLError) as exc:
+        raise UsageError(f"TLS files: {exc}") from None
+    return context
+
+
 def _fail(message: str, code: int) -> NoReturn:
     print(f"jet: {message}", file=sys.stderr)
     raise SystemExit(code)
@@ -338,7 +375,9 @@ def run(args: argparse.Namespace, out: Output) -> int:
         value = parse_value(args.value, args.type)
     elif args.command == "call":
         value = None if args.args is None else parse_value(args.args, args.type)
-    with Peer(host, port, name=args.name, timeout=args.timeout) as peer:
+    password = _password(args.user)
+    with Peer(host, port, name=args.name, timeout=args.timeout, user=args.user, password=password,
+              ssl=_ssl_context(args)) as peer:
         if args.command == "info":
             info = peer.info
             out.emit(

@@ -141,6 +141,17 @@ class InvalidQuery(PeerError):
     """The daemon cannot run the query (INVALID_QUERY, PROTOCOL.md 14.6)."""
 
     default_status = Status.INVALID_QUERY
+class AuthFailed(PeerError):
+    """Unknown user or wrong password (AUTH_FAILED, PROTOCOL.md 15.2)."""
+
+    default_status = Status.AUTH_FAILED
+
+
+class NotAuthorized(PeerError):
+    """Outside this connection's permissions, or not authenticated (NOT_AUTHORIZED,
+    PROTOCOL.md 15.3); the message names the permission and the key."""
+
+    default_status = Status.NOT_AUTHORIZED
 
 
 class ConnectionClosed(PeerError):
@@ -170,6 +181,8 @@ _BY_STATUS: dict[Status, type[PeerError]] = {
         Internal,
         Overloaded,
         InvalidQuery,
+        AuthFailed,
+        NotAuthorized,
     )
 }
 

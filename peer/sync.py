@@ -28,9 +28,10 @@ import asyncio
 import concurrent.futures
 import contextlib
 import queue
+import ssl as ssl_module
 import threading
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, Optional, TypeVar
+from typing import Any, Optional, TypeVar, Union
 
 from jetwire import DEFAULT_MAX_BODY, Info, LocalProtocolError, Value
 from jetwire.values import PythonValue
@@ -230,7 +231,7 @@ class Peer:
 
     Args:
         host, port, name, timeout, reconnect, reconnect_min_delay,
-        reconnect_max_delay, max_body, fetch_queue: as for
+        reconnect_max_delay, max_body, fetch_queue, user, password, ssl: as for
         :meth:`peer.PeerAsync.connect`.
 
     Raises:
@@ -252,6 +253,9 @@ class Peer:
         reconnect_max_delay: float = DEFAULT_RECONNECT_MAX_DELAY,
         max_body: int = DEFAULT_MAX_BODY,
         fetch_queue: int = DEFAULT_FETCH_QUEUE,
+        user: Optional[str] = None,
+        password: Optional[str] = None,
+        ssl: Union[ssl_module.SSLContext, bool, None] = None,
     ) -> None:
         self.timeout = timeout
         self.closed = False
@@ -274,6 +278,9 @@ class Peer:
                 reconnect_max_delay=reconnect_max_delay,
                 max_body=max_body,
                 fetch_queue=fetch_queue,
+                user=user,
+                password=password,
+                ssl=ssl,
             ),
             self._loop,
         )

@@ -15,6 +15,10 @@ answered by your handlers, fetch events go to your callbacks.
 
 Values: None, bool, int (INT64), float, str, bytes, dict/list (JSON) map both ways; any
 other value type arrives as a :class:`Raw` ``(vtype, data)`` and may be sent as one.
+
+Security (PROTOCOL.md 15): ``TinyPeer(..., user="dev7", password="...")`` authenticates
+right after connecting; ``ssl=True`` (or an ``ssl.SSLContext``) speaks TLS where the
+platform has the ``ssl`` module.
 """
 
 from __future__ import annotations
@@ -27,6 +31,11 @@ import struct
 import time
 from collections.abc import Callable
 from typing import Any, NamedTuple, Optional
+
+try:  # not every platform that runs this file has it (PROTOCOL.md 15.6: TLS is optional)
+    import ssl as _ssl
+except ImportError:  # pragma: no cover
+    _ssl = None  # type: ignore[assignment]
 
 __all__ = [
     "DEFAULT_MAX_BODY",
@@ -49,6 +58,7 @@ REQUEST, RESPONSE, EVENT, INFO = 1, 2, 3, 4
 ADD_STATE, REMOVE_STATE, SET_STATE, NOTIFY_STATE, CALL_METHOD = 1, 2, 3, 4, 5
 ADD_METHOD, REMOVE_METHOD, FETCH_STATES, UNFETCH, GET_STATE = 6, 7, 8, 9, 10
 FETCH_QUERY, QUERY_ONCE = 0x0B, 0x0C  # PROTOCOL.md 14 (protocol 1.1)
+AUTHENTICATE = 0x10  # PROTOCOL.md 6.12 (protocol 1.1)
 # PROTOCOL.md 7: event codes
 FETCH_ADD, FETCH_CHANGE, FETCH_REMOVE, CLOSE = 0x81, 0x82, 0x83, 0xF0
 FETCH_UNMATCH, FETCH_METHOD, FETCH_NODE, QUERY_ENTRY = 0x84, 0x85, 0x86, 0x88  # PROTOCOL.md 14.2, 14.4
@@ -57,8 +67,9 @@ STARTS_WITH, ENDS_WITH, CONTAINS, EQUALS, EQUALS_ONE_OF, CONTAINS_ALL_OF = 1, 2,
 MATCH_NOT, MATCH_IGNORE_CASE = 0x01, 0x02
 QUERY_METHODS, QUERY_NODES = 0x01, 0x02
 _ENTRY_KINDS = {1: "state", 2: "method", 3: "node"}
-# PROTOCOL.md 8: statuses; 0x0E and 0x0F are not defined here (0x10: INVALID_QUERY, 1.1)
-STATUS_NAMES = ["OK", "NOT_FOUND", "ALREADY_EXISTS", "NOT_OWNER", "REJECTED", "TIMEOUT", "OWNER_GONE", "MALFORMED", "UNKNOWN_FUNCTION", "TOO_LARGE", "LIMIT_EXCEEDED", "WRONG_KIND", "INTERNAL", "OVERLOADED", "", "", "INVALID_QUERY"]
+# PROTOCOL.md 8: statuses (0x0E..0x10: protocol 1.1)
+STATUS_NAMES = ["OK", "NOT_FOUND", "ALREADY_EXISTS", "NOT_OWNER", "REJECTED", "TIMEOUT", "OWNER_GONE", "MALFORMED", "UNKNOWN_FUNCTION", "TOO_LARGE", "LIMIT_EXCEEDED", "WRONG_KIND", "INTERNAL", "OVERLOADED", "AUTH_FAILED", "NOT_AUTHORIZED", "INVALID_QUERY"]
+AUTH_FAILED, NOT_AUTHORIZED = 0x0E, 0x0F  # PROTOCOL.md 15
 OK, NOT_FOUND, REJECTED, TIMEOUT, MALFORMED, UNKNOWN_FUNCTION, TOO_LARGE, INTERNAL = 0, 1, 4, 5, 7, 8, 9, 12
 # PROTOCOL.md 5.3: value types
 V_NONE, V_BOOL, V_INT64, V_FLOAT64, V_STRING, V_JSON, V_BYTES = 0, 1, 2, 3, 4, 5, 6
@@ -193,6 +204,8 @@ def encode_frame(msg: dict[str, Any]) -> bytes:
             body += _U32.pack(msg["fetch_id"])
         elif function in (FETCH_QUERY, QUERY_ONCE):
             body += msg["query"]  # bytes, from query_bytes()
+        elif function == AUTHENTICATE:
+            body += _str16(msg["user"], key=True) + _str16(msg["password"])
         else:
             raise ValueError(f"unknown function 0x{function:02X}")
     elif kind == RESPONSE:
@@ -354,6 +367,9 @@ def _decode_call(r: _Reader, code: int, msg: dict[str, Any]) -> dict[str, Any]:
         msg["prefix"] = r.str16("prefix")
     elif code == UNFETCH:
         msg["fetch_id"] = r.u32("fetch_id")
+    elif code == AUTHENTICATE:
+        msg["user"] = r.str16("user", key=True)
+        msg["password"] = r.str16("password")
     else:
         raise r.fail(f"unknown function 0x{code:02X}", UNKNOWN_FUNCTION)
     r.end()
@@ -402,10 +418,13 @@ class TinyPeer:
         name: sent in this peer's INFO.
         timeout: seconds to connect and the default wait for every response.
         max_body: the largest body accepted (checked before buffering it).
+        user, password: authenticate as ``user`` right after connecting (PROTOCOL.md 15.2).
+        ssl: True (system CAs) or an ``ssl.SSLContext``: TLS (PROTOCOL.md 15.6).
 
     Raises:
-        OSError: the connection failed.
-        TinyError: the daemon sent no (or a bad) INFO in time.
+        OSError: the connection failed (ssl.SSLError included).
+        TinyError: the daemon sent no (or a bad) INFO in time; AUTH_FAILED.
+        RuntimeError: ``ssl`` asked for on a platform without the ssl module.
     """
 
     def __init__(
@@ -416,6 +435,9 @@ class TinyPeer:
         name: str = "tiny",
         timeout: float = DEFAULT_TIMEOUT,
         max_body: int = DEFAULT_MAX_BODY,
+        user: Optional[str] = None,
+        password: str = "",
+        ssl: Any = None,
     ) -> None:
         self.timeout = timeout
         self.max_body = max_body
@@ -429,14 +451,31 @@ class TinyPeer:
         self._responses: dict[int, dict[str, Any]] = {}
         self._next_id = 0
         self._fetch_waiting: Optional[tuple[int, FetchCallback]] = None
-        self._sock = socket.create_connection((host, port), timeout)
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock = socket.create_connection((host, port), timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if ssl:
+            if _ssl is None:
+                sock.close()
+                raise RuntimeError("TLS asked for, but this platform has no ssl module")
+            context = _ssl.create_default_context() if ssl is True else ssl
+            try:
+                sock = context.wrap_socket(sock, server_hostname=host)
+            except BaseException:
+                sock.close()
+                raise
+        self._sock = sock
         self._send(encode_frame({"type": INFO, "max_body": max_body, "name": name}))
         deadline = time.monotonic() + timeout
         while self.info is None:
             if not self._pump(deadline - time.monotonic()) and time.monotonic() >= deadline:
                 self.close()
                 raise TinyError(TIMEOUT, "no INFO from the daemon")
+        if user is not None:
+            try:
+                self._request({"function": AUTHENTICATE, "user": user, "password": password})
+            except BaseException:
+                self.close()
+                raise
 
     # -- transport --
 
@@ -452,7 +491,12 @@ class TinyPeer:
         """Wait up to ``timeout`` for bytes, then process every complete frame."""
         if self.closed:
             raise TinyError(MALFORMED, "connection closed")
-        readable, _, _ = select.select([self._sock], [], [], max(timeout, 0.0))
+        # TLS may hold decrypted bytes that select() cannot see.
+        buffered = getattr(self._sock, "pending", None)
+        if buffered is not None and buffered():
+            readable: Any = True
+        else:
+            readable, _, _ = select.select([self._sock], [], [], max(timeout, 0.0))
         if readable:
             try:
                 chunk = self._sock.recv(65536)

@@ -29,6 +29,7 @@ from typing import Any
 from jetwire import (
     AddMethod,
     AddState,
+    Authenticate,
     CallMethod,
     Close,
     EventCode,
@@ -459,6 +460,9 @@ def message_to_json(message: Message) -> JsonObj:
         out["prefix"] = message.prefix  # type: ignore[attr-defined]
     elif cls is Unfetch:
         out["fetch_id"] = message.fetch_id  # type: ignore[attr-defined]
+    elif cls is Authenticate:
+        out["user"] = message.user  # type: ignore[attr-defined]
+        out["password"] = message.password  # type: ignore[attr-defined]
     return out
 
 
@@ -473,6 +477,7 @@ _REQUEST_CLASSES: dict[str, type] = {
     "FETCH_STATES": FetchStates,
     "UNFETCH": Unfetch,
     "GET_STATE": GetState,
+    "AUTHENTICATE": Authenticate,
 }
 _FETCH_EVENT_CLASSES: dict[str, type] = {name: cls for cls, name in _FETCH_EVENTS.items()}
 
@@ -511,6 +516,8 @@ def message_from_json(obj: JsonObj) -> Message:
         return key_message
     if cls is FetchStates:
         return FetchStates(obj["id"], obj["prefix"])
+    if cls is Authenticate:
+        return Authenticate(obj["id"], obj["user"], obj["password"])
     return Unfetch(obj["id"], obj["fetch_id"])
 
 
@@ -566,7 +573,7 @@ def container_to_json(frame: Any) -> JsonObj:
         out = {"type": "REQUEST", "id": body.id, "function": Function(int(body.function)).name}
     else:
         out = {"type": "EVENT", "code": EventCode(int(body.code)).name}
-    for name in ("status", "message", "fetch_id", "prefix", "key"):
+    for name in ("status", "message", "fetch_id", "prefix", "key", "user", "password"):
         if name in payload:
             out[name] = Status(int(payload.status)).name if name == "status" else payload[name]
     if "value_type" in payload:
@@ -581,7 +588,7 @@ def json_to_container(obj: JsonObj) -> JsonObj:
         return query_container
     kind = obj["type"]
     payload: JsonObj = {}
-    for name in ("fetch_id", "prefix", "key", "message"):
+    for name in ("fetch_id", "prefix", "key", "message", "user", "password"):
         if name in obj:
             payload[name] = obj[name]
     if "value" in obj:
@@ -629,7 +636,7 @@ def log_item_to_json(item: Any) -> JsonObj:
             "kind_name": LOG_KINDS.get(item.kind),
             "data_hex": item.data.hex(),
         }
-        if item.kind in (3, 4, 5, 6, 7):
+        if item.kind in (3, 4, 5, 6, 7, 8):
             fields = parse_record_data(item.kind, item.data)
             if "status" in fields:
                 fields["status"] = Status(int(fields["status"])).name  # type: ignore[call-overload]
@@ -682,6 +689,7 @@ _PAYLOAD_FIELDS = {
     "FETCH_STATES": "prefix",
     "UNFETCH": "fetch_id",
     "GET_STATE": "k",
+    "AUTHENTICATE": "auth",
 }
 
 
@@ -693,6 +701,8 @@ def _payload(name: str, obj: JsonObj) -> bytes:
         return _str16(obj["key"])
     if shape == "prefix":
         return _str16(obj["prefix"])
+    if shape == "auth":
+        return _str16(obj["user"]) + _str16(obj["password"])
     return _u32(obj["fetch_id"])
 
 
@@ -846,6 +856,18 @@ SPEC_EXAMPLES: list[tuple[str, str, JsonObj, str]] = [
         "02 00 00 00 14 00 00 00 02 01 00 0d 6e 6f 20 73 75 63 68 20 73 74 61 74 65",
     ),
     (
+        "request_authenticate_spec_example",
+        "6.12",
+        {"type": "REQUEST", "id": 11, "function": "AUTHENTICATE", "user": "alice", "password": "s3cr3t"},
+        "01 00 00 00 14 00 00 00 0b 10 00 05 61 6c 69 63 65 00 06 73 33 63 72 33 74",
+    ),
+    (
+        "response_auth_failed_spec_example",
+        "6.11",
+        {"type": "RESPONSE", "id": 11, "status": "AUTH_FAILED", "message": "authentication failed"},
+        "02 00 00 00 1c 00 00 00 0b 0e 00 15 61 75 74 68 65 6e 74 69 63 61 74 69 6f 6e 20 66 61 69 6c 65 64",
+    ),
+    (
         "event_set_state_spec_example",
         "7.1",
         {"type": "EVENT", "code": "SET_STATE", "key": "temp", "value": _v("FLOAT64", _f64(22.5))},
@@ -947,6 +969,8 @@ def valid_vectors() -> list[JsonObj]:
             fields["key"] = temp
         elif shape == "prefix":
             fields["prefix"] = "plant/line3/"
+        elif shape == "auth":
+            fields.update(user="operator", password="correct horse")
         else:
             fields["fetch_id"] = 77
         add(f"request_{function.lower()}", "6", fields)
@@ -1033,6 +1057,25 @@ def valid_vectors() -> list[JsonObj]:
         "2",
         {"type": "INFO", "major": 1, "minor": 7, "max_body": 1048576, "features": 0xFFFFFFFF, "name": "jetd"},
         "a minor version only adds; reserved feature bits are ignored by receivers",
+    )
+
+    # PROTOCOL.md 6.12: AUTHENTICATE variants (protocol 1.1).
+    add(
+        "authenticate_empty_password",
+        "6.12",
+        {"type": "REQUEST", "id": 1, "function": "AUTHENTICATE", "user": "u", "password": ""},
+        "an empty password is well formed (the daemon answers AUTH_FAILED unless it matches)",
+    )
+    add(
+        "authenticate_non_ascii",
+        "6.12",
+        {"type": "REQUEST", "id": 2, "function": "AUTHENTICATE", "user": "jürgen", "password": "pässwört 🔑"},
+    )
+    add(
+        "info_auth_required",
+        "4.4",
+        {"type": "INFO", "major": 1, "minor": 1, "max_body": 1048576, "features": 5, "name": "jetd"},
+        "CONFLATION and AUTH_REQUIRED (protocol 1.1)",
     )
 
     # PROTOCOL.md 5.1, 5.2: keys and prefixes.
@@ -1182,6 +1225,24 @@ def invalid_vectors() -> list[JsonObj]:
             "UNKNOWN_FUNCTION",
         )
     bad_request("request_truncated_in_key_length", "5.1", _req(3, 3, b"\x00"), "1 of 2 key-length bytes", 3)
+    # AUTHENTICATE (PROTOCOL.md 6.12, protocol 1.1).
+    bad_request("authenticate_empty_user", "6.12", _req(11, 0x10, _key(b"") + _key(b"pw")), "user of length 0", 11)
+    bad_request(
+        "authenticate_no_password", "6.12", _req(11, 0x10, _key(b"alice")), "the password's str16 is missing", 11
+    )
+    bad_request(
+        "authenticate_trailing_byte", "6.12", _req(11, 0x10, _key(b"alice") + _key(b"pw") + b"\x00"), "one byte too many", 11
+    )
+    bad_request(
+        "authenticate_password_bad_utf8", "6.12", _req(11, 0x10, _key(b"alice") + _key(b"\xff")), "invalid UTF-8", 11
+    )
+    bad_request(
+        "authenticate_password_length_lies",
+        "6.12",
+        _req(11, 0x10, _key(b"alice") + _key(b"pw", 3)),
+        "password length 3, 2 bytes",
+        11,
+    )
     bad_request("request_truncated_in_key", "5.2", _req(3, 3, _key(temp)[:4]), "key length 4, 2 key bytes", 3)
     bad_request("request_truncated_before_value", "5.3", _req(3, 3, _key(temp)), "SET_STATE without a value", 3)
     bad_request(
@@ -1274,7 +1335,7 @@ def invalid_vectors() -> list[JsonObj]:
             f"response_body_{n}_bytes", "9.3", _frame(2, b"\x00\x00\x00\x02"[:n]), "no readable id: dropped", None
         )
     bad_response("response_body_id_only", "4.2", _frame(2, _u32(2)), "id readable, status missing", 2)
-    for status in (0x0E, 0x7F, 0xFF):
+    for status in (0x11, 0x7F, 0xFF):
         bad_response(
             f"response_status_unknown_0x{status:02x}",
             "8",
@@ -1366,7 +1427,7 @@ def invalid_vectors() -> list[JsonObj]:
     )
     bad_event("event_close_no_status", "7.3", _frame(3, b"\xf0"), "CLOSE without its status")
     bad_event("event_close_no_message", "7.3", _frame(3, b"\xf0\x00"), "CLOSE without its message length")
-    bad_event("event_close_unknown_status", "7.3", _frame(3, b"\xf0\x0e" + _key(b"")), "status 0x0E is unknown")
+    bad_event("event_close_unknown_status", "7.3", _frame(3, b"\xf0\x11" + _key(b"")), "status 0x11 is unknown")
     bad_event("event_close_bad_utf8", "7.3", _frame(3, b"\xf0\x07" + _key(b"\xff")), "invalid UTF-8 in a message")
     bad_event(
         "event_close_message_length_lies", "7.3", _frame(3, b"\xf0\x07" + _key(b"bye", 4)), "message length 4, 3 bytes"
@@ -1433,7 +1494,7 @@ def _log_record(ts_ns: int, conn_id: int, kind: int, data: bytes) -> bytes:
     return b"JR" + length + _u32(zlib.crc32(length + body)) + body
 
 
-LOG_KINDS = {1: "FRAME_IN", 2: "FRAME_OUT", 3: "CONN_OPEN", 4: "CONN_CLOSE", 5: "CONN_NAME", 6: "CONN_SNAPSHOT", 7: "ROUTE"}
+LOG_KINDS = {1: "FRAME_IN", 2: "FRAME_OUT", 3: "CONN_OPEN", 4: "CONN_CLOSE", 5: "CONN_NAME", 6: "CONN_SNAPSHOT", 7: "ROUTE", 8: "CONN_AUTH"}
 
 JETLOG_HEADER_EXAMPLE = (
     "89 4a 45 54 4c 4f 47 0a 00 01 00 00 18 7a 46 c1 46 d5 80 00 00 00 00 03 00 04 6a 65 74 64 c6 4a 50 95"
@@ -1653,7 +1714,7 @@ def generate() -> dict[str, str]:
         "frames-invalid.json": dump(
             {
                 "format": FORMAT,
-                "protocol": "1.0",
+                "protocol": "1.1",
                 "default_max_body": DEFAULT_MAX_BODY,
                 "vectors": invalid_vectors(),
                 "incomplete": incomplete_vectors(),

@@ -241,3 +241,19 @@ def test_receive_data_refuses_non_bytes(data: object) -> None:
     with pytest.raises(LocalProtocolError):
         decoder.receive_data(data)  # type: ignore[arg-type]
     assert decoder.buffered == 0
+
+
+def test_authenticate_repr_masks_the_password() -> None:
+    """PROTOCOL.md 6.12: a message's repr (what logs print) never shows the password."""
+    from jetwire import Authenticate, decode_frame, encode
+
+    message = decode_frame(encode(Authenticate(3, "alice", "s3cr3t")))
+    assert message == Authenticate(3, "alice", "s3cr3t")
+    assert "s3cr3t" not in repr(message) and "alice" in repr(message)
+
+
+def test_authenticate_refuses_an_empty_user() -> None:
+    from jetwire import Authenticate, LocalProtocolError, encode
+
+    with pytest.raises(LocalProtocolError, match="user"):
+        encode(Authenticate(3, "", "pw"))

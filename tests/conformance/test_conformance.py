@@ -60,8 +60,12 @@ def test_whole_suite_passes_against_jetd(start_jetd: Any, tmp_path: Path) -> Non
     assert data["summary"]["failed"] == 0
     assert {c["outcome"] for c in data["cases"]} <= {"OK", "INFORMATIONAL", "SKIPPED"}
     skipped = {c["id"] for c in data["cases"] if c["outcome"] == "SKIPPED"}
-    # Only the case that needs a daemon with max_body 17 (run by the test below).
-    assert skipped <= {"vector.frame_body_over_small_max"}, skipped
+    # Only the case that needs a daemon with max_body 17 and those that need --auth (run by
+    # the tests below).
+    auth = {c["id"] for c in data["cases"] if c["id"].startswith("auth.")}
+    assert len(auth) >= 9 and skipped - auth <= {"vector.frame_body_over_small_max"}, skipped
+    reasons = {c["reason"] for c in data["cases"] if c["id"] in auth}
+    assert all("the daemon under test has no authentication" in r for r in reasons), reasons
     suites = ET.parse(report["r.xml"]).getroot()
     assert sum(int(s.get("tests", "0")) for s in suites) == len(data["cases"])
     page = report["r.html"].read_text()
@@ -150,3 +154,13 @@ def test_small_max_body_case_runs_against_a_daemon_configured_for_it(start_jetd:
     match = SUMMARY.match(result.stdout.strip().splitlines()[-1])
     assert match, result.stdout[-2000:] + result.stderr
     assert match.groups() == ("1", "0", "0"), result.stdout[-3000:]
+
+
+def test_auth_cases_run_against_a_daemon_with_the_test_users_file(start_jetd: Any) -> None:
+    """14-auth runs against jetd started with spec/conformance/users.toml (PROTOCOL.md 15)."""
+    daemon = start_jetd("--auth", str(REPO / "spec" / "conformance" / "users.toml"), "--auth-failure-delay", "0.1")
+    result = run_runner(f"{daemon.host}:{daemon.port}", "--cases", "auth.*")
+    match = SUMMARY.match(result.stdout.strip().splitlines()[-1])
+    assert match, result.stdout[-2000:] + result.stderr
+    passed, failed, skipped = (int(g) for g in match.groups())
+    assert (failed, skipped) == (0, 0) and passed >= 9, result.stdout[-4000:]

@@ -13,6 +13,7 @@ from typing import Any, Optional
 from jetwire import (
     AddMethod,
     AddState,
+    Authenticate,
     CallMethod,
     Close,
     EventCode,
@@ -79,6 +80,12 @@ CONVERSATION: list[tuple[int, Message]] = [
     (1, FetchRemove(3, "plant/none", Value.of(None))),
     (0, Unfetch(16, 3)),
     (1, Response(16)),
+    (0, Authenticate(20, "sensor-7", "wrong")),  # PROTOCOL.md 6.12: shown masked by both tools
+    (1, Response(20, Status.AUTH_FAILED, message="authentication failed")),
+    (0, Authenticate(21, "sensor-7", "s3cr3t")),
+    (1, Response(21)),
+    (0, CallMethod(17, "plant/secret", Value.of(None))),
+    (1, Response(17, Status.NOT_AUTHORIZED, message="not authorized: write plant/secret")),
     (1, Close(Status.OK, "shutting down")),
 ]
 
@@ -130,6 +137,7 @@ def tshark_pdus(capture: Path, *extra: str) -> list[dict[str, Any]]:
 _INT_FIELDS = {
     "type", "length", "id", "function", "status", "code", "value_type", "key_length", "value_length",
     "fetch_id", "prefix_length", "message_length", "major", "minor", "max_body", "name_length",
+    "user_length", "password_length",
 }
 
 
@@ -180,7 +188,7 @@ def normalise_tshark(layer: dict[str, Any]) -> dict[str, Any]:
 
 
 _ENUMS = {"type": FrameType, "function": Function, "code": EventCode, "status": Status, "value_type": ValueType}
-_COMPARED = _INT_FIELDS | {"key", "prefix", "message", "name", "features", "value", "value_hex"}
+_COMPARED = _INT_FIELDS | {"key", "prefix", "message", "name", "features", "value", "value_hex", "user", "password"}
 
 
 def normalise_jetdump(obj: dict[str, Any]) -> dict[str, Any]:

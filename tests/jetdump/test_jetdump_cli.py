@@ -404,3 +404,18 @@ def test_several_captures_number_their_streams_apart(tmp_path: Path, capture: Pa
     assert len(frames) == 2 * len(CONVERSATION)
     assert [f["stream"] for f in frames] == [0] * len(CONVERSATION) + [1] * len(CONVERSATION)
     assert [f["frame"] for f in frames] == list(range(1, 2 * len(CONVERSATION) + 1))
+
+
+def test_authenticate_is_shown_with_its_password_masked() -> None:
+    """PROTOCOL.md 6.12: jetdump decodes AUTHENTICATE but never shows the password."""
+    from jetwire import Authenticate
+
+    frame = encode(Authenticate(11, "alice", "s3cr3t"))
+    result = run_jetdump("--hex", frame.hex())
+    assert 'REQUEST id=11 AUTHENTICATE user="alice" password=********' in result.stdout
+    assert "s3cr3t" not in result.stdout
+    objs = jetdump_json("--hex", frame.hex())
+    shown = json.dumps(objs)
+    assert "s3cr3t" not in shown
+    fields = next(o for o in objs if o.get("function") == "AUTHENTICATE")
+    assert fields["user"] == "alice" and fields["password"] == "********" and fields["password_length"] == 6

@@ -37,13 +37,26 @@ from .daemon_procs import (
 from .daemon_wire import dialect_for
 from .daemon_workloads import WORKLOADS, Sample, Sizes
 
-KIND_LABELS = {"jetd": "jetd", "jetd-log": "jetd --log-dir", "nodejet": "node-jet 3"}
+KIND_LABELS = {"jetd": "jetd", "jetd-log": "jetd --log-dir", "jetd-auth": "jetd --auth", "nodejet": "node-jet 3"}
 AGAINST = {
     "jetd": ["jetd"],
     "nodejet": ["nodejet"],
     "both": ["jetd", "nodejet"],
     "all": ["jetd", "jetd-log", "nodejet"],
+    "auth": ["jetd", "jetd-auth"],
 }
+
+# jetd --auth for the benchmark (PROTOCOL.md 15): the load generator does not
+# authenticate, so the anonymous entry carries the permissions. They are prefixes of the
+# workloads' keys (never "", which would skip every check): each routed set takes the
+# write check (cached per connection and key) and each fetch of everything is indexed
+# under these prefixes, as for any user with restricted permissions.
+BENCH_USERS = """\
+[anonymous]
+own = ["w1/", "w2/", "w3/", "w4/", "w5/"]
+read = ["w1/", "w2/", "w3/", "w4/", "w5/", "bench/"]
+write = ["w1/", "w2/", "w3/", "w4/", "w5/"]
+"""
 
 
 @dataclass(frozen=True)
@@ -167,6 +180,10 @@ def _daemon_factory(kind: str, nodejet_prefix: Path,
     with tempfile.TemporaryDirectory(prefix="bench-jetd-log-") as log_dir:
         if kind == "jetd-log":
             yield lambda: start_daemon("jetd", jetd_args=["--log-dir", log_dir], jetd_source=jetd_source)
+        elif kind == "jetd-auth":
+            users = Path(log_dir) / "users.toml"
+            users.write_text(BENCH_USERS, encoding="utf-8")
+            yield lambda: start_daemon("jetd", jetd_args=["--auth", str(users)], jetd_source=jetd_source)
         else:
             yield lambda: start_daemon(kind, nodejet_prefix=nodejet_prefix, jetd_source=jetd_source)
 
@@ -208,7 +225,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated subset of W1..W5")
     parser.add_argument("--quick", action="store_true", help="short windows, smaller sizes, 3 repetitions")
-    parser.add_argument("--against", default="both", help="jetd, nodejet, both (default) or all (adds jetd --log-dir)")
+    parser.add_argument("--against", default="both",
+                        help="jetd, nodejet, both (default), all (adds jetd --log-dir) or auth (jetd and jetd --auth)")
     parser.add_argument("--repeat", type=int, help="repetitions per measurement (median reported)")
     parser.add_argument("--window", type=float, help="seconds per measured window")
     parser.add_argument("--nodejet-prefix", type=Path, default=DEFAULT_NODEJET_PREFIX,

@@ -1,6 +1,6 @@
 """The daemon's sans-IO core without sockets: CPU time per routed set and per fan-out event.
 
-    python -m tools.bench.daemon_core [--runs 9] [--ab DIR]
+    python -m tools.bench.daemon_core [--runs 9] [--ab DIR | --auth]
 
 :class:`jetd.core.Daemon` with in-memory connections, fed the byte streams of the W1, W2
 and W5 workloads of ``tools.bench.daemon`` (PROTOCOL.md 10.3 routing, 10.5 fan-out,
@@ -11,6 +11,9 @@ a shared machine is 10-30%. The TCP benchmark stays the measure of the targets.
 
 ``--ab DIR`` also runs the same rows with the jetd package found in DIR (for example a
 ``git archive`` of an older commit), alternating the two run by run, and adds the ratio.
+``--auth`` runs every row without and with permissions (PROTOCOL.md 15: the connections
+have write/read/own on the workloads' prefixes, never ``""``, so every check is made),
+alternating, and adds the ratio.
 """
 
 from __future__ import annotations
@@ -27,12 +30,23 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from jetd.access import Access
 from jetd.config import Config
 from jetd.core import Connection, Daemon
+from jetd.users import Grants, UsersFile
 from jetwire import AddState, FetchStates, NotifyState, Response, SetState, Status, Value, encode
 
 IN_FLIGHT = 100  # W1: sets per pipelined batch
 STATES = 100  # W2/W5: states notified in rotation
+
+
+def bench_access() -> Access:
+    """Permissions on the workloads' prefixes for every connection (the anonymous entry:
+    these connections do not authenticate), as ``tools.bench.daemon``'s jetd --auth."""
+    users = UsersFile()
+    prefixes = ["w1/", "w2/"]
+    users.anonymous = Grants(own=list(prefixes), read=list(prefixes), write=list(prefixes))
+    return Access(users)
 
 
 def _clear(daemon: Daemon, *conns: Connection) -> None:
@@ -41,10 +55,10 @@ def _clear(daemon: Daemon, *conns: Connection) -> None:
         conn.out.clear()
 
 
-def routed_set() -> Callable[[], float]:
+def routed_set(access: Access | None = None) -> Callable[[], float]:
     """W1: a requester's 100 sets, then the owner's NOTIFY event + OK (with the value)
     for each; returns seconds per routed set."""
-    daemon = Daemon(Config())
+    daemon = Daemon(Config(), access=access)
     owner, requester = daemon.connect("owner", 0.0), daemon.connect("requester", 0.0)
     daemon.receive_data(owner, encode(AddState(1, "w1/state", Value.of(0))), 0.0)
     sets = b"".join(encode(SetState(i + 1, "w1/state", Value.of(1000 + i))) for i in range(IN_FLIGHT))
@@ -70,11 +84,12 @@ def routed_set() -> Callable[[], float]:
     return run
 
 
-def fan_out(fetchers: int, *, paused: bool = False, rounds: int = 10) -> Callable[[], float]:
+def fan_out(fetchers: int, *, paused: bool = False, rounds: int = 10,
+            access: Access | None = None) -> Callable[[], float]:
     """W2/W5: the owner notifies 100 states ``rounds`` times each; ``fetchers`` fetch
     everything (plus one whose transport is paused if ``paused``); returns seconds per
     change."""
-    daemon = Daemon(Config())
+    daemon = Daemon(Config(), access=access)
     owner = daemon.connect("owner", 0.0)
     keys = [f"w2/{i:03d}" for i in range(STATES)]
     daemon.receive_data(owner, b"".join(encode(AddState(i + 1, k, Value.of(0))) for i, k in enumerate(keys)), 0.0)
@@ -115,6 +130,34 @@ ROWS: dict[str, Callable[[], Callable[[], float]]] = {
 }
 
 
+AUTH_ROWS: dict[str, Callable[[], Callable[[], float]]] = {
+    "W1 routed set: core CPU per set": lambda: routed_set(bench_access()),
+    "W2 1 fetcher: core CPU per change": lambda: fan_out(1, access=bench_access()),
+    "W2 10 fetchers: core CPU per change": lambda: fan_out(10, access=bench_access()),
+    "W2 50 fetchers: core CPU per change": lambda: fan_out(50, access=bench_access()),
+    "W5 10 fetchers + 1 paused: core CPU per change": lambda: fan_out(10, paused=True, access=bench_access()),
+}
+
+
+def measure_auth(runs: int, repeat: int = 20) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Every row without and with permissions, alternating run by run: (off, on) in µs."""
+    off = {name: make() for name, make in ROWS.items()}
+    on = {name: make() for name, make in AUTH_ROWS.items()}
+    results: tuple[dict[str, list[float]], dict[str, list[float]]] = ({n: [] for n in ROWS}, {n: [] for n in ROWS})
+    for bench in (*off.values(), *on.values()):
+        bench()
+    for _ in range(runs):
+        for name in ROWS:
+            for side, benches in enumerate((off, on)):
+                gc.collect()
+                gc.disable()
+                try:
+                    results[side][name].append(statistics.median(benches[name]() for _ in range(repeat)) * 1e6)
+                finally:
+                    gc.enable()
+    return results
+
+
 def measure(runs: int, repeat: int = 20) -> dict[str, list[float]]:
     """Per row, ``runs`` values: each the median of ``repeat`` timed calls, in µs."""
     benches = {name: make() for name, make in ROWS.items()}
@@ -137,10 +180,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=9, help="runs per row (median reported)")
     parser.add_argument("--ab", metavar="DIR", help="also run the jetd package in DIR, alternating, for a ratio")
+    parser.add_argument("--auth", action="store_true", help="every row without and with permissions, for a ratio")
     args = parser.parse_args(argv)
     if hasattr(os, "sched_setaffinity"):
         with contextlib.suppress(OSError):
             os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    if args.auth:
+        off, on = measure_auth(args.runs)
+        print(f"Medians of {args.runs} alternating runs, µs of CPU per operation, jetd from "
+              f"{sys.modules['jetd'].__file__}\n")
+        print("| row | no --auth | --auth | --auth / no --auth |\n|---|---:|---:|---:|")
+        for name in ROWS:
+            m_off, m_on = statistics.median(off[name]), statistics.median(on[name])
+            print(f"| {name} | {m_off:.3f} | {m_on:.3f} | {m_on / m_off:.2f} |")
+        return 0
     if not args.ab:
         results = measure(args.runs)
         print(f"Medians of {args.runs} runs, µs of CPU per operation, jetd from {sys.modules['jetd'].__file__}\n")

@@ -22,6 +22,7 @@ from typing import Any, Optional, Union
 from jetwire import (
     AddMethod,
     AddState,
+    Authenticate,
     CallMethod,
     Close,
     FetchAdd,
@@ -390,7 +391,7 @@ _QUERIES = {"FETCH_QUERY": FetchQuery, "QUERY_ONCE": QueryOnce}
 _KEY_EVENTS = {"FETCH_METHOD": FetchMethod, "FETCH_NODE": FetchNode}
 KINDS = frozenset(
     {*_KEY_VALUE, *_KEY_ONLY, *_FETCH_EVENTS, *_QUERIES, *_KEY_EVENTS, "FETCH_STATES", "UNFETCH", "RESPONSE",
-     "INFO", "CLOSE", "FETCH_WINDOW", "QUERY_ENTRY"}
+     "INFO", "CLOSE", "FETCH_WINDOW", "QUERY_ENTRY", "AUTHENTICATE"}
 )
 _KIND_OF: dict[type, str] = {
     **{cls: name for name, cls in {**_KEY_VALUE, **_KEY_ONLY, **_FETCH_EVENTS, **_QUERIES, **_KEY_EVENTS}.items()},
@@ -398,6 +399,7 @@ _KIND_OF: dict[type, str] = {
     QueryEntry: "QUERY_ENTRY",
     FetchStates: "FETCH_STATES",
     Unfetch: "UNFETCH",
+    Authenticate: "AUTHENTICATE",
     Response: "RESPONSE",
     Info: "INFO",
     Close: "CLOSE",
@@ -412,6 +414,7 @@ _FIELDS: dict[str, tuple[str, ...]] = {
     "FETCH_WINDOW": ("fetch_id", "size", "entries"),
     "QUERY_ENTRY": ("id", "kind", "key", "value"),
     "UNFETCH": ("id", "fetch_id"),
+    "AUTHENTICATE": ("id", "user", "password"),
     "RESPONSE": ("id", "status", "value", "fetch_id", "message"),
     "INFO": ("major", "minor", "max_body", "features", "name"),
     "CLOSE": ("status", "message"),
@@ -486,6 +489,9 @@ def build_message(obj: Mapping[str, Any], env: Mapping[str, Any], namespace: str
             return FetchStates(num("id"), prefix)
         if kind == "UNFETCH":
             return Unfetch(num("id"), num("fetch_id", 0))
+        if kind == "AUTHENTICATE":
+            # PROTOCOL.md 6.12: user and password as given (never namespaced).
+            return Authenticate(num("id"), str(obj.get("user", "")), str(obj.get("password", "")))
         if kind == "RESPONSE":
             status = _status(obj.get("status", "OK"))
             val = value_from_json(obj["value"], env) if obj.get("value") is not None else None

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from jetwire import Decoder, Info, Message, Status, decode_body, encode
+from jetwire import FEATURE_AUTH_REQUIRED, Decoder, Info, Message, Status, decode_body, encode
 from jetwire.errors import JetError, RemoteProtocolError
 
 from .cases import (
@@ -538,6 +538,9 @@ async def run_case(case: Case, config: RunConfig, index: int, info_env: Mapping[
         if not met:
             result.outcome = SKIPPED
             result.reason = f"requires {condition}"
+            if condition == "auth_required == 1":
+                result.reason += (" (the daemon under test has no authentication: start it with"
+                                  " --auth spec/conformance/users.toml to run these)")
             return result
     execution = CaseExecution(case, config, env, namespace)
     start = time.monotonic()
@@ -600,7 +603,13 @@ async def probe(config: RunConfig) -> dict[str, Any]:
             await asyncio.wait_for(writer.wait_closed(), 2.0)
     if not isinstance(message, Info):
         raise ConnectionError(f"the daemon's first frame is {type(message).__name__}, not INFO")
-    return {"max_body": message.max_body, "features": message.features, "info_major": message.major}
+    return {
+        "max_body": message.max_body,
+        "features": message.features,
+        "info_major": message.major,
+        # PROTOCOL.md 4.4, 15: the cases of 14-auth need a daemon that requires it.
+        "auth_required": 1 if message.features & FEATURE_AUTH_REQUIRED else 0,
+    }
 
 
 async def run_cases(cases: list[Case], config: RunConfig) -> list[CaseResult]:

@@ -35,6 +35,8 @@ JSON output (``--json``), one object per line; these names are stable:
                  CBOR, MSGPACK, application types and undecodable data
   value_hex      the value's data bytes in hex
   major, minor, max_body, features, name, name_length   INFO fields
+  user, user_length, password_length   AUTHENTICATE fields
+  password       always "********": jetdump never shows a password (PROTOCOL.md 6.12)
   offsets        {field: [byte offset in the frame, length]} for every field present
   request        for a RESPONSE whose request is in view: {frame, function, key}
   rtt_ms         milliseconds from that request to this response (null if untimed)

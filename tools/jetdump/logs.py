@@ -196,6 +196,9 @@ def _describe(kind: int, data: bytes) -> str:
         return f"peer named itself {fields['name']!r}"
     if kind == LogKind.CONN_SNAPSHOT:
         return f"connection already open from {fields['address']} ({fields['name']!r})"
+    if kind == LogKind.CONN_AUTH:
+        how = {1: "password", 2: "client certificate"}.get(int(str(fields["method"])), f"method {fields['method']}")
+        return f"authenticated as {fields['user']!r} ({how})"
     if kind == LogKind.ROUTE:
         from .render import FUNCTION_NAMES, code_name
 

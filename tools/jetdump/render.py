@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any, Optional
 
 from jetwire import (
+    Authenticate,
     Close,
     EventCode,
     FetchAdd,
@@ -198,6 +199,13 @@ def _unfetch(m: Any) -> str:
     return f"REQUEST id={m.id} UNFETCH fid={m.fetch_id}"
 
 
+MASK = "********"  # PROTOCOL.md 6.12: jetdump never shows a password
+
+
+def _authenticate(m: Any) -> str:
+    return f"REQUEST id={m.id} AUTHENTICATE user={quote(m.user)} password={MASK}"
+
+
 def _response(m: Any) -> str:
     if m.status:
         return f"RESPONSE id={m.id} {STATUS_NAMES[m.status]} {quote(m.message)}"
@@ -232,6 +240,7 @@ SUMMARIZERS: dict[type, Callable[[Any], str]] = {
     Info: _info,
     FetchStates: _fetch,
     Unfetch: _unfetch,
+    Authenticate: _authenticate,
 }
 for _cls in REQUEST_CLASSES.values():
     if _cls not in SUMMARIZERS:
@@ -382,7 +391,7 @@ def frame_fields(record: FrameRecord) -> tuple[dict[str, Any], dict[str, list[in
     values: dict[str, Any] = {}
     offsets: dict[str, list[int]] = {}
     for field in fields:
-        values[field.name] = _field_value(field.name, field.value)
+        values[field.name] = MASK if field.name == "password" else _field_value(field.name, field.value)
         offsets[field.name] = [field.offset, field.length]
         if field.name == "value":
             vtype = next((f.value for f in fields if f.name == "value_type"), None)
@@ -435,6 +444,10 @@ def message_fields(message: Message, raw: bytes) -> tuple[tuple[Any, ...], dict[
             _text(values, shape, "prefix", message.prefix)
         elif isinstance(message, Unfetch):
             values["fetch_id"] = message.fetch_id
+        elif isinstance(message, Authenticate):
+            _text(values, shape, "user", message.user)
+            _text(values, shape, "password", message.password)
+            values["password"] = MASK
         else:
             _text(values, shape, "key", message.key)  # type: ignore[attr-defined]
             value = getattr(message, "value", None)

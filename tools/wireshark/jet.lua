@@ -22,6 +22,7 @@ local functions = {
     [0x05] = "CALL_METHOD", [0x06] = "ADD_METHOD", [0x07] = "REMOVE_METHOD", [0x08] = "FETCH_STATES",
     [0x09] = "UNFETCH", [0x0A] = "GET_STATE",
     [0x0B] = "FETCH_QUERY", [0x0C] = "QUERY_ONCE", -- PROTOCOL.md 14 (1.1)
+    [0x09] = "UNFETCH", [0x0A] = "GET_STATE", [0x10] = "AUTHENTICATE",
 }
 local event_codes = {
     [0x03] = "SET_STATE", [0x04] = "NOTIFY_STATE", [0x05] = "CALL_METHOD",
@@ -42,6 +43,7 @@ local statuses = {
     [0x08] = "UNKNOWN_FUNCTION", [0x09] = "TOO_LARGE", [0x0A] = "LIMIT_EXCEEDED",
     [0x0B] = "WRONG_KIND", [0x0C] = "INTERNAL", [0x0D] = "OVERLOADED",
     [0x10] = "INVALID_QUERY", -- PROTOCOL.md 14.6 (1.1)
+    [0x0E] = "AUTH_FAILED", [0x0F] = "NOT_AUTHORIZED", -- PROTOCOL.md 15 (protocol 1.1)
 }
 local value_types = {
     [0x00] = "NONE", [0x01] = "BOOL", [0x02] = "INT64", [0x03] = "FLOAT64", [0x04] = "STRING",
@@ -76,6 +78,11 @@ f.info_minor = ProtoField.uint8("jet.info.minor", "Minor version", base.DEC)
 f.info_max_body = ProtoField.uint32("jet.info.max_body", "Maximum body", base.DEC)
 f.info_features = ProtoField.uint32("jet.info.features", "Features", base.HEX)
 f.info_conflation = ProtoField.bool("jet.info.features.conflation", "CONFLATION", 32, nil, 0x00000001)
+f.info_auth_required = ProtoField.bool("jet.info.features.auth_required", "AUTH_REQUIRED", 32, nil, 0x00000004)
+f.user_length = ProtoField.uint16("jet.user_length", "User length", base.DEC)
+f.user = ProtoField.string("jet.user", "User", base.UNICODE)
+f.password_length = ProtoField.uint16("jet.password_length", "Password length", base.DEC)
+f.password = ProtoField.string("jet.password", "Password (masked)", base.UNICODE)
 f.info_name_length = ProtoField.uint16("jet.info.name_length", "Name length", base.DEC)
 f.info_name = ProtoField.string("jet.info.name", "Name", base.UNICODE)
 f.query_flags = ProtoField.uint8("jet.query.flags", "Query flags", base.HEX)
@@ -384,6 +391,30 @@ local function dissect_frame(tvb, pinfo, root)
                     summary = summary .. " prefix=\"" .. tostring(prefix) .. "\""
                 elseif func == 0x0B or func == 0x0C then
                     summary = summary .. " " .. tostring(body:query())
+                elseif func == 0x10 then
+                    -- PROTOCOL.md 6.12: the password is never shown, only where it is.
+                    local user = body:str16(f.user_length, f.user, "user", 1)
+                    if not body.err then
+                        if body:left() < 2 then
+                            body:fail("password length truncated")
+                        else
+                            local n = tvb(body.pos, 2):uint()
+                            tree:add(f.password_length, tvb(body.pos, 2))
+                            body.pos = body.pos + 2
+                            if n > body:left() then
+                                body:fail("password length " .. n .. " runs past the body end")
+                            else
+                                local range = tvb(body.pos, n)
+                                if not valid_utf8(range:raw()) then
+                                    body:fail("password is not valid UTF-8")
+                                else
+                                    tree:add(f.password, range, "********")
+                                    body.pos = body.pos + n
+                                end
+                            end
+                        end
+                    end
+                    summary = summary .. " user=\"" .. tostring(user) .. "\" password=********"
                 elseif func == 0x09 then
                     if body:left() ~= 4 then
                         body:fail("UNFETCH payload must be 4 bytes, got " .. body:left())
@@ -479,6 +510,7 @@ local function dissect_frame(tvb, pinfo, root)
             local range = tvb(body.pos, 4)
             local item = tree:add(f.info_features, range)
             item:add(f.info_conflation, range)
+            item:add(f.info_auth_required, range)
             body.pos = body.pos + 4
         else
             body:fail("features truncated")

@@ -1,0 +1,421 @@
+"""Access control (PROTOCOL.md 15): users and their permissions, compiled for speed, and
+the daemon's side of authentication.
+
+- :class:`PrefixSet` compiles a list of key prefixes like the fetch index does
+  (:class:`jetd.subscriptions.FetchRegistry`): a set of prefixes and the distinct
+  lengths in use, so a check slices the key once per length (usually one or two).
+- :class:`Permissions` is one user's compiled ``own``/``read``/``write``.
+- :class:`Access` is a loaded users file: permissions per user, password checks.
+- :class:`AccessControl` is mixed into :class:`jetd.core.Daemon`: AUTHENTICATE, the
+  per-failure delay, the failure limit and the auth timeout, the checks the handlers
+  call, and applying new permissions to a connection (on authentication and on SIGHUP).
+
+What the hot paths pay: without ``--auth`` a connection's ``perms`` and ``writable`` are
+None and nothing is checked. With it, ``read`` costs nothing per event: a fetch is
+indexed under the prefixes it may read (:meth:`PrefixSet.narrow`), so the fetch index
+itself filters. ``write`` is cached per connection: ``conn.writable`` holds the keys it
+may write, which the routed-SET fast path tests inline; ``own`` and GET's ``read`` are checked directly.
+Every cache is dropped when permissions change (:meth:`AccessControl.set_access`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Optional
+
+from jetwire import Authenticate, Function, RemoteProtocolError, Status, decode_body
+from jetwire.codec import is_utf8
+from jetwire.log import LogKind, conn_auth_data
+
+from .base import DaemonBase
+from .connection import Connection
+from .frames import EVENT, EVT_HEAD_PACK, FETCH_ADD, FETCH_REMOVE, FRAME_IN, REQUEST, close_frame, ok_frame
+from .users import UsersFile
+
+__all__ = [
+    "AUTHENTICATE",
+    "MAX_AUTH_FAILURES",
+    "QUERY_FUNCTIONS",
+    "Access",
+    "AccessControl",
+    "Offload",
+    "Permissions",
+    "PrefixSet",
+    "mask_authenticate",
+]
+
+log = logging.getLogger("jetd")
+
+AUTHENTICATE = Function.AUTHENTICATE.value  # a plain int for the dispatcher's comparisons
+# PROTOCOL.md 15.3: refused to a connection that may not read every key.
+QUERY_FUNCTIONS = frozenset({Function.FETCH_QUERY.value, Function.QUERY_ONCE.value})
+MAX_AUTH_FAILURES = 5  # PROTOCOL.md 15.2: CLOSE after the 5th AUTH_FAILED
+WRITABLE_CACHE_MAX = 4096  # keys cached per connection; a peer probing many keys resets it
+AUTH_BY_PASSWORD = 1  # JETLOG.md 4 CONN_AUTH method
+AUTH_BY_CERTIFICATE = 2
+
+Offload = Callable[[Callable[[], bool], Callable[[bool, float], None]], None]
+"""``offload(job, done)``: run ``job`` (a slow password check) off the loop, then call
+``done(result, now)`` on it. The IO layer provides one; without it the check runs inline."""
+
+
+class PrefixSet:
+    """A compiled list of key prefixes (bytes; ``b""`` matches every key).
+
+    Only the minimal prefixes are kept (one that has a shorter one in the list adds
+    nothing), so the prefixes it yields never overlap.
+    """
+
+    __slots__ = ("everything", "lengths", "prefixes")
+
+    def __init__(self, prefixes: Iterable[bytes]) -> None:
+        minimal: set[bytes] = set()
+        for prefix in sorted(set(prefixes), key=len):
+            if not any(prefix[:n] in minimal for n in range(len(prefix) + 1)):
+                minimal.add(prefix)
+        self.prefixes = frozenset(minimal)
+        self.lengths = sorted({len(p) for p in minimal})
+        self.everything = b"" in minimal
+
+    @property
+    def empty(self) -> bool:
+        return not self.prefixes
+
+    def matches(self, key: bytes) -> bool:
+        """True if ``key`` starts with one of the prefixes."""
+        if self.everything:
+            return True
+        prefixes = self.prefixes
+        klen = len(key)
+        for n in self.lengths:
+            if n > klen:
+                return False
+            if key[:n] in prefixes:
+                return True
+        return False
+
+    def narrow(self, prefix: bytes) -> tuple[bytes, ...]:
+        """The prefixes, sorted and disjoint, whose keys are exactly the keys that start
+        with ``prefix`` and match this set (PROTOCOL.md 15.4): ``(prefix,)`` when the set
+        covers it, else the set's prefixes that extend it (possibly none)."""
+        if self.matches(prefix):
+            return (prefix,)
+        return tuple(sorted(p for p in self.prefixes if p.startswith(prefix)))
+
+
+class Permissions:
+    """One connection's compiled permissions (PROTOCOL.md 15.1)."""
+
+    __slots__ = ("nothing", "own", "read", "user", "write")
+
+    def __init__(self, user: Optional[str], own: Iterable[str], read: Iterable[str], write: Iterable[str]) -> None:
+        self.user = user
+        self.own = PrefixSet(p.encode("utf-8") for p in own)
+        self.read = PrefixSet(p.encode("utf-8") for p in read)
+        self.write = PrefixSet(p.encode("utf-8") for p in write)
+        # PROTOCOL.md 15.2: a connection without any permission gets NOT_AUTHORIZED for
+        # every function but AUTHENTICATE.
+        self.nothing = self.own.empty and self.read.empty and self.write.empty
+
+
+class Access:
+    """A loaded users file, compiled: what the daemon consults (PROTOCOL.md 15).
+
+    Raises (from :meth:`load`): :class:`jetd.users.UsersFileError`.
+    """
+
+    def __init__(self, users: UsersFile, source: str = "") -> None:
+        self.users = users
+        self.source = source
+        self.anonymous = self._compile(None)
+        self._compiled: dict[str, Permissions] = {}
+        # Checked when the user is unknown, so that it costs what a wrong password does.
+        self._dummy_hash = next((u.password for u in users.users.values() if u.password), None)
+
+    @classmethod
+    def load(cls, path: str) -> Access:
+        return cls(UsersFile.load(path), path)
+
+    def _compile(self, name: Optional[str]) -> Permissions:
+        grants = self.users.grants_of(name)
+        return Permissions(name, grants.own, grants.read, grants.write)
+
+    def permissions(self, name: str) -> Permissions:
+        """The compiled permissions of user ``name`` (none for a name not in the file)."""
+        perms = self._compiled.get(name)
+        if perms is None:
+            perms = self._compiled[name] = self._compile(name)
+        return perms
+
+    def knows(self, name: str) -> bool:
+        return name in self.users.users
+
+    def verify(self, name: str, password: str) -> bool:
+        """True if ``name`` is a user with a password and ``password`` is it (argon2id;
+        slow on purpose: run it off the event loop)."""
+        from argon2 import PasswordHasher
+        from argon2.exceptions import Argon2Error, InvalidHashError
+
+        user = self.users.users.get(name)
+        stored = user.password if user is not None else None
+        try:
+            if stored is None:
+                if self._dummy_hash is not None:
+                    # The same work as for a real user: no timing tells which names exist.
+                    PasswordHasher().verify(self._dummy_hash, password + "\x00not-a-user")
+                return False
+            return bool(PasswordHasher().verify(stored, password))
+        except (Argon2Error, InvalidHashError):
+            return False
+
+    @property
+    def timeout_applies(self) -> bool:
+        """PROTOCOL.md 15.2: the auth timeout closes unauthenticated connections only when
+        the anonymous entry grants nothing."""
+        return self.anonymous.nothing
+
+
+def mask_authenticate(frame: bytes) -> bytes:
+    """An AUTHENTICATE frame with its password replaced by an empty str16 (JETLOG.md 4:
+    the event log never holds a password, nor its length). Other frames unchanged."""
+    if len(frame) < 12 or frame[0] != REQUEST or frame[9] != 0x10:
+        return frame
+    ulen = int.from_bytes(frame[10:12], "big")
+    head_end = 12 + ulen
+    if head_end > len(frame):
+        return frame[:10]  # malformed: keep only what cannot hold a secret
+    body = frame[5:head_end] + b"\x00\x00"
+    return bytes((REQUEST,)) + len(body).to_bytes(4, "big") + body
+
+
+class AccessControl(DaemonBase):
+    """Authentication and the permission checks (PROTOCOL.md 15), mixed into the Daemon."""
+
+    access: Optional[Access]
+    offload: Optional[Offload]
+    _auth_answers: deque[tuple[float, Connection, int, bytes]]
+    _auth_deadlines: deque[tuple[float, Connection]]
+
+    if TYPE_CHECKING:  # provided by jetd.core.Daemon
+        def receive_data(self, conn: Connection, data: bytes, now: float) -> None: ...
+        def disconnect(self, conn: Connection, now: float, reason: str = ...) -> None: ...
+
+    # --- the checks the handlers call -------------------------------------------------
+
+    def _not_authorized(self, conn: Connection, rid: Optional[int], permission: str, key: bytes) -> None:
+        """Answer NOT_AUTHORIZED naming the permission and the key (MALFORMED for a key
+        that is not UTF-8: PROTOCOL.md 15.3 checks the form first)."""
+        if not is_utf8(key):
+            if rid is not None:
+                self._reply(conn, rid, Status.MALFORMED, "key is not valid UTF-8")
+            return
+        message = f"not authorized: {permission} {key.decode('utf-8')}"
+        if rid is not None:
+            self._reply(conn, rid, Status.NOT_AUTHORIZED, message)
+
+    def _may_write(self, conn: Connection, key: bytes) -> bool:
+        """PROTOCOL.md 15.3 ``write``, cached per connection for the keys it may write
+        (the routed-SET fast path tests ``key in conn.writable`` inline; a denied key
+        takes the careful path, which checks the compiled prefixes again)."""
+        writable = conn.writable
+        if writable is None or key in writable:
+            return True
+        perms = conn.perms
+        if perms is None or not perms.write.matches(key):
+            return False
+        if len(writable) >= WRITABLE_CACHE_MAX:
+            writable.clear()
+        writable.add(key)
+        return True
+
+    # --- AUTHENTICATE ---------------------------------------------------------------------
+
+    def _authenticate(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
+        """PROTOCOL.md 6.12, 15.2.
+
+        JETLOG.md 4: its FRAME_IN record (password masked) is written here, or when it is
+        answered if that is later, so that the record of a request the daemon answers
+        itself still comes right before its answer."""
+        frame = mask_authenticate(buf[pos:end]) if self._log is not None else b""
+        try:
+            message = decode_body(REQUEST, buf[pos + 5 : end])
+        except RemoteProtocolError:
+            self._log_request(conn, frame)
+            return self._malformed(conn, buf, pos, end, rid)
+        assert isinstance(message, Authenticate)
+        access = self.access
+        if access is None:
+            # PROTOCOL.md 6.12: without authentication every peer has every permission.
+            self._log_request(conn, frame)
+            self._send(conn, ok_frame(rid))
+            return None
+        if conn.user is not None:
+            self._log_request(conn, frame)
+            return self._reply(conn, rid, Status.NOT_AUTHORIZED, f"already authenticated as {conn.user}")
+        # PROTOCOL.md 15.2: nothing more is read from the connection until it is answered.
+        conn.held = True
+        user, password = message.user, message.password
+
+        def done(ok: bool, now: float) -> None:
+            self._auth_done(conn, rid, user, ok, now, frame)
+
+        if self.offload is not None:
+            self.offload(lambda: access.verify(user, password), done)
+        else:
+            done(access.verify(user, password), self.now)
+        return None
+
+    def _log_request(self, conn: Connection, frame: bytes) -> None:
+        if self._log is not None:
+            self._log(conn.conn_id, FRAME_IN, frame)
+
+    def _auth_done(self, conn: Connection, rid: int, user: str, ok: bool, now: float, frame: bytes) -> None:
+        self.now = now
+        if conn.closing or self.access is None:
+            conn.held = False
+            return
+        if not ok:
+            conn.auth_failures += 1
+            log.info("authentication failed on %s for user %r (%d)", conn.label, user, conn.auth_failures)
+            self._auth_answers.append((now + self.config.auth_failure_delay, conn, rid, frame))
+            return
+        self._log_request(conn, frame)
+        self._authenticated(conn, user, AUTH_BY_PASSWORD)
+        self._send(conn, ok_frame(rid))
+        self._release(conn, now)
+
+    def _authenticated(self, conn: Connection, user: str, method: int) -> None:
+        assert self.access is not None
+        conn.user = user
+        if self._log is not None:
+            self._log(conn.conn_id, LogKind.CONN_AUTH, conn_auth_data(method, user))
+        log.info("authenticated %s as %r (%s)", conn.label, user, "password" if method == 1 else "certificate")
+        self._apply_permissions(conn, self.access.permissions(user))
+
+    def _release(self, conn: Connection, now: float) -> None:
+        """Read on: the frames that arrived while AUTHENTICATE was being answered (and
+        the end of input, if the peer closed its side meanwhile)."""
+        conn.held = False
+        if conn.rest and not conn.closing:
+            self.receive_data(conn, b"", now)
+        if conn.at_eof and not (conn.closing or conn.stalled or conn.held):
+            self.disconnect(conn, now, "peer closed its side")
+
+    def authenticate_certificate(self, conn: Connection, user: str) -> None:
+        """PROTOCOL.md 15.6: a verified client certificate names ``user`` (the IO layer
+        calls this right after :meth:`connect`)."""
+        if self.access is None or conn.closing:
+            return
+        if not self.access.knows(user):
+            log.warning("client certificate of %s names %r, who is not in the users file", conn.label, user)
+            return
+        self._authenticated(conn, user, AUTH_BY_CERTIFICATE)
+
+    def _tick_access(self, now: float) -> None:
+        """Delayed AUTH_FAILED answers and the auth timeout (PROTOCOL.md 15.2)."""
+        answers = self._auth_answers
+        while answers and answers[0][0] <= now:
+            _, conn, rid, frame = answers.popleft()
+            if conn.closing:
+                continue
+            self._log_request(conn, frame)
+            self._reply(conn, rid, Status.AUTH_FAILED, "authentication failed")
+            if conn.auth_failures >= MAX_AUTH_FAILURES:
+                message = "too many failed authentications"
+                self._violation(conn, message)
+                self._close_with(conn, Status.AUTH_FAILED, message, close_frame(Status.AUTH_FAILED, message))
+            else:
+                self._release(conn, now)
+        deadlines = self._auth_deadlines
+        while deadlines and deadlines[0][0] <= now:
+            _, conn = deadlines.popleft()
+            if conn.closing or conn.user is not None:
+                continue
+            if conn.held:
+                # Being answered: look again a full timeout later (keeps the deque in order).
+                deadlines.append((now + self.config.auth_timeout, conn))
+                continue
+            access = self.access
+            if access is not None and access.timeout_applies:
+                message = "not authenticated within the auth timeout"
+                self._close_with(conn, Status.NOT_AUTHORIZED, message, close_frame(Status.NOT_AUTHORIZED, message))
+
+    def _access_on_connect(self, conn: Connection) -> None:
+        access = self.access
+        if access is None:
+            return
+        conn.perms = access.anonymous
+        conn.writable = None if access.anonymous.write.everything else set()
+        self._auth_deadlines.append((self.now + self.config.auth_timeout, conn))
+
+    # --- changes of permissions (PROTOCOL.md 15.5) -------------------------------------------
+
+    def set_access(self, access: Access, now: float) -> None:
+        """Use a newly loaded users file (SIGHUP): every connection gets its user's new
+        permissions; fetches are brought in line at once. Connections are not dropped.
+
+        Only a daemon started with an Access can switch: the fast paths assume no checks
+        otherwise."""
+        self.now = now
+        if self.access is None:
+            raise ValueError("authentication was not enabled at start")
+        self.access = access
+        for conn in list(self.connections.values()):
+            if conn.closing:
+                continue
+            perms = access.permissions(conn.user) if conn.user is not None else access.anonymous
+            self._apply_permissions(conn, perms)
+        self._finish_closes()
+        log.info("users file %s loaded: %d users, %d groups", access.source, len(access.users.users),
+                 len(access.users.groups))
+
+    def _apply_permissions(self, conn: Connection, perms: Permissions) -> None:
+        conn.perms = perms
+        conn.writable = None if perms.write.everything else set()
+        registry = self.registry
+        delivery = conn.delivery
+        if delivery is not None:
+            # A fetch still delivering its initial adds in slices (PROTOCOL.md 10.5): the
+            # keys up to its cursor were added; the changes for them go after its last
+            # add, with the events held meanwhile; the keys above come from the new
+            # prefixes as the delivery goes on.
+            fetch = delivery.fetch
+            narrowed = perms.read.narrow(fetch.prefix)
+            if narrowed != fetch.prefixes:
+                cursor = delivery.cursor
+                if cursor is not None:
+                    old = {k: kv for k, kv in registry.matching_any(fetch.prefixes) if k <= cursor}
+                    new = {k: kv for k, kv in registry.matching_any(narrowed) if k <= cursor}
+                    for code, keys, values in ((FETCH_REMOVE, old.keys() - new.keys(), old),
+                                               (FETCH_ADD, new.keys() - old.keys(), new)):
+                        for key in sorted(keys):
+                            kv = values[key]
+                            frame = EVT_HEAD_PACK(EVENT, 5 + len(kv), code) + fetch.fid_bytes + kv
+                            delivery.held.append(frame)
+                            delivery.held_size += len(frame)
+                self.delivering.remove(fetch)
+                fetch.prefixes = narrowed
+                self.delivering.add(fetch)
+        for fid in sorted(conn.fetches):
+            fetch = conn.fetches[fid]
+            narrowed = perms.read.narrow(fetch.prefix)
+            if narrowed == fetch.prefixes:
+                continue
+            old = dict(registry.matching_any(fetch.prefixes))
+            new = dict(registry.matching_any(narrowed))
+            index = self.parked_fetches if conn.parked else self.fetches
+            for key in sorted(old.keys() - new.keys()):
+                kv = old[key]
+                if conn.parked:
+                    self._catch_up_on(conn, key, kv)  # PROTOCOL.md 10.8: its change first
+                self._send(conn, EVT_HEAD_PACK(EVENT, 5 + len(kv), FETCH_REMOVE) + fetch.fid_bytes + kv)
+            index.remove(fetch)
+            fetch.prefixes = narrowed
+            index.add(fetch)
+            for key in sorted(new.keys() - old.keys()):
+                kv = new[key]
+                self._send(conn, EVT_HEAD_PACK(EVENT, 5 + len(kv), FETCH_ADD) + fetch.fid_bytes + kv)
+            if conn.closing:
+                return

@@ -1,0 +1,62 @@
+// Authentication and permissions (PROTOCOL.md 15) from the JavaScript peer, over TCP and
+// WebSocket, against a real jetd started with the conformance users file.
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { fileURLToPath } from "node:url";
+import { AuthFailed, FEATURE_AUTH_REQUIRED, NotAuthorized, Peer } from "../jet.js";
+
+const repo = fileURLToPath(new URL("../../", import.meta.url));
+const python = process.env.JET_PYTHON ?? "python3";
+
+function startJetd(...args) {
+  const proc = spawn(python, ["-m", "jetd", "--port", "0", "--http-port", "0", ...args], {
+    cwd: repo, env: { ...process.env, PYTHONPATH: repo, PYTHONUNBUFFERED: "1" }, stdio: ["ignore", "pipe", "pipe"],
+  });
+  let stderr = "";
+  proc.stderr.on("data", (d) => { stderr += d; });
+  return new Promise((resolve, reject) => {
+    let out = "";
+    const timer = setTimeout(() => reject(new Error(`jetd did not start: ${stderr}`)), 15000);
+    proc.stdout.on("data", (d) => {
+      out += d;
+      const tcp = /jetd listening on (\S+)/.exec(out);
+      const web = /web on http:\/\/(\S+?)\//.exec(out);
+      if (tcp && web) {
+        clearTimeout(timer);
+        resolve({ proc, tcp: `tcp://${tcp[1]}`, ws: `ws://${web[1]}/jet`, stderr: () => stderr });
+      }
+    });
+    proc.on("exit", (code) => reject(new Error(`jetd exited ${code}: ${stderr}`)));
+  });
+}
+
+let jetd;
+before(async () => {
+  jetd = await startJetd("--auth", "spec/conformance/users.toml", "--auth-failure-delay", "0.05");
+});
+after(async () => {
+  const code = await new Promise((resolve) => {
+    if (jetd.proc.exitCode !== null) return resolve(jetd.proc.exitCode);
+    jetd.proc.on("exit", resolve);
+    jetd.proc.kill("SIGTERM");
+  });
+  assert.equal(code, 0, jetd.stderr());
+});
+
+for (const transport of ["tcp", "ws"]) {
+  describe(`authentication over ${transport}`, () => {
+    test("user and password, permissions, a wrong password", async () => {
+      const owner = await Peer.connect(jetd[transport], { user: "cf-owner", password: "owner-pw" });
+      assert.ok(owner.info.features & FEATURE_AUTH_REQUIRED);
+      await owner.addState(`cfauth/public/js-${transport}`, 5);
+      const reader = await Peer.connect(jetd[transport], { user: "cf-reader", password: "reader-pw" });
+      assert.equal(await reader.get(`cfauth/public/js-${transport}`), 5);
+      await assert.rejects(reader.set(`cfauth/public/js-${transport}`, 6),
+        (e) => e instanceof NotAuthorized && e.message.includes(`write cfauth/public/js-${transport}`));
+      await assert.rejects(Peer.connect(jetd[transport], { user: "cf-reader", password: "nope" }), AuthFailed);
+      await reader.close();
+      await owner.close();
+    });
+  });
+}
