@@ -1,0 +1,440 @@
+"""What every attack needs: the daemon under test, a raw peer, a health peer and an RSS
+sampler. Everything here talks to 127.0.0.1 only, has a timeout on every wait, and is
+stopped by its context manager whatever happened inside."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from jetwire import AddState, Close, Decoder, GetState, Info, Message, NotifyState, Response, Value, encode
+
+HOST = "127.0.0.1"
+STARTUP_TIMEOUT = 20.0
+STOP_TIMEOUT = 15.0
+WAIT = 10.0  # default wait for one answer
+HEALTH_PERIOD = 0.05  # ISSUE 12: a health peer that reads and sets a state every 50 ms
+HEALTH_TIMEOUT = 15.0
+SAMPLE_PERIOD = 0.02
+READ_CHUNK = 1 << 20
+MAX_BODY_READ = 256 * 1024 * 1024  # what our own decoders accept
+
+
+class NeedsOwnDaemon(Exception):
+    """The attack needs flags, a signal or a log directory of a daemon chaos started."""
+
+
+@dataclass
+class Daemon:
+    """The daemon under test: its address and, when known, its pid."""
+
+    host: str
+    port: int
+    pid: Optional[int]
+    proc: Optional[subprocess.Popen[bytes]] = None
+    stderr_path: Optional[Path] = None
+    log_dir: Optional[Path] = None
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return self.host, self.port
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace") if self.stderr_path else ""
+
+    def signal(self, sig: int) -> None:
+        """Send ``sig`` to a daemon chaos started (never to one it was pointed at)."""
+        if self.proc is None:
+            raise NeedsOwnDaemon("signals go only to a daemon chaos started")
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+
+    def wait(self, timeout: float) -> Optional[int]:
+        """The exit status once the daemon has exited, or None after ``timeout``."""
+        if self.proc is None:
+            return None
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+
+@dataclass
+class Target:
+    """Where attacks go: a daemon chaos starts per attack (``repo``), or one already
+    running (``connect``; flags cannot be given to it)."""
+
+    repo: Path
+    connect: Optional[tuple[str, int]] = None
+    pid: Optional[int] = None
+    extra_args: Sequence[str] = ()
+    workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="jet-chaos-")))
+
+    @contextlib.contextmanager
+    def daemon(self, *args: str, nofile: Optional[int] = None, log: bool = False,
+               own: bool = False) -> Iterator[Daemon]:
+        """A daemon for one attack. Started with ``args`` (and an event log directory
+        when ``log``; under RLIMIT_NOFILE ``nofile``) unless chaos was pointed at a
+        running one; ``own``: the attack cannot run against that one."""
+        if self.connect is not None:
+            if own or nofile is not None or log:
+                raise NeedsOwnDaemon("needs a daemon chaos starts (flags, signals or its event log)")
+            yield Daemon(self.connect[0], self.connect[1], self.pid)
+            return
+        run_dir = Path(tempfile.mkdtemp(prefix="run-", dir=self.workdir))
+        log_dir = run_dir / "log" if log else None
+        cmd = [sys.executable, "-m", "jetd", "--host", HOST, "--port", "0", *args, *self.extra_args]
+        if log_dir is not None:
+            cmd += ["--log-dir", str(log_dir)]
+        env = {**os.environ, "PYTHONPATH": str(self.repo), "PYTHONUNBUFFERED": "1"}
+        stderr_path = run_dir / "stderr.txt"
+
+        def limit_files() -> None:
+            import resource
+
+            assert nofile is not None
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
+        with open(stderr_path, "wb") as err:
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, env=env, cwd=self.repo,
+                                    preexec_fn=limit_files if nofile is not None else None)
+        try:
+            host, port = _listening_line(proc, stderr_path)
+            yield Daemon(host, port, proc.pid, proc, stderr_path, log_dir)
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(STOP_TIMEOUT)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
+            shutil.rmtree(run_dir, ignore_errors=True)  # event logs of gigabytes
+
+
+def _listening_line(proc: subprocess.Popen[bytes], stderr_path: Path) -> tuple[str, int]:
+    """Wait for ``jetd listening on HOST:PORT``; kill the daemon if it does not come."""
+    assert proc.stdout is not None
+    line = b""
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    with selectors.DefaultSelector() as selector:
+        selector.register(proc.stdout, selectors.EVENT_READ)
+        while not line.endswith(b"\n"):
+            remaining = deadline - time.monotonic()
+            chunk = os.read(proc.stdout.fileno(), 1) if remaining > 0 and selector.select(remaining) else b""
+            if not chunk:
+                proc.kill()
+                proc.wait()
+                raise RuntimeError(f"jetd did not start: {stderr_path.read_text(errors='replace')[-2000:]}")
+            line += chunk
+    host, _, port = line.decode().strip().removeprefix("jetd listening on ").rpartition(":")
+    return host, int(port)
+
+
+class PeerGone(Exception):
+    """The daemon closed the connection (EOF or reset)."""
+
+
+class RawPeer:
+    """One blocking connection: send frames or raw bytes, read messages, with timeouts.
+
+    ``messages`` keeps the last CLOSE seen in ``close``; ``info`` is the daemon's INFO
+    (read at once unless ``read_info`` is false)."""
+
+    def __init__(self, address: tuple[str, int], *, rcvbuf: Optional[int] = None, read_info: bool = True,
+                 timeout: float = WAIT) -> None:
+        if address[0] != HOST:
+            raise ValueError("chaos talks to 127.0.0.1 only")
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if rcvbuf is not None:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        self.sock.settimeout(timeout)
+        self.sock.connect(address)
+        self.decoder = Decoder(max_body=MAX_BODY_READ)
+        self.eof = False
+        self.received = 0
+        self.close_frame: Optional[Close] = None
+        self.info: Optional[Info] = None
+        if read_info:
+            first = self.recv(timeout)
+            if isinstance(first, Info):
+                self.info = first
+
+    @property
+    def max_body(self) -> int:
+        return self.info.max_body if self.info is not None else 1 << 20
+
+    def send(self, *messages: Message) -> None:
+        self.sock.sendall(b"".join(encode(m) for m in messages))
+
+    def send_raw(self, data: bytes, timeout: float = WAIT) -> bool:
+        """Send ``data``; False if the daemon closed, reset or stopped reading."""
+        self.sock.settimeout(timeout)
+        try:
+            self.sock.sendall(data)
+        except (OSError, TimeoutError):
+            return False
+        return True
+
+    def _fill(self, timeout: float) -> bool:
+        """Read once; False on timeout. Raises PeerGone at EOF or reset."""
+        if self.eof:
+            raise PeerGone("daemon closed the connection")
+        self.sock.settimeout(max(timeout, 0.001))
+        try:
+            data = self.sock.recv(READ_CHUNK)
+        except TimeoutError:
+            return False
+        except OSError:
+            data = b""
+        if not data:
+            self.eof = True
+            raise PeerGone("daemon closed the connection")
+        self.received += len(data)
+        self.decoder.receive_data(data)
+        return True
+
+    def recv(self, timeout: float = WAIT) -> Message:
+        """The next message. Raises PeerGone at EOF, TimeoutError after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            message = self.decoder.next_message()
+            if message is not None:
+                if isinstance(message, Close):
+                    self.close_frame = message
+                return message
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"no message within {timeout} s")
+            self._fill(remaining)
+
+    def answer(self, rid: int, timeout: float = WAIT) -> Response:
+        """Read until the response to ``rid`` (other messages are dropped)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            message = self.recv(deadline - time.monotonic())
+            if isinstance(message, Response) and message.id == rid:
+                return message
+            if isinstance(message, Close):
+                raise PeerGone(f"CLOSE {message.status.name} {message.message!r}")
+
+    def read_to_end(self, timeout: float) -> bool:
+        """Read and decode everything until EOF (True) or ``timeout`` (False); a CLOSE
+        read on the way is kept in ``close_frame``."""
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                while (message := self.decoder.next_message()) is not None:
+                    if isinstance(message, Close):
+                        self.close_frame = message
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._fill(remaining)
+        except PeerGone:
+            while (message := self.decoder.next_message()) is not None:
+                if isinstance(message, Close):
+                    self.close_frame = message
+            return True
+        except Exception:  # a frame our decoder rejects: stop reading, say so
+            return self.eof
+
+    def drain_raw(self, timeout: float) -> bool:
+        """Read and discard bytes until EOF (True) or ``timeout`` (False)."""
+        deadline = time.monotonic() + timeout
+        self.sock.settimeout(0.2)
+        while time.monotonic() < deadline:
+            try:
+                data = self.sock.recv(READ_CHUNK)
+            except TimeoutError:
+                continue
+            except OSError:
+                data = b""
+            if not data:
+                self.eof = True
+                return True
+            self.received += len(data)
+        return False
+
+    def pump(self) -> None:
+        """Read what has arrived, without waiting; note INFO, CLOSE and EOF."""
+        try:
+            data = self.sock.recv(READ_CHUNK, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.eof = True
+            return
+        self.received += len(data)
+        self.decoder.receive_data(data)
+        with contextlib.suppress(Exception):  # a frame our decoder rejects ends the decoding, not the read
+            while (message := self.decoder.next_message()) is not None:
+                if isinstance(message, Info) and self.info is None:
+                    self.info = message
+                elif isinstance(message, Close):
+                    self.close_frame = message
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+
+def pump_all(peers: Sequence[RawPeer], seconds: float) -> None:
+    """Read whatever the daemon sends to ``peers`` for ``seconds``, or until all of them
+    have reached EOF."""
+    deadline = time.monotonic() + seconds
+    with selectors.DefaultSelector() as selector:
+        for peer in peers:
+            if not peer.eof:
+                selector.register(peer.sock, selectors.EVENT_READ, peer)
+        while selector.get_map() and (remaining := deadline - time.monotonic()) > 0:
+            for key, _ in selector.select(remaining):
+                key.data.pump()
+                if key.data.eof:
+                    selector.unregister(key.fileobj)
+
+
+def owner_with_state(address: tuple[str, int], key: str, size: int) -> RawPeer:
+    """A connection that owns ``key`` with a BYTES value of ``size`` bytes."""
+    owner = RawPeer(address)
+    owner.send(AddState(1, key, Value.of(b"\x5a" * size)))
+    owner.answer(1)
+    return owner
+
+
+def value_size_for(peer: RawPeer, wanted: int, key: str) -> int:
+    """A value size near ``wanted`` whose ADD_STATE and GET_STATE answer fit max_body."""
+    return max(1, min(wanted, peer.max_body - len(key) - 64))
+
+
+class HealthPeer:
+    """ISSUE 12: a peer that reads (GET_STATE) and sets (NOTIFY_STATE, as the state's
+    owner) a small state every 50 ms and records how long each answer took."""
+
+    KEY = "chaos/health"
+
+    def __init__(self, address: tuple[str, int]) -> None:
+        self.peer = RawPeer(address)
+        self.peer.send(AddState(1, self.KEY, Value.of(0)))
+        self.peer.answer(1)
+        self.waits: list[float] = []
+        self.timeouts = 0
+        self.lost = ""  # why the health peer stopped early, if it did
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="chaos-health", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        rid = 1
+        tick = time.monotonic()
+        try:
+            while not self._stop.is_set():
+                for make in (lambda i: GetState(i, self.KEY), lambda i: NotifyState(i, self.KEY, Value.of(i))):
+                    rid += 1
+                    started = time.monotonic()
+                    self.peer.send(make(rid))
+                    try:
+                        self.peer.answer(rid, HEALTH_TIMEOUT)
+                    except TimeoutError:
+                        self.timeouts += 1
+                        self.waits.append(time.monotonic() - started)
+                        self.lost = f"no answer within {HEALTH_TIMEOUT:.0f} s"
+                        return
+                    self.waits.append(time.monotonic() - started)
+                tick += HEALTH_PERIOD
+                self._stop.wait(max(0.0, tick - time.monotonic()))
+        except (PeerGone, OSError) as exc:
+            self.lost = f"connection lost ({exc})"
+
+    def stop(self) -> dict[str, object]:
+        """Stop; returns max and p99 wait (ms), samples and timeouts."""
+        self._stop.set()
+        self._thread.join(HEALTH_TIMEOUT + 5)
+        self.peer.close()
+        waits = sorted(self.waits)
+        if not waits:
+            return {"health_max_ms": None, "health_p99_ms": None, "health_samples": 0,
+                    "health_timeouts": self.timeouts, "health_lost": self.lost}
+        p99 = waits[min(len(waits) - 1, int(len(waits) * 0.99))]
+        return {"health_max_ms": round(waits[-1] * 1000, 1), "health_p99_ms": round(p99 * 1000, 1),
+                "health_samples": len(waits), "health_timeouts": self.timeouts, "health_lost": self.lost}
+
+
+def _status_kib(pid: int) -> dict[str, int]:
+    out: dict[str, int] = {}
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                out[line[:5]] = int(line.split()[1])
+    return out
+
+
+class MemorySampler:
+    """Samples the daemon's VmRSS every 20 ms; also reads VmHWM at the end."""
+
+    def __init__(self, pid: Optional[int]) -> None:
+        self.pid = pid
+        self.base_kib = self.peak_kib = self.hwm_kib = 0
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        if pid is not None:
+            self.base_kib = self.peak_kib = _status_kib(pid).get("VmRSS", 0)
+            self._thread = threading.Thread(target=self._run, name="chaos-rss", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        assert self.pid is not None
+        while not self._stop.wait(SAMPLE_PERIOD):
+            try:
+                kib = _status_kib(self.pid)
+            except OSError:
+                return
+            self.peak_kib = max(self.peak_kib, kib.get("VmRSS", 0))
+            self.hwm_kib = kib.get("VmHWM", self.hwm_kib)
+
+    def stop(self) -> dict[str, object]:
+        """Stop; returns base, peak and growth of RSS and the high-water mark (MB)."""
+        self._stop.set()
+        if self._thread is None:
+            return {"rss_base_mb": None, "rss_peak_mb": None, "rss_growth_mb": None, "hwm_mb": None}
+        self._thread.join(5)
+        mb = 1024.0
+        return {"rss_base_mb": round(self.base_kib / mb, 1), "rss_peak_mb": round(self.peak_kib / mb, 1),
+                "rss_growth_mb": round((self.peak_kib - self.base_kib) / mb, 1),
+                "hwm_mb": round(self.hwm_kib / mb, 1)}
+
+
+@contextlib.contextmanager
+def watched(daemon: Daemon, row: dict[str, object], health: bool = True) -> Iterator[None]:
+    """Health peer and RSS sampler around an attack; their numbers go into ``row``."""
+    memory = MemorySampler(daemon.pid)
+    peer = HealthPeer(daemon.address) if health else None
+    try:
+        yield
+    finally:
+        if peer is not None:
+            row.update(peer.stop())
+        row.update(memory.stop())
+
+
+def close_all(peers: Sequence[RawPeer]) -> None:
+    for peer in peers:
+        peer.close()
