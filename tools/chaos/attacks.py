@@ -8,6 +8,7 @@ import math
 import os
 import selectors
 import signal
+import socket
 import struct
 import threading
 import time
@@ -95,14 +96,13 @@ class Drainer:
 
     def _run(self) -> None:
         with selectors.DefaultSelector() as selector:
-            for peer in self._peers:
-                peer.sock.setblocking(False)
+            for peer in self._peers:  # others may send on them meanwhile: they stay blocking
                 selector.register(peer.sock, selectors.EVENT_READ, peer)
             while not self._stop.is_set() and selector.get_map():
                 for key, _ in selector.select(0.1):
                     peer = key.data
                     try:
-                        data = peer.sock.recv(READ_CHUNK)
+                        data = peer.sock.recv(READ_CHUNK, socket.MSG_DONTWAIT)
                     except BlockingIOError:
                         continue
                     except OSError:
@@ -119,9 +119,6 @@ class Drainer:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(5)
-        for peer in self._peers:
-            with contextlib.suppress(OSError):
-                peer.sock.setblocking(True)
 
 
 def wait_until(done: Callable[[], bool], timeout: float, step: float = 0.05) -> bool:
@@ -239,7 +236,7 @@ def partial_frames(run: Run) -> Row:
                     if peer.send_raw(frame, timeout=max(0.1, min(2.0, deadline - time.monotonic()))):
                         sent += 1
                 time.sleep(run.seconds(12))
-                ends = closures(peers, 1.0)
+                ends = closures(peers, run.seconds(1, 0.2))
         finally:
             close_all(peers)
     row["outcome"] = f"{sent} of {count} frames held 1 byte short; after the wait: {describe(ends)}"
@@ -271,7 +268,7 @@ def trickle(run: Run) -> Row:
                             alive.remove(peer)
                     time.sleep(0)  # let the daemon read each pair apart
                 time.sleep(run.seconds(2))
-                ends = closures(peers, 0.5)
+                ends = closures(peers, run.seconds(0.5, 0.2))
         finally:
             close_all(peers)
     growth = row.get("rss_growth_mb")
@@ -309,16 +306,17 @@ class RoutedOwner:
 class SetClient:
     """Pipelines routed sets (``window`` in flight) and records the ids answered OK."""
 
-    def __init__(self, daemon: Daemon, key: str, first_id: int, window: int = 32) -> None:
+    def __init__(self, daemon: Daemon, key: str, first_id: int, window: int = 32, size: int = 8) -> None:
         self.peer = RawPeer(daemon.address)
         self.key, self.next_id, self.window = key, first_id, window
+        self.value = Value.of(b"\x5a" * size)
         self.acked: list[int] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="chaos-setter", daemon=True)
         self._thread.start()
 
     def _send(self, n: int) -> None:
-        frames = [encode(SetState(self.next_id + i, self.key, Value.of(self.next_id + i))) for i in range(n)]
+        frames = [encode(SetState(self.next_id + i, self.key, self.value)) for i in range(n)]
         self.next_id += n
         self.peer.sock.sendall(b"".join(frames))
 
@@ -358,14 +356,15 @@ def logged_set_ids(log_dir: Path, key: str) -> set[int]:
 
 
 def fsync_always(run: Run) -> Row:
-    """Routed sets under ``--log-fsync always``, then SIGKILL: acknowledged but unlogged."""
+    """Routed sets of 4 KiB values (4 clients, 32 in flight each) under ``--log-fsync
+    always``, then SIGKILL: how many acknowledged sets are not in the log?"""
     row: Row = {}
     key, clients = "chaos/durable", 4
     with run.target.daemon("--log-fsync", "always", log=True, own=True) as daemon:
         owner = RoutedOwner(daemon, key)
         setters: list[SetClient] = []
         with watched(daemon, row):
-            setters = [SetClient(daemon, key, (c + 1) * 10_000_000) for c in range(clients)]
+            setters = [SetClient(daemon, key, (c + 1) * 10_000_000, size=4096) for c in range(clients)]
             started = time.monotonic()
             time.sleep(run.seconds(15, 0.5))
             daemon.signal(signal.SIGKILL)
@@ -379,7 +378,7 @@ def fsync_always(run: Run) -> Row:
     acked = [i for s in setters for i in s.acked]
     missing = sum(1 for i in acked if i not in logged)
     row["log_lost"] = f"{missing:,} of {len(acked):,} ({100 * missing / max(1, len(acked)):.1f}%)"
-    row["outcome"] = f"{len(acked) / elapsed:,.0f} acknowledged sets/s by {clients} clients, then SIGKILL"
+    row["outcome"] = f"{len(acked) / elapsed:,.0f} acknowledged sets/s of 4 KiB by {clients} clients, then SIGKILL"
     return row
 
 
@@ -447,24 +446,31 @@ def route_timeouts(run: Run) -> Row:
     """A burst of 200,000 routed sets to owners that never answer (short route timeout)."""
     row: Row = {}
     total, per_owner = run.n(200_000, 10), 10_000  # jetd's default max_pending_per_owner
-    timeout = max(0.5, round(2 * run.scale, 1))
+    timeout = max(0.5, round(5 * run.scale, 1))  # jetd's default: long enough to route them all first
     with run.target.daemon("--route-timeout", str(timeout)) as daemon:
         owners = [owner_with_state(daemon, f"chaos/rt/{k}", 1)[0] for k in range(math.ceil(total / per_owner))]
         requester = RawPeer(daemon.address)
         drainer = Drainer([*owners, requester])
         burst = b"".join(encode(SetState(i + 1, f"chaos/rt/{i // per_owner}", Value.of(i))) for i in range(total))
         try:
-            with watched(daemon, row):
+            with watched(daemon, row) as health:
                 started = time.monotonic()
+                requester.sock.settimeout(60)
                 requester.sock.sendall(burst)
+                wait_until(lambda: sum(drainer.frames(o, FrameType.REQUEST) for o in owners) >= total, 60, 0.01)
+                routed = time.monotonic()
                 answered = wait_until(lambda: drainer.frames(requester, FrameType.RESPONSE) >= total, 60, 0.01)
                 took = time.monotonic() - started
                 time.sleep(run.seconds(1))
+                assert health is not None
+                stalls = (health.max_wait_ms(started, routed),
+                          health.max_wait_ms(max(routed, started + timeout) + 0.01, time.monotonic()))
         finally:
             drainer.stop()
             close_all([requester, *owners])
     got = drainer.frames(requester, FrameType.RESPONSE)
-    row["outcome"] = f"{got:,} of {total:,} sets answered (TIMEOUT) {'within' if answered else 'not within'} {took:.1f} s"
+    row["outcome"] = (f"{got:,} of {total:,} sets answered (TIMEOUT) {'within' if answered else 'not within'} "
+                      f"{took:.1f} s; health max {stalls[0]} ms while routing, {stalls[1]} ms while timing out")
     return row
 
 
@@ -487,7 +493,7 @@ def overload_close(run: Run) -> Row:
                         break
                     time.sleep(0.005)  # one request per read of the daemon
                 time.sleep(run.seconds(8))  # past the slow deadline (3 s here; jetd checks it each second)
-                ended = attacker.read_to_end(run.seconds(30, 1))
+                ended = attacker.read_to_end(run.seconds(30))
         finally:
             close_all([owner, *([attacker] if attacker else [])])
     close = attacker.close_frame if attacker else None
@@ -497,47 +503,61 @@ def overload_close(run: Run) -> Row:
 
 
 def shutdown_close(run: Run) -> Row:
-    """10 peers pipelining GETs of a 1 MiB state (32 in flight) when the daemon gets
-    SIGTERM: how many read a CLOSE before the connection ends?"""
+    """10 peers pipelining GETs of a 1 MiB state (32 in flight) and reading slowly
+    (about 3 MB/s each), so that megabytes are queued for them when the daemon gets
+    SIGTERM: how many read a CLOSE before their connection ends?"""
     row: Row = {}
     count = run.n(10)
-    got_close: Counter[str] = Counter()
+    ends: Counter[str] = Counter()
     with run.target.daemon(own=True) as daemon:
         owner, _ = owner_with_state(daemon, "chaos/big", MiB)
-        peers = [RawPeer(daemon.address) for _ in range(count)]
-        stop_sending = threading.Event()
+        peers = [RawPeer(daemon.address, rcvbuf=65536) for _ in range(count)]
+        give_up = threading.Event()
+
+        in_flight = run.n(32)
 
         def pipeline(peer: RawPeer) -> None:
-            rid = 32
+            rid = in_flight
+            peer.sock.settimeout(1)
             try:
-                peer.sock.sendall(b"".join(encode(GetState(i + 1, "chaos/big")) for i in range(32)))
-                while True:
-                    message = peer.recv(20)
-                    if isinstance(message, Close):
-                        got_close[f"CLOSE {message.status.name}"] += 1
-                        return
-                    if isinstance(message, Response) and not stop_sending.is_set():
-                        rid += 1
-                        peer.sock.sendall(encode(GetState(rid, "chaos/big")))
+                peer.sock.sendall(b"".join(encode(GetState(i + 1, "chaos/big")) for i in range(in_flight)))
+                while not give_up.is_set():
+                    time.sleep(0.02)
+                    try:
+                        data = peer.sock.recv(65536)
+                    except TimeoutError:
+                        continue
+                    if not data:
+                        raise PeerGone("EOF")
+                    peer.decoder.receive_data(data)
+                    for message in peer.decoder.messages():
+                        if isinstance(message, Close):
+                            ends[f"CLOSE {message.status.name}"] += 1
+                            return
+                        if isinstance(message, Response):
+                            rid += 1
+                            peer.sock.sendall(encode(GetState(rid, "chaos/big")))
+                ends["still open"] += 1
             except (PeerGone, OSError):
-                got_close["EOF/reset without CLOSE"] += 1
-            except Exception:
-                got_close["no CLOSE within 20 s"] += 1
+                ends["EOF/reset without CLOSE"] += 1
 
         threads = [threading.Thread(target=pipeline, args=(p,), daemon=True) for p in peers]
         with watched(daemon, row, health=False):
             for thread in threads:
                 thread.start()
-            time.sleep(run.seconds(2))
+            time.sleep(run.seconds(3))
             daemon.signal(signal.SIGTERM)
             started = time.monotonic()
             code = daemon.wait(30)
             exit_s = time.monotonic() - started
+        deadline = time.monotonic() + 20
         for thread in threads:
-            thread.join(25)
-        stop_sending.set()
+            thread.join(max(0.0, deadline - time.monotonic()))
+        give_up.set()
+        for thread in threads:
+            thread.join(5)
         close_all([owner, *peers])
-    row["outcome"] = f"{count} pipelining peers at SIGTERM: {describe(got_close)}; jetd exited {code} in {exit_s:.1f} s"
+    row["outcome"] = f"{count} slow pipelining peers at SIGTERM: {describe(ends)}; jetd exited {code} in {exit_s:.1f} s"
     return row
 
 
@@ -584,7 +604,7 @@ def fd_limit(run: Run) -> Row:
                     peers.append(RawPeer(daemon.address, read_info=False, timeout=2))
                 except OSError:
                     states["connect failed"] += 1
-            ends = _first_answers(peers, run.seconds(3, 1))
+            ends = _first_answers(peers, run.seconds(3, 0.5))
             states.update(ends)
             alive = daemon.proc is not None and daemon.proc.poll() is None
         close_all(peers)
@@ -617,10 +637,11 @@ ATTACKS: dict[str, tuple[str, Callable[[Run], Row]]] = {
     "fetch-100": ('100 FETCH_STATES("") over 2,000 states of 4 KiB in one write, never read', fetch_flood),
     "partial-400": ("400 connections each send all but the last byte of a 1 MiB frame", partial_frames),
     "trickle": ("frames trickled in 2-byte writes, 20 connections", trickle),
-    "fsync-always": ("--log-fsync always: routed sets, SIGKILL, acknowledged ids missing from the log", fsync_always),
+    "fsync-always": ("--log-fsync always: routed sets of 4 KiB, SIGKILL, acknowledged ids missing from the log",
+                     fsync_always),
     "log-growth": ("--log-events: a 64 KiB state notified flat out to 10 fetchers", log_growth),
     "fetch-1m": ('one FETCH_STATES("") over 1,000,000 states', big_fetch),
-    "route-timeouts": ("a burst of 200,000 route timeouts (owners never answer, --route-timeout 2)", route_timeouts),
+    "route-timeouts": ("a burst of 200,000 route timeouts (owners never answer, --route-timeout 5)", route_timeouts),
     "overload-close": ("slow consumer closed OVERLOADED: does it get its CLOSE?", overload_close),
     "shutdown-close": ("pipelining peers at SIGTERM: do they get CLOSE?", shutdown_close),
     "notify-edge": ("NOTIFY_STATE event within 4 bytes of max_body, no fetcher", notify_edge),

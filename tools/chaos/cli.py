@@ -108,7 +108,10 @@ def print_table(rows: Sequence[Row], args: argparse.Namespace) -> None:
         table.add_column(heading, justify="left" if key in ("attack", "outcome", "log_lost") else "right",
                          overflow="fold")
     for row in rows:
-        table.add_row(*(_cell(row.get(key)) for key, _ in COLUMNS))
+        cells = {key: _cell(row.get(key)) for key, _ in COLUMNS}
+        if row.get("health_timeouts"):  # the health peer gave up waiting: the stall was longer
+            cells["health_max_ms"] = "> " + cells["health_max_ms"]
+        table.add_row(*cells.values())
     Console(width=max(200, shutil.get_terminal_size().columns)).print(table)
 
 

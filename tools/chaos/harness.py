@@ -336,6 +336,7 @@ class HealthPeer:
         self.peer.send(AddState(1, self.KEY, Value.of(0)))
         self.peer.answer(1)
         self.waits: list[float] = []
+        self.started: list[float] = []  # monotonic time each request of ``waits`` was sent
         self.timeouts = 0
         self.lost = ""  # why the health peer stopped early, if it did
         self._stop = threading.Event()
@@ -356,13 +357,20 @@ class HealthPeer:
                     except TimeoutError:
                         self.timeouts += 1
                         self.waits.append(time.monotonic() - started)
+                        self.started.append(started)
                         self.lost = f"no answer within {HEALTH_TIMEOUT:.0f} s"
                         return
                     self.waits.append(time.monotonic() - started)
+                    self.started.append(started)
                 tick += HEALTH_PERIOD
                 self._stop.wait(max(0.0, tick - time.monotonic()))
         except (PeerGone, OSError) as exc:
             self.lost = f"connection lost ({exc})"
+
+    def max_wait_ms(self, since: float, until: float) -> Optional[float]:
+        """The longest wait (ms) of the requests sent or answered between two times."""
+        waits = [w for s, w in zip(self.started, self.waits, strict=False) if s < until and s + w > since]
+        return round(max(waits) * 1000, 1) if waits else None
 
     def stop(self) -> dict[str, object]:
         """Stop; returns max and p99 wait (ms), samples and timeouts."""
@@ -423,12 +431,12 @@ class MemorySampler:
 
 
 @contextlib.contextmanager
-def watched(daemon: Daemon, row: dict[str, object], health: bool = True) -> Iterator[None]:
+def watched(daemon: Daemon, row: dict[str, object], health: bool = True) -> Iterator[Optional[HealthPeer]]:
     """Health peer and RSS sampler around an attack; their numbers go into ``row``."""
     memory = MemorySampler(daemon.pid)
     peer = HealthPeer(daemon.address) if health else None
     try:
-        yield
+        yield peer
     finally:
         if peer is not None:
             row.update(peer.stop())
