@@ -184,9 +184,10 @@ def get_flood(run: Run, count: int, connections: int) -> Row:
         attackers: list[RawPeer] = []
         try:
             with watched(daemon, row):
-                for _ in range(connections):
-                    attackers.append(RawPeer(daemon.address, rcvbuf=4096))
-                    attackers[-1].send_raw(payload)
+                # All connected first: once one has sent, the daemon may not even greet the next.
+                attackers = [RawPeer(daemon.address, rcvbuf=4096) for _ in range(connections)]
+                for attacker in attackers:
+                    attacker.send_raw(payload)
                 time.sleep(run.seconds(12))
         finally:
             close_all([*attackers, owner])
@@ -229,7 +230,10 @@ def partial_frames(run: Run) -> Row:
                 for _ in range(count):
                     if time.monotonic() > deadline:
                         break
-                    peer = RawPeer(daemon.address)
+                    try:
+                        peer = RawPeer(daemon.address)
+                    except (OSError, PeerGone):  # a daemon that refuses more of them
+                        continue
                     peers.append(peer)
                     body = peer.max_body
                     frame = _HEADER.pack(FrameType.REQUEST, body) + b"\x00" * (body - 1)
@@ -610,10 +614,14 @@ def fd_limit(run: Run) -> Row:
         close_all(peers)
         time.sleep(0.2)
         lines = [line for line in daemon.stderr().splitlines()
-                 if any(w in line.lower() for w in ("accept", "too many open files", "emfile", "refus", "descriptor"))]
+                 if any(w in line.lower() for w in FD_WORDS)]
+    first = f" (first: {lines[0][-120:]!r})" if lines else ""
     row["outcome"] = (f"RLIMIT_NOFILE {nofile}, {count} connections: {describe(states)}; "
-                      f"{len(lines)} log line(s) about it{'' if alive else '; jetd died'}")
+                      f"{len(lines)} log line(s) about it{first}{'' if alive else '; jetd died'}")
     return row
+
+
+FD_WORDS = ("accept", "too many open files", "emfile", "refus", "descriptor", "rlimit", "nofile")
 
 
 def _first_answers(peers: Sequence[RawPeer], timeout: float) -> Counter[str]:
