@@ -183,12 +183,12 @@ def get_flood(run: Run, count: int, connections: int) -> Row:
         payload = b"".join(encode(GetState(i + 1, "chaos/big")) for i in range(count))
         attackers: list[RawPeer] = []
         try:
-            with watched(daemon, row):
+            with watched(daemon, row) as watch:
                 # All connected first: once one has sent, the daemon may not even greet the next.
                 attackers = [RawPeer(daemon.address, rcvbuf=4096) for _ in range(connections)]
                 for attacker in attackers:
                     attacker.send_raw(payload)
-                time.sleep(run.seconds(12))
+                watch.settle(run.seconds(12), run.seconds(45))
         finally:
             close_all([*attackers, owner])
     row["outcome"] = (f"{connections} x {count} answers of {size / MiB:.2f} MiB asked in {len(payload):,} B; "
@@ -204,10 +204,10 @@ def fetch_flood(run: Run) -> Row:
         owners = add_states(daemon, "chaos/f/", states, 4096)
         attacker: Optional[RawPeer] = None
         try:
-            with watched(daemon, row):
+            with watched(daemon, row) as watch:
                 attacker = RawPeer(daemon.address, rcvbuf=4096)
                 attacker.send_raw(b"".join(encode(FetchStates(i + 1, "")) for i in range(fetches)))
-                time.sleep(run.seconds(12))
+                watch.settle(run.seconds(12), run.seconds(45))
         finally:
             close_all([*owners, *([attacker] if attacker else [])])
     row["outcome"] = f"{fetches} fetches x {states:,} adds of 4 KiB: {fetches * states * 4096 / 1e6:,.0f} MB owed"
@@ -457,7 +457,7 @@ def route_timeouts(run: Run) -> Row:
         drainer = Drainer([*owners, requester])
         burst = b"".join(encode(SetState(i + 1, f"chaos/rt/{i // per_owner}", Value.of(i))) for i in range(total))
         try:
-            with watched(daemon, row) as health:
+            with watched(daemon, row) as watch:
                 started = time.monotonic()
                 requester.sock.settimeout(60)
                 requester.sock.sendall(burst)
@@ -466,6 +466,7 @@ def route_timeouts(run: Run) -> Row:
                 answered = wait_until(lambda: drainer.frames(requester, FrameType.RESPONSE) >= total, 60, 0.01)
                 took = time.monotonic() - started
                 time.sleep(run.seconds(1))
+                health = watch.health
                 assert health is not None
                 stalls = (health.max_wait_ms(started, routed),
                           health.max_wait_ms(max(routed, started + timeout) + 0.01, time.monotonic()))

@@ -27,7 +27,6 @@ STARTUP_TIMEOUT = 20.0
 STOP_TIMEOUT = 15.0
 WAIT = 10.0  # default wait for one answer
 HEALTH_PERIOD = 0.05  # ISSUE 12: a health peer that reads and sets a state every 50 ms
-HEALTH_TIMEOUT = 15.0
 SAMPLE_PERIOD = 0.02
 READ_CHUNK = 1 << 20
 MAX_BODY_READ = 256 * 1024 * 1024  # what our own decoders accept
@@ -345,27 +344,34 @@ class HealthPeer:
 
     def _run(self) -> None:
         rid = 1
-        tick = time.monotonic()
         try:
             while not self._stop.is_set():
+                cycle = time.monotonic()
                 for make in (lambda i: GetState(i, self.KEY), lambda i: NotifyState(i, self.KEY, Value.of(i))):
                     rid += 1
                     started = time.monotonic()
                     self.peer.send(make(rid))
-                    try:
-                        self.peer.answer(rid, HEALTH_TIMEOUT)
-                    except TimeoutError:
-                        self.timeouts += 1
-                        self.waits.append(time.monotonic() - started)
-                        self.started.append(started)
-                        self.lost = f"no answer within {HEALTH_TIMEOUT:.0f} s"
-                        return
+                    answered = self._wait_for(rid)
                     self.waits.append(time.monotonic() - started)
                     self.started.append(started)
-                tick += HEALTH_PERIOD
-                self._stop.wait(max(0.0, tick - time.monotonic()))
+                    if not answered:
+                        self.timeouts += 1
+                        self.lost = "still waiting for an answer at the end"
+                        return
+                self._stop.wait(max(0.0, cycle + HEALTH_PERIOD - time.monotonic()))
         except (PeerGone, OSError) as exc:
             self.lost = f"connection lost ({exc})"
+
+    def _wait_for(self, rid: int) -> bool:
+        """Wait for the answer to ``rid`` however long it takes; False if the attack
+        ended first (its wait is then a lower bound)."""
+        while True:
+            try:
+                self.peer.answer(rid, 0.5)
+                return True
+            except TimeoutError:
+                if self._stop.is_set():
+                    return False
 
     def max_wait_ms(self, since: float, until: float) -> Optional[float]:
         """The longest wait (ms) of the requests sent or answered between two times."""
@@ -375,7 +381,7 @@ class HealthPeer:
     def stop(self) -> dict[str, object]:
         """Stop; returns max and p99 wait (ms), samples and timeouts."""
         self._stop.set()
-        self._thread.join(HEALTH_TIMEOUT + 5)
+        self._thread.join(5)
         self.peer.close()
         waits = sorted(self.waits)
         if not waits:
@@ -430,13 +436,31 @@ class MemorySampler:
                 "hwm_mb": round(self.hwm_kib / mb, 1)}
 
 
+@dataclass
+class Watch:
+    """What watches an attack: the health peer (if any) and the RSS sampler."""
+
+    health: Optional[HealthPeer]
+    memory: MemorySampler
+
+    def settle(self, least: float, most: float, quiet: float = 2.0) -> None:
+        """Observe for ``least`` seconds, then until the daemon's RSS peak has not grown
+        (by 1% or 4 MiB) for ``quiet`` seconds, ``most`` seconds in all."""
+        start = last_change = time.monotonic()
+        peak = self.memory.peak_kib
+        while (now := time.monotonic()) - start < most and (now - start < least or now - last_change < quiet):
+            time.sleep(0.1)
+            if self.memory.peak_kib > peak + max(4096, peak // 100):
+                peak, last_change = self.memory.peak_kib, time.monotonic()
+
+
 @contextlib.contextmanager
-def watched(daemon: Daemon, row: dict[str, object], health: bool = True) -> Iterator[Optional[HealthPeer]]:
+def watched(daemon: Daemon, row: dict[str, object], health: bool = True) -> Iterator[Watch]:
     """Health peer and RSS sampler around an attack; their numbers go into ``row``."""
     memory = MemorySampler(daemon.pid)
     peer = HealthPeer(daemon.address) if health else None
     try:
-        yield peer
+        yield Watch(peer, memory)
     finally:
         if peer is not None:
             row.update(peer.stop())
