@@ -406,7 +406,7 @@ class MemorySampler:
 
     def __init__(self, pid: Optional[int]) -> None:
         self.pid = pid
-        self.base_kib = self.peak_kib = self.hwm_kib = 0
+        self.base_kib = self.peak_kib = self.last_kib = self.hwm_kib = 0
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         if pid is not None:
@@ -421,7 +421,8 @@ class MemorySampler:
                 kib = _status_kib(self.pid)
             except OSError:
                 return
-            self.peak_kib = max(self.peak_kib, kib.get("VmRSS", 0))
+            self.last_kib = kib.get("VmRSS", 0)
+            self.peak_kib = max(self.peak_kib, self.last_kib)
             self.hwm_kib = kib.get("VmHWM", self.hwm_kib)
 
     def stop(self) -> dict[str, object]:
@@ -443,7 +444,7 @@ class Watch:
     health: Optional[HealthPeer]
     memory: MemorySampler
 
-    def settle(self, least: float, most: float, quiet: float = 2.0) -> None:
+    def settle(self, least: float, most: float, quiet: float = 5.0) -> None:
         """Observe for ``least`` seconds, then until the daemon's RSS peak has not grown
         (by 1% or 4 MiB) for ``quiet`` seconds, ``most`` seconds in all."""
         start = last_change = time.monotonic()
