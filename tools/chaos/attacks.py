@@ -427,7 +427,7 @@ def log_growth(run: Run) -> Row:
             close_all([owner, *fetchers])
     row["log_lost"] = "n/a"
     row["outcome"] = (f"log grew {grown / 1e6:,.0f} MB in {seconds:.0f} s ({grown / 1e6 / seconds:,.0f} MB/s; "
-                      f"{notified:,} notifies of 64 KiB x 10 fetchers)")
+                      f"{notified:,} notifies of {size // 1024} KiB x 10 fetchers)")
     return row
 
 
@@ -505,7 +505,7 @@ def overload_close(run: Run) -> Row:
     row: Row = {}
     gets = run.n(100)
     with run.target.daemon("--slow-deadline", "3") as daemon:
-        owner, _ = owner_with_state(daemon, "chaos/big", MiB)
+        owner, size = owner_with_state(daemon, "chaos/big", MiB)
         attacker: Optional[RawPeer] = None
         try:
             with watched(daemon, row):
@@ -520,7 +520,7 @@ def overload_close(run: Run) -> Row:
             close_all([owner, *([attacker] if attacker else [])])
     close = attacker.close_frame if attacker else None
     how = f"got CLOSE {close.status.name}" if close else ("EOF/reset without CLOSE" if ended else "still open")
-    row["outcome"] = f"{gets} GET of 1 MiB one by one: {how} after reading {attacker.received / 1e6 if attacker else 0:,.1f} MB"
+    row["outcome"] = f"{gets} GET of {size / MiB:.2f} MiB one by one: {how} after reading {attacker.received / 1e6 if attacker else 0:,.1f} MB"
     return row
 
 

@@ -139,7 +139,7 @@ def _listening_line(proc: subprocess.Popen[bytes], stderr_path: Path) -> tuple[s
             if not chunk:
                 proc.kill()
                 proc.wait()
-                raise RuntimeError(f"jetd did not start: {stderr_path.read_text(errors='replace')[-2000:]}")
+                raise RuntimeError(f"jetd did not start: {stderr_path.read_text(errors='replace')[-2000:].strip()}")
             line += chunk
     host, _, port = line.decode().strip().removeprefix("jetd listening on ").rpartition(":")
     return host, int(port)
