@@ -6,10 +6,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import selectors
 import signal
-import socket
-import struct
 import threading
 import time
 from collections import Counter
@@ -34,11 +31,26 @@ from jetwire import (
 )
 from jetwire.log import LogKind, LogRecord, iter_log
 
-from .harness import READ_CHUNK, Daemon, PeerGone, RawPeer, Target, Watch, close_all, pump_all, watched
+from .harness import (
+    HEADER,
+    Daemon,
+    Drainer,
+    MiB,
+    PeerGone,
+    RawPeer,
+    Target,
+    Watch,
+    add_states,
+    close_all,
+    closures,
+    describe,
+    owner_with_state,
+    pump_all,
+    wait_until,
+    watched,
+)
 
-MiB = 1 << 20
 Row = dict[str, object]
-_HEADER = struct.Struct(">BI")  # PROTOCOL.md 3: type, body length
 
 
 @dataclass
@@ -55,120 +67,6 @@ class Run:
     def seconds(self, full: float, least: float = 0.3) -> float:
         """An observation window scaled down, never below ``least``."""
         return max(least, full * self.scale)
-
-
-class FrameCounter:
-    """Counts frames per type in a byte stream from their headers alone (no decoding)."""
-
-    def __init__(self) -> None:
-        self.by_type: Counter[int] = Counter()
-        self._need = 0  # body bytes of the current frame still to skip
-        self._head = b""
-
-    def feed(self, data: bytes) -> None:
-        pos, size = 0, len(data)
-        while pos < size:
-            if self._need:
-                step = min(self._need, size - pos)
-                self._need -= step
-                pos += step
-                continue
-            want = 5 - len(self._head)
-            self._head += data[pos : pos + want]
-            pos += want
-            if len(self._head) == 5:
-                ftype, self._need = _HEADER.unpack(self._head)
-                self.by_type[ftype] += 1
-                self._head = b""
-
-
-class Drainer:
-    """A thread that reads and discards what the daemon sends to some connections,
-    counting frames per connection, until stopped (or every connection is closed)."""
-
-    def __init__(self, peers: Sequence[RawPeer]) -> None:
-        self.counters = {id(p): FrameCounter() for p in peers}
-        self.closed = 0
-        self._peers = list(peers)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="chaos-drain", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        with selectors.DefaultSelector() as selector:
-            for peer in self._peers:  # others may send on them meanwhile: they stay blocking
-                selector.register(peer.sock, selectors.EVENT_READ, peer)
-            while not self._stop.is_set() and selector.get_map():
-                for key, _ in selector.select(0.1):
-                    peer = key.data
-                    try:
-                        data = peer.sock.recv(READ_CHUNK, socket.MSG_DONTWAIT)
-                    except BlockingIOError:
-                        continue
-                    except OSError:
-                        data = b""
-                    if not data:
-                        selector.unregister(peer.sock)
-                        self.closed += 1
-                        continue
-                    self.counters[id(peer)].feed(data)
-
-    def frames(self, peer: RawPeer, ftype: int) -> int:
-        return self.counters[id(peer)].by_type[ftype]
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-
-
-def wait_until(done: Callable[[], bool], timeout: float, step: float = 0.05) -> bool:
-    """Poll ``done`` until it is true (True) or ``timeout`` passes (False)."""
-    deadline = time.monotonic() + timeout
-    while not done():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(step)
-    return True
-
-
-def owner_with_state(daemon: Daemon, key: str, wanted: int) -> tuple[RawPeer, int]:
-    """A connection owning ``key`` with a BYTES value near ``wanted`` bytes (less if
-    the daemon's max_body needs it); returns it and the value's size."""
-    owner = RawPeer(daemon.address)
-    size = max(1, min(wanted, owner.max_body - len(key) - 64))
-    owner.send(AddState(1, key, Value.of(b"\x5a" * size)))
-    owner.answer(1)
-    return owner, size
-
-
-def add_states(daemon: Daemon, prefix: str, count: int, size: int, per_owner: int = 100_000) -> list[RawPeer]:
-    """``count`` states of ``size`` bytes, ``per_owner`` per connection (jetd's default
-    max_states_per_connection), added in pipelined batches."""
-    owners: list[RawPeer] = []
-    value = Value.of(b"\x5a" * size)
-    for first in range(0, count, per_owner):
-        owner = RawPeer(daemon.address, timeout=60)
-        owners.append(owner)
-        last = min(count, first + per_owner)
-        for start in range(first, last, 10_000):
-            stop = min(last, start + 10_000)
-            owner.sock.sendall(b"".join(encode(AddState(i + 1, f"{prefix}{i:07d}", value)) for i in range(start, stop)))
-            owner.answer(stop, timeout=120)
-    return owners
-
-
-def closures(peers: Sequence[RawPeer], timeout: float) -> Counter[str]:
-    """How each connection ends within ``timeout``: ``CLOSE <STATUS>``, ``EOF without
-    CLOSE`` or ``still open`` (what the daemon sends is read and discarded)."""
-    pump_all(peers, timeout)
-    return Counter(
-        (f"CLOSE {p.close_frame.status.name}" if p.close_frame else "EOF without CLOSE") if p.eof else "still open"
-        for p in peers
-    )
-
-
-def describe(counts: Counter[str]) -> str:
-    return ", ".join(f"{n} {what}" for what, n in counts.most_common()) or "none"
 
 
 # --- 1. output amplification inside one read ---------------------------------------
@@ -249,7 +147,7 @@ def partial_frames(run: Run) -> Row:
                         continue
                     peers.append(peer)
                     body = peer.max_body
-                    frame = _HEADER.pack(FrameType.REQUEST, body) + b"\x00" * (body - 1)
+                    frame = HEADER.pack(FrameType.REQUEST, body) + b"\x00" * (body - 1)
                     if peer.send_raw(frame, timeout=max(0.1, min(2.0, deadline - time.monotonic()))):
                         sent += 1
                 time.sleep(run.seconds(12))
@@ -271,7 +169,7 @@ def trickle(run: Run) -> Row:
             with watched(daemon, row):
                 peers = [RawPeer(daemon.address) for _ in range(conns)]
                 for peer in peers:
-                    peer.send_raw(_HEADER.pack(FrameType.REQUEST, peer.max_body))
+                    peer.send_raw(HEADER.pack(FrameType.REQUEST, peer.max_body))
                 alive = list(peers)
                 deadline = time.monotonic() + run.seconds(30, 2)
                 for _ in range(rounds):

@@ -10,12 +10,14 @@ import selectors
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -23,6 +25,7 @@ from typing import Optional
 from jetwire import AddState, Close, Decoder, GetState, Info, Message, NotifyState, Response, Value, encode
 
 HOST = "127.0.0.1"
+MiB = 1 << 20
 STARTUP_TIMEOUT = 20.0
 STOP_TIMEOUT = 15.0
 WAIT = 10.0  # default wait for one answer
@@ -30,6 +33,7 @@ HEALTH_PERIOD = 0.05  # ISSUE 12: a health peer that reads and sets a state ever
 SAMPLE_PERIOD = 0.02
 READ_CHUNK = 1 << 20
 MAX_BODY_READ = 256 * 1024 * 1024  # what our own decoders accept
+HEADER = struct.Struct(">BI")  # PROTOCOL.md 3: type, body length
 
 
 class NeedsOwnDaemon(Exception):
@@ -311,19 +315,6 @@ def pump_all(peers: Sequence[RawPeer], seconds: float) -> None:
                     selector.unregister(key.fileobj)
 
 
-def owner_with_state(address: tuple[str, int], key: str, size: int) -> RawPeer:
-    """A connection that owns ``key`` with a BYTES value of ``size`` bytes."""
-    owner = RawPeer(address)
-    owner.send(AddState(1, key, Value.of(b"\x5a" * size)))
-    owner.answer(1)
-    return owner
-
-
-def value_size_for(peer: RawPeer, wanted: int, key: str) -> int:
-    """A value size near ``wanted`` whose ADD_STATE and GET_STATE answer fit max_body."""
-    return max(1, min(wanted, peer.max_body - len(key) - 64))
-
-
 class HealthPeer:
     """ISSUE 12: a peer that reads (GET_STATE) and sets (NOTIFY_STATE, as the state's
     owner) a small state every 50 ms and records how long each answer took."""
@@ -471,3 +462,115 @@ def watched(daemon: Daemon, row: dict[str, object], health: bool = True) -> Iter
 def close_all(peers: Sequence[RawPeer]) -> None:
     for peer in peers:
         peer.close()
+
+
+class FrameCounter:
+    """Counts frames per type in a byte stream from their headers alone (no decoding)."""
+
+    def __init__(self) -> None:
+        self.by_type: Counter[int] = Counter()
+        self._need = 0  # body bytes of the current frame still to skip
+        self._head = b""
+
+    def feed(self, data: bytes) -> None:
+        pos, size = 0, len(data)
+        while pos < size:
+            if self._need:
+                step = min(self._need, size - pos)
+                self._need -= step
+                pos += step
+                continue
+            want = 5 - len(self._head)
+            self._head += data[pos : pos + want]
+            pos += want
+            if len(self._head) == 5:
+                ftype, self._need = HEADER.unpack(self._head)
+                self.by_type[ftype] += 1
+                self._head = b""
+
+
+class Drainer:
+    """A thread that reads and discards what the daemon sends to some connections,
+    counting frames per connection, until stopped (or every connection is closed)."""
+
+    def __init__(self, peers: Sequence[RawPeer]) -> None:
+        self.counters = {id(p): FrameCounter() for p in peers}
+        self._peers = list(peers)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="chaos-drain", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        with selectors.DefaultSelector() as selector:
+            for peer in self._peers:  # others may send on them meanwhile: they stay blocking
+                selector.register(peer.sock, selectors.EVENT_READ, peer)
+            while not self._stop.is_set() and selector.get_map():
+                for key, _ in selector.select(0.1):
+                    peer = key.data
+                    try:
+                        data = peer.sock.recv(READ_CHUNK, socket.MSG_DONTWAIT)
+                    except BlockingIOError:
+                        continue
+                    except OSError:
+                        data = b""
+                    if not data:
+                        selector.unregister(peer.sock)
+                        continue
+                    self.counters[id(peer)].feed(data)
+
+    def frames(self, peer: RawPeer, ftype: int) -> int:
+        return self.counters[id(peer)].by_type[ftype]
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+def wait_until(done: Callable[[], bool], timeout: float, step: float = 0.05) -> bool:
+    """Poll ``done`` until it is true (True) or ``timeout`` passes (False)."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(step)
+    return True
+
+
+def owner_with_state(daemon: Daemon, key: str, wanted: int) -> tuple[RawPeer, int]:
+    """A connection owning ``key`` with a BYTES value near ``wanted`` bytes (less if
+    the daemon's max_body needs it); returns it and the value's size."""
+    owner = RawPeer(daemon.address)
+    size = max(1, min(wanted, owner.max_body - len(key) - 64))
+    owner.send(AddState(1, key, Value.of(b"\x5a" * size)))
+    owner.answer(1)
+    return owner, size
+
+
+def add_states(daemon: Daemon, prefix: str, count: int, size: int, per_owner: int = 100_000) -> list[RawPeer]:
+    """``count`` states of ``size`` bytes, ``per_owner`` per connection (jetd's default
+    max_states_per_connection), added in pipelined batches."""
+    owners: list[RawPeer] = []
+    value = Value.of(b"\x5a" * size)
+    for first in range(0, count, per_owner):
+        owner = RawPeer(daemon.address, timeout=60)
+        owners.append(owner)
+        last = min(count, first + per_owner)
+        for start in range(first, last, 10_000):
+            stop = min(last, start + 10_000)
+            owner.sock.sendall(b"".join(encode(AddState(i + 1, f"{prefix}{i:07d}", value)) for i in range(start, stop)))
+            owner.answer(stop, timeout=120)
+    return owners
+
+
+def closures(peers: Sequence[RawPeer], timeout: float) -> Counter[str]:
+    """How each connection ends within ``timeout``: ``CLOSE <STATUS>``, ``EOF without
+    CLOSE`` or ``still open`` (what the daemon sends is read and discarded)."""
+    pump_all(peers, timeout)
+    return Counter(
+        (f"CLOSE {p.close_frame.status.name}" if p.close_frame else "EOF without CLOSE") if p.eof else "still open"
+        for p in peers
+    )
+
+
+def describe(counts: Counter[str]) -> str:
+    return ", ".join(f"{n} {what}" for what, n in counts.most_common()) or "none"
