@@ -205,7 +205,7 @@ class LogSource:
 def _header_damage(stream: IO[bytes], exc: RemoteProtocolError) -> str:
     """What is wrong with a header the reader rejected, with the sizes when it is cut."""
     stream.seek(0)
-    head = stream.read(1 << 16)
+    head = stream.read(1 << 17)  # the longest header: a 65,535-byte name and change
     try:
         decode_header(head)
     except LogHeaderIncomplete as incomplete:
