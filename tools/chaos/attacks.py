@@ -209,7 +209,7 @@ class RoutedOwner:
         peer = self.peer
         try:
             while True:
-                peer._fill(30)
+                peer.fill(30)
                 answers = [Response(m.id, Status.OK, m.value) for m in peer.decoder.messages()
                            if isinstance(m, SetState) and m.id is not None]
                 if answers:
@@ -239,7 +239,7 @@ class SetClient:
         try:
             self._send(self.window)
             while not self._stop.is_set():
-                self.peer._fill(30)
+                self.peer.fill(30)
                 done = [m.id for m in self.peer.decoder.messages() if isinstance(m, Response) and m.status == Status.OK]
                 self.acked += done
                 if done and not self._stop.is_set():

@@ -156,8 +156,8 @@ class PeerGone(Exception):
 class RawPeer:
     """One blocking connection: send frames or raw bytes, read messages, with timeouts.
 
-    ``messages`` keeps the last CLOSE seen in ``close``; ``info`` is the daemon's INFO
-    (read at once unless ``read_info`` is false)."""
+    ``info`` is the daemon's INFO (read at once unless ``read_info`` is false),
+    ``close_frame`` the CLOSE read, if any, ``eof`` whether the daemon closed."""
 
     def __init__(self, address: tuple[str, int], *, rcvbuf: Optional[int] = None, read_info: bool = True,
                  timeout: float = WAIT) -> None:
@@ -195,7 +195,7 @@ class RawPeer:
             return False
         return True
 
-    def _fill(self, timeout: float) -> bool:
+    def fill(self, timeout: float) -> bool:
         """Read once; False on timeout. Raises PeerGone at EOF or reset."""
         if self.eof:
             raise PeerGone("daemon closed the connection")
@@ -225,7 +225,7 @@ class RawPeer:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TimeoutError(f"no message within {timeout} s")
-            self._fill(remaining)
+            self.fill(remaining)
 
     def answer(self, rid: int, timeout: float = WAIT) -> Response:
         """Read until the response to ``rid`` (other messages are dropped)."""
@@ -249,7 +249,7 @@ class RawPeer:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
-                self._fill(remaining)
+                self.fill(remaining)
         except PeerGone:
             while (message := self.decoder.next_message()) is not None:
                 if isinstance(message, Close):
@@ -257,23 +257,6 @@ class RawPeer:
             return True
         except Exception:  # a frame our decoder rejects: stop reading, say so
             return self.eof
-
-    def drain_raw(self, timeout: float) -> bool:
-        """Read and discard bytes until EOF (True) or ``timeout`` (False)."""
-        deadline = time.monotonic() + timeout
-        self.sock.settimeout(0.2)
-        while time.monotonic() < deadline:
-            try:
-                data = self.sock.recv(READ_CHUNK)
-            except TimeoutError:
-                continue
-            except OSError:
-                data = b""
-            if not data:
-                self.eof = True
-                return True
-            self.received += len(data)
-        return False
 
     def pump(self) -> None:
         """Read what has arrived, without waiting; note INFO, CLOSE and EOF."""
