@@ -258,10 +258,11 @@ class RawPeer:
         except Exception:  # a frame our decoder rejects: stop reading, say so
             return self.eof
 
-    def pump(self) -> None:
-        """Read what has arrived, without waiting; note INFO, CLOSE and EOF."""
+    def pump(self, most: int = READ_CHUNK) -> None:
+        """Read what has arrived (up to ``most`` bytes), without waiting; note INFO,
+        CLOSE and EOF (a reset counts as EOF)."""
         try:
-            data = self.sock.recv(READ_CHUNK, socket.MSG_DONTWAIT)
+            data = self.sock.recv(most, socket.MSG_DONTWAIT)
         except BlockingIOError:
             return
         except OSError:
