@@ -381,13 +381,13 @@ def route_timeouts(run: Run) -> Row:
                 answered = wait_until(lambda: drainer.frames(requester, FrameType.RESPONSE) >= total, 60, 0.01)
                 took = time.monotonic() - started
                 time.sleep(run.seconds(1))
-                health = watch.health
-                assert health is not None
-                stalls = (health.max_wait_ms(started, routed),
-                          health.max_wait_ms(max(routed, started + timeout) + 0.01, time.monotonic()))
+                ended = time.monotonic()
         finally:
             drainer.stop()
             close_all([requester, *owners])
+    health = watch.health  # stopped by now: its waits are here
+    assert health is not None
+    stalls = (health.max_wait_ms(started, routed), health.max_wait_ms(max(routed, started + timeout) + 0.01, ended))
     got = drainer.frames(requester, FrameType.RESPONSE)
     row["outcome"] = (f"{got:,} of {total:,} sets answered (TIMEOUT) {'within' if answered else 'not within'} "
                       f"{took:.1f} s; health max {stalls[0]} ms while routing, {stalls[1]} ms while timing out")

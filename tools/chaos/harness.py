@@ -5,6 +5,7 @@ stopped by its context manager whatever happened inside."""
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import os
 import selectors
 import shutil
@@ -20,7 +21,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from jetwire import AddState, Close, Decoder, GetState, Info, Message, NotifyState, Response, Value, encode
 
@@ -261,12 +262,16 @@ class RawPeer:
     def pump(self, most: int = READ_CHUNK) -> None:
         """Read what has arrived (up to ``most`` bytes), without waiting; note INFO,
         CLOSE and EOF (a reset counts as EOF)."""
+        timeout = self.sock.gettimeout()
+        self.sock.settimeout(0)  # with a timeout, Python waits for input even with MSG_DONTWAIT
         try:
-            data = self.sock.recv(most, socket.MSG_DONTWAIT)
+            data = self.sock.recv(most)
         except BlockingIOError:
             return
         except OSError:
             data = b""
+        finally:
+            self.sock.settimeout(timeout)
         if not data:
             self.eof = True
             return
@@ -299,28 +304,25 @@ def pump_all(peers: Sequence[RawPeer], seconds: float) -> None:
                     selector.unregister(key.fileobj)
 
 
-class HealthPeer:
-    """ISSUE 12: a peer that reads (GET_STATE) and sets (NOTIFY_STATE, as the state's
-    owner) a small state every 50 ms and records how long each answer took."""
+class _HealthLoop:
+    """The health peer's work, in its own process (see :class:`HealthPeer`)."""
 
     KEY = "chaos/health"
 
-    def __init__(self, address: tuple[str, int]) -> None:
+    def __init__(self, address: tuple[str, int], stop: Any) -> None:
         self.peer = RawPeer(address)
         self.peer.send(AddState(1, self.KEY, Value.of(0)))
         self.peer.answer(1)
+        self.stop = stop  # a multiprocessing Event
         self.waits: list[float] = []
         self.started: list[float] = []  # monotonic time each request of ``waits`` was sent
         self.timeouts = 0
         self.lost = ""  # why the health peer stopped early, if it did
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="chaos-health", daemon=True)
-        self._thread.start()
 
-    def _run(self) -> None:
+    def run(self) -> None:
         rid = 1
         try:
-            while not self._stop.is_set():
+            while not self.stop.is_set():
                 cycle = time.monotonic()
                 for make in (lambda i: GetState(i, self.KEY), lambda i: NotifyState(i, self.KEY, Value.of(i))):
                     rid += 1
@@ -333,9 +335,11 @@ class HealthPeer:
                         self.timeouts += 1
                         self.lost = "still waiting for an answer at the end"
                         return
-                self._stop.wait(max(0.0, cycle + HEALTH_PERIOD - time.monotonic()))
+                self.stop.wait(max(0.0, cycle + HEALTH_PERIOD - time.monotonic()))
         except (PeerGone, OSError) as exc:
             self.lost = f"connection lost ({exc})"
+        finally:
+            self.peer.close()
 
     def _wait_for(self, rid: int) -> bool:
         """Wait for the answer to ``rid`` however long it takes; False if the attack
@@ -345,19 +349,74 @@ class HealthPeer:
                 self.peer.answer(rid, 0.5)
                 return True
             except TimeoutError:
-                if self._stop.is_set():
+                if self.stop.is_set():
                     return False
 
+
+def _health_process(address: tuple[str, int], stop: Any, results: Any) -> None:
+    try:
+        loop = _HealthLoop(address, stop)
+    except Exception as exc:
+        results.send(f"health peer could not start: {type(exc).__name__}: {exc}")
+        return
+    results.send("ready")
+    loop.run()
+    results.send((loop.waits, loop.started, loop.timeouts, loop.lost))
+
+
+class HealthPeer:
+    """ISSUE 12: a peer that reads (GET_STATE) and sets (NOTIFY_STATE, as the state's
+    owner) a small state every 50 ms and records how long each answer took.
+
+    It runs in a process of its own, so that what the attack's own threads do in this
+    one (encoding, counting frames: the GIL) never shows up as a stall of the daemon.
+    """
+
+    def __init__(self, address: tuple[str, int]) -> None:
+        # fork: a spawned interpreter costs about a second per attack on a busy machine; the
+        # child runs only _health_process (sockets, jetwire), no lock the parent's threads hold.
+        context = multiprocessing.get_context("fork")
+        self._stop = context.Event()
+        self._results, child_end = context.Pipe(duplex=False)
+        self._process = context.Process(target=_health_process, args=(address, self._stop, child_end),
+                                        name="chaos-health", daemon=True)
+        self._process.start()
+        child_end.close()
+        self.waits: list[float] = []
+        self.started: list[float] = []
+        self.timeouts = 0
+        self.lost = ""
+        try:
+            first = self._results.recv() if self._results.poll(STARTUP_TIMEOUT) else "health peer did not start"
+        except EOFError:
+            first = "health peer died at its start"
+        if first != "ready":
+            self._end()
+            raise RuntimeError(first)
+
+    def _end(self) -> None:
+        self._process.join(5)
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join()
+        self._results.close()
+
     def max_wait_ms(self, since: float, until: float) -> Optional[float]:
-        """The longest wait (ms) of the requests sent or answered between two times."""
-        waits = [w for s, w in zip(self.started, self.waits, strict=False) if s < until and s + w > since]
+        """The longest wait (ms) of the requests sent or answered between two times
+        (``time.monotonic()``, the same clock in every process); after :meth:`stop`."""
+        waits = [w for s, w in zip(self.started, self.waits, strict=True) if s < until and s + w > since]
         return round(max(waits) * 1000, 1) if waits else None
 
     def stop(self) -> dict[str, object]:
         """Stop; returns max and p99 wait (ms), samples and timeouts."""
         self._stop.set()
-        self._thread.join(5)
-        self.peer.close()
+        try:
+            if not self._results.poll(10):
+                raise EOFError
+            self.waits, self.started, self.timeouts, self.lost = self._results.recv()
+        except EOFError:
+            self.lost = "the health process sent no result"
+        self._end()
         waits = sorted(self.waits)
         if not waits:
             return {"health_max_ms": None, "health_p99_ms": None, "health_samples": 0,
@@ -433,8 +492,8 @@ class Watch:
 @contextlib.contextmanager
 def watched(daemon: Daemon, row: dict[str, object], health: bool = True) -> Iterator[Watch]:
     """Health peer and RSS sampler around an attack; their numbers go into ``row``."""
-    memory = MemorySampler(daemon.pid)
     peer = HealthPeer(daemon.address) if health else None
+    memory = MemorySampler(daemon.pid)
     try:
         yield Watch(peer, memory)
     finally:
