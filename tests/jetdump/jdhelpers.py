@@ -100,9 +100,9 @@ def run_jetdump(*args: str, stdin: Optional[bytes] = None, timeout: float = RUN_
     )
 
 
-def jetdump_json(*args: str) -> list[dict[str, Any]]:
+def jetdump_json(*args: str, returncode: int = 0) -> list[dict[str, Any]]:
     result = run_jetdump("--json", *args)
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == returncode, result.stderr
     return [json.loads(line) for line in result.stdout.splitlines()]
 
 

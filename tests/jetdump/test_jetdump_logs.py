@@ -89,7 +89,7 @@ def test_damaged_and_truncated_log(tmp_path: Path) -> None:
     path = tmp_path / "damaged.jetlog"
     path.write_bytes(bytes(data[:-7]))  # and cut the last record short
     result = run_jetdump(str(path))
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == EXIT_DAMAGED, result.stderr
     assert f"damage at offset {header_size + first}" in result.stdout
     assert "ends inside a record at offset" in result.stdout
     assert "SET_STATE" in result.stdout and "answers #1" in result.stdout
@@ -105,8 +105,51 @@ def test_unreadable_logs(tmp_path: Path) -> None:
     cut = tmp_path / "cut.jetlog"
     cut.write_bytes(segment()[:20])
     result = run_jetdump(str(cut))
-    assert result.returncode == 1 and "ends inside its header" in result.stderr
+    assert result.returncode == EXIT_DAMAGED and "damaged segment header: ends after 20 of" in result.stderr
+    # Damage and an unreadable input together: the unreadable one decides the status.
+    assert run_jetdump(str(cut), str(bad)).returncode == 1
     assert run_jetdump(str(tmp_path / "nothing-*.jetlog")).returncode == 1
+
+
+EXIT_DAMAGED = 3  # tools/jetdump/README.md: decoded, but some input was damaged
+
+
+@pytest.mark.parametrize("cut", [0, 5, 20, -1])
+def test_segment_cut_inside_its_header_is_reported_and_skipped(tmp_path: Path, cut: int) -> None:
+    # A daemon killed right after it created a segment leaves its header cut short
+    # (0 bytes, inside the magic, or inside the name and CRC).
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "jet-a-000000.jetlog").write_bytes(segment(0))
+    header_size = len(encode_header(LogHeader("jetd", T0, 1)))
+    (logs / "jet-a-000001.jetlog").write_bytes(segment(1)[: cut % header_size])
+    (logs / "jet-a-000002.jetlog").write_bytes(segment(2, t0=T0 + 10**9))
+    result = run_jetdump(str(logs))
+    assert result.returncode == EXIT_DAMAGED, result.stderr
+    assert result.stdout.count("REQUEST id=5 SET_STATE") == 2  # both sound segments are decoded
+    message = f"jet-a-000001.jetlog: damaged segment header: ends after {cut % header_size} of "
+    assert message in result.stderr and "segment skipped" in result.stderr
+    assert message in result.stdout  # and in place, as a note between the segments
+    notes = [r for r in jetdump_json(str(logs), returncode=EXIT_DAMAGED) if r["record"] == "note"]
+    assert [n["note"] for n in notes if "000001" in n["text"]] == ["log-damage"]
+
+
+def test_segment_header_crc_mismatch_is_damage_not_unreadable(tmp_path: Path) -> None:
+    data = bytearray(segment(1))
+    data[14] ^= 0x01  # created_ns: only the header CRC can tell
+    (tmp_path / "jet-a-000001.jetlog").write_bytes(bytes(data))
+    (tmp_path / "jet-a-000002.jetlog").write_bytes(segment(2))
+    result = run_jetdump(str(tmp_path))
+    assert result.returncode == EXIT_DAMAGED, result.stderr
+    assert "jet-a-000001.jetlog: damaged segment header: header CRC mismatch; segment skipped" in result.stderr
+    assert result.stdout.count("REQUEST id=5 SET_STATE") == 1
+    # Damaged records are damaged input too; a truncated last record is not (JETLOG.md 5).
+    damaged = bytearray(segment())
+    damaged[len(encode_header(LogHeader("jetd", T0, 0))) + 12] ^= 0xFF
+    (tmp_path / "jet-a-000001.jetlog").write_bytes(bytes(damaged))
+    assert run_jetdump(str(tmp_path)).returncode == EXIT_DAMAGED
+    (tmp_path / "jet-a-000001.jetlog").write_bytes(segment()[:-7])
+    assert run_jetdump(str(tmp_path)).returncode == 0
 
 
 def test_log_of_a_real_jetd(tmp_path: Path, start_jetd: Callable[..., Any]) -> None:

@@ -7,7 +7,8 @@ tap --listen PORT --upstream HOST:PORT``.
 
 Output: one summary line per frame (default), the field tree with byte offsets (``-V``),
 a hex dump (``-x``), JSON (``--json``), statistics (``--stats``). Exit status: 0, or 1
-when an input could not be read at all, 2 on a usage error.
+when an input could not be read at all, 2 on a usage error, 3 when event-log input was
+damaged (a segment with a damaged header skipped, or damaged records) but decoded around.
 
 JSON output (``--json``), one object per line; these names are stable:
 

@@ -18,13 +18,14 @@ from . import __doc__ as PACKAGE_DOC
 from .capture import DEFAULT_JET_PORT, is_capture, read_capture
 from .dissector import DEFAULT_MAX_BODY, OK, Dissector, FrameRecord, NoteRecord, Record
 from .events import Data, End, Event, FrameBatch, Gap, InputError, Note, Open, Origin, WholeFrame
-from .logs import LogSource, expand_log_paths, is_log
+from .logs import LogSource, cut_header_message, expand_log_paths, is_cut_log, is_log
 from .render import LineFormatter, field_tree, hex_dump, json_record
 from .stats import Stats, function_name, status_name, type_name
 from .tap import DEFAULT_LISTEN_HOST, serve_tap
 
 EXIT_UNREADABLE = 1
 EXIT_USAGE = 2
+EXIT_DAMAGED = 3
 RAW_CHUNK = 1 << 20
 OUTPUT_BATCH = 4096  # lines written per write() call
 GC_THRESHOLD = 100_000  # young-generation allocations between cycle-collector passes
@@ -32,6 +33,16 @@ GC_THRESHOLD = 100_000  # young-generation allocations between cycle-collector p
 FUNCTION_CHOICES = sorted({f.name for f in Function} | {c.name for c in EventCode})
 TYPE_CHOICES = sorted({t.name for t in FrameType} | {"MALFORMED", "TRUNCATED"})
 STATUS_CHOICES = [s.name for s in Status]
+
+
+EXIT_STATUS_HELP = """\
+exit status:
+  0  every input was decoded (a truncated last log record or capture is reported, not an error)
+  1  an input could not be read at all (missing, not a capture or log, unknown log version, bad hex);
+     the other inputs are still shown
+  2  usage error
+  3  every input was read, but event-log input was damaged: a segment with a damaged header
+     (cut short, CRC mismatch) was skipped, or damaged records were; each is reported"""
 
 
 def _json_epilog() -> str:
@@ -45,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="jetdump",
         description="Decode jet traffic from captures, event logs, raw bytes or hex, "
         "or live with `jetdump tap --listen PORT --upstream HOST:PORT`.",
-        epilog=_json_epilog(),
+        epilog=EXIT_STATUS_HELP + "\n\n" + _json_epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("inputs", nargs="*", metavar="INPUT",
@@ -270,8 +281,9 @@ def _shift(events: Iterator[Event], offset: int, seen: set[int]) -> Iterator[Eve
         yield event
 
 
-def _input_events(args: argparse.Namespace, errors: list[str]) -> Iterator[Event]:
-    """Every input's events in order; unreadable inputs are reported and skipped."""
+def _input_events(args: argparse.Namespace, errors: list[str], logs: LogSource) -> Iterator[Event]:
+    """Every input's events in order; unreadable inputs are reported and skipped, and
+    so are segments with a damaged header (recorded in ``logs``)."""
     if args.raw is not None:
         if args.raw == "-":
             yield from _single(0, _read_chunks(sys.stdin.buffer), "stdin")
@@ -289,7 +301,6 @@ def _input_events(args: argparse.Namespace, errors: list[str]) -> Iterator[Event
         return
     if not args.inputs:
         raise InputError("no input: give a capture, an event log, --raw FILE or --hex (see --help)")
-    logs = LogSource()
     stream_offset = 0
     for spec in args.inputs:
         try:
@@ -312,6 +323,8 @@ def _input_events(args: argparse.Namespace, errors: list[str]) -> Iterator[Event
                         continue
                 if is_log(head):
                     yield from logs.read(path)
+                elif is_cut_log(head, path):
+                    yield logs.damaged_header(cut_header_message(path, len(head)))
                 elif path.is_dir():
                     errors.append(f"{path}: is a directory")
                 else:
@@ -338,6 +351,7 @@ def run_dump(args: argparse.Namespace, stdout: IO[str], stderr: IO[str]) -> int:
     gc.freeze()
     gc.set_threshold(GC_THRESHOLD, 50, 1000)
     errors: list[str] = []
+    logs = LogSource()
     dissector = Dissector(keep_raw=args.verbose or args.hexdump or args.json, max_body=args.max_body)
     renderer = Renderer(args, dissector, Output(stdout, _use_color(args, stdout)))
     handle = dissector.event
@@ -347,16 +361,21 @@ def run_dump(args: argparse.Namespace, stdout: IO[str], stderr: IO[str]) -> int:
         stderr.write(f"jetdump: {exc}\n")
         return EXIT_USAGE
     try:
-        for event in _input_events(args, errors):
+        for event in _input_events(args, errors, logs):
             handle(event)
             if len(dissector.out) >= 4096:
                 renderer.drain()
     except InputError as exc:
         errors.append(str(exc))
     renderer.finish()
-    for message in errors:
+    for message in errors + logs.damaged_headers:
         stderr.write(f"jetdump: {message}\n")
-    return EXIT_UNREADABLE if errors else 0
+    if logs.damaged_regions:
+        stderr.write(f"jetdump: {logs.damaged_regions} damaged region(s) of event-log records skipped "
+                     "(the log-damage notes say where)\n")
+    if errors:
+        return EXIT_UNREADABLE
+    return EXIT_DAMAGED if logs.damaged_headers or logs.damaged_regions else 0
 
 
 def run_tap(args: argparse.Namespace, stdout: IO[str], stderr: IO[str]) -> int:

@@ -12,17 +12,19 @@ import glob
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Optional
+from typing import IO, Optional
 
 from jetwire import RemoteProtocolError
 from jetwire.log import (
     MAGIC,
     Corruption,
     LogHeader,
+    LogHeaderIncomplete,
     LogKind,
     LogReader,
     LogRecord,
     Truncation,
+    decode_header,
     parse_record_data,
 )
 
@@ -37,6 +39,18 @@ READ_CHUNK = 1 << 20
 def is_log(head: bytes) -> bool:
     """True if ``head`` starts with the jet event-log magic (JETLOG.md 2)."""
     return head[:8] == MAGIC
+
+
+def is_cut_log(head: bytes, path: Path) -> bool:
+    """True if a file whose whole content is ``head`` (shorter than the magic) is a
+    segment cut inside its magic: a start of the magic, or nothing at all in a
+    ``*.jetlog`` file (a daemon killed right after it created the segment)."""
+    return len(head) < len(MAGIC) and MAGIC.startswith(head) and (len(head) > 0 or path.suffix == ".jetlog")
+
+
+def cut_header_message(path: Path, size: int) -> str:
+    """The damage report of a segment that ends after ``size`` bytes, inside its magic."""
+    return f"{path.name}: damaged segment header: ends after {size} of at least {len(MAGIC)} bytes; segment skipped"
 
 
 def expand_log_paths(spec: str) -> list[Path]:
@@ -73,19 +87,34 @@ def _starts_with_magic(path: Path) -> bool:
 
 
 class LogSource:
-    """Reads segments one after another; keeps run and connection bookkeeping."""
+    """Reads segments one after another; keeps run and connection bookkeeping.
+
+    ``damaged_headers`` collects the report of every segment skipped for a damaged
+    header, ``damaged_regions`` counts the damaged regions skipped inside segments.
+    """
 
     def __init__(self) -> None:
         self.run = -1
         self.opened: set[int] = set()
         self.daemon = "jetd"
+        self.damaged_headers: list[str] = []
+        self.damaged_regions = 0
+
+    def damaged_header(self, message: str) -> Note:
+        """Record a segment skipped for its damaged header; returns its note."""
+        self.damaged_headers.append(message)
+        return Note(None, None, "log-damage", message)
 
     def read(self, path: Path) -> Iterator[Event]:
         """Yield one segment's events.
 
+        A segment whose header is damaged (cut short, CRC mismatch, name not UTF-8) is
+        rejected as JETLOG.md 2 requires: it yields one ``log-damage`` note, is added
+        to :attr:`damaged_headers`, and nothing else of it is read.
+
         Raises:
-            InputError: if the file cannot be opened or its header is not a valid jet
-                log header (JETLOG.md 2).
+            InputError: if the file cannot be opened, or its header has a version this
+                reader does not know (it may be sound, and newer than this jetdump).
         """
         reader = LogReader()
         try:
@@ -130,7 +159,10 @@ class LogSource:
                         yield FrameBatch(batch)
                 tail = reader.finish()
             except RemoteProtocolError as exc:
-                raise InputError(f"{path}: {exc.message}") from None
+                if reader.header is not None or "version" in exc.message:
+                    raise InputError(f"{path}: {exc.message}") from None
+                yield self.damaged_header(f"{path.name}: damaged segment header: {_header_damage(stream, exc)}; segment skipped")
+                return
             if tail is not None:
                 yield from self._item(path, tail)
 
@@ -162,12 +194,26 @@ class LogSource:
             yield Note(None, item.created_ns / 1e9, "log-segment",
                        f"{path.name}: segment {item.segment} of {item.name!r}{run}")
         elif isinstance(item, Corruption):
+            self.damaged_regions += 1
             yield Note(None, None, "log-damage",
                        f"{path.name}: damage at offset {item.offset}: {item.length} byte(s) skipped ({item.reason})")
         elif isinstance(item, Truncation):
             yield Note(None, None, "log-truncated",
                        f"{path.name}: ends inside a record at offset {item.offset}: "
                        f"{item.present} of {item.needed} bytes present")
+
+
+def _header_damage(stream: IO[bytes], exc: RemoteProtocolError) -> str:
+    """What is wrong with a header the reader rejected, with the sizes when it is cut."""
+    stream.seek(0)
+    head = stream.read(1 << 17)  # the longest header: a 65,535-byte name and change
+    try:
+        decode_header(head)
+    except LogHeaderIncomplete as incomplete:
+        return f"ends after {len(head)} of at least {incomplete.needed} bytes"
+    except RemoteProtocolError as other:
+        return other.message.removeprefix("jet log ")
+    return exc.message.removeprefix("jet log ")
 
 
 def _note_kind(kind: int) -> str:
