@@ -7,6 +7,14 @@ one write per frame as several times slower). Flow control: the transport's high
 mark is the soft limit of PROTOCOL.md 10.8; above it the core queues locally (and
 holds the peer's changes back, to send their latest values), reading from that peer
 pauses, and the queue drains when the transport calls ``resume_writing``.
+
+The event log (JETLOG.md 6): with ``--log-fsync always`` every write to a transport, and
+every hang-up, goes through the durable gate (:meth:`Server.send`): it is held until the
+group commit that covers the records appended before it is written and fsynced, and only
+one commit is in flight at a time, so the output of the turns that run meanwhile shares
+the next one. The loop never waits for the writer: when the bytes not yet written (and
+the output held for them) pass ``log_writer_backlog``, reading from every peer pauses
+until the writer has brought them below half of it.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from typing import Any, Optional, cast
 
 from .config import Config
@@ -34,6 +43,16 @@ DRAIN_CHUNK = 256 * 1024  # bytes handed to a paused transport per write while d
 # after a read this large we flush at once, which bounds what one turn queues per peer
 # (input chunk times fan-out) and lets the soft limit act close to its value.
 FLUSH_AFTER_READ = 32 * 1024
+# JETLOG.md 6.3: with always, input pauses above this many bytes not yet durable (records
+# appended since the last completed commit, and output held) even below
+# log_writer_backlog, so that a group commit stays short: an answer waits for the commit
+# in flight, then its own, each of about this size at most.
+GATED_BACKLOG = 1024 * 1024
+BACKLOG_LOG_EVERY = 10.0  # JETLOG.md 6.3: seconds between log lines about input paused for the writer
+
+# The durable gate's unit: one write to a transport, then maybe a hang-up (its CLOSE is in
+# the write). ``data`` may be empty.
+_Action = tuple["PeerProtocol", bytes, bool]
 
 
 class PeerProtocol(asyncio.Protocol):
@@ -87,7 +106,7 @@ class PeerProtocol(asyncio.Protocol):
             if eventlog is not None:
                 eventlog.turn_ns = 0
         if len(data) >= FLUSH_AFTER_READ:
-            server.flush()
+            server.flush_after_read(self)
         elif not server.flush_scheduled:
             server.flush_scheduled = True
             server.loop.call_soon(server.flush)
@@ -137,17 +156,21 @@ class PeerProtocol(asyncio.Protocol):
         transport = self.transport
         if conn is None or transport is None or transport.is_closing():
             return
-        daemon = self.server.daemon
+        server = self.server
+        daemon = server.daemon
+        held = False
         while True:
             while conn.pending and not self.write_paused:
-                transport.write(b"".join(conn.take_pending(DRAIN_CHUNK)))
-            if self.write_paused or not conn.paused or conn.closing:
+                if not server.send(self, b"".join(conn.take_pending(DRAIN_CHUNK))):
+                    held = True  # JETLOG.md 6.1: the server drains on once the chunk is durable
+                    break
+            if held or self.write_paused or not conn.paused or conn.closing:
                 break
             if daemon.drained(conn):
                 transport.resume_reading()
                 break
         # A CLOSE (OVERLOADED) from the catch-up, and what a live connection got, go out.
-        self.server.schedule_flush()
+        server.schedule_flush()
 
     def hang_up(self) -> None:
         """End the connection once the queued bytes (its CLOSE last) are written.
@@ -199,6 +222,22 @@ class Server:
         self.server: Optional[asyncio.AbstractServer] = None
         self._tick_handle: Optional[asyncio.TimerHandle] = None
         self.tick_interval = min(0.1, config.route_timeout / 10)
+        # JETLOG.md 6.1, the durable gate (``always`` only): output of the turns since the
+        # last commit, and the one commit in flight with its output.
+        self.gated = eventlog is not None and eventlog.fsync == "always"
+        self._held: list[_Action] = []
+        self._in_flight: Optional[tuple[int, int, list[_Action]]] = None  # (seq, appended, output)
+        self._held_bytes = 0  # in _held and in flight
+        self._durable_mark = 0  # EventLog.appended when the last completed commit was handed over
+        self._drain_after: set[PeerProtocol] = set()  # drains held by the gate: drain on after it
+        # JETLOG.md 6.3: reading from peers paused while the writer is behind.
+        self.input_paused = False
+        self.input_pauses = 0
+        self._pauses_unlogged = 0
+        self._pause_logged_at = -BACKLOG_LOG_EVERY
+        self._pause_logged = False  # this pause's line was logged: log its end too
+        self._backlog_check_scheduled = False
+        self._backlog_limit = min(config.log_writer_backlog, GATED_BACKLOG) if self.gated else config.log_writer_backlog
 
     async def start(self) -> tuple[str, int]:
         """Listen; returns the (host, port) actually bound."""
@@ -215,8 +254,12 @@ class Server:
             self.loop.call_soon(self.flush)
 
     def flush(self) -> None:
-        """Write each connection's output of this loop turn with one write."""
+        """Write each connection's output of this loop turn with one write (with
+        ``always``: hand it to the durable gate, JETLOG.md 6.1)."""
         self.flush_scheduled = False
+        if self.gated:
+            self._flush_gated()
+            return
         for conn in self.daemon.take_dirty():
             proto: Any = conn.io
             out = conn.out
@@ -234,13 +277,197 @@ class Server:
                     # A fatal close while paused: what was queued before the CLOSE goes too.
                     transport.write(b"".join(conn.take_pending(1 << 62)))
                 proto.hang_up()
+        eventlog = self.eventlog
+        if eventlog is not None and not self.input_paused and eventlog.over_backlog:
+            self._schedule_backlog_check()
+
+    # --- the event log: durable gate and writer backlog (JETLOG.md 6) ---------------------
+
+    def _flush_gated(self) -> None:
+        """flush() with ``always``: each connection's output of the turn (and its
+        hang-up) is held for the next group commit, which is handed over at once unless
+        one is in flight."""
+        held = self._held
+        size = 0
+        for conn in self.daemon.take_dirty():
+            proto: Any = conn.io
+            out = conn.out
+            if proto is None or proto.transport is None or proto.transport.is_closing():
+                out.clear()
+                if conn.closed:
+                    conn.pending.clear()
+                continue
+            data = b"".join(out) if len(out) != 1 else out[0]
+            out.clear()
+            if conn.closed and conn.pending:
+                data += b"".join(conn.take_pending(1 << 62))
+            if data or conn.closed:
+                held.append((proto, data, conn.closed))
+                size += len(data)
+        self._held_bytes += size
+        self._commit()
+        if self.input_paused or self._over_backlog():
+            self._schedule_backlog_check()
+
+    def send(self, proto: PeerProtocol, data: bytes) -> bool:
+        """Write ``data`` to ``proto``'s transport, through the durable gate with
+        ``always``. Returns True if written now, False if held for the next group commit
+        (the server calls ``proto.drain()`` again once it is out)."""
+        transport = proto.transport
+        if not self.gated:
+            if transport is not None:
+                transport.write(data)
+            return True
+        self._held.append((proto, data, False))
+        self._held_bytes += len(data)
+        self._drain_after.add(proto)
+        self.schedule_flush()
+        return False
+
+    def _commit(self) -> None:
+        """Hand the records and output gathered so far to the writer as one group commit,
+        unless one is in flight (its completion hands the next)."""
+        eventlog = self.eventlog
+        if self._in_flight is not None or eventlog is None or not (self._held or eventlog.pending):
+            return
+        self._in_flight = (eventlog.commit(), eventlog.appended, self._held)
+        self._held = []
+
+    def log_progress(self) -> None:
+        """The writer made progress (called in the loop, from the writer's signal):
+        release the output of a completed commit, hand over the next, and resume input
+        if the backlog is low again."""
+        eventlog = self.eventlog
+        if eventlog is None:
+            return
+        in_flight = self._in_flight
+        if in_flight is not None and eventlog.durable >= in_flight[0]:
+            self._in_flight = None
+            self._durable_mark = in_flight[1]
+            self._release(in_flight[2])
+            self._commit()
+        if self.input_paused or self._over_backlog():
+            self.check_backlog()
+
+    def _release(self, actions: list[_Action]) -> None:
+        """Write durable output to the transports, in the order it was produced."""
+        size = 0
+        for proto, data, hang_up in actions:
+            size += len(data)
+            transport = proto.transport
+            if transport is None or transport.is_closing():
+                continue
+            if data:
+                transport.write(data)
+            if hang_up:
+                proto.hang_up()
+        self._held_bytes -= size
+        if self._drain_after:
+            draining, self._drain_after = self._drain_after, set()
+            for proto in draining:
+                if not proto.write_paused:
+                    proto.drain()
+
+    def flush_after_read(self, proto: PeerProtocol) -> None:
+        """flush() right after a large read; a peer whose read took the event log over its
+        backlog limit stops being read at once (libuv reads a socket up to 32 times per
+        loop iteration: megabytes), the others after this iteration (JETLOG.md 6.3)."""
+        self.flush()
+        if self.eventlog is not None and (self.input_paused or self._over_backlog()):
+            if not self.input_paused:
+                self._enter_pause(self._backlog())
+            transport = proto.transport
+            if transport is not None and not proto.hung_up and not transport.is_closing():
+                transport.pause_reading()
+            self._schedule_backlog_check()
+
+    def _schedule_backlog_check(self) -> None:
+        # After every read of this loop iteration: pausing input from within one peer's
+        # read would starve the peers whose reads come after it in the iteration.
+        if not self._backlog_check_scheduled:
+            self._backlog_check_scheduled = True
+            self.loop.call_soon(self.check_backlog)
+
+    def _backlog(self) -> int:
+        """Bytes not yet written (with always: not yet durable, and output held)."""
+        eventlog = self.eventlog
+        if eventlog is None:
+            return 0
+        if self.gated:
+            return eventlog.appended - self._durable_mark + self._held_bytes
+        return eventlog.backlog
+
+    def _over_backlog(self) -> bool:
+        return self._backlog() > self._backlog_limit
+
+    def check_backlog(self) -> None:
+        """JETLOG.md 6.3: pause reading from every peer while the bytes not yet written
+        (and the output held for them) are above ``log_writer_backlog``; resume below
+        half of it. Rate-limited log lines."""
+        self._backlog_check_scheduled = False
+        eventlog = self.eventlog
+        if eventlog is None:
+            return
+        backlog = self._backlog()
+        limit = self._backlog_limit
+        if backlog > limit:
+            if not self.input_paused:
+                self._enter_pause(backlog)
+            # Every flush while paused: connections made since, and any that another
+            # path resumed (a drain), are paused again.
+            for proto in self.protocols:
+                transport = proto.transport
+                if transport is not None and not proto.hung_up and not transport.is_closing():
+                    transport.pause_reading()
+            if not self.gated:  # (with always, each completed commit wakes the loop anyway)
+                eventlog.notify_below = limit // 2
+                eventlog.flush()  # what the loop still holds counts too: let the writer have it
+        elif self.input_paused and backlog <= limit // 2:
+            self.input_paused = False
+            eventlog.notify_below = -1
+            for proto in self.protocols:
+                transport = proto.transport
+                conn = proto.conn
+                if transport is None or proto.hung_up or transport.is_closing() or proto.write_paused:
+                    continue
+                if conn is not None and (conn.paused or conn.closing):
+                    continue  # a slow consumer: its drain resumes it (PROTOCOL.md 10.8)
+                transport.resume_reading()
+            if self._pause_logged:
+                self._pause_logged = False
+                log.info("event log: writer caught up (%d bytes not yet written): reading from peers resumed", backlog)
+
+    def _enter_pause(self, backlog: int) -> None:
+        self.input_paused = True
+        self.input_pauses += 1
+        now = self.loop.time()
+        if now - self._pause_logged_at >= BACKLOG_LOG_EVERY:
+            log.warning(
+                "event log: %d bytes not yet %s (limit %d): reading from peers paused%s",
+                backlog,
+                "durable" if self.gated else "written",
+                self._backlog_limit,
+                f" ({self._pauses_unlogged} more pauses since the last line)" if self._pauses_unlogged else "",
+            )
+            self._pause_logged_at = now
+            self._pauses_unlogged = 0
+            self._pause_logged = True
+        else:
+            self._pauses_unlogged += 1
 
     def _tick(self) -> None:
         try:
             self.daemon.tick(self.loop.time())
             self.flush()
-            if self.eventlog is not None:
-                self.eventlog.flush()  # a quiet daemon's records reach the file within a tick
+            eventlog = self.eventlog
+            if eventlog is not None:
+                # A quiet daemon's records reach the file within a tick (JETLOG.md 6.2).
+                if self.gated:
+                    self._commit()
+                else:
+                    eventlog.flush()
+                if self.input_paused or self._over_backlog():
+                    self.check_backlog()
         except Exception:  # a bug here must not stop the clock for everyone
             log.exception("internal error in the periodic tick")
         self._tick_handle = self.loop.call_later(self.tick_interval, self._tick)
@@ -272,10 +499,18 @@ async def serve(config: Config, ready: Optional[asyncio.Future[tuple[str, int]]]
     eventlog: Optional[EventLog] = None
     if config.log_dir:
         eventlog = EventLog(
-            config.log_dir, name=config.name, fsync=config.log_fsync, rotate_size=config.log_rotate_size
+            config.log_dir,
+            name=config.name,
+            fsync=config.log_fsync,
+            rotate_size=config.log_rotate_size,
+            max_backlog=config.log_writer_backlog,
+            max_bytes=config.log_max_bytes,
+            max_age=config.log_max_age,
         )
         eventlog.open()
     server = Server(config, loop, eventlog)
+    if eventlog is not None:
+        eventlog.signal = _threadsafe(loop, server.log_progress)
     try:
         host, port = await server.start()
     except OSError as exc:
@@ -306,6 +541,15 @@ async def serve(config: Config, ready: Optional[asyncio.Future[tuple[str, int]]]
         loop.remove_signal_handler(sig)
     log.info("stopped; stats: %s", server.daemon.stats.summary())
     return 0
+
+
+def _threadsafe(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> Callable[[], None]:
+    """A function for another thread that runs ``callback`` in ``loop`` soon."""
+
+    def wake() -> None:
+        loop.call_soon_threadsafe(callback)
+
+    return wake
 
 
 def new_event_loop(kind: str) -> asyncio.AbstractEventLoop:
