@@ -226,7 +226,7 @@ class EventLog:
     def open(self) -> None:
         """Repair the newest old segment if needed, start segment 0 and the writer thread."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        old = sorted(self.directory.glob("jet-*.jetlog"))
+        old = sorted(self.directory.glob(SEGMENT_GLOB))
         if old:
             cut = repair_segment(old[-1])
             if cut is not None:

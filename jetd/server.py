@@ -226,10 +226,11 @@ class Server:
         # last commit, and the one commit in flight with its output.
         self.gated = eventlog is not None and eventlog.fsync == "always"
         self._held: list[_Action] = []
-        self._in_flight: Optional[tuple[int, int, list[_Action]]] = None  # (seq, appended, output)
+        self._held_drains: set[PeerProtocol] = set()  # their drain stopped at a chunk in _held
+        # The commit in flight: (seq, EventLog.appended then, its output, its drains).
+        self._in_flight: Optional[tuple[int, int, list[_Action], set[PeerProtocol]]] = None
         self._held_bytes = 0  # in _held and in flight
         self._durable_mark = 0  # EventLog.appended when the last completed commit was handed over
-        self._drain_after: set[PeerProtocol] = set()  # drains held by the gate: drain on after it
         # JETLOG.md 6.3: reading from peers paused while the writer is behind.
         self.input_paused = False
         self.input_pauses = 0
@@ -278,7 +279,7 @@ class Server:
                     transport.write(b"".join(conn.take_pending(1 << 62)))
                 proto.hang_up()
         eventlog = self.eventlog
-        if eventlog is not None and not self.input_paused and eventlog.over_backlog:
+        if eventlog is not None and (self.input_paused or eventlog.over_backlog):
             self._schedule_backlog_check()
 
     # --- the event log: durable gate and writer backlog (JETLOG.md 6) ---------------------
@@ -320,7 +321,7 @@ class Server:
             return True
         self._held.append((proto, data, False))
         self._held_bytes += len(data)
-        self._drain_after.add(proto)
+        self._held_drains.add(proto)
         self.schedule_flush()
         return False
 
@@ -330,8 +331,9 @@ class Server:
         eventlog = self.eventlog
         if self._in_flight is not None or eventlog is None or not (self._held or eventlog.pending):
             return
-        self._in_flight = (eventlog.commit(), eventlog.appended, self._held)
+        self._in_flight = (eventlog.commit(), eventlog.appended, self._held, self._held_drains)
         self._held = []
+        self._held_drains = set()
 
     def log_progress(self) -> None:
         """The writer made progress (called in the loop, from the writer's signal):
@@ -344,13 +346,14 @@ class Server:
         if in_flight is not None and eventlog.durable >= in_flight[0]:
             self._in_flight = None
             self._durable_mark = in_flight[1]
-            self._release(in_flight[2])
+            self._release(in_flight[2], in_flight[3])
             self._commit()
         if self.input_paused or self._over_backlog():
             self.check_backlog()
 
-    def _release(self, actions: list[_Action]) -> None:
-        """Write durable output to the transports, in the order it was produced."""
+    def _release(self, actions: list[_Action], drains: set[PeerProtocol]) -> None:
+        """Write durable output to the transports, in the order it was produced; the
+        connections whose drain stopped at a chunk of it drain on."""
         size = 0
         for proto, data, hang_up in actions:
             size += len(data)
@@ -362,11 +365,9 @@ class Server:
             if hang_up:
                 proto.hang_up()
         self._held_bytes -= size
-        if self._drain_after:
-            draining, self._drain_after = self._drain_after, set()
-            for proto in draining:
-                if not proto.write_paused:
-                    proto.drain()
+        for proto in drains:
+            if not proto.write_paused:
+                proto.drain()
 
     def flush_after_read(self, proto: PeerProtocol) -> None:
         """flush() right after a large read; a peer whose read took the event log over its
