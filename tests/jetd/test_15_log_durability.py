@@ -22,6 +22,7 @@ from jetwire import (
     AddMethod,
     AddState,
     CallMethod,
+    Close,
     GetState,
     NotifyState,
     Request,
@@ -187,6 +188,29 @@ def test_always_every_answer_received_is_in_the_log_after_sigkill(start_jetd, tm
             f"{name}: {len(missing_requests)} requests and {len(missing_responses)} answers of "
             f"{len(ids)} answered are not in the log"
         )
+
+
+def test_always_a_close_received_is_in_the_log_after_sigkill(start_jetd, tmp_path):
+    """JETLOG.md 6.1: a CLOSE is an answer too. With ``always``, once a peer has its CLOSE
+    (here for a frame of an unknown type, PROTOCOL.md 9.2), the frame that caused it, the
+    CLOSE and the CONN_CLOSE are in the log, even when the daemon is killed at once."""
+    logdir = tmp_path / "log"
+    daemon = start_jetd("--log-dir", str(logdir), "--log-fsync", "always")
+    bad = RawPeer(daemon.address, "bad")
+    bad.send_raw(b"\x09\x00\x00\x00\x00")  # frame type 9 does not exist: fatal
+    closing = bad.recv()
+    daemon.proc.kill()
+    daemon.proc.wait(10)
+    bad.close()
+    assert isinstance(closing, Close), closing
+    records = _log_records(logdir)
+    names = {r.conn_id: parse_record_data(r.kind, r.data)["name"] for r in records if r.kind == LogKind.CONN_NAME}
+    conn_id = next((c for c, n in names.items() if n == "bad"), None)
+    assert conn_id is not None, f"the peer that got a CLOSE is not in the log at all ({len(records)} records)"
+    mine = [r for r in records if r.conn_id == conn_id]
+    assert any(r.kind == LogKind.FRAME_IN and r.data == b"\x09\x00\x00\x00\x00" for r in mine), mine
+    assert any(r.kind == LogKind.FRAME_OUT and r.data == encode(closing) for r in mine), mine
+    assert mine[-1].kind == LogKind.CONN_CLOSE
 
 
 @pytest.mark.parametrize("fsync", ["interval", "never"])
