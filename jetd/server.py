@@ -255,12 +255,11 @@ class Server:
             self.loop.call_soon(self.flush)
 
     def flush(self) -> None:
-        """Write each connection's output of this loop turn with one write (with
-        ``always``: hand it to the durable gate, JETLOG.md 6.1)."""
+        """Write each connection's output of this loop turn with one write; with
+        ``always``, hold it (and the hang-ups) for the next group commit, which is handed
+        over at once unless one is in flight (JETLOG.md 6.1)."""
         self.flush_scheduled = False
-        if self.gated:
-            self._flush_gated()
-            return
+        gated = self.gated
         for conn in self.daemon.take_dirty():
             proto: Any = conn.io
             out = conn.out
@@ -271,44 +270,39 @@ class Server:
                 continue
             transport = proto.transport
             if out:
-                transport.write(b"".join(out) if len(out) > 1 else out[0])
+                data = b"".join(out) if len(out) > 1 else out[0]
                 out.clear()
+                if gated:
+                    self._hold(proto, data, False)
+                else:
+                    transport.write(data)
             if conn.closed:
                 if conn.pending:
                     # A fatal close while paused: what was queued before the CLOSE goes too.
-                    transport.write(b"".join(conn.take_pending(1 << 62)))
-                proto.hang_up()
+                    data = b"".join(conn.take_pending(1 << 62))
+                    if gated:
+                        self._hold(proto, data, False)
+                    else:
+                        transport.write(data)
+                if gated:
+                    self._hold(proto, b"", True)
+                else:
+                    proto.hang_up()
         eventlog = self.eventlog
-        if eventlog is not None and (self.input_paused or eventlog.over_backlog):
-            self._schedule_backlog_check()
+        if eventlog is not None:
+            if gated:
+                self._commit()
+                if self.input_paused or self._over_backlog():
+                    self._schedule_backlog_check()
+            elif self.input_paused or eventlog.over_backlog:
+                self._schedule_backlog_check()
 
     # --- the event log: durable gate and writer backlog (JETLOG.md 6) ---------------------
 
-    def _flush_gated(self) -> None:
-        """flush() with ``always``: each connection's output of the turn (and its
-        hang-up) is held for the next group commit, which is handed over at once unless
-        one is in flight."""
-        held = self._held
-        size = 0
-        for conn in self.daemon.take_dirty():
-            proto: Any = conn.io
-            out = conn.out
-            if proto is None or proto.transport is None or proto.transport.is_closing():
-                out.clear()
-                if conn.closed:
-                    conn.pending.clear()
-                continue
-            data = b"".join(out) if len(out) != 1 else out[0]
-            out.clear()
-            if conn.closed and conn.pending:
-                data += b"".join(conn.take_pending(1 << 62))
-            if data or conn.closed:
-                held.append((proto, data, conn.closed))
-                size += len(data)
-        self._held_bytes += size
-        self._commit()
-        if self.input_paused or self._over_backlog():
-            self._schedule_backlog_check()
+    def _hold(self, proto: PeerProtocol, data: bytes, hang_up: bool) -> None:
+        """With ``always``: write ``data`` (then hang up) once the next commit is durable."""
+        self._held.append((proto, data, hang_up))
+        self._held_bytes += len(data)
 
     def send(self, proto: PeerProtocol, data: bytes) -> bool:
         """Write ``data`` to ``proto``'s transport, through the durable gate with
@@ -319,8 +313,7 @@ class Server:
             if transport is not None:
                 transport.write(data)
             return True
-        self._held.append((proto, data, False))
-        self._held_bytes += len(data)
+        self._hold(proto, data, False)
         self._held_drains.add(proto)
         self.schedule_flush()
         return False
