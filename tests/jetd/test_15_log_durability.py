@@ -308,8 +308,9 @@ def test_always_loop_does_not_stall_on_the_writer(start_jetd, tmp_path):
     median, p95, worst = waits[len(waits) // 2], waits[len(waits) * 95 // 100], waits[-1]
     summary = f"median {median * 1000:.1f} ms, p95 {p95 * 1000:.1f} ms, worst {worst * 1000:.0f} ms of {len(waits)}"
     assert median < 0.05 and p95 < 0.25 and worst < 1.0, summary
-    # The hammer was really pushed back by the commits (JETLOG.md 6.3), not idle.
-    assert "reading from peers paused" in daemon.stderr(), summary
+    # The hammer really hammered: megabytes of its notifies went through the log.
+    logged = sum(path.stat().st_size for path in _segments(tmp_path / "log"))
+    assert logged > 10 << 20, f"{logged} bytes logged; {summary}"
 
 
 def _peak_rss_kib(pid: int) -> int:
