@@ -43,10 +43,10 @@ DRAIN_CHUNK = 256 * 1024  # bytes handed to a paused transport per write while d
 # after a read this large we flush at once, which bounds what one turn queues per peer
 # (input chunk times fan-out) and lets the soft limit act close to its value.
 FLUSH_AFTER_READ = 32 * 1024
-# JETLOG.md 6.3: with always, input pauses above this many bytes not yet durable (records
-# appended since the last completed commit, and output held) even below
-# log_writer_backlog, so that a group commit stays short: an answer waits for the commit
-# in flight, then its own, each of about this size at most.
+# JETLOG.md 6.3: with always, input pauses while the records appended since the commit in
+# flight was handed over pass this many bytes, and resumes when the next commit is handed
+# over, so that a group commit stays short: an answer waits for the commit in flight,
+# then its own, each of about this size at most.
 GATED_BACKLOG = 1024 * 1024
 BACKLOG_LOG_EVERY = 10.0  # JETLOG.md 6.3: seconds between log lines about input paused for the writer
 
@@ -231,6 +231,7 @@ class Server:
         self._in_flight: Optional[tuple[int, int, list[_Action], set[PeerProtocol]]] = None
         self._held_bytes = 0  # in _held and in flight
         self._durable_mark = 0  # EventLog.appended when the last completed commit was handed over
+        self._commit_mark = 0  # EventLog.appended when the last commit was handed over
         # JETLOG.md 6.3: reading from peers paused while the writer is behind.
         self.input_paused = False
         self.input_pauses = 0
@@ -238,7 +239,7 @@ class Server:
         self._pause_logged_at = -BACKLOG_LOG_EVERY
         self._pause_logged = False  # this pause's line was logged: log its end too
         self._backlog_check_scheduled = False
-        self._backlog_limit = min(config.log_writer_backlog, GATED_BACKLOG) if self.gated else config.log_writer_backlog
+        self._backlog_limit = config.log_writer_backlog
 
     async def start(self) -> tuple[str, int]:
         """Listen; returns the (host, port) actually bound."""
@@ -325,6 +326,7 @@ class Server:
         if self._in_flight is not None or eventlog is None or not (self._held or eventlog.pending):
             return
         self._in_flight = (eventlog.commit(), eventlog.appended, self._held, self._held_drains)
+        self._commit_mark = eventlog.appended
         self._held = []
         self._held_drains = set()
 
@@ -391,8 +393,20 @@ class Server:
             return eventlog.appended - self._durable_mark + self._held_bytes
         return eventlog.backlog
 
+    def _next_commit_size(self) -> int:
+        """With always: bytes of records appended since the last commit was handed over."""
+        eventlog = self.eventlog
+        return 0 if eventlog is None else eventlog.appended - self._commit_mark
+
     def _over_backlog(self) -> bool:
+        if self.gated and self._next_commit_size() > GATED_BACKLOG:
+            return True
         return self._backlog() > self._backlog_limit
+
+    def _backlog_low(self, backlog: int) -> bool:
+        if self.gated and self._next_commit_size() > GATED_BACKLOG // 2:
+            return False
+        return backlog <= self._backlog_limit // 2
 
     def check_backlog(self) -> None:
         """JETLOG.md 6.3: pause reading from every peer while the bytes not yet written
@@ -404,7 +418,7 @@ class Server:
             return
         backlog = self._backlog()
         limit = self._backlog_limit
-        if backlog > limit:
+        if self._over_backlog():
             if not self.input_paused:
                 self._enter_pause(backlog)
             # Every flush while paused: connections made since, and any that another
@@ -416,7 +430,7 @@ class Server:
             if not self.gated:  # (with always, each completed commit wakes the loop anyway)
                 eventlog.notify_below = limit // 2
                 eventlog.flush()  # what the loop still holds counts too: let the writer have it
-        elif self.input_paused and backlog <= limit // 2:
+        elif self.input_paused and self._backlog_low(backlog):
             self.input_paused = False
             eventlog.notify_below = -1
             for proto in self.protocols:
@@ -437,10 +451,11 @@ class Server:
         now = self.loop.time()
         if now - self._pause_logged_at >= BACKLOG_LOG_EVERY:
             log.warning(
-                "event log: %d bytes not yet %s (limit %d): reading from peers paused%s",
+                "event log: %d bytes not yet %s (limit %d%s): reading from peers paused%s",
                 backlog,
                 "durable" if self.gated else "written",
                 self._backlog_limit,
+                f", {GATED_BACKLOG} per group commit" if self.gated else "",
                 f" ({self._pauses_unlogged} more pauses since the last line)" if self._pauses_unlogged else "",
             )
             self._pause_logged_at = now
