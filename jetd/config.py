@@ -41,6 +41,9 @@ DEFAULT_HARD_LIMIT = 64 * 1024 * 1024  # PROTOCOL.md 10.8: CLOSE OVERLOADED abov
 DEFAULT_SLOW_DEADLINE = 30.0  # PROTOCOL.md 10.8: seconds above the soft limit
 DEFAULT_LOG_FSYNC = "interval"  # JETLOG.md 6
 DEFAULT_LOG_ROTATE_SIZE = 64 * 1024 * 1024  # JETLOG.md 1
+DEFAULT_LOG_MAX_BYTES = 0  # JETLOG.md 6.4: 0 keeps every segment
+DEFAULT_LOG_MAX_AGE = 0.0  # JETLOG.md 6.4: seconds; 0 keeps every segment
+DEFAULT_LOG_WRITER_BACKLOG = 64 * 1024 * 1024  # JETLOG.md 6.3: input pauses above it
 DEFAULT_SHUTDOWN_GRACE = 3.0  # seconds peers get to take their CLOSE before we hang up
 DEFAULT_HTTP_PATH = "/jet"  # PROTOCOL.md 13: the WebSocket endpoint
 # Hostile peers, input side (PROTOCOL.md 10.7)
@@ -86,6 +89,13 @@ class Config:
         log_fsync: ``always``, ``interval`` (once a second) or ``never`` (JETLOG.md 6).
         log_events: also record the fetch events sent (off by default: JETLOG.md 4).
         log_rotate_size: segment size that starts a new segment (JETLOG.md 1).
+        log_max_bytes: delete the oldest segments while the log directory holds more
+            bytes (JETLOG.md 6.4); 0: no limit. At least ``log_rotate_size``.
+        log_max_age: delete segments last written more than this many seconds ago
+            (JETLOG.md 6.4); 0: no limit.
+        log_writer_backlog: bytes of records not yet written (and output held for
+            them) above which reading from peers pauses until the writer catches up
+            (JETLOG.md 6.3).
         log_level: level of the diagnostic log on stderr (INFO, DEBUG, WARNING, ...).
         shutdown_grace: seconds to let peers read their CLOSE before hanging up.
         http_port: port of the HTTP listener (WebSocket peers on ``/jet``, the web
@@ -134,6 +144,9 @@ class Config:
     log_fsync: str = DEFAULT_LOG_FSYNC
     log_events: bool = False
     log_rotate_size: int = DEFAULT_LOG_ROTATE_SIZE
+    log_max_bytes: int = DEFAULT_LOG_MAX_BYTES
+    log_max_age: float = DEFAULT_LOG_MAX_AGE
+    log_writer_backlog: int = DEFAULT_LOG_WRITER_BACKLOG
     log_level: str = "INFO"
     shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE
     # The HTTP listener (jetd.web), PROTOCOL.md 13.
@@ -217,6 +230,18 @@ class Config:
             raise ConfigError("tls_client_ca needs tls_cert and tls_key")
         if self.shutdown_grace < 0:
             raise ConfigError(f"shutdown_grace must not be negative, got {self.shutdown_grace}")
+        # The event log's retention and backlog (JETLOG.md 6.3, 6.4).
+        if self.log_writer_backlog < 1:
+            raise ConfigError(f"log_writer_backlog must be at least 1, got {self.log_writer_backlog}")
+        if self.log_max_bytes < 0:
+            raise ConfigError(f"log_max_bytes must not be negative (0: no limit), got {self.log_max_bytes}")
+        if 0 < self.log_max_bytes < self.log_rotate_size:
+            raise ConfigError(
+                f"log_max_bytes ({self.log_max_bytes}) must be 0 (no limit) or at least "
+                f"log_rotate_size ({self.log_rotate_size}): the segment being written is never deleted"
+            )
+        if not self.log_max_age >= 0:
+            raise ConfigError(f"log_max_age must not be negative (0: no limit), got {self.log_max_age}")
         if self.log_fsync not in FSYNC_POLICIES:
             raise ConfigError(f"log_fsync must be one of {', '.join(FSYNC_POLICIES)}, got {self.log_fsync!r}")
         if self.loop not in LOOPS:
@@ -247,9 +272,18 @@ _HELP = {
     "hard_limit": f"bytes queued for a peer above which it is closed OVERLOADED (default {DEFAULT_HARD_LIMIT})",
     "slow_deadline": f"seconds a peer may stay above the soft limit (default {DEFAULT_SLOW_DEADLINE:g})",
     "log_dir": "write the event log (spec/JETLOG.md) into this directory",
-    "log_fsync": "event-log fsync policy: always, interval (once a second, default) or never",
+    "log_fsync": (
+        "event-log fsync policy: always (an answer leaves only once its records are synced), "
+        "interval (once a second, default) or never (spec/JETLOG.md 6)"
+    ),
     "log_events": "also record the fetch events sent in the event log",
     "log_rotate_size": f"event-log segment size that starts a new segment (default {DEFAULT_LOG_ROTATE_SIZE})",
+    "log_max_bytes": "delete the oldest event-log segments while the directory holds more bytes (default 0: no limit)",
+    "log_max_age": "delete event-log segments last written more than this many seconds ago (default 0: no limit)",
+    "log_writer_backlog": (
+        f"bytes of event-log records not yet written above which jetd stops reading from peers "
+        f"until the writer catches up (default {DEFAULT_LOG_WRITER_BACKLOG})"
+    ),
     "log_level": "diagnostic log level on stderr (default INFO)",
     "shutdown_grace": f"seconds peers get to read their CLOSE on shutdown (default {DEFAULT_SHUTDOWN_GRACE:g})",
     "http_port": "serve WebSocket peers (/jet) and the web console (/) on this HTTP port, 0 for a free one",

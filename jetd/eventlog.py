@@ -3,19 +3,27 @@
 The daemon's loop encodes each record straight into one growing ``bytearray`` with
 precompiled ``struct`` objects and ``zlib.crc32`` (:meth:`EventLog.append`, about half a
 microsecond), and hands whole buffers to a writer thread when one reaches
-``chunk_size`` bytes and at every :meth:`EventLog.flush` (the server calls it on its
-periodic tick). The writer thread only calls ``write`` and ``fsync``, which release the
-GIL, so it runs beside the loop instead of competing with it for the interpreter; the
-loop also decides where segments end (JETLOG.md 1, 4), so records, headers and snapshots
-reach the file in the order they were stamped.
+``chunk_size`` bytes, at every :meth:`EventLog.flush` (the server calls it on its
+periodic tick) and at every :meth:`EventLog.commit`. The writer thread only calls
+``write`` and ``fsync``, which release the GIL, so it runs beside the loop instead of
+competing with it for the interpreter; the loop also decides where segments end
+(JETLOG.md 1, 4), so records, headers and snapshots reach the file in the order they
+were stamped.
 
-Back-pressure policy (JETLOG.md 6 "buffers records"): records are never dropped. If the
-writer falls behind by more than ``max_backlog`` bytes of handed-over buffers, the loop
-waits for it before handing over the next buffer; :attr:`EventLog.stats` counts these
-waits and their total time, and :meth:`EventLog.close` logs them. Memory held by the log
-is therefore bounded by ``max_backlog + chunk_size`` (plus one record). Only after a
-write error (the log then turns itself off, once, with an ERROR line) are records
-discarded.
+Group commit (JETLOG.md 6.1): :meth:`EventLog.commit` hands the buffer over with a
+sequence number; the writer writes everything queued up to it, makes one ``fsync`` (with
+``always``), sets :attr:`EventLog.durable` to it and calls :attr:`EventLog.signal` (the
+server's thread-safe wake-up of its loop), which then sends the output held back for it.
+
+The loop never waits for the writer. :attr:`EventLog.backlog` is the bytes encoded and not
+yet written; the server stops reading from peers while it is above ``max_backlog``
+(JETLOG.md 6.3) and sets :attr:`EventLog.notify_below` to be signalled when the writer has
+brought it down. Records are never dropped, except after a write error (the log then
+turns itself off, once, with an ERROR line).
+
+Retention (JETLOG.md 6.4): with ``max_bytes`` or ``max_age``, the writer deletes the
+oldest segments of the directory, never the one it writes, after each new segment and
+once a second, logging each deletion.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ import threading
 import time
 import zlib
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Optional, Union
@@ -54,8 +63,10 @@ __all__ = [
 log = logging.getLogger("jetd.eventlog")
 
 DEFAULT_CHUNK_SIZE = 256 * 1024  # bytes of encoded records handed to the writer at once
-DEFAULT_MAX_BACKLOG = 64 * 1024 * 1024  # bytes handed over but not yet written before the loop waits
-FSYNC_INTERVAL = 1.0  # JETLOG.md 6: "interval" syncs at most once a second
+DEFAULT_MAX_BACKLOG = 64 * 1024 * 1024  # JETLOG.md 6.3: bytes not yet written above which input pauses
+FSYNC_INTERVAL = 1.0  # JETLOG.md 6.2: "interval" syncs at most a second after a write
+RETENTION_INTERVAL = 1.0  # JETLOG.md 6.4: seconds between checks of max_bytes and max_age
+SEGMENT_GLOB = "jet-*.jetlog"  # JETLOG.md 1
 
 # JETLOG.md 3: the CRC covers the 4 length bytes and the body; the body starts with
 # ts_ns:u64 | conn_id:u32 | kind:u8. _CRC_PART packs length and those 13 bytes so that
@@ -114,8 +125,11 @@ class EventLogStats:
     bytes: int = 0  # record and header bytes handed to the writer
     chunks: int = 0  # buffers handed to the writer
     segments: int = 0  # segments begun
-    waits: int = 0  # times the loop waited for a writer more than max_backlog behind
-    wait_seconds: float = 0.0  # the loop's total time spent in those waits
+    commits: int = 0  # group commits asked for by the loop (JETLOG.md 6.1)
+    syncs: int = 0  # fsyncs made by the writer
+    peak_backlog: int = 0  # most bytes handed over and not yet written, seen at a hand-over
+    deleted_segments: int = 0  # segments deleted by retention (JETLOG.md 6.4)
+    deleted_bytes: int = 0
     dropped_bytes: int = 0  # bytes discarded after a write error turned the log off
 
     def summary(self) -> str:
@@ -137,8 +151,12 @@ class EventLog:
             begun before the next record.
         chunk_size: bytes of encoded records that make the loop hand its buffer to the
             writer without waiting for :meth:`flush`.
-        max_backlog: bytes handed to the writer and not yet written above which the
-            loop waits for the writer (never drops records; see the module docstring).
+        max_backlog: the backlog (bytes encoded, not yet written) above which
+            :attr:`over_backlog` is true: the caller stops producing records (the server
+            pauses input, JETLOG.md 6.3). The log itself never blocks nor drops.
+        max_bytes: delete the oldest segments while the directory's segments total more
+            (JETLOG.md 6.4); 0: no limit.
+        max_age: delete segments last written more than this many seconds ago; 0: no limit.
 
     Raises:
         OSError: from :meth:`open` if the directory or first segment cannot be created.
@@ -153,6 +171,8 @@ class EventLog:
         rotate_size: int = 64 * 1024 * 1024,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         max_backlog: int = DEFAULT_MAX_BACKLOG,
+        max_bytes: int = 0,
+        max_age: float = 0.0,
     ) -> None:
         self.directory = Path(directory)
         self.name = name
@@ -160,6 +180,8 @@ class EventLog:
         self.rotate_size = rotate_size
         self.chunk_size = chunk_size
         self.max_backlog = max_backlog
+        self.max_bytes = max_bytes
+        self.max_age = max_age
         self.started = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
         self.segment = -1
         self.path: Optional[Path] = None
@@ -177,33 +199,48 @@ class EventLog:
         self._segment_size = 0
         self._last_ts = 0
         self._open_conns: dict[int, list[str]] = {}  # conn_id -> [address, name]
-        # Between the threads: (path of a segment to begin first, or None; bytes).
-        self._queue: deque[tuple[Optional[Path], Union[bytes, bytearray]]] = deque()
-        self._queued = 0  # bytes in _queue, under _space
-        self._space = threading.Condition(threading.Lock())
+        # Between the threads: (path of a segment to begin first, or None; bytes; the
+        # commit sequence number this item completes, or 0).
+        self._queue: deque[tuple[Optional[Path], Union[bytes, bytearray], int]] = deque()
+        self._queued = 0  # bytes in _queue, under _lock
+        self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = False
         self._thread: Optional[threading.Thread] = None
+        self._commit_seq = 0  # loop side: the last commit handed over
+        # Written by the writer thread, read by the loop (plain int stores are atomic).
+        self.durable = 0  # the last commit whose records are written (and synced with always)
+        # Called from the writer thread after a commit, and when the backlog drops to
+        # notify_below (which it then resets to -1); set by the server.
+        self.signal: Optional[Callable[[], None]] = None
+        self.notify_below = -1
         # Writer side.
         self._file: Optional[BinaryIO] = None
+        self._file_path: Optional[Path] = None
         self._unsynced = False
         self._last_sync = 0.0
+        self._last_retention = 0.0
 
     # --- lifecycle -----------------------------------------------------------------------
 
     def open(self) -> None:
         """Repair the newest old segment if needed, start segment 0 and the writer thread."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        old = sorted(self.directory.glob("jet-*.jetlog"))
+        old = sorted(self.directory.glob(SEGMENT_GLOB))
         if old:
             cut = repair_segment(old[-1])
             if cut is not None:
                 log.warning("event log %s ended in a damaged or truncated record at offset %d; cut it there", old[-1], cut.offset)
         path, data = self._begin_segment()
         self._file = open(path, "xb")  # noqa: SIM115 - lives until rotation or close
+        self._file_path = path
         self._file.write(data)
         self._file.flush()
+        if self.fsync == "always":
+            os.fsync(self._file.fileno())
+            self._sync_directory()
         self._last_sync = time.monotonic()
+        self._retain()
         self._set_limit()
         self._thread = threading.Thread(target=self._run, name="jetd-eventlog", daemon=True)
         self._thread.start()
@@ -215,12 +252,49 @@ class EventLog:
             self._hand_over_buffer()
             self._set_limit()
 
+    def commit(self) -> int:
+        """Hand the records encoded so far to the writer as one group commit (JETLOG.md
+        6.1). Returns its sequence number: once :attr:`durable` reaches it, every record
+        appended before this call is written, and fsynced with ``always``."""
+        self._commit_seq += 1
+        self.stats.commits += 1
+        buf = self._buf
+        if buf:
+            self._buf = bytearray()
+            self._segment_size += len(buf)
+            self._set_limit()
+            self._hand_over(None, buf, self._commit_seq)
+        else:
+            self._hand_over(None, b"", self._commit_seq)
+        return self._commit_seq
+
+    @property
+    def pending(self) -> bool:
+        """True if records were appended since the last hand-over."""
+        return bool(self._buf)
+
+    @property
+    def appended(self) -> int:
+        """Bytes of records and headers encoded since :meth:`open` (a running total)."""
+        return self.stats.bytes + len(self._buf)
+
+    @property
+    def backlog(self) -> int:
+        """Bytes encoded and not yet written: the loop's buffer and the writer's queue."""
+        return len(self._buf) + self._queued
+
+    @property
+    def over_backlog(self) -> bool:
+        """True while :attr:`backlog` is above ``max_backlog`` (JETLOG.md 6.3)."""
+        return len(self._buf) + self._queued > self.max_backlog
+
     def close(self) -> None:
         """Write everything encoded, sync, close the segment and log the counters."""
         if self._thread is None:
             return
         self.flush()
         self._stop = True
+        self.signal = None
         self._wake.set()
         self._thread.join()
         self._thread = None
@@ -232,13 +306,6 @@ class EventLog:
                 self._fail(exc)
             self._file = None
         log.info("event log closed: %s", self.stats.summary())
-        if self.stats.waits:
-            log.warning(
-                "event log: the loop waited %d times (%.3f s in all) for a writer more than %d bytes behind",
-                self.stats.waits,
-                self.stats.wait_seconds,
-                self.max_backlog,
-            )
 
     # --- the hot path ----------------------------------------------------------------------
 
@@ -283,22 +350,20 @@ class EventLog:
         self._segment_size += len(buf)
         self._hand_over(None, buf)
 
-    def _hand_over(self, path: Optional[Path], data: Union[bytes, bytearray]) -> None:
-        """Queue ``data`` for the writer; waits while the writer is too far behind."""
+    def _hand_over(self, path: Optional[Path], data: Union[bytes, bytearray], commit: int = 0) -> None:
+        """Queue ``data`` for the writer (never waits: JETLOG.md 6.3)."""
         size = len(data)
         if self.failed:
             self.stats.dropped_bytes += size
-            return
-        with self._space:
-            if self._queued > self.max_backlog:
-                started = time.monotonic()
-                self.stats.waits += 1
-                thread = self._thread
-                while self._queued > self.max_backlog and not self.failed and thread is not None and thread.is_alive():
-                    self._space.wait(0.5)
-                self.stats.wait_seconds += time.monotonic() - started
+            if not commit:
+                return
+            data, size = b"", 0  # the commit still goes through: held output must not wait forever
+        with self._lock:
             self._queued += size
-        self._queue.append((path, data))
+            queued = self._queued
+            self._queue.append((path, data, commit))
+        if queued > self.stats.peak_backlog:
+            self.stats.peak_backlog = queued
         self.stats.bytes += size
         self.stats.chunks += 1
         self._wake.set()
@@ -339,44 +404,135 @@ class EventLog:
 
     def _run(self) -> None:
         interval = self.fsync == "interval"
+        always = self.fsync == "always"
+        retention = bool(self.max_bytes or self.max_age)
+        timeout = FSYNC_INTERVAL if interval or retention else None
         queue = self._queue
+        lock = self._lock
         while True:
-            self._wake.wait(FSYNC_INTERVAL if interval else None)
+            self._wake.wait(timeout)
             self._wake.clear()
+            commit = 0
+            # Everything queued is written before the one fsync that covers it: commits
+            # handed over while the previous fsync ran share the next (group commit).
             while queue:
-                path, data = queue.popleft()
-                self._write(path, data)
-                with self._space:
+                path, data, seq = queue[0]
+                if path is not None:
+                    self._begin(path)
+                if data:
+                    self._write(data)
+                with lock:
+                    queue.popleft()
                     self._queued -= len(data)
-                    self._space.notify()
-            if interval and self._unsynced and time.monotonic() - self._last_sync >= FSYNC_INTERVAL:
+                    queued = self._queued
+                if seq:
+                    commit = seq
+                below = self.notify_below
+                if below >= 0 and queued <= below:
+                    self.notify_below = -1
+                    self._signal()
+            if commit:
+                if always and self._unsynced and not self.failed:
+                    self._try_sync()
+                self.durable = commit
+                self._signal()
+            now = time.monotonic()
+            if interval and self._unsynced and now - self._last_sync >= FSYNC_INTERVAL:
                 self._try_sync()
+            if retention and now - self._last_retention >= RETENTION_INTERVAL:
+                self._retain()
             if self._stop and not queue:
                 return
 
-    def _write(self, path: Optional[Path], data: Union[bytes, bytearray]) -> None:
+    def _signal(self) -> None:
+        signal = self.signal
+        if signal is not None:
+            try:
+                signal()
+            except Exception:  # the loop is gone (shutdown): nobody waits any more
+                log.debug("event log: cannot wake the loop", exc_info=True)
+
+    def _begin(self, path: Path) -> None:
+        """Close the current segment (synced) and create the next one."""
+        if self.failed:
+            return
+        try:
+            if self._file is not None:
+                self._sync()
+                self._file.close()
+                self._file = None
+            self._file = open(path, "xb")  # noqa: SIM115 - lives until rotation or close
+            self._file_path = path
+            if self.fsync == "always":
+                self._sync_directory()  # JETLOG.md 6.1: the new file itself survives an OS crash
+        except OSError as exc:
+            self._fail(exc)
+            return
+        self._retain()
+
+    def _write(self, data: Union[bytes, bytearray]) -> None:
         """Write one handed-over buffer (``write`` and ``fsync`` release the GIL)."""
         if self.failed:
             self.stats.dropped_bytes += len(data)
             return
         try:
-            if path is not None:
-                if self._file is not None:
-                    self._sync()
-                    self._file.close()
-                    self._file = None
-                self._file = open(path, "xb")  # noqa: SIM115 - lives until rotation or close
             assert self._file is not None
             self._file.write(data)
             self._file.flush()
-            if self.fsync == "always":
+            self._unsynced = True
+            if self.fsync == "interval" and time.monotonic() - self._last_sync >= FSYNC_INTERVAL:
                 self._sync()
-            else:
-                self._unsynced = True
-                if self.fsync == "interval" and time.monotonic() - self._last_sync >= FSYNC_INTERVAL:
-                    self._sync()
         except OSError as exc:
             self._fail(exc)
+
+    def _sync_directory(self) -> None:
+        fd = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _retain(self) -> None:
+        """JETLOG.md 6.4: delete the oldest segments, never the current one, while the
+        directory's segments total more than ``max_bytes``, and those last written more
+        than ``max_age`` seconds ago; log each deletion."""
+        self._last_retention = time.monotonic()
+        if not (self.max_bytes or self.max_age):
+            return
+        found: list[tuple[Path, int, float]] = []
+        try:
+            paths = sorted(self.directory.glob(SEGMENT_GLOB))
+        except OSError as exc:
+            log.warning("event log: cannot list %s for retention: %s", self.directory, exc.strerror or exc)
+            return
+        for path in paths:
+            try:
+                st = path.stat()
+            except OSError:
+                continue  # deleted meanwhile
+            found.append((path, st.st_size, st.st_mtime))
+        total = sum(size for _, size, _ in found)
+        now = time.time()
+        for path, size, mtime in found:
+            if path == self._file_path:
+                continue
+            if self.max_bytes and total > self.max_bytes:
+                reason = f"the log directory holds {total} bytes, above log_max_bytes {self.max_bytes}"
+            elif self.max_age and now - mtime > self.max_age:
+                reason = f"last written {now - mtime:.1f} s ago, above log_max_age {self.max_age:g} s"
+            else:
+                continue
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                log.warning("event log: cannot delete %s: %s", path, exc.strerror or exc)
+                continue
+            total -= size
+            self.stats.deleted_segments += 1
+            self.stats.deleted_bytes += size
+            log.info("event log: deleted %s (%d bytes): %s", path, size, reason)
 
     def _try_sync(self) -> None:
         try:
@@ -394,6 +550,7 @@ class EventLog:
         self._file.flush()
         if self.fsync != "never":
             os.fsync(self._file.fileno())
+            self.stats.syncs += 1
         self._unsynced = False
         self._last_sync = time.monotonic()
 

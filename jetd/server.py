@@ -13,6 +13,14 @@ A connection the core leaves ``stalled`` (its output is past the budget of PROTO
 pending work of the core runs one slice per loop turn (``Server.run_work`` via
 ``call_soon``), so that I/O of other peers gets in between, and the connections that
 caught up are read again.
+
+The event log (JETLOG.md 6): with ``--log-fsync always`` every write to a transport, and
+every hang-up, goes through the durable gate (:meth:`Server.send`): it is held until the
+group commit that covers the records appended before it is written and fsynced, and only
+one commit is in flight at a time, so the output of the turns that run meanwhile shares
+the next one. The loop never waits for the writer: when the bytes not yet written (and
+the output held for them) pass ``log_writer_backlog``, reading from every peer pauses
+until the writer has brought them below half of it.
 """
 
 from __future__ import annotations
@@ -62,6 +70,16 @@ FD_MARGIN = 16
 REFUSED_LOG_INTERVAL = 1.0  # seconds between "refused" log lines (with a count)
 ACCEPT_BATCH = 64  # connections accepted per readiness event of a listening socket
 OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+# JETLOG.md 6.3: with always, input pauses while the records appended since the commit in
+# flight was handed over pass this many bytes, and resumes when the next commit is handed
+# over, so that a group commit stays short: an answer waits for the commit in flight,
+# then its own, each of about this size at most.
+GATED_BACKLOG = 1024 * 1024
+BACKLOG_LOG_EVERY = 10.0  # JETLOG.md 6.3: seconds between log lines about input paused for the writer
+
+# The durable gate's unit: one write to a transport, then maybe a hang-up (its CLOSE is in
+# the write). ``data`` may be empty.
+_Action = tuple["PeerShell", bytes, bool]
 
 
 def raise_fd_limit(wanted: int) -> int:
@@ -164,7 +182,7 @@ class PeerShell(asyncio.Protocol):
     def flush_after_read(self, nbytes: int) -> None:
         server = self.server
         if nbytes >= FLUSH_AFTER_READ:
-            server.flush()
+            server.flush_after_read(self)
         elif not server.flush_scheduled:
             server.flush_scheduled = True
             server.loop.call_soon(server.flush)
@@ -204,18 +222,22 @@ class PeerShell(asyncio.Protocol):
         transport = self.transport
         if conn is None or transport is None or transport.is_closing():
             return
-        daemon = self.server.daemon
+        server = self.server
+        daemon = server.daemon
+        held = False
         while True:
             while conn.pending and not self.write_paused:
-                transport.write(b"".join(conn.take_pending(DRAIN_CHUNK)))
-            if self.write_paused or not conn.paused or conn.closing:
+                if not server.send(self, b"".join(conn.take_pending(DRAIN_CHUNK))):
+                    held = True  # JETLOG.md 6.1: the server drains on once the chunk is durable
+                    break
+            if held or self.write_paused or not conn.paused or conn.closing:
                 break
             if daemon.drained(conn):
                 if not conn.stalled and not conn.held:  # else run_work / the release resumes it
                     transport.resume_reading()
                 break
         # A CLOSE (OVERLOADED) from the catch-up, and what a live connection got, go out.
-        self.server.schedule_flush()
+        server.schedule_flush()
 
     def hang_up(self) -> None:
         """End the connection once the queued bytes (its CLOSE last) are written."""
@@ -328,6 +350,24 @@ class Server:
         self.fd_budget = 1 << 30  # connections (lingering ones too) before we refuse
         self._refused = 0
         self._refused_logged = 0.0
+        # JETLOG.md 6.1, the durable gate (``always`` only): output of the turns since the
+        # last commit, and the one commit in flight with its output.
+        self.gated = eventlog is not None and eventlog.fsync == "always"
+        self._held: list[_Action] = []
+        self._held_drains: set[PeerShell] = set()  # their drain stopped at a chunk in _held
+        # The commit in flight: (seq, EventLog.appended then, its output, its drains).
+        self._in_flight: Optional[tuple[int, int, list[_Action], set[PeerShell]]] = None
+        self._held_bytes = 0  # in _held and in flight
+        self._durable_mark = 0  # EventLog.appended when the last completed commit was handed over
+        self._commit_mark = 0  # EventLog.appended when the last commit was handed over
+        # JETLOG.md 6.3: reading from peers paused while the writer is behind.
+        self.input_paused = False
+        self.input_pauses = 0
+        self._pauses_unlogged = 0
+        self._pause_logged_at = -BACKLOG_LOG_EVERY
+        self._pause_logged = False  # this pause's line was logged: log its end too
+        self._backlog_check_scheduled = False
+        self._backlog_limit = config.log_writer_backlog
 
     async def start(self) -> tuple[str, int]:
         """Listen; returns the (host, port) actually bound."""
@@ -504,8 +544,11 @@ class Server:
             self.loop.call_soon(self.flush)
 
     def flush(self) -> None:
-        """Write each connection's output of this loop turn with one write."""
+        """Write each connection's output of this loop turn with one write; with
+        ``always``, hold it (and the hang-ups) for the next group commit, which is handed
+        over at once unless one is in flight (JETLOG.md 6.1)."""
         self.flush_scheduled = False
+        gated = self.gated
         for conn in self.daemon.take_dirty():
             proto: Any = conn.io
             out = conn.out
@@ -516,15 +559,200 @@ class Server:
                 continue
             transport = proto.transport
             if out:
-                transport.write(b"".join(out) if len(out) > 1 else out[0])
+                data = b"".join(out) if len(out) > 1 else out[0]
                 out.clear()
+                if gated:
+                    self._hold(proto, data, False)
+                else:
+                    transport.write(data)
             if conn.closed:
                 if conn.pending:
                     # A fatal close while paused: what was queued before the CLOSE goes too.
-                    transport.write(b"".join(conn.take_pending(1 << 62)))
-                proto.hang_up()
+                    data = b"".join(conn.take_pending(1 << 62))
+                    if gated:
+                        self._hold(proto, data, False)
+                    else:
+                        transport.write(data)
+                if gated:
+                    self._hold(proto, b"", True)
+                else:
+                    proto.hang_up()
+        eventlog = self.eventlog
+        if eventlog is not None:
+            if gated:
+                self._commit()
+                if self.input_paused or self._over_backlog():
+                    self._schedule_backlog_check()
+            elif self.input_paused or eventlog.over_backlog:
+                self._schedule_backlog_check()
         if self.daemon.has_work:
             self.schedule_work()
+
+    # --- the event log: durable gate and writer backlog (JETLOG.md 6) ---------------------
+
+    def _hold(self, proto: PeerShell, data: bytes, hang_up: bool) -> None:
+        """With ``always``: write ``data`` (then hang up) once the next commit is durable."""
+        self._held.append((proto, data, hang_up))
+        self._held_bytes += len(data)
+
+    def send(self, proto: PeerShell, data: bytes) -> bool:
+        """Write ``data`` to ``proto``'s transport, through the durable gate with
+        ``always``. Returns True if written now, False if held for the next group commit
+        (the server calls ``proto.drain()`` again once it is out)."""
+        transport = proto.transport
+        if not self.gated:
+            if transport is not None:
+                transport.write(data)
+            return True
+        self._hold(proto, data, False)
+        self._held_drains.add(proto)
+        self.schedule_flush()
+        return False
+
+    def _commit(self) -> None:
+        """Hand the records and output gathered so far to the writer as one group commit,
+        unless one is in flight (its completion hands the next)."""
+        eventlog = self.eventlog
+        if self._in_flight is not None or eventlog is None or not (self._held or eventlog.pending):
+            return
+        self._in_flight = (eventlog.commit(), eventlog.appended, self._held, self._held_drains)
+        self._commit_mark = eventlog.appended
+        self._held = []
+        self._held_drains = set()
+
+    def log_progress(self) -> None:
+        """The writer made progress (called in the loop, from the writer's signal):
+        release the output of a completed commit, hand over the next, and resume input
+        if the backlog is low again."""
+        eventlog = self.eventlog
+        if eventlog is None:
+            return
+        in_flight = self._in_flight
+        if in_flight is not None and eventlog.durable >= in_flight[0]:
+            self._in_flight = None
+            self._durable_mark = in_flight[1]
+            self._release(in_flight[2], in_flight[3])
+            self._commit()
+        if self.input_paused or self._over_backlog():
+            self.check_backlog()
+
+    def _release(self, actions: list[_Action], drains: set[PeerShell]) -> None:
+        """Write durable output to the transports, in the order it was produced; the
+        connections whose drain stopped at a chunk of it drain on."""
+        size = 0
+        for proto, data, hang_up in actions:
+            size += len(data)
+            transport = proto.transport
+            if transport is None or transport.is_closing():
+                continue
+            if data:
+                transport.write(data)
+            if hang_up:
+                proto.hang_up()
+        self._held_bytes -= size
+        for proto in drains:
+            if not proto.write_paused:
+                proto.drain()
+
+    def flush_after_read(self, proto: PeerShell) -> None:
+        """flush() right after a large read; a peer whose read took the event log over its
+        backlog limit stops being read at once (libuv reads a socket up to 32 times per
+        loop iteration: megabytes), the others after this iteration (JETLOG.md 6.3)."""
+        self.flush()
+        if self.eventlog is not None and (self.input_paused or self._over_backlog()):
+            if not self.input_paused:
+                self._enter_pause(self._backlog())
+            transport = proto.transport
+            if transport is not None and not proto.hung_up and not transport.is_closing():
+                transport.pause_reading()
+            self._schedule_backlog_check()
+
+    def _schedule_backlog_check(self) -> None:
+        # After every read of this loop iteration: pausing input from within one peer's
+        # read would starve the peers whose reads come after it in the iteration.
+        if not self._backlog_check_scheduled:
+            self._backlog_check_scheduled = True
+            self.loop.call_soon(self.check_backlog)
+
+    def _backlog(self) -> int:
+        """Bytes not yet written (with always: not yet durable, and output held)."""
+        eventlog = self.eventlog
+        if eventlog is None:
+            return 0
+        if self.gated:
+            return eventlog.appended - self._durable_mark + self._held_bytes
+        return eventlog.backlog
+
+    def _next_commit_size(self) -> int:
+        """With always: bytes of records appended since the last commit was handed over."""
+        eventlog = self.eventlog
+        return 0 if eventlog is None else eventlog.appended - self._commit_mark
+
+    def _over_backlog(self) -> bool:
+        if self.gated and self._next_commit_size() > GATED_BACKLOG:
+            return True
+        return self._backlog() > self._backlog_limit
+
+    def _backlog_low(self, backlog: int) -> bool:
+        if self.gated and self._next_commit_size() > GATED_BACKLOG // 2:
+            return False
+        return backlog <= self._backlog_limit // 2
+
+    def check_backlog(self) -> None:
+        """JETLOG.md 6.3: pause reading from every peer while the bytes not yet written
+        (and the output held for them) are above ``log_writer_backlog``; resume below
+        half of it. Rate-limited log lines."""
+        self._backlog_check_scheduled = False
+        eventlog = self.eventlog
+        if eventlog is None:
+            return
+        backlog = self._backlog()
+        limit = self._backlog_limit
+        if self._over_backlog():
+            if not self.input_paused:
+                self._enter_pause(backlog)
+            # Every flush while paused: connections made since, and any that another
+            # path resumed (a drain), are paused again.
+            for proto in self.protocols:
+                transport = proto.transport
+                if transport is not None and not proto.hung_up and not transport.is_closing():
+                    transport.pause_reading()
+            if not self.gated:  # (with always, each completed commit wakes the loop anyway)
+                eventlog.notify_below = limit // 2
+                eventlog.flush()  # what the loop still holds counts too: let the writer have it
+        elif self.input_paused and self._backlog_low(backlog):
+            self.input_paused = False
+            eventlog.notify_below = -1
+            for proto in self.protocols:
+                transport = proto.transport
+                conn = proto.conn
+                if transport is None or proto.hung_up or transport.is_closing() or proto.write_paused:
+                    continue
+                if conn is not None and (conn.paused or conn.closing):
+                    continue  # a slow consumer: its drain resumes it (PROTOCOL.md 10.8)
+                transport.resume_reading()
+            if self._pause_logged:
+                self._pause_logged = False
+                log.info("event log: writer caught up (%d bytes not yet written): reading from peers resumed", backlog)
+
+    def _enter_pause(self, backlog: int) -> None:
+        self.input_paused = True
+        self.input_pauses += 1
+        now = self.loop.time()
+        if now - self._pause_logged_at >= BACKLOG_LOG_EVERY:
+            log.warning(
+                "event log: %d bytes not yet %s (limit %d%s): reading from peers paused%s",
+                backlog,
+                "durable" if self.gated else "written",
+                self._backlog_limit,
+                f", {GATED_BACKLOG} per group commit" if self.gated else "",
+                f" ({self._pauses_unlogged} more pauses since the last line)" if self._pauses_unlogged else "",
+            )
+            self._pause_logged_at = now
+            self._pauses_unlogged = 0
+            self._pause_logged = True
+        else:
+            self._pauses_unlogged += 1
 
     def _tick(self) -> None:
         try:
@@ -532,8 +760,15 @@ class Server:
             if self.held:
                 self._release_held()
             self.flush()
-            if self.eventlog is not None:
-                self.eventlog.flush()  # a quiet daemon's records reach the file within a tick
+            eventlog = self.eventlog
+            if eventlog is not None:
+                # A quiet daemon's records reach the file within a tick (JETLOG.md 6.2).
+                if self.gated:
+                    self._commit()
+                else:
+                    eventlog.flush()
+                if self.input_paused or self._over_backlog():
+                    self.check_backlog()
         except Exception:  # a bug here must not stop the clock for everyone
             log.exception("internal error in the periodic tick")
         self._tick_handle = self.loop.call_later(self.tick_interval, self._tick)
@@ -573,10 +808,18 @@ async def serve(config: Config, ready: Optional[asyncio.Future[tuple[str, int]]]
     eventlog: Optional[EventLog] = None
     if config.log_dir:
         eventlog = EventLog(
-            config.log_dir, name=config.name, fsync=config.log_fsync, rotate_size=config.log_rotate_size
+            config.log_dir,
+            name=config.name,
+            fsync=config.log_fsync,
+            rotate_size=config.log_rotate_size,
+            max_backlog=config.log_writer_backlog,
+            max_bytes=config.log_max_bytes,
+            max_age=config.log_max_age,
         )
         eventlog.open()
     server = Server(config, loop, eventlog, access, ssl_context)
+    if eventlog is not None:
+        eventlog.signal = _threadsafe(loop, server.log_progress)
     try:
         host, port = await server.start()
     except OSError as exc:
@@ -694,6 +937,15 @@ def listen(host: str, port: int) -> list[socket.socket]:
             sock.close()
         raise
     return listeners
+
+
+def _threadsafe(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> Callable[[], None]:
+    """A function for another thread that runs ``callback`` in ``loop`` soon."""
+
+    def wake() -> None:
+        loop.call_soon_threadsafe(callback)
+
+    return wake
 
 
 def new_event_loop(kind: str) -> asyncio.AbstractEventLoop:

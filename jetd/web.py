@@ -250,7 +250,7 @@ class WebProtocol(PeerShell):
         if stream:
             self._feed(stream)
         if nbytes >= FLUSH_AFTER_READ:
-            server.flush()
+            server.flush_after_read(self)
         else:
             server.schedule_flush()
 

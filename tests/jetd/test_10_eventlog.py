@@ -183,25 +183,33 @@ def _all_records(directory: Path) -> list[LogRecord]:
     return records
 
 
-def test_slow_writer_makes_the_loop_wait_and_loses_nothing(tmp_path, monkeypatch):
+def test_slow_writer_never_blocks_the_loop_and_loses_nothing(tmp_path, monkeypatch):
+    """JETLOG.md 6.3: the loop never waits for the writer; the backlog it reports is what
+    the caller (the server) pushes back on; nothing is dropped."""
+    import threading
+
     from jetd.eventlog import EventLog
     from jetwire.log import conn_open_data
 
-    slow_write = EventLog._write
+    release = threading.Event()
+    write = EventLog._write
 
-    def write_slowly(self: EventLog, path: object, data: bytes) -> None:
-        time.sleep(0.002)
-        slow_write(self, path, data)  # type: ignore[arg-type]
+    def write_when_released(self: EventLog, data: bytes) -> None:
+        release.wait(30)  # a disk that does not move until the test says so
+        write(self, data)
 
-    monkeypatch.setattr(EventLog, "_write", write_slowly)
+    monkeypatch.setattr(EventLog, "_write", write_when_released)
     eventlog = EventLog(tmp_path, chunk_size=256, max_backlog=1024, fsync="never")
     eventlog.open()
     eventlog.append(1, LogKind.CONN_OPEN, conn_open_data("127.0.0.1:1"))
     frames = [bytes([1, 0, 0, 0, 4]) + i.to_bytes(4, "big") for i in range(3000)]
-    for frame in frames:
+    for frame in frames:  # returns although the writer has written nothing
         eventlog.append(1, LogKind.FRAME_IN, frame)
+    assert eventlog.over_backlog and eventlog.backlog > 3000 * 20
+    release.set()
     eventlog.close()
-    assert eventlog.stats.waits > 0 and eventlog.stats.dropped_bytes == 0
+    assert eventlog.backlog == 0 and eventlog.stats.dropped_bytes == 0
+    assert eventlog.stats.peak_backlog > 1024
     records = _all_records(tmp_path)
     assert [r.data for r in records if r.kind == LogKind.FRAME_IN] == frames
 

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from . import daemon_procs
 from .daemon_procs import (
     DEFAULT_NODEJET_PREFIX,
     REPO,
@@ -37,7 +38,13 @@ from .daemon_procs import (
 from .daemon_wire import dialect_for
 from .daemon_workloads import WORKLOADS, Sample, Sizes
 
-KIND_LABELS = {"jetd": "jetd", "jetd-log": "jetd --log-dir", "jetd-auth": "jetd --auth", "nodejet": "node-jet 3"}
+KIND_LABELS = {
+    "jetd": "jetd",
+    "jetd-log": "jetd --log-dir",
+    "jetd-always": "jetd --log-dir --log-fsync always",
+    "jetd-auth": "jetd --auth",
+    "nodejet": "node-jet 3",
+}
 AGAINST = {
     "jetd": ["jetd"],
     "nodejet": ["nodejet"],
@@ -184,6 +191,10 @@ def _daemon_factory(kind: str, nodejet_prefix: Path,
             users = Path(log_dir) / "users.toml"
             users.write_text(BENCH_USERS, encoding="utf-8")
             yield lambda: start_daemon("jetd", jetd_args=["--auth", str(users)], jetd_source=jetd_source)
+        elif kind == "jetd-always":
+            yield lambda: start_daemon(
+                "jetd", jetd_args=["--log-dir", log_dir, "--log-fsync", "always"], jetd_source=jetd_source
+            )
         else:
             yield lambda: start_daemon(kind, nodejet_prefix=nodejet_prefix, jetd_source=jetd_source)
 
@@ -226,7 +237,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated subset of W1..W5")
     parser.add_argument("--quick", action="store_true", help="short windows, smaller sizes, 3 repetitions")
     parser.add_argument("--against", default="both",
-                        help="jetd, nodejet, both (default), all (adds jetd --log-dir) or auth (jetd and jetd --auth)")
+                        help="comma-separated: jetd, jetd-log (--log-dir), jetd-always (--log-dir --log-fsync always), "
+                             "nodejet, both (jetd,nodejet; default), all (jetd,jetd-log,nodejet) or auth (jetd,jetd-auth)")
     parser.add_argument("--repeat", type=int, help="repetitions per measurement (median reported)")
     parser.add_argument("--window", type=float, help="seconds per measured window")
     parser.add_argument("--nodejet-prefix", type=Path, default=DEFAULT_NODEJET_PREFIX,
@@ -235,7 +247,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="directory with the jetd and jetwire packages to run (default: this checkout); "
                              "e.g. a `git archive` of one commit, so that a long run sees one jetd")
     parser.add_argument("--json", type=Path, help="also write every sample to this JSON file")
+    parser.add_argument("--pin", metavar="DAEMON_CPU:GENERATOR_CPU",
+                        help="pin jetd (taskset -c, all its threads) and this load generator to one CPU each, "
+                             "e.g. 0:1 (NOTES.md: per-message CPU is far steadier pinned)")
     args = parser.parse_args(argv)
+    if args.pin:
+        try:
+            daemon_cpu, generator_cpu = (int(part) for part in args.pin.split(":"))
+        except ValueError:
+            parser.error("--pin takes DAEMON_CPU:GENERATOR_CPU, e.g. 0:1")
+        daemon_procs.JETD_CPU = daemon_cpu
+        os.sched_setaffinity(0, {generator_cpu})
     workloads = [w.strip().upper() for w in args.workloads.split(",") if w.strip()]
     unknown = [w for w in workloads if w not in WORKLOADS]
     if unknown:

@@ -145,6 +145,10 @@ def _exit_stats(stderr_path: Path) -> dict[str, int]:
     return stats
 
 
+JETD_CPU: int | None = None
+"""The CPU jetd is pinned to (``taskset -c``), or None; set by ``daemon.py --pin``."""
+
+
 @contextlib.contextmanager
 def start_jetd(extra_args: list[str] | None = None, source: Path = REPO) -> Iterator[DaemonProcess]:
     """Run ``python -m jetd --host 127.0.0.1 --port 0 EXTRA_ARGS`` for the ``with`` block.
@@ -153,6 +157,9 @@ def start_jetd(extra_args: list[str] | None = None, source: Path = REPO) -> Iter
     checkout by default; a frozen copy keeps a long run on one version of jetd).
     """
     cmd = [sys.executable, "-m", "jetd", "--host", "127.0.0.1", "--port", "0", *(extra_args or [])]
+    if JETD_CPU is not None:
+        # taskset execs jetd (same pid), and every thread of it, the event-log writer too, inherits the CPU.
+        cmd = ["taskset", "-c", str(JETD_CPU), *cmd]
     env = {**os.environ, "PYTHONPATH": str(source), "PYTHONUNBUFFERED": "1"}
     with _spawn("jetd", cmd, "jetd listening on ", env, source) as daemon:
         yield daemon
