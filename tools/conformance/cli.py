@@ -50,6 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="jet-conformance",
         description="Run the jet protocol conformance cases (spec/conformance) against a daemon.",
+        epilog="To test a peer library instead: jet-conformance peer --agent CMD (spec/conformance/PEER.md; "
+               "jet-conformance peer --help).",
     )
     parser.add_argument("address", nargs="?", type=_address, help="the daemon, HOST:PORT")
     parser.add_argument("--cases", metavar="GLOB", help="only cases whose id, group or file matches GLOB")
@@ -73,6 +75,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[list[str]] = None) -> int:
     """Entry point; returns the exit status (0 all passed, 1 failures, 2 usage errors)."""
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv[:1] == ["peer"]:
+        from . import peer  # the peer suite (issue 17): jet-conformance peer --agent CMD
+
+        return guard_broken_pipe(peer.main, argv[1:])
     return guard_broken_pipe(_main, argv)
 
 

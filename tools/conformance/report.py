@@ -141,7 +141,7 @@ def report_json(results: list[CaseResult], config: RunConfig) -> dict[str, Any]:
     """The whole run as one JSON document."""
     passed, failed, skipped = summary_counts(results, config.strict)
     return {
-        "daemon": f"{config.host}:{config.port}",
+        "daemon": config.label(),
         "config": {
             "timeout": config.timeout,
             "route_timeout": config.route_timeout,
@@ -265,7 +265,7 @@ def write_html(results: list[CaseResult], config: RunConfig, path: Path) -> None
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>jet conformance</title>",
         f"<style>{_CSS}</style><script>{_JS}</script></head><body>",
-        f"<h1>jet conformance: {esc(config.host)}:{config.port}</h1>",
+        f"<h1>jet conformance: {esc(config.label())}</h1>",
         f"<p><b>{esc(summary_line(results, config.strict))}</b> &middot; route timeout "
         f"{config.route_timeout:g} s &middot; step timeout {config.timeout:g} s"
         f"{' &middot; strict' if config.strict else ''}</p>",
