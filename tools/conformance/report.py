@@ -125,7 +125,8 @@ def write_console(results: list[CaseResult], config: RunConfig, out: TextIO, ver
             shown = (json.dumps(_cap_strings(decoded), ensure_ascii=False) if decoded is not None
                      else received.get("error"))
             out.write(f"    received: {shown}\n")
-            out.write(f"              hex {received.get('hex', '')}\n")
+            if received.get("hex"):
+                out.write(f"              hex {received['hex']}\n")
     out.write("\nper section:\n")
     out.write(f"  {'section':<8}" + "".join(f"{name:>14}" for name in OUTCOMES) + "\n")
     for section, counts in section_summary(results).items():
