@@ -561,6 +561,26 @@ async def case_unknown_frame_type(s: Session) -> None:
     await _expect_fatal(s, Status.MALFORMED, frame(9, b"\x00\x00"), "a frame of type 0x09")
 
 
+async def case_malformed_fetch_event(s: Session) -> None:
+    await s.start_and_handshake()
+    await client_requests_answered(s)
+    # A FETCH_ADD of our fetch whose INT64 value is 3 bytes long (5.3: MALFORMED).
+    body = b"\x81" + FIRST_FETCH_ID.to_bytes(4, "big") + str16("data/bad") + b"\x02\x00\x00\x00\x03\x00\x00\x01"
+    await _expect_fatal(s, Status.MALFORMED, frame(3, body), "a FETCH_ADD whose INT64 value has 3 bytes")
+
+
+async def case_fire_and_forget_set(s: Session) -> None:
+    await s.start_and_handshake()
+    await client_requests_answered(s)
+    mark = len(s.owner_log)
+    await s.send(SetState(None, STATE_KEY, Value.of(12)), CallMethod(None, METHOD_KEY, Value.of("ff")))
+    await s.until(lambda: ("notify", Value.of(12)) in s.owner_log[mark:], s.timeout,
+                  "the owner notifies the value of a SET_STATE event", "NOTIFY_STATE agent/state INT64 12")
+    # An EVENT gets no RESPONSE: one now would be stray (Session.handle fails the case).
+    await routed_call(s, 0x80, "after")
+    await s.finish()
+
+
 async def case_body_over_peer_max(s: Session) -> None:
     await s.start_and_handshake()
     await client_requests_answered(s)
@@ -677,6 +697,12 @@ PEER_CASES: list[PeerCase] = [
              "the next one begins) and carry on, or send CLOSE (UNKNOWN_FUNCTION) and close.", case_unknown_event),
     PeerCase("peer.fatal.unknown-frame-type", "a frame of unknown type: CLOSE MALFORMED, nothing read after it",
              "11.1", "MUST", Q_FATAL, case_unknown_frame_type),
+    PeerCase("peer.fatal.malformed-fetch-event", "a FETCH_ADD with a bad value: CLOSE MALFORMED", "11.1", "MUST",
+             "A malformed EVENT the peer knows (a bad FETCH_ADD, say) is fatal (CLOSE MALFORMED): skipping it would "
+             "lose a change silently (section 9.3).", case_malformed_fetch_event),
+    PeerCase("peer.owner.fire-and-forget", "a SET_STATE and a CALL_METHOD event: the set is notified, neither "
+             "is answered", "7.1", "MUST", "the owner applies them and, for a set, notifies as usual.",
+             case_fire_and_forget_set),
     PeerCase("peer.fatal.body-over-max", "a header above the peer's announced max_body: CLOSE TOO_LARGE",
              "11.1", "MUST", Q_FATAL, case_body_over_peer_max),
     PeerCase("peer.max-body.respected", "with a daemon max_body of 64 the peer sends no larger body (its call "
