@@ -672,8 +672,7 @@ Q_PENDING = "a peer MUST fail them at once (not at their timeout), reporting the
 
 PEER_CASES: list[PeerCase] = [
     PeerCase("peer.fetch.adds-in-ok-segment", "initial FETCH_ADDs in the same segment as FETCH_STATES' OK are "
-             "delivered", "10.5", "MUST", "The OK response to FETCH_STATES comes first; then one FETCH_ADD for "
-             "every state matching at that moment, in byte order of key; then live events.",
+             "delivered", "10.5", "MUST", "The OK response to FETCH_STATES comes first; then one FETCH_ADD for every",
              case_fetch_adds_in_ok_segment),
     PeerCase("peer.owner.routed-in-ok-segment", "a routed set and call in the same segment as ADD_STATE's and "
              "ADD_METHOD's OK are answered", "11", "MUST", Q_ANSWER, case_routed_in_ok_segment),
