@@ -38,14 +38,14 @@ class LateListeners(TinyPeer):
         self._request({"function": ADD_STATE, "key": key, "value": to_value(value)})
         self.on_set[key] = on_set  # too late: a routed set in the OK's segment was answered already
 
-    def fetch(self, prefix: str, callback: FetchCallback) -> int:
+    def fetch(self, prefix: str, callback: FetchCallback, *args: Any, **kwargs: Any) -> int:
         response = self._request({"function": FETCH_STATES, "prefix": prefix})
         self.fetches[response["fetch_id"]] = callback  # too late: the initial adds went by
         return int(response["fetch_id"])
 
 class StrayResponse(TinyPeer):
-    def fetch(self, prefix: str, callback: FetchCallback) -> int:
-        fetch_id = super().fetch(prefix, callback)
+    def fetch(self, prefix: str, callback: FetchCallback, *args: Any, **kwargs: Any) -> int:
+        fetch_id = super().fetch(prefix, callback, *args, **kwargs)
         self._send(encode_frame({"type": RESPONSE, "id": 0xDEAD, "status": OK}))
         return fetch_id
 
