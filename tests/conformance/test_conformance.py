@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -68,6 +69,16 @@ def test_whole_suite_passes_against_jetd(start_jetd: Any, tmp_path: Path) -> Non
     assert all("the daemon under test has no authentication" in r for r in reasons), reasons
     suites = ET.parse(report["r.xml"]).getroot()
     assert sum(int(s.get("tests", "0")) for s in suites) == len(data["cases"])
+    # Issue 17: transcripts are capped, so a full run's reports stay small (they were ~50 MB,
+    # 44 MB of it the slow-consumer case's transcript), and the cut is said, not silent.
+    for path in report.values():
+        assert path.stat().st_size < 2_000_000, (path.name, path.stat().st_size)
+    slow = next(c for c in data["cases"] if c["id"] == "slow.latest-value-seen")
+    assert slow["exchange_entries_cut"] > 0 and len(slow["exchange"]) <= 101
+    assert any("entries cut from this transcript" in e["text"] for e in slow["exchange"])
+    assert all(len(e["text"]) < 1200 for c in data["cases"] for e in c["exchange"])
+    # Skip reasons are printed without -v.
+    assert "skipped: requires max_body == 17" in result.stdout
     page = report["r.html"].read_text()
     assert page.startswith("<!DOCTYPE html>") and "applyFilter" in page and "http" not in page.lower().replace(
         "http-equiv", "")
@@ -164,3 +175,21 @@ def test_auth_cases_run_against_a_daemon_with_the_test_users_file(start_jetd: An
     assert match, result.stdout[-2000:] + result.stderr
     passed, failed, skipped = (int(g) for g in match.groups())
     assert (failed, skipped) == (0, 0) and passed >= 9, result.stdout[-4000:]
+
+
+@pytest.mark.parametrize("args", [("--list",), ("{daemon}", "--cases", "info.*")])
+def test_output_into_a_closed_pipe_is_quiet(start_jetd: Any, args: tuple[str, ...]) -> None:
+    """``jet-conformance ... | head`` must not end in a BrokenPipeError traceback (issue 17):
+    here the reader of stdout is gone before the runner writes anything."""
+    daemon = start_jetd() if "{daemon}" in args else None
+    argv = [a.format(daemon=f"{daemon.host}:{daemon.port}" if daemon else "") for a in args]
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "tools.conformance", *argv], cwd=REPO, stdout=write_end,
+                              stderr=subprocess.PIPE, text=True, timeout=60,
+                              env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    finally:
+        os.close(write_end)
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
+    assert proc.returncode == 0, proc.stderr

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from pathlib import Path
 from typing import Any, Optional
 
 from .cases import CaseError, default_case_dir, evaluate, load_cases, select_cases
-from .report import summary_line, write_console, write_html, write_json, write_junit
+from .report import write_console, write_html, write_json, write_junit
 from .runner import RunConfig, run_cases
 
 EXIT_OK = 0
@@ -49,6 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="jet-conformance",
         description="Run the jet protocol conformance cases (spec/conformance) against a daemon.",
+        epilog="To test a peer library instead: jet-conformance peer --agent CMD (spec/conformance/PEER.md; "
+               "jet-conformance peer --help).",
     )
     parser.add_argument("address", nargs="?", type=_address, help="the daemon, HOST:PORT")
     parser.add_argument("--cases", metavar="GLOB", help="only cases whose id, group or file matches GLOB")
@@ -72,6 +75,34 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[list[str]] = None) -> int:
     """Entry point; returns the exit status (0 all passed, 1 failures, 2 usage errors)."""
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv[:1] == ["peer"]:
+        from . import peer  # the peer suite (issue 17): jet-conformance peer --agent CMD
+
+        return guard_broken_pipe(peer.main, argv[1:])
+    return guard_broken_pipe(_main, argv)
+
+
+def guard_broken_pipe(entry: Any, argv: Optional[list[str]]) -> int:
+    """Run ``entry(argv, status)``; when stdout is a pipe whose reader closed (``| head``),
+    stop writing quietly instead of dying with a BrokenPipeError traceback (issue 17).
+    ``entry`` stores the run's exit status in ``status["code"]`` before it prints the
+    console report (the --json/--junit/--html files are written before it too), so the
+    exit status is the run's either way."""
+    status: dict[str, int] = {}
+    try:
+        return int(entry(argv, status))
+    except BrokenPipeError:
+        # Python's documented recipe: point stdout at devnull so the interpreter's own
+        # flush at exit does not raise again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return status.get("code", EXIT_OK)
+
+
+def _main(argv: Optional[list[str]], status: dict[str, int]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     case_dir = args.case_dir or default_case_dir()
@@ -112,8 +143,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         write_junit(results, config, args.junit)
     if args.html:
         write_html(results, config, args.html)
+    failed = any(result.counts_as_failure(config.strict) for result in results)
+    status["code"] = EXIT_FAILED if failed else EXIT_OK
     write_console(results, config, sys.stdout, verbose=args.verbose)
     sys.stdout.flush()
-    failed = any(result.counts_as_failure(config.strict) for result in results)
-    assert summary_line(results, config.strict)  # printed last by write_console
-    return EXIT_FAILED if failed else EXIT_OK
+    return status["code"]

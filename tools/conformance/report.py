@@ -9,9 +9,73 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, TextIO
 
-from .runner import FAILED, INFORMATIONAL, NON_STRICT, OK, OUTCOMES, SKIPPED, CaseResult, RunConfig
+from .runner import (
+    FAILED,
+    INFORMATIONAL,
+    NON_STRICT,
+    OK,
+    OUTCOMES,
+    SKIPPED,
+    CaseResult,
+    ExchangeEntry,
+    RunConfig,
+)
 
-__all__ = ["summary_counts", "summary_line", "write_console", "write_html", "write_json", "write_junit"]
+__all__ = [
+    "EXCHANGE_HEAD",
+    "EXCHANGE_TAIL",
+    "TEXT_MAX",
+    "capped_exchange",
+    "summary_counts",
+    "summary_line",
+    "write_console",
+    "write_html",
+    "write_json",
+    "write_junit",
+]
+
+# Transcript caps (issue 17): one informational case (slow consumers) logs hundreds of
+# frames of 128 KiB each, which made a full run's reports ~50 MB. Every report keeps the
+# head and the tail of each transcript and of each long line, and says how much was cut.
+EXCHANGE_HEAD = 60  # first entries of a transcript kept
+EXCHANGE_TAIL = 40  # last entries kept
+TEXT_MAX = 1000  # characters of one entry's text (or one string in expected/received) kept
+_TEXT_TAIL = 200  # of which from the end
+
+
+def _cap_text(text: str, limit: int = TEXT_MAX) -> str:
+    if len(text) <= limit:
+        return text
+    head = limit - _TEXT_TAIL
+    return f"{text[:head]} ...[{len(text) - head - _TEXT_TAIL} characters cut]... {text[-_TEXT_TAIL:]}"
+
+
+def _cap_strings(value: Any) -> Any:
+    """``value`` with every long string in it capped (expected/received descriptions)."""
+    if isinstance(value, str):
+        return _cap_text(value)
+    if isinstance(value, list):
+        return [_cap_strings(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _cap_strings(item) for key, item in value.items()}
+    return value
+
+
+def capped_exchange(result: CaseResult) -> tuple[list[ExchangeEntry], int]:
+    """The transcript of ``result`` as reports show it: at most ``EXCHANGE_HEAD`` +
+    ``EXCHANGE_TAIL`` entries, each text capped at ``TEXT_MAX`` characters. Returns the
+    entries and how many were left out (a note entry in their place says so)."""
+    entries = result.exchange
+    cut = max(0, len(entries) - EXCHANGE_HEAD - EXCHANGE_TAIL)
+    if cut:
+        middle = entries[EXCHANGE_HEAD]
+        note = ExchangeEntry(middle.time, "-", "note", f"... {cut} entries cut from this transcript "
+                             f"({len(entries)} in all; the first {EXCHANGE_HEAD} and last {EXCHANGE_TAIL} are shown)")
+        entries = [*entries[:EXCHANGE_HEAD], note, *entries[-EXCHANGE_TAIL:]]
+    shown = [entry if len(entry.text) <= TEXT_MAX else
+             ExchangeEntry(entry.time, entry.conn, entry.direction, _cap_text(entry.text), entry.hex)
+             for entry in entries]
+    return shown, cut
 
 
 def summary_counts(results: list[CaseResult], strict: bool) -> tuple[int, int, int]:
@@ -45,6 +109,9 @@ def write_console(results: list[CaseResult], config: RunConfig, out: TextIO, ver
     for result in results:
         case = result.case
         out.write(f"{result.outcome:<13} {case.section:<6} {case.id:<44} {result.duration:6.2f}s  {case.title}\n")
+        if result.outcome == SKIPPED and not verbose:
+            # Why a case did not run is shown without -v (issue 17): a skip hides coverage.
+            out.write(f"{'':21}skipped: {result.reason}\n")
     problems = [r for r in results if r.outcome in (FAILED, NON_STRICT) or (verbose and r.outcome != OK)]
     for result in problems:
         case = result.case
@@ -55,9 +122,11 @@ def write_console(results: list[CaseResult], config: RunConfig, out: TextIO, ver
             out.write(f"    expected: {json.dumps(expected, ensure_ascii=False)}\n")
         for received in result.received:
             decoded = received.get("decoded")
-            shown = json.dumps(decoded, ensure_ascii=False) if decoded is not None else received.get("error")
+            shown = (json.dumps(_cap_strings(decoded), ensure_ascii=False) if decoded is not None
+                     else received.get("error"))
             out.write(f"    received: {shown}\n")
-            out.write(f"              hex {received.get('hex', '')}\n")
+            if received.get("hex"):
+                out.write(f"              hex {received['hex']}\n")
     out.write("\nper section:\n")
     out.write(f"  {'section':<8}" + "".join(f"{name:>14}" for name in OUTCOMES) + "\n")
     for section, counts in section_summary(results).items():
@@ -73,7 +142,7 @@ def report_json(results: list[CaseResult], config: RunConfig) -> dict[str, Any]:
     """The whole run as one JSON document."""
     passed, failed, skipped = summary_counts(results, config.strict)
     return {
-        "daemon": f"{config.host}:{config.port}",
+        "daemon": config.label(),
         "config": {
             "timeout": config.timeout,
             "route_timeout": config.route_timeout,
@@ -87,8 +156,20 @@ def report_json(results: list[CaseResult], config: RunConfig) -> dict[str, Any]:
             "outcomes": dict(Counter(result.outcome for result in results)),
             "sections": {section: dict(counts) for section, counts in section_summary(results).items()},
         },
-        "cases": [result.to_json() for result in results],
+        "transcript_caps": {"head_entries": EXCHANGE_HEAD, "tail_entries": EXCHANGE_TAIL, "text_chars": TEXT_MAX},
+        "cases": [_case_json(result) for result in results],
     }
+
+
+def _case_json(result: CaseResult) -> dict[str, Any]:
+    data = result.to_json()
+    entries, cut = capped_exchange(result)
+    data["exchange"] = [entry.to_json() for entry in entries]
+    data["exchange_entries"] = len(result.exchange)
+    data["exchange_entries_cut"] = cut
+    data["expected"] = _cap_strings(data["expected"])
+    data["received"] = _cap_strings(data["received"])
+    return data
 
 
 def write_json(results: list[CaseResult], config: RunConfig, path: Path) -> None:
@@ -98,7 +179,7 @@ def write_json(results: list[CaseResult], config: RunConfig, path: Path) -> None
 
 def _exchange_text(result: CaseResult) -> str:
     lines = []
-    for entry in result.exchange:
+    for entry in capped_exchange(result)[0]:
         arrow = {"send": "->", "recv": "<-", "note": "  ", "fail": "!!"}.get(entry.direction, "  ")
         lines.append(f"{entry.time:8.4f} {entry.conn:>6} {arrow} {entry.text}")
         if entry.hex:
@@ -138,8 +219,8 @@ def write_junit(results: list[CaseResult], config: RunConfig, path: Path) -> Non
             if result.counts_as_failure(config.strict):
                 failure = ET.SubElement(testcase, "failure", message=result.reason, type=result.outcome)
                 details = [f"PROTOCOL.md {case.section}: {case.quote}", result.reason]
-                details += [f"expected: {json.dumps(e, ensure_ascii=False)}" for e in result.expected]
-                details += [f"received: {json.dumps(r, ensure_ascii=False)}" for r in result.received]
+                details += [f"expected: {json.dumps(_cap_strings(e), ensure_ascii=False)}" for e in result.expected]
+                details += [f"received: {json.dumps(_cap_strings(r), ensure_ascii=False)}" for r in result.received]
                 failure.text = "\n".join(details)
             elif result.outcome == SKIPPED:
                 ET.SubElement(testcase, "skipped", message=result.reason)
@@ -185,7 +266,7 @@ def write_html(results: list[CaseResult], config: RunConfig, path: Path) -> None
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>jet conformance</title>",
         f"<style>{_CSS}</style><script>{_JS}</script></head><body>",
-        f"<h1>jet conformance: {esc(config.host)}:{config.port}</h1>",
+        f"<h1>jet conformance: {esc(config.label())}</h1>",
         f"<p><b>{esc(summary_line(results, config.strict))}</b> &middot; route timeout "
         f"{config.route_timeout:g} s &middot; step timeout {config.timeout:g} s"
         f"{' &middot; strict' if config.strict else ''}</p>",
@@ -220,9 +301,9 @@ def write_html(results: list[CaseResult], config: RunConfig, path: Path) -> None
         if result.reason:
             body.append(f"<p><b>{esc(result.reason)}</b></p>")
         for expected in result.expected:
-            body.append(f"<pre>expected: {esc(json.dumps(expected, ensure_ascii=False))}</pre>")
+            body.append(f"<pre>expected: {esc(json.dumps(_cap_strings(expected), ensure_ascii=False))}</pre>")
         for received in result.received:
-            body.append(f"<pre>received: {esc(json.dumps(received, ensure_ascii=False))}</pre>")
+            body.append(f"<pre>received: {esc(json.dumps(_cap_strings(received), ensure_ascii=False))}</pre>")
         body.append(f"<p>source {esc(case.source)}, key namespace <code>{esc(result.namespace)}</code></p>")
         body.append(f"<pre>{esc(_exchange_text(result))}</pre>")
         parts.append(f"<tr class='detail' id='{detail_id}' style='display:none'><td colspan='6'>"

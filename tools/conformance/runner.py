@@ -68,6 +68,11 @@ class RunConfig:
     case_timeout: float = 120.0
     variables: dict[str, Any] = field(default_factory=dict)
     run_token: str = field(default_factory=lambda: secrets.token_hex(3))
+    subject: str = ""  # what was tested, for reports; default HOST:PORT (the peer suite names its agent)
+
+    def label(self) -> str:
+        """What reports name as the thing tested."""
+        return self.subject or f"{self.host}:{self.port}"
 
     def base_env(self) -> Env:
         """Variables every case sees before its first step."""
