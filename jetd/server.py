@@ -29,6 +29,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import errno
+import fcntl
 import ipaddress
 import logging
 import os
@@ -36,7 +37,9 @@ import resource
 import signal
 import socket
 import ssl
+import struct
 import sys
+import termios
 import time
 from collections.abc import Callable
 from typing import Any, Optional, cast
@@ -56,6 +59,7 @@ __all__ = ["PeerProtocol", "PeerShell", "Server", "new_event_loop", "serve"]
 log = logging.getLogger("jetd")
 
 LINGER_QUIET = 0.2  # hang_up: seconds without input after which the socket is closed
+LINGER_MAX = 60.0  # hang_up: seconds a peer that still reads its last bytes is given at most
 # Password checks (argon2id: ~64 MiB and a fraction of a second each) run on this many
 # threads at most, which bounds their memory and leaves the loop its core.
 PASSWORD_CHECK_THREADS = 2
@@ -93,6 +97,19 @@ def raise_fd_limit(wanted: int) -> int:
     return soft
 
 
+def unsent_bytes(transport: asyncio.BaseTransport) -> int:
+    """Bytes the transport still holds plus those its socket has not had acknowledged
+    yet (Linux TIOCOUTQ; 0 where that cannot be asked)."""
+    size = cast(asyncio.WriteTransport, transport).get_write_buffer_size()
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return size
+    try:
+        return size + int(struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0"))[0])
+    except (OSError, ValueError, AttributeError):
+        return size
+
+
 def open_fds() -> int:
     """File descriptors this process has open (Linux: /proc/self/fd; else a guess)."""
     try:
@@ -120,6 +137,8 @@ class PeerShell(asyncio.Protocol):
         self.abort_handle: Optional[asyncio.TimerHandle] = None
         self.hung_up = False
         self.heard = False  # input arrived since the last linger check
+        self.linger_left = 0  # bytes still to write at the last linger check
+        self.linger_until = 0.0  # the latest a lingering peer is given, however it reads
 
     def prepare(self, transport: asyncio.BaseTransport) -> str:
         """Set up a new socket transport; returns the peer's ``host:port``."""
@@ -245,29 +264,47 @@ class PeerShell(asyncio.Protocol):
 
     def linger(self) -> None:
         """Keep reading (and dropping) what the peer still sends after our last bytes,
-        and close once everything is written and the peer was quiet for LINGER_QUIET
-        (closing with unread input makes the kernel send RST, which can destroy the
-        CLOSE in the peer's receive buffer before the peer reads it); a peer that takes
-        longer than the shutdown grace is aborted."""
+        and close once everything is written, the peer's kernel has acknowledged it, and
+        the peer was quiet for LINGER_QUIET (closing with unread input makes the kernel
+        send RST, which discards what our kernel still had to send and can destroy the
+        CLOSE in the peer's receive buffer before the peer reads it).
+
+        PROTOCOL.md 7.3, 10.8: bytes already handed to the transport cannot be taken
+        back, so a slow peer that still reads (what is left to write shrinks) keeps the
+        shutdown grace from its last progress, up to LINGER_MAX in all (its memory is
+        bounded: only the transport's buffer is left);
+        a peer that reads nothing is aborted after the shutdown grace."""
         raw = self.raw
         if raw is None or raw.is_closing():
             return
         loop = self.server.loop
+        config = self.server.config
         raw.resume_reading()
+        self.linger_left = unsent_bytes(raw)
+        self.linger_until = loop.time() + max(LINGER_MAX, config.shutdown_grace)
         loop.call_later(LINGER_QUIET, self._linger)
         if self.abort_handle is not None:
             self.abort_handle.cancel()
-        self.abort_handle = loop.call_later(self.server.config.shutdown_grace, raw.abort)
+        self.abort_handle = loop.call_later(config.shutdown_grace, raw.abort)
 
     def _linger(self) -> None:
         raw = self.raw
         if raw is None or raw.is_closing():
             return
-        if self.heard or raw.get_write_buffer_size():
-            self.heard = False
-            self.server.loop.call_later(LINGER_QUIET, self._linger)
-        else:
+        left = unsent_bytes(raw)
+        if not (self.heard or left):
             raw.close()
+            return
+        self.heard = False
+        loop = self.server.loop
+        if left < self.linger_left and loop.time() < self.linger_until:
+            # It reads on: the grace runs from now (no later than linger_until).
+            if self.abort_handle is not None:
+                self.abort_handle.cancel()
+            grace = min(self.server.config.shutdown_grace, self.linger_until - loop.time())
+            self.abort_handle = loop.call_later(grace, raw.abort)
+        self.linger_left = left
+        loop.call_later(LINGER_QUIET, self._linger)
 
 
 class PeerProtocol(PeerShell):
