@@ -295,6 +295,19 @@ def test_malformed_frames_stay_rows(tmp_path: Path) -> None:
     assert [r["frame_error"] for r in rows] == list(cases.values())
 
 
+def test_protocol_1_1_requests_are_known_functions(tmp_path: Path) -> None:
+    # Issue 15: a 1.1 log (queries, authentication) must not turn its requests into
+    # "unknown function" rows; they carry their function's name.
+    from jetwire import Authenticate, FetchQuery, Query, QueryOnce
+
+    frames = [encode(FetchQuery(1, Query())), encode(QueryOnce(2, Query())), encode(Authenticate(3, "u", "********"))]
+    path = tmp_path / "a.jetlog"
+    path.write_bytes(build_log([(4, LogKind.FRAME_IN, frame) for frame in frames]))
+    rows = [r for r in read(path, mode="FAILFAST") if r["conn_id"] == 4]
+    assert [(r["function"], r["frame_error"]) for r in rows] == [
+        ("FETCH_QUERY", None), ("QUERY_ONCE", None), ("AUTHENTICATE", None)]
+
+
 def test_unknown_kinds_are_skipped(tmp_path: Path) -> None:
     path = tmp_path / "a.jetlog"
     path.write_bytes(build_log([(1, 0x42, b"future"), (1, LogKind.FRAME_IN, encode(GetState(1, "k")))]))

@@ -552,6 +552,7 @@ _E_SHORT, _E_LEN, _E_TYPE, _E_BODY, _E_FUNC, _E_EVT, _E_LAYOUT, _E_KEY, _E_VRES,
 _FRAME_ERROR_NAMES = pa.array(_FRAME_ERRORS, pa.string())
 _DATA_ERROR_NAMES = pa.array([None if r is None else f"bad record data: {r}" for r in _FRAME_ERRORS], pa.string())
 
+_FUNCTIONS = np.array([int(f) for f in Function])
 _KEY_FUNCS = np.array([Function.ADD_STATE, Function.REMOVE_STATE, Function.SET_STATE, Function.NOTIFY_STATE,
                        Function.CALL_METHOD, Function.ADD_METHOD, Function.REMOVE_METHOD, Function.GET_STATE])
 _VALUE_FUNCS = np.array([Function.ADD_STATE, Function.SET_STATE, Function.NOTIFY_STATE, Function.CALL_METHOD])
@@ -714,7 +715,9 @@ def parse_batch(a: np.ndarray, starts: np.ndarray, seg: _Segment) -> tuple[pa.Re
     rid, has_rid = g.uint(fb, is_req | is_resp, 4)
     func, has_func = g.uint(fb + 4, is_req, 1)
     code, has_code = g.uint(fb, is_evt, 1)
-    fail(has_func & ((func < Function.ADD_STATE) | (func > Function.GET_STATE)), _E_FUNC)
+    # Protocol 1.1 functions (queries, AUTHENTICATE) are known: their rows carry the function
+    # name; their bodies have no key/value columns yet (PROTOCOL.md 14, 15).
+    fail(has_func & ~np.isin(func, _FUNCTIONS), _E_FUNC)
     fail(has_code & ~np.isin(code, [int(c) for c in EventCode]), _E_EVT)
 
     # --- ROUTE, JETLOG.md 4 ---
