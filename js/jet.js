@@ -22,18 +22,22 @@ export const FrameType = Object.freeze({ REQUEST: 1, RESPONSE: 2, EVENT: 3, INFO
 export const FunctionCode = Object.freeze({
   ADD_STATE: 1, REMOVE_STATE: 2, SET_STATE: 3, NOTIFY_STATE: 4, CALL_METHOD: 5,
   ADD_METHOD: 6, REMOVE_METHOD: 7, FETCH_STATES: 8, UNFETCH: 9, GET_STATE: 10,
+  FETCH_QUERY: 0x0b, QUERY_ONCE: 0x0c, // PROTOCOL.md 14 (protocol 1.1)
   AUTHENTICATE: 0x10, // PROTOCOL.md 6.12 (protocol 1.1)
 });
 /** Event codes (PROTOCOL.md 7). */
 export const EventCode = Object.freeze({
   SET_STATE: 0x03, NOTIFY_STATE: 0x04, CALL_METHOD: 0x05,
-  FETCH_ADD: 0x81, FETCH_CHANGE: 0x82, FETCH_REMOVE: 0x83, CLOSE: 0xf0,
+  FETCH_ADD: 0x81, FETCH_CHANGE: 0x82, FETCH_REMOVE: 0x83,
+  FETCH_UNMATCH: 0x84, FETCH_METHOD: 0x85, FETCH_NODE: 0x86, FETCH_WINDOW: 0x87, QUERY_ENTRY: 0x88, // PROTOCOL.md 14.2, 14.4
+  CLOSE: 0xf0,
 });
 /** Status codes (PROTOCOL.md 8). */
 export const Status = Object.freeze({
   OK: 0, NOT_FOUND: 1, ALREADY_EXISTS: 2, NOT_OWNER: 3, REJECTED: 4, TIMEOUT: 5, OWNER_GONE: 6,
   MALFORMED: 7, UNKNOWN_FUNCTION: 8, TOO_LARGE: 9, LIMIT_EXCEEDED: 10, WRONG_KIND: 11,
   INTERNAL: 12, OVERLOADED: 13, AUTH_FAILED: 14, NOT_AUTHORIZED: 15, // 14, 15: PROTOCOL.md 15
+  INVALID_QUERY: 16, // PROTOCOL.md 14.6
 });
 /** Value types (PROTOCOL.md 5.3); 0x80..0xFF are application-defined. */
 export const ValueType = Object.freeze({
@@ -41,6 +45,8 @@ export const ValueType = Object.freeze({
 });
 /** Feature bits of INFO (PROTOCOL.md 4.4). */
 export const FEATURE_CONFLATION = 0x1;
+/** The daemon answers queries (PROTOCOL.md 14). */
+export const FEATURE_QUERIES = 0x2;
 /** The daemon enforces permissions (PROTOCOL.md 15). */
 export const FEATURE_AUTH_REQUIRED = 0x4;
 export const PROTOCOL_MAJOR = 1;
@@ -56,7 +62,30 @@ const nameOf = (table, code) => Object.keys(table).find((k) => table[k] === code
 const FUNCTION_NAMES = Object.fromEntries(Object.entries(FunctionCode).map(([k, v]) => [v, k]));
 const EVENT_NAMES = Object.fromEntries(Object.entries(EventCode).map(([k, v]) => [v, k]));
 const STATUS_NAMES = Object.fromEntries(Object.entries(Status).map(([k, v]) => [v, k]));
-const MAX_STATUS = 0x0f;
+const MAX_STATUS = 0x10;
+
+/** Query codes (PROTOCOL.md 14.1). */
+export const PathOp = Object.freeze({
+  STARTS_WITH: 1, ENDS_WITH: 2, CONTAINS: 3, EQUALS: 4, EQUALS_ONE_OF: 5, CONTAINS_ALL_OF: 6,
+});
+export const FilterOp = Object.freeze({ EQ: 1, NE: 2, LT: 3, LE: 4, GT: 5, GE: 6, IS_TYPE: 7 });
+export const SortBy = Object.freeze({ NONE: 0, KEY: 1, VALUE: 2, FIELD: 3 });
+/** Type codes of an IS_TYPE operand (PROTOCOL.md 14.1). */
+export const TypeCode = Object.freeze({ NULL: 0, BOOL: 1, NUMBER: 2, STRING: 3, BYTES: 4, ARRAY: 5, OBJECT: 6 });
+/** FETCH_METHOD / FETCH_NODE actions (PROTOCOL.md 14.2) and QUERY_ENTRY kinds (14.4). */
+export const Action = Object.freeze({ ADD: 1, REMOVE: 2 });
+export const EntryKind = Object.freeze({ STATE: 1, METHOD: 2, NODE: 3 });
+export const QUERY_METHODS = 0x01;
+export const QUERY_NODES = 0x02;
+export const MATCH_NOT = 0x01;
+export const MATCH_IGNORE_CASE = 0x02;
+export const SORT_DESCENDING = 0x01;
+const invert = (table) => Object.fromEntries(Object.entries(table).map(([k, v]) => [v, k]));
+const PATH_OP_NAMES = invert(PathOp);
+const FILTER_OP_NAMES = invert(FilterOp);
+const SORT_BY_NAMES = invert(SortBy);
+const ACTION_NAMES = invert(Action);
+const ENTRY_KIND_NAMES = invert(EntryKind);
 
 /** @param {number} status @returns {string} the status's name, or its number in hex. */
 export function statusName(status) {
@@ -120,12 +149,13 @@ export const Internal = errorClass("Internal", Status.INTERNAL);
 export const Overloaded = errorClass("Overloaded", Status.OVERLOADED);
 export const AuthFailed = errorClass("AuthFailed", Status.AUTH_FAILED);
 export const NotAuthorized = errorClass("NotAuthorized", Status.NOT_AUTHORIZED);
+export const InvalidQuery = errorClass("InvalidQuery", Status.INVALID_QUERY);
 /** The connection is closed or lost; `status` is the status of the daemon's CLOSE if it sent one. */
 export const ConnectionClosed = errorClass("ConnectionClosed", null);
 
 const BY_STATUS = new Map(
   [NotFound, AlreadyExists, NotOwner, Rejected, Timeout, OwnerGone, Malformed, UnknownFunction,
-    TooLarge, LimitExceeded, WrongKind, Internal, Overloaded, AuthFailed, NotAuthorized].map((c) => [c.defaultStatus, c]),
+    TooLarge, LimitExceeded, WrongKind, Internal, Overloaded, AuthFailed, NotAuthorized, InvalidQuery].map((c) => [c.defaultStatus, c]),
 );
 
 /** The typed error for a non-OK status (Internal for OK or an unknown byte).
@@ -297,6 +327,48 @@ const keyBytes = (key) => {
   return textBytes(key, "key");
 };
 const asValue = (v) => (v instanceof Value ? v : Value.of(v));
+const codeOf = (table, x, what) => {
+  const code = typeof x === "number" ? x : table[x];
+  if (code === undefined || !Number.isInteger(code) || code < 0 || code > 0xff) throw new TypeError(`unknown ${what} ${x}`);
+  return code;
+};
+const u8Of = (n, what) => {
+  if (!Number.isInteger(n) || n < 0 || n > 0xff) throw new RangeError(`${what} must be an integer 0..255, got ${n}`);
+  return n;
+};
+const u32Of = (n, what) => {
+  if (!Number.isInteger(n) || n < 0 || n > 0xffffffff) throw new RangeError(`${what} must be an integer 0..2**32-1, got ${n}`);
+  return n;
+};
+
+/** The parts of a Query (PROTOCOL.md 14.1), in the object form of spec/vectors:
+ *  `{flags, matchers: [{op, flags, operands}], filters: [{op, flags, field, value}],
+ *  sort_by, sort_flags, sort_field, from, to}` (ops by name or code).
+ *  @param {any} q @returns {Array<[string, any]>} */
+function queryParts(q) {
+  const matchers = q.matchers ?? [];
+  const filters = q.filters ?? [];
+  if (matchers.length > 0xff || filters.length > 0xff) throw new RangeError("a query has at most 255 matchers and 255 filters");
+  /** @type {Array<[string, any]>} */
+  const parts = [["u8", u8Of(q.flags ?? 0, "query flags")], ["u8", matchers.length]];
+  for (const mt of matchers) {
+    const operands = mt.operands ?? [];
+    if (operands.length > 0xff) throw new RangeError("a path matcher has at most 255 operands");
+    parts.push(["u8", codeOf(PathOp, mt.op, "path matcher op")], ["u8", u8Of(mt.flags ?? 0, "matcher flags")], ["u8", operands.length]);
+    for (const o of operands) {
+      if (typeof o !== "string") throw new TypeError("a matcher operand is a string");
+      parts.push(["str16", textBytes(o, "matcher operand")]);
+    }
+  }
+  parts.push(["u8", filters.length]);
+  for (const f of filters) {
+    parts.push(["u8", codeOf(FilterOp, f.op, "value filter op")], ["u8", u8Of(f.flags ?? 0, "filter flags")],
+      ["str16", textBytes(f.field ?? "", "filter field")], ["value", asValue(f.value)]);
+  }
+  parts.push(["u8", codeOf(SortBy, q.sort_by ?? "NONE", "sort_by")], ["u8", u8Of(q.sort_flags ?? 0, "sort flags")],
+    ["str16", textBytes(q.sort_field ?? "", "sort field")], ["u32", u32Of(q.from ?? 0, "from")], ["u32", u32Of(q.to ?? 0, "to")]);
+  return parts;
+}
 
 /** Encode one message (the object form of spec/vectors) into one frame.
  *  @param {any} m @returns {Uint8Array} */
@@ -311,6 +383,7 @@ export function encode(m) {
       if (fn === undefined) throw new TypeError(`unknown function ${m.function}`);
       parts.push(["u32", m.id >>> 0], ["u8", fn]);
       if (fn === FunctionCode.FETCH_STATES) parts.push(["str16", textBytes(m.prefix, "prefix")]);
+      else if (fn === FunctionCode.FETCH_QUERY || fn === FunctionCode.QUERY_ONCE) parts.push(...queryParts(m.query));
       else if (fn === FunctionCode.UNFETCH) parts.push(["u32", m.fetch_id]);
       else if (fn === FunctionCode.AUTHENTICATE) {
         parts.push(["str16", keyBytes(m.user)], ["str16", textBytes(m.password ?? "", "password")]);
@@ -337,6 +410,16 @@ export function encode(m) {
       if (code === EventCode.CLOSE) {
         const status = typeof m.status === "number" ? m.status : Status[m.status];
         parts.push(["u8", status], ["str16", textBytes(m.message, "message")]);
+      } else if (code === EventCode.FETCH_METHOD || code === EventCode.FETCH_NODE) {
+        parts.push(["u32", u32Of(m.fetch_id, "fetch_id")], ["u8", codeOf(Action, m.action, "action")], ["str16", keyBytes(m.key)]);
+      } else if (code === EventCode.FETCH_WINDOW) {
+        const entries = m.entries ?? [];
+        if (entries.length > 0xffff) throw new RangeError("a FETCH_WINDOW carries at most 65535 entries");
+        parts.push(["u32", u32Of(m.fetch_id, "fetch_id")], ["u32", u32Of(m.size, "size")], ["u16", entries.length]);
+        for (const e of entries) parts.push(["u32", u32Of(e.index, "index")], ["str16", keyBytes(e.key)], ["value", asValue(e.value)]);
+      } else if (code === EventCode.QUERY_ENTRY) {
+        parts.push(["u32", u32Of(m.request_id, "request_id")], ["u8", codeOf(EntryKind, m.kind, "entry kind")],
+          ["str16", keyBytes(m.key)], ["value", asValue(m.value ?? null)]);
       } else {
         if (code >= 0x81) parts.push(["u32", m.fetch_id]);
         parts.push(["str16", keyBytes(m.key)], ["value", asValue(m.value)]);
@@ -351,7 +434,7 @@ export function encode(m) {
     default:
       throw new TypeError(`unknown message type ${m.type}`);
   }
-  const size = parts.reduce((n, [kind, x]) => n + ({ u8: 1, u32: 4 }[kind] ?? (kind === "str16" ? 2 + x.length : 5 + x.data.length)), 0);
+  const size = parts.reduce((n, [kind, x]) => n + ({ u8: 1, u16: 2, u32: 4 }[kind] ?? (kind === "str16" ? 2 + x.length : 5 + x.data.length)), 0);
   if (size > 0xffffffff) throw new TooLarge("body longer than 2**32 - 1 bytes");
   const w = new Writer(HEADER + size);
   w.u8(type);
@@ -372,7 +455,36 @@ class BodyReader {
   }
   need(n, what) { if (this.pos + n > this.b.length) throw this.fail(`truncated ${what}`); }
   u8(what) { this.need(1, what); return this.v.getUint8(this.pos++); }
+  u16(what) { this.need(2, what); const n = this.v.getUint16(this.pos); this.pos += 2; return n; }
   u32(what) { this.need(4, what); const n = this.v.getUint32(this.pos); this.pos += 4; return n; }
+  code(table, what) {
+    const c = this.u8(what);
+    const name = table[c];
+    if (name === undefined) throw this.fail(`unknown ${what} 0x${c.toString(16).padStart(2, "0")}`);
+    return name;
+  }
+  /** A Query filling the rest of the body (PROTOCOL.md 14.1); unknown codes are MALFORMED,
+   *  the semantic checks (INVALID_QUERY) are the daemon's. */
+  query() {
+    const q = { flags: this.u8("query flags"), matchers: [], filters: [] };
+    for (let i = this.u8("matcher count"); i > 0; i--) {
+      const op = this.code(PATH_OP_NAMES, "path matcher op");
+      const flags = this.u8("matcher flags");
+      const operands = [];
+      for (let n = this.u8("operand count"); n > 0; n--) operands.push(this.str16("matcher operand"));
+      q.matchers.push({ op, flags, operands });
+    }
+    for (let i = this.u8("filter count"); i > 0; i--) {
+      const op = this.code(FILTER_OP_NAMES, "value filter op");
+      q.filters.push({ op, flags: this.u8("filter flags"), field: this.str16("filter field"), value: this.value() });
+    }
+    q.sort_by = this.code(SORT_BY_NAMES, "sort_by");
+    q.sort_flags = this.u8("sort flags");
+    q.sort_field = this.str16("sort field");
+    q.from = this.u32("window from");
+    q.to = this.u32("window to");
+    return q;
+  }
   str16(what, nonEmpty = false) {
     this.need(2, `${what} length`);
     const n = this.v.getUint16(this.pos);
@@ -420,6 +532,7 @@ export function decodeBody(type, body) {
     if (!name) throw fail(`unknown function 0x${fn.toString(16)}`, Status.UNKNOWN_FUNCTION);
     const m = { type: "REQUEST", id: requestId, function: name };
     if (fn === FunctionCode.FETCH_STATES) m.prefix = r.str16("prefix");
+    else if (fn === FunctionCode.FETCH_QUERY || fn === FunctionCode.QUERY_ONCE) m.query = r.query();
     else if (fn === FunctionCode.UNFETCH) m.fetch_id = r.u32("fetch_id");
     else if (fn === FunctionCode.AUTHENTICATE) {
       m.user = r.str16("user", true);
@@ -459,6 +572,22 @@ export function decodeBody(type, body) {
       if (status > MAX_STATUS) throw fail(`unknown status 0x${status.toString(16)}`);
       m.status = STATUS_NAMES[status];
       m.message = r.str16("message");
+    } else if (code === EventCode.FETCH_METHOD || code === EventCode.FETCH_NODE) {
+      m.fetch_id = r.u32("fetch_id");
+      m.action = r.code(ACTION_NAMES, "action");
+      m.key = r.str16("key", true);
+    } else if (code === EventCode.FETCH_WINDOW) {
+      m.fetch_id = r.u32("fetch_id");
+      m.size = r.u32("size");
+      m.entries = [];
+      for (let n = r.u16("entry count"); n > 0; n--) {
+        m.entries.push({ index: r.u32("entry index"), key: r.str16("key", true), value: r.value() });
+      }
+    } else if (code === EventCode.QUERY_ENTRY) {
+      m.request_id = r.u32("request_id");
+      m.kind = r.code(ENTRY_KIND_NAMES, "entry kind");
+      m.key = r.str16("key", true);
+      m.value = r.value();
     } else {
       if (code >= 0x81) m.fetch_id = r.u32("fetch_id");
       m.key = r.str16("key", true);

@@ -21,26 +21,32 @@ test(`protocol 1.1 query vectors are not checked yet (${queryVectors} set aside)
 const fromHex = (hex) => Uint8Array.from(hex.match(/../g) ?? [], (b) => parseInt(b, 16));
 const toHex = (bytes) => Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
 
-/** The vector JSON of a decoded message (normative fields; readings checked separately). */
+/** The vector JSON of a decoded message (normative fields; readings checked separately),
+ *  Values nested in queries and window entries included. */
 function toJson(m) {
-  const out = {};
-  for (const [k, v] of Object.entries(m)) {
-    out[k] = v instanceof Value ? { vtype: v.vtype, hex: toHex(v.data) } : v;
-  }
-  return out;
+  if (m instanceof Value) return { vtype: m.vtype, hex: toHex(m.data) };
+  if (Array.isArray(m)) return m.map(toJson);
+  if (m === null || typeof m !== "object") return m;
+  return Object.fromEntries(Object.entries(m).map(([k, v]) => [k, toJson(v)]));
 }
 
 function normative(message) {
+  if (Array.isArray(message)) return message.map(normative);
+  if (message === null || typeof message !== "object") return message;
   const out = {};
   for (const [k, v] of Object.entries(message)) {
-    out[k] = k === "value" ? { vtype: v.vtype, hex: v.hex } : v;
+    out[k] = k === "value" ? { vtype: v.vtype, hex: v.hex } : normative(v);
   }
   return out;
 }
 
 function fromJson(message) {
-  const out = { ...message };
-  if (message.value) out.value = new Value(message.value.vtype, fromHex(message.value.hex));
+  if (Array.isArray(message)) return message.map(fromJson);
+  if (message === null || typeof message !== "object") return message;
+  const out = {};
+  for (const [k, v] of Object.entries(message)) {
+    out[k] = k === "value" ? new Value(v.vtype, fromHex(v.hex)) : fromJson(v);
+  }
   return out;
 }
 
@@ -108,6 +114,8 @@ test("valid vectors decode, in any chunking, and encode back byte for byte", () 
     }
     const decoded = decodeAll([bytes], v.max_body ?? valid.default_max_body)[0];
     if (v.message.value) checkReading(decoded.value, v.message.value);
+    (v.message.entries ?? []).forEach((e, i) => checkReading(decoded.entries[i].value, e.value));
+    (v.message.query?.filters ?? []).forEach((f, i) => checkReading(decoded.query.filters[i].value, f.value));
     assert.equal(toHex(encode(fromJson(v.message))), v.hex, `encode ${v.name}`);
   }
 });
