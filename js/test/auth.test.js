@@ -2,34 +2,8 @@
 // WebSocket, against a real jetd started with the conformance users file.
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
-import { fileURLToPath } from "node:url";
 import { AuthFailed, FEATURE_AUTH_REQUIRED, NotAuthorized, Peer } from "../jet.js";
-
-const repo = fileURLToPath(new URL("../../", import.meta.url));
-const python = process.env.JET_PYTHON ?? "python3";
-
-function startJetd(...args) {
-  const proc = spawn(python, ["-m", "jetd", "--port", "0", "--http-port", "0", ...args], {
-    cwd: repo, env: { ...process.env, PYTHONPATH: repo, PYTHONUNBUFFERED: "1" }, stdio: ["ignore", "pipe", "pipe"],
-  });
-  let stderr = "";
-  proc.stderr.on("data", (d) => { stderr += d; });
-  return new Promise((resolve, reject) => {
-    let out = "";
-    const timer = setTimeout(() => reject(new Error(`jetd did not start: ${stderr}`)), 15000);
-    proc.stdout.on("data", (d) => {
-      out += d;
-      const tcp = /jetd listening on (\S+)/.exec(out);
-      const web = /web on http:\/\/(\S+?)\//.exec(out);
-      if (tcp && web) {
-        clearTimeout(timer);
-        resolve({ proc, tcp: `tcp://${tcp[1]}`, ws: `ws://${web[1]}/jet`, stderr: () => stderr });
-      }
-    });
-    proc.on("exit", (code) => reject(new Error(`jetd exited ${code}: ${stderr}`)));
-  });
-}
+import { startJetd } from "./jetd.js";
 
 let jetd;
 before(async () => {
