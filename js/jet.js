@@ -830,11 +830,173 @@ async function openLink(address, options, timeoutMs) {
   return deadline(opened, `${host}:${port}`);
 }
 
+// --- queries (PROTOCOL.md 14) -----------------------------------------------------------------
+//
+// The builders mirror peer/query.py: `key.endsWith("/temp")` is a path matcher,
+// `field("score").ge(10)` and `value.gt(30)` are value filters, and a query spec is a plain
+// object: {prefix, match, where, sortBy, descending, top, window, methods, nodes}.
+
+/** A path matcher (PROTOCOL.md 14.1), from `key.*`: `m.not()` negates it, `m.ignoreCase()`
+ *  folds case. */
+export class Matcher {
+  /** @param {keyof typeof PathOp} op @param {string[]} operands @param {number} [flags] */
+  constructor(op, operands, flags = 0) {
+    for (const o of operands) {
+      if (typeof o !== "string") throw new TypeError(`a ${op} operand is a string, got ${typeof o}`);
+    }
+    this.op = op;
+    this.operands = Object.freeze([...operands]);
+    this.flags = flags;
+    Object.freeze(this);
+  }
+  /** @returns {Matcher} the negation: it holds where this one fails */
+  not() { return new Matcher(this.op, this.operands, this.flags ^ MATCH_NOT); }
+  /** @returns {Matcher} the same test after Unicode case folding of key and operands */
+  ignoreCase() { return new Matcher(this.op, this.operands, this.flags | MATCH_IGNORE_CASE); }
+}
+
+/** `key`: the path matchers (PROTOCOL.md 14.1); ANDed when a query has several. */
+export const key = Object.freeze({
+  /** @param {string} text */ startsWith: (text) => new Matcher("STARTS_WITH", [text]),
+  /** @param {string} text */ endsWith: (text) => new Matcher("ENDS_WITH", [text]),
+  /** @param {string} text */ contains: (text) => new Matcher("CONTAINS", [text]),
+  /** @param {string} text */ equals: (text) => new Matcher("EQUALS", [text]),
+  /** @param {...string} texts */ equalsOneOf: (...texts) => new Matcher("EQUALS_ONE_OF", texts),
+  /** @param {...string} texts */ containsAllOf: (...texts) => new Matcher("CONTAINS_ALL_OF", texts),
+});
+
+/** A value filter (PROTOCOL.md 14.1), from `field(path).*` or `value.*`. */
+export class ValueFilter {
+  /** @param {keyof typeof FilterOp} op @param {Value} operand @param {string} field */
+  constructor(op, operand, field) {
+    this.op = op;
+    this.flags = 0;
+    this.field = field;
+    this.value = operand;
+    Object.freeze(this);
+  }
+}
+
+const TYPE_NAMES = Object.freeze({ null: 0, bool: 1, number: 2, string: 3, bytes: 4, array: 5, object: 6 });
+
+/** The value at a field path (`field("address.city")`), or the value itself (`value`):
+ *  its comparisons build ValueFilters. Operands map as in `Value.of`: a JavaScript number
+ *  is a FLOAT64 (1 and 1.0 compare equal on the daemon), a bigint an INT64. */
+export class Field {
+  /** @param {string} path */
+  constructor(path) { this.path = path; Object.freeze(this); }
+  /** @param {any} x */ eq(x) { return new ValueFilter("EQ", Value.of(x), this.path); }
+  /** @param {any} x */ ne(x) { return new ValueFilter("NE", Value.of(x), this.path); }
+  /** @param {any} x */ lt(x) { return new ValueFilter("LT", Value.of(x), this.path); }
+  /** @param {any} x */ le(x) { return new ValueFilter("LE", Value.of(x), this.path); }
+  /** @param {any} x */ gt(x) { return new ValueFilter("GT", Value.of(x), this.path); }
+  /** @param {any} x */ ge(x) { return new ValueFilter("GE", Value.of(x), this.path); }
+  /** @param {"null"|"bool"|"number"|"string"|"bytes"|"array"|"object"} name */
+  isType(name) {
+    const code = TYPE_NAMES[name];
+    if (code === undefined) throw new TypeError(`unknown type ${JSON.stringify(name)}; one of ${Object.keys(TYPE_NAMES).join(", ")}`);
+    return new ValueFilter("IS_TYPE", Value.int64(code), this.path);
+  }
+}
+
+/** The value at `path` inside a JSON, CBOR or MessagePack state (`tags.0`).
+ *  @param {string} path @returns {Field} */
+export function field(path) {
+  if (typeof path !== "string" || !path) throw new TypeError("a field path is a non-empty string; use `value` for the value itself");
+  return new Field(path);
+}
+
+/** The state's value itself, for filters: `value.gt(30)`, `value.isType("number")`. */
+export const value = new Field("");
+
+/**
+ * @typedef {object} QuerySpec What a query selects (PROTOCOL.md 14.1).
+ * @property {string} [prefix] a STARTS_WITH matcher
+ * @property {Matcher[]} [match] more path matchers (`key.*`)
+ * @property {ValueFilter[]} [where] value filters (`field(...)`, `value`)
+ * @property {string} [sortBy] "key", "value" or a field path
+ * @property {boolean} [descending]
+ * @property {number} [top] the window 1..top
+ * @property {[number, number]} [window] the window [from, to], 1-based, inclusive
+ * @property {boolean} [methods] include method entries
+ * @property {boolean} [nodes] include node entries
+ */
+
+const SPEC_KEYS = new Set(["prefix", "match", "where", "sortBy", "descending", "top", "window", "methods", "nodes"]);
+
+/** The wire form of a query (as in spec/vectors, what `encode` takes) for a QuerySpec or a
+ *  prefix. A sort without a window is the top 1000 (jetd's default max_window).
+ *  @param {QuerySpec|string} [spec] @returns {any}
+ *  @throws {TypeError} for an unknown option, a matcher or filter not built by `key`,
+ *    `field` or `value`, both top and window, or a window without a sort */
+export function buildQuery(spec = {}) {
+  if (typeof spec === "string") spec = { prefix: spec };
+  if (spec === null || typeof spec !== "object") throw new TypeError("a query is a prefix or an object");
+  for (const name of Object.keys(spec)) {
+    if (!SPEC_KEYS.has(name)) throw new TypeError(`unknown query option ${JSON.stringify(name)}; known: ${[...SPEC_KEYS].join(", ")}`);
+  }
+  const prefix = spec.prefix ?? "";
+  if (typeof prefix !== "string") throw new TypeError("prefix is a string");
+  const matchers = prefix ? [{ op: "STARTS_WITH", flags: 0, operands: [prefix] }] : [];
+  for (const m of spec.match ?? []) {
+    if (!(m instanceof Matcher)) throw new TypeError("match takes path matchers such as key.endsWith('/temp')");
+    matchers.push({ op: m.op, flags: m.flags, operands: [...m.operands] });
+  }
+  const filters = [];
+  for (const f of spec.where ?? []) {
+    if (!(f instanceof ValueFilter)) throw new TypeError("where takes value filters such as field('score').ge(10)");
+    filters.push({ op: f.op, flags: 0, field: f.field, value: f.value });
+  }
+  let window = spec.window;
+  if (spec.top !== undefined && window !== undefined) throw new TypeError("give top or window, not both");
+  if (spec.top !== undefined) window = [1, spec.top];
+  let sortBy = "NONE";
+  let sortField = "";
+  if (spec.sortBy !== undefined) {
+    if (spec.sortBy === "key") sortBy = "KEY";
+    else if (spec.sortBy === "value") sortBy = "VALUE";
+    else if (typeof spec.sortBy === "string" && spec.sortBy) [sortBy, sortField] = ["FIELD", spec.sortBy];
+    else throw new TypeError("sortBy is \"key\", \"value\" or a field path");
+    window = window ?? [1, 1000];
+  } else if (window !== undefined || spec.descending) {
+    throw new TypeError("top, window and descending need sortBy");
+  }
+  const [from, to] = window ?? [0, 0];
+  return {
+    flags: (spec.methods ? QUERY_METHODS : 0) | (spec.nodes ? QUERY_NODES : 0),
+    matchers, filters, sort_by: sortBy, sort_flags: spec.descending ? SORT_DESCENDING : 0, sort_field: sortField, from, to,
+  };
+}
+
+/** True if a wire query is a FETCH_STATES prefix in disguise (a 1.0 daemon answers it).
+ *  @param {any} q */
+function isPlainPrefix(q) {
+  return !q.filters.length && q.sort_by === "NONE" && !q.flags && q.matchers.length <= 1
+    && q.matchers.every((m) => m.op === "STARTS_WITH" && !m.flags);
+}
+
 // --- the peer ---------------------------------------------------------------------------------
 
-/** One fetch event: `kind` ("add", "change", "remove"), `key`, and the value: `raw` as
- *  received, `value` mapped to JavaScript when read (throws Malformed for bad JSON). */
-export class FetchEvent {
+const NONE = new Value(ValueType.NONE);
+
+/** One row of a sorted fetch's window: its 1-based `index` in the whole order, `key`,
+ *  `raw` as received, `value` mapped to JavaScript when read. */
+export class WindowRow {
+  /** @param {number} index @param {string} key @param {Value} raw */
+  constructor(index, key, raw) {
+    this.index = index;
+    this.key = key;
+    this.raw = raw;
+  }
+  get value() {
+    return this.raw.toJS();
+  }
+}
+
+/** One entry of a one-shot query (PROTOCOL.md 14.4): `kind` "state", "method" or "node";
+ *  `raw` is NONE for methods and nodes. */
+export class QueryResult {
+  /** @param {"state"|"method"|"node"} kind @param {string} key @param {Value} raw */
   constructor(kind, key, raw) {
     this.kind = kind;
     this.key = key;
@@ -845,16 +1007,59 @@ export class FetchEvent {
   }
 }
 
-const KINDS = { FETCH_ADD: "add", FETCH_CHANGE: "change", FETCH_REMOVE: "remove" };
+/**
+ * @typedef {"add"|"change"|"remove"|"unmatch"|"window"|"method_add"|"method_remove"|"node_add"|"node_remove"} EventKind
+ * What a fetch event says happened (PROTOCOL.md 7.2, 14.2). An entry leaves an unsorted
+ * fetch for one of two reasons: "remove" (the state is gone) or "unmatch" (it is still
+ * there, with the new value `value`, but no longer matches the query's filters).
+ */
+
+/** One fetch event: `kind` (EventKind), `key`, and the value: `raw` as received, `value`
+ *  mapped to JavaScript when read (throws Malformed for bad JSON). A "window" event (a
+ *  sorted fetch) has `rows`, the whole window after the update in index order, and
+ *  `changes`, the rows the daemon listed (the positions whose key or value changed). */
+export class FetchEvent {
+  /** @param {EventKind} kind @param {string} key @param {Value} raw
+   *  @param {WindowRow[]|null} [rows] @param {WindowRow[]|null} [changes] */
+  constructor(kind, key, raw, rows = null, changes = null) {
+    this.kind = kind;
+    this.key = key;
+    this.raw = raw;
+    /** @type {WindowRow[]|null} */
+    this.rows = rows;
+    /** @type {WindowRow[]|null} */
+    this.changes = changes;
+  }
+  get value() {
+    return this.raw.toJS();
+  }
+  /** Why an entry left the fetch: "removed" (kind "remove") or "unmatched" (kind
+   *  "unmatch"); null for the other kinds. */
+  get reason() {
+    return this.kind === "remove" ? "removed" : this.kind === "unmatch" ? "unmatched" : null;
+  }
+}
+
+/** @type {Record<string, EventKind>} */
+const KINDS = { FETCH_ADD: "add", FETCH_CHANGE: "change", FETCH_REMOVE: "remove", FETCH_UNMATCH: "unmatch" };
+/** @type {Record<string, EventKind>} */
+const KEY_EVENT_KINDS = {
+  "FETCH_METHOD ADD": "method_add", "FETCH_METHOD REMOVE": "method_remove",
+  "FETCH_NODE ADD": "node_add", "FETCH_NODE REMOVE": "node_remove",
+};
+const LEAVING = new Set(["remove", "unmatch", "method_remove", "node_remove"]);
 
 /** A state this peer owns (from `peer.addState`). */
 export class State {
+  /** @param {Peer} peer @param {string} key @param {Value} raw @param {((value: any) => any)|undefined} onSet */
   constructor(peer, key, raw, onSet) {
     this.peer = peer;
     this.key = key;
     this.raw = raw;
     this.onSet = onSet;
     this.removed = false;
+    /** Why a reconnect could not add it again (AlreadyExists: another peer took the key). */
+    this.restoreError = null;
   }
   /** The current value (as last added or notified), mapped to JavaScript. */
   get value() {
@@ -886,11 +1091,14 @@ export class State {
 
 /** A method this peer owns (from `peer.addMethod`). */
 export class Method {
+  /** @param {Peer} peer @param {string} key @param {(args: any) => any} handler */
   constructor(peer, key, handler) {
     this.peer = peer;
     this.key = key;
     this.handler = handler;
     this.removed = false;
+    /** Why a reconnect could not add it again (AlreadyExists: another peer took the key). */
+    this.restoreError = null;
   }
   /** Remove the method (REMOVE_METHOD, PROTOCOL.md 6.7). */
   async remove({ timeout } = {}) {
@@ -902,35 +1110,85 @@ export class Method {
 }
 
 /** A fetch (from `peer.fetch`): events go to its callback, or, without one, to its async
- *  iterator (`for await (const event of fetch)`). */
+ *  iterator (`for await (const event of fetch)`). A sorted fetch keeps its window in `rows`. */
 export class Fetch {
-  constructor(peer, prefix, onEvent, maxQueue) {
+  /** @param {Peer} peer @param {string} prefix @param {((event: FetchEvent) => void)|undefined} onEvent
+   *  @param {number} maxQueue @param {any} [query] the wire query (FETCH_QUERY), or null (FETCH_STATES of prefix) */
+  constructor(peer, prefix, onEvent, maxQueue, query = null) {
     this.peer = peer;
     this.prefix = prefix;
+    this.query = query;
     this.onEvent = onEvent;
     /** @type {number|null} */
     this.fetchId = null;
     this.active = false;
+    /** A sorted fetch's window, kept from FETCH_WINDOW (PROTOCOL.md 14.2), in index order.
+     *  @type {WindowRow[]} */
+    this.rows = [];
+    /** @type {FetchEvent[]} */
     this._queue = [];
     this._maxQueue = maxQueue;
+    /** @type {(() => void)|null} */
     this._waiter = null;
+    /** @type {any} */
     this._end = null;
+    // Kept only with reconnect: what the application has been told, so that a restored
+    // fetch reports the difference (the initial adds have no end marker; the restore's
+    // barrier request gives one, see Peer._restore).
+    /** @type {Map<string, Value>|null} */
+    this._known = peer.reconnect ? new Map() : null;
+    /** @type {Set<string>|null} */
+    this._restoreSeen = null;
   }
 
-  _deliver(kind, key, raw) {
-    const event = new FetchEvent(kind, key, raw);
+  get _label() {
+    return this.query ? "query" : JSON.stringify(this.prefix);
+  }
+
+  /** PROTOCOL.md 14.2: set the listed positions, cut to `size`; deliver the whole window. */
+  _applyWindow(m) {
+    const start = this.query.from;
+    const rows = this.rows;
+    for (let i = rows.length; i < m.size; i++) rows.push(new WindowRow(start + i, "", NONE));
+    const changes = [];
+    for (const entry of m.entries) {
+      const row = new WindowRow(entry.index, entry.key, entry.value);
+      changes.push(row);
+      const position = entry.index - start;
+      if (position >= 0 && position < m.size) rows[position] = row;
+    }
+    rows.length = m.size;
+    this._deliver("window", "", NONE, [...rows], changes);
+  }
+
+  /** @param {EventKind} kind @param {string} key @param {Value} raw */
+  _deliver(kind, key, raw, rows = null, changes = null) {
+    const known = kind === "window" ? null : this._known;
+    if (known) {
+      if (this._restoreSeen && (kind === "add" || kind === "method_add" || kind === "node_add")) {
+        // A restored fetch announces again what the application already knows.
+        this._restoreSeen.add(`${kind[0]}:${key}`);
+        const old = known.get(`${kind[0]}:${key}`);
+        if (old !== undefined && old.equals(raw)) return;
+        if (old !== undefined) kind = "change";
+      }
+      const id = `${kind === "change" || kind === "remove" || kind === "unmatch" ? "a" : kind[0]}:${key}`;
+      if (LEAVING.has(kind)) known.delete(id);
+      else known.set(id, raw);
+    }
+    const event = new FetchEvent(kind, key, raw, rows, changes);
     if (this.onEvent) {
       try {
         this.onEvent(event);
       } catch (e) {
-        console.error(`jet: fetch ${JSON.stringify(this.prefix)}: callback failed on ${kind} ${key}:`, e);
+        console.error(`jet: fetch ${this._label}: callback failed on ${kind} ${key}:`, e);
       }
       return;
     }
     if (this._queue.length >= this._maxQueue) {
       // A consumer this far behind would make memory grow without bound.
       this.peer._dropFetch(this);
-      this._finish(new Overloaded(`fetch ${JSON.stringify(this.prefix)}: consumer fell ${this._maxQueue} events behind`));
+      this._finish(new Overloaded(`fetch ${this._label}: consumer fell ${this._maxQueue} events behind`));
       return;
     }
     this._queue.push(event);
@@ -946,15 +1204,19 @@ export class Fetch {
   _finish(reason) {
     this.active = false;
     if (!this._end) this._end = reason;
+    this.peer._fetchObjects.delete(this);
     this._wake();
   }
 
-  /** End the fetch (UNFETCH, PROTOCOL.md 6.9); no event is delivered after this call. */
+  /** End the fetch (UNFETCH, PROTOCOL.md 6.9); no event is delivered after this call.
+   *  While the peer reconnects there is nothing to end on the daemon's side. */
   async unfetch({ timeout } = {}) {
-    if (!this.active) throw new JetError(`fetch ${JSON.stringify(this.prefix)} is not active`);
+    if (!this.active) throw new JetError(`fetch ${this._label} is not active`);
     const fetchId = this.fetchId;
     this._finish("done");
+    if (this.peer._fetches.get(fetchId) !== this) return;
     this.peer._fetches.delete(fetchId);
+    if (!this.peer._ready) return;
     await this.peer._request({ function: "UNFETCH", fetch_id: fetchId }, () => undefined, timeout);
   }
 
@@ -962,7 +1224,7 @@ export class Fetch {
     if (this.onEvent) throw new JetError("this fetch delivers to its callback");
     for (;;) {
       if (this._queue.length) {
-        yield this._queue.shift();
+        yield /** @type {FetchEvent} */ (this._queue.shift());
         continue;
       }
       if (this._end) {
@@ -976,15 +1238,44 @@ export class Fetch {
 
 const fnName = (handler) => handler?.name || "handler";
 const MAX_ERROR_MESSAGE = 1000;
+/** A key no peer can own: its GET_STATE answer marks the end of a restore's initial adds. */
+const BARRIER_KEY = "\u0000peer/restore-barrier";
+export const DEFAULT_RECONNECT_MIN_DELAY = 50; // ms
+export const DEFAULT_RECONNECT_MAX_DELAY = 2000; // ms
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/**
+ * @typedef {object} PeerOptions
+ * @property {string} [name] this peer's name in the daemon's logs (default "peer")
+ * @property {number} [timeout] milliseconds: the connection, and the default per request
+ * @property {number} [maxBody] the largest body this peer accepts (announced in its INFO)
+ * @property {number} [fetchQueue] events a fetch iterated with `for await` may fall behind
+ * @property {string} [origin] the Origin header to send (Node's `ws` only)
+ * @property {string} [user] AUTHENTICATE as this user right after connecting (PROTOCOL.md 15.2)
+ * @property {string} [password] its password (default empty)
+ * @property {boolean} [reconnect] after a link loss, reconnect and restore (see Peer.connect)
+ * @property {number} [reconnectMinDelay] milliseconds before the first attempt (default 50)
+ * @property {number} [reconnectMaxDelay] the longest wait between attempts (default 2000)
+ */
 
 /** A jet peer: owner, client and fetcher on one connection. Create it with `Peer.connect`. */
 export class Peer {
-  constructor(link, options) {
-    this._link = link;
+  /** @param {any} address @param {PeerOptions} options */
+  constructor(address, options) {
+    this.address = address;
+    this._options = options;
+    /** @type {any} */
+    this._link = null;
     this.name = options.name ?? "peer";
     this.timeout = options.timeout ?? DEFAULT_TIMEOUT;
     this.maxBody = options.maxBody ?? DEFAULT_MAX_BODY;
     this.fetchQueue = options.fetchQueue ?? 100000;
+    this.user = options.user;
+    this.reconnect = options.reconnect ?? false;
+    this.reconnectMinDelay = options.reconnectMinDelay ?? DEFAULT_RECONNECT_MIN_DELAY;
+    this.reconnectMaxDelay = options.reconnectMaxDelay ?? DEFAULT_RECONNECT_MAX_DELAY;
+    /** Completed reconnections. */
+    this.reconnects = 0;
     this._decoder = new Decoder({ maxBody: this.maxBody });
     /** @type {Map<number, {resolve: Function, reject: Function, convert: Function, timer: any}>} */
     this._pending = new Map();
@@ -995,39 +1286,78 @@ export class Peer {
     this._methods = new Map();
     /** @type {Map<number, Fetch>} */
     this._fetches = new Map();
+    /** Every active fetch, for restore. @type {Set<Fetch>} */
+    this._fetchObjects = new Set();
+    /** QUERY_ONCE request id -> its entries so far. @type {Map<number, QueryResult[]>} */
+    this._queryResults = new Map();
+    /** @type {Uint8Array[]} */
     this._out = [];
     this._outSize = 0;
+    /** @type {any} */
     this._closedError = null;
-    /** The daemon's CLOSE, if it sent one: {status, message}. */
+    this._closing = false;
+    this._ready = true; // false while a reconnect is restoring
+    this._reconnecting = false;
+    /** Requests (id) and events (-1) made while reconnecting. @type {Array<[number, Uint8Array]>} */
+    this._backlog = [];
+    /** The daemon's CLOSE on the current connection, if it sent one: {status, message}. */
     this.closeReason = null;
     this.info = null;
-    /** Called once with a ConnectionClosed when the connection ends. */
+    /** Called once with a ConnectionClosed when the connection ends for good. */
     this.onclose = null;
+    /** With reconnect: called with a ConnectionClosed when the link is lost and a
+     *  reconnect begins, and with no argument by `onreconnect` once restored. */
+    this.ondisconnect = null;
+    this.onreconnect = null;
     this._infoWait = null;
-    /** Resolves with the ConnectionClosed error when the connection ends. */
+    /** Resolves with the ConnectionClosed error when the connection ends for good. */
     this.closed = new Promise((resolve) => { this._resolveClosed = resolve; });
   }
 
   /** Connect to a daemon, send this peer's INFO, wait for the daemon's.
+   *
+   *  With `reconnect: true`, a lost link (the daemon restarted, the network broke, a CLOSE)
+   *  is reconnected with exponential backoff and jitter, and the peer restores itself as
+   *  jet's PeerAsync does (PROTOCOL.md 11.4): it authenticates again, re-adds its states
+   *  (with their current values) and methods, and fetches again; a fetch goes on across
+   *  the reconnect, reporting only the difference (a state added again with the value the
+   *  application saw gives no event; one gone meanwhile gives "remove"). Requests in
+   *  flight when the link drops fail with ConnectionClosed (whether the daemon carried
+   *  them out is unknown); requests made while reconnecting wait for the restore, within
+   *  their timeout. A state or method another peer took meanwhile is marked `removed`
+   *  with its `restoreError` (AlreadyExists). The first connection must succeed.
+   *
    *  @param {string|{host?: string, port?: number}} [address] "ws://host:port/jet",
    *    "wss://...", "tcp://host:port" (Node.js) or {host, port}; in a browser the default is
    *    the /jet endpoint of the page's own server.
-   *  @param {{name?: string, timeout?: number, maxBody?: number, fetchQueue?: number, origin?: string,
-   *    user?: string, password?: string}} [options]
-   *    timeout in milliseconds (connection and default per request); origin (Node's `ws`
-   *    only) the Origin header to send; user and password: AUTHENTICATE right after
-   *    connecting (PROTOCOL.md 15.2).
+   *  @param {PeerOptions} [options]
    *  @returns {Promise<Peer>}
    *  @throws {ConnectionClosed|Timeout|Malformed|AuthFailed} */
   static async connect(address, options = {}) {
     if (address === undefined && typeof location !== "undefined") {
       address = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/jet`;
     }
-    const timeout = options.timeout ?? DEFAULT_TIMEOUT;
-    const link = await openLink(address, options, timeout);
-    const peer = new Peer(link, options);
+    const peer = new Peer(address, options);
+    await peer._open();
+    return peer;
+  }
+
+  /** Open a link, exchange INFO, authenticate; the link becomes the current one. */
+  async _open() {
+    const peer = this;
+    const timeout = this.timeout;
+    const link = await openLink(this.address, this._options, timeout);
+    if (this._closing) {
+      link.abort();
+      throw this._closedErr();
+    }
+    this._link = link;
+    this._decoder = new Decoder({ maxBody: this.maxBody });
+    this._out = [];
+    this._outSize = 0;
+    this.closeReason = null;
     const info = new Promise((resolve, reject) => { peer._infoWait = { resolve, reject }; });
-    link.attach((data) => peer._onData(data), (reason) => peer._onLinkClosed(reason));
+    link.attach((data) => this._onData(link, data), (reason) => this._onLinkLost(link, reason));
     // PROTOCOL.md 4.4: our INFO first; requests may follow without waiting.
     peer._send(encode({ type: "INFO", name: peer.name, max_body: peer.maxBody, features: 0 }));
     const timer = setTimeout(() => peer._infoWait?.reject(new Timeout(`no INFO within ${timeout / 1000} s`)), timeout);
@@ -1039,26 +1369,28 @@ export class Peer {
     } finally {
       clearTimeout(timer);
     }
-    if (options.user !== undefined) {
+    if (this.user !== undefined) {
       try {
-        await peer._request({ function: "AUTHENTICATE", user: options.user, password: options.password ?? "" },
-          () => undefined, timeout);
+        await this._request({ function: "AUTHENTICATE", user: this.user, password: this._options.password ?? "" },
+          () => undefined, timeout, true);
       } catch (e) {
         link.abort();
         throw e;
       }
     }
-    return peer;
   }
 
-  /** True until the connection closes. */
+  /** True while a link is up and (after a reconnect) restored. */
   get connected() {
-    return !this._closedError;
+    return !this._closedError && this._ready && !!this._link && !this._link.closed;
   }
 
   // --- sending ------------------------------------------------------------------------------
 
-  _send(frame) {
+  /** Queue a frame for the current link; `link`, when given, is the one the frame answers
+   *  (an answer for a lost link is never sent on the next: PROTOCOL.md 11.4). */
+  _send(frame, link = this._link) {
+    if (!link || link !== this._link || link.closed) return;
     if (!this._out.length) queueMicrotask(() => this._flush()); // one write per turn
     this._out.push(frame);
     this._outSize += frame.length;
@@ -1066,7 +1398,7 @@ export class Peer {
 
   _flush() {
     const out = this._out;
-    if (!out.length) return;
+    if (!out.length || !this._link) return;
     this._out = [];
     const size = this._outSize;
     this._outSize = 0;
@@ -1090,10 +1422,16 @@ export class Peer {
     return new ConnectionClosed(e ? e.reason : "peer closed", e ? e.status : null);
   }
 
+  /** Whether a frame can go out now (else, with reconnect, it waits in the backlog). */
+  _live(restoring) {
+    return (restoring || this._ready) && !!this._link && !this._link.closed;
+  }
+
   /** Send a REQUEST; its handler is registered before the frame is queued, and `convert`
    *  runs synchronously when the response is decoded (so a fetch is live for the events
-   *  that follow its OK in the same read). */
-  _request(fields, convert, timeout) {
+   *  that follow its OK in the same read). `restoring`: part of (re)connecting, sent
+   *  before the restore is complete. */
+  _request(fields, convert, timeout, restoring = false) {
     if (this._closedError) return Promise.reject(this._closedErr());
     let id = this._nextId;
     do { id = (id + 1) >>> 0; } while (this._pending.has(id));
@@ -1110,13 +1448,17 @@ export class Peer {
         if (this._pending.delete(id)) reject(new Timeout(`no response within ${ms / 1000} s (peer timeout)`));
       }, ms);
       this._pending.set(id, { resolve, reject, convert, timer });
-      this._send(frame);
+      if (this._live(restoring)) this._send(frame);
+      else this._backlog.push([id, frame]); // made while reconnecting: sent after the restore
     });
   }
 
   _sendEvent(message) {
     if (this._closedError) throw this._closedErr();
-    this._send(this._frame(message));
+    const frame = this._frame(message);
+    // PROTOCOL.md 7.1: fire-and-forget; while reconnecting it waits for the restore.
+    if (this._live(false)) this._send(frame);
+    else this._backlog.push([-1, frame]);
   }
 
   // --- client role ----------------------------------------------------------------------------
@@ -1147,28 +1489,77 @@ export class Peer {
     return this._request({ function: "GET_STATE", key }, (m) => m.value ?? new Value(ValueType.NONE), timeout);
   }
 
-  /** Fetch every state whose key starts with `prefix` (PROTOCOL.md 6.8). With `onEvent`
-   *  every FetchEvent is passed to it, in order; without, iterate the Fetch with
-   *  `for await`. Resolves once the daemon's OK is in; the initial adds that follow the
-   *  OK are never missed.
-   *  @param {string} [prefix] @param {(event: FetchEvent) => void} [onEvent]
-   *  @returns {Promise<Fetch>} */
+  /** Fetch every state whose key starts with `prefix` (FETCH_STATES, PROTOCOL.md 6.8), or,
+   *  given a QuerySpec, what the query selects (FETCH_QUERY, protocol 1.1, PROTOCOL.md
+   *  14.3): `{prefix, match: [key.endsWith("/temp"), key.contains("x").not()],
+   *  where: [field("gender").eq("female"), value.gt(3)], sortBy: "key"|"value"|field path,
+   *  descending, top: N | window: [from, to], methods, nodes}`.
+   *
+   *  Events (FetchEvent): "add", "change", "remove"; a filtered fetch also "unmatch" (the
+   *  state stopped matching); methods and nodes "method_add", "method_remove", "node_add",
+   *  "node_remove"; a sorted fetch "window", whose `rows` are the whole window in index
+   *  order (also kept in `fetch.rows`) and `changes` the rows the daemon listed.
+   *
+   *  With `onEvent` every FetchEvent is passed to it, in order; without, iterate the Fetch
+   *  with `for await`. Resolves once the daemon's OK is in; the initial events that follow
+   *  the OK are never missed.
+   *  @param {string|QuerySpec} [prefix] @param {(event: FetchEvent) => void} [onEvent]
+   *  @param {{timeout?: number}} [options]
+   *  @returns {Promise<Fetch>}
+   *  @throws {TypeError} a query spec that does not hold together (synchronously checked)
+   *  @throws {InvalidQuery|LimitExceeded|TooLarge|UnknownFunction|Timeout|ConnectionClosed} */
   async fetch(prefix = "", onEvent = undefined, { timeout } = {}) {
-    const fetch = new Fetch(this, prefix, onEvent, this.fetchQueue);
+    const query = buildQuery(prefix);
+    const plain = isPlainPrefix(query);
+    const fetch = new Fetch(this, plain ? query.matchers[0]?.operands[0] ?? "" : "", onEvent, this.fetchQueue,
+      plain ? null : query);
+    return this._startFetch(fetch, timeout, false);
+  }
+
+  /** Answer a query once (QUERY_ONCE, PROTOCOL.md 14.4; what node-jet 2 called `get`):
+   *  the matching entries in order (byte order of key, nodes first; or the sort's window).
+   *  @param {string|QuerySpec} [spec] as for `fetch` @param {{timeout?: number}} [options]
+   *  @returns {Promise<QueryResult[]>}
+   *  @throws {TypeError} a query spec that does not hold together
+   *  @throws {InvalidQuery|LimitExceeded|TooLarge|UnknownFunction|Timeout|ConnectionClosed} */
+  async query(spec = {}, { timeout } = {}) {
+    const query = buildQuery(spec);
+    const results = this._queryResults;
+    let rid = -1;
+    const answer = this._request({ function: "QUERY_ONCE", query }, (m) => results.get(m.id) ?? [], timeout);
+    rid = this._nextId;
+    results.set(rid, []);
+    try {
+      return await answer;
+    } finally {
+      results.delete(rid);
+    }
+  }
+
+  /** Send the fetch's request; its OK makes it live before the next frame is decoded. */
+  _startFetch(fetch, timeout, restoring) {
     const activate = (m) => {
-      if (m.payload !== "fetch_id") throw new Malformed("FETCH_STATES answered OK without a fetch_id");
+      if (m.payload !== "fetch_id") throw new Malformed("FETCH answered OK without a fetch_id");
       fetch.fetchId = m.fetch_id;
-      fetch.active = true;
-      this._fetches.set(m.fetch_id, fetch); // synchronously, before the next frame is decoded
+      if (!fetch._end) {
+        fetch.active = true;
+        this._fetches.set(m.fetch_id, fetch); // synchronously, before the next frame is decoded
+        this._fetchObjects.add(fetch);
+      }
       return fetch;
     };
-    return this._request({ function: "FETCH_STATES", prefix }, activate, timeout);
+    if (fetch.query) {
+      fetch.rows = []; // a restored sorted fetch starts with its whole window again
+      return this._request({ function: "FETCH_QUERY", query: fetch.query }, activate, timeout, restoring);
+    }
+    return this._request({ function: "FETCH_STATES", prefix: fetch.prefix }, activate, timeout, restoring);
   }
 
   _dropFetch(fetch) {
+    this._fetchObjects.delete(fetch);
     if (this._fetches.get(fetch.fetchId) === fetch) {
       this._fetches.delete(fetch.fetchId);
-      this._request({ function: "UNFETCH", fetch_id: fetch.fetchId }, () => undefined).catch(() => {});
+      if (this._ready) this._request({ function: "UNFETCH", fetch_id: fetch.fetchId }, () => undefined).catch(() => {});
     }
   }
 
@@ -1210,39 +1601,40 @@ export class Peer {
     return method;
   }
 
-  async _serve(m) {
-    // A routed SET_STATE or CALL_METHOD (REQUEST, or EVENT when fire-and-forget).
+  async _serve(link, m) {
+    // A routed SET_STATE or CALL_METHOD (REQUEST, or EVENT when fire-and-forget), answered
+    // on the link it came from.
     const rid = m.type === "REQUEST" ? m.id : null;
     const isSet = m.function === "SET_STATE" || m.code === "SET_STATE";
     const owned = isSet ? this._states.get(m.key) : this._methods.get(m.key);
-    if (!owned) return this._answerError(rid, new NotFound(`this peer owns no ${isSet ? "state" : "method"} ${m.key}`));
+    if (!owned) return this._answerError(link, rid, new NotFound(`this peer owns no ${isSet ? "state" : "method"} ${m.key}`));
     const handler = isSet ? owned.onSet : owned.handler;
-    if (!handler) return this._answerError(rid, new Rejected(`state ${m.key} is read-only`));
+    if (!handler) return this._answerError(link, rid, new Rejected(`state ${m.key} is read-only`));
     let outcome;
     try {
       outcome = handler(m.value.toJS());
       if (outcome && typeof outcome.then === "function") outcome = await outcome;
     } catch (e) {
-      return this._answerError(rid, e, handler);
+      return this._answerError(link, rid, e, handler);
     }
     let value;
     try {
       value = isSet && outcome === undefined ? m.value : Value.of(outcome);
     } catch (e) {
-      return this._answerError(rid, new Internal(`${fnName(handler)} returned an unmappable value: ${e.message}`));
+      return this._answerError(link, rid, new Internal(`${fnName(handler)} returned an unmappable value: ${e.message}`));
     }
-    if (this._closedError) return undefined;
+    if (this._closedError || link !== this._link) return undefined;
     if (isSet) {
-      if (owned.removed) return this._answerError(rid, new NotFound(`state ${m.key} was removed`));
+      if (owned.removed) return this._answerError(link, rid, new NotFound(`state ${m.key} was removed`));
       owned.raw = value;
       // PROTOCOL.md 10.3, 11: NOTIFY_STATE with the complete new value, then OK with it.
-      this._send(encode({ type: "EVENT", code: "NOTIFY_STATE", key: m.key, value }));
+      this._send(encode({ type: "EVENT", code: "NOTIFY_STATE", key: m.key, value }), link);
     }
-    if (rid !== null) this._send(encode({ type: "RESPONSE", id: rid, status: "OK", payload: "value", value }));
+    if (rid !== null) this._send(encode({ type: "RESPONSE", id: rid, status: "OK", payload: "value", value }), link);
     return undefined;
   }
 
-  _answerError(rid, error, handler) {
+  _answerError(link, rid, error, handler) {
     let status;
     let text;
     if (error instanceof PeerError && error.status !== null && error.status !== Status.OK) {
@@ -1254,12 +1646,13 @@ export class Peer {
       console.error(`jet: ${text}`);
     }
     if (rid === null || this._closedError) return;
-    this._send(encode({ type: "RESPONSE", id: rid, status, message: text.slice(0, MAX_ERROR_MESSAGE) }));
+    this._send(encode({ type: "RESPONSE", id: rid, status, message: text.slice(0, MAX_ERROR_MESSAGE) }), link);
   }
 
   // --- receiving ------------------------------------------------------------------------------
 
-  _onData(data) {
+  _onData(link, data) {
+    if (link !== this._link) return;
     if (data === null) {
       // PROTOCOL.md 13.4: a text message from the daemon.
       return this._fatal(Status.MALFORMED, "text messages are not jet: frames travel in binary messages");
@@ -1267,7 +1660,7 @@ export class Peer {
     const decoder = this._decoder;
     decoder.receiveData(data);
     for (;;) {
-      if (this._closedError) return;
+      if (this._closedError || link !== this._link || link.closed) return;
       let m;
       try {
         m = decoder.nextMessage();
@@ -1277,21 +1670,28 @@ export class Peer {
         continue;
       }
       if (m === null) return;
-      this._dispatch(m);
+      this._dispatch(link, m);
     }
   }
 
-  _dispatch(m) {
+  _dispatch(link, m) {
     if (m.type === "EVENT") {
       const kind = KINDS[m.code];
       if (kind) {
         this._fetches.get(m.fetch_id)?._deliver(kind, m.key, m.value);
+      } else if (m.code === "FETCH_WINDOW") {
+        const fetch = this._fetches.get(m.fetch_id);
+        if (fetch?.query) fetch._applyWindow(m);
+      } else if (m.code === "FETCH_METHOD" || m.code === "FETCH_NODE") {
+        this._fetches.get(m.fetch_id)?._deliver(KEY_EVENT_KINDS[`${m.code} ${m.action}`], m.key, NONE);
+      } else if (m.code === "QUERY_ENTRY") {
+        this._queryResults.get(m.request_id)?.push(new QueryResult(m.kind.toLowerCase(), m.key, m.value));
       } else if (m.code === "CLOSE") {
         this.closeReason = { status: Status[m.status], message: m.message };
-        this._link.close();
-        this._onLinkClosed(`daemon closed the connection: ${m.status} ${m.message}`);
+        link.close();
+        this._onLinkLost(link, `daemon closed the connection: ${m.status} ${m.message}`);
       } else if (m.code === "SET_STATE" || m.code === "CALL_METHOD") {
-        this._serve(m);
+        this._serve(link, m);
       }
       return;
     }
@@ -1309,7 +1709,7 @@ export class Peer {
       return;
     }
     if (m.type === "REQUEST") {
-      if (m.function === "SET_STATE" || m.function === "CALL_METHOD") this._serve(m);
+      if (m.function === "SET_STATE" || m.function === "CALL_METHOD") this._serve(link, m);
       else this._send(encode({ type: "RESPONSE", id: m.id, status: "UNKNOWN_FUNCTION", message: "a peer serves only set and call" }));
       return;
     }
@@ -1341,16 +1741,40 @@ export class Peer {
   }
 
   _fatal(status, message) {
-    if (this._closedError) return;
+    const link = this._link;
+    if (this._closedError || !link) return;
     this._send(encode({ type: "EVENT", code: "CLOSE", status, message: message.slice(0, MAX_ERROR_MESSAGE) }));
     this._flush();
-    this._link.close();
-    this._onLinkClosed(`connection closed: ${message}`);
+    link.close();
+    this._onLinkLost(link, `connection closed: ${message}`);
   }
 
-  _onLinkClosed(reason) {
-    if (this._closedError) return;
+  /** The link `link` is gone: PROTOCOL.md 11.4 from the peer's side. */
+  _onLinkLost(link, reason) {
+    if (link !== this._link || this._closedError) return;
     const status = this.closeReason ? this.closeReason.status : null;
+    this._out = [];
+    const pending = this._pending;
+    this._pending = new Map();
+    for (const entry of pending.values()) {
+      clearTimeout(entry.timer);
+      entry.reject(new ConnectionClosed(reason, status));
+    }
+    this._infoWait?.reject(new ConnectionClosed(reason, status));
+    this._infoWait = null;
+    if (this._closing || this._reconnecting) return; // closing, or lost during a restore: the loop tries again
+    if (this.reconnect && this.info) {
+      this._ready = false;
+      this._reconnecting = true;
+      this._callback("ondisconnect", new ConnectionClosed(reason, status));
+      this._reconnectLoop();
+      return;
+    }
+    this._finalize(reason, status);
+  }
+
+  /** The connection ended for good. */
+  _finalize(reason, status) {
     const error = new ConnectionClosed(reason, status);
     this._closedError = error;
     this._out = [];
@@ -1359,40 +1783,134 @@ export class Peer {
       entry.reject(new ConnectionClosed(reason, status));
     }
     this._pending.clear();
+    this._backlog = [];
     this._infoWait?.reject(error);
     this._infoWait = null;
-    for (const fetch of this._fetches.values()) fetch._finish(new ConnectionClosed(reason, status));
+    for (const fetch of [...this._fetchObjects]) fetch._finish(new ConnectionClosed(reason, status));
+    this._fetchObjects.clear();
     this._fetches.clear();
     this._resolveClosed(error);
-    if (typeof this.onclose === "function") {
-      try {
-        this.onclose(error);
-      } catch (e) {
-        console.error("jet: onclose failed:", e);
+    this._callback("onclose", error);
+  }
+
+  _callback(name, arg) {
+    const callback = this[name];
+    if (typeof callback !== "function") return;
+    try {
+      callback(arg);
+    } catch (e) {
+      console.error(`jet: ${name} failed:`, e);
+    }
+  }
+
+  // --- losing and restoring the link ----------------------------------------------------------
+
+  async _reconnectLoop() {
+    let delay = this.reconnectMinDelay;
+    try {
+      while (!this._closing) {
+        await sleep(delay * (0.5 + Math.random() / 2));
+        delay = Math.min(delay * 2, this.reconnectMaxDelay);
+        if (this._closing) return;
+        try {
+          await this._open();
+          await this._restore();
+        } catch (e) {
+          if (!(e instanceof JetError)) console.error("jet: reconnect failed:", e);
+          this._link?.abort();
+          continue;
+        }
+        if (this._closing) return;
+        this.reconnects += 1;
+        this._ready = true;
+        const backlog = this._backlog;
+        this._backlog = [];
+        for (const [id, frame] of backlog) {
+          if (id < 0 || this._pending.has(id)) this._send(frame);
+        }
+        this._callback("onreconnect");
+        return;
+      }
+    } finally {
+      this._reconnecting = false;
+    }
+  }
+
+  /** Re-add states (current values) and methods, re-fetch, in one pipelined batch. */
+  async _restore() {
+    /** @type {Array<[State|Method, Promise<any>]>} */
+    const owned = [];
+    for (const state of this._states.values()) {
+      owned.push([state, this._request({ function: "ADD_STATE", key: state.key, value: state.raw }, () => undefined, undefined, true)]);
+    }
+    for (const method of this._methods.values()) {
+      owned.push([method, this._request({ function: "ADD_METHOD", key: method.key }, () => undefined, undefined, true)]);
+    }
+    this._fetches.clear();
+    const fetches = [...this._fetchObjects];
+    const waits = fetches.map((fetch) => {
+      fetch._restoreSeen = fetch._known ? new Set() : null;
+      return this._startFetch(fetch, undefined, true);
+    });
+    // The barrier's answer comes after every initial event of the fetches above
+    // (PROTOCOL.md 10.1: one connection's frames are processed and answered in order).
+    const barrier = this._request({ function: "GET_STATE", key: BARRIER_KEY }, () => undefined, undefined, true);
+    const results = await Promise.allSettled([...owned.map(([, p]) => p), ...waits]);
+    try {
+      await barrier;
+    } catch (e) {
+      if (!(e instanceof NotFound || e instanceof NotAuthorized)) throw e;
+    }
+    results.forEach((result, i) => {
+      if (result.status === "fulfilled") return;
+      if (result.reason instanceof ConnectionClosed) throw result.reason;
+      if (i < owned.length) {
+        // Typically ALREADY_EXISTS: another peer took the key while we were away.
+        const handle = owned[i][0];
+        console.error(`jet: could not restore ${handle.key} after reconnecting: ${result.reason.message}`);
+        handle.removed = true;
+        handle.restoreError = result.reason;
+        if (handle instanceof State) this._states.delete(handle.key);
+        else this._methods.delete(handle.key);
+      } else {
+        fetches[i - owned.length]._finish(result.reason);
+      }
+    });
+    for (const fetch of fetches) {
+      const seen = fetch._restoreSeen;
+      fetch._restoreSeen = null;
+      if (!fetch._known || !seen || !fetch.active) continue;
+      for (const [id, raw] of [...fetch._known]) {
+        if (seen.has(id)) continue;
+        const kind = id[0] === "a" ? "remove" : id[0] === "m" ? "method_remove" : "node_remove";
+        fetch._deliver(kind, id.slice(2), raw);
       }
     }
   }
 
   /** Close the connection: CLOSE (OK) to the daemon (PROTOCOL.md 7.3), pending requests
-   *  fail with ConnectionClosed, fetch iterators end. Idempotent. */
+   *  fail with ConnectionClosed, fetch iterators end; no reconnect follows. Idempotent. */
   async close() {
+    const link = this._link;
     if (!this._closedError) {
-      this._send(encode({ type: "EVENT", code: "CLOSE", status: "OK", message: "peer closing" }));
-      this._flush();
-      for (const fetch of this._fetches.values()) fetch._finish("done");
-      this._fetches.clear();
-      this._onLinkClosed("peer closed");
-      this._link.close();
+      this._closing = true;
+      if (link && !link.closed) {
+        this._send(encode({ type: "EVENT", code: "CLOSE", status: "OK", message: "peer closing" }));
+        this._flush();
+      }
+      for (const fetch of [...this._fetchObjects]) fetch._finish("done");
+      this._finalize("peer closed", null);
+      link?.close();
     }
-    if (!this._link.closed) {
+    if (link && !link.closed) {
       await Promise.race([
         new Promise((resolve) => {
-          const previous = this._link.onclose;
-          this._link.onclose = (r) => { previous(r); resolve(); };
+          const previous = link.onclose;
+          link.onclose = (r) => { previous(r); resolve(); };
         }),
         new Promise((resolve) => setTimeout(resolve, 3000)),
       ]);
-      if (!this._link.closed) this._link.abort();
+      if (!link.closed) link.abort();
     }
   }
 }
