@@ -1,9 +1,14 @@
 // The jet web console: a live tree of the bus, by "/" levels (PROTOCOL.md 5.2 convention).
 // States and values come from one fetch of every key over the page's own WebSocket
-// (/jet); methods and owners, which the protocol does not list, from /registry.json.
+// (/jet): a query fetch with methods (PROTOCOL.md 14) where the daemon answers queries,
+// else FETCH_STATES and the methods from /registry.json; owners, which the protocol does
+// not tell, from /registry.json (not served under --auth). Under --auth a login form
+// connects again as a user (AUTHENTICATE, PROTOCOL.md 15.2).
 // Events only touch the model; the DOM is updated once per animation frame, and only
 // for rows that are on screen, so 10,000 states and 1,000 changes/s stay cheap.
-import { Peer, Value, ValueType, PeerError } from "/jet.js";
+import {
+  FEATURE_AUTH_REQUIRED, FEATURE_QUERIES, NotAuthorized, Peer, PeerError, UnknownFunction, Value, ValueType,
+} from "/jet.js";
 
 const REGISTRY_POLL_MS = 3000;
 const MAX_CHILDREN = 1000; // rows rendered under one node; the filter narrows the rest
@@ -42,6 +47,8 @@ const model = {
   methods: 0,
   changes: 0,
   ownersKnown: false,
+  ownersWhy: "owner unknown", // shown while the registry cannot be read
+  methodsLive: false, // methods come from the fetch (a query with METHODS), not the registry
 };
 
 // --- the model -----------------------------------------------------------------------
@@ -123,8 +130,12 @@ function schedule() {
 
 function onEvent(ev) {
   model.changes += 1;
-  if (ev.kind === "remove") dropLeaf(ev.key, "state");
-  else setLeaf(ev.key, "state", ev.raw);
+  switch (ev.kind) {
+    case "remove": case "unmatch": dropLeaf(ev.key, "state"); break;
+    case "method_add": setLeaf(ev.key, "method", null); break;
+    case "method_remove": dropLeaf(ev.key, "method"); break;
+    default: setLeaf(ev.key, "state", ev.raw);
+  }
   schedule();
 }
 
@@ -163,7 +174,7 @@ function render() {
   frame.values.clear();
   frame.structure.clear();
   frame.counts.clear();
-  $("counts").textContent = `${model.states} states · ${model.methods}${model.ownersKnown ? "" : "?"} methods`;
+  $("counts").textContent = `${model.states} states · ${model.methods}${model.ownersKnown || model.methodsLive ? "" : "?"} methods`;
   if (frame.flashing.length) schedule(); // one more frame takes the highlight off
 }
 
@@ -174,7 +185,7 @@ function show(raw) {
 }
 
 function ownerOf(key) {
-  return model.owners.get(key) ?? (model.ownersKnown ? "" : "owner unknown");
+  return model.owners.get(key) ?? (model.ownersKnown ? "" : model.ownersWhy);
 }
 
 function makeItem(node) {
@@ -366,6 +377,13 @@ async function act(key, form, answer) {
   } catch (e) {
     answer.className = "answer error";
     answer.textContent = e instanceof PeerError ? `${e.name}: ${e.message}` : String(e);
+    if (e instanceof NotAuthorized) {
+      // PROTOCOL.md 15.3: the daemon names the permission and the key; say who lacks it.
+      const why = el("span", "why", user
+        ? `Logged in as ${user}, which lacks that permission: log in as another user.`
+        : "Not logged in: log in as a user with that permission.");
+      answer.append(why);
+    }
   }
 }
 
@@ -374,6 +392,11 @@ async function act(key, form, answer) {
 async function pollRegistry() {
   try {
     const response = await fetch("/registry.json", { cache: "no-store" });
+    if (response.status === 403) {
+      // PROTOCOL.md 15.3: under --auth the daemon tells no owner to anyone.
+      model.ownersWhy = "owner not shown under --auth";
+      throw new Error("403");
+    }
     if (!response.ok) throw new Error(String(response.status));
     const doc = await response.json();
     const label = (id) => {
@@ -387,8 +410,10 @@ async function pollRegistry() {
       owners.set(key, label(id));
       methods.add(key);
     }
-    for (const [key, node] of model.byKey) if (node.kind === "method" && !methods.has(key)) dropLeaf(key, "method");
-    for (const key of methods) if (!model.byKey.has(key)) setLeaf(key, "method", null);
+    if (!model.methodsLive) {
+      for (const [key, node] of model.byKey) if (node.kind === "method" && !methods.has(key)) dropLeaf(key, "method");
+      for (const key of methods) if (!model.byKey.has(key)) setLeaf(key, "method", null);
+    }
     const changed = owners.size !== model.owners.size || [...owners].some(([k, v]) => model.owners.get(k) !== v);
     model.owners = owners;
     model.ownersKnown = true;
@@ -399,7 +424,10 @@ async function pollRegistry() {
   }
 }
 
-// --- connection -------------------------------------------------------------------------------
+// --- connection and login ------------------------------------------------------------------
+
+let user = null; // the user this console is logged in as (null: anonymous)
+let generation = 0; // connections replaced by a login or logout are not restarted
 
 function setStatus(text, cls) {
   const s = $("status");
@@ -407,31 +435,109 @@ function setStatus(text, cls) {
   s.className = `status ${cls}`;
 }
 
-async function start() {
-  setStatus("connecting…", "connecting");
-  try {
-    peer = await Peer.connect(undefined, { name: "web-console" });
-  } catch (e) {
-    setStatus(`cannot connect: ${e.message}`, "closed");
-    setTimeout(start, 2000);
-    return;
-  }
-  setStatus("live", "open");
-  peer.closed.then((e) => {
-    setStatus(`closed: ${e.message}`, "closed");
-    // Start over with a fresh model after a pause.
-    setTimeout(() => {
-      model.root = new TreeNode("", "", null);
-      model.byKey.clear();
-      model.states = model.methods = 0;
-      frame.filterChanged = true;
-      start();
-    }, 2000);
-  });
-  await peer.fetch("", onEvent);
-  pollRegistry();
+function resetModel() {
+  model.root = new TreeNode("", "", null);
+  model.byKey.clear();
+  model.states = model.methods = 0;
+  model.methodsLive = false;
+  selected = null;
+  frame.filterChanged = true;
+  frame.structure.add(model.root);
+  schedule();
 }
 
+/** Fetch every key: states and methods with a query where the daemon answers queries
+ *  (and this user may run one: PROTOCOL.md 15.3 asks read of every key), else states. */
+async function fetchAll(p) {
+  if (p.info.features & FEATURE_QUERIES) {
+    try {
+      await p.fetch({ methods: true }, onEvent);
+      model.methodsLive = true;
+      return;
+    } catch (e) {
+      if (!(e instanceof NotAuthorized || e instanceof UnknownFunction)) throw e;
+    }
+  }
+  await p.fetch("", onEvent);
+}
+
+/** Connect (as `credentials.user`, or anonymously) and fetch; returns false when the
+ *  daemon refused, with the reason shown. */
+async function start(credentials = null) {
+  const mine = ++generation;
+  setStatus("connecting…", "connecting");
+  let next;
+  try {
+    next = await Peer.connect(undefined, { name: "web-console", ...(credentials ?? {}) });
+  } catch (e) {
+    if (mine !== generation) return false;
+    if (credentials) {
+      // AUTH_FAILED (or the connection failed): keep what is shown, say why in the form.
+      $("login").querySelector(".error").textContent = e instanceof PeerError ? `${e.name}: ${e.message}` : String(e);
+      setStatus(user ? `live as ${user}` : "log in: authentication required", user ? "open" : "closed");
+      generation -= 1;
+      return false;
+    }
+    setStatus(`cannot connect: ${e.message}`, "closed");
+    setTimeout(() => { if (mine === generation) start(); }, 2000);
+    return false;
+  }
+  if (mine !== generation) {
+    next.close();
+    return false;
+  }
+  const previous = peer;
+  peer = next;
+  user = credentials ? credentials.user : null;
+  if (previous) previous.close();
+  resetModel();
+  const authRequired = !!(next.info.features & FEATURE_AUTH_REQUIRED);
+  $("login").hidden = !authRequired || user !== null;
+  $("logout").hidden = user === null;
+  $("login").querySelector(".error").textContent = "";
+  next.closed.then((e) => {
+    if (mine !== generation) return; // replaced on purpose
+    setStatus(`closed: ${e.message}`, "closed");
+    setTimeout(() => { if (mine === generation) start(credentials); }, 2000); // start over, fresh model
+  });
+  try {
+    await fetchAll(next);
+  } catch (e) {
+    if (mine !== generation) return false;
+    if (e instanceof NotAuthorized) {
+      // PROTOCOL.md 15.2: nothing is readable without a login; the daemon would close an
+      // idle anonymous connection at its auth timeout anyway.
+      generation += 1;
+      next.close();
+      $("more").textContent = `${e.name}: ${e.message}. Log in above.`;
+      setStatus("log in: authentication required", "closed");
+      $("login").hidden = false;
+      return false;
+    }
+    setStatus(`fetch failed: ${e.message}`, "closed");
+    return false;
+  }
+  $("more").textContent = "";
+  setStatus(user ? `live as ${user}` : authRequired ? "live (anonymous)" : "live", "open");
+  pollRegistry();
+  return true;
+}
+
+$("login").addEventListener("submit", async (e) => {
+  e.preventDefault();
+  const form = e.target;
+  form.querySelector(".error").textContent = "";
+  form.querySelector("button").disabled = true;
+  try {
+    const ok = await start({ user: form.elements.user.value, password: form.elements.password.value });
+    if (ok) form.elements.password.value = "";
+  } finally {
+    form.querySelector("button").disabled = false;
+  }
+});
+$("logout").addEventListener("click", () => {
+  start();
+});
 $("search").addEventListener("input", (e) => {
   filter = e.target.value;
   $("more").textContent = "";
@@ -443,5 +549,5 @@ $("call-any").addEventListener("submit", (e) => {
   select(e.target.elements.key.value);
 });
 setInterval(pollRegistry, REGISTRY_POLL_MS);
-window.jetConsole = { model, get peer() { return peer; } }; // for the curious (and the tests)
+window.jetConsole = { model, get peer() { return peer; }, get user() { return user; } }; // for the curious (and the tests)
 start();
