@@ -50,6 +50,7 @@ DEFAULT_HTTP_PATH = "/jet"  # PROTOCOL.md 13: the WebSocket endpoint
 DEFAULT_MAX_INPUT_BUFFER = 64 * 1024 * 1024  # unprocessed input, all connections together
 DEFAULT_FRAME_TIMEOUT = 10.0  # seconds to complete a frame once it has begun
 DEFAULT_FIRST_FRAME_TIMEOUT = 0.0  # seconds to send a first whole frame; 0 = no limit
+DEFAULT_HTTP_HANDSHAKE_TIMEOUT = 10.0  # seconds to send a whole HTTP request (PROTOCOL.md 13.1)
 # PROTOCOL.md 10.7, 14.5: queries (protocol 1.1)
 DEFAULT_MAX_QUERY_SIZE = 16 * 1024
 DEFAULT_MAX_QUERY_TERMS = 64
@@ -103,6 +104,8 @@ class Config:
         http_host: address of the HTTP listener; None listens on ``host``.
         http_origins: comma-separated ``Origin`` values a browser page may connect from
             besides the same origin (``*``: any origin); PROTOCOL.md 13.3.
+        http_handshake_timeout: seconds a connection to the HTTP port has to send its
+            whole request; until it is a peer it counts against ``max_connections``.
         max_input_buffer: bytes of received input not yet processed (incomplete frames,
             and frames held back while a peer's output drains), all connections
             together; the connection whose bytes would pass it is closed
@@ -153,6 +156,7 @@ class Config:
     http_port: Optional[int] = None
     http_host: Optional[str] = None
     http_origins: str = ""
+    http_handshake_timeout: float = DEFAULT_HTTP_HANDSHAKE_TIMEOUT
     # Hostile peers, input side (PROTOCOL.md 10.7)
     max_input_buffer: int = DEFAULT_MAX_INPUT_BUFFER
     frame_timeout: float = DEFAULT_FRAME_TIMEOUT
@@ -180,6 +184,8 @@ class Config:
             raise ConfigError(f"port must be 0..65535, got {self.port}")
         if self.http_port is not None and not 0 <= self.http_port <= 65535:
             raise ConfigError(f"http_port must be 0..65535, got {self.http_port}")
+        if not self.http_handshake_timeout > 0:
+            raise ConfigError(f"http_handshake_timeout must be positive, got {self.http_handshake_timeout}")
         for origin in self.allowed_origins():
             if origin != "*" and not origin.startswith(("http://", "https://")):
                 raise ConfigError(f"http_origins: {origin!r} is not an origin like http://host:port or *")
@@ -289,6 +295,9 @@ _HELP = {
     "http_port": "serve WebSocket peers (/jet) and the web console (/) on this HTTP port, 0 for a free one",
     "http_host": "address of the HTTP listener (default: --host)",
     "http_origins": "comma-separated browser origins allowed besides the same origin, or * for any",
+    "http_handshake_timeout": (
+        f"seconds a connection to the HTTP port has to send its request (default {DEFAULT_HTTP_HANDSHAKE_TIMEOUT:g})"
+    ),
     "max_input_buffer": f"bytes of unprocessed input, all connections together (default {DEFAULT_MAX_INPUT_BUFFER})",
     "frame_timeout": f"seconds a peer has to complete a frame it began (default {DEFAULT_FRAME_TIMEOUT:g})",
     "first_frame_timeout": "seconds a new connection may go without a whole frame (default 0: no limit)",

@@ -159,10 +159,15 @@ class PeerShell(asyncio.Protocol):
         server = self.server
         server.protocols.add(self)
         refuse = None
-        if len(server.protocols) > server.fd_budget:
+        # Connections still in their HTTP phase (jetd.web) hold descriptors and count
+        # against max_connections like peers.
+        waiting = len(server.http_waiting)
+        if len(server.protocols) + waiting > server.fd_budget:
             # Out of file descriptors soon: tell this one rather than let accept() fail
             # silently for the next ones (PROTOCOL.md 10.7).
             refuse = f"too many connections (out of file descriptors: limit {server.fd_limit})"
+        elif waiting and len(server.daemon.connections) + 1 + waiting > server.config.max_connections:
+            refuse = f"too many connections (max {server.config.max_connections})"
         self.conn = server.daemon.connect(address, server.loop.time(), refuse)
         self.conn.io = self
         if self.conn.closing:
@@ -374,6 +379,8 @@ class Server:
         self.held: set[Any] = set()
         self._checks: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self.protocols: set[PeerShell] = set()
+        # jetd.web connections that are not peers yet (HTTP request, static file, refusal).
+        self.http_waiting: set[Any] = set()
         self.flush_scheduled = False
         self.all_closed = asyncio.Event()
         self.listeners: list[socket.socket] = []

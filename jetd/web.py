@@ -52,7 +52,7 @@ _ws_log.setLevel(logging.WARNING)
 SUBPROTOCOL = Subprotocol("jet")  # PROTOCOL.md 13.1
 WS_PATH = "/jet"  # PROTOCOL.md 13.1
 WS_FRAME_LIMIT = 1 << 20  # PROTOCOL.md 13.2: the message bound, both directions
-HANDSHAKE_TIMEOUT = 10.0  # seconds a connection may take to send its HTTP request
+TIMEOUT_LOG_INTERVAL = 1.0  # seconds between two log lines about handshake timeouts
 TEXT_MESSAGE = "text messages are not jet: frames travel in binary messages"  # PROTOCOL.md 13.4
 CLOSE_NORMAL = 1000
 CLOSE_UNSUPPORTED_DATA = 1003
@@ -158,15 +158,30 @@ class WebProtocol(PeerShell):
         self.text_message = False  # a fragmented text message is being received
         self.close_code = CLOSE_NORMAL
         self.address = "?"
+        self.refused = False  # answered 503 on arrival: nothing it sends is read
 
     # --- asyncio.Protocol ---------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.address = self.prepare(transport)
+        server = self.server
         self.listener.connections.add(self)
-        self.abort_handle = self.server.loop.call_later(HANDSHAKE_TIMEOUT, self._handshake_timeout)
+        # Until it is a peer, the connection counts against the same limits as peers
+        # (PROTOCOL.md 10.7, 13.1): max_connections and the file descriptors jetd can
+        # hold. One is let through even when the peers alone fill the limit, so that a
+        # WebSocket peer learns of it as a TCP peer does (INFO, CLOSE LIMIT_EXCEEDED).
+        server.http_waiting.add(self)
+        waiting = len(server.http_waiting)
+        if waiting > max(1, server.config.max_connections - len(server.daemon.connections)):
+            self._refuse(f"too many connections (max {server.config.max_connections})")
+        elif len(server.protocols) + waiting > server.fd_budget:
+            self._refuse(f"too many connections (out of file descriptors: limit {server.fd_limit})")
+        else:
+            self.abort_handle = server.loop.call_later(server.config.http_handshake_timeout, self._handshake_timeout)
 
     def data_received(self, data: bytes) -> None:
+        if self.refused:
+            return
         if self.hung_up:
             self.heard = True
         ws = self.ws
@@ -181,6 +196,8 @@ class WebProtocol(PeerShell):
             self._disconnect(f"WebSocket protocol error: {ws.parser_exc}")
 
     def eof_received(self) -> bool:
+        if self.refused:
+            return False
         self.ws.receive_eof()
         self._write_ws_output()
         if self.hung_up or self.conn is None:
@@ -192,6 +209,7 @@ class WebProtocol(PeerShell):
 
     def connection_lost(self, exc: Optional[Exception]) -> None:
         self.listener.connections.discard(self)
+        self.server.http_waiting.discard(self)
         if self.conn is not None:
             self.detach(exc)
         elif self.abort_handle is not None:
@@ -284,8 +302,24 @@ class WebProtocol(PeerShell):
     def _handshake_timeout(self) -> None:
         self.abort_handle = None
         if self.conn is None and self.raw is not None:
-            log.info("web %s: no HTTP request within %g s", self.address, HANDSHAKE_TIMEOUT)
+            self.listener.handshake_timed_out(self.address)
             self.raw.abort()
+
+    def _refuse(self, reason: str) -> None:
+        """Over the limits on arrival: 503 and close, logged like a refused peer."""
+        self.refused = True
+        self.server.refused(f"web {self.address}", reason)
+        raw = self.raw
+        if raw is None:
+            return
+        body = f"{reason}\n".encode()
+        raw.write(
+            b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nRetry-After: 1\r\n"
+            b"Content-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        raw.close()
+        # A client that does not read its 503 must not hold the descriptor for long.
+        self.abort_handle = self.server.loop.call_later(self.server.config.shutdown_grace, raw.abort)
 
     def _request(self, request: Request) -> None:
         """An HTTP request: the WebSocket endpoint, or a static file."""
@@ -315,15 +349,16 @@ class WebProtocol(PeerShell):
 
     def _close_soon(self) -> None:
         """After a plain HTTP response (or a refused handshake) the connection ends: a
-        client that neither reads it nor closes is cut off after HANDSHAKE_TIMEOUT."""
+        client that neither reads it nor closes is cut off after the handshake timeout."""
         raw = self.raw
         if raw is not None:
-            self.abort_handle = self.server.loop.call_later(HANDSHAKE_TIMEOUT, raw.abort)
+            self.abort_handle = self.server.loop.call_later(self.server.config.http_handshake_timeout, raw.abort)
 
     def _open(self) -> None:
         """The handshake succeeded: from now on this is a peer (PROTOCOL.md 13.1)."""
         raw = self.raw
         assert raw is not None
+        self.server.http_waiting.discard(self)  # counted as a peer from now on
         self.transport = cast(asyncio.Transport, WebSocketTransport(self, raw))
         self.attach(f"ws:{self.address}")
 
@@ -340,6 +375,8 @@ class WebListener:
         self.origins = self.config.allowed_origins()
         self.connections: set[WebProtocol] = set()
         self.listening: Optional[asyncio.AbstractServer] = None
+        self._timeouts = 0  # handshake timeouts not logged yet
+        self._timeouts_logged = -TIMEOUT_LOG_INTERVAL
         self.files: dict[str, Path] = {
             "/": STATIC_DIR / "index.html",
             "/index.html": STATIC_DIR / "index.html",
@@ -365,9 +402,30 @@ class WebListener:
         by ``Server.shutdown`` like every other peer)."""
         if self.listening is not None:
             self.listening.close()
+        if self._timeouts:
+            log.warning(
+                "web: closed %d more connection(s) without a complete HTTP request since the last report",
+                self._timeouts,
+            )
+            self._timeouts = 0
         for proto in list(self.connections):
             if proto.conn is None and proto.raw is not None:
                 proto.raw.abort()
+
+    def handshake_timed_out(self, address: str) -> None:
+        """Log a connection closed for sending no whole request in time; at most one line
+        a second, with a count (a flood of idle connections must not flood the log)."""
+        self._timeouts += 1
+        now = self.server.loop.time()
+        if now - self._timeouts_logged >= TIMEOUT_LOG_INTERVAL:
+            log.warning(
+                "web: closed %d connection(s) without a complete HTTP request within %g s, last from %s",
+                self._timeouts,
+                self.config.http_handshake_timeout,
+                address,
+            )
+            self._timeouts = 0
+            self._timeouts_logged = now
 
     def check_origin(self, headers: Headers) -> Optional[str]:
         """PROTOCOL.md 13.3: None if the handshake's Origin is allowed, else why not."""

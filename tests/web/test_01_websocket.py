@@ -378,3 +378,50 @@ def test_event_log_records_websocket_peers(start_jetd, tmp_path):
     opens = [parse_record_data(r.kind, r.data) for r in records if r.kind == LogKind.CONN_OPEN]
     assert [o["address"].startswith("ws:127.0.0.1:") for o in opens] == [True]  # JETLOG.md 4
     assert any(r.kind == LogKind.FRAME_IN and r.data.startswith(b"\x01") for r in records)
+
+
+def _http_reply(sock: socket.socket, timeout: float = 5.0) -> bytes:
+    """Everything the daemon sends until it closes (b"" for a close without a word)."""
+    sock.settimeout(timeout)
+    data = b""
+    try:
+        while chunk := sock.recv(65536):
+            data += chunk
+    except ConnectionResetError:
+        pass
+    return data
+
+
+def test_http_phase_connections_are_bounded(start_jetd):
+    """Connections to the HTTP port that never finish their request count against
+    max_connections (with the peers), are refused beyond it with 503 and a log line, and
+    are closed after the handshake timeout, with a log line."""
+    daemon = start_web_jetd(start_jetd, "--max-connections", "3", "--http-handshake-timeout", "1.5")
+    started = time.monotonic()
+    idle = [socket.create_connection(daemon.web, timeout=5) for _ in range(3)]
+    try:
+        idle[0].sendall(b"GET /jet HTTP/1.1\r\nHost: x\r\n")  # an unfinished request
+        # The fourth is over the limit: refused at once, not left waiting.
+        with socket.create_connection(daemon.web, timeout=5) as fourth:
+            reply = _http_reply(fourth)
+        assert reply.startswith(b"HTTP/1.1 503 "), reply
+        assert b"too many connections" in reply
+        assert time.monotonic() - started < 1.5, "refused only at the handshake timeout"
+        # They count with the peers: a TCP peer is refused too (PROTOCOL.md 10.7).
+        tcp = RawPeer(daemon.address, "tcp")
+        assert isinstance(tcp.recv(), Close)
+        # After the handshake timeout, the daemon closes them.
+        for sock in idle:
+            assert _http_reply(sock) == b""
+        assert time.monotonic() - started >= 1.4
+        # And the room is free again.
+        peer = WsPeer(daemon.web, "after")
+        assert peer.request(lambda rid: GetState(rid, "x")).status == Status.NOT_FOUND
+        peer.close()
+    finally:
+        for sock in idle:
+            sock.close()
+    daemon.stop()
+    log = daemon.stderr()
+    assert "too many connections (max 3)" in log and "refused" in log
+    assert "without a complete HTTP request within 1.5 s" in log
