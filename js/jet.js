@@ -1,18 +1,21 @@
-// jet.js: a jet peer for browsers and Node.js (spec/PROTOCOL.md 1.0), one ES module.
+// jet.js: a jet peer for browsers and Node.js (spec/PROTOCOL.md, protocol 1.1), one ES module.
 //
 // The codec (Value, encode, Decoder) follows spec/PROTOCOL.md and is checked against every
 // vector of spec/vectors/; messages are plain objects with the field names of those
 // vectors. The Peer mirrors the Python asyncio peer (peer/aio.py): states, methods,
-// set/call/get, fetch with events, typed errors, CLOSE. Transports: WebSocket
-// (PROTOCOL.md 13; the browser's WebSocket, Node's global one, or the `ws` package) and,
-// in Node.js, TCP through `node:net`.
+// set/call/get, fetch with events, queries (PROTOCOL.md 14), typed errors, CLOSE,
+// authentication, reconnect with restore. Transports: WebSocket (PROTOCOL.md 13; the
+// browser's WebSocket, Node's global one, or the `ws` package) and, in Node.js, TCP
+// through `node:net`.
 //
 // Example:
-//   import { Peer } from "./jet.js";
-//   const peer = await Peer.connect("ws://127.0.0.1:8080/jet", { name: "demo" });
+//   import { Peer, field } from "./jet.js";
+//   const peer = await Peer.connect("ws://127.0.0.1:8080/jet", { name: "demo", reconnect: true });
 //   const temp = await peer.addState("plant/temp", 21.5, { onSet: (v) => Math.min(v, 30) });
 //   console.log(await peer.set("plant/temp", 42));        // 30: the owner clamped it
 //   await peer.fetch("plant/", (ev) => console.log(ev.kind, ev.key, ev.value));
+//   await peer.fetch({ prefix: "players/", sortBy: "score", descending: true, top: 10,
+//                      where: [field("gender").eq("female")] }, (ev) => console.log(ev.rows));
 
 // --- codes (PROTOCOL.md 3, 4, 6, 7, 8) ---------------------------------------------------
 
