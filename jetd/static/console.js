@@ -8,6 +8,7 @@
 // for rows that are on screen, so 10,000 states and 1,000 changes/s stay cheap.
 import {
   FEATURE_AUTH_REQUIRED, FEATURE_QUERIES, NotAuthorized, Peer, PeerError, UnknownFunction, Value, ValueType,
+  field, key as keyMatcher, value as itself,
 } from "/jet.js";
 
 const REGISTRY_POLL_MS = 3000;
@@ -281,7 +282,9 @@ function renderFiltered() {
   forget(model.root);
   dropFiltered();
   if (!sortedCache) sortedCache = [...model.byKey.keys()].sort();
-  const matches = sortedCache.filter((k) => k.startsWith(filter));
+  const matches = search.keys
+    ? sortedCache.filter((k) => search.keys.has(k))
+    : sortedCache.filter((k) => k.startsWith(filter));
   const items = matches.slice(0, MAX_FILTERED).map((key) => {
     const node = model.byKey.get(key);
     filtered.push(node);
@@ -292,7 +295,8 @@ function renderFiltered() {
   });
   $("tree").replaceChildren(...items);
   $("more").textContent = matches.length > MAX_FILTERED
-    ? `${matches.length - MAX_FILTERED} more keys match: narrow the prefix` : matches.length ? "" : "no key starts with this prefix";
+    ? `${matches.length - MAX_FILTERED} more keys match: narrow the search`
+    : search.error ?? (matches.length ? "" : search.keys ? "no key matches this query" : "no key starts with this prefix");
 }
 
 // --- details, set and call ----------------------------------------------------------------
@@ -376,7 +380,7 @@ async function act(key, form, answer) {
     answer.textContent = `OK: ${Value.of(result).toString()}`;
   } catch (e) {
     answer.className = "answer error";
-    answer.textContent = e instanceof PeerError ? `${e.name}: ${e.message}` : String(e);
+    answer.textContent = e instanceof PeerError ? e.message : String(e); // "STATUS: reason"
     if (e instanceof NotAuthorized) {
       // PROTOCOL.md 15.3: the daemon names the permission and the key; say who lacks it.
       const why = el("span", "why", user
@@ -473,7 +477,7 @@ async function start(credentials = null) {
     if (mine !== generation) return false;
     if (credentials) {
       // AUTH_FAILED (or the connection failed): keep what is shown, say why in the form.
-      $("login").querySelector(".error").textContent = e instanceof PeerError ? `${e.name}: ${e.message}` : String(e);
+      $("login").querySelector(".error").textContent = e instanceof PeerError ? e.message : String(e);
       setStatus(user ? `live as ${user}` : "log in: authentication required", user ? "open" : "closed");
       generation -= 1;
       return false;
@@ -519,6 +523,7 @@ async function start(credentials = null) {
   }
   $("more").textContent = "";
   setStatus(user ? `live as ${user}` : authRequired ? "live (anonymous)" : "live", "open");
+  if ($("search").value.trim()) runSearch($("search").value);
   pollRegistry();
   return true;
 }
@@ -538,11 +543,97 @@ $("login").addEventListener("submit", async (e) => {
 $("logout").addEventListener("click", () => {
   start();
 });
-$("search").addEventListener("input", (e) => {
-  filter = e.target.value;
-  $("more").textContent = "";
+// --- search: a key prefix locally, or a live query (PROTOCOL.md 14) ---------------------------
+//
+// "plant/" filters the keys already shown by prefix, at once. Words that a prefix cannot
+// say make the search a query fetch of the daemon, kept live while it is shown:
+// "*temp" (the key contains "temp"), "-test" (it does not), "score>=10", "gender==\"f\"",
+// "value<0" (value filters: == != < <= > >=, a JSON literal or a bare word as a string).
+
+const search = {
+  /** @type {Set<string>|null} keys that match the query search, kept by its fetch */
+  keys: null,
+  fetch: null,
+  error: null,
+  generation: 0,
+};
+const FILTER_WORD = /^([^=!<>]+?)\s*(==|!=|<=|>=|<|>)\s*(.+)$/;
+const FILTER_METHOD = { "==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge" };
+
+/** A search text as a QuerySpec, or null when it is a plain prefix.
+ *  @throws {Error} for a word it cannot read */
+function parseSearch(text) {
+  const words = text.trim().split(/\s+/).filter(Boolean);
+  let prefix = "";
+  const match = [];
+  const where = [];
+  for (const word of words) {
+    const f = FILTER_WORD.exec(word);
+    if (f) {
+      let operand;
+      try { operand = JSON.parse(f[3]); } catch { operand = f[3]; }
+      if (operand !== null && typeof operand === "object") throw new Error(`${word}: compare with a number, string, bool or null`);
+      const target = f[1] === "value" ? itself : field(f[1]);
+      where.push(target[FILTER_METHOD[f[2]]](operand));
+    } else if (word.startsWith("*")) {
+      match.push(keyMatcher.contains(word.slice(1)));
+    } else if (word.startsWith("-") && word.length > 1) {
+      match.push(keyMatcher.contains(word.slice(1)).not());
+    } else if (!prefix) {
+      prefix = word;
+    } else {
+      throw new Error(`${word}: one prefix only (use *text for "contains")`);
+    }
+  }
+  return match.length || where.length ? { prefix, match, where } : null;
+}
+
+async function runSearch(text) {
+  const mine = ++search.generation;
+  if (search.fetch) {
+    const old = search.fetch;
+    search.fetch = null;
+    old.unfetch().catch(() => {});
+  }
+  search.keys = null;
+  search.error = null;
+  let spec = null;
+  try {
+    spec = parseSearch(text);
+  } catch (e) {
+    search.keys = new Set();
+    search.error = `cannot read the search: ${e.message}`;
+  }
+  if (spec) {
+    if (!peer || !(peer.info.features & FEATURE_QUERIES)) {
+      search.keys = new Set();
+      search.error = "this daemon answers no queries: search by key prefix";
+    } else {
+      const keys = new Set();
+      search.keys = keys;
+      try {
+        const fetch = await peer.fetch(spec, (ev) => {
+          if (ev.kind === "add" || ev.kind === "change") keys.add(ev.key);
+          else keys.delete(ev.key);
+          frame.structure.add(model.root);
+          schedule();
+        });
+        if (mine !== search.generation) fetch.unfetch().catch(() => {});
+        else search.fetch = fetch;
+      } catch (e) {
+        if (mine === search.generation) search.error = e instanceof PeerError ? `${e.name}: ${e.message}` : String(e);
+      }
+    }
+  }
+  if (mine !== search.generation) return;
+  filter = text.trim();
   frame.filterChanged = true;
   schedule();
+}
+
+$("search").addEventListener("input", (e) => {
+  $("more").textContent = "";
+  runSearch(e.target.value);
 });
 $("call-any").addEventListener("submit", (e) => {
   e.preventDefault();

@@ -64,6 +64,12 @@ def test_console_shows_updates_and_sets_a_tcp_owners_state(start_jetd):
                 "document.querySelector('#counts').textContent.startsWith('1002 states · 1 methods')",
                 timeout=TIMEOUT_MS,
             )
+            # The tree, by "/" levels.
+            await page.locator('.node[data-key="plant"]').click()
+            await page.locator('.node[data-key="plant/line1"]').click()
+            await page.locator('.node[data-key="plant/line1/temp"] .val').wait_for(timeout=TIMEOUT_MS)
+            ARTIFACTS.mkdir(exist_ok=True)
+            await page.screenshot(path=str(ARTIFACTS / "console-tree.png"))
             await page.fill("#search", "plant/")
             row = page.locator('.node[data-key="plant/line1/temp"]')
             await row.locator(".val").wait_for(timeout=TIMEOUT_MS)
@@ -91,12 +97,29 @@ def test_console_shows_updates_and_sets_a_tcp_owners_state(start_jetd):
             await page.fill("form.act input[name=text]", '"manual"')
             await page.click("form.act button")
             await page.wait_for_selector(".answer.error", timeout=TIMEOUT_MS)
-            assert "Rejected" in (await page.text_content(".answer") or "")
-            await page.locator('.node[data-key="plant/line1/temp"]').click()
+            assert "REJECTED: state" in (await page.text_content(".answer") or "")
             ARTIFACTS.mkdir(exist_ok=True)
             shot = ARTIFACTS / "console.png"
             await page.screenshot(path=str(shot))
             print(f"console screenshot: {shot}")
+            # The search as a live query (PROTOCOL.md 14): contains and a value filter.
+            await page.fill("#search", "plant/ *line1 value>25")
+            await page.wait_for_function(
+                "[...document.querySelectorAll('#tree .node')].map(n => n.dataset.key).join() === 'plant/line1/temp'",
+                timeout=TIMEOUT_MS,
+            )
+            await temp.notify(21.0)  # no longer matches: it leaves the list, live
+            await page.wait_for_function(
+                "document.querySelectorAll('#tree .node').length === 0"
+                " && document.getElementById('more').textContent === 'no key matches this query'",
+                timeout=TIMEOUT_MS,
+            )
+            await page.fill("#search", "plant/ a>[1]")
+            await page.wait_for_function(
+                "document.getElementById('more').textContent.includes('cannot read the search')", timeout=TIMEOUT_MS
+            )
+            await page.fill("#search", "plant/")
+            await row.locator(".val").wait_for(timeout=TIMEOUT_MS)
             # Keys come and go.
             await temp.remove()
             await page.locator('.node[data-key="plant/line1/temp"]').wait_for(state="detached", timeout=TIMEOUT_MS)
