@@ -787,50 +787,68 @@ class TcpLink extends Link {
   }
 }
 
-/** @returns {Promise<any>} the WebSocket class of this runtime */
-async function webSocketClass() {
-  if (globalThis.WebSocket) return globalThis.WebSocket;
+/** @param {boolean} [needOptions] Node.js with TLS options: only the `ws` package takes them.
+ *  @returns {Promise<any>} the WebSocket class of this runtime */
+async function webSocketClass(needOptions = false) {
+  if (globalThis.WebSocket && !(isNode && needOptions)) return globalThis.WebSocket;
   try {
     const mod = await import("ws");
     return mod.WebSocket ?? mod.default;
   } catch {
-    throw new ConnectionClosed("no WebSocket in this runtime: install the `ws` package");
+    throw new ConnectionClosed(needOptions
+      ? "TLS options for wss:// in Node.js need the `ws` package"
+      : "no WebSocket in this runtime: install the `ws` package");
   }
 }
 
-/** Open a link to `address`: "ws://...", "wss://...", "tcp://host:port" or {host, port}. */
+/** Open a link to `address`: "ws://...", "wss://...", "tcp://host:port", "tls://host:port"
+ *  or {host, port, tls}; `options.tls` (Node.js) holds what `tls.connect` takes (ca, cert,
+ *  key, servername, rejectUnauthorized) for tls:// and wss:// (PROTOCOL.md 15.6). */
 async function openLink(address, options, timeoutMs) {
-  const deadline = (promise, what) => new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Timeout(`${what}: no connection within ${timeoutMs / 1000} s`)), timeoutMs);
+  const deadline = (promise, what, abort) => new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      abort();
+      reject(new Timeout(`${what}: no connection within ${timeoutMs / 1000} s`));
+    }, timeoutMs);
     promise.then((v) => { clearTimeout(timer); resolve(v); }, (e) => { clearTimeout(timer); reject(e); });
   });
+  const tlsOptions = options.tls && typeof options.tls === "object" ? options.tls : {};
   if (typeof address === "string" && /^wss?:\/\//.test(address)) {
-    const WS = await webSocketClass();
-    const ws = isNode && !globalThis.WebSocket ? new WS(address, "jet", options.origin ? { origin: options.origin } : {}) : new WS(address, "jet");
+    const withOptions = isNode && (!!options.tls || !!options.origin);
+    const WS = await webSocketClass(withOptions);
+    const ws = isNode && (withOptions || !globalThis.WebSocket)
+      ? new WS(address, "jet", { ...tlsOptions, ...(options.origin ? { origin: options.origin } : {}) })
+      : new WS(address, "jet");
     const opened = new Promise((resolve, reject) => {
       ws.onopen = () => resolve(new WebSocketLink(ws));
       ws.onerror = (e) => reject(new ConnectionClosed(`cannot connect to ${address}${e?.message ? `: ${e.message}` : ""}`));
       ws.onclose = (e) => reject(new ConnectionClosed(`cannot connect to ${address} (${e.code})`));
     });
-    return deadline(opened, address);
+    return deadline(opened, address, () => (typeof ws.terminate === "function" ? ws.terminate() : ws.close()));
   }
   let host;
   let port;
+  let secure = !!options.tls;
   if (typeof address === "string") {
-    const m = /^(?:tcp:\/\/)?\[?([^\]]+?)\]?:(\d+)$/.exec(address);
-    if (!m) throw new TypeError(`not a jet address: ${address} (ws://..., wss://... or tcp://host:port)`);
-    [host, port] = [m[1], Number(m[2])];
+    const m = /^(?:(tcp|tls):\/\/)?\[?([^\]]+?)\]?:(\d+)$/.exec(address);
+    if (!m) throw new TypeError(`not a jet address: ${address} (ws://..., wss://..., tcp://host:port or tls://host:port)`);
+    [host, port] = [m[2], Number(m[3])];
+    secure ||= m[1] === "tls";
   } else {
     ({ host = "127.0.0.1", port = DEFAULT_PORT } = address ?? {});
+    secure ||= !!address?.tls;
   }
   if (!isNode) throw new TypeError("TCP needs Node.js; browsers connect with ws:// or wss://");
-  const net = await import("node:net");
+  const net = secure ? await import("node:tls") : await import("node:net");
+  let socket;
   const opened = new Promise((resolve, reject) => {
-    const socket = net.connect({ host, port });
-    socket.once("connect", () => resolve(new TcpLink(socket)));
+    socket = secure
+      ? net.connect({ host, port, servername: /^[\d.]+$|:/.test(host) ? undefined : host, ...tlsOptions })
+      : net.connect({ host, port });
+    socket.once(secure ? "secureConnect" : "connect", () => resolve(new TcpLink(socket)));
     socket.once("error", (e) => reject(new ConnectionClosed(`cannot connect to ${host}:${port}: ${e.message}`)));
   });
-  return deadline(opened, `${host}:${port}`);
+  return deadline(opened, `${host}:${port}`, () => socket.destroy());
 }
 
 // --- queries (PROTOCOL.md 14) -----------------------------------------------------------------
@@ -1254,6 +1272,8 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
  * @property {number} [maxBody] the largest body this peer accepts (announced in its INFO)
  * @property {number} [fetchQueue] events a fetch iterated with `for await` may fall behind
  * @property {string} [origin] the Origin header to send (Node's `ws` only)
+ * @property {object|boolean} [tls] Node.js: TLS for tcp addresses (as tls://), and the
+ *   options of `tls.connect` (ca, cert, key, servername, rejectUnauthorized) for tls:// and wss://
  * @property {string} [user] AUTHENTICATE as this user right after connecting (PROTOCOL.md 15.2)
  * @property {string} [password] its password (default empty)
  * @property {boolean} [reconnect] after a link loss, reconnect and restore (see Peer.connect)

@@ -18,10 +18,11 @@ export function startJetd(...args) {
     proc.stdout.on("data", (d) => {
       out += d;
       const tcp = /jetd listening on (\S+)/.exec(out);
-      const web = /web on http:\/\/(\S+?)\//.exec(out);
+      const web = /web on (https?):\/\/(\S+?)\//.exec(out);
       if (tcp && web) {
         clearTimeout(timer);
-        resolve({ proc, tcp: `tcp://${tcp[1]}`, ws: `ws://${web[1]}/jet`, stderr: () => stderr });
+        const ws = `${web[1] === "https" ? "wss" : "ws"}://${web[2]}/jet`;
+        resolve({ proc, tcp: `tcp://${tcp[1]}`, ws, stderr: () => stderr });
       }
     });
     proc.on("exit", (code) => reject(new Error(`jetd exited ${code}: ${stderr}`)));
