@@ -52,7 +52,13 @@ def test_console_shows_updates_and_sets_a_tcp_owners_state(start_jetd):
 
         temp = await owner.add_state("plant/line1/temp", 20.5, on_set=clamp)
         await owner.add_state("plant/line1/mode", "auto")
-        await owner.add_method("plant/reset", lambda arg: "reset done")
+        called: list[Any] = []
+
+        def reset(arg: Any) -> str:
+            called.append(arg)
+            return "reset done"
+
+        await owner.add_method("plant/reset", reset)
         await asyncio.gather(*(owner.add_state(f"bulk/{i // 100}/{i}", i) for i in range(1000)))
         async with playwright_api.async_playwright() as p:
             browser = await _browser(p)
@@ -98,6 +104,14 @@ def test_console_shows_updates_and_sets_a_tcp_owners_state(start_jetd):
             await page.click("form.act button")
             await page.wait_for_selector(".answer.error", timeout=TIMEOUT_MS)
             assert "REJECTED: state" in (await page.text_content(".answer") or "")
+            # Call a method from the page: the answer is the owner's result.
+            await page.locator('.node[data-key="plant/reset"]').click()
+            assert (await page.text_content("form.act button")) == "Call"
+            await page.fill("form.act input[name=text]", '{"line": 1}')
+            await page.click("form.act button")
+            await page.wait_for_selector(".answer.ok", timeout=TIMEOUT_MS)
+            assert (await page.text_content(".answer")) == 'OK: "reset done"'
+            assert called == [{"line": 1}]
             ARTIFACTS.mkdir(exist_ok=True)
             shot = ARTIFACTS / "console.png"
             await page.screenshot(path=str(shot))
