@@ -218,6 +218,54 @@ def test_todo_example_between_two_pages(start_jetd):
         _stop(todo)
 
 
+def test_todo_pages_survive_a_daemon_restart(start_jetd):
+    """The JavaScript peer's reconnect in a real browser: jetd restarts on the same ports,
+    the todo server (PeerAsync, reconnect=True) and both pages (reconnect: true) restore
+    themselves, and the pages see each other's changes again."""
+    todo_port = _free_port()
+    first = start_web_jetd(start_jetd, "--http-origins", f"http://127.0.0.1:{todo_port}")
+    todo = _start_todo(first, todo_port)
+    url = f"http://127.0.0.1:{todo_port}/"
+    live = "document.getElementById('status').textContent === 'live'"
+
+    async def run() -> None:
+        async with playwright_api.async_playwright() as p:
+            browser = await _browser(p)
+            errors: list[str] = []
+            a = await browser.new_page()
+            b = await browser.new_page()
+            for page in (a, b):
+                _page_errors(page, errors)
+                await page.goto(url)
+                await page.wait_for_function(live, timeout=TIMEOUT_MS)
+            await a.fill("input[name=title]", "before")
+            await a.click("form#add button")
+            await b.locator("li .title", has_text="before").wait_for(timeout=TIMEOUT_MS)
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(None, first.stop)
+            await a.wait_for_function("document.getElementById('status').textContent === 'reconnecting…'",
+                                      timeout=TIMEOUT_MS)
+            web_port = first.web[1]
+            await loop.run_in_executor(None, lambda: start_web_jetd(
+                start_jetd, "--port", str(first.port), "--http-port", str(web_port),
+                "--http-origins", f"http://127.0.0.1:{todo_port}"))
+            for page in (a, b):
+                await page.wait_for_function(live, timeout=TIMEOUT_MS)
+            # The todo server re-added its items: the pages still show them, once each.
+            await b.locator("li .title", has_text="before").wait_for(timeout=TIMEOUT_MS)
+            await b.fill("input[name=title]", "after")
+            await b.click("form#add button")
+            await a.locator("li .title", has_text="after").wait_for(timeout=TIMEOUT_MS)
+            assert await a.locator("li .title").all_text_contents() == ["before", "after"]
+            assert not errors, errors
+            await browser.close()
+
+    try:
+        asyncio.run(run())
+    finally:
+        _stop(todo)
+
+
 def test_page_from_a_foreign_origin_is_refused(start_jetd):
     todo_port = _free_port()
     daemon = start_web_jetd(start_jetd)  # same origin only: the todo page's origin is foreign
