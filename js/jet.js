@@ -1321,6 +1321,7 @@ export class Peer {
     this._closing = false;
     this._ready = true; // false while a reconnect is restoring
     this._reconnecting = false;
+    this._established = false; // the first connection succeeded
     /** Requests (id) and events (-1) made while reconnecting. @type {Array<[number, Uint8Array]>} */
     this._backlog = [];
     /** The daemon's CLOSE on the current connection, if it sent one: {status, message}. */
@@ -1362,6 +1363,7 @@ export class Peer {
     }
     const peer = new Peer(address, options);
     await peer._open();
+    peer._established = true; // from now on a lost link is reconnected (with reconnect)
     return peer;
   }
 
@@ -1786,7 +1788,7 @@ export class Peer {
     this._infoWait?.reject(new ConnectionClosed(reason, status));
     this._infoWait = null;
     if (this._closing || this._reconnecting) return; // closing, or lost during a restore: the loop tries again
-    if (this.reconnect && this.info) {
+    if (this.reconnect && this._established) {
       this._ready = false;
       this._reconnecting = true;
       this._callback("ondisconnect", new ConnectionClosed(reason, status));
@@ -1877,13 +1879,11 @@ export class Peer {
     });
     // The barrier's answer comes after every initial event of the fetches above
     // (PROTOCOL.md 10.1: one connection's frames are processed and answered in order).
-    const barrier = this._request({ function: "GET_STATE", key: BARRIER_KEY }, () => undefined, undefined, true);
+    const barrier = this._request({ function: "GET_STATE", key: BARRIER_KEY }, () => null, undefined, true)
+      .then(() => null, (e) => e); // handled now: it may fail while the others are awaited
     const results = await Promise.allSettled([...owned.map(([, p]) => p), ...waits]);
-    try {
-      await barrier;
-    } catch (e) {
-      if (!(e instanceof NotFound || e instanceof NotAuthorized)) throw e;
-    }
+    const barrierError = await barrier;
+    if (barrierError && !(barrierError instanceof NotFound || barrierError instanceof NotAuthorized)) throw barrierError;
     results.forEach((result, i) => {
       if (result.status === "fulfilled") return;
       if (result.reason instanceof ConnectionClosed) throw result.reason;

@@ -122,3 +122,14 @@ test("without reconnect, a lost daemon ends the peer for good", async () => {
   await assert.rejects(peer.get("x"), ConnectionClosed);
   assert.equal(peer.reconnects, 0);
 });
+
+test("with reconnect, a first connection that fails is not retried", async () => {
+  const jetd = await startJetd("--auth", "spec/conformance/users.toml", "--auth-failure-delay", "0.05");
+  try {
+    await assert.rejects(Peer.connect(jetd.tcp, { ...fast, user: "cf-reader", password: "nope" }), /AUTH_FAILED/);
+    await new Promise((r) => setTimeout(r, 300)); // several reconnect delays
+    assert.doesNotMatch(jetd.stderr(), /open #2/); // no second connection was made
+  } finally {
+    assert.equal(await stopJetd(jetd), 0, jetd.stderr());
+  }
+});
