@@ -472,7 +472,8 @@ async function start(credentials = null) {
   setStatus("connecting…", "connecting");
   let next;
   try {
-    next = await Peer.connect(undefined, { name: "web-console", ...(credentials ?? {}) });
+    // reconnect: a daemon restart keeps the tree; the restored fetch reports what changed.
+    next = await Peer.connect(undefined, { name: "web-console", reconnect: true, ...(credentials ?? {}) });
   } catch (e) {
     if (mine !== generation) return false;
     if (credentials) {
@@ -499,6 +500,14 @@ async function start(credentials = null) {
   $("login").hidden = !authRequired || user !== null;
   $("logout").hidden = user === null;
   $("login").querySelector(".error").textContent = "";
+  next.ondisconnect = (e) => {
+    if (mine === generation) setStatus(`reconnecting… (${e.message})`, "connecting");
+  };
+  next.onreconnect = () => {
+    if (mine !== generation) return;
+    setStatus(user ? `live as ${user}` : authRequired ? "live (anonymous)" : "live", "open");
+    pollRegistry();
+  };
   next.closed.then((e) => {
     if (mine !== generation) return; // replaced on purpose
     setStatus(`closed: ${e.message}`, "closed");

@@ -144,6 +144,43 @@ def test_console_shows_updates_and_sets_a_tcp_owners_state(start_jetd):
     asyncio.run(run())
 
 
+def test_console_keeps_its_tree_across_a_daemon_restart(start_jetd):
+    first = start_web_jetd(start_jetd)
+    host, port = first.web
+
+    async def run() -> None:
+        owner = await PeerAsync.connect(*first.address, name="plant", reconnect=True, reconnect_min_delay=0.05)
+        temp = await owner.add_state("plant/temp", 20.5)
+        async with playwright_api.async_playwright() as p:
+            browser = await _browser(p)
+            page = await browser.new_page()
+            errors: list[str] = []
+            _page_errors(page, errors)
+            await page.goto(f"http://{host}:{port}/")
+            await page.fill("#search", "plant/")
+            val = page.locator('.node[data-key="plant/temp"] .val')
+            await val.wait_for(timeout=TIMEOUT_MS)
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(None, first.stop)
+            await page.wait_for_function(
+                "document.getElementById('status').textContent.startsWith('reconnecting')", timeout=TIMEOUT_MS)
+            await loop.run_in_executor(None, lambda: start_web_jetd(
+                start_jetd, "--port", str(first.port), "--http-port", str(port)))
+            await page.wait_for_function("document.getElementById('status').textContent === 'live'",
+                                         timeout=TIMEOUT_MS)
+            await temp.notify(23.5)  # the owner is back too: the same row changes in place
+            await page.wait_for_function(
+                "document.querySelector('.node[data-key=\"plant/temp\"] .val').textContent === '23.5'",
+                timeout=TIMEOUT_MS,
+            )
+            assert await page.locator(".node").count() == 1
+            assert not errors, errors
+            await browser.close()
+        await owner.close()
+
+    asyncio.run(run())
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
