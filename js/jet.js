@@ -760,6 +760,14 @@ class WebSocketLink extends Link {
     if (typeof this.ws.terminate === "function") this.ws.terminate();
     else this.close();
   }
+  /** Bytes the WebSocket has not sent yet. */
+  buffered() {
+    return this.ws.bufferedAmount ?? 0;
+  }
+  /** A WebSocket has no drain event: a short wait. */
+  drained() {
+    return new Promise((resolve) => setTimeout(resolve, 5));
+  }
 }
 
 class TcpLink extends Link {
@@ -784,6 +792,16 @@ class TcpLink extends Link {
   }
   abort() {
     this.socket.destroy();
+  }
+  buffered() {
+    return this.socket.writableLength;
+  }
+  drained() {
+    return new Promise((resolve) => {
+      const done = () => { this.socket.off("drain", done); this.socket.off("close", done); resolve(); };
+      this.socket.on("drain", done);
+      this.socket.on("close", done);
+    });
   }
 }
 
@@ -1151,6 +1169,7 @@ export class Fetch {
     this._maxQueue = maxQueue;
     /** @type {(() => void)|null} */
     this._waiter = null;
+    this._busy = false; // an async callback has not finished with its event
     /** @type {any} */
     this._end = null;
     // Kept only with reconnect: what the application has been told, so that a restored
@@ -1198,14 +1217,11 @@ export class Fetch {
       else known.set(id, raw);
     }
     const event = new FetchEvent(kind, key, raw, rows, changes);
-    if (this.onEvent) {
-      try {
-        this.onEvent(event);
-      } catch (e) {
-        console.error(`jet: fetch ${this._label}: callback failed on ${kind} ${key}:`, e);
-      }
+    if (this.onEvent && !this._busy) {
+      this._run(event);
       return;
     }
+    // Iterated, or an async callback still busy: queued, within the bound.
     if (this._queue.length >= this._maxQueue) {
       // A consumer this far behind would make memory grow without bound.
       this.peer._dropFetch(this);
@@ -1214,6 +1230,41 @@ export class Fetch {
     }
     this._queue.push(event);
     this._wake();
+  }
+
+  /** Pass one event to the callback; an async one (it returns a promise) gets the next
+   *  event only when it is done, so that events are handled one at a time, in order. */
+  _run(event) {
+    const failed = (e) => console.error(`jet: fetch ${this._label}: callback failed on ${event.kind} ${event.key}:`, e);
+    let outcome;
+    try {
+      outcome = this.onEvent(event);
+    } catch (e) {
+      failed(e);
+      return;
+    }
+    if (!outcome || typeof outcome.then !== "function") return;
+    this._busy = true;
+    const next = () => {
+      this._busy = false;
+      if (this._queue.length && !this._end) this._run(/** @type {FetchEvent} */ (this._queue.shift()));
+    };
+    outcome.then(next, (e) => { failed(e); next(); });
+  }
+
+  /** Iterator mode: wait for at least one event and return every event queued.
+   *  @returns {Promise<FetchEvent[]>} an empty array once the fetch ended normally
+   *  @throws {PeerError} ConnectionClosed or Overloaded when it ended in failure */
+  async nextBatch() {
+    if (this.onEvent) throw new JetError("this fetch delivers to its callback");
+    while (!this._queue.length) {
+      if (this._end) {
+        if (this._end === "done") return [];
+        throw this._end;
+      }
+      await new Promise((resolve) => { this._waiter = resolve; });
+    }
+    return this._queue.splice(0);
   }
 
   _wake() {
@@ -1259,6 +1310,7 @@ export class Fetch {
 
 const fnName = (handler) => handler?.name || "handler";
 const MAX_ERROR_MESSAGE = 1000;
+const DRAIN_LOW_WATER = 64 * 1024; // bytes a link may still hold when drain() returns
 /** A key no peer can own: its GET_STATE answer marks the end of a restore's initial adds. */
 const BARRIER_KEY = "\u0000peer/restore-barrier";
 export const DEFAULT_RECONNECT_MIN_DELAY = 50; // ms
@@ -1484,6 +1536,14 @@ export class Peer {
     // PROTOCOL.md 7.1: fire-and-forget; while reconnecting it waits for the restore.
     if (this._live(false)) this._send(frame);
     else this._backlog.push([-1, frame]);
+  }
+
+  /** Wait until the link has handed what was sent to the network (use it when pipelining
+   *  very many requests or `*Nowait` events without awaiting them). */
+  async drain() {
+    this._flush();
+    const link = this._link;
+    while (link && !link.closed && link.buffered() > DRAIN_LOW_WATER) await link.drained();
   }
 
   // --- client role ----------------------------------------------------------------------------

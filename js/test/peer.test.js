@@ -121,6 +121,37 @@ for (const transport of ["tcp", "ws"]) {
       await Promise.all([ro.remove(), picky.remove(), broken.remove()]);
     });
 
+    test("an async fetch callback gets events one at a time, in order; nextBatch; drain", async () => {
+      const state = await owner.addState(`${ns}slowcb`, 0n);
+      const log = [];
+      let running = 0;
+      const fetch = await client.fetch(`${ns}slowcb`, async (ev) => {
+        running += 1;
+        assert.equal(running, 1, "two events handled at once");
+        await new Promise((r) => setTimeout(r, 5));
+        log.push(ev.value);
+        running -= 1;
+        if (ev.value === 3n) throw new Error("a failing callback does not stop the next events");
+      });
+      for (let i = 1n; i <= 5n; i++) state.notifyNowait(i);
+      await owner.drain();
+      await new Promise((resolve) => { const poll = () => (log.length === 6 ? resolve() : setTimeout(poll, 5)); poll(); });
+      assert.deepEqual(log, [0n, 1n, 2n, 3n, 4n, 5n]);
+      await fetch.unfetch();
+      const iterated = await client.fetch(`${ns}slowcb`);
+      await client.get(`${ns}slowcb`);
+      state.notifyNowait(6n);
+      state.notifyNowait(7n);
+      await owner.drain();
+      await client.get(`${ns}slowcb`);
+      let batch = [];
+      while (batch.length < 3) batch = batch.concat(await iterated.nextBatch());
+      assert.deepEqual(batch.map((e) => [e.kind, e.value]), [["add", 5n], ["change", 6n], ["change", 7n]]);
+      await iterated.unfetch();
+      assert.deepEqual(await iterated.nextBatch(), []);
+      await state.remove();
+    });
+
     test("async handlers and fire-and-forget", async () => {
       const slow = await owner.addMethod(`${ns}later`, async (x) => {
         await new Promise((r) => setTimeout(r, 20));
