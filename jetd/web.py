@@ -52,6 +52,9 @@ _ws_log.setLevel(logging.WARNING)
 SUBPROTOCOL = Subprotocol("jet")  # PROTOCOL.md 13.1
 WS_PATH = "/jet"  # PROTOCOL.md 13.1
 WS_FRAME_LIMIT = 1 << 20  # PROTOCOL.md 13.2: the message bound, both directions
+# Bytes a connection may send before its request is complete: websockets alone allows 128
+# header lines of 8 KiB (about 1 MiB, held for the handshake timeout, per connection).
+MAX_HTTP_REQUEST = 32 * 1024
 TIMEOUT_LOG_INTERVAL = 1.0  # seconds between two log lines about handshake timeouts
 TEXT_MESSAGE = "text messages are not jet: frames travel in binary messages"  # PROTOCOL.md 13.4
 CLOSE_NORMAL = 1000
@@ -159,6 +162,7 @@ class WebProtocol(PeerShell):
         self.close_code = CLOSE_NORMAL
         self.address = "?"
         self.refused = False  # answered 503 on arrival: nothing it sends is read
+        self.request_bytes = 0  # received before the request was complete
 
     # --- asyncio.Protocol ---------------------------------------------------------------
 
@@ -182,6 +186,14 @@ class WebProtocol(PeerShell):
     def data_received(self, data: bytes) -> None:
         if self.refused:
             return
+        if self.abort_handle is not None and self.conn is None and not self.hung_up:
+            # Still waiting for the whole request (the handshake timer runs).
+            self.request_bytes += len(data)
+            if self.request_bytes > MAX_HTTP_REQUEST:
+                self.abort_handle.cancel()
+                self.abort_handle = None
+                self._refuse(f"HTTP request longer than {MAX_HTTP_REQUEST} bytes", 431, "Request Header Fields Too Large")
+                return
         if self.hung_up:
             self.heard = True
         ws = self.ws
@@ -305,8 +317,8 @@ class WebProtocol(PeerShell):
             self.listener.handshake_timed_out(self.address)
             self.raw.abort()
 
-    def _refuse(self, reason: str) -> None:
-        """Over the limits on arrival: 503 and close, logged like a refused peer."""
+    def _refuse(self, reason: str, status: int = 503, phrase: str = "Service Unavailable") -> None:
+        """Over the limits: 503 (or ``status``) and close, logged like a refused peer."""
         self.refused = True
         self.server.refused(f"web {self.address}", reason)
         raw = self.raw
@@ -314,8 +326,9 @@ class WebProtocol(PeerShell):
             return
         body = f"{reason}\n".encode()
         raw.write(
-            b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nRetry-After: 1\r\n"
-            b"Content-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+            b"HTTP/1.1 %d %s\r\nConnection: close\r\nRetry-After: 1\r\n"
+            b"Content-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n\r\n%s"
+            % (status, phrase.encode(), len(body), body)
         )
         raw.close()
         # A client that does not read its 503 must not hold the descriptor for long.

@@ -4,6 +4,7 @@ across transports, slow consumers, origins, text messages, limits and closing.""
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import socket
 import sys
@@ -414,6 +415,12 @@ def test_http_phase_connections_are_bounded(start_jetd):
         for sock in idle:
             assert _http_reply(sock) == b""
         assert time.monotonic() - started >= 1.4
+        # A request that never ends is cut off at 32 KiB, not held until the timeout.
+        with socket.create_connection(daemon.web, timeout=5) as endless:
+            with contextlib.suppress(OSError):
+                endless.sendall(b"GET /jet HTTP/1.1\r\n" + b"".join(b"X-%d: %s\r\n" % (i, b"v" * 300) for i in range(120)))
+            reply = _http_reply(endless)
+        assert reply.startswith(b"HTTP/1.1 431 ") and b"HTTP request longer than 32768 bytes" in reply, reply
         # And the room is free again.
         peer = WsPeer(daemon.web, "after")
         assert peer.request(lambda rid: GetState(rid, "x")).status == Status.NOT_FOUND
