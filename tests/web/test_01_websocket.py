@@ -432,3 +432,31 @@ def test_http_phase_connections_are_bounded(start_jetd):
     log = daemon.stderr()
     assert "too many connections (max 3)" in log and "refused" in log
     assert "without a complete HTTP request within 1.5 s" in log
+
+
+def test_http_connections_beyond_the_fd_limit_get_503(start_jetd, tmp_path):
+    """PROTOCOL.md 10.7, 13.1: with a descriptor limit below max_connections, connections to
+    the HTTP port that jetd cannot keep are answered 503 and logged, not left unaccepted."""
+    limit = 64
+    (tmp_path / "sitecustomize.py").write_text(
+        f"import resource\nresource.setrlimit(resource.RLIMIT_NOFILE, ({limit}, {limit}))\n"
+    )
+    repo = Path(__file__).resolve().parents[2]
+    daemon = start_web_jetd(start_jetd, env={"PYTHONPATH": f"{tmp_path}{os.pathsep}{repo}"})
+    socks = [socket.create_connection(daemon.web, timeout=5) for _ in range(limit + 16)]
+    try:
+        for sock in socks[-16:]:
+            reply = _http_reply(sock, timeout=5)
+            assert reply.startswith(b"HTTP/1.1 503 ") and b"out of file descriptors" in reply, reply
+        # A WebSocket peer gets in once they are gone.
+        for sock in socks:
+            sock.close()
+        time.sleep(0.3)
+        peer = WsPeer(daemon.web, "after")
+        assert peer.request(lambda rid: GetState(rid, "x")).status == Status.NOT_FOUND
+        peer.close()
+    finally:
+        for sock in socks:
+            sock.close()
+    daemon.stop()
+    assert "refused" in daemon.stderr() and "out of file descriptors" in daemon.stderr()

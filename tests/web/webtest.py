@@ -39,9 +39,9 @@ def web_address(daemon: Any) -> tuple[str, int]:
     return daemon.web  # type: ignore[no-any-return]
 
 
-def start_web_jetd(start_jetd: Callable[..., Any], *args: str) -> Any:
+def start_web_jetd(start_jetd: Callable[..., Any], *args: str, env: Optional[dict[str, str]] = None) -> Any:
     """A jetd on port 0 with ``--http-port 0``; its ``web`` attribute is the HTTP address."""
-    daemon = start_jetd("--http-port", "0", *args)
+    daemon = start_jetd("--http-port", "0", *args, env=env)
     web_address(daemon)
     return daemon
 
