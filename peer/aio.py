@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import inspect
 import logging
 import random
@@ -132,6 +133,15 @@ OnEvent = Callable[["FetchEvent"], Any]
 
 _BARRIER_KEY = "\x00peer/restore-barrier"
 _MISSING: tuple[None, None, None] = (None, None, None)
+
+
+def _connect_error(exc: OSError) -> str:
+    """Why a connection could not be made, said so that the user knows what to do."""
+    if isinstance(exc, ConnectionRefusedError) or exc.errno == errno.ECONNREFUSED:
+        return "is jetd running? (connection refused)"
+    if isinstance(exc, ssl_module.SSLError):
+        return f"TLS: {exc.reason or exc}"
+    return exc.strerror or str(exc)
 
 
 class EventKind(StrEnum):
@@ -787,7 +797,7 @@ class PeerAsync:
             raise Timeout(f"no INFO from {self.host}:{self.port} within {self.timeout} s") from None
         except OSError as exc:
             self._abort_link()
-            raise ConnectionClosed(f"cannot connect to {self.host}:{self.port}: {exc.strerror or exc}") from None
+            raise ConnectionClosed(f"cannot connect to {self.host}:{self.port}: {_connect_error(exc)}") from None
         except BaseException:
             self._abort_link()
             raise

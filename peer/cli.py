@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import getpass
 import json
+import math
 import os
 import re
 import signal
@@ -70,7 +71,8 @@ def parse_value(text: str, vtype: str = "auto") -> Any:
 
     ``auto`` reads JSON when it can (``42`` -> int, ``3.5`` -> float, ``true`` -> bool,
     ``null`` -> None, ``"text"`` -> str, objects and arrays -> JSON) and takes anything
-    else as a string (``hello`` -> ``"hello"``). The other types force one reading:
+    else as a string (``hello`` -> ``"hello"``), except text that starts like JSON
+    (``{``, ``[`` or ``"``) but does not parse: that is an error. The other types force one reading:
     ``none``, ``bool`` (true/false/1/0/yes/no/on/off), ``int``, ``float``, ``string``
     (the text as is), ``json`` (must parse; sent as a JSON value even for scalars),
     ``hex`` (bytes).
@@ -82,7 +84,13 @@ def parse_value(text: str, vtype: str = "auto") -> Any:
         if vtype == "auto":
             try:
                 parsed = json.loads(text)
-            except ValueError:
+            except ValueError as exc:
+                if text.lstrip()[:1] in ('{', '[', '"'):
+                    # Silently storing the text would hide the typo: say so instead.
+                    raise UsageError(
+                        f"{_shorten(text)} looks like JSON but does not parse ({exc}); "
+                        "give --type string to send it as text"
+                    ) from None
                 return text
             if isinstance(parsed, float) and parsed != parsed:  # NaN: keep the words
                 return text
@@ -112,6 +120,35 @@ def parse_value(text: str, vtype: str = "auto") -> Any:
     except ValueError as exc:
         raise UsageError(f"{text!r} is not a valid {vtype}: {exc}") from None
     raise UsageError(f"unknown --type {vtype!r}")
+
+
+def _shorten(text: str, limit: int = 60) -> str:
+    return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
+def read_value_source(text: str) -> str:
+    """A VALUE argument as given: ``-`` reads stdin, ``@FILE`` reads FILE (one trailing
+    newline dropped in both), ``@@text`` is the literal ``@text``.
+
+    Raises:
+        UsageError: the file cannot be read, or is not UTF-8.
+    """
+    if text.startswith("@@"):
+        return text[1:]
+    try:
+        if text == "-":
+            data = sys.stdin.buffer.read()
+        elif text.startswith("@"):
+            with open(text[1:], "rb") as source:
+                data = source.read()
+        else:
+            return text
+        read = data.decode("utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot read {text[1:] if text != '-' else 'stdin'}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{'stdin' if text == '-' else text[1:]} is not UTF-8 text (use --type hex)") from None
+    return read[:-1] if read.endswith("\n") else read
 
 
 def value_to_json(value: Any) -> Any:
@@ -201,34 +238,32 @@ def build_parser() -> argparse.ArgumentParser:
             "(the password of --user; without it, jet asks on the terminal)"
         ),
     )
-    parser.add_argument("--host", default=os.environ.get("JET_HOST", "127.0.0.1"), help="daemon host ($JET_HOST)")
-    parser.add_argument("--port", type=int, default=None, help=f"daemon port ($JET_PORT, default {DEFAULT_PORT})")
-    parser.add_argument("--json", action="store_true", help="print one JSON object per line")
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds to wait (default %(default)s)")
-    parser.add_argument("--name", default="jet-cli", help="peer name sent to the daemon")
-    security = parser.add_argument_group("security (PROTOCOL.md 15)")
-    security.add_argument("--user", metavar="NAME", help="authenticate as NAME (password: $JET_PASSWORD, else a prompt)")
-    security.add_argument("--tls", action="store_true", help="connect with TLS (system CAs unless --ca)")
-    security.add_argument("--ca", metavar="FILE", help="PEM CA bundle to verify the daemon with (implies --tls)")
-    security.add_argument("--cert", dest="tls_cert", metavar="FILE", help="PEM client certificate (implies --tls; with --key)")
-    # dest: "key" is the positional KEY of get/set/call.
-    security.add_argument("--key", dest="tls_key", metavar="FILE", help="PEM private key of --cert")
+    _connection_arguments(parser, command=False)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    commands.add_parser("info", help="show the daemon's INFO")
-    get = commands.add_parser("get", help="print a state's cached value")
+    def command(name: str, timeout: bool = True, **kwargs: Any) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, formatter_class=argparse.RawDescriptionHelpFormatter, **kwargs)
+        _connection_arguments(sub, command=True, timeout=timeout)
+        return sub
+
+    command("info", help="show the daemon's INFO")
+    get = command("get", help="print a state's cached value")
     get.add_argument("key")
-    set_ = commands.add_parser("set", help="ask a state's owner to take a value; print the value in effect")
+    set_ = command("set", help="ask a state's owner to take a value; print the value in effect",
+                   description="Ask a state's owner to take VALUE; print the value in effect.",
+                   epilog=VALUE_SOURCES)
     set_.add_argument("key")
-    set_.add_argument("value")
+    set_.add_argument("value", help="the value; - reads stdin, @FILE reads a file")
     set_.add_argument("--type", choices=TYPES, default="auto", help="how to read VALUE (default auto)")
     set_.add_argument("--no-wait", action="store_true", help="fire and forget: send without waiting")
-    call = commands.add_parser("call", help="call a method; print its result")
+    call = command("call", help="call a method; print its result",
+                   description="Call a method with ARGS; print its result.", epilog=VALUE_SOURCES)
     call.add_argument("key")
-    call.add_argument("args", nargs="?", default=None, help="the argument (default none)")
+    call.add_argument("args", nargs="?", default=None, help="the argument (default none); - reads stdin, @FILE a file")
     call.add_argument("--type", choices=TYPES, default="auto", help="how to read ARGS (default auto)")
-    fetch = commands.add_parser(
-        "fetch",
+    fetch = command(
+        timeout=False,
+        name=        "fetch",
         help="stream add/change/remove of states by key prefix (and query) until Ctrl-C",
         description="Stream a fetch. With --where, --sort-by, --methods or --nodes it is a query "
         "fetch (protocol 1.1): EXPR is 'FIELD OP JSONVALUE' or 'value OP JSONVALUE', OP one of "
@@ -239,30 +274,116 @@ def build_parser() -> argparse.ArgumentParser:
     _query_arguments(fetch)
     fetch.add_argument("--sort-by", metavar="key|value|FIELD", help="sort by key, by the value, or by a field")
     fetch.add_argument("--desc", action="store_true", help="sort descending")
-    fetch.add_argument("--top", type=int, metavar="N", help="the window 1..N of the sort")
-    fetch.add_argument("--from", dest="window_from", type=int, metavar="N", help="first position of the window")
-    fetch.add_argument("--to", dest="window_to", type=int, metavar="M", help="last position of the window")
+    fetch.add_argument("--top", type=_at_least_one, metavar="N", help="the window 1..N of the sort")
+    fetch.add_argument("--from", dest="window_from", type=_at_least_one, metavar="N", help="first position of the window")
+    fetch.add_argument("--to", dest="window_to", type=_at_least_one, metavar="M", help="last position of the window")
     fetch.add_argument("--methods", action="store_true", help="also methods")
     fetch.add_argument("--nodes", action="store_true", help="also nodes (hierarchy levels split on /)")
-    fetch.add_argument("--count", type=int, metavar="N", help="exit after N events (N window updates when sorted)")
-    fetch.add_argument("--timeout", dest="exit_after", type=float, metavar="S", help="exit after S seconds")
-    ls = commands.add_parser("ls", help="one-shot query: print the matching keys, then exit")
+    fetch.add_argument("--count", type=_at_least_one, metavar="N", help="exit after N events (N window updates when sorted)")
+    fetch.add_argument(
+        "--timeout", dest="exit_after", type=_seconds, metavar="S",
+        help="exit after S seconds (here --timeout is not the request timeout: give that before 'fetch')",
+    )
+    ls = command("ls", help="one-shot query: print the matching keys, then exit")
     ls.add_argument("prefix", nargs="?", default="", help="key prefix (default: every key)")
     _query_arguments(ls)
-    serve = commands.add_parser("serve-state", help="own a state; accept and print every set until Ctrl-C")
+    serve = command(
+        "serve-state", help="own a state; accept and print every set until Ctrl-C",
+        description="Own a state; accept and print every set until Ctrl-C. With a --type other than auto "
+        "the state keeps that type: a set with a value of another type is rejected (an int is "
+        "taken as a float by a float state, any JSON-mappable value by a json state).",
+        epilog=VALUE_SOURCES,
+    )
     serve.add_argument("key")
-    serve.add_argument("value")
-    serve.add_argument("--type", choices=TYPES, default="auto", help="how to read VALUE (default auto)")
+    serve.add_argument("value", help="the initial value; - reads stdin, @FILE reads a file")
+    serve.add_argument("--type", choices=TYPES, default="auto", help="how to read VALUE and the type kept (default auto)")
     serve.add_argument("--read-only", action="store_true", help="reject every set")
+    method = command(
+        "serve-method", help="own a method; print each call and answer it until Ctrl-C",
+        description="Own a method; print each call and answer it until Ctrl-C: with --result "
+        "(default none), or with the output of COMMAND, run once per call with the call's "
+        "argument as JSON on its stdin. COMMAND's stdout (one trailing newline dropped) is "
+        "read as --type; a non-zero exit or no answer within --timeout is answered REJECTED "
+        "with its last line of stderr. Calls are answered one at a time.",
+        epilog="example: jet serve-method calc/double -- python3 -c "
+        "'import json,sys; print(2 * json.load(sys.stdin))'",
+    )
+    method.add_argument("key")
+    method.add_argument("run", nargs="*", metavar="-- COMMAND", help="the command that answers each call")
+    method.add_argument("--result", metavar="VALUE", help="the fixed answer (default none)")
+    method.add_argument("--type", choices=TYPES, default="auto", help="how to read the answer (default auto)")
     return parser
+
+
+VALUE_SOURCES = (
+    "VALUE sources: - reads the value from stdin, @FILE from FILE (one trailing newline\n"
+    "is dropped); @@text is the literal text @text. Use them for large values."
+)
+
+
+def _connection_arguments(parser: argparse.ArgumentParser, *, command: bool, timeout: bool = True) -> None:
+    """The options of every command. They are accepted before and after the command: on a
+    command they default to SUPPRESS, so only an option given there replaces the global."""
+
+    def default(value: Any) -> Any:
+        return argparse.SUPPRESS if command else value
+
+    group = parser.add_argument_group("connection")
+    group.add_argument("--host", default=default(os.environ.get("JET_HOST", "127.0.0.1")), help="daemon host ($JET_HOST)")
+    group.add_argument("--port", type=_port_number, default=default(None),
+                       help=f"daemon port ($JET_PORT, default {DEFAULT_PORT})")
+    group.add_argument("--json", action="store_true", default=default(False), help="print one JSON object per line")
+    if timeout:
+        group.add_argument("--timeout", type=_seconds, default=default(DEFAULT_TIMEOUT),
+                           help=f"seconds to wait for an answer (default {DEFAULT_TIMEOUT})")
+    group.add_argument("--name", default=default("jet-cli"), help="peer name sent to the daemon (default jet-cli)")
+    security = parser.add_argument_group("security (PROTOCOL.md 15)")
+    security.add_argument("--user", metavar="NAME", default=default(None),
+                          help="authenticate as NAME (password: $JET_PASSWORD, else a prompt)")
+    security.add_argument("--tls", action="store_true", default=default(False),
+                          help="connect with TLS (system CAs unless --ca)")
+    security.add_argument("--ca", metavar="FILE", default=default(None),
+                          help="PEM CA bundle to verify the daemon with (implies --tls)")
+    security.add_argument("--cert", dest="tls_cert", metavar="FILE", default=default(None),
+                          help="PEM client certificate (implies --tls; with --key)")
+    # dest: "key" is the positional KEY of get/set/call.
+    security.add_argument("--key", dest="tls_key", metavar="FILE", default=default(None), help="PEM private key of --cert")
+
+
+def _port_number(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"not a port number (1-65535): {text!r}")
+    return port
+
+
+def _seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not (seconds > 0 and math.isfinite(seconds)):
+        raise argparse.ArgumentTypeError(f"not a positive number of seconds: {text!r}")
+    return seconds
+
+
+def _at_least_one(text: str) -> int:
+    try:
+        number = int(text)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"not a whole number of at least 1: {text!r}")
+    return number
 
 
 def _query_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--where", action="append", default=[], metavar="EXPR", help="FIELD OP JSONVALUE or value OP JSONVALUE"
     )
-    # --json after the command works too (it is also a global option).
-    parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON lines")
 
 
 _EXPR = re.compile(r"^\s*(\S+?)\s*(==|!=|<=|>=|<|>)\s*(.+?)\s*$")
@@ -326,9 +447,9 @@ def _port(args: argparse.Namespace) -> int:
     if not text:
         return DEFAULT_PORT
     try:
-        return int(text)
-    except ValueError:
-        raise UsageError(f"JET_PORT is not a port number: {text!r}") from None
+        return _port_number(text)
+    except argparse.ArgumentTypeError:
+        raise UsageError(f"JET_PORT is not a port number (1-65535): {text!r}") from None
 
 
 def _password(user: Optional[str]) -> Optional[str]:
@@ -372,9 +493,14 @@ def run(args: argparse.Namespace, out: Output) -> int:
     host, port = args.host, _port(args)
     value: Any = None
     if args.command in ("set", "serve-state"):
-        value = parse_value(args.value, args.type)
+        value = parse_value(read_value_source(args.value), args.type)
     elif args.command == "call":
-        value = None if args.args is None else parse_value(args.args, args.type)
+        value = None if args.args is None else parse_value(read_value_source(args.args), args.type)
+    elif args.command == "serve-method":
+        if args.run and args.result is not None:
+            raise UsageError("give --result VALUE or -- COMMAND, not both")
+        if args.result is not None:
+            value = parse_value(read_value_source(args.result), args.type)
     password = _password(args.user)
     with Peer(host, port, name=args.name, timeout=args.timeout, user=args.user, password=password,
               ssl=_ssl_context(args)) as peer:
@@ -417,6 +543,8 @@ def run(args: argparse.Namespace, out: Output) -> int:
                 )
         elif args.command == "serve-state":
             return _serve_state(peer, args, value, out)
+        elif args.command == "serve-method":
+            return _serve_method(peer, args, value, out)
     return EXIT_OK
 
 
@@ -471,9 +599,9 @@ def _print_event(out: Output, event: FetchEvent) -> None:
 
 def _serve_state(peer: Peer, args: argparse.Namespace, value: Any, out: Output) -> int:
     def on_set(requested: Any) -> Any:
-        # Runs on the peer's thread (see peer.sync); printing is all it does.
+        # Runs on the peer's thread (see peer.sync); printing and checking is all it does.
         _event_line(out, "set", args.key, requested, _type_name(Value.of(requested)))
-        return requested
+        return conform(requested, args.type, args.key)
 
     peer.add_state(args.key, value, on_set=None if args.read_only else on_set)
     print(f"jet: serving {args.key} = {format_value(value)} (Ctrl-C to stop)", file=sys.stderr, flush=True)
@@ -481,10 +609,95 @@ def _serve_state(peer: Peer, args: argparse.Namespace, value: Any, out: Output) 
     _fail("the daemon closed the connection", EXIT_CONNECTION)
 
 
+def conform(value: Any, vtype: str, key: str) -> Any:
+    """VALUE as a state declared with ``--type VTYPE`` holds it.
+
+    Raises:
+        Rejected: VALUE is of another type (the owner's answer to the set).
+    """
+    from .errors import Rejected
+
+    if vtype in ("auto", "string") and (vtype == "auto" or isinstance(value, str)):
+        return value
+    if vtype == "none" and value is None:
+        return None
+    if vtype == "bool" and isinstance(value, bool):
+        return value
+    if vtype in ("int", "float") and isinstance(value, int) and not isinstance(value, bool):
+        return value if vtype == "int" else float(value)
+    if vtype == "float" and isinstance(value, float):
+        return value
+    if vtype == "hex" and isinstance(value, (bytes, bytearray)):
+        return bytes(value)
+    if vtype == "json":
+        if isinstance(value, Value) and value.vtype == ValueType.JSON:
+            return value
+        with contextlib.suppress(TypeError, ValueError):
+            return Value(ValueType.JSON, json.dumps(value, allow_nan=False).encode("utf-8"))
+    raise Rejected(f"{key} holds {vtype} values (serve-state --type {vtype}); got {format_value(value)[:80]}")
+
+
+def _serve_method(peer: Peer, args: argparse.Namespace, result: Any, out: Output) -> int:
+    import asyncio
+
+    from .errors import Rejected
+
+    key, command, timeout = args.key, list(args.run), args.timeout
+
+    async def answer(call_args: Any) -> Any:
+        # Runs on the peer's event loop: the command runs without blocking the peer.
+        out.emit(
+            {"event": "call", "key": key, "args": value_to_json(call_args)},
+            f"call   {key}({format_value(call_args)})",
+            f"[cyan]call  [/] [bold]{_escape(key)}[/]({_escape(format_value(call_args))})",
+        )
+        if not command:
+            return result
+        stdin = json.dumps(value_to_json(call_args), ensure_ascii=False).encode("utf-8")
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )
+        except OSError as exc:
+            raise Rejected(f"cannot run {command[0]}: {exc.strerror or exc}") from None
+        try:
+            stdout, stderr = await asyncio.wait_for(proc.communicate(stdin), timeout)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+            raise Rejected(f"{command[0]} gave no answer within {timeout} s") from None
+        if proc.returncode != 0:
+            lines = stderr.decode("utf-8", "replace").strip().splitlines()
+            detail = f": {lines[-1]}" if lines else ""
+            raise Rejected(f"{command[0]} failed with exit status {proc.returncode}{detail}")
+        text = stdout.decode("utf-8", "replace")
+        try:
+            return parse_value(text[:-1] if text.endswith("\n") else text, args.type)
+        except UsageError as exc:
+            raise Rejected(f"{command[0]} answered {exc}") from None
+
+    peer.add_method(key, answer)
+    how = f"with the output of {' '.join(command)}" if command else f"with {format_value(result)}"
+    print(f"jet: serving method {key}, answering {how} (Ctrl-C to stop)", file=sys.stderr, flush=True)
+    peer.wait_closed()
+    _fail("the daemon closed the connection", EXIT_CONNECTION)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of ``jet``; returns (and exits with) the exit code."""
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    run_command: list[str] = []
+    if "serve-method" in argv and "--" in argv[argv.index("serve-method"):]:
+        # argparse cannot take "-- COMMAND" after options that follow KEY: cut it off here.
+        cut = argv.index("--", argv.index("serve-method"))
+        argv, run_command = argv[:cut], argv[cut + 1 :]
+        if not run_command:
+            parser.error("serve-method: give a COMMAND after --")
     args = parser.parse_args(argv)
+    if run_command:
+        args.run = [*args.run, *run_command]
     out = Output(args.json)
     # SIGTERM ends fetch/serve-state as cleanly as Ctrl-C does.
     previous = signal.signal(signal.SIGTERM, _interrupt) if threading.current_thread() is threading.main_thread() else None
@@ -499,7 +712,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except PeerError as exc:
         status = exc.status
         code = _STATUS_EXIT.get(status, EXIT_ERROR) if status is not None else EXIT_ERROR
-        _fail(f"{status.name if status else 'ERROR'}: {exc.message}", code)
+        about = f"{args.key}: " if getattr(args, "key", None) else ""
+        _fail(f"{status.name if status else 'ERROR'}: {about}{exc.message}", code)
     except LocalProtocolError as exc:
         _fail(exc.message, EXIT_USAGE)
     except JetError as exc:
