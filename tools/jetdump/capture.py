@@ -1,7 +1,8 @@
-"""pcap / pcapng captures: packets (dpkt), TCP reassembly per direction, Jet stream detection.
+"""pcap / pcapng captures: TCP reassembly per direction, Jet stream detection.
 
-dpkt reads the capture files; link, IP and TCP headers are sliced with ``struct`` here
-because building dpkt's packet objects costs ~10 us a packet (NOTES.md).
+:mod:`.packets` reads the capture files (from files or pipes); link, IP and TCP headers
+are sliced with ``struct`` here because building dpkt's packet objects costs ~10 us a
+packet (NOTES.md).
 
 Reassembly follows the sequence numbers of each direction: retransmitted and overlapping
 bytes are delivered once, out-of-order segments wait for the bytes before them, and
@@ -13,12 +14,11 @@ capture time, or at the end of the stream). Nothing is guessed.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import BinaryIO, Optional
 
-import dpkt
-
-from .events import Data, End, Event, Gap, InputError, Note, Open, Origin
+from .events import Data, End, Event, Gap, Note, Open, Origin
+from .packets import CaptureTruncated, read_packets
 
 DEFAULT_JET_PORT = 11124  # PROTOCOL.md 3
 DEFAULT_HOLE_BYTES = 4 * 1024 * 1024  # out-of-order bytes held per direction before a hole is a gap
@@ -38,24 +38,6 @@ _SYN, _FIN, _RST, _ACK = 0x02, 0x01, 0x04, 0x10
 def is_capture(head: bytes) -> bool:
     """True if ``head`` (the first 4 bytes of a file) starts a pcap or pcapng file."""
     return head[:4] in PCAP_MAGICS or head[:4] == PCAPNG_MAGIC
-
-
-class _ShortReadDetector:
-    """File wrapper that notices a short read: dpkt's classic pcap reader silently
-    returns a short last packet when the file is cut inside it."""
-
-    def __init__(self, raw: BinaryIO) -> None:
-        self._raw = raw
-        self.short = False
-
-    def read(self, n: int = -1) -> bytes:
-        data = self._raw.read(n)
-        if n > 0 and 0 < len(data) < n:
-            self.short = True
-        return data
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self._raw, name)
 
 
 def _ip_of(linktype: int, buf: bytes) -> Optional[bytes]:
@@ -177,11 +159,13 @@ def _looks_like_info(data: bytes) -> bool:
 
 def read_capture(
     stream: BinaryIO,
+    head: bytes = b"",
     *,
     jet_port: int = DEFAULT_JET_PORT,
     heuristic: bool = True,
     hole_bytes: int = DEFAULT_HOLE_BYTES,
     hole_seconds: float = DEFAULT_HOLE_SECONDS,
+    on_wait: Callable[[], None] = lambda: None,
 ) -> Iterator[Event]:
     """Yield the Jet streams of a pcap or pcapng capture as events.
 
@@ -189,31 +173,30 @@ def read_capture(
     when the first bytes of either direction are an INFO frame. Stream numbers count
     TCP connections in order of appearance from 0, as Wireshark's ``tcp.stream`` does.
 
+    Args:
+        stream: the capture (a file or a pipe: it is read forward only).
+        head: bytes already read from the start of ``stream``.
+        on_wait: called before each read from ``stream`` (a live pipe may block there).
+
     Raises:
-        InputError: if the file is not a capture dpkt can read.
+        InputError: if the stream is not a pcap/pcapng capture.
     """
-    detector = _ShortReadDetector(stream)
-    try:
-        reader = dpkt.pcap.UniversalReader(detector)
-    except (ValueError, dpkt.UnpackError, struct.error) as exc:
-        raise InputError(f"not a readable pcap/pcapng capture: {exc}") from None
-    linktype = reader.datalink()
+    packets = read_packets(stream, head, on_wait)
     connections: dict[tuple[bytes, int, bytes, int], _Connection] = {}
     ordered: list[_Connection] = []
     count = 0
     fragments = 0
-    packets = iter(reader)
     last_ts: Optional[float] = None
+    truncated: Optional[str] = None
     while True:
         try:
-            ts, buf = next(packets)
+            ts, linktype, buf = next(packets)
         except StopIteration:
             break
-        except (dpkt.NeedData, dpkt.UnpackError, struct.error, ValueError) as exc:
-            yield Note(None, last_ts, "capture-truncated", f"capture truncated after packet {count}: {exc}")
+        except CaptureTruncated as exc:
+            truncated = str(exc)
             break
         count += 1
-        ts = float(ts)
         if last_ts is None:
             yield Origin(ts)
         last_ts = ts
@@ -312,8 +295,8 @@ def read_capture(
             yield from events
     if fragments:
         yield Note(None, last_ts, "ip-fragments", f"{fragments} IP fragment(s) ignored (not reassembled)")
-    if detector.short:
-        yield Note(None, last_ts, "capture-truncated", f"capture truncated inside packet {count}")
+    if truncated is not None:
+        yield Note(None, last_ts, "capture-truncated", truncated)
 
 
 def _finish(conn: _Connection, direction: int, ts: Optional[float]) -> list[Event]:

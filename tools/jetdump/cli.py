@@ -18,7 +18,9 @@ from . import __doc__ as PACKAGE_DOC
 from .capture import DEFAULT_JET_PORT, is_capture, read_capture
 from .dissector import DEFAULT_MAX_BODY, OK, Dissector, FrameRecord, NoteRecord, Record
 from .events import Data, End, Event, FrameBatch, Gap, InputError, Note, Open, Origin, WholeFrame
+from .live import DEFAULT_CAPTURE_FILTER, LiveCapture
 from .logs import LogSource, cut_header_message, expand_log_paths, is_cut_log, is_log
+from .packets import peek_head
 from .render import LineFormatter, field_tree, hex_dump, json_record
 from .stats import Stats, function_name, status_name, type_name
 from .tap import DEFAULT_LISTEN_HOST, serve_tap
@@ -60,8 +62,15 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("inputs", nargs="*", metavar="INPUT",
-                        help="pcap/pcapng capture, event-log segment, directory of segments, or glob "
-                        "(with --hex: hex strings; none: read stdin)")
+                        help="pcap/pcapng capture, event-log segment, directory of segments, or glob; "
+                        "'-' (or none, when stdin is not a terminal) reads a capture from stdin, "
+                        "e.g. `tcpdump -w - | jetdump -` (with --hex: hex strings)")
+    parser.add_argument("-i", "--interface", metavar="IFACE",
+                        help="capture live on IFACE through dumpcap or tcpdump (Ctrl-C stops and prints the rest)")
+    parser.add_argument("-f", "--capture-filter", metavar="FILTER", default=DEFAULT_CAPTURE_FILTER,
+                        help=f"capture filter for -i (default {DEFAULT_CAPTURE_FILTER!r})")
+    parser.add_argument("-c", "--capture-count", metavar="N", type=int,
+                        help="with -i: stop after N packets")
     parser.add_argument("--raw", metavar="FILE", help="a raw byte stream of one direction ('-' for stdin)")
     parser.add_argument("--hex", action="store_true",
                         help="INPUTs (or stdin) are hex of one direction; whitespace, ':' and '0x' are ignored")
@@ -281,7 +290,24 @@ def _shift(events: Iterator[Event], offset: int, seen: set[int]) -> Iterator[Eve
         yield event
 
 
-def _input_events(args: argparse.Namespace, errors: list[str], logs: LogSource) -> Iterator[Event]:
+def _stdin_capture(args: argparse.Namespace, stream: IO[bytes], label: str,
+                   on_wait: Callable[[], None], *, implicit: bool = False) -> Iterator[Event]:
+    """A capture read forward only from a pipe (or a redirected file)."""
+    head = peek_head(stream)  # type: ignore[arg-type]
+    if not head:
+        if implicit:
+            raise InputError("no input: give a capture, an event log, '-' for a capture on stdin, "
+                             "-i IFACE, --raw FILE or --hex (see --help); stdin is empty")
+        raise InputError(f"{label}: no data (expected a pcap/pcapng capture)")
+    if not is_capture(head):
+        raise InputError(f"{label}: not a pcap/pcapng capture (event logs and raw bytes are read from "
+                         "files, or with --raw -)")
+    yield from read_capture(stream, head, jet_port=args.port,  # type: ignore[arg-type]
+                            heuristic=not args.no_heuristic, on_wait=on_wait)
+
+
+def _input_events(args: argparse.Namespace, errors: list[str], logs: LogSource,
+                  on_wait: Callable[[], None] = lambda: None) -> Iterator[Event]:
     """Every input's events in order; unreadable inputs are reported and skipped, and
     so are segments with a damaged header (recorded in ``logs``)."""
     if args.raw is not None:
@@ -299,10 +325,32 @@ def _input_events(args: argparse.Namespace, errors: list[str], logs: LogSource) 
         text = " ".join(args.inputs) if args.inputs else sys.stdin.read()
         yield from _single(0, iter([_parse_hex(text)]), "hex")
         return
-    if not args.inputs:
-        raise InputError("no input: give a capture, an event log, --raw FILE or --hex (see --help)")
+    if args.interface is not None:
+        if args.inputs:
+            raise InputError("-i: give either an interface or inputs, not both")
+        live = LiveCapture(args.interface, args.capture_filter, args.capture_count, sys.stderr)
+        live.install_signals()
+        try:
+            yield from _stdin_capture(args, live.stdout, f"-i {args.interface}", on_wait)
+        finally:
+            failure = live.close()
+            if failure is not None:
+                errors.append(failure)
+        return
+    inputs = list(args.inputs)
+    if not inputs:
+        if sys.stdin is None or sys.stdin.isatty():
+            raise InputError("no input: give a capture, an event log, '-' for a capture on stdin, "
+                             "-i IFACE, --raw FILE or --hex (see --help)")
+        yield from _stdin_capture(args, sys.stdin.buffer, "stdin", on_wait, implicit=True)
+        return
+    if "-" in inputs:
+        if inputs != ["-"]:
+            raise InputError("'-' (stdin) cannot be mixed with other inputs")
+        yield from _stdin_capture(args, sys.stdin.buffer, "stdin", on_wait)
+        return
     stream_offset = 0
-    for spec in args.inputs:
+    for spec in inputs:
         try:
             paths = expand_log_paths(spec)
         except InputError as exc:
@@ -313,10 +361,10 @@ def _input_events(args: argparse.Namespace, errors: list[str], logs: LogSource) 
                 with open(path, "rb") as handle:
                     head = handle.read(8)
                     if is_capture(head):
-                        handle.seek(0)
                         seen: set[int] = set()
                         yield from _shift(
-                            read_capture(handle, jet_port=args.port, heuristic=not args.no_heuristic),
+                            read_capture(handle, head, jet_port=args.port, heuristic=not args.no_heuristic,
+                                         on_wait=on_wait),
                             stream_offset, seen,
                         )
                         stream_offset += max(seen) + 1 if seen else 0
@@ -361,7 +409,14 @@ def run_dump(args: argparse.Namespace, stdout: IO[str], stderr: IO[str]) -> int:
         stderr.write(f"jetdump: {exc}\n")
         return EXIT_USAGE
     try:
-        for event in _input_events(args, errors, logs):
+        def on_wait() -> None:
+            # Before each read from the input: what is decoded so far is shown (live
+            # input is not held back; a file pays this once per 1 MB chunk).
+            renderer.drain()
+            if not args.stats:
+                renderer.output.flush()
+
+        for event in _input_events(args, errors, logs, on_wait):
             handle(event)
             if len(dissector.out) >= 4096:
                 renderer.drain()
