@@ -160,3 +160,25 @@ def test_tap_usage_errors() -> None:
         capture_output=True, text=True, env=env, cwd=REPO, timeout=30,
     )
     assert result.returncode == 2 and "expected HOST:PORT" in result.stderr
+
+
+def test_a_stalled_terminal_never_stalls_the_bus(start_jetd: Callable[..., Any]) -> None:
+    """Nobody reads the tap's stdout while 3,000 gets pass (the pipe holds 64 KB): the
+    traffic completes, the lines that did not fit are dropped, counted in a note in the
+    output and at exit."""
+    daemon = start_jetd()
+    requests: list[Message] = [Info("slow-terminal")] + [GetState(i, f"k/{i}") for i in range(1, 3001)]
+    with tap(f"{daemon.host}:{daemon.port}", "--output-buffer", "65536") as (proc, port):
+        messages, _, _ = exchange(port, requests, 3000)
+        assert sum(isinstance(m, Response) for m in messages) == 3000
+        proc.send_signal(signal.SIGTERM)
+        out_bytes, err_bytes = proc.communicate(timeout=30)
+    out, err = out_bytes.decode(), err_bytes.decode()
+    assert proc.returncode == 0, err
+    dropped = int(err.split("jetdump: ")[1].split(" line(s) dropped")[0])
+    assert dropped > 0
+    shown = out.count("REQUEST id=") + out.count("RESPONSE id=")
+    noted = sum(int(line.split("line(s) dropped")[0].split()[-1]) for line in out.splitlines() if "line(s) dropped" in line)
+    assert noted == dropped
+    # Every frame is either shown or counted as dropped (2 INFO + 3,000 requests + 3,000 responses).
+    assert shown + out.count(" INFO ") + dropped == 6002

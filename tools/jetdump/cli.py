@@ -8,6 +8,7 @@ import gc
 import json
 import re
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any, Optional
@@ -23,7 +24,7 @@ from .logs import LogSource, cut_header_message, expand_log_paths, is_cut_log, i
 from .packets import peek_head
 from .render import LineFormatter, field_tree, hex_dump, json_record
 from .stats import Stats, function_name, status_name, type_name
-from .tap import DEFAULT_LISTEN_HOST, serve_tap
+from .tap import DEFAULT_LISTEN_HOST, DEFAULT_OUTPUT_BUFFER, DroppingWriter, serve_tap
 
 EXIT_UNREADABLE = 1
 EXIT_USAGE = 2
@@ -115,6 +116,9 @@ def build_tap_parser() -> argparse.ArgumentParser:
     parser.add_argument("--listen", required=True, type=int, metavar="PORT", help="port to accept peers on (0: any)")
     parser.add_argument("--listen-host", default=DEFAULT_LISTEN_HOST, help=f"address to listen on (default {DEFAULT_LISTEN_HOST})")
     parser.add_argument("--upstream", required=True, metavar="HOST:PORT", help="the daemon to forward to")
+    parser.add_argument("--output-buffer", type=int, default=DEFAULT_OUTPUT_BUFFER, metavar="BYTES",
+                        help="output held for a slow terminal before lines are dropped (counted, never "
+                        f"slowing the traffic; default {DEFAULT_OUTPUT_BUFFER})")
     _output_options(parser)
     return parser
 
@@ -194,8 +198,8 @@ class Output:
 
     def flush(self) -> None:
         if self.lines:
+            self.lines.append("")  # one write ending in a newline (counted whole by a DroppingWriter)
             self.stream.write("\n".join(self.lines))
-            self.stream.write("\n")
             self.lines.clear()
         self.stream.flush()
 
@@ -444,7 +448,15 @@ def run_tap(args: argparse.Namespace, stdout: IO[str], stderr: IO[str]) -> int:
         stderr.write(f"jetdump: --upstream {args.upstream}: expected HOST:PORT\n")
         return EXIT_USAGE
     dissector = Dissector(keep_raw=args.verbose or args.hexdump or args.json, max_body=args.max_body)
-    renderer = Renderer(args, dissector, Output(stdout, _use_color(args, stdout)))
+    fmt = LineFormatter(dissector.labels, lambda: dissector.first_ts)
+
+    def dropped_note(count: int) -> str:
+        note = NoteRecord(time.time(), None, None, "dropped",
+                          f"{count} line(s) dropped: the output was slower than the traffic")
+        return json.dumps(json_record(note, fmt)) if args.json else fmt.line(note)
+
+    writer = DroppingWriter(stdout, dropped_note, max_bytes=args.output_buffer)
+    renderer = Renderer(args, dissector, Output(writer, _use_color(args, stdout)))  # type: ignore[arg-type]
 
     def sink(event: Event) -> None:
         dissector.event(event)
@@ -467,7 +479,12 @@ def run_tap(args: argparse.Namespace, stdout: IO[str], stderr: IO[str]) -> int:
     except OSError as exc:
         stderr.write(f"jetdump: cannot listen on {args.listen_host}:{args.listen}: {exc.strerror or exc}\n")
         return EXIT_UNREADABLE
-    renderer.finish()
+    finally:
+        renderer.finish()
+        writer.close()
+    if writer.dropped:
+        stderr.write(f"jetdump: {writer.dropped} line(s) dropped: the output was slower than the traffic "
+                     "(see --output-buffer)\n")
     return 0
 
 
