@@ -122,10 +122,11 @@ def test_port_option_selects_streams(tmp_path: Path) -> None:
     with open(path, "wb") as f:
         session = TcpSession(CaptureWriter(f), CLIENT, ("10.0.0.2", 7000))
         session.handshake()
-        session.send(0, SET)  # no INFO at the start: only the port can say it is jet
+        session.send(0, SET)  # client first, no INFO: a plausible frame makes it jet
         session.close()
-    assert lines(run_jetdump(str(path)).stdout) == []
-    assert "SET_STATE" in run_jetdump(str(path), "--port", "7000").stdout
+    assert "SET_STATE" in run_jetdump(str(path)).stdout
+    assert lines(run_jetdump(str(path), "--no-heuristic").stdout) == []
+    assert "SET_STATE" in run_jetdump(str(path), "--no-heuristic", "--port", "7000").stdout
 
 
 def test_missing_and_unrecognised_inputs_exit_non_zero(tmp_path: Path, capture: Path) -> None:
@@ -178,7 +179,7 @@ def test_gap_inside_a_frame_resumes_at_the_next_frame(tmp_path: Path) -> None:
     assert "FETCH_CHANGE" in out[3]
 
 
-def test_gap_across_a_frame_boundary_stops_the_direction(tmp_path: Path) -> None:
+def test_gap_across_a_frame_boundary_resynchronises_at_the_next_frame(tmp_path: Path) -> None:
     path = tmp_path / "gap2.pcap"
     with open(path, "wb") as f:
         session = TcpSession(CaptureWriter(f), CLIENT, SERVER)
@@ -194,8 +195,60 @@ def test_gap_across_a_frame_boundary_stops_the_direction(tmp_path: Path) -> None
     assert "NOT_FOUND" in out[1]
     assert "gap: 28 byte(s) missing at stream offset 38" in out[2]
     assert "TRUNCATED EVENT: gap in the capture: 10 of 35 bytes present" in out[3]
-    assert "next frame boundary is unknown" in out[4]
-    assert len(out) == 5
+    skipped = len(SET) - 3
+    assert f"decoding resumes at stream offset {38 + 28 + skipped}, the next plausible frame ({skipped} byte(s)" in out[4]
+    assert 'REQUEST id=7 SET_STATE key="a/b"' in out[5]
+    assert len(out) == 6
+
+
+def test_gap_notes_carry_the_time_of_the_loss(tmp_path: Path) -> None:
+    """A hole 10 s into the capture, which goes on until 100 s: the gap and the frame it
+    cut are reported at 10 s, not at the end."""
+    path = tmp_path / "gap3.pcap"
+    big = encode(SetState(1, "k", Value.of("x" * 100)))
+    with open(path, "wb") as f:
+        session = TcpSession(CaptureWriter(f), CLIENT, SERVER, ts=1000.0)
+        session.handshake()
+        session.send(0, SET + big[:30], dt=1)
+        session.skip(0, 200)  # the rest of big and more: the boundary is lost
+        session.send(0, SET, dt=9)  # held behind the hole from t=1010
+        session.send(1, NOT_FOUND, dt=90)
+        session.close()
+    objs = jetdump_json(str(path))
+    gap = next(o for o in objs if o.get("note") == "gap")
+    truncated = next(o for o in objs if o.get("kind") == "truncated")
+    assert gap["timestamp"] == pytest.approx(1010.0003, abs=1e-3)
+    assert truncated["timestamp"] == pytest.approx(1010.0003, abs=1e-3)
+    assert any(o.get("note") == "resync" for o in objs)
+
+
+def test_a_client_first_stream_that_is_not_jet_is_skipped_with_a_note(tmp_path: Path) -> None:
+    path = tmp_path / "http.pcap"
+    with open(path, "wb") as f:
+        session = TcpSession(CaptureWriter(f), CLIENT, ("10.0.0.2", 8080))
+        session.handshake()
+        session.send(0, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        session.send(1, b"HTTP/1.1 200 OK\r\n\r\n")
+        session.close()
+    out = lines(run_jetdump(str(path)).stdout)
+    assert len(out) == 1
+    assert "stream 0 10.0.0.1:50000 ↔ 10.0.0.2:8080 skipped: neither direction starts with an INFO" in out[0]
+    assert "47 45 54 20" in out[0]
+
+
+def test_longer_info_of_a_later_minor_version_still_marks_a_stream(tmp_path: Path) -> None:
+    """Protocol 1.1 may add fields after INFO's name: the heuristic still takes the stream."""
+    info = encode(Info("jetd"))
+    longer = bytes([info[0]]) + (int.from_bytes(info[1:5], "big") + 6).to_bytes(4, "big") + info[5:] + b"\x00" * 6
+    path = tmp_path / "info11.pcap"
+    with open(path, "wb") as f:
+        session = TcpSession(CaptureWriter(f), CLIENT, ("10.0.0.2", 7001))
+        session.handshake()
+        session.send(1, longer)
+        session.send(0, SET)
+        session.close()
+    out = lines(run_jetdump(str(path)).stdout)
+    assert "SET_STATE" in out[-1]
 
 
 def test_fatal_header_error_stops_only_that_direction(tmp_path: Path) -> None:

@@ -17,6 +17,8 @@ import struct
 from collections.abc import Callable, Iterator
 from typing import BinaryIO, Optional
 
+from jetwire import RemoteProtocolError, decode_frame
+
 from .events import Data, End, Event, Gap, Note, Open, Origin
 from .packets import CaptureTruncated, read_packets
 
@@ -33,6 +35,9 @@ _U16 = struct.Struct(">H")
 _U32_LE = struct.Struct("<I")
 
 _SYN, _FIN, _RST, _ACK = 0x02, 0x01, 0x04, 0x10
+_U32 = struct.Struct(">I")
+HEURISTIC_BYTES = 64 * 1024  # first bytes of each direction looked at to decide a stream is jet
+HEURISTIC_MAX_FRAME = 16 * 1024 * 1024  # a first frame announcing more is not taken as jet
 
 
 def is_capture(head: bytes) -> bool:
@@ -73,14 +78,15 @@ def _addr(ip: bytes, port: int) -> str:
 class _Direction:
     """Reassembly state of one direction of a TCP connection."""
 
-    __slots__ = ("base", "ended", "fin", "held", "held_bytes", "hole_since", "next", "retransmitted")
+    __slots__ = ("base", "ended", "fin", "held", "held_bytes", "hole_since", "last_ts", "next", "retransmitted")
 
     def __init__(self) -> None:
         self.base: Optional[int] = None  # absolute sequence number of relative offset 0
         self.next = 0  # relative offset of the next byte to deliver
         self.held: dict[int, bytes] = {}  # out-of-order segments by relative offset
         self.held_bytes = 0
-        self.hole_since: Optional[float] = None
+        self.hole_since: Optional[float] = None  # arrival of the first segment after a hole
+        self.last_ts: Optional[float] = None  # the direction's last packet
         self.fin = False
         self.ended = False
         self.retransmitted = 0
@@ -150,11 +156,33 @@ class _Connection:
 
 
 def _looks_like_info(data: bytes) -> bool:
-    """PROTOCOL.md 4.4: a stream that starts with an INFO frame of major version 1."""
+    """PROTOCOL.md 4.4: a stream that starts with an INFO frame of major version 1. The
+    body may be longer than the 1.0 fields (later minor versions add fields after name)."""
     if len(data) < 7 or data[0] != 0x04:
         return False
-    (length,) = struct.unpack_from(">I", data, 1)
-    return 14 <= length <= 12 + 2 + 0xFFFF and data[5] == 1
+    (length,) = _U32.unpack_from(data, 1)
+    return 14 <= length <= HEURISTIC_MAX_FRAME and data[5] == 1
+
+
+def _starts_like_jet(data: bytes, final: bool) -> Optional[bool]:
+    """Whether one direction's first bytes start like a jet stream: an INFO of version 1,
+    or a whole frame that decodes (PROTOCOL.md 3, 4). None: too few bytes yet."""
+    if len(data) >= 7 and data[0] == 0x04:
+        return _looks_like_info(data)
+    if len(data) < 5:
+        return False if final else None
+    ftype = data[0]
+    (length,) = _U32.unpack_from(data, 1)
+    if not 1 <= ftype <= 3 or length > HEURISTIC_MAX_FRAME:
+        return False
+    end = 5 + length
+    if len(data) < end:
+        return False if final or len(data) >= HEURISTIC_BYTES else None
+    try:
+        decode_frame(data[:end])
+    except RemoteProtocolError:
+        return False
+    return True
 
 
 def read_capture(
@@ -260,16 +288,19 @@ def read_capture(
         if half.base is None:
             half.base = seq
         pieces: list[tuple[bool, int, bytes]] = []
+        gap_ts = ts
+        half.last_ts = ts
         if payload:
             half.accept(half.relative(seq), payload, pieces)
             if half.held:
                 if half.hole_since is None:
                     half.hole_since = ts
                 elif half.held_bytes > hole_bytes or ts - half.hole_since > hole_seconds:
+                    gap_ts = half.hole_since  # the loss shows when the segment after it came
                     half.skip_hole(pieces)
         events: list[Event] = []
         for is_gap, size, data in pieces:
-            events.append(Gap(conn.stream, direction, ts, size) if is_gap else Data(conn.stream, direction, ts, data))
+            events.append(Gap(conn.stream, direction, gap_ts, size) if is_gap else Data(conn.stream, direction, ts, data))
         if flags & (_FIN | _RST):
             conn.closed = True
             for d, h in enumerate(conn.dirs):
@@ -287,7 +318,10 @@ def read_capture(
     for conn in ordered:
         events = []
         for d in (0, 1):
-            events.extend(_finish(conn, d, last_ts))
+            # At the end of the capture, a direction ends (and a frame left incomplete is
+            # lost) at its own last packet, not at the capture's.
+            end_ts = conn.dirs[d].last_ts
+            events.extend(_finish(conn, d, end_ts if end_ts is not None else last_ts))
         if conn.kind is None:
             conn.pending.extend(events)
             yield from _decide(conn, heuristic, final=True)
@@ -305,10 +339,11 @@ def _finish(conn: _Connection, direction: int, ts: Optional[float]) -> list[Even
         return []
     half.ended = True
     pieces: list[tuple[bool, int, bytes]] = []
+    gap_ts = half.hole_since if half.hole_since is not None else ts
     while half.held:
         half.skip_hole(pieces)
     events: list[Event] = [
-        Gap(conn.stream, direction, ts, size) if is_gap else Data(conn.stream, direction, ts, data)
+        Gap(conn.stream, direction, gap_ts, size) if is_gap else Data(conn.stream, direction, ts, data)
         for is_gap, size, data in pieces
     ]
     events.append(End(conn.stream, direction, ts))
@@ -316,15 +351,22 @@ def _finish(conn: _Connection, direction: int, ts: Optional[float]) -> list[Even
 
 
 def _decide(conn: _Connection, heuristic: bool, *, final: bool = False) -> Iterator[Event]:
-    """Settle whether an undecided connection is Jet from its first in-order bytes."""
+    """Settle whether an undecided connection is Jet from its first in-order bytes: it
+    is when either direction starts with an INFO or a plausible frame. A stream with
+    data that is not taken is said so in a note."""
     firsts: dict[int, bytes] = {}
     for event in conn.pending:
-        if isinstance(event, Data) and len(firsts.get(event.direction, b"")) < 7:
+        if isinstance(event, Data) and len(firsts.get(event.direction, b"")) < HEURISTIC_BYTES:
             firsts[event.direction] = firsts.get(event.direction, b"") + event.data
+    if not heuristic:
+        conn.kind = False
+        conn.pending = []
+        return
+    verdicts = [_starts_like_jet(head, final) for head in firsts.values()]
     verdict: Optional[bool] = None
-    if heuristic and any(_looks_like_info(head) for head in firsts.values()):
+    if any(verdicts):
         verdict = True
-    elif any(len(head) >= 7 for head in firsts.values()) or final or not heuristic:
+    elif final or (len(verdicts) == 2 and not any(v is None for v in verdicts)) or sum(len(head) for head in firsts.values()) >= 2 * HEURISTIC_BYTES:
         verdict = False
     if verdict is None:
         return
@@ -333,3 +375,9 @@ def _decide(conn: _Connection, heuristic: bool, *, final: bool = False) -> Itera
     if verdict:
         yield Open(conn.stream, conn.labels)
         yield from pending
+    elif firsts:
+        ts = next((e.ts for e in pending if isinstance(e, Data)), None)
+        heads = ", ".join(f"{conn.labels[d]} sent {firsts[d][:8].hex(' ')}" for d in sorted(firsts))
+        yield Note(conn.stream, ts, "not-jet",
+                   f"stream {conn.stream} {conn.labels[0]} ↔ {conn.labels[1]} skipped: neither direction "
+                   f"starts with an INFO or a plausible jet frame ({heads}); --port selects a port as jet")

@@ -7,7 +7,9 @@ after any error whose frame boundary held (``exc.resumable``: a bad body, even a
 EVENT or INFO that would close a connection, PROTOCOL.md 9.3) the bad frame has been
 consumed whole and decoding resumes at the next frame; after one that lost it (unknown
 type, a length above the maximum; PROTOCOL.md 9.2) the direction cannot be framed and is
-not decoded further.
+not decoded further. After a capture gap whose frame boundary is unknown, decoding
+resumes at the next plausible frame: one that decodes whole and is followed by a
+plausible header.
 """
 
 from __future__ import annotations
@@ -32,8 +34,11 @@ from .events import Data, End, Event, FrameBatch, FrameTuple, Gap, Note, Open, O
 DEFAULT_MAX_BODY = 64 * 1024 * 1024  # accept what any daemon may be configured to carry
 DEFAULT_MAX_PENDING = 100_000  # requests remembered per dump while waiting for their response
 LOST_BOUNDARY_BYTES = 256  # bytes kept from a frame whose header lost the boundary
+RESYNC_WINDOW = 1 << 20  # bytes searched for a frame header after a gap before older ones are dropped
+RESYNC_WAIT = 64 * 1024  # a candidate frame after a gap is waited for only up to this length
 
 _HEADER = struct.Struct(">BI")
+_U32 = struct.Struct(">I")
 REQUEST_TYPES = frozenset(REQUEST_CLASSES.values())
 new_tuple = tuple.__new__
 
@@ -110,7 +115,7 @@ Record = Union[FrameRecord, NoteRecord]
 class _Half:
     """One direction of a stream."""
 
-    __slots__ = ("base", "decoder", "origin", "shadow", "skip", "stopped")
+    __slots__ = ("base", "decoder", "origin", "resync", "scan", "scan_base", "scan_from", "scan_skipped", "shadow", "skip", "stopped")
 
     def __init__(self, max_body: int) -> None:
         self.decoder = Decoder(max_body=max_body, latch_fatal=False)
@@ -119,6 +124,48 @@ class _Half:
         self.base = 0
         self.stopped = False
         self.skip = 0  # bytes to drop: the rest of a frame a gap cut through
+        self.resync = False  # after a gap: looking for the next plausible frame header
+        self.scan = bytearray()  # bytes searched while resync; stream offset ``scan_base``
+        self.scan_base = 0
+        self.scan_from = 0  # offset in ``scan`` to search from
+        self.scan_skipped = 0  # bytes after the gap dropped so far
+
+
+def _plausible_header(buf: bytearray, at: int, max_body: int) -> bool:
+    return 1 <= buf[at] <= 4 and _U32.unpack_from(buf, at + 1)[0] <= max_body
+
+
+def _find_frame(buf: bytearray, start: int, max_body: int, *, final: bool = False) -> tuple[Optional[int], int]:
+    """Search ``buf`` from ``start`` for the first offset where a whole valid frame starts
+    that is followed by a plausible header or by the end of ``buf``.
+
+    Returns (that offset or None, where to search from when more bytes arrive). A
+    plausible header whose frame has not fully arrived is waited for (unless ``final``),
+    but only while no complete frame is found after it.
+    """
+    limit = len(buf) - HEADER_SIZE
+    waiting: Optional[int] = None
+    at = start
+    while at <= limit:
+        if 1 <= buf[at] <= 4:
+            (length,) = _U32.unpack_from(buf, at + 1)
+            end = at + HEADER_SIZE + length
+            if length <= max_body:
+                if end > len(buf):
+                    if waiting is None and not final and length <= RESYNC_WAIT:
+                        waiting = at
+                else:
+                    try:
+                        decode_frame(bytes(buf[at:end]))
+                    except RemoteProtocolError:
+                        pass
+                    else:
+                        if end + HEADER_SIZE > len(buf) or _plausible_header(buf, end, max_body):
+                            return at, at
+        at += 1
+    if waiting is not None:
+        return None, waiting
+    return None, max(start, limit + 1)
 
 
 class Dissector:
@@ -187,6 +234,9 @@ class Dissector:
             self._first(ts)
         half = self._halves.get((stream, direction)) or self._half(stream, direction)
         if half.stopped:
+            return
+        if half.resync:
+            self._resync(half, stream, direction, ts, data)
             return
         if half.skip:
             cut = min(half.skip, len(data))
@@ -300,7 +350,7 @@ class Dissector:
         half = self._half(stream, direction)
         if half.stopped:
             return
-        at = half.base + len(half.shadow)
+        at = half.scan_base + len(half.scan) if half.resync else half.base + len(half.shadow)
         partial = bytes(half.shadow)
         text = f"gap: {size} byte(s) missing at stream offset {at}"
         if len(partial) >= HEADER_SIZE:
@@ -321,13 +371,47 @@ class Dissector:
         if partial:
             announced = HEADER_SIZE + _HEADER.unpack_from(partial, 0)[1] if len(partial) >= HEADER_SIZE else None
             self._truncated(half, stream, direction, ts, partial, announced, "gap in the capture")
-        half.stopped = True
+        # The next frame boundary is unknown: search the bytes after the gap for the next
+        # plausible frame header (as the event-log reader does after damage, JETLOG.md 5).
         half.shadow.clear()
-        self.out.append(
-            NoteRecord(ts, stream, direction, "stopped",
-                       f"decoding of this direction stopped at stream offset {at}: "
-                       "the next frame boundary is unknown after the gap")
-        )
+        if half.resync:  # a second gap before a frame was found: start the search after it
+            half.scan_skipped += len(half.scan)
+            half.scan_base += len(half.scan) + size
+            half.scan.clear()
+        else:
+            half.resync = True
+            half.scan_base = at + size
+            half.scan_skipped = 0
+        half.scan_from = 0
+        half.skip = 0
+
+    def _resync(self, half: _Half, stream: int, direction: int, ts: Optional[float], data: bytes) -> None:
+        """Bytes after a gap whose frame boundary is unknown: decoding resumes at the first
+        offset where a whole frame decodes and is followed by another plausible header
+        (or by the end of what has arrived)."""
+        scan = half.scan
+        scan += data
+        found, half.scan_from = _find_frame(scan, half.scan_from, self.max_body)
+        if found is None:
+            if len(scan) > RESYNC_WINDOW:  # bounded: bytes that cannot start a frame are dropped
+                drop = min(half.scan_from, len(scan) - HEADER_SIZE)
+                del scan[:drop]
+                half.scan_base += drop
+                half.scan_from -= drop
+                half.scan_skipped += drop
+            return
+        skipped = half.scan_skipped + found
+        rest = bytes(scan[found:])
+        at = half.scan_base + found
+        scan.clear()
+        half.resync = False
+        half.decoder = Decoder(max_body=self.max_body, latch_fatal=False)
+        half.origin = half.base = at
+        half.shadow.clear()
+        self.out.append(NoteRecord(ts, stream, direction, "resync",
+                                   f"decoding resumes at stream offset {at}, the next plausible frame "
+                                   f"({skipped} byte(s) after the gap skipped)"))
+        self.data(stream, direction, ts, rest)
 
     def _truncated(
         self, half: _Half, stream: int, direction: int, ts: Optional[float], partial: bytes,
@@ -347,6 +431,21 @@ class Dissector:
         """The direction ended: a frame left incomplete is reported truncated."""
         half = self._halves.get((stream, direction))
         if half is None or half.stopped:
+            return
+        if half.resync and half.scan:
+            # The last chance: a frame whose header was waited for never completed.
+            found, _ = _find_frame(half.scan, 0, self.max_body, final=True)
+            if found is not None:
+                half.scan_from = found
+                self._resync(half, stream, direction, ts, b"")
+                self.end(stream, direction, ts)
+                return
+        if half.resync:
+            lost = half.scan_skipped + len(half.scan)
+            self.out.append(NoteRecord(ts, stream, direction, "stopped",
+                                       f"no plausible frame in the {lost} byte(s) after the gap "
+                                       f"at stream offset {half.scan_base - half.scan_skipped}"))
+            half.stopped = True
             return
         if half.shadow:
             partial = bytes(half.shadow)
