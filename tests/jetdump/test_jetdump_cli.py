@@ -472,3 +472,20 @@ def test_authenticate_is_shown_with_its_password_masked() -> None:
     assert "s3cr3t" not in shown
     fields = next(o for o in objs if o.get("function") == "AUTHENTICATE")
     assert fields["user"] == "alice" and fields["password"] == "********" and fields["password_length"] == 6
+
+
+def test_frames_show_the_capture_packet_number(tmp_path: Path) -> None:
+    """Packets 1-3 are the handshake; a frame split over two packets is shown with the
+    packet that completes it (as Wireshark shows a reassembled PDU)."""
+    path = tmp_path / "packets.pcap"
+    with open(path, "wb") as f:
+        session = TcpSession(CaptureWriter(f), CLIENT, SERVER)
+        session.handshake()
+        session.send(0, SET)  # packet 4
+        session.send(0, CHANGE[:7])  # packet 5
+        session.send(0, CHANGE[7:] + SET)  # packet 6
+        session.close()
+    frames = jet_frames(jetdump_json(str(path)))
+    assert [f["packet"] for f in frames] == [4, 6, 6]
+    out = lines(run_jetdump(str(path)).stdout)
+    assert "pkt 4 " in out[0] and "pkt 6 " in out[1]

@@ -300,7 +300,9 @@ def read_capture(
                     half.skip_hole(pieces)
         events: list[Event] = []
         for is_gap, size, data in pieces:
-            events.append(Gap(conn.stream, direction, gap_ts, size) if is_gap else Data(conn.stream, direction, ts, data))
+            events.append(
+                Gap(conn.stream, direction, gap_ts, size) if is_gap else Data(conn.stream, direction, ts, data, count)
+            )
         if flags & (_FIN | _RST):
             conn.closed = True
             for d, h in enumerate(conn.dirs):

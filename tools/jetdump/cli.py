@@ -17,7 +17,7 @@ from jetwire import EventCode, FrameType, Function, Status
 
 from . import __doc__ as PACKAGE_DOC
 from .capture import DEFAULT_JET_PORT, is_capture, read_capture
-from .dissector import DEFAULT_MAX_BODY, OK, Dissector, FrameRecord, NoteRecord, Record
+from .dissector import DEFAULT_MAX_BODY, OK, REQUEST_TYPES, Dissector, FrameRecord, NoteRecord, Record
 from .events import Data, End, Event, FrameBatch, Gap, InputError, Note, Open, Origin, WholeFrame
 from .live import DEFAULT_CAPTURE_FILTER, LiveCapture
 from .logs import LogSource, cut_header_message, expand_log_paths, is_cut_log, is_log
@@ -95,13 +95,23 @@ def _output_options(parser: argparse.ArgumentParser) -> None:
     out.add_argument("--max-body", type=int, default=DEFAULT_MAX_BODY,
                      help=f"largest body accepted before a frame is reported TOO_LARGE (default {DEFAULT_MAX_BODY})")
     filters = parser.add_argument_group(
-        "filters", "Malformed/truncated frames and notes always pass --key, --function and --status, "
-        "so that damage is never hidden.")
+        "filters", "Malformed/truncated frames and damage notes (gap, resync, stopped, capture and log damage) "
+        "always pass --key, --function, --type and --status, so that damage is never hidden; other notes pass "
+        "them only when they are about a selected frame (a routing note goes with its request).")
     filters.add_argument("--key", metavar="PREFIX", help="frames whose key (or answered request's key) starts with PREFIX")
     filters.add_argument("--function", metavar="NAME", type=_upper, help="function or event code: " + ", ".join(FUNCTION_CHOICES))
     filters.add_argument("--type", metavar="NAME", type=_upper, help="frame type: " + ", ".join(TYPE_CHOICES))
     filters.add_argument("--status", metavar="NAME", type=_upper, help="response or CLOSE status")
-    filters.add_argument("--stream", metavar="N", type=int, help="only stream (connection) N")
+    filters.add_argument("--stream", metavar="N[,N...]", type=_streams, action="extend",
+                         help="only these streams (connections); repeat or separate with commas")
+    filters.add_argument("--no-notes", action="store_true", help="frames only, no notes")
+
+
+def _streams(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected stream numbers separated by commas") from None
 
 
 def _upper(text: str) -> str:
@@ -131,18 +141,21 @@ def _check_names(args: argparse.Namespace) -> None:
             raise InputError(f"{option} {value}: not one of {', '.join(choices)}")
 
 
+DAMAGE_NOTES = frozenset({"gap", "resync", "stopped", "capture-truncated", "log-damage", "log-truncated"})
+MAX_SELECTED_REQUESTS = 100_000  # selected requests remembered for the notes about them
+
+
 def make_filter(args: argparse.Namespace) -> Optional[Callable[[Record], bool]]:
     """The record filter for the options given, or None when nothing is filtered."""
-    stream, ftype, function, status, key = args.stream, args.type, args.function, args.status, args.key
-    if all(v is None for v in (stream, ftype, function, status, key)):
+    ftype, function, status, key = args.type, args.function, args.status, args.key
+    streams = set(args.stream) if args.stream else None
+    no_notes = getattr(args, "no_notes", False)
+    frame_filter = any(v is not None for v in (ftype, function, status, key))
+    if streams is None and not frame_filter and not no_notes:
         return None
+    selected: dict[tuple[int, int], None] = {}  # requests shown: their notes are shown too
 
-    def keep(record: Record) -> bool:
-        if stream is not None and record.stream is not None and record.stream != stream:
-            return False
-        if type(record) is NoteRecord:
-            return True
-        fr: FrameRecord = record  # type: ignore[assignment]
+    def keep_frame(fr: FrameRecord) -> bool:
         if ftype is not None and ftype != type_name(fr) and ftype != fr.kind.upper():
             return False
         if fr.kind != OK:
@@ -157,6 +170,26 @@ def make_filter(args: argparse.Namespace) -> Optional[Callable[[Record], bool]]:
                 frame_key = fr.request.key
             if frame_key is None or not frame_key.startswith(key):
                 return False
+        return True
+
+    def keep(record: Record) -> bool:
+        if streams is not None and record.stream is not None and record.stream not in streams:
+            return False
+        if type(record) is NoteRecord:
+            if no_notes:
+                return False
+            if not frame_filter or record.kind in DAMAGE_NOTES:
+                return True
+            return record.about is not None and record.about in selected
+        fr: FrameRecord = record  # type: ignore[assignment]
+        if not keep_frame(fr):
+            return False
+        if frame_filter and type(fr.message) in REQUEST_TYPES:
+            request_id = getattr(fr.message, "id", None)
+            if request_id is not None:
+                if len(selected) >= MAX_SELECTED_REQUESTS:
+                    del selected[next(iter(selected))]
+                selected[(fr.stream, request_id)] = None
         return True
 
     return keep

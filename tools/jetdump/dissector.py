@@ -71,6 +71,8 @@ class FrameRecord(NamedTuple):
         request: for a RESPONSE, the request it answers (when in view).
         rtt: seconds from that request to this response, when both have timestamps.
         fatal: True when decoding of this direction stopped after this frame.
+        packet: the capture's packet number (1-based, as Wireshark counts) of the packet
+            that completed the frame; None for logs, raw bytes and the tap.
     """
 
     number: int
@@ -88,6 +90,7 @@ class FrameRecord(NamedTuple):
     request: Optional[RequestSeen]
     rtt: Optional[float]
     fatal: bool = False
+    packet: Optional[int] = None
 
 
 class RequestSeen(NamedTuple):
@@ -107,6 +110,7 @@ class NoteRecord(NamedTuple):
     direction: Optional[int]
     kind: str
     text: str
+    about: Optional[tuple[int, int]] = None  # (stream, request id) of the request it is about
 
 
 Record = Union[FrameRecord, NoteRecord]
@@ -193,6 +197,7 @@ class Dissector:
         self.labels: dict[int, tuple[str, str]] = {}
         self.number = 0
         self.first_ts: Optional[float] = None
+        self.packet: Optional[int] = None  # the capture packet being decoded
         self._halves: dict[tuple[int, int], _Half] = {}
         self._pending: dict[tuple[int, int, int], RequestSeen] = {}
 
@@ -203,7 +208,7 @@ class Dissector:
         if type(event) is FrameBatch:  # nearly everything of an event log
             self.whole_frames(event.frames)
         elif isinstance(event, Data):
-            self.data(event.stream, event.direction, event.ts, event.data)
+            self.data(event.stream, event.direction, event.ts, event.data, event.packet)
         elif isinstance(event, WholeFrame):
             self.whole_frame(event.stream, event.direction, event.ts, event.frame, event.where)
         elif isinstance(event, Open):
@@ -216,7 +221,7 @@ class Dissector:
             self._first(event.ts)
         elif isinstance(event, Note):
             self._first(event.ts)
-            self.out.append(NoteRecord(event.ts, event.stream, None, event.kind, event.text))
+            self.out.append(NoteRecord(event.ts, event.stream, None, event.kind, event.text, event.about))
 
     def _first(self, ts: Optional[float]) -> None:
         if self.first_ts is None and ts is not None:
@@ -228,8 +233,10 @@ class Dissector:
             half = self._halves[(stream, direction)] = _Half(self.max_body)
         return half
 
-    def data(self, stream: int, direction: int, ts: Optional[float], data: bytes) -> None:
-        """In-order bytes of one direction."""
+    def data(self, stream: int, direction: int, ts: Optional[float], data: bytes,
+             packet: Optional[int] = None) -> None:
+        """In-order bytes of one direction (``packet``: the capture packet they end in)."""
+        self.packet = packet
         if self.first_ts is None:
             self._first(ts)
         half = self._halves.get((stream, direction)) or self._half(stream, direction)
@@ -279,7 +286,7 @@ class Dissector:
                     append(new_tuple(FrameRecord, (
                         number, ts, stream, direction, start, message,
                         bytes(shadow[start - base : end - base]) if keep_raw else None,
-                        OK, None, shadow[start - base], end - start, None, request, rtt, False,
+                        OK, None, shadow[start - base], end - start, None, request, rtt, False, packet,
                     )))
                     start = end
                 self.number = number
@@ -322,7 +329,7 @@ class Dissector:
         self.out.append(
             FrameRecord(
                 self.number, ts, stream, direction, offset, None, raw, MALFORMED, exc.message,
-                raw[0] if raw else None, len(raw), None, request, None,
+                raw[0] if raw else None, len(raw), None, request, None, False, self.packet,
             )
         )
 
@@ -335,7 +342,7 @@ class Dissector:
         self.out.append(
             FrameRecord(
                 self.number, ts, stream, direction, start, None, raw, MALFORMED, exc.message,
-                raw[0] if raw else None, len(raw), None, None, None, True,
+                raw[0] if raw else None, len(raw), None, None, None, True, self.packet,
             )
         )
         self.out.append(
@@ -423,7 +430,7 @@ class Dissector:
             FrameRecord(
                 self.number, ts, stream, direction, half.base, None, partial, TRUNCATED,
                 f"{why}: {len(partial)} of {total} bytes present",
-                partial[0], len(partial), announced, None, None,
+                partial[0], len(partial), announced, None, None, False, self.packet,
             )
         )
 
@@ -457,6 +464,7 @@ class Dissector:
     def whole_frames(self, frames: list[FrameTuple]) -> None:
         """Many frames recorded whole, in order: :meth:`whole_frame` with the common
         case (a valid frame) inlined; anything else goes through it."""
+        self.packet = None
         if frames and self.first_ts is None:
             self._first(frames[0][2])
         number = self.number
@@ -489,12 +497,13 @@ class Dissector:
                 )
             append(new_tuple(FrameRecord, (
                 number, ts, stream, direction, where, message, frame if keep_raw else None,
-                OK, None, frame[0], len(frame), None, request, rtt, False,
+                OK, None, frame[0], len(frame), None, request, rtt, False, None,
             )))
         self.number = number
 
     def whole_frame(self, stream: int, direction: int, ts: Optional[float], frame: bytes, where: int) -> None:
         """One frame recorded whole (event log): decoded on its own."""
+        self.packet = None
         if self.first_ts is None:
             self._first(ts)
         try:
@@ -532,5 +541,5 @@ class Dissector:
             )
         self.out.append(new_tuple(FrameRecord, (
             number, ts, stream, direction, where, message, frame if self.keep_raw else None,
-            OK, None, frame[0], len(frame), None, request, rtt, False,
+            OK, None, frame[0], len(frame), None, request, rtt, False, None,
         )))

@@ -25,12 +25,14 @@ class Open(NamedTuple):
 
 
 class Data(NamedTuple):
-    """In-order bytes of one direction of a stream."""
+    """In-order bytes of one direction of a stream; ``packet``: the number (from 1) of
+    the capture packet that delivered them, when they come from a capture."""
 
     stream: int
     direction: int
     ts: Optional[float]
     data: bytes
+    packet: Optional[int] = None
 
 
 class Gap(NamedTuple):
@@ -81,6 +83,7 @@ class Note(NamedTuple):
     ts: Optional[float]
     kind: str
     text: str
+    about: Optional[tuple[int, int]] = None  # (stream, request id) of the request it is about
 
 
 class Origin(NamedTuple):

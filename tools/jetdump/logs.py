@@ -185,7 +185,19 @@ class LogSource:
             if kind == LogKind.FRAME_IN or kind == LogKind.FRAME_OUT:
                 yield WholeFrame(stream, 0 if kind == LogKind.FRAME_IN else 1, ts, item.data, item.offset)
                 return
-            yield Note(stream, ts, _note_kind(kind), _describe(kind, item.data))
+            about = None
+            if kind == LogKind.ROUTE:
+                # The note is about the routed request: the requester's frame (filters
+                # keep it with that frame).
+                try:
+                    fields = parse_record_data(kind, item.data)
+                    requester, opened = self._stream(int(str(fields["requester_conn"])))
+                    if opened is not None:
+                        yield opened
+                    about = (requester, int(str(fields["requester_id"])))
+                except RemoteProtocolError:
+                    pass
+            yield Note(stream, ts, _note_kind(kind), _describe(kind, item.data), about)
         elif isinstance(item, LogHeader):
             if item.segment == 0 or self.run < 0:
                 self.run += 1

@@ -332,7 +332,10 @@ class LineFormatter:
                 text = problem_summary(fr) + response_suffix(fr)
             # %-formatting: the same text as f"{number:>7} {rel:>11.6f}", measured about
             # twice as fast (an f-string format spec goes through format() per field).
-            append("%7d %11.6f  %s  %s" % (fr.number, rel, place, text))  # noqa: UP031
+            if fr.packet is None:
+                append("%7d %11.6f  %s  %s" % (fr.number, rel, place, text))  # noqa: UP031
+            else:  # the capture's packet number, to find the frame in Wireshark
+                append("%7d %11.6f  pkt %-5d %s  %s" % (fr.number, rel, fr.packet, place, text))  # noqa: UP031
         return out
 
 
@@ -532,6 +535,8 @@ def json_record(record: Record, fmt: LineFormatter) -> dict[str, Any]:
         "stream_offset": fr.offset,
         "size": fr.size,
     }
+    if fr.packet is not None:
+        obj["packet"] = fr.packet
     values, offsets, error = fast_frame_fields(fr)
     obj.update(values)
     obj["offsets"] = offsets

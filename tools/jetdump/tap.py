@@ -190,14 +190,14 @@ class _Accepted(_Side):
                 up.close()
 
 
-DEFAULT_OUTPUT_BUFFER = 1 << 20  # bytes of rendered output held for a slow terminal
+DEFAULT_OUTPUT_BUFFER = 8 << 20  # bytes of rendered output held for a slow terminal
 
 
 class DroppingWriter:
     """A text stream for the tap's output that never blocks the event loop.
 
     ``write`` queues text for a writer thread and returns at once; when more than
-    ``max_bytes`` are waiting (the terminal or pipe is slower than the traffic), new
+    ``max_bytes`` would be waiting (the terminal or pipe is slower than the traffic), new
     text is dropped and its lines counted. When there is room again, a line made by
     ``note(count)`` says how many were lost, in the output where they would have been.
     """
@@ -218,7 +218,8 @@ class DroppingWriter:
 
     def write(self, text: str) -> int:
         with self.cond:
-            if self.queued_bytes + len(text) > self.max_bytes:
+            # One write larger than the whole buffer still goes out when nothing waits.
+            if self.queued_bytes and self.queued_bytes + len(text) > self.max_bytes:
                 lines = text.count("\n")
                 self.pending_drops += lines
                 self.dropped += lines
