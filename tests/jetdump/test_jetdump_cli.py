@@ -400,16 +400,29 @@ def test_stats(capture: Path) -> None:
     text = run_jetdump("--stats", str(capture))
     assert text.returncode == 0
     assert re.search(rf"REQUEST\s+{types['REQUEST']}\n", text.stdout)
-    assert "request/response latency (ms):" in text.stdout
+    assert "request/response latency (ms), as the requester sees it:" in text.stdout
     report = json.loads(run_jetdump("--stats", "--json", str(capture)).stdout)
     assert report["frames"] == len(CONVERSATION)
     assert report["types"] == dict(types)
-    statuses = Counter(m.status.name for _, m in CONVERSATION if isinstance(m, (Response, Close)))
+    # The daemon's SET_STATE id=900 to this peer (the owner) and its answer are the legs
+    # of a routed request: counted apart, not as the peer's own requests.
+    statuses = Counter(m.status.name for d, m in CONVERSATION if isinstance(m, (Response, Close)) and d == 1)
     assert report["statuses"] == dict(statuses)
+    assert report["legs"]["functions"] == {"SET_STATE": 2} and report["legs"]["statuses"] == {"OK": 1}
+    assert report["legs"]["latency_ms"]["SET_STATE"]["count"] == 1
     assert report["functions"]["FETCH_ADD"] == 1 and report["functions"]["GET_STATE"] == 2
+    assert report["functions"]["SET_STATE"] == 3  # the peer's own set (id 3), its answer, a set event
     latency = report["latency_ms"]
     assert latency["GET_STATE"] == pytest.approx({"count": 1, "p50": 1.0, "p90": 1.0, "p99": 1.0, "max": 1.0}, abs=1e-3)
-    assert latency["ALL"]["count"] == types["RESPONSE"]
+    assert latency["ALL"]["count"] == types["RESPONSE"] - 1
+    # Per key and per peer; requests never answered (ids 9-15: no response in CONVERSATION).
+    assert report["keys"]["plant/temp"]["requests"] == 3  # ADD_STATE, SET_STATE, NOTIFY_STATE
+    assert report["keys"]["plant/reset"]["errors"] == 1  # CALL_METHOD REJECTED
+    assert report["peers"]["10.0.0.1:50000"]["requests"] == sum(
+        1 for d, m in CONVERSATION if d == 0 and isinstance(m, Request) and m.id is not None)
+    unanswered = {u["frame"] for u in report["unanswered"]["first"]}
+    assert report["unanswered"]["count"] == len(unanswered) == 7
+    assert "unanswered requests: 7" in text.stdout and "keys (top 20" in text.stdout
     assert sum(s["bytes"] for s in report["streams"]) == sum(len(encode(m)) for _, m in CONVERSATION)
 
 

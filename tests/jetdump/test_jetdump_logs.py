@@ -219,3 +219,22 @@ def test_filters_keep_only_the_notes_about_selected_frames(tmp_path: Path) -> No
     assert len(both) == 8
     assert jet_frames(jetdump_json(str(path), "--stream", "3", "--stream", "7")) == both
     assert {f["stream"] for f in jet_frames(jetdump_json(str(path), "--stream", "3"))} == {3}
+
+
+def test_stats_count_a_routed_request_once_with_its_legs_apart(tmp_path: Path) -> None:
+    import json
+
+    path = tmp_path / "jet-x-000000.jetlog"
+    path.write_bytes(_two_keys_segment())
+    result = run_jetdump("--stats", "--json", str(path))
+    report = json.loads(result.stdout)
+    assert report["functions"] == {"SET_STATE": 4}  # two requests, two answers to c7
+    assert report["statuses"] == {"OK": 1, "REJECTED": 1}
+    assert report["legs"]["functions"] == {"SET_STATE": 4} and report["legs"]["statuses"] == {"OK": 1, "REJECTED": 1}
+    assert report["latency_ms"]["SET_STATE"]["count"] == 2
+    assert report["keys"]["plant/boiler"] == {"requests": 1, "events": 0, "errors": 1,
+                                              "latency_ms": report["keys"]["plant/boiler"]["latency_ms"]}
+    assert report["keys"]["plant/boiler"]["latency_ms"]["p50"] == pytest.approx(6.0, abs=1e-3)
+    assert report["peers"]["c7"]["requests"] == 2 and report["peers"]["c7"]["errors"] == 1
+    assert report["peers"]["c3"]["requests"] == 0
+    assert report["unanswered"]["count"] == 0

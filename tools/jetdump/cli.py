@@ -289,6 +289,10 @@ class Renderer:
     def finish(self) -> None:
         self.drain()
         if self.stats is not None:
+            streams = set(self.args.stream) if self.args.stream else None
+            for stream, direction, _rid, seen in self.dissector.unanswered():
+                if streams is None or stream in streams:
+                    self.stats.add_unanswered(stream, direction, seen.number, seen.function, seen.key, seen.ts)
             labels = self.dissector.labels
             if self.args.json:
                 self.output.stream.write(json.dumps(self.stats.report(labels)) + "\n")

@@ -201,6 +201,11 @@ class Dissector:
         self._halves: dict[tuple[int, int], _Half] = {}
         self._pending: dict[tuple[int, int, int], RequestSeen] = {}
 
+    def unanswered(self) -> list[tuple[int, int, int, RequestSeen]]:
+        """Requests still waiting for a response: (stream, direction, id, request), in
+        the order they were sent (at most ``max_pending``, the newest)."""
+        return [(stream, direction, rid, seen) for (stream, direction, rid), seen in self._pending.items()]
+
     # --- events -------------------------------------------------------------------
 
     def event(self, event: Event) -> None:
