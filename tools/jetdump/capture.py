@@ -143,7 +143,7 @@ class _Direction:
 
 
 class _Connection:
-    __slots__ = ("client", "closed", "dirs", "kind", "labels", "pending", "stream")
+    __slots__ = ("client", "closed", "complete", "dirs", "kind", "labels", "pending", "stream")
 
     def __init__(self, stream: int, client: tuple[bytes, int], server: tuple[bytes, int]) -> None:
         self.stream = stream
@@ -153,6 +153,7 @@ class _Connection:
         self.kind: Optional[bool] = None  # True: jet, False: not jet, None: undecided
         self.pending: list[Event] = []  # events held while undecided
         self.closed = False
+        self.complete = False  # its SYN is in the capture
 
 
 def _looks_like_info(data: bytes) -> bool:
@@ -269,12 +270,13 @@ def read_capture(
             else:
                 client, server = (dst, dport), (src, sport)
             conn = _Connection(len(ordered), client, server)
+            conn.complete = bool(flags & _SYN)
             ordered.append(conn)
             connections[key] = conn
             connections[(dst, dport, src, sport)] = conn
             if jet_port in (sport, dport):
                 conn.kind = True
-                yield Open(conn.stream, conn.labels)
+                yield Open(conn.stream, conn.labels, conn.complete)
         if conn.kind is False:
             if flags & (_FIN | _RST):
                 conn.closed = True  # a later SYN on the same addresses is a new stream
@@ -375,7 +377,7 @@ def _decide(conn: _Connection, heuristic: bool, *, final: bool = False) -> Itera
     conn.kind = verdict
     pending, conn.pending = conn.pending, []
     if verdict:
-        yield Open(conn.stream, conn.labels)
+        yield Open(conn.stream, conn.labels, conn.complete)
         yield from pending
     elif firsts:
         ts = next((e.ts for e in pending if isinstance(e, Data)), None)

@@ -95,7 +95,8 @@ def _output_options(parser: argparse.ArgumentParser) -> None:
     out.add_argument("--max-body", type=int, default=DEFAULT_MAX_BODY,
                      help=f"largest body accepted before a frame is reported TOO_LARGE (default {DEFAULT_MAX_BODY})")
     filters = parser.add_argument_group(
-        "filters", "Malformed/truncated frames and damage notes (gap, resync, stopped, capture and log damage) "
+        "filters", "Malformed/truncated frames, protocol violations and damage notes (gap, resync, stopped, "
+        "capture and log damage) "
         "always pass --key, --function, --type and --status, so that damage is never hidden; other notes pass "
         "them only when they are about a selected frame (a routing note goes with its request).")
     filters.add_argument("--key", metavar="PREFIX", help="frames whose key (or answered request's key) starts with PREFIX")
@@ -141,7 +142,8 @@ def _check_names(args: argparse.Namespace) -> None:
             raise InputError(f"{option} {value}: not one of {', '.join(choices)}")
 
 
-DAMAGE_NOTES = frozenset({"gap", "resync", "stopped", "capture-truncated", "log-damage", "log-truncated"})
+DAMAGE_NOTES = frozenset({"gap", "resync", "stopped", "capture-truncated", "log-damage", "log-truncated",
+                          "violation"})
 MAX_SELECTED_REQUESTS = 100_000  # selected requests remembered for the notes about them
 
 
@@ -287,6 +289,7 @@ class Renderer:
                         add(text)
 
     def finish(self) -> None:
+        self.dissector.finish()
         self.drain()
         if self.stats is not None:
             streams = set(self.args.stream) if self.args.stream else None
@@ -310,7 +313,7 @@ def _parse_hex(text: str) -> bytes:
 
 
 def _single(stream: int, data_chunks: Iterator[bytes], label: str) -> Iterator[Event]:
-    yield Open(stream, (label, "?"))
+    yield Open(stream, (label, "?"), False)  # one direction: answers are out of view
     for chunk in data_chunks:
         yield Data(stream, 0, None, chunk)
     yield End(stream, 0, None)

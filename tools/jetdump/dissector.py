@@ -15,18 +15,20 @@ plausible header.
 from __future__ import annotations
 
 import struct
-from typing import NamedTuple, Optional, Union
+from typing import Any, NamedTuple, Optional, Union
 
 from jetwire import (
     Decoder,
     FrameType,
+    Info,
     Message,
     RemoteProtocolError,
     Request,
     Response,
     decode_frame,
 )
-from jetwire.codes import HEADER_SIZE
+from jetwire import messages as _messages
+from jetwire.codes import HEADER_SIZE, Status
 from jetwire.messages import REQUEST_CLASSES
 
 from .events import Data, End, Event, FrameBatch, FrameTuple, Gap, Note, Open, Origin, WholeFrame
@@ -40,6 +42,15 @@ RESYNC_WAIT = 64 * 1024  # a candidate frame after a gap is waited for only up t
 _HEADER = struct.Struct(">BI")
 _U32 = struct.Struct(">I")
 REQUEST_TYPES = frozenset(REQUEST_CLASSES.values())
+# Events only the daemon sends (PROTOCOL.md 7.2, 14.2): a peer sending one violates the protocol.
+DAEMON_EVENTS = frozenset(
+    cls for cls in vars(_messages).values()
+    if isinstance(cls, type) and issubclass(cls, Message)
+    and str(getattr(getattr(cls, "code", None), "name", "")).startswith(("FETCH_", "QUERY_"))
+)
+CHECKED = DAEMON_EVENTS | {Info}  # frames the violation checks look at beyond requests/responses
+TIMEOUT = Status.TIMEOUT
+MAX_UNANSWERED_NOTES = 100  # individual notes of requests never answered; then one summary
 new_tuple = tuple.__new__
 
 # Frame record kinds.
@@ -71,6 +82,8 @@ class FrameRecord(NamedTuple):
         request: for a RESPONSE, the request it answers (when in view).
         rtt: seconds from that request to this response, when both have timestamps.
         fatal: True when decoding of this direction stopped after this frame.
+        route: for the answer to a routed request (event logs, whose ROUTE records link
+            the legs): the owner's leg and the split of the time between daemon and owner.
         packet: the capture's packet number (1-based, as Wireshark counts) of the packet
             that completed the frame; None for logs, raw bytes and the tap.
     """
@@ -91,6 +104,7 @@ class FrameRecord(NamedTuple):
     rtt: Optional[float]
     fatal: bool = False
     packet: Optional[int] = None
+    route: Optional[RouteTrace] = None
 
 
 class RequestSeen(NamedTuple):
@@ -100,6 +114,25 @@ class RequestSeen(NamedTuple):
     function: int
     key: Optional[str]
     ts: Optional[float]
+
+
+class RouteTrace(NamedTuple):
+    """A routed request end to end (PROTOCOL.md 7): requester -> daemon -> owner -> back.
+
+    Attributes:
+        owner_stream: the owner's stream; owner_id: the id the daemon gave the leg.
+        leg_request: frame number of the daemon's request to the owner (None if unseen).
+        leg_response: frame number of the owner's answer (None if unseen).
+        owner_time: seconds from the daemon's request to the owner's answer.
+        daemon_time: the rest of the requester's round trip: the daemon's own time.
+    """
+
+    owner_stream: int
+    owner_id: int
+    leg_request: Optional[int]
+    leg_response: Optional[int]
+    owner_time: Optional[float]
+    daemon_time: Optional[float]
 
 
 class NoteRecord(NamedTuple):
@@ -200,6 +233,12 @@ class Dissector:
         self.packet: Optional[int] = None  # the capture packet being decoded
         self._halves: dict[tuple[int, int], _Half] = {}
         self._pending: dict[tuple[int, int, int], RequestSeen] = {}
+        self.complete: set[int] = set()  # streams held from their start
+        self.limits: dict[tuple[int, int], int] = {}  # max_body for frames of (stream, direction)
+        self.timed_out: dict[tuple[int, int, int], int] = {}  # requests answered TIMEOUT -> that answer
+        self.leg_of: dict[tuple[int, int], tuple[int, int]] = {}  # owner (stream, id) -> requester's
+        self.routes: dict[tuple[int, int], list[Any]] = {}  # requester (stream, id) -> trace so far
+        self.violations = 0
 
     def unanswered(self) -> list[tuple[int, int, int, RequestSeen]]:
         """Requests still waiting for a response: (stream, direction, id, request), in
@@ -218,6 +257,8 @@ class Dissector:
             self.whole_frame(event.stream, event.direction, event.ts, event.frame, event.where)
         elif isinstance(event, Open):
             self.labels[event.stream] = event.labels
+            if event.complete:
+                self.complete.add(event.stream)
         elif isinstance(event, Gap):
             self.gap(event.stream, event.direction, event.ts, event.size)
         elif isinstance(event, End):
@@ -227,6 +268,14 @@ class Dissector:
         elif isinstance(event, Note):
             self._first(event.ts)
             self.out.append(NoteRecord(event.ts, event.stream, None, event.kind, event.text, event.about))
+            if event.route_to is not None and event.about is not None:
+                # PROTOCOL.md 7: the daemon forwards the request to the owner under its own id.
+                self.leg_of[event.route_to] = event.about
+                self.routes[event.about] = [event.route_to[0], event.route_to[1], None, None, None]
+                if len(self.routes) > self.max_pending:
+                    del self.routes[next(iter(self.routes))]
+                if len(self.leg_of) > self.max_pending:
+                    del self.leg_of[next(iter(self.leg_of))]
 
     def _first(self, ts: Optional[float]) -> None:
         if self.first_ts is None and ts is not None:
@@ -268,6 +317,8 @@ class Dissector:
         base = half.base
         origin = half.origin
         start = origin + decoder.consumed
+        limit = self.limits.get((stream, direction)) if self.limits else None
+        routing = bool(self.leg_of or self.routes)
         while True:
             try:
                 number = self.number
@@ -275,24 +326,47 @@ class Dissector:
                     end = origin + decoder.consumed
                     number += 1
                     request = rtt = None
+                    flag = 0
                     cls = type(message)
                     if cls is Response:
                         request = pending.pop((stream, 1 - direction, message.id), None)  # type: ignore[attr-defined]
-                        if request is not None and ts is not None and request.ts is not None:
-                            rtt = ts - request.ts
+                        if request is None:
+                            flag = 1
+                        else:
+                            if ts is not None and request.ts is not None:
+                                rtt = ts - request.ts
+                            if routing or message.status == TIMEOUT:  # type: ignore[attr-defined]
+                                flag = 1
                     elif cls in REQUEST_TYPES and message.id is not None:  # type: ignore[attr-defined]
                         # _remember(), inlined: a third of all frames pass here.
+                        ident = (stream, direction, message.id)  # type: ignore[attr-defined]
+                        if ident in pending:
+                            flag = 2
+                            dup = pending[ident].number
                         if len(pending) >= max_pending:
                             del pending[next(iter(pending))]
-                        pending[(stream, direction, message.id)] = new_tuple(  # type: ignore[attr-defined]
+                        pending[ident] = new_tuple(
                             RequestSeen, (number, cls.function, getattr(message, "key", None), ts)
                         )
+                    elif cls in CHECKED:
+                        flag = 3
                     # tuple.__new__ skips the NamedTuple's Python-level __new__ (hot path).
                     append(new_tuple(FrameRecord, (
                         number, ts, stream, direction, start, message,
                         bytes(shadow[start - base : end - base]) if keep_raw else None,
-                        OK, None, shadow[start - base], end - start, None, request, rtt, False, packet,
+                        OK, None, shadow[start - base], end - start, None, request, rtt, False, packet, None,
                     )))
+                    if flag:
+                        if flag == 1:
+                            self.check_response(ts, stream, direction, number, message, request)  # type: ignore[arg-type]
+                        elif flag == 2:
+                            self.violation(ts, stream, direction, number, f"duplicate request id {ident[2]}: "
+                                           f"frame #{dup} with this id is still pending", ident[::2])
+                        else:
+                            self.check_other(ts, stream, direction, number, message)
+                            limit = self.limits.get((stream, direction)) if self.limits else None
+                    if limit is not None and end - start - HEADER_SIZE > limit:
+                        self.check_limit(ts, stream, direction, number, end - start - HEADER_SIZE)
                     start = end
                 self.number = number
                 break
@@ -311,6 +385,76 @@ class Dissector:
         consumed = origin + decoder.consumed
         del shadow[: consumed - base]
         half.base = consumed
+
+    # --- protocol checks (the slow path: called only when something needs a look) -----
+
+    def violation(self, ts: Optional[float], stream: int, direction: int, number: int, text: str,
+                  about: Optional[tuple[int, int]] = None) -> None:
+        """Report that frame ``number`` breaks the protocol (a ``violation`` note after it)."""
+        self.violations += 1
+        self.out.append(NoteRecord(ts, stream, direction, "violation", f"frame #{number}: {text}", about))
+
+    def check_response(self, ts: Optional[float], stream: int, direction: int, number: int,
+                       message: Response, request: Optional[RequestSeen]) -> None:
+        """A response that matched nothing, answered TIMEOUT, or ends a routed leg."""
+        rid = message.id
+        if request is None:
+            late = self.timed_out.get((stream, 1 - direction, rid))
+            if late is not None:
+                self.violation(ts, stream, direction, number,
+                               f"late response: request id {rid} was already answered TIMEOUT (frame #{late})")
+            elif stream in self.complete:
+                self.violation(ts, stream, direction, number,
+                               f"unsolicited response: no request id {rid} is pending on this stream")
+            return
+        if message.status == TIMEOUT:
+            self.timed_out[(stream, 1 - direction, rid)] = number
+            if len(self.timed_out) > self.max_pending:
+                del self.timed_out[next(iter(self.timed_out))]
+        requester = self.leg_of.get((stream, rid)) if direction == 0 else None
+        if requester is not None:  # the owner answered the daemon's leg
+            trace = self.routes.get(requester)
+            if trace is not None:
+                trace[2] = request.number
+                trace[3] = number
+                trace[4] = ts - request.ts if ts is not None and request.ts is not None else None
+            return
+        if direction == 1:
+            trace = self.routes.pop((stream, rid), None)
+            if trace is not None:
+                record = self.out[-1]
+                if type(record) is FrameRecord and record.number == number:
+                    owner_time = trace[4]
+                    daemon_time = record.rtt - owner_time if record.rtt is not None and owner_time is not None else None
+                    self.out[-1] = record._replace(route=RouteTrace(
+                        trace[0], trace[1], trace[2], trace[3], owner_time, daemon_time))
+                if trace[3] is not None:
+                    self.leg_of.pop((trace[0], trace[1]), None)
+
+    def check_other(self, ts: Optional[float], stream: int, direction: int, number: int, message: Message) -> None:
+        """INFO (its max_body limits the other direction) and daemon-only events."""
+        if type(message) is Info:
+            self.limits[(stream, 1 - direction)] = message.max_body
+        elif direction == 0 and stream in self.complete:
+            self.violation(ts, stream, direction, number,
+                           f"a peer sent {type(message).__name__} ({message.code.name}): "  # type: ignore[attr-defined]
+                           "only the daemon sends fetch events")
+
+    def check_limit(self, ts: Optional[float], stream: int, direction: int, number: int, body: int) -> None:
+        limit = self.limits[(stream, direction)]
+        self.violation(ts, stream, direction, number,
+                       f"body of {body} bytes is above the max_body {limit} its receiver announced in INFO")
+
+    def finish(self) -> None:
+        """The input ended: requests never answered are reported (PROTOCOL.md 5: every
+        request gets exactly one response), on streams held from their start."""
+        unanswered = [item for item in self.unanswered() if item[0] in self.complete]
+        for stream, direction, rid, seen in unanswered[:MAX_UNANSWERED_NOTES]:
+            self.out.append(NoteRecord(seen.ts, stream, direction, "unanswered",
+                                       f"frame #{seen.number}: request id {rid} was never answered", (stream, rid)))
+        if len(unanswered) > MAX_UNANSWERED_NOTES:
+            self.out.append(NoteRecord(None, None, None, "unanswered",
+                                       f"{len(unanswered) - MAX_UNANSWERED_NOTES} more request(s) never answered"))
 
     def _remember(self, stream: int, direction: int, message: Request, ts: Optional[float]) -> None:
         pending = self._pending
@@ -479,6 +623,7 @@ class Dissector:
         append = self.out.append
         request_types = REQUEST_TYPES
         decode = decode_frame
+        limits = self.limits
         for stream, direction, ts, frame, where in frames:
             try:
                 message = decode(frame)
@@ -489,21 +634,44 @@ class Dissector:
                 continue
             number += 1
             request = rtt = None
+            flag = 0
             cls = type(message)
             if cls is Response:
                 request = pending.pop((stream, 1 - direction, message.id), None)  # type: ignore[attr-defined]
-                if request is not None and ts is not None and request.ts is not None:
-                    rtt = ts - request.ts
+                if request is None:
+                    flag = 1
+                else:
+                    if ts is not None and request.ts is not None:
+                        rtt = ts - request.ts
+                    if self.leg_of or self.routes or message.status == TIMEOUT:  # type: ignore[attr-defined]
+                        flag = 1
             elif cls in request_types and message.id is not None:  # type: ignore[attr-defined]
+                ident = (stream, direction, message.id)  # type: ignore[attr-defined]
+                if ident in pending:
+                    flag = 2
+                    dup = pending[ident].number
                 if len(pending) >= max_pending:
                     del pending[next(iter(pending))]
-                pending[(stream, direction, message.id)] = new_tuple(  # type: ignore[attr-defined]
+                pending[ident] = new_tuple(
                     RequestSeen, (number, cls.function, getattr(message, "key", None), ts)
                 )
+            elif cls in CHECKED:
+                flag = 3
             append(new_tuple(FrameRecord, (
                 number, ts, stream, direction, where, message, frame if keep_raw else None,
-                OK, None, frame[0], len(frame), None, request, rtt, False, None,
+                OK, None, frame[0], len(frame), None, request, rtt, False, None, None,
             )))
+            if flag:
+                self.number = number
+                if flag == 1:
+                    self.check_response(ts, stream, direction, number, message, request)  # type: ignore[arg-type]
+                elif flag == 2:
+                    self.violation(ts, stream, direction, number, f"duplicate request id {ident[2]}: "
+                                   f"frame #{dup} with this id is still pending", ident[::2])
+                else:
+                    self.check_other(ts, stream, direction, number, message)
+            if limits and len(frame) - HEADER_SIZE > limits.get((stream, direction), 1 << 62):
+                self.check_limit(ts, stream, direction, number, len(frame) - HEADER_SIZE)
         self.number = number
 
     def whole_frame(self, stream: int, direction: int, ts: Optional[float], frame: bytes, where: int) -> None:
@@ -512,7 +680,7 @@ class Dissector:
         if self.first_ts is None:
             self._first(ts)
         try:
-            message = decode_frame(frame)
+            decode_frame(frame)  # errors are shown here; a good frame goes the common way
         except RemoteProtocolError as exc:
             if len(frame) >= HEADER_SIZE:
                 (length,) = struct.unpack_from(">I", frame, 1)
@@ -529,22 +697,4 @@ class Dissector:
                     return
             self._malformed(stream, direction, ts, where, frame, exc)
             return
-        number = self.number = self.number + 1
-        request = rtt = None
-        cls = type(message)
-        if cls is Response:
-            request = self._pending.pop((stream, 1 - direction, message.id), None)  # type: ignore[attr-defined]
-            if request is not None and ts is not None and request.ts is not None:
-                rtt = ts - request.ts
-        elif cls in REQUEST_TYPES and message.id is not None:  # type: ignore[attr-defined]
-            # _remember(), inlined: half of a log's frames pass here.
-            pending = self._pending
-            if len(pending) >= self.max_pending:
-                del pending[next(iter(pending))]
-            pending[(stream, direction, message.id)] = new_tuple(  # type: ignore[attr-defined]
-                RequestSeen, (number, cls.function, getattr(message, "key", None), ts)
-            )
-        self.out.append(new_tuple(FrameRecord, (
-            number, ts, stream, direction, where, message, frame if self.keep_raw else None,
-            OK, None, frame[0], len(frame), None, request, rtt, False, None,
-        )))
+        self.whole_frames([(stream, direction, ts, frame, where)])

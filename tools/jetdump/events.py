@@ -18,10 +18,13 @@ class InputError(JetError):
 
 
 class Open(NamedTuple):
-    """A stream begins; ``labels[d]`` names the sender of direction ``d``."""
+    """A stream begins; ``labels[d]`` names the sender of direction ``d``. ``complete``:
+    the input holds the stream from its start (a SYN, a CONN_OPEN record), so that a
+    response to a request never seen is unsolicited, not merely out of view."""
 
     stream: int
     labels: tuple[str, str]
+    complete: bool = True
 
 
 class Data(NamedTuple):
@@ -84,6 +87,7 @@ class Note(NamedTuple):
     kind: str
     text: str
     about: Optional[tuple[int, int]] = None  # (stream, request id) of the request it is about
+    route_to: Optional[tuple[int, int]] = None  # ROUTE: (owner stream, the leg's request id)
 
 
 class Origin(NamedTuple):
