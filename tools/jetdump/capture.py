@@ -19,7 +19,7 @@ from typing import BinaryIO, Optional
 
 from jetwire import RemoteProtocolError, decode_frame
 
-from .events import Data, End, Event, Gap, Note, Open, Origin
+from .events import Data, DataBatch, DataTuple, End, Event, Gap, Note, Open, Origin
 from .packets import CaptureTruncated, read_packets
 
 DEFAULT_JET_PORT = 11124  # PROTOCOL.md 3
@@ -36,6 +36,7 @@ _U32_LE = struct.Struct("<I")
 
 _SYN, _FIN, _RST, _ACK = 0x02, 0x01, 0x04, 0x10
 _U32 = struct.Struct(">I")
+DATA_BATCH = 1024  # in-order data packets per DataBatch event
 HEURISTIC_BYTES = 64 * 1024  # first bytes of each direction looked at to decide a stream is jet
 HEURISTIC_MAX_FRAME = 16 * 1024 * 1024  # a first frame announcing more is not taken as jet
 
@@ -45,26 +46,26 @@ def is_capture(head: bytes) -> bool:
     return head[:4] in PCAP_MAGICS or head[:4] == PCAPNG_MAGIC
 
 
-def _ip_of(linktype: int, buf: bytes) -> Optional[bytes]:
-    """The IP packet inside a link-layer frame, or None for anything else."""
+def _ip_offset(linktype: int, buf: bytes) -> int:
+    """Offset of the IP packet inside a link-layer frame, or -1 for anything else."""
     if linktype == 1:  # Ethernet
         if len(buf) < 14:
-            return None
+            return -1
         off = 12
         (etype,) = _U16.unpack_from(buf, off)
         while etype in (0x8100, 0x88A8) and len(buf) >= off + 6:  # VLAN tags
             off += 4
             (etype,) = _U16.unpack_from(buf, off)
-        return buf[off + 2 :] if etype in (0x0800, 0x86DD) else None
+        return off + 2 if etype in (0x0800, 0x86DD) else -1
     if linktype in (0, 108):  # BSD loopback: 4-byte address family
-        return buf[4:]
+        return 4
     if linktype in (101, 12, 14, 228, 229):  # raw IP
-        return buf
+        return 0
     if linktype == 113:  # Linux cooked v1
-        return buf[16:] if len(buf) >= 16 and _U16.unpack_from(buf, 14)[0] in (0x0800, 0x86DD) else None
+        return 16 if len(buf) >= 16 and _U16.unpack_from(buf, 14)[0] in (0x0800, 0x86DD) else -1
     if linktype == 276:  # Linux cooked v2
-        return buf[20:] if len(buf) >= 20 and _U16.unpack_from(buf, 0)[0] in (0x0800, 0x86DD) else None
-    return None
+        return 20 if len(buf) >= 20 and _U16.unpack_from(buf, 0)[0] in (0x0800, 0x86DD) else -1
+    return -1
 
 
 def _addr(ip: bytes, port: int) -> str:
@@ -195,6 +196,8 @@ def read_capture(
     hole_bytes: int = DEFAULT_HOLE_BYTES,
     hole_seconds: float = DEFAULT_HOLE_SECONDS,
     on_wait: Callable[[], None] = lambda: None,
+    stream_base: int = 0,
+    streams_seen: Optional[list[int]] = None,
 ) -> Iterator[Event]:
     """Yield the Jet streams of a pcap or pcapng capture as events.
 
@@ -205,59 +208,76 @@ def read_capture(
     Args:
         stream: the capture (a file or a pipe: it is read forward only).
         head: bytes already read from the start of ``stream``.
-        on_wait: called before each read from ``stream`` (a live pipe may block there).
+        on_wait: called before each read from ``stream`` (a live pipe may block there),
+            after the events decoded so far have been yielded.
+        stream_base: number of the first stream (captures read one after another).
+        streams_seen: if given, the number of TCP connections is appended at the end.
+
+    In-order data is yielded in :class:`~tools.jetdump.events.DataBatch` events (one per
+    run of consecutive data packets), everything else as single events, in order.
 
     Raises:
         InputError: if the stream is not a pcap/pcapng capture.
     """
-    packets = read_packets(stream, head, on_wait)
+    packets = read_packets(stream, head)
     connections: dict[tuple[bytes, int, bytes, int], _Connection] = {}
     ordered: list[_Connection] = []
     count = 0
     fragments = 0
     last_ts: Optional[float] = None
     truncated: Optional[str] = None
+    batch: list[DataTuple] = []
     while True:
         try:
-            ts, linktype, buf = next(packets)
+            packet = next(packets)
         except StopIteration:
             break
         except CaptureTruncated as exc:
             truncated = str(exc)
             break
+        if packet is None:  # the reader is about to read (and maybe block): show what we have
+            if batch:
+                yield DataBatch(batch)
+                batch = []
+            on_wait()
+            continue
+        ts, linktype, buf = packet
         count += 1
         if last_ts is None:
             yield Origin(ts)
         last_ts = ts
-        ip = _ip_of(linktype, buf)
-        if ip is None or not ip:
-            continue
-        version = ip[0] >> 4
-        if version == 4:
-            if len(ip) < 20:
+        # Headers are read in place (offsets into the packet, one copy for the payload).
+        if linktype == 1 and buf[12:14] == b"\x08\x00":  # Ethernet, IPv4: the common case
+            off = 14
+        else:
+            off = _ip_offset(linktype, buf)
+            if off < 0 or off >= len(buf):
                 continue
-            vihl, _tos, total, _ident, frag, _ttl, proto, _csum, src, dst = _IPV4.unpack_from(ip, 0)
+        version = buf[off] >> 4
+        if version == 4:
+            if len(buf) - off < 20:
+                continue
+            vihl, _tos, total, _ident, frag, _ttl, proto, _csum, src, dst = _IPV4.unpack_from(buf, off)
             if proto != 6:
                 continue
             if frag & 0x3FFF:
                 fragments += 1
                 continue
-            ihl = (vihl & 0x0F) * 4
-            wire_end = total if total else len(ip)  # 0 with TCP segmentation offload
-            seg = ip[ihl:wire_end]
+            tcp = off + (vihl & 0x0F) * 4
+            wire_end = min(off + total, len(buf)) if total else len(buf)  # 0 with TCP segmentation offload
         elif version == 6:
-            if len(ip) < 40 or ip[6] != 6:
+            if len(buf) - off < 40 or buf[off + 6] != 6:
                 continue
-            (plen,) = _U16.unpack_from(ip, 4)
-            src, dst = ip[8:24], ip[24:40]
-            seg = ip[40 : 40 + plen]
+            (plen,) = _U16.unpack_from(buf, off + 4)
+            src, dst = buf[off + 8 : off + 24], buf[off + 24 : off + 40]
+            tcp = off + 40
+            wire_end = min(tcp + plen, len(buf))
         else:
             continue
-        if len(seg) < 20:
+        if wire_end - tcp < 20:
             continue
-        sport, dport, seq, _ack, doff, flags = _TCP.unpack_from(seg, 0)
-        hlen = (doff >> 4) * 4
-        payload = seg[hlen:]
+        sport, dport, seq, _ack, doff, flags = _TCP.unpack_from(buf, tcp)
+        payload = buf[tcp + (doff >> 4) * 4 : wire_end]
         # A snaplen-cut packet delivers only its captured bytes; the rest stays a hole
         # that a retransmission may fill, or becomes a gap.
         key = (src, sport, dst, dport)
@@ -269,13 +289,16 @@ def read_capture(
                 client, server = (src, sport), (dst, dport)
             else:
                 client, server = (dst, dport), (src, sport)
-            conn = _Connection(len(ordered), client, server)
+            conn = _Connection(stream_base + len(ordered), client, server)
             conn.complete = bool(flags & _SYN)
             ordered.append(conn)
             connections[key] = conn
             connections[(dst, dport, src, sport)] = conn
             if jet_port in (sport, dport):
                 conn.kind = True
+                if batch:
+                    yield DataBatch(batch)
+                    batch = []
                 yield Open(conn.stream, conn.labels, conn.complete)
         if conn.kind is False:
             if flags & (_FIN | _RST):
@@ -283,6 +306,16 @@ def read_capture(
             continue  # not jet: no reassembly work or memory spent on it
         direction = 0 if (src, sport) == conn.client else 1
         half = conn.dirs[direction]
+        if payload and conn.kind and not half.held and not flags & (_SYN | _FIN | _RST) and half.base is not None \
+                and (seq - half.base - half.next) & 0xFFFF_FFFF == 0:
+            # The common case: the next in-order bytes of a jet stream, nothing held.
+            half.next += len(payload)
+            half.last_ts = ts
+            batch.append((conn.stream, direction, ts, payload, count))
+            if len(batch) >= DATA_BATCH:
+                yield DataBatch(batch)
+                batch = []
+            continue
         if flags & _SYN:
             if half.base is None:
                 half.base = (seq + 1) & 0xFFFF_FFFF
@@ -314,11 +347,18 @@ def read_capture(
                     events.extend(_finish(conn, d, ts))
         if not events:
             continue
+        if batch:
+            yield DataBatch(batch)
+            batch = []
         if conn.kind is None:
             conn.pending.extend(events)
             yield from _decide(conn, heuristic)
         elif conn.kind:
             yield from events
+    if batch:
+        yield DataBatch(batch)
+    if streams_seen is not None:
+        streams_seen.append(len(ordered))
     for conn in ordered:
         events = []
         for d in (0, 1):

@@ -18,7 +18,7 @@ from jetwire import EventCode, FrameType, Function, Status
 from . import __doc__ as PACKAGE_DOC
 from .capture import DEFAULT_JET_PORT, is_capture, read_capture
 from .dissector import DEFAULT_MAX_BODY, OK, REQUEST_TYPES, Dissector, FrameRecord, NoteRecord, Record
-from .events import Data, End, Event, FrameBatch, Gap, InputError, Note, Open, Origin, WholeFrame
+from .events import Data, End, Event, Gap, InputError, Note, Open, WholeFrame
 from .live import DEFAULT_CAPTURE_FILTER, LiveCapture
 from .logs import LogSource, cut_header_message, expand_log_paths, is_cut_log, is_log
 from .packets import peek_head
@@ -324,16 +324,6 @@ def _read_chunks(handle: IO[bytes]) -> Iterator[bytes]:
         yield chunk
 
 
-def _shift(events: Iterator[Event], offset: int, seen: set[int]) -> Iterator[Event]:
-    """Renumber a capture's streams after those of the inputs before it."""
-    for event in events:
-        if not isinstance(event, (Origin, FrameBatch)) and event.stream is not None:
-            seen.add(event.stream)
-            if offset:
-                event = event._replace(stream=event.stream + offset)
-        yield event
-
-
 def _stdin_capture(args: argparse.Namespace, stream: IO[bytes], label: str,
                    on_wait: Callable[[], None], *, implicit: bool = False) -> Iterator[Event]:
     """A capture read forward only from a pipe (or a redirected file)."""
@@ -405,13 +395,11 @@ def _input_events(args: argparse.Namespace, errors: list[str], logs: LogSource,
                 with open(path, "rb") as handle:
                     head = handle.read(8)
                     if is_capture(head):
-                        seen: set[int] = set()
-                        yield from _shift(
-                            read_capture(handle, head, jet_port=args.port, heuristic=not args.no_heuristic,
-                                         on_wait=on_wait),
-                            stream_offset, seen,
-                        )
-                        stream_offset += max(seen) + 1 if seen else 0
+                        # A later capture's streams are numbered after an earlier one's.
+                        seen: list[int] = []
+                        yield from read_capture(handle, head, jet_port=args.port, heuristic=not args.no_heuristic,
+                                                on_wait=on_wait, stream_base=stream_offset, streams_seen=seen)
+                        stream_offset += sum(seen)
                         continue
                 if is_log(head):
                     yield from logs.read(path)

@@ -31,7 +31,20 @@ from jetwire import messages as _messages
 from jetwire.codes import HEADER_SIZE, Status
 from jetwire.messages import REQUEST_CLASSES
 
-from .events import Data, End, Event, FrameBatch, FrameTuple, Gap, Note, Open, Origin, WholeFrame
+from .events import (
+    Data,
+    DataBatch,
+    DataTuple,
+    End,
+    Event,
+    FrameBatch,
+    FrameTuple,
+    Gap,
+    Note,
+    Open,
+    Origin,
+    WholeFrame,
+)
 
 DEFAULT_MAX_BODY = 64 * 1024 * 1024  # accept what any daemon may be configured to carry
 DEFAULT_MAX_PENDING = 100_000  # requests remembered per dump while waiting for their response
@@ -249,7 +262,11 @@ class Dissector:
 
     def event(self, event: Event) -> None:
         """Process one input event."""
-        if type(event) is FrameBatch:  # nearly everything of an event log
+        if type(event) is DataBatch:  # nearly everything of a capture
+            self.data_batch(event.items)
+        elif type(event) is Data:
+            self.data(event.stream, event.direction, event.ts, event.data, event.packet)
+        elif type(event) is FrameBatch:  # nearly everything of an event log
             self.whole_frames(event.frames)
         elif isinstance(event, Data):
             self.data(event.stream, event.direction, event.ts, event.data, event.packet)
@@ -306,6 +323,14 @@ class Dissector:
             data = data[cut:]
             if not data:
                 return
+        if not half.shadow:
+            # The common case on a capture: the packet starts at a frame boundary and
+            # holds whole frames; they are decoded in place, without the stream decoder.
+            done = self._whole_frames_of(half, stream, direction, ts, data, packet)
+            if done == len(data):
+                return
+            if done:
+                data = data[done:]
         half.shadow += data
         decoder = half.decoder
         decoder.receive_data(data)
@@ -385,6 +410,157 @@ class Dissector:
         consumed = origin + decoder.consumed
         del shadow[: consumed - base]
         half.base = consumed
+
+    def data_batch(self, items: list[DataTuple]) -> None:
+        """Many :meth:`data` calls; a packet holding one whole valid frame at a frame
+        boundary (the common case of request/response traffic) is decoded here inline,
+        anything else goes through :meth:`data`. Inlined: the per-packet path is what
+        limits a capture with one frame per packet (BENCHMARKS.md)."""
+        halves = self._halves
+        pending = self._pending
+        max_pending = self.max_pending
+        append = self.out.append
+        keep_raw = self.keep_raw
+        max_body = self.max_body
+        header = _HEADER.unpack_from
+        decode = decode_frame
+        data = self.data
+        request_types = REQUEST_TYPES
+        checked = CHECKED
+        if items and self.first_ts is None:
+            self._first(items[0][2])
+        for stream, direction, ts, chunk, packet in items:
+            half = halves.get((stream, direction))
+            size = len(chunk)
+            if half is None or half.shadow or half.stopped or half.skip or half.resync or size < HEADER_SIZE:
+                data(stream, direction, ts, chunk, packet)
+                continue
+            ftype, length = header(chunk, 0)
+            if length + HEADER_SIZE != size or length > max_body:
+                data(stream, direction, ts, chunk, packet)
+                continue
+            try:
+                message = decode(chunk)
+            except RemoteProtocolError:
+                data(stream, direction, ts, chunk, packet)
+                continue
+            number = self.number = self.number + 1
+            request = rtt = None
+            flag = 0
+            cls = type(message)
+            if cls is Response:
+                request = pending.pop((stream, 1 - direction, message.id), None)  # type: ignore[attr-defined]
+                if request is None:
+                    flag = 1
+                else:
+                    if ts is not None and request.ts is not None:
+                        rtt = ts - request.ts
+                    if message.status == TIMEOUT or self.leg_of or self.routes:  # type: ignore[attr-defined]
+                        flag = 1
+            elif cls in request_types and message.id is not None:  # type: ignore[attr-defined]
+                ident = (stream, direction, message.id)  # type: ignore[attr-defined]
+                if ident in pending:
+                    flag = 2
+                    dup = pending[ident].number
+                if len(pending) >= max_pending:
+                    del pending[next(iter(pending))]
+                pending[ident] = new_tuple(RequestSeen, (number, cls.function, getattr(message, "key", None), ts))
+            elif cls in checked:
+                flag = 3
+            offset = half.origin + half.decoder.consumed
+            append(new_tuple(FrameRecord, (
+                number, ts, stream, direction, offset, message, chunk if keep_raw else None,
+                OK, None, ftype, size, None, request, rtt, False, packet, None,
+            )))
+            half.origin += size
+            half.base += size
+            if flag:
+                if flag == 1:
+                    self.check_response(ts, stream, direction, number, message, request)  # type: ignore[arg-type]
+                elif flag == 2:
+                    self.violation(ts, stream, direction, number, f"duplicate request id {ident[2]}: "
+                                   f"frame #{dup} with this id is still pending", ident[::2])
+                else:
+                    self.check_other(ts, stream, direction, number, message)
+            if self.limits and length > self.limits.get((stream, direction), 1 << 62):
+                self.check_limit(ts, stream, direction, number, length)
+
+    def _whole_frames_of(self, half: _Half, stream: int, direction: int, ts: Optional[float], data: bytes,
+                         packet: Optional[int]) -> int:
+        """Decode the whole, valid frames at the start of ``data`` (the direction has no
+        bytes buffered); returns how many bytes they took. The first frame that is cut
+        short, too large or does not decode is left to the stream decoder, which reports
+        it exactly as before. Inlined like :meth:`whole_frames`: measured 2x faster than
+        the stream decoder on a capture with one frame per packet (BENCHMARKS.md)."""
+        size = len(data)
+        max_body = self.max_body
+        header = _HEADER.unpack_from
+        decode = decode_frame
+        pending = self._pending
+        max_pending = self.max_pending
+        append = self.out.append
+        keep_raw = self.keep_raw
+        limit = self.limits.get((stream, direction)) if self.limits else None
+        routing = bool(self.leg_of or self.routes)
+        number = self.number
+        origin = half.origin + half.decoder.consumed  # stream offset of data[0]
+        off = 0
+        while off + HEADER_SIZE <= size:
+            ftype, length = header(data, off)
+            end = off + HEADER_SIZE + length
+            if end > size or length > max_body:
+                break
+            frame = data if off == 0 and end == size else data[off:end]
+            try:
+                message = decode(frame)
+            except RemoteProtocolError:
+                break
+            number += 1
+            request = rtt = None
+            flag = 0
+            cls = type(message)
+            if cls is Response:
+                request = pending.pop((stream, 1 - direction, message.id), None)  # type: ignore[attr-defined]
+                if request is None:
+                    flag = 1
+                else:
+                    if ts is not None and request.ts is not None:
+                        rtt = ts - request.ts
+                    if routing or message.status == TIMEOUT:  # type: ignore[attr-defined]
+                        flag = 1
+            elif cls in REQUEST_TYPES and message.id is not None:  # type: ignore[attr-defined]
+                ident = (stream, direction, message.id)  # type: ignore[attr-defined]
+                if ident in pending:
+                    flag = 2
+                    dup = pending[ident].number
+                if len(pending) >= max_pending:
+                    del pending[next(iter(pending))]
+                pending[ident] = new_tuple(RequestSeen, (number, cls.function, getattr(message, "key", None), ts))
+            elif cls in CHECKED:
+                flag = 3
+            append(new_tuple(FrameRecord, (
+                number, ts, stream, direction, origin + off, message, frame if keep_raw else None,
+                OK, None, ftype, end - off, None, request, rtt, False, packet, None,
+            )))
+            if flag:
+                self.number = number
+                if flag == 1:
+                    self.check_response(ts, stream, direction, number, message, request)  # type: ignore[arg-type]
+                elif flag == 2:
+                    self.violation(ts, stream, direction, number, f"duplicate request id {ident[2]}: "
+                                   f"frame #{dup} with this id is still pending", ident[::2])
+                else:
+                    self.check_other(ts, stream, direction, number, message)
+                    limit = self.limits.get((stream, direction)) if self.limits else None
+            if limit is not None and length > limit:
+                self.check_limit(ts, stream, direction, number, length)
+            off = end
+        self.number = number
+        if off:
+            # The stream decoder skips what was decoded here: its next byte is data[off].
+            half.origin += off
+            half.base += off
+        return off
 
     # --- protocol checks (the slow path: called only when something needs a look) -----
 

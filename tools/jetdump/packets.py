@@ -13,8 +13,8 @@ blocks are skipped).
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterator
-from typing import BinaryIO
+from collections.abc import Iterator
+from typing import BinaryIO, Optional
 
 from .events import InputError
 
@@ -40,11 +40,10 @@ class _Buffer:
     """Bytes read ahead from the stream; ``read1`` returns what a pipe has (live input
     is not held back waiting for a full chunk)."""
 
-    __slots__ = ("data", "eof", "on_wait", "pos", "read")
+    __slots__ = ("data", "eof", "pos", "read")
 
-    def __init__(self, stream: BinaryIO, head: bytes, on_wait: Callable[[], None]) -> None:
+    def __init__(self, stream: BinaryIO, head: bytes) -> None:
         self.read = getattr(stream, "read1", stream.read)
-        self.on_wait = on_wait
         self.data = head
         self.pos = 0
         self.eof = False
@@ -54,7 +53,6 @@ class _Buffer:
         while len(self.data) - self.pos < n:
             if self.eof:
                 return False
-            self.on_wait()
             more = self.read(max(CHUNK, n))
             if not more:
                 self.eof = True
@@ -64,21 +62,19 @@ class _Buffer:
         return True
 
 
-def read_packets(
-    stream: BinaryIO, head: bytes = b"", on_wait: Callable[[], None] = lambda: None,
-) -> Iterator[tuple[float, int, bytes]]:
-    """Yield ``(timestamp, linktype, link-layer frame)`` for each packet.
+def read_packets(stream: BinaryIO, head: bytes = b"") -> Iterator[Optional[tuple[float, int, bytes]]]:
+    """Yield ``(timestamp, linktype, link-layer frame)`` for each packet, and None before
+    each read from ``stream`` (where a pipe may block: a reader shows what it has).
 
     Args:
         stream: the capture, positioned after ``head``.
         head: bytes already read from its start (at most a few, to test the magic).
-        on_wait: called before each read from ``stream`` (where a pipe may block).
 
     Raises:
         InputError: the stream is not a pcap/pcapng capture.
         CaptureTruncated: the stream ends inside a packet (after yielding the whole ones).
     """
-    buf = _Buffer(stream, head, on_wait)
+    buf = _Buffer(stream, head)
     if not buf.need(4):
         raise InputError("not a pcap/pcapng capture: empty or shorter than 4 bytes")
     magic = buf.data[buf.pos : buf.pos + 4]
@@ -89,7 +85,7 @@ def read_packets(
     raise InputError(f"not a pcap/pcapng capture (magic {magic.hex()})")
 
 
-def _pcap(buf: _Buffer, order: str, unit: float) -> Iterator[tuple[float, int, bytes]]:
+def _pcap(buf: _Buffer, order: str, unit: float) -> Iterator[Optional[tuple[float, int, bytes]]]:
     if not buf.need(24):
         raise InputError("not a readable pcap capture: file header cut short")
     (linktype,) = struct.unpack_from(order + "I", buf.data, buf.pos + 20)
@@ -98,7 +94,7 @@ def _pcap(buf: _Buffer, order: str, unit: float) -> Iterator[tuple[float, int, b
     return _pcap_records(buf, order, unit, linktype)
 
 
-def _pcap_records(buf: _Buffer, order: str, unit: float, linktype: int) -> Iterator[tuple[float, int, bytes]]:
+def _pcap_records(buf: _Buffer, order: str, unit: float, linktype: int) -> Iterator[Optional[tuple[float, int, bytes]]]:
     record = struct.Struct(order + "IIII")
     unpack = record.unpack_from
     count = 0
@@ -115,6 +111,7 @@ def _pcap_records(buf: _Buffer, order: str, unit: float, linktype: int) -> Itera
             yield sec + frac * unit, linktype, data[pos + 16 : stop]
             pos = stop
         buf.pos = pos
+        yield None  # the chunk is used up: more is read now
         if not buf.need(16):
             if buf.pos < len(buf.data):
                 raise CaptureTruncated(count, f"capture truncated after packet {count}: record header cut short")
@@ -129,7 +126,7 @@ def _pcap_records(buf: _Buffer, order: str, unit: float, linktype: int) -> Itera
 _SHB_BOM = {b"\x1a\x2b\x3c\x4d": ">", b"\x4d\x3c\x2b\x1a": "<"}
 
 
-def _pcapng(buf: _Buffer) -> Iterator[tuple[float, int, bytes]]:
+def _pcapng(buf: _Buffer) -> Iterator[Optional[tuple[float, int, bytes]]]:
     if not buf.need(12) or buf.data[buf.pos + 8 : buf.pos + 12] not in _SHB_BOM:
         raise InputError("not a readable pcapng capture: bad section header")
     return _pcapng_blocks(buf)
@@ -153,13 +150,15 @@ def _idb_resolution(body: bytes, order: str) -> tuple[float, float]:
     return unit, offset
 
 
-def _pcapng_blocks(buf: _Buffer) -> Iterator[tuple[float, int, bytes]]:
+def _pcapng_blocks(buf: _Buffer) -> Iterator[Optional[tuple[float, int, bytes]]]:
     order = ">"
     interfaces: list[tuple[int, float, float]] = []  # (linktype, unit, offset)
     header = struct.Struct(">II")
     epb = struct.Struct(">IIIII")
     count = 0
     while True:
+        if len(buf.data) - buf.pos < 8:
+            yield None  # the chunk is used up: more is read now
         if not buf.need(8):
             if buf.pos < len(buf.data):
                 raise CaptureTruncated(count, f"capture truncated after packet {count}: block header cut short")
@@ -179,6 +178,8 @@ def _pcapng_blocks(buf: _Buffer) -> Iterator[tuple[float, int, bytes]]:
         block_type, length = header.unpack_from(data, pos)
         if length < 12 or length > MAX_BLOCK or length % 4:
             raise CaptureTruncated(count, f"capture damaged after packet {count}: block length {length}")
+        if len(buf.data) - buf.pos < length:
+            yield None
         if not buf.need(length):
             raise CaptureTruncated(count, f"capture truncated inside block after packet {count}")
         data, pos = buf.data, buf.pos
