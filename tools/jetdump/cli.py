@@ -78,6 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     _output_options(parser)
     parser.add_argument("--port", type=int, default=DEFAULT_JET_PORT,
                         help=f"TCP port of jet streams in captures (default {DEFAULT_JET_PORT})")
+    parser.add_argument("--write-pcapng", metavar="FILE",
+                        help="write the event log(s) as a pcapng capture (one synthesised TCP stream per "
+                        "connection, the daemon's timestamps) for Wireshark/tshark, instead of printing")
     parser.add_argument("--no-heuristic", action="store_true",
                         help="do not take other TCP streams that begin with an INFO frame as jet")
     return parser
@@ -440,6 +443,8 @@ def run_dump(args: argparse.Namespace, stdout: IO[str], stderr: IO[str]) -> int:
     except InputError as exc:
         stderr.write(f"jetdump: {exc}\n")
         return EXIT_USAGE
+    if args.write_pcapng:
+        return _write_pcapng(args, errors, logs, stderr)
     try:
         def on_wait() -> None:
             # Before each read from the input: what is decoded so far is shown (live
@@ -460,6 +465,28 @@ def run_dump(args: argparse.Namespace, stdout: IO[str], stderr: IO[str]) -> int:
     if logs.damaged_regions:
         stderr.write(f"jetdump: {logs.damaged_regions} damaged region(s) of event-log records skipped "
                      "(the log-damage notes say where)\n")
+    if errors:
+        return EXIT_UNREADABLE
+    return EXIT_DAMAGED if logs.damaged_headers or logs.damaged_regions else 0
+
+
+def _write_pcapng(args: argparse.Namespace, errors: list[str], logs: LogSource, stderr: IO[str]) -> int:
+    from .export import export_pcapng
+
+    try:
+        handle = open(args.write_pcapng, "wb")  # noqa: SIM115 - closed below
+    except OSError as exc:
+        stderr.write(f"jetdump: --write-pcapng {args.write_pcapng}: {exc.strerror or exc}\n")
+        return EXIT_UNREADABLE
+    streams = frames = 0
+    with handle:
+        try:
+            streams, frames = export_pcapng(_input_events(args, errors, logs), handle, server_port=args.port)
+        except InputError as exc:
+            errors.append(str(exc))
+    for message in errors + logs.damaged_headers:
+        stderr.write(f"jetdump: {message}\n")
+    stderr.write(f"jetdump: wrote {frames} frame(s) of {streams} connection(s) to {args.write_pcapng}\n")
     if errors:
         return EXIT_UNREADABLE
     return EXIT_DAMAGED if logs.damaged_headers or logs.damaged_regions else 0
