@@ -227,6 +227,9 @@ def read_capture(
     last_ts: Optional[float] = None
     truncated: Optional[str] = None
     batch: list[DataTuple] = []
+    # (src, sport, dst, dport) of each direction of a jet stream -> (stream, direction,
+    # its reassembly state): the per-packet fast path for in-order data.
+    in_order: dict[tuple[bytes, int, bytes, int], tuple[int, int, _Direction]] = {}
     while True:
         try:
             packet = next(packets)
@@ -281,6 +284,18 @@ def read_capture(
         # A snaplen-cut packet delivers only its captured bytes; the rest stays a hole
         # that a retransmission may fill, or becomes a gap.
         key = (src, sport, dst, dport)
+        known = in_order.get(key)
+        if known is not None and payload and not flags & 0x07:  # no SYN, FIN, RST
+            half = known[2]
+            if not half.held and (seq - half.base - half.next) & 0xFFFF_FFFF == 0:
+                # The common case: the next in-order bytes of a jet stream, nothing held.
+                half.next += len(payload)
+                half.last_ts = ts
+                batch.append((known[0], known[1], ts, payload, count))
+                if len(batch) >= DATA_BATCH:
+                    yield DataBatch(batch)
+                    batch = []
+                continue
         conn = connections.get(key)
         if conn is None or (flags & _SYN and not flags & _ACK and conn.closed):
             if flags & _SYN and flags & _ACK:
@@ -294,6 +309,8 @@ def read_capture(
             ordered.append(conn)
             connections[key] = conn
             connections[(dst, dport, src, sport)] = conn
+            in_order.pop(key, None)
+            in_order.pop((dst, dport, src, sport), None)
             if jet_port in (sport, dport):
                 conn.kind = True
                 if batch:
@@ -306,16 +323,8 @@ def read_capture(
             continue  # not jet: no reassembly work or memory spent on it
         direction = 0 if (src, sport) == conn.client else 1
         half = conn.dirs[direction]
-        if payload and conn.kind and not half.held and not flags & (_SYN | _FIN | _RST) and half.base is not None \
-                and (seq - half.base - half.next) & 0xFFFF_FFFF == 0:
-            # The common case: the next in-order bytes of a jet stream, nothing held.
-            half.next += len(payload)
-            half.last_ts = ts
-            batch.append((conn.stream, direction, ts, payload, count))
-            if len(batch) >= DATA_BATCH:
-                yield DataBatch(batch)
-                batch = []
-            continue
+        if conn.kind and half.base is not None and not conn.closed:
+            in_order[key] = (conn.stream, direction, half)
         if flags & _SYN:
             if half.base is None:
                 half.base = (seq + 1) & 0xFFFF_FFFF

@@ -429,6 +429,8 @@ class Dissector:
         checked = CHECKED
         if items and self.first_ts is None:
             self._first(items[0][2])
+        limits = self.limits
+        routing = bool(self.leg_of or self.routes)  # routes change only at notes, never inside a batch
         for stream, direction, ts, chunk, packet in items:
             half = halves.get((stream, direction))
             size = len(chunk)
@@ -455,7 +457,7 @@ class Dissector:
                 else:
                     if ts is not None and request.ts is not None:
                         rtt = ts - request.ts
-                    if message.status == TIMEOUT or self.leg_of or self.routes:  # type: ignore[attr-defined]
+                    if routing or message.status == TIMEOUT:  # type: ignore[attr-defined]
                         flag = 1
             elif cls in request_types and message.id is not None:  # type: ignore[attr-defined]
                 ident = (stream, direction, message.id)  # type: ignore[attr-defined]
@@ -482,7 +484,7 @@ class Dissector:
                                    f"frame #{dup} with this id is still pending", ident[::2])
                 else:
                     self.check_other(ts, stream, direction, number, message)
-            if self.limits and length > self.limits.get((stream, direction), 1 << 62):
+            if limits and length > limits.get((stream, direction), 1 << 62):
                 self.check_limit(ts, stream, direction, number, length)
 
     def _whole_frames_of(self, half: _Half, stream: int, direction: int, ts: Optional[float], data: bytes,
