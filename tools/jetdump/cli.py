@@ -547,6 +547,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the ``jetdump`` console script; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        if argv[:1] == ["top"]:
+            from .top import run_top
+
+            return run_top(argv[1:], sys.stdout, sys.stderr)
         if argv[:1] == ["tap"]:
             return run_tap(build_tap_parser().parse_args(argv[1:]), sys.stdout, sys.stderr)
         return run_dump(build_parser().parse_args(argv), sys.stdout, sys.stderr)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import glob
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Optional
 
@@ -105,7 +105,7 @@ class LogSource:
         self.damaged_headers.append(message)
         return Note(None, None, "log-damage", message)
 
-    def read(self, path: Path) -> Iterator[Event]:
+    def read(self, path: Path, wait: Optional[Callable[[], bool]] = None) -> Iterator[Event]:
         """Yield one segment's events.
 
         A segment whose header is damaged (cut short, CRC mismatch, name not UTF-8) is
@@ -126,6 +126,8 @@ class LogSource:
                 while True:
                     chunk = stream.read(READ_CHUNK)
                     if not chunk:
+                        if wait is not None and wait():
+                            continue  # following a growing segment: more may come
                         break
                     reader.feed(chunk)
                     opened = self.opened
