@@ -57,8 +57,9 @@ def _json_epilog() -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="jetdump",
-        description="Decode jet traffic from captures, event logs, raw bytes or hex, "
-        "or live with `jetdump tap --listen PORT --upstream HOST:PORT`.",
+        description="Decode jet traffic from captures (files, pipes, live with -i), event logs, raw bytes "
+        "or hex; live between peers and a daemon with `jetdump tap --listen PORT --upstream HOST:PORT`; "
+        "a refreshing view of the busiest keys and peers with `jetdump top` (see `jetdump top --help`).",
         epilog=EXIT_STATUS_HELP + "\n\n" + _json_epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -82,7 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="write the event log(s) as a pcapng capture (one synthesised TCP stream per "
                         "connection, the daemon's timestamps) for Wireshark/tshark, instead of printing")
     parser.add_argument("--no-heuristic", action="store_true",
-                        help="do not take other TCP streams that begin with an INFO frame as jet")
+                        help="take only streams on --port as jet (by default a stream is also jet when either "
+                        "direction starts with an INFO or a whole frame that decodes)")
     return parser
 
 
