@@ -101,8 +101,8 @@ def test_bad_hex_is_unreadable_input() -> None:
 def test_pcap_and_pcapng_give_the_same_frames(tmp_path: Path, capture: Path) -> None:
     pcapng = tmp_path / "conversation.pcapng"
     write_conversation(pcapng, pcapng=True)
-    a = run_jetdump(str(capture))
-    b = run_jetdump(str(pcapng))
+    a = run_jetdump(str(capture), "--no-notes")
+    b = run_jetdump(str(pcapng), "--no-notes")
     assert a.returncode == b.returncode == 0
 
     def untimed(text: str) -> list[str]:
@@ -122,10 +122,11 @@ def test_port_option_selects_streams(tmp_path: Path) -> None:
     with open(path, "wb") as f:
         session = TcpSession(CaptureWriter(f), CLIENT, ("10.0.0.2", 7000))
         session.handshake()
-        session.send(0, SET)  # no INFO at the start: only the port can say it is jet
+        session.send(0, SET)  # client first, no INFO: a plausible frame makes it jet
         session.close()
-    assert lines(run_jetdump(str(path)).stdout) == []
-    assert "SET_STATE" in run_jetdump(str(path), "--port", "7000").stdout
+    assert "SET_STATE" in run_jetdump(str(path)).stdout
+    assert lines(run_jetdump(str(path), "--no-heuristic").stdout) == []
+    assert "SET_STATE" in run_jetdump(str(path), "--no-heuristic", "--port", "7000").stdout
 
 
 def test_missing_and_unrecognised_inputs_exit_non_zero(tmp_path: Path, capture: Path) -> None:
@@ -136,7 +137,7 @@ def test_missing_and_unrecognised_inputs_exit_non_zero(tmp_path: Path, capture: 
     unrecognised = run_jetdump(str(text))
     assert unrecognised.returncode == 1 and "not a pcap/pcapng capture or jet event log" in unrecognised.stderr
     # A readable input next to an unreadable one is still shown; the status says something failed.
-    mixed = run_jetdump(str(capture), str(text))
+    mixed = run_jetdump(str(capture), str(text), "--no-notes")
     assert mixed.returncode == 1 and len(lines(mixed.stdout)) == len(CONVERSATION)
     nothing = run_jetdump()
     assert nothing.returncode == 1 and "no input" in nothing.stderr
@@ -178,7 +179,7 @@ def test_gap_inside_a_frame_resumes_at_the_next_frame(tmp_path: Path) -> None:
     assert "FETCH_CHANGE" in out[3]
 
 
-def test_gap_across_a_frame_boundary_stops_the_direction(tmp_path: Path) -> None:
+def test_gap_across_a_frame_boundary_resynchronises_at_the_next_frame(tmp_path: Path) -> None:
     path = tmp_path / "gap2.pcap"
     with open(path, "wb") as f:
         session = TcpSession(CaptureWriter(f), CLIENT, SERVER)
@@ -194,8 +195,62 @@ def test_gap_across_a_frame_boundary_stops_the_direction(tmp_path: Path) -> None
     assert "NOT_FOUND" in out[1]
     assert "gap: 28 byte(s) missing at stream offset 38" in out[2]
     assert "TRUNCATED EVENT: gap in the capture: 10 of 35 bytes present" in out[3]
-    assert "next frame boundary is unknown" in out[4]
-    assert len(out) == 5
+    skipped = len(SET) - 3
+    assert f"decoding resumes at stream offset {38 + 28 + skipped}, the next plausible frame ({skipped} byte(s)" in out[4]
+    assert 'REQUEST id=7 SET_STATE key="a/b"' in out[5]
+    # NOT_FOUND answered the first SET id=7; the one after the gap has no answer.
+    assert "frame #4: request id 7 was never answered" in out[6]
+    assert len(out) == 7
+
+
+def test_gap_notes_carry_the_time_of_the_loss(tmp_path: Path) -> None:
+    """A hole 10 s into the capture, which goes on until 100 s: the gap and the frame it
+    cut are reported at 10 s, not at the end."""
+    path = tmp_path / "gap3.pcap"
+    big = encode(SetState(1, "k", Value.of("x" * 100)))
+    with open(path, "wb") as f:
+        session = TcpSession(CaptureWriter(f), CLIENT, SERVER, ts=1000.0)
+        session.handshake()
+        session.send(0, SET + big[:30], dt=1)
+        session.skip(0, 200)  # the rest of big and more: the boundary is lost
+        session.send(0, SET, dt=9)  # held behind the hole from t=1010
+        session.send(1, NOT_FOUND, dt=90)
+        session.close()
+    objs = jetdump_json(str(path))
+    gap = next(o for o in objs if o.get("note") == "gap")
+    truncated = next(o for o in objs if o.get("kind") == "truncated")
+    assert gap["timestamp"] == pytest.approx(1010.0003, abs=1e-3)
+    assert truncated["timestamp"] == pytest.approx(1010.0003, abs=1e-3)
+    assert any(o.get("note") == "resync" for o in objs)
+
+
+def test_a_client_first_stream_that_is_not_jet_is_skipped_with_a_note(tmp_path: Path) -> None:
+    path = tmp_path / "http.pcap"
+    with open(path, "wb") as f:
+        session = TcpSession(CaptureWriter(f), CLIENT, ("10.0.0.2", 8080))
+        session.handshake()
+        session.send(0, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        session.send(1, b"HTTP/1.1 200 OK\r\n\r\n")
+        session.close()
+    out = lines(run_jetdump(str(path)).stdout)
+    assert len(out) == 1
+    assert "stream 0 10.0.0.1:50000 ↔ 10.0.0.2:8080 skipped: neither direction starts with an INFO" in out[0]
+    assert "47 45 54 20" in out[0]
+
+
+def test_longer_info_of_a_later_minor_version_still_marks_a_stream(tmp_path: Path) -> None:
+    """Protocol 1.1 may add fields after INFO's name: the heuristic still takes the stream."""
+    info = encode(Info("jetd"))
+    longer = bytes([info[0]]) + (int.from_bytes(info[1:5], "big") + 6).to_bytes(4, "big") + info[5:] + b"\x00" * 6
+    path = tmp_path / "info11.pcap"
+    with open(path, "wb") as f:
+        session = TcpSession(CaptureWriter(f), CLIENT, ("10.0.0.2", 7001))
+        session.handshake()
+        session.send(1, longer)
+        session.send(0, SET)
+        session.close()
+    out = lines(run_jetdump(str(path), "--no-notes").stdout)
+    assert "SET_STATE" in out[-1]
 
 
 def test_fatal_header_error_stops_only_that_direction(tmp_path: Path) -> None:
@@ -347,16 +402,29 @@ def test_stats(capture: Path) -> None:
     text = run_jetdump("--stats", str(capture))
     assert text.returncode == 0
     assert re.search(rf"REQUEST\s+{types['REQUEST']}\n", text.stdout)
-    assert "request/response latency (ms):" in text.stdout
+    assert "request/response latency (ms), as the requester sees it:" in text.stdout
     report = json.loads(run_jetdump("--stats", "--json", str(capture)).stdout)
     assert report["frames"] == len(CONVERSATION)
     assert report["types"] == dict(types)
-    statuses = Counter(m.status.name for _, m in CONVERSATION if isinstance(m, (Response, Close)))
+    # The daemon's SET_STATE id=900 to this peer (the owner) and its answer are the legs
+    # of a routed request: counted apart, not as the peer's own requests.
+    statuses = Counter(m.status.name for d, m in CONVERSATION if isinstance(m, (Response, Close)) and d == 1)
     assert report["statuses"] == dict(statuses)
+    assert report["legs"]["functions"] == {"SET_STATE": 2} and report["legs"]["statuses"] == {"OK": 1}
+    assert report["legs"]["latency_ms"]["SET_STATE"]["count"] == 1
     assert report["functions"]["FETCH_ADD"] == 1 and report["functions"]["GET_STATE"] == 2
+    assert report["functions"]["SET_STATE"] == 3  # the peer's own set (id 3), its answer, a set event
     latency = report["latency_ms"]
     assert latency["GET_STATE"] == pytest.approx({"count": 1, "p50": 1.0, "p90": 1.0, "p99": 1.0, "max": 1.0}, abs=1e-3)
-    assert latency["ALL"]["count"] == types["RESPONSE"]
+    assert latency["ALL"]["count"] == types["RESPONSE"] - 1
+    # Per key and per peer; requests never answered (ids 9-15: no response in CONVERSATION).
+    assert report["keys"]["plant/temp"]["requests"] == 3  # ADD_STATE, SET_STATE, NOTIFY_STATE
+    assert report["keys"]["plant/reset"]["errors"] == 1  # CALL_METHOD REJECTED
+    assert report["peers"]["10.0.0.1:50000"]["requests"] == sum(
+        1 for d, m in CONVERSATION if d == 0 and isinstance(m, Request) and m.id is not None)
+    unanswered = {u["frame"] for u in report["unanswered"]["first"]}
+    assert report["unanswered"]["count"] == len(unanswered) == 7
+    assert "unanswered requests: 7" in text.stdout and "keys (top 20" in text.stdout
     assert sum(s["bytes"] for s in report["streams"]) == sum(len(encode(m)) for _, m in CONVERSATION)
 
 
@@ -419,3 +487,20 @@ def test_authenticate_is_shown_with_its_password_masked() -> None:
     assert "s3cr3t" not in shown
     fields = next(o for o in objs if o.get("function") == "AUTHENTICATE")
     assert fields["user"] == "alice" and fields["password"] == "********" and fields["password_length"] == 6
+
+
+def test_frames_show_the_capture_packet_number(tmp_path: Path) -> None:
+    """Packets 1-3 are the handshake; a frame split over two packets is shown with the
+    packet that completes it (as Wireshark shows a reassembled PDU)."""
+    path = tmp_path / "packets.pcap"
+    with open(path, "wb") as f:
+        session = TcpSession(CaptureWriter(f), CLIENT, SERVER)
+        session.handshake()
+        session.send(0, SET)  # packet 4
+        session.send(0, CHANGE[:7])  # packet 5
+        session.send(0, CHANGE[7:] + SET)  # packet 6
+        session.close()
+    frames = jet_frames(jetdump_json(str(path)))
+    assert [f["packet"] for f in frames] == [4, 6, 6]
+    out = lines(run_jetdump(str(path)).stdout)
+    assert "pkt 4 " in out[0] and "pkt 6 " in out[1]

@@ -174,3 +174,67 @@ def test_log_of_a_real_jetd(tmp_path: Path, start_jetd: Callable[..., Any]) -> N
     frames = jet_frames(jetdump_json(str(log_dir)))
     assert all(f["kind"] == "frame" for f in frames)
     assert {f["type"] for f in frames} >= {"INFO", "REQUEST", "RESPONSE"}
+
+
+def _two_keys_segment() -> bytes:
+    """Two routed sets, plant/temp (OK) and plant/boiler (REJECTED), and connection notes."""
+    other = encode(SetState(6, "plant/boiler", Value.of(1)))
+    other_routed = encode(SetState(2, "plant/boiler", Value.of(1)))
+    records = [
+        (3, LogKind.CONN_OPEN, conn_open_data("127.0.0.1:50001")),
+        (7, LogKind.CONN_OPEN, conn_open_data("127.0.0.1:50002")),
+        (7, LogKind.FRAME_IN, SET),
+        (0, LogKind.ROUTE, route_data(7, 5, 3, 1, 0x03, "plant/temp")),
+        (3, LogKind.FRAME_OUT, ROUTED),
+        (7, LogKind.FRAME_IN, other),
+        (0, LogKind.ROUTE, route_data(7, 6, 3, 2, 0x03, "plant/boiler")),
+        (3, LogKind.FRAME_OUT, other_routed),
+        (3, LogKind.FRAME_IN, OWNER_OK),
+        (3, LogKind.FRAME_IN, encode(Response(2, Status.REJECTED, message="no"))),
+        (7, LogKind.FRAME_OUT, REQUESTER_OK),
+        (7, LogKind.FRAME_OUT, encode(Response(6, Status.REJECTED, message="no"))),
+        (7, LogKind.CONN_CLOSE, conn_close_data(Status.OK, "peer closed")),
+    ]
+    out = encode_header(LogHeader("jetd", T0, 0))
+    for i, (conn, kind, data) in enumerate(records):
+        out += encode_record(T0 + i * 1_000_000, conn, kind, data)
+    return out
+
+
+def test_filters_keep_only_the_notes_about_selected_frames(tmp_path: Path) -> None:
+    path = tmp_path / "jet-x-000000.jetlog"
+    path.write_bytes(_two_keys_segment())
+    by_key = jetdump_json(str(path), "--key", "plant/boiler")
+    notes = [o for o in by_key if o["record"] == "note"]
+    assert [n["text"] for n in notes] == ["routed SET_STATE key='plant/boiler': c7 id=6 -> c3 id=2"]
+    assert len(jet_frames(by_key)) == 4
+    by_status = jetdump_json(str(path), "--status", "REJECTED")
+    assert [o["record"] for o in by_status] == ["frame", "frame"]  # no connection or routing notes
+    plain = jetdump_json(str(path))
+    assert sum(o["record"] == "note" for o in plain) == 6
+    assert all(o["record"] == "frame" for o in jetdump_json(str(path), "--no-notes"))
+    assert len(jetdump_json(str(path), "--no-notes")) == 8
+    # Several streams: with commas or repeated.
+    both = jet_frames(jetdump_json(str(path), "--stream", "3,7"))
+    assert len(both) == 8
+    assert jet_frames(jetdump_json(str(path), "--stream", "3", "--stream", "7")) == both
+    assert {f["stream"] for f in jet_frames(jetdump_json(str(path), "--stream", "3"))} == {3}
+
+
+def test_stats_count_a_routed_request_once_with_its_legs_apart(tmp_path: Path) -> None:
+    import json
+
+    path = tmp_path / "jet-x-000000.jetlog"
+    path.write_bytes(_two_keys_segment())
+    result = run_jetdump("--stats", "--json", str(path))
+    report = json.loads(result.stdout)
+    assert report["functions"] == {"SET_STATE": 4}  # two requests, two answers to c7
+    assert report["statuses"] == {"OK": 1, "REJECTED": 1}
+    assert report["legs"]["functions"] == {"SET_STATE": 4} and report["legs"]["statuses"] == {"OK": 1, "REJECTED": 1}
+    assert report["latency_ms"]["SET_STATE"]["count"] == 2
+    assert report["keys"]["plant/boiler"] == {"requests": 1, "events": 0, "errors": 1,
+                                              "latency_ms": report["keys"]["plant/boiler"]["latency_ms"]}
+    assert report["keys"]["plant/boiler"]["latency_ms"]["p50"] == pytest.approx(6.0, abs=1e-3)
+    assert report["peers"]["c7"]["requests"] == 2 and report["peers"]["c7"]["errors"] == 1
+    assert report["peers"]["c3"]["requests"] == 0
+    assert report["unanswered"]["count"] == 0

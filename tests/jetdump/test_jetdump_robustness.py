@@ -77,7 +77,8 @@ def test_fatal_body_errors_resume_at_the_next_frame_in_any_chunking() -> None:
     short_request = bytes.fromhex("0100000002aaaa")
     bad_code = bytes.fromhex("030000000177")
     good = encode(GetState(1, "a"))
-    stream = bad_event + good + short_request + bad_code + good
+    good2 = encode(GetState(2, "a"))  # another id: a repeated pending id is a violation note
+    stream = bad_event + good + short_request + bad_code + good2
     for cut in range(len(stream) + 1):
         dissector = Dissector()
         for part in (stream[:cut], stream[cut:]):

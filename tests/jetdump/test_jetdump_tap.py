@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import selectors
 import signal
 import socket
@@ -160,3 +161,39 @@ def test_tap_usage_errors() -> None:
         capture_output=True, text=True, env=env, cwd=REPO, timeout=30,
     )
     assert result.returncode == 2 and "expected HOST:PORT" in result.stderr
+
+
+def test_a_stalled_terminal_never_stalls_the_bus(start_jetd: Callable[..., Any]) -> None:
+    """Nobody reads the tap's stdout while 3,000 gets pass (the pipe holds 64 KB): the
+    traffic completes, the lines that did not fit are dropped, counted in a note in the
+    output and at exit."""
+    daemon = start_jetd()
+    with tap(f"{daemon.host}:{daemon.port}", "--output-buffer", "65536") as (proc, port):
+        # 30 rounds of 100 gets, each answered before the next: many chunks pass the tap
+        # while its stdout is full (one huge chunk would be let through whole).
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(encode(Info("slow-terminal")))
+            decoder = Decoder()
+            answered = 0
+            for round_no in range(30):
+                first = round_no * 100 + 1
+                sock.sendall(b"".join(encode(GetState(i, f"k/{i}")) for i in range(first, first + 100)))
+                while answered < first + 99:
+                    chunk = sock.recv(1 << 16)
+                    assert chunk, "the tap closed the connection"
+                    decoder.receive_data(chunk)
+                    answered += sum(isinstance(m, Response) for m in decoder.messages())
+        assert answered == 3000
+        proc.send_signal(signal.SIGTERM)
+        out_bytes, err_bytes = proc.communicate(timeout=30)
+    out, err = out_bytes.decode(), err_bytes.decode()
+    assert proc.returncode == 0, err
+    match = re.search(r"jetdump: (\d+) line\(s\) dropped", err)
+    assert match is not None, (err, len(out), out[-300:])
+    dropped = int(match.group(1))
+    assert dropped > 0
+    shown = out.count("REQUEST id=") + out.count("RESPONSE id=")
+    noted = sum(int(line.split("line(s) dropped")[0].split()[-1]) for line in out.splitlines() if "line(s) dropped" in line)
+    assert noted == dropped
+    # Every frame is either shown or counted as dropped (2 INFO + 3,000 requests + 3,000 responses).
+    assert shown + out.count(" INFO ") + dropped == 6002

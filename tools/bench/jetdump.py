@@ -43,20 +43,38 @@ def _traffic(batch: int = BATCH) -> tuple[bytes, bytes]:
     return requests, answers + events
 
 
-def write_capture(path: Path, frames: int) -> int:
-    """A capture of about ``frames`` frames; returns the exact count."""
-    to_daemon, to_peer = _traffic()
+def write_capture(path: Path, frames: int, *, per_packet: bool = False) -> int:
+    """A capture of about ``frames`` frames; returns the exact count. Batched: rounds of
+    ``BATCH`` frames per segment; ``per_packet``: every frame in its own segment (as
+    request/response traffic without pipelining looks), the costly case per frame."""
     with open(path, "wb") as f:
         session = TcpSession(CaptureWriter(f), ("127.0.0.1", 40000), ("127.0.0.1", 11124))
         session.handshake()
         session.send(1, encode(Info("jetd")))
         count = 1
-        while count < frames:
-            session.send(0, to_daemon, dt=0.00005)
-            session.send(1, to_peer, dt=0.00005)
-            count += 3 * BATCH
+        if per_packet:
+            requests, answers, events = _traffic_frames()
+            while count < frames:
+                for request, answer, event in zip(requests, answers, events, strict=True):
+                    session.send(0, request, dt=0.00002)
+                    session.send(1, answer, dt=0.00002)
+                    session.send(1, event, dt=0.00001)
+                count += 3 * BATCH
+        else:
+            to_daemon, to_peer = _traffic()
+            while count < frames:
+                session.send(0, to_daemon, dt=0.00005)
+                session.send(1, to_peer, dt=0.00005)
+                count += 3 * BATCH
         session.close()
     return count
+
+
+def _traffic_frames(batch: int = BATCH) -> tuple[list[bytes], list[bytes], list[bytes]]:
+    requests = [encode(SetState(i, f"plant/line{i % 10}/temp", Value.of(20.0 + i % 7))) for i in range(batch)]
+    answers = [encode(Response(i, Status.OK, Value.of(20.0 + i % 7))) for i in range(batch)]
+    events = [encode(FetchChange(3, f"plant/line{i % 10}/temp", Value.of(20.0 + i % 7))) for i in range(batch)]
+    return requests, answers, events
 
 
 def write_log(path: Path, frames: int) -> int:
@@ -201,6 +219,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         print("| input | frames | runs | wall s (median) | frames/s (wall) | CPU s (median) | frames/s (CPU) |")
         print("|---|---:|---:|---:|---:|---:|---:|")
         print(rate_row("capture, summary", n_cap, [*jetdump, str(capture)], args.repeats))
+        per_packet = work / "per-packet.pcap"
+        n_pp = write_capture(per_packet, args.frames, per_packet=True)
+        print(rate_row("capture with one frame per packet, summary", n_pp, [*jetdump, str(per_packet)], args.repeats))
         print(rate_row("event log, summary", n_log, [*jetdump, str(log)], args.repeats))
         print(rate_row("capture, --json", n_json_cap, [*jetdump, "--json", str(json_cap)], 1))
         print(rate_row("event log, --json", n_json_log, [*jetdump, "--json", str(json_log)], 1))

@@ -1,9 +1,11 @@
 """jetdump: a Wireshark-style decoder of jet traffic, a live tap, and stats.
 
-Inputs: pcap/pcapng captures (TCP reassembled per direction; jet streams found by port
-or by an INFO frame at their start), jet event-log segments (a file, a directory or a
-glob), raw bytes of one direction (``--raw FILE``) and hex (``--hex``); live, ``jetdump
-tap --listen PORT --upstream HOST:PORT``.
+Inputs: pcap/pcapng captures from files or pipes (``-``, or stdin when no input is
+given; TCP reassembled per direction; jet streams found by port, or when either direction
+starts with an INFO or a plausible frame), live capture (``-i IFACE`` through dumpcap or
+tcpdump), jet event-log segments (a file, a directory or a glob), raw bytes of one
+direction (``--raw FILE``) and hex (``--hex``); live, ``jetdump tap --listen PORT
+--upstream HOST:PORT``.
 
 Output: one summary line per frame (default), the field tree with byte offsets (``-V``),
 a hex dump (``-x``), JSON (``--json``), statistics (``--stats``). Exit status: 0, or 1
@@ -20,6 +22,8 @@ JSON output (``--json``), one object per line; these names are stable:
   stream         connection number (captures: as Wireshark's tcp.stream; logs: conn id)
   direction      0 from the side that opened the connection (peer), 1 towards it
   src, dst       sender and receiver ("host:port", or "cN" / daemon name for logs)
+  packet         captures: the number (from 1, as in Wireshark) of the packet that
+                 completed the frame
   stream_offset  byte offset of the frame in its direction (logs: the record's offset)
   size           bytes of the frame present, header included
   type           REQUEST, RESPONSE, EVENT or INFO (0xNN if unknown)
@@ -46,8 +50,9 @@ JSON output (``--json``), one object per line; these names are stable:
                  256 bytes from a header that lost the frame boundary)
   announced      bytes a truncated frame's header announced (header included)
   schema_error   the construct schema rejects a frame the fast codec accepted (a bug)
-  note, text     for notes: their kind (gap, stopped, capture-truncated, log-damage,
-                 log-truncated, conn-open, conn-close, route, ...) and their text
+  note, text     for notes: their kind (gap, resync, stopped, not-jet, capture-truncated,
+                 log-damage, log-truncated, conn-open, conn-close, route, dropped, ...)
+                 and their text
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
-"""pcap / pcapng captures: packets (dpkt), TCP reassembly per direction, Jet stream detection.
+"""pcap / pcapng captures: TCP reassembly per direction, Jet stream detection.
 
-dpkt reads the capture files; link, IP and TCP headers are sliced with ``struct`` here
-because building dpkt's packet objects costs ~10 us a packet (NOTES.md).
+:mod:`.packets` reads the capture files (from files or pipes); link, IP and TCP headers
+are sliced with ``struct`` here because building dpkt's packet objects costs ~10 us a
+packet (NOTES.md).
 
 Reassembly follows the sequence numbers of each direction: retransmitted and overlapping
 bytes are delivered once, out-of-order segments wait for the bytes before them, and
@@ -13,12 +14,13 @@ capture time, or at the end of the stream). Nothing is guessed.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import BinaryIO, Optional
 
-import dpkt
+from jetwire import RemoteProtocolError, decode_frame
 
-from .events import Data, End, Event, Gap, InputError, Note, Open, Origin
+from .events import Data, DataBatch, DataTuple, End, Event, Gap, Note, Open, Origin
+from .packets import CaptureTruncated, read_packets
 
 DEFAULT_JET_PORT = 11124  # PROTOCOL.md 3
 DEFAULT_HOLE_BYTES = 4 * 1024 * 1024  # out-of-order bytes held per direction before a hole is a gap
@@ -33,6 +35,10 @@ _U16 = struct.Struct(">H")
 _U32_LE = struct.Struct("<I")
 
 _SYN, _FIN, _RST, _ACK = 0x02, 0x01, 0x04, 0x10
+_U32 = struct.Struct(">I")
+DATA_BATCH = 1024  # in-order data packets per DataBatch event
+HEURISTIC_BYTES = 64 * 1024  # first bytes of each direction looked at to decide a stream is jet
+HEURISTIC_MAX_FRAME = 16 * 1024 * 1024  # a first frame announcing more is not taken as jet
 
 
 def is_capture(head: bytes) -> bool:
@@ -40,44 +46,26 @@ def is_capture(head: bytes) -> bool:
     return head[:4] in PCAP_MAGICS or head[:4] == PCAPNG_MAGIC
 
 
-class _ShortReadDetector:
-    """File wrapper that notices a short read: dpkt's classic pcap reader silently
-    returns a short last packet when the file is cut inside it."""
-
-    def __init__(self, raw: BinaryIO) -> None:
-        self._raw = raw
-        self.short = False
-
-    def read(self, n: int = -1) -> bytes:
-        data = self._raw.read(n)
-        if n > 0 and 0 < len(data) < n:
-            self.short = True
-        return data
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self._raw, name)
-
-
-def _ip_of(linktype: int, buf: bytes) -> Optional[bytes]:
-    """The IP packet inside a link-layer frame, or None for anything else."""
+def _ip_offset(linktype: int, buf: bytes) -> int:
+    """Offset of the IP packet inside a link-layer frame, or -1 for anything else."""
     if linktype == 1:  # Ethernet
         if len(buf) < 14:
-            return None
+            return -1
         off = 12
         (etype,) = _U16.unpack_from(buf, off)
         while etype in (0x8100, 0x88A8) and len(buf) >= off + 6:  # VLAN tags
             off += 4
             (etype,) = _U16.unpack_from(buf, off)
-        return buf[off + 2 :] if etype in (0x0800, 0x86DD) else None
+        return off + 2 if etype in (0x0800, 0x86DD) else -1
     if linktype in (0, 108):  # BSD loopback: 4-byte address family
-        return buf[4:]
+        return 4
     if linktype in (101, 12, 14, 228, 229):  # raw IP
-        return buf
+        return 0
     if linktype == 113:  # Linux cooked v1
-        return buf[16:] if len(buf) >= 16 and _U16.unpack_from(buf, 14)[0] in (0x0800, 0x86DD) else None
+        return 16 if len(buf) >= 16 and _U16.unpack_from(buf, 14)[0] in (0x0800, 0x86DD) else -1
     if linktype == 276:  # Linux cooked v2
-        return buf[20:] if len(buf) >= 20 and _U16.unpack_from(buf, 0)[0] in (0x0800, 0x86DD) else None
-    return None
+        return 20 if len(buf) >= 20 and _U16.unpack_from(buf, 0)[0] in (0x0800, 0x86DD) else -1
+    return -1
 
 
 def _addr(ip: bytes, port: int) -> str:
@@ -91,14 +79,15 @@ def _addr(ip: bytes, port: int) -> str:
 class _Direction:
     """Reassembly state of one direction of a TCP connection."""
 
-    __slots__ = ("base", "ended", "fin", "held", "held_bytes", "hole_since", "next", "retransmitted")
+    __slots__ = ("base", "ended", "fin", "held", "held_bytes", "hole_since", "last_ts", "next", "retransmitted")
 
     def __init__(self) -> None:
         self.base: Optional[int] = None  # absolute sequence number of relative offset 0
         self.next = 0  # relative offset of the next byte to deliver
         self.held: dict[int, bytes] = {}  # out-of-order segments by relative offset
         self.held_bytes = 0
-        self.hole_since: Optional[float] = None
+        self.hole_since: Optional[float] = None  # arrival of the first segment after a hole
+        self.last_ts: Optional[float] = None  # the direction's last packet
         self.fin = False
         self.ended = False
         self.retransmitted = 0
@@ -155,7 +144,7 @@ class _Direction:
 
 
 class _Connection:
-    __slots__ = ("client", "closed", "dirs", "kind", "labels", "pending", "stream")
+    __slots__ = ("client", "closed", "complete", "dirs", "kind", "labels", "pending", "stream")
 
     def __init__(self, stream: int, client: tuple[bytes, int], server: tuple[bytes, int]) -> None:
         self.stream = stream
@@ -165,23 +154,50 @@ class _Connection:
         self.kind: Optional[bool] = None  # True: jet, False: not jet, None: undecided
         self.pending: list[Event] = []  # events held while undecided
         self.closed = False
+        self.complete = False  # its SYN is in the capture
 
 
 def _looks_like_info(data: bytes) -> bool:
-    """PROTOCOL.md 4.4: a stream that starts with an INFO frame of major version 1."""
+    """PROTOCOL.md 4.4: a stream that starts with an INFO frame of major version 1. The
+    body may be longer than the 1.0 fields (later minor versions add fields after name)."""
     if len(data) < 7 or data[0] != 0x04:
         return False
-    (length,) = struct.unpack_from(">I", data, 1)
-    return 14 <= length <= 12 + 2 + 0xFFFF and data[5] == 1
+    (length,) = _U32.unpack_from(data, 1)
+    return 14 <= length <= HEURISTIC_MAX_FRAME and data[5] == 1
+
+
+def _starts_like_jet(data: bytes, final: bool) -> Optional[bool]:
+    """Whether one direction's first bytes start like a jet stream: an INFO of version 1,
+    or a whole frame that decodes (PROTOCOL.md 3, 4). None: too few bytes yet."""
+    if len(data) >= 7 and data[0] == 0x04:
+        return _looks_like_info(data)
+    if len(data) < 5:
+        return False if final else None
+    ftype = data[0]
+    (length,) = _U32.unpack_from(data, 1)
+    if not 1 <= ftype <= 3 or length > HEURISTIC_MAX_FRAME:
+        return False
+    end = 5 + length
+    if len(data) < end:
+        return False if final or len(data) >= HEURISTIC_BYTES else None
+    try:
+        decode_frame(data[:end])
+    except RemoteProtocolError:
+        return False
+    return True
 
 
 def read_capture(
     stream: BinaryIO,
+    head: bytes = b"",
     *,
     jet_port: int = DEFAULT_JET_PORT,
     heuristic: bool = True,
     hole_bytes: int = DEFAULT_HOLE_BYTES,
     hole_seconds: float = DEFAULT_HOLE_SECONDS,
+    on_wait: Callable[[], None] = lambda: None,
+    stream_base: int = 0,
+    streams_seen: Optional[list[int]] = None,
 ) -> Iterator[Event]:
     """Yield the Jet streams of a pcap or pcapng capture as events.
 
@@ -189,66 +205,97 @@ def read_capture(
     when the first bytes of either direction are an INFO frame. Stream numbers count
     TCP connections in order of appearance from 0, as Wireshark's ``tcp.stream`` does.
 
+    Args:
+        stream: the capture (a file or a pipe: it is read forward only).
+        head: bytes already read from the start of ``stream``.
+        on_wait: called before each read from ``stream`` (a live pipe may block there),
+            after the events decoded so far have been yielded.
+        stream_base: number of the first stream (captures read one after another).
+        streams_seen: if given, the number of TCP connections is appended at the end.
+
+    In-order data is yielded in :class:`~tools.jetdump.events.DataBatch` events (one per
+    run of consecutive data packets), everything else as single events, in order.
+
     Raises:
-        InputError: if the file is not a capture dpkt can read.
+        InputError: if the stream is not a pcap/pcapng capture.
     """
-    detector = _ShortReadDetector(stream)
-    try:
-        reader = dpkt.pcap.UniversalReader(detector)
-    except (ValueError, dpkt.UnpackError, struct.error) as exc:
-        raise InputError(f"not a readable pcap/pcapng capture: {exc}") from None
-    linktype = reader.datalink()
+    packets = read_packets(stream, head)
     connections: dict[tuple[bytes, int, bytes, int], _Connection] = {}
     ordered: list[_Connection] = []
     count = 0
     fragments = 0
-    packets = iter(reader)
     last_ts: Optional[float] = None
+    truncated: Optional[str] = None
+    batch: list[DataTuple] = []
+    # (src, sport, dst, dport) of each direction of a jet stream -> (stream, direction,
+    # its reassembly state): the per-packet fast path for in-order data.
+    in_order: dict[tuple[bytes, int, bytes, int], tuple[int, int, _Direction]] = {}
     while True:
         try:
-            ts, buf = next(packets)
+            packet = next(packets)
         except StopIteration:
             break
-        except (dpkt.NeedData, dpkt.UnpackError, struct.error, ValueError) as exc:
-            yield Note(None, last_ts, "capture-truncated", f"capture truncated after packet {count}: {exc}")
+        except CaptureTruncated as exc:
+            truncated = str(exc)
             break
+        if packet is None:  # the reader is about to read (and maybe block): show what we have
+            if batch:
+                yield DataBatch(batch)
+                batch = []
+            on_wait()
+            continue
+        ts, linktype, buf = packet
         count += 1
-        ts = float(ts)
         if last_ts is None:
             yield Origin(ts)
         last_ts = ts
-        ip = _ip_of(linktype, buf)
-        if ip is None or not ip:
-            continue
-        version = ip[0] >> 4
-        if version == 4:
-            if len(ip) < 20:
+        # Headers are read in place (offsets into the packet, one copy for the payload).
+        if linktype == 1 and buf[12:14] == b"\x08\x00":  # Ethernet, IPv4: the common case
+            off = 14
+        else:
+            off = _ip_offset(linktype, buf)
+            if off < 0 or off >= len(buf):
                 continue
-            vihl, _tos, total, _ident, frag, _ttl, proto, _csum, src, dst = _IPV4.unpack_from(ip, 0)
+        version = buf[off] >> 4
+        if version == 4:
+            if len(buf) - off < 20:
+                continue
+            vihl, _tos, total, _ident, frag, _ttl, proto, _csum, src, dst = _IPV4.unpack_from(buf, off)
             if proto != 6:
                 continue
             if frag & 0x3FFF:
                 fragments += 1
                 continue
-            ihl = (vihl & 0x0F) * 4
-            wire_end = total if total else len(ip)  # 0 with TCP segmentation offload
-            seg = ip[ihl:wire_end]
+            tcp = off + (vihl & 0x0F) * 4
+            wire_end = min(off + total, len(buf)) if total else len(buf)  # 0 with TCP segmentation offload
         elif version == 6:
-            if len(ip) < 40 or ip[6] != 6:
+            if len(buf) - off < 40 or buf[off + 6] != 6:
                 continue
-            (plen,) = _U16.unpack_from(ip, 4)
-            src, dst = ip[8:24], ip[24:40]
-            seg = ip[40 : 40 + plen]
+            (plen,) = _U16.unpack_from(buf, off + 4)
+            src, dst = buf[off + 8 : off + 24], buf[off + 24 : off + 40]
+            tcp = off + 40
+            wire_end = min(tcp + plen, len(buf))
         else:
             continue
-        if len(seg) < 20:
+        if wire_end - tcp < 20:
             continue
-        sport, dport, seq, _ack, doff, flags = _TCP.unpack_from(seg, 0)
-        hlen = (doff >> 4) * 4
-        payload = seg[hlen:]
+        sport, dport, seq, _ack, doff, flags = _TCP.unpack_from(buf, tcp)
+        payload = buf[tcp + (doff >> 4) * 4 : wire_end]
         # A snaplen-cut packet delivers only its captured bytes; the rest stays a hole
         # that a retransmission may fill, or becomes a gap.
         key = (src, sport, dst, dport)
+        known = in_order.get(key)
+        if known is not None and payload and not flags & 0x07:  # no SYN, FIN, RST
+            half = known[2]
+            if not half.held and (seq - half.base - half.next) & 0xFFFF_FFFF == 0:
+                # The common case: the next in-order bytes of a jet stream, nothing held.
+                half.next += len(payload)
+                half.last_ts = ts
+                batch.append((known[0], known[1], ts, payload, count))
+                if len(batch) >= DATA_BATCH:
+                    yield DataBatch(batch)
+                    batch = []
+                continue
         conn = connections.get(key)
         if conn is None or (flags & _SYN and not flags & _ACK and conn.closed):
             if flags & _SYN and flags & _ACK:
@@ -257,19 +304,27 @@ def read_capture(
                 client, server = (src, sport), (dst, dport)
             else:
                 client, server = (dst, dport), (src, sport)
-            conn = _Connection(len(ordered), client, server)
+            conn = _Connection(stream_base + len(ordered), client, server)
+            conn.complete = bool(flags & _SYN)
             ordered.append(conn)
             connections[key] = conn
             connections[(dst, dport, src, sport)] = conn
+            in_order.pop(key, None)
+            in_order.pop((dst, dport, src, sport), None)
             if jet_port in (sport, dport):
                 conn.kind = True
-                yield Open(conn.stream, conn.labels)
+                if batch:
+                    yield DataBatch(batch)
+                    batch = []
+                yield Open(conn.stream, conn.labels, conn.complete)
         if conn.kind is False:
             if flags & (_FIN | _RST):
                 conn.closed = True  # a later SYN on the same addresses is a new stream
             continue  # not jet: no reassembly work or memory spent on it
         direction = 0 if (src, sport) == conn.client else 1
         half = conn.dirs[direction]
+        if conn.kind and half.base is not None and not conn.closed:
+            in_order[key] = (conn.stream, direction, half)
         if flags & _SYN:
             if half.base is None:
                 half.base = (seq + 1) & 0xFFFF_FFFF
@@ -277,16 +332,21 @@ def read_capture(
         if half.base is None:
             half.base = seq
         pieces: list[tuple[bool, int, bytes]] = []
+        gap_ts = ts
+        half.last_ts = ts
         if payload:
             half.accept(half.relative(seq), payload, pieces)
             if half.held:
                 if half.hole_since is None:
                     half.hole_since = ts
                 elif half.held_bytes > hole_bytes or ts - half.hole_since > hole_seconds:
+                    gap_ts = half.hole_since  # the loss shows when the segment after it came
                     half.skip_hole(pieces)
         events: list[Event] = []
         for is_gap, size, data in pieces:
-            events.append(Gap(conn.stream, direction, ts, size) if is_gap else Data(conn.stream, direction, ts, data))
+            events.append(
+                Gap(conn.stream, direction, gap_ts, size) if is_gap else Data(conn.stream, direction, ts, data, count)
+            )
         if flags & (_FIN | _RST):
             conn.closed = True
             for d, h in enumerate(conn.dirs):
@@ -296,15 +356,25 @@ def read_capture(
                     events.extend(_finish(conn, d, ts))
         if not events:
             continue
+        if batch:
+            yield DataBatch(batch)
+            batch = []
         if conn.kind is None:
             conn.pending.extend(events)
             yield from _decide(conn, heuristic)
         elif conn.kind:
             yield from events
+    if batch:
+        yield DataBatch(batch)
+    if streams_seen is not None:
+        streams_seen.append(len(ordered))
     for conn in ordered:
         events = []
         for d in (0, 1):
-            events.extend(_finish(conn, d, last_ts))
+            # At the end of the capture, a direction ends (and a frame left incomplete is
+            # lost) at its own last packet, not at the capture's.
+            end_ts = conn.dirs[d].last_ts
+            events.extend(_finish(conn, d, end_ts if end_ts is not None else last_ts))
         if conn.kind is None:
             conn.pending.extend(events)
             yield from _decide(conn, heuristic, final=True)
@@ -312,8 +382,8 @@ def read_capture(
             yield from events
     if fragments:
         yield Note(None, last_ts, "ip-fragments", f"{fragments} IP fragment(s) ignored (not reassembled)")
-    if detector.short:
-        yield Note(None, last_ts, "capture-truncated", f"capture truncated inside packet {count}")
+    if truncated is not None:
+        yield Note(None, last_ts, "capture-truncated", truncated)
 
 
 def _finish(conn: _Connection, direction: int, ts: Optional[float]) -> list[Event]:
@@ -322,10 +392,11 @@ def _finish(conn: _Connection, direction: int, ts: Optional[float]) -> list[Even
         return []
     half.ended = True
     pieces: list[tuple[bool, int, bytes]] = []
+    gap_ts = half.hole_since if half.hole_since is not None else ts
     while half.held:
         half.skip_hole(pieces)
     events: list[Event] = [
-        Gap(conn.stream, direction, ts, size) if is_gap else Data(conn.stream, direction, ts, data)
+        Gap(conn.stream, direction, gap_ts, size) if is_gap else Data(conn.stream, direction, ts, data)
         for is_gap, size, data in pieces
     ]
     events.append(End(conn.stream, direction, ts))
@@ -333,20 +404,33 @@ def _finish(conn: _Connection, direction: int, ts: Optional[float]) -> list[Even
 
 
 def _decide(conn: _Connection, heuristic: bool, *, final: bool = False) -> Iterator[Event]:
-    """Settle whether an undecided connection is Jet from its first in-order bytes."""
+    """Settle whether an undecided connection is Jet from its first in-order bytes: it
+    is when either direction starts with an INFO or a plausible frame. A stream with
+    data that is not taken is said so in a note."""
     firsts: dict[int, bytes] = {}
     for event in conn.pending:
-        if isinstance(event, Data) and len(firsts.get(event.direction, b"")) < 7:
+        if isinstance(event, Data) and len(firsts.get(event.direction, b"")) < HEURISTIC_BYTES:
             firsts[event.direction] = firsts.get(event.direction, b"") + event.data
+    if not heuristic:
+        conn.kind = False
+        conn.pending = []
+        return
+    verdicts = [_starts_like_jet(head, final) for head in firsts.values()]
     verdict: Optional[bool] = None
-    if heuristic and any(_looks_like_info(head) for head in firsts.values()):
+    if any(verdicts):
         verdict = True
-    elif any(len(head) >= 7 for head in firsts.values()) or final or not heuristic:
+    elif final or (len(verdicts) == 2 and not any(v is None for v in verdicts)) or sum(len(head) for head in firsts.values()) >= 2 * HEURISTIC_BYTES:
         verdict = False
     if verdict is None:
         return
     conn.kind = verdict
     pending, conn.pending = conn.pending, []
     if verdict:
-        yield Open(conn.stream, conn.labels)
+        yield Open(conn.stream, conn.labels, conn.complete)
         yield from pending
+    elif firsts:
+        ts = next((e.ts for e in pending if isinstance(e, Data)), None)
+        heads = ", ".join(f"{conn.labels[d]} sent {firsts[d][:8].hex(' ')}" for d in sorted(firsts))
+        yield Note(conn.stream, ts, "not-jet",
+                   f"stream {conn.stream} {conn.labels[0]} ↔ {conn.labels[1]} skipped: neither direction "
+                   f"starts with an INFO or a plausible jet frame ({heads}); --port selects a port as jet")

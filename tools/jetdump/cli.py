@@ -8,6 +8,7 @@ import gc
 import json
 import re
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any, Optional
@@ -16,12 +17,14 @@ from jetwire import EventCode, FrameType, Function, Status
 
 from . import __doc__ as PACKAGE_DOC
 from .capture import DEFAULT_JET_PORT, is_capture, read_capture
-from .dissector import DEFAULT_MAX_BODY, OK, Dissector, FrameRecord, NoteRecord, Record
-from .events import Data, End, Event, FrameBatch, Gap, InputError, Note, Open, Origin, WholeFrame
+from .dissector import DEFAULT_MAX_BODY, OK, REQUEST_TYPES, Dissector, FrameRecord, NoteRecord, Record
+from .events import Data, End, Event, Gap, InputError, Note, Open, WholeFrame
+from .live import DEFAULT_CAPTURE_FILTER, LiveCapture
 from .logs import LogSource, cut_header_message, expand_log_paths, is_cut_log, is_log
+from .packets import peek_head
 from .render import LineFormatter, field_tree, hex_dump, json_record
 from .stats import Stats, function_name, status_name, type_name
-from .tap import DEFAULT_LISTEN_HOST, serve_tap
+from .tap import DEFAULT_LISTEN_HOST, DEFAULT_OUTPUT_BUFFER, DroppingWriter, serve_tap
 
 EXIT_UNREADABLE = 1
 EXIT_USAGE = 2
@@ -54,22 +57,34 @@ def _json_epilog() -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="jetdump",
-        description="Decode jet traffic from captures, event logs, raw bytes or hex, "
-        "or live with `jetdump tap --listen PORT --upstream HOST:PORT`.",
+        description="Decode jet traffic from captures (files, pipes, live with -i), event logs, raw bytes "
+        "or hex; live between peers and a daemon with `jetdump tap --listen PORT --upstream HOST:PORT`; "
+        "a refreshing view of the busiest keys and peers with `jetdump top` (see `jetdump top --help`).",
         epilog=EXIT_STATUS_HELP + "\n\n" + _json_epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("inputs", nargs="*", metavar="INPUT",
-                        help="pcap/pcapng capture, event-log segment, directory of segments, or glob "
-                        "(with --hex: hex strings; none: read stdin)")
+                        help="pcap/pcapng capture, event-log segment, directory of segments, or glob; "
+                        "'-' (or none, when stdin is not a terminal) reads a capture from stdin, "
+                        "e.g. `tcpdump -w - | jetdump -` (with --hex: hex strings)")
+    parser.add_argument("-i", "--interface", metavar="IFACE",
+                        help="capture live on IFACE through dumpcap or tcpdump (Ctrl-C stops and prints the rest)")
+    parser.add_argument("-f", "--capture-filter", metavar="FILTER", default=DEFAULT_CAPTURE_FILTER,
+                        help=f"capture filter for -i (default {DEFAULT_CAPTURE_FILTER!r})")
+    parser.add_argument("-c", "--capture-count", metavar="N", type=int,
+                        help="with -i: stop after N packets")
     parser.add_argument("--raw", metavar="FILE", help="a raw byte stream of one direction ('-' for stdin)")
     parser.add_argument("--hex", action="store_true",
                         help="INPUTs (or stdin) are hex of one direction; whitespace, ':' and '0x' are ignored")
     _output_options(parser)
     parser.add_argument("--port", type=int, default=DEFAULT_JET_PORT,
                         help=f"TCP port of jet streams in captures (default {DEFAULT_JET_PORT})")
+    parser.add_argument("--write-pcapng", metavar="FILE",
+                        help="write the event log(s) as a pcapng capture (one synthesised TCP stream per "
+                        "connection, the daemon's timestamps) for Wireshark/tshark, instead of printing")
     parser.add_argument("--no-heuristic", action="store_true",
-                        help="do not take other TCP streams that begin with an INFO frame as jet")
+                        help="take only streams on --port as jet (by default a stream is also jet when either "
+                        "direction starts with an INFO or a whole frame that decodes)")
     return parser
 
 
@@ -85,13 +100,24 @@ def _output_options(parser: argparse.ArgumentParser) -> None:
     out.add_argument("--max-body", type=int, default=DEFAULT_MAX_BODY,
                      help=f"largest body accepted before a frame is reported TOO_LARGE (default {DEFAULT_MAX_BODY})")
     filters = parser.add_argument_group(
-        "filters", "Malformed/truncated frames and notes always pass --key, --function and --status, "
-        "so that damage is never hidden.")
+        "filters", "Malformed/truncated frames, protocol violations and damage notes (gap, resync, stopped, "
+        "capture and log damage) "
+        "always pass --key, --function, --type and --status, so that damage is never hidden; other notes pass "
+        "them only when they are about a selected frame (a routing note goes with its request).")
     filters.add_argument("--key", metavar="PREFIX", help="frames whose key (or answered request's key) starts with PREFIX")
     filters.add_argument("--function", metavar="NAME", type=_upper, help="function or event code: " + ", ".join(FUNCTION_CHOICES))
     filters.add_argument("--type", metavar="NAME", type=_upper, help="frame type: " + ", ".join(TYPE_CHOICES))
     filters.add_argument("--status", metavar="NAME", type=_upper, help="response or CLOSE status")
-    filters.add_argument("--stream", metavar="N", type=int, help="only stream (connection) N")
+    filters.add_argument("--stream", metavar="N[,N...]", type=_streams, action="extend",
+                         help="only these streams (connections); repeat or separate with commas")
+    filters.add_argument("--no-notes", action="store_true", help="frames only, no notes")
+
+
+def _streams(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected stream numbers separated by commas") from None
 
 
 def _upper(text: str) -> str:
@@ -106,6 +132,9 @@ def build_tap_parser() -> argparse.ArgumentParser:
     parser.add_argument("--listen", required=True, type=int, metavar="PORT", help="port to accept peers on (0: any)")
     parser.add_argument("--listen-host", default=DEFAULT_LISTEN_HOST, help=f"address to listen on (default {DEFAULT_LISTEN_HOST})")
     parser.add_argument("--upstream", required=True, metavar="HOST:PORT", help="the daemon to forward to")
+    parser.add_argument("--output-buffer", type=int, default=DEFAULT_OUTPUT_BUFFER, metavar="BYTES",
+                        help="output held for a slow terminal before lines are dropped (counted, never "
+                        f"slowing the traffic; default {DEFAULT_OUTPUT_BUFFER})")
     _output_options(parser)
     return parser
 
@@ -118,18 +147,22 @@ def _check_names(args: argparse.Namespace) -> None:
             raise InputError(f"{option} {value}: not one of {', '.join(choices)}")
 
 
+DAMAGE_NOTES = frozenset({"gap", "resync", "stopped", "capture-truncated", "log-damage", "log-truncated",
+                          "violation"})
+MAX_SELECTED_REQUESTS = 100_000  # selected requests remembered for the notes about them
+
+
 def make_filter(args: argparse.Namespace) -> Optional[Callable[[Record], bool]]:
     """The record filter for the options given, or None when nothing is filtered."""
-    stream, ftype, function, status, key = args.stream, args.type, args.function, args.status, args.key
-    if all(v is None for v in (stream, ftype, function, status, key)):
+    ftype, function, status, key = args.type, args.function, args.status, args.key
+    streams = set(args.stream) if args.stream else None
+    no_notes = getattr(args, "no_notes", False)
+    frame_filter = any(v is not None for v in (ftype, function, status, key))
+    if streams is None and not frame_filter and not no_notes:
         return None
+    selected: dict[tuple[int, int], None] = {}  # requests shown: their notes are shown too
 
-    def keep(record: Record) -> bool:
-        if stream is not None and record.stream is not None and record.stream != stream:
-            return False
-        if type(record) is NoteRecord:
-            return True
-        fr: FrameRecord = record  # type: ignore[assignment]
+    def keep_frame(fr: FrameRecord) -> bool:
         if ftype is not None and ftype != type_name(fr) and ftype != fr.kind.upper():
             return False
         if fr.kind != OK:
@@ -144,6 +177,26 @@ def make_filter(args: argparse.Namespace) -> Optional[Callable[[Record], bool]]:
                 frame_key = fr.request.key
             if frame_key is None or not frame_key.startswith(key):
                 return False
+        return True
+
+    def keep(record: Record) -> bool:
+        if streams is not None and record.stream is not None and record.stream not in streams:
+            return False
+        if type(record) is NoteRecord:
+            if no_notes:
+                return False
+            if not frame_filter or record.kind in DAMAGE_NOTES:
+                return True
+            return record.about is not None and record.about in selected
+        fr: FrameRecord = record  # type: ignore[assignment]
+        if not keep_frame(fr):
+            return False
+        if frame_filter and type(fr.message) in REQUEST_TYPES:
+            request_id = getattr(fr.message, "id", None)
+            if request_id is not None:
+                if len(selected) >= MAX_SELECTED_REQUESTS:
+                    del selected[next(iter(selected))]
+                selected[(fr.stream, request_id)] = None
         return True
 
     return keep
@@ -185,8 +238,8 @@ class Output:
 
     def flush(self) -> None:
         if self.lines:
+            self.lines.append("")  # one write ending in a newline (counted whole by a DroppingWriter)
             self.stream.write("\n".join(self.lines))
-            self.stream.write("\n")
             self.lines.clear()
         self.stream.flush()
 
@@ -241,8 +294,13 @@ class Renderer:
                         add(text)
 
     def finish(self) -> None:
+        self.dissector.finish()
         self.drain()
         if self.stats is not None:
+            streams = set(self.args.stream) if self.args.stream else None
+            for stream, direction, _rid, seen in self.dissector.unanswered():
+                if streams is None or stream in streams:
+                    self.stats.add_unanswered(stream, direction, seen.number, seen.function, seen.key, seen.ts)
             labels = self.dissector.labels
             if self.args.json:
                 self.output.stream.write(json.dumps(self.stats.report(labels)) + "\n")
@@ -260,7 +318,7 @@ def _parse_hex(text: str) -> bytes:
 
 
 def _single(stream: int, data_chunks: Iterator[bytes], label: str) -> Iterator[Event]:
-    yield Open(stream, (label, "?"))
+    yield Open(stream, (label, "?"), False)  # one direction: answers are out of view
     for chunk in data_chunks:
         yield Data(stream, 0, None, chunk)
     yield End(stream, 0, None)
@@ -271,17 +329,24 @@ def _read_chunks(handle: IO[bytes]) -> Iterator[bytes]:
         yield chunk
 
 
-def _shift(events: Iterator[Event], offset: int, seen: set[int]) -> Iterator[Event]:
-    """Renumber a capture's streams after those of the inputs before it."""
-    for event in events:
-        if not isinstance(event, (Origin, FrameBatch)) and event.stream is not None:
-            seen.add(event.stream)
-            if offset:
-                event = event._replace(stream=event.stream + offset)
-        yield event
+def _stdin_capture(args: argparse.Namespace, stream: IO[bytes], label: str,
+                   on_wait: Callable[[], None], *, implicit: bool = False) -> Iterator[Event]:
+    """A capture read forward only from a pipe (or a redirected file)."""
+    head = peek_head(stream)  # type: ignore[arg-type]
+    if not head:
+        if implicit:
+            raise InputError("no input: give a capture, an event log, '-' for a capture on stdin, "
+                             "-i IFACE, --raw FILE or --hex (see --help); stdin is empty")
+        raise InputError(f"{label}: no data (expected a pcap/pcapng capture)")
+    if not is_capture(head):
+        raise InputError(f"{label}: not a pcap/pcapng capture (event logs and raw bytes are read from "
+                         "files, or with --raw -)")
+    yield from read_capture(stream, head, jet_port=args.port,  # type: ignore[arg-type]
+                            heuristic=not args.no_heuristic, on_wait=on_wait)
 
 
-def _input_events(args: argparse.Namespace, errors: list[str], logs: LogSource) -> Iterator[Event]:
+def _input_events(args: argparse.Namespace, errors: list[str], logs: LogSource,
+                  on_wait: Callable[[], None] = lambda: None) -> Iterator[Event]:
     """Every input's events in order; unreadable inputs are reported and skipped, and
     so are segments with a damaged header (recorded in ``logs``)."""
     if args.raw is not None:
@@ -299,10 +364,32 @@ def _input_events(args: argparse.Namespace, errors: list[str], logs: LogSource) 
         text = " ".join(args.inputs) if args.inputs else sys.stdin.read()
         yield from _single(0, iter([_parse_hex(text)]), "hex")
         return
-    if not args.inputs:
-        raise InputError("no input: give a capture, an event log, --raw FILE or --hex (see --help)")
+    if args.interface is not None:
+        if args.inputs:
+            raise InputError("-i: give either an interface or inputs, not both")
+        live = LiveCapture(args.interface, args.capture_filter, args.capture_count, sys.stderr)
+        live.install_signals()
+        try:
+            yield from _stdin_capture(args, live.stdout, f"-i {args.interface}", on_wait)
+        finally:
+            failure = live.close()
+            if failure is not None:
+                errors.append(failure)
+        return
+    inputs = list(args.inputs)
+    if not inputs:
+        if sys.stdin is None or sys.stdin.isatty():
+            raise InputError("no input: give a capture, an event log, '-' for a capture on stdin, "
+                             "-i IFACE, --raw FILE or --hex (see --help)")
+        yield from _stdin_capture(args, sys.stdin.buffer, "stdin", on_wait, implicit=True)
+        return
+    if "-" in inputs:
+        if inputs != ["-"]:
+            raise InputError("'-' (stdin) cannot be mixed with other inputs")
+        yield from _stdin_capture(args, sys.stdin.buffer, "stdin", on_wait)
+        return
     stream_offset = 0
-    for spec in args.inputs:
+    for spec in inputs:
         try:
             paths = expand_log_paths(spec)
         except InputError as exc:
@@ -313,13 +400,11 @@ def _input_events(args: argparse.Namespace, errors: list[str], logs: LogSource) 
                 with open(path, "rb") as handle:
                     head = handle.read(8)
                     if is_capture(head):
-                        handle.seek(0)
-                        seen: set[int] = set()
-                        yield from _shift(
-                            read_capture(handle, jet_port=args.port, heuristic=not args.no_heuristic),
-                            stream_offset, seen,
-                        )
-                        stream_offset += max(seen) + 1 if seen else 0
+                        # A later capture's streams are numbered after an earlier one's.
+                        seen: list[int] = []
+                        yield from read_capture(handle, head, jet_port=args.port, heuristic=not args.no_heuristic,
+                                                on_wait=on_wait, stream_base=stream_offset, streams_seen=seen)
+                        stream_offset += sum(seen)
                         continue
                 if is_log(head):
                     yield from logs.read(path)
@@ -360,8 +445,17 @@ def run_dump(args: argparse.Namespace, stdout: IO[str], stderr: IO[str]) -> int:
     except InputError as exc:
         stderr.write(f"jetdump: {exc}\n")
         return EXIT_USAGE
+    if args.write_pcapng:
+        return _write_pcapng(args, errors, logs, stderr)
     try:
-        for event in _input_events(args, errors, logs):
+        def on_wait() -> None:
+            # Before each read from the input: what is decoded so far is shown (live
+            # input is not held back; a file pays this once per 1 MB chunk).
+            renderer.drain()
+            if not args.stats:
+                renderer.output.flush()
+
+        for event in _input_events(args, errors, logs, on_wait):
             handle(event)
             if len(dissector.out) >= 4096:
                 renderer.drain()
@@ -378,6 +472,28 @@ def run_dump(args: argparse.Namespace, stdout: IO[str], stderr: IO[str]) -> int:
     return EXIT_DAMAGED if logs.damaged_headers or logs.damaged_regions else 0
 
 
+def _write_pcapng(args: argparse.Namespace, errors: list[str], logs: LogSource, stderr: IO[str]) -> int:
+    from .export import export_pcapng
+
+    try:
+        handle = open(args.write_pcapng, "wb")  # noqa: SIM115 - closed below
+    except OSError as exc:
+        stderr.write(f"jetdump: --write-pcapng {args.write_pcapng}: {exc.strerror or exc}\n")
+        return EXIT_UNREADABLE
+    streams = frames = 0
+    with handle:
+        try:
+            streams, frames = export_pcapng(_input_events(args, errors, logs), handle, server_port=args.port)
+        except InputError as exc:
+            errors.append(str(exc))
+    for message in errors + logs.damaged_headers:
+        stderr.write(f"jetdump: {message}\n")
+    stderr.write(f"jetdump: wrote {frames} frame(s) of {streams} connection(s) to {args.write_pcapng}\n")
+    if errors:
+        return EXIT_UNREADABLE
+    return EXIT_DAMAGED if logs.damaged_headers or logs.damaged_regions else 0
+
+
 def run_tap(args: argparse.Namespace, stdout: IO[str], stderr: IO[str]) -> int:
     try:
         _check_names(args)
@@ -389,7 +505,15 @@ def run_tap(args: argparse.Namespace, stdout: IO[str], stderr: IO[str]) -> int:
         stderr.write(f"jetdump: --upstream {args.upstream}: expected HOST:PORT\n")
         return EXIT_USAGE
     dissector = Dissector(keep_raw=args.verbose or args.hexdump or args.json, max_body=args.max_body)
-    renderer = Renderer(args, dissector, Output(stdout, _use_color(args, stdout)))
+    fmt = LineFormatter(dissector.labels, lambda: dissector.first_ts)
+
+    def dropped_note(count: int) -> str:
+        note = NoteRecord(time.time(), None, None, "dropped",
+                          f"{count} line(s) dropped: the output was slower than the traffic")
+        return json.dumps(json_record(note, fmt)) if args.json else fmt.line(note)
+
+    writer = DroppingWriter(stdout, dropped_note, max_bytes=args.output_buffer)
+    renderer = Renderer(args, dissector, Output(writer, _use_color(args, stdout)))  # type: ignore[arg-type]
 
     def sink(event: Event) -> None:
         dissector.event(event)
@@ -412,7 +536,12 @@ def run_tap(args: argparse.Namespace, stdout: IO[str], stderr: IO[str]) -> int:
     except OSError as exc:
         stderr.write(f"jetdump: cannot listen on {args.listen_host}:{args.listen}: {exc.strerror or exc}\n")
         return EXIT_UNREADABLE
-    renderer.finish()
+    finally:
+        renderer.finish()
+        writer.close()
+    if writer.dropped:
+        stderr.write(f"jetdump: {writer.dropped} line(s) dropped: the output was slower than the traffic "
+                     "(see --output-buffer)\n")
     return 0
 
 
@@ -420,6 +549,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the ``jetdump`` console script; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        if argv[:1] == ["top"]:
+            from .top import run_top
+
+            return run_top(argv[1:], sys.stdout, sys.stderr)
         if argv[:1] == ["tap"]:
             return run_tap(build_tap_parser().parse_args(argv[1:]), sys.stdout, sys.stderr)
         return run_dump(build_parser().parse_args(argv), sys.stdout, sys.stderr)

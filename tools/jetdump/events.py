@@ -18,19 +18,35 @@ class InputError(JetError):
 
 
 class Open(NamedTuple):
-    """A stream begins; ``labels[d]`` names the sender of direction ``d``."""
+    """A stream begins; ``labels[d]`` names the sender of direction ``d``. ``complete``:
+    the input holds the stream from its start (a SYN, a CONN_OPEN record), so that a
+    response to a request never seen is unsolicited, not merely out of view."""
 
     stream: int
     labels: tuple[str, str]
+    complete: bool = True
 
 
 class Data(NamedTuple):
-    """In-order bytes of one direction of a stream."""
+    """In-order bytes of one direction of a stream; ``packet``: the number (from 1) of
+    the capture packet that delivered them, when they come from a capture."""
 
     stream: int
     direction: int
     ts: Optional[float]
     data: bytes
+    packet: Optional[int] = None
+
+
+# The fields of a Data as a plain tuple: (stream, direction, ts, data, packet).
+DataTuple = tuple[int, int, Optional[float], bytes, Optional[int]]
+
+
+class DataBatch(NamedTuple):
+    """Consecutive :class:`Data` events, in order, as plain tuples of the same fields (a
+    capture's in-order packets): one event instead of one per packet on the hot path."""
+
+    items: list[DataTuple]
 
 
 class Gap(NamedTuple):
@@ -81,6 +97,8 @@ class Note(NamedTuple):
     ts: Optional[float]
     kind: str
     text: str
+    about: Optional[tuple[int, int]] = None  # (stream, request id) of the request it is about
+    route_to: Optional[tuple[int, int]] = None  # ROUTE: (owner stream, the leg's request id)
 
 
 class Origin(NamedTuple):
@@ -90,4 +108,4 @@ class Origin(NamedTuple):
     ts: float
 
 
-Event = Union[Open, Data, Gap, WholeFrame, FrameBatch, End, Note, Origin]
+Event = Union[Open, Data, DataBatch, Gap, WholeFrame, FrameBatch, End, Note, Origin]

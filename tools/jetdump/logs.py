@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import glob
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Optional
 
@@ -105,7 +105,7 @@ class LogSource:
         self.damaged_headers.append(message)
         return Note(None, None, "log-damage", message)
 
-    def read(self, path: Path) -> Iterator[Event]:
+    def read(self, path: Path, wait: Optional[Callable[[], bool]] = None) -> Iterator[Event]:
         """Yield one segment's events.
 
         A segment whose header is damaged (cut short, CRC mismatch, name not UTF-8) is
@@ -126,6 +126,8 @@ class LogSource:
                 while True:
                     chunk = stream.read(READ_CHUNK)
                     if not chunk:
+                        if wait is not None and wait():
+                            continue  # following a growing segment: more may come
                         break
                     reader.feed(chunk)
                     opened = self.opened
@@ -166,26 +168,42 @@ class LogSource:
             if tail is not None:
                 yield from self._item(path, tail)
 
-    def _stream(self, conn_id: int) -> tuple[int, Optional[Open]]:
+    def _stream(self, conn_id: int, *, complete: bool = False) -> tuple[int, Optional[Open]]:
         """The stream of a connection id, and its Open event the first time."""
         stream = max(self.run, 0) * RUN_STREAM_STRIDE + conn_id
         if stream in self.opened:
             return stream, None
         self.opened.add(stream)
         label = f"c{conn_id}" if self.run <= 0 else f"r{self.run}c{conn_id}"
-        return stream, Open(stream, (label, self.daemon))
+        return stream, Open(stream, (label, self.daemon), complete)
 
     def _item(self, path: Path, item: object) -> Iterator[Event]:
         if isinstance(item, LogRecord):
             ts = item.ts_ns / 1e9
-            stream, opened = self._stream(item.conn_id)
+            kind = item.kind
+            stream, opened = self._stream(item.conn_id, complete=kind == LogKind.CONN_OPEN)
             if opened is not None:
                 yield opened
-            kind = item.kind
             if kind == LogKind.FRAME_IN or kind == LogKind.FRAME_OUT:
                 yield WholeFrame(stream, 0 if kind == LogKind.FRAME_IN else 1, ts, item.data, item.offset)
                 return
-            yield Note(stream, ts, _note_kind(kind), _describe(kind, item.data))
+            about = route_to = None
+            if kind == LogKind.ROUTE:
+                # The note is about the routed request: the requester's frame (filters
+                # keep it with that frame).
+                try:
+                    fields = parse_record_data(kind, item.data)
+                    requester, opened = self._stream(int(str(fields["requester_conn"])))
+                    if opened is not None:
+                        yield opened
+                    owner, opened = self._stream(int(str(fields["owner_conn"])))
+                    if opened is not None:
+                        yield opened
+                    about = (requester, int(str(fields["requester_id"])))
+                    route_to = (owner, int(str(fields["owner_id"])))
+                except RemoteProtocolError:
+                    pass
+            yield Note(stream, ts, _note_kind(kind), _describe(kind, item.data), about, route_to)
         elif isinstance(item, LogHeader):
             if item.segment == 0 or self.run < 0:
                 self.run += 1

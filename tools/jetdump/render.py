@@ -43,7 +43,7 @@ from jetwire import (
 from jetwire.messages import REQUEST_CLASSES
 from jetwire.schema import dissect
 
-from .dissector import MALFORMED, OK, FrameRecord, NoteRecord, Record
+from .dissector import MALFORMED, OK, FrameRecord, NoteRecord, Record, RouteTrace
 
 SUMMARY_TEXT_LIMIT = 60  # characters of a string/JSON value shown in a summary line
 SUMMARY_HEX_LIMIT = 24  # bytes of an opaque value shown in a summary line
@@ -328,11 +328,16 @@ class LineFormatter:
                         text = f"{text}  [answers #{request.number} {function}]"
                     else:
                         text = f"{text}  [answers #{request.number} {function}, {rtt * 1000:.3f} ms]"
+                if fr.route is not None:
+                    text += route_suffix(fr.route, self.labels)
             else:
                 text = problem_summary(fr) + response_suffix(fr)
             # %-formatting: the same text as f"{number:>7} {rel:>11.6f}", measured about
             # twice as fast (an f-string format spec goes through format() per field).
-            append("%7d %11.6f  %s  %s" % (fr.number, rel, place, text))  # noqa: UP031
+            if fr.packet is None:
+                append("%7d %11.6f  %s  %s" % (fr.number, rel, place, text))  # noqa: UP031
+            else:  # the capture's packet number, to find the frame in Wireshark
+                append("%7d %11.6f  pkt %-5d %s  %s" % (fr.number, rel, fr.packet, place, text))  # noqa: UP031
         return out
 
 
@@ -505,6 +510,16 @@ def fast_frame_fields(record: FrameRecord) -> tuple[dict[str, Any], dict[str, li
 _NESTED = (FetchQuery, QueryOnce, FetchWindow, FetchMethod, FetchNode, QueryEntry)
 
 
+def route_suffix(route: RouteTrace, labels: dict[int, tuple[str, str]]) -> str:
+    """`` [routed via OWNER #a/#b: owner X ms, daemon Y ms]`` for a routed request's answer."""
+    owner = labels.get(route.owner_stream, (f"stream {route.owner_stream}", ""))[0]
+    legs = f"#{route.leg_request}/#{route.leg_response}" if route.leg_response is not None else "no answer seen"
+    if route.owner_time is None or route.daemon_time is None:
+        return f"  [routed via {owner} {legs}]"
+    return (f"  [routed via {owner} {legs}: owner {route.owner_time * 1000:.3f} ms, "
+            f"daemon {route.daemon_time * 1000:.3f} ms]")
+
+
 def json_record(record: Record, fmt: LineFormatter) -> dict[str, Any]:
     """The ``--json`` object of one record (field names documented in the package)."""
     if type(record) is NoteRecord:
@@ -532,6 +547,16 @@ def json_record(record: Record, fmt: LineFormatter) -> dict[str, Any]:
         "stream_offset": fr.offset,
         "size": fr.size,
     }
+    if fr.packet is not None:
+        obj["packet"] = fr.packet
+    if fr.route is not None:
+        route = fr.route
+        obj["route"] = {
+            "owner_stream": route.owner_stream, "owner": fmt.labels.get(route.owner_stream, ("?", "?"))[0],
+            "owner_id": route.owner_id, "leg_request": route.leg_request, "leg_response": route.leg_response,
+            "owner_ms": round(route.owner_time * 1000, 6) if route.owner_time is not None else None,
+            "daemon_ms": round(route.daemon_time * 1000, 6) if route.daemon_time is not None else None,
+        }
     values, offsets, error = fast_frame_fields(fr)
     obj.update(values)
     obj["offsets"] = offsets

@@ -2,16 +2,20 @@
 
 Bytes are forwarded first and decoded after, so the tap adds one proxy hop and nothing
 for the decoding; flow control follows the slower side (reading from one side pauses
-while the other side's write buffer is above its high-water mark).
+while the other side's write buffer is above its high-water mark). The printed lines go
+through a bounded buffer (:class:`DroppingWriter`): a slow terminal loses lines, counted
+and reported, and never slows the bus.
 """
 
 from __future__ import annotations
 
 import asyncio
 import signal
+import threading
 import time
+from collections import deque
 from collections.abc import Callable
-from typing import Optional, cast
+from typing import IO, Optional, cast
 
 from .events import Data, End, Event, Note, Open
 
@@ -184,3 +188,85 @@ class _Accepted(_Side):
             up = self.tap.upstream.transport
             if up is not None:
                 up.close()
+
+
+DEFAULT_OUTPUT_BUFFER = 8 << 20  # bytes of rendered output held for a slow terminal
+
+
+class DroppingWriter:
+    """A text stream for the tap's output that never blocks the event loop.
+
+    ``write`` queues text for a writer thread and returns at once; when more than
+    ``max_bytes`` would be waiting (the terminal or pipe is slower than the traffic), new
+    text is dropped and its lines counted. When there is room again, a line made by
+    ``note(count)`` says how many were lost, in the output where they would have been.
+    """
+
+    def __init__(self, stream: IO[str], note: Callable[[int], str], *,
+                 max_bytes: int = DEFAULT_OUTPUT_BUFFER) -> None:
+        self.stream = stream
+        self.note = note
+        self.max_bytes = max_bytes
+        self.queued: deque[str] = deque()
+        self.queued_bytes = 0
+        self.pending_drops = 0  # lines dropped since the last note
+        self.dropped = 0  # lines dropped in all
+        self.closed = False
+        self.cond = threading.Condition()
+        self.thread = threading.Thread(target=self._run, name="jetdump-tap-output", daemon=True)
+        self.thread.start()
+
+    def write(self, text: str) -> int:
+        with self.cond:
+            # One write larger than the whole buffer still goes out when nothing waits.
+            if self.queued_bytes and self.queued_bytes + len(text) > self.max_bytes:
+                lines = text.count("\n")
+                self.pending_drops += lines
+                self.dropped += lines
+                return len(text)
+            if self.pending_drops:
+                notice = self.note(self.pending_drops) + "\n"
+                self.pending_drops = 0
+                self.queued.append(notice)
+                self.queued_bytes += len(notice)
+            self.queued.append(text)
+            self.queued_bytes += len(text)
+            self.cond.notify()
+        return len(text)
+
+    def flush(self) -> None:
+        """Nothing to do: the writer thread writes as fast as the stream takes it."""
+
+    def isatty(self) -> bool:
+        return self.stream.isatty()
+
+    def _run(self) -> None:
+        while True:
+            with self.cond:
+                while not self.queued and not self.closed:
+                    self.cond.wait()
+                if not self.queued and self.closed:
+                    return
+                chunk = "".join(self.queued)
+                self.queued.clear()
+            try:
+                self.stream.write(chunk)
+                self.stream.flush()
+            except (BrokenPipeError, ValueError, OSError):
+                with self.cond:
+                    self.closed = True
+                    self.queued.clear()
+                return
+            finally:
+                with self.cond:
+                    self.queued_bytes = max(0, self.queued_bytes - len(chunk))
+
+    def close(self) -> None:
+        """Write what is queued (and a last note of drops), then stop the thread."""
+        with self.cond:
+            if self.pending_drops:
+                self.queued.append(self.note(self.pending_drops) + "\n")
+                self.pending_drops = 0
+            self.closed = True
+            self.cond.notify()
+        self.thread.join()
