@@ -39,6 +39,7 @@ from typing import Optional
 from jetwire import (
     FEATURE_AUTH_REQUIRED,
     FEATURE_CONFLATION,
+    FEATURE_LIMITS,
     FEATURE_QUERIES,
     PROTOCOL_MAJOR,
     EventCode,
@@ -165,8 +166,15 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, QueryHandlers, AccessCont
         self._max_body = config.max_body
         self._small_body_peers = 0  # peers whose INFO announced a max_body below ours
         self._max_key = config.max_key_length
-        features = FEATURE_CONFLATION | FEATURE_QUERIES | (FEATURE_AUTH_REQUIRED if access is not None else 0)
+        features = FEATURE_CONFLATION | FEATURE_QUERIES | FEATURE_LIMITS
+        features |= FEATURE_AUTH_REQUIRED if access is not None else 0
         self.info_frame = encode(Info(config.name, config.max_body, features))
+        # PROTOCOL.md 4.4.1: the same INFO with the limits extension, for peers that ask.
+        route_timeout_ms = min(round(config.route_timeout * 1000), 0xFFFF_FFFF)
+        self._limits_info_frame = encode(
+            Info(config.name, config.max_body, features, max_key_length=config.max_key_length,
+                 route_timeout_ms=route_timeout_ms)
+        )
         self._shutdown_frame = close_frame(Status.OK, "shutting down")
         self._request_handlers: dict[int, Callable[[Connection, bytes, int, int, int], None]] = {
             Function.ADD_STATE.value: self._add_state,
@@ -763,4 +771,6 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, QueryHandlers, AccessCont
         if self._log is not None:
             self._log(conn.conn_id, LogKind.CONN_NAME, conn_name_data(info.name))
         log.debug("name %s", conn.label)
+        if info.features & FEATURE_LIMITS:
+            self._send(conn, self._limits_info_frame)
         return None

@@ -73,6 +73,7 @@ _U32 = struct.Struct(">I")
 _ID_BYTE = struct.Struct(">IB")  # REQUEST id|function, RESPONSE id|status
 _VALUE_HEAD = struct.Struct(">BI")
 _INFO_HEAD = struct.Struct(">BBII")
+_INFO_LIMITS = struct.Struct(">HI")
 _REQ_KEY = struct.Struct(">BIIBH")  # header + id + function + key length
 _EVT_KEY = struct.Struct(">BIBH")  # header + code + key length
 _EVT_FID_KEY = struct.Struct(">BIBIH")  # header + code + fetch_id + key length
@@ -559,8 +560,13 @@ def _decode_info(buf: bytes, off: int, end: int) -> Message:
         # PROTOCOL.md 2, 9.2: another major version is fatal (CLOSE MALFORMED).
         raise _bad(f"INFO announces protocol major version {major}, not {PROTOCOL_MAJOR}", None, _INFO)
     name, off = _parse_str16(buf, off + 10, end, "name", None, _INFO)
-    _end(off, end, None, _INFO)
-    return Info(name, max_body, features, major, minor)
+    if off == end:
+        return Info(name, max_body, features, major, minor)
+    # PROTOCOL.md 4.4.1: the limits extension; bytes after the fields known are ignored.
+    if end - off < 6:
+        raise _bad(f"{end - off} bytes after the INFO name: the limits extension takes 6", None, _INFO)
+    max_key_length, route_timeout_ms = _INFO_LIMITS.unpack_from(buf, off)
+    return Info(name, max_body, features, major, minor, max_key_length, route_timeout_ms)
 
 
 _BODY_DECODERS: dict[int, Callable[[bytes, int, int], Message]] = {
@@ -851,12 +857,19 @@ def _encode_close(msg: Close) -> bytes:
 
 def _encode_info(msg: Info) -> bytes:
     nb = _str16_bytes(msg.name, "name")
+    limits = b""
+    if msg.max_key_length is not None or msg.route_timeout_ms is not None:
+        # PROTOCOL.md 4.4.1: both or neither.
+        if msg.max_key_length is None or msg.route_timeout_ms is None:
+            raise LocalProtocolError("the INFO limits extension needs max_key_length and route_timeout_ms")
+        limits = _INFO_LIMITS.pack(msg.max_key_length, msg.route_timeout_ms)
     return b"".join(
         (
-            _HEADER.pack(_INFO, 12 + len(nb)),
+            _HEADER.pack(_INFO, 12 + len(nb) + len(limits)),
             _INFO_HEAD.pack(msg.major, msg.minor, msg.max_body, msg.features),
             _U16.pack(len(nb)),
             nb,
+            limits,
         )
     )
 

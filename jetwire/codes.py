@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import IntEnum
 
 PROTOCOL_MAJOR = 1  # PROTOCOL.md 2: major version; a mismatch is fatal
-PROTOCOL_MINOR = 1  # PROTOCOL.md 2: minor versions only add, never change (1.1: sections 14, 15)
+PROTOCOL_MINOR = 2  # PROTOCOL.md 2: minor versions only add, never change (1.1: sections 14, 15; 1.2: 4.4.1)
 
 HEADER_SIZE = 5  # PROTOCOL.md 3: type:u8 | length:u32
 DEFAULT_MAX_BODY = 1024 * 1024  # PROTOCOL.md 3: announced in INFO, 1 MiB unless configured
@@ -121,6 +121,7 @@ EVENT_FUNCTIONS = frozenset({Function.SET_STATE, Function.NOTIFY_STATE, Function
 FEATURE_CONFLATION = 0x0000_0001  # PROTOCOL.md 4.4, 10.8: may conflate FETCH_CHANGE
 FEATURE_QUERIES = 0x0000_0002  # PROTOCOL.md 4.4, 14: answers FETCH_QUERY and QUERY_ONCE
 FEATURE_AUTH_REQUIRED = 0x0000_0004  # PROTOCOL.md 4.4, 15: permissions are enforced
+FEATURE_LIMITS = 0x0000_0008  # PROTOCOL.md 4.4.1: limits announced on request (daemon) / asked for (peer)
 
 
 class PathOp(IntEnum):

@@ -38,13 +38,20 @@ class Message:
 
 @dataclass(frozen=True, slots=True)
 class Info(Message):
-    """INFO (PROTOCOL.md 4.4): who is speaking and the largest body it accepts."""
+    """INFO (PROTOCOL.md 4.4): who is speaking and the largest body it accepts.
+
+    ``max_key_length`` and ``route_timeout_ms`` are the limits extension (4.4.1), which a
+    daemon sends only to a peer that set FEATURE_LIMITS in its own INFO: both are None
+    without it, both set with it.
+    """
 
     name: str = ""
     max_body: int = DEFAULT_MAX_BODY
     features: int = 0
     major: int = PROTOCOL_MAJOR
     minor: int = PROTOCOL_MINOR
+    max_key_length: Optional[int] = None
+    route_timeout_ms: Optional[int] = None
 
 
 @dataclass(frozen=True, slots=True)

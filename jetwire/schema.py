@@ -25,10 +25,12 @@ from construct import (
     ConstructError,
     Container,
     FixedSized,
+    GreedyBytes,
     IfThenElse,
     Int8ub,
     Int16ub,
     Int32ub,
+    Optional,
     Rebuild,
     StringEncoded,
     Struct,
@@ -295,6 +297,9 @@ INFO_BODY = Struct(
     _f("max_body", Int32ub),
     _f("features", Int32ub),
     *_str16("name"),
+    # PROTOCOL.md 4.4.1 (1.2): the limits extension, then bytes a later minor may append.
+    "limits"
+    / Optional(Struct(_f("max_key_length", Int16ub), _f("route_timeout_ms", Int32ub), "later" / GreedyBytes)),
     Terminated,
 )
 

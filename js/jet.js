@@ -52,8 +52,10 @@ export const FEATURE_CONFLATION = 0x1;
 export const FEATURE_QUERIES = 0x2;
 /** The daemon enforces permissions (PROTOCOL.md 15). */
 export const FEATURE_AUTH_REQUIRED = 0x4;
+/** The daemon announces its limits on request; in a peer's INFO: the request (PROTOCOL.md 4.4.1). */
+export const FEATURE_LIMITS = 0x8;
 export const PROTOCOL_MAJOR = 1;
-export const PROTOCOL_MINOR = 1;
+export const PROTOCOL_MINOR = 2;
 export const DEFAULT_MAX_BODY = 1048576;
 export const DEFAULT_PORT = 11124;
 export const DEFAULT_TIMEOUT = 10000; // ms; longer than jetd's route timeout (5 s)
@@ -433,6 +435,11 @@ export function encode(m) {
       type = FrameType.INFO;
       parts.push(["u8", m.major ?? PROTOCOL_MAJOR], ["u8", m.minor ?? PROTOCOL_MINOR], ["u32", m.max_body ?? DEFAULT_MAX_BODY],
         ["u32", m.features ?? 0], ["str16", textBytes(m.name, "name")]);
+      if (m.max_key_length != null || m.route_timeout_ms != null) {
+        // PROTOCOL.md 4.4.1: the limits extension, both fields or neither.
+        if (m.max_key_length == null || m.route_timeout_ms == null) throw new TypeError("INFO limits need max_key_length and route_timeout_ms");
+        parts.push(["u16", m.max_key_length], ["u32", m.route_timeout_ms]);
+      }
       break;
     default:
       throw new TypeError(`unknown message type ${m.type}`);
@@ -602,7 +609,12 @@ export function decodeBody(type, body) {
   // INFO (PROTOCOL.md 4.4); another major version is fatal (PROTOCOL.md 2).
   const m = { type: "INFO", major: r.u8("major"), minor: r.u8("minor"), max_body: r.u32("max_body"),
     features: r.u32("features"), name: r.str16("name") };
-  r.end();
+  if (r.pos < r.b.length) {
+    // PROTOCOL.md 4.4.1: the limits extension; bytes after the fields known are ignored.
+    if (r.b.length - r.pos < 6) throw r.fail(`${r.b.length - r.pos} bytes after the INFO name: the limits extension takes 6`);
+    m.max_key_length = r.u16("max_key_length");
+    m.route_timeout_ms = r.u32("route_timeout_ms");
+  } else r.end();
   if (m.major !== PROTOCOL_MAJOR) throw fail(`unsupported protocol major version ${m.major}`);
   return m;
 }
@@ -1436,7 +1448,8 @@ export class Peer {
     const info = new Promise((resolve, reject) => { peer._infoWait = { resolve, reject }; });
     link.attach((data) => this._onData(link, data), (reason) => this._onLinkLost(link, reason));
     // PROTOCOL.md 4.4: our INFO first; requests may follow without waiting.
-    peer._send(encode({ type: "INFO", name: peer.name, max_body: peer.maxBody, features: 0 }));
+    // FEATURE_LIMITS asks a 1.2 daemon for its limits (4.4.1).
+    peer._send(encode({ type: "INFO", name: peer.name, max_body: peer.maxBody, features: FEATURE_LIMITS }));
     const timer = setTimeout(() => peer._infoWait?.reject(new Timeout(`no INFO within ${timeout / 1000} s`)), timeout);
     try {
       peer.info = await info;
@@ -1798,7 +1811,9 @@ export class Peer {
       else this._send(encode({ type: "RESPONSE", id: m.id, status: "UNKNOWN_FUNCTION", message: "a peer serves only set and call" }));
       return;
     }
-    // INFO: the first one completes the connection; a later one replaces it.
+    // INFO: the first one completes the connection; a later one replaces it. A first one
+    // that announces LIMITS without them: the answer to our INFO, with them, follows (4.4.1).
+    if (this._infoWait && (m.features & FEATURE_LIMITS) && m.max_key_length === undefined) return;
     if (this._infoWait) {
       this._infoWait.resolve(m);
       this._infoWait = null;

@@ -42,6 +42,7 @@ from typing import Any, Optional, Union
 
 from jetwire import (
     DEFAULT_MAX_BODY,
+    FEATURE_LIMITS,
     HEADER_SIZE,
     PROTOCOL_MAJOR,
     AddMethod,
@@ -785,7 +786,8 @@ class PeerAsync:
                 )
                 self._link = link
                 # PROTOCOL.md 4.4: our INFO first; requests may follow without waiting.
-                link.send(encode(Info(self.name, self.max_body)))
+                # FEATURE_LIMITS asks a 1.2 daemon for its limits (4.4.1).
+                link.send(encode(Info(self.name, self.max_body, FEATURE_LIMITS)))
                 info = await link.info
                 if self.user is not None:
                     # PROTOCOL.md 15.2: before anything that needs the permissions.
@@ -811,7 +813,8 @@ class PeerAsync:
 
     @property
     def info(self) -> Info:
-        """The daemon's INFO (name, max_body, features, version)."""
+        """The daemon's INFO (name, max_body, features, version; from a 1.2 daemon also
+        ``max_key_length`` and ``route_timeout_ms``, PROTOCOL.md 4.4.1, else None)."""
         if self._info is None:
             raise LocalProtocolError("not connected yet")
         return self._info
@@ -1307,7 +1310,9 @@ class PeerAsync:
                 if not link.info.done():
                     link.info.set_exception(Malformed(text))
             elif not link.info.done():
-                link.info.set_result(message)
+                if not (message.features & FEATURE_LIMITS and message.max_key_length is None):
+                    link.info.set_result(message)
+                # else PROTOCOL.md 4.4.1: the daemon's answer to our INFO, with its limits, follows.
             else:
                 self._info = message
         elif isinstance(message, Close):

@@ -508,9 +508,12 @@ def run(args: argparse.Namespace, out: Output) -> int:
             info = peer.info
             out.emit(
                 {"name": info.name, "version": f"{info.major}.{info.minor}", "max_body": info.max_body,
-                 "features": info.features, "host": host, "port": port},
+                 "features": info.features, "host": host, "port": port,
+                 "max_key_length": info.max_key_length, "route_timeout_ms": info.route_timeout_ms},
                 f"{info.name} at {host}:{port}: protocol {info.major}.{info.minor}, "
-                f"max_body {info.max_body}, features 0x{info.features:08X}",
+                f"max_body {info.max_body}, features 0x{info.features:08X}"
+                + ("" if info.max_key_length is None else
+                   f", max_key_length {info.max_key_length}, route timeout {info.route_timeout_ms} ms"),
             )
         elif args.command == "get":
             raw = peer.get_raw(args.key)
@@ -712,7 +715,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except PeerError as exc:
         status = exc.status
         code = _STATUS_EXIT.get(status, EXIT_ERROR) if status is not None else EXIT_ERROR
-        about = f"{args.key}: " if getattr(args, "key", None) else ""
+        key = getattr(args, "key", None)
+        about = f"{key}: " if key and key not in exc.message else ""
         _fail(f"{status.name if status else 'ERROR'}: {about}{exc.message}", code)
     except LocalProtocolError as exc:
         _fail(exc.message, EXIT_USAGE)

@@ -85,6 +85,7 @@ _I64 = struct.Struct(">q")
 _F64 = struct.Struct(">d")
 _VHEAD = struct.Struct(">BI")
 _INFO = struct.Struct(">BBII")
+_LIMITS = struct.Struct(">HI")
 
 
 class Raw(NamedTuple):
@@ -191,6 +192,8 @@ def encode_frame(msg: dict[str, Any]) -> bytes:
     if kind == INFO:
         body = _INFO.pack(msg.get("major", 1), msg.get("minor", 0), msg["max_body"], msg.get("features", 0))
         body += _str16(msg.get("name", ""))
+        if "max_key_length" in msg:  # PROTOCOL.md 4.4.1: the limits extension
+            body += _LIMITS.pack(msg["max_key_length"], msg["route_timeout_ms"])
     elif kind == REQUEST or (kind == EVENT and msg["code"] in (SET_STATE, NOTIFY_STATE, CALL_METHOD)):
         function = msg["function"] if kind == REQUEST else msg["code"]
         body = (_U32.pack(msg["id"]) + bytes((function,))) if kind == REQUEST else bytes((function,))
@@ -351,7 +354,11 @@ def decode_body(ftype: int, body: bytes) -> dict[str, Any]:
         major, minor, max_body, features = _INFO.unpack(r.take(10, "INFO"))
         msg = {"type": INFO, "major": major, "minor": minor, "max_body": max_body, "features": features}
         msg["name"] = r.str16("name")
-        r.end()
+        if r.pos < len(body):
+            # PROTOCOL.md 4.4.1: the limits extension; bytes after the fields known are ignored.
+            msg["max_key_length"], msg["route_timeout_ms"] = _LIMITS.unpack(r.take(6, "INFO limits extension"))
+        else:
+            r.end()
         if major != 1:
             raise r.fail(f"unsupported major version {major}")
         return msg

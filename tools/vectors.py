@@ -421,6 +421,11 @@ def message_to_json(message: Message) -> JsonObj:
             "max_body": message.max_body,
             "features": message.features,
             "name": message.name,
+            **(
+                {}
+                if message.max_key_length is None
+                else {"max_key_length": message.max_key_length, "route_timeout_ms": message.route_timeout_ms}
+            ),
         }
     if isinstance(message, Response):
         out: JsonObj = {"type": "RESPONSE", "id": message.id, "status": Status(message.status).name}
@@ -489,7 +494,10 @@ def message_from_json(obj: JsonObj) -> Message:
         return query_message
     kind = obj["type"]
     if kind == "INFO":
-        return Info(obj["name"], obj["max_body"], obj["features"], obj["major"], obj["minor"])
+        return Info(
+            obj["name"], obj["max_body"], obj["features"], obj["major"], obj["minor"],
+            obj.get("max_key_length"), obj.get("route_timeout_ms"),
+        )
     if kind == "RESPONSE":
         status = Status[obj["status"]]
         if status != Status.OK:
@@ -554,6 +562,11 @@ def container_to_json(frame: Any) -> JsonObj:
             "max_body": body.max_body,
             "features": body.features,
             "name": body.name,
+            **(
+                {}
+                if body.limits is None
+                else {"max_key_length": body.limits.max_key_length, "route_timeout_ms": body.limits.route_timeout_ms}
+            ),
         }
     if ftype == FrameType.RESPONSE:
         status = Status(int(body.status))
@@ -596,6 +609,11 @@ def json_to_container(obj: JsonObj) -> JsonObj:
         payload["value"] = bytes.fromhex(obj["value"]["hex"])
     if kind == "INFO":
         body = {name: obj[name] for name in ("major", "minor", "max_body", "features", "name")}
+        body["limits"] = (
+            {"max_key_length": obj["max_key_length"], "route_timeout_ms": obj["route_timeout_ms"], "later": b""}
+            if "max_key_length" in obj
+            else None
+        )
         return {"type": FrameType.INFO, "body": body}
     if kind == "RESPONSE":
         if obj["status"] == "OK":
@@ -735,6 +753,8 @@ def build(obj: JsonObj) -> bytes:
     body = (
         _u8(obj["major"]) + _u8(obj["minor"]) + _u32(obj["max_body"]) + _u32(obj["features"]) + _str16(obj["name"])
     )
+    if "max_key_length" in obj:  # PROTOCOL.md 4.4.1
+        body += struct.pack(">HI", obj["max_key_length"], obj["route_timeout_ms"])
     return _frame(4, body)
 
 
@@ -768,8 +788,15 @@ SPEC_EXAMPLES: list[tuple[str, str, JsonObj, str]] = [
     (
         "info_jetd_spec_example",
         "4.4",
-        {"type": "INFO", "major": 1, "minor": 1, "max_body": 1048576, "features": 3, "name": "jetd"},
-        "04 00 00 00 10 01 01 00 10 00 00 00 00 00 03 00 04 6a 65 74 64",
+        {"type": "INFO", "major": 1, "minor": 2, "max_body": 1048576, "features": 11, "name": "jetd"},
+        "04 00 00 00 10 01 02 00 10 00 00 00 00 00 0b 00 04 6a 65 74 64",
+    ),
+    (
+        "info_limits_spec_example",
+        "4.4.1",
+        {"type": "INFO", "major": 1, "minor": 2, "max_body": 1048576, "features": 11, "name": "jetd",
+         "max_key_length": 1024, "route_timeout_ms": 5000},
+        "04 00 00 00 16 01 02 00 10 00 00 00 00 00 0b 00 04 6a 65 74 64 04 00 00 00 13 88",
     ),
     (
         "request_add_state_spec_example",
@@ -1070,6 +1097,19 @@ def valid_vectors() -> list[JsonObj]:
         "authenticate_non_ascii",
         "6.12",
         {"type": "REQUEST", "id": 2, "function": "AUTHENTICATE", "user": "jürgen", "password": "pässwört 🔑"},
+    )
+    add(
+        "info_limits_extremes",
+        "4.4.1",
+        {"type": "INFO", "major": 1, "minor": 2, "max_body": 65536, "features": 8, "name": "",
+         "max_key_length": 65535, "route_timeout_ms": 0},
+        "the limits extension after an empty name; route_timeout_ms 0: the daemon never answers TIMEOUT",
+    )
+    add(
+        "info_peer_asks_for_limits",
+        "4.4.1",
+        {"type": "INFO", "major": 1, "minor": 2, "max_body": 1048576, "features": 8, "name": "sensor-7"},
+        "a peer's INFO with LIMITS set: it asks the daemon for the limits extension",
     )
     add(
         "info_auth_required",
@@ -1441,6 +1481,8 @@ def invalid_vectors() -> list[JsonObj]:
     bad_info("info_name_bad_utf8", "4.4", _frame(4, info_head + _key(b"j\xe9td")), "invalid UTF-8 in the name")
     bad_info("info_name_length_lies", "4.4", _frame(4, info_head + _key(b"jetd", 5)), "name length 5, 4 bytes")
     bad_info("info_trailing", "4.4", _frame(4, info_head + _key(b"jetd") + b"\x00"), "a trailing byte")
+    bad_info("info_limits_short", "4.4.1", _frame(4, info_head + _key(b"jetd") + b"\x04\x00\x00\x00\x13"),
+             "5 bytes after the name: the limits extension takes 6")
     bad_info("info_major_2", "2", _frame(4, _u8(2) + info_head[1:] + _key(b"jetd")), "another major version")
     bad_info("info_major_0", "2", _frame(4, _u8(0) + info_head[1:] + _key(b"jetd")), "another major version")
     for name, section, data, description, kind in query_invalid_vectors():
@@ -1709,12 +1751,12 @@ def generate() -> dict[str, str]:
 
     return {
         "frames-valid.json": dump(
-            {"format": FORMAT, "protocol": "1.1", "default_max_body": DEFAULT_MAX_BODY, "vectors": valid_vectors()}
+            {"format": FORMAT, "protocol": "1.2", "default_max_body": DEFAULT_MAX_BODY, "vectors": valid_vectors()}
         ),
         "frames-invalid.json": dump(
             {
                 "format": FORMAT,
-                "protocol": "1.1",
+                "protocol": "1.2",
                 "default_max_body": DEFAULT_MAX_BODY,
                 "vectors": invalid_vectors(),
                 "incomplete": incomplete_vectors(),

@@ -7,7 +7,16 @@ import sys
 
 from jetd_testlib import RawPeer
 
-from jetwire import DEFAULT_MAX_BODY, FEATURE_CONFLATION, GetState, Info, Status, encode
+from jetwire import (
+    DEFAULT_MAX_BODY,
+    FEATURE_CONFLATION,
+    FEATURE_LIMITS,
+    GetState,
+    Info,
+    Response,
+    Status,
+    encode,
+)
 
 
 def test_info_is_first_frame(jetd):
@@ -15,11 +24,32 @@ def test_info_is_first_frame(jetd):
         message = peer.recv()
         assert isinstance(message, Info)
         assert message.name == "jetd"
-        assert (message.major, message.minor) == (1, 1)
+        assert (message.major, message.minor) == (1, 2)
         assert message.max_body == DEFAULT_MAX_BODY
         assert message.features & FEATURE_CONFLATION
         # PROTOCOL.md 4.4: the example INFO of jetd, byte for byte.
-        assert encode(message).hex() == "0400000010010100100000000000030004" + b"jetd".hex()
+        assert encode(message).hex() == "04000000100102001000000000000b0004" + b"jetd".hex()
+
+
+def test_limits_are_announced_only_to_a_peer_that_asks(start_jetd):
+    """PROTOCOL.md 4.4.1: the second INFO, with the limits, answers a peer INFO that set
+    LIMITS, before the answer to the request after it; other peers never see it."""
+    daemon = start_jetd("--route-timeout", "2.5", "--max-key-length", "300")
+    with RawPeer(daemon.address) as asking:
+        assert asking.info is not None and asking.info.features & FEATURE_LIMITS
+        assert asking.info.max_key_length is None  # the first INFO has no extension
+        asking.send(Info("asking", features=FEATURE_LIMITS), GetState(1, "nothing"))
+        limits = asking.recv()
+        assert isinstance(limits, Info)
+        assert (limits.max_key_length, limits.route_timeout_ms) == (300, 2500)
+        assert (limits.name, limits.features, limits.minor) == (asking.info.name, asking.info.features, 2)
+        answer = asking.recv()
+        assert isinstance(answer, Response) and answer.id == 1
+    with RawPeer(daemon.address) as old:
+        # A 1.0 peer: its INFO has no LIMITS bit, so no INFO with bytes after the name.
+        old.send(Info("old-peer", minor=0), GetState(1, "nothing"))
+        answer = old.recv()
+        assert isinstance(answer, Response) and answer.status == Status.NOT_FOUND
 
 
 def test_requests_before_reading_info_and_peer_name_in_log(jetd):

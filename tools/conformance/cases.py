@@ -416,7 +416,7 @@ _FIELDS: dict[str, tuple[str, ...]] = {
     "UNFETCH": ("id", "fetch_id"),
     "AUTHENTICATE": ("id", "user", "password"),
     "RESPONSE": ("id", "status", "value", "fetch_id", "message"),
-    "INFO": ("major", "minor", "max_body", "features", "name"),
+    "INFO": ("major", "minor", "max_body", "features", "name", "max_key_length", "route_timeout_ms"),
     "CLOSE": ("status", "message"),
 }
 
@@ -503,6 +503,8 @@ def build_message(obj: Mapping[str, Any], env: Mapping[str, Any], namespace: str
                 num("features", 0),
                 num("major", 1),
                 num("minor", 0),
+                num("max_key_length"),
+                num("route_timeout_ms"),
             )
         return Close(_status(obj.get("status", "OK")), str(obj.get("message", "")))
     except (JetError, TypeError) as exc:
