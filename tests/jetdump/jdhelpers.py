@@ -137,7 +137,7 @@ def tshark_pdus(capture: Path, *extra: str) -> list[dict[str, Any]]:
 _INT_FIELDS = {
     "type", "length", "id", "function", "status", "code", "value_type", "key_length", "value_length",
     "fetch_id", "prefix_length", "message_length", "major", "minor", "max_body", "name_length",
-    "user_length", "password_length",
+    "user_length", "password_length", "max_key_length", "route_timeout_ms",
 }
 
 

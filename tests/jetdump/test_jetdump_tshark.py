@@ -306,3 +306,29 @@ def test_lost_frame_boundary_agrees(tmp_path: Path, bad: bytes, expert: str, rea
         capture_output=True, text=True, timeout=60,
     ).stdout.splitlines()
     assert len(expert_rows) == 1
+
+
+def test_info_limits_extension_agrees(tmp_path: Path) -> None:
+    """PROTOCOL.md 4.4.1: the daemon's second INFO, with its limits, decodes alike in
+    jet.lua and jetdump; a short extension is malformed in both."""
+    conversation: list[tuple[int, Message]] = [
+        (1, Info("jetd", features=0xB)),
+        (0, Info("sensor-7", features=0x8)),
+        (0, GetState(1, "plant/temp")),
+        (1, Info("jetd", features=0xB, max_key_length=1024, route_timeout_ms=5000)),
+        (1, Response(1, Status.NOT_FOUND, message="no such state")),
+    ]
+    capture = tmp_path / "limits.pcap"
+    with open(capture, "wb") as f:
+        session = TcpSession(CaptureWriter(f), CLIENT, SERVER)
+        session.handshake()
+        for direction, data in bursts(conversation):
+            session.send(direction, data)
+        short = encode(Info("jetd", features=0xB))
+        short = short[:1] + (len(short) - 5 + 3).to_bytes(4, "big") + short[5:] + b"\x04\x00\x00"
+        session.send(1, short)
+        session.close()
+    frames = assert_agree(capture)
+    limits = [frame for frame in frames if frame["kind"] == "frame" and frame.get("max_key_length") is not None]
+    assert len(limits) == 1 and limits[0]["route_timeout_ms"] == 5000
+    assert frames[-1]["kind"] != "frame"  # the short extension

@@ -221,7 +221,10 @@ def _close(m: Any) -> str:
 
 
 def _info(m: Any) -> str:
-    return f"INFO {quote(m.name)} v{m.major}.{m.minor} max_body={m.max_body} features=0x{m.features:08X}"
+    text = f"INFO {quote(m.name)} v{m.major}.{m.minor} max_body={m.max_body} features=0x{m.features:08X}"
+    if m.max_key_length is not None:  # PROTOCOL.md 4.4.1
+        text += f" max_key_length={m.max_key_length} route_timeout_ms={m.route_timeout_ms}"
+    return text
 
 
 SUMMARIZERS: dict[type, Callable[[Any], str]] = {
@@ -480,6 +483,8 @@ def message_fields(message: Message, raw: bytes) -> tuple[tuple[Any, ...], dict[
         _text(values, shape, "message", message.message)
     elif isinstance(message, Info):
         values.update(major=message.major, minor=message.minor, max_body=message.max_body, features=message.features)
+        if message.max_key_length is not None:  # PROTOCOL.md 4.4.1
+            values.update(max_key_length=message.max_key_length, route_timeout_ms=message.route_timeout_ms)
         _text(values, shape, "name", message.name)
     return tuple(shape), values
 

@@ -79,6 +79,9 @@ f.info_max_body = ProtoField.uint32("jet.info.max_body", "Maximum body", base.DE
 f.info_features = ProtoField.uint32("jet.info.features", "Features", base.HEX)
 f.info_conflation = ProtoField.bool("jet.info.features.conflation", "CONFLATION", 32, nil, 0x00000001)
 f.info_auth_required = ProtoField.bool("jet.info.features.auth_required", "AUTH_REQUIRED", 32, nil, 0x00000004)
+f.info_limits = ProtoField.bool("jet.info.features.limits", "LIMITS", 32, nil, 0x00000008)
+f.info_max_key_length = ProtoField.uint16("jet.info.max_key_length", "Maximum key length (bytes)", base.DEC)
+f.info_route_timeout_ms = ProtoField.uint32("jet.info.route_timeout_ms", "Route timeout (ms)", base.DEC)
 f.user_length = ProtoField.uint16("jet.user_length", "User length", base.DEC)
 f.user = ProtoField.string("jet.user", "User", base.UNICODE)
 f.password_length = ProtoField.uint16("jet.password_length", "Password length", base.DEC)
@@ -511,12 +514,23 @@ local function dissect_frame(tvb, pinfo, root)
             local item = tree:add(f.info_features, range)
             item:add(f.info_conflation, range)
             item:add(f.info_auth_required, range)
+            item:add(f.info_limits, range)
             body.pos = body.pos + 4
         else
             body:fail("features truncated")
         end
         local nm = body:str16(f.info_name_length, f.info_name, "name")
         summary = "INFO \"" .. tostring(nm) .. "\""
+        if not body.err and body:left() > 0 then
+            -- PROTOCOL.md 4.4.1 (1.2): the limits extension; later fields are ignored.
+            if body:left() < 6 then
+                body:fail(body:left() .. " byte(s) after the name: the limits extension takes 6")
+            else
+                body:uint(2, f.info_max_key_length, "max_key_length")
+                body:uint(4, f.info_route_timeout_ms, "route_timeout_ms")
+                body.pos = body.stop
+            end
+        end
     end
     body:finish()
     if body.err then
