@@ -89,7 +89,9 @@ def value_to_json(value: Value) -> JsonObj:
     elif vtype == ValueType.INT64:
         out["int"] = str(struct.unpack(">q", value.data)[0])
     elif vtype == ValueType.FLOAT64:
-        out["float"] = _float_text(struct.unpack(">d", value.data)[0])
+        x = struct.unpack(">d", value.data)[0]
+        out["float"] = float_text(x)
+        out["float_hex"] = float_hex(x)
     elif vtype in (ValueType.STRING, ValueType.JSON):
         # JSON data is carried opaquely (PROTOCOL.md 5.3): it may not even be UTF-8.
         with contextlib.suppress(UnicodeDecodeError):
@@ -97,10 +99,58 @@ def value_to_json(value: Value) -> JsonObj:
     return out
 
 
-def _float_text(x: float) -> str:
+def float_text(x: float) -> str:
+    """The shortest decimal that reads back as ``x``, written as ECMAScript's
+    Number::toString writes it (ECMA-262, 6.1.6.1.20): ``22.5``, ``1e+21``, ``5e-324``,
+    ``1.7976931348623157e+308``; except ``-0`` for negative zero; ``Infinity``,
+    ``-Infinity`` and ``NaN`` (every NaN) for the rest. Language-neutral: spec/vectors/README.md."""
     if math.isnan(x):
-        return "nan"
-    return repr(x)
+        return "NaN"
+    if math.isinf(x):
+        return "Infinity" if x > 0 else "-Infinity"
+    if x == 0:
+        return "-0" if math.copysign(1.0, x) < 0 else "0"
+    sign = "-" if x < 0 else ""
+    # repr gives the shortest round-trip digits (David Gay's / Ryu's answer); only its
+    # layout is Python's, so take the digits and the exponent out of it.
+    mantissa, _, exp_text = repr(abs(x)).partition("e")
+    whole, _, fraction = mantissa.partition(".")
+    digits = (whole + fraction).lstrip("0")
+    exp = int(exp_text) if exp_text else 0
+    # x = 0.DIGITS * 10**n; for 0.00DIGITS, n counts the zeros after the point, negatively.
+    n = exp - (len(fraction) - len(fraction.lstrip("0"))) if whole == "0" else exp + len(whole)
+    digits = digits.rstrip("0") or "0"
+    k = len(digits)
+    if k <= n <= 21:
+        return sign + digits + "0" * (n - k)
+    if 0 < n <= 21:
+        return sign + digits[:n] + "." + digits[n:]
+    if -6 < n <= 0:
+        return sign + "0." + "0" * -n + digits
+    e = n - 1
+    return sign + digits[0] + ("." + digits[1:] if k > 1 else "") + "e" + ("+" if e >= 0 else "-") + str(abs(e))
+
+
+def float_hex(x: float) -> str:
+    """C99's ``%a`` form, normalised to a leading 1 even for subnormals, with trailing
+    zero digits dropped (``0x1.68p+4``, ``0x1p-1074`` for the smallest subnormal, ``0x0p+0``);
+    ``Infinity``, ``-Infinity``, ``NaN`` otherwise."""
+    if math.isnan(x) or math.isinf(x):
+        return float_text(x)
+    text = x.hex()  # e.g. -0x1.6800000000000p+4, 0x0.0000000000001p-1022
+    sign = "-" if text.startswith("-") else ""
+    mantissa, _, exponent = text.lstrip("-")[2:].partition("p")
+    lead, _, fraction = mantissa.partition(".")
+    if lead == "0" and fraction.strip("0"):
+        # A subnormal: normalise to a leading 1 (0x1p-1074), so that there is one form.
+        bits = int(fraction, 16)
+        shift = bits.bit_length() - 1
+        exp = int(exponent) - 52 + shift
+        rest = bits - (1 << shift)
+        fraction = format(rest << (52 - shift), "013x") if shift else ""
+        lead, exponent = "1", f"{exp:+d}"
+    fraction = fraction.rstrip("0")
+    return f"{sign}0x{lead}{'.' + fraction if fraction else ''}p{exponent}"
 
 
 def value_from_json(obj: JsonObj) -> Value:
@@ -1099,6 +1149,19 @@ def valid_vectors() -> list[JsonObj]:
         {"type": "REQUEST", "id": 2, "function": "AUTHENTICATE", "user": "jürgen", "password": "pässwört 🔑"},
     )
     add(
+        "info_max_body_64",
+        "4.4",
+        {"type": "INFO", "major": 1, "minor": 2, "max_body": 64, "features": 0, "name": "tiny-sensor"},
+        "the smallest max_body an INFO may announce",
+    )
+    add(
+        "request_get_state_key_starts_with_bom",
+        "5.1",
+        {"type": "REQUEST", "id": 7, "function": "GET_STATE", "key": "\ufeffplant/temp"},
+        "a key whose first character is U+FEFF (EF BB BF): a decoder MUST keep it; some UTF-8 "
+        "decoders strip it as a byte order mark, which would name another key",
+    )
+    add(
         "info_limits_extremes",
         "4.4.1",
         {"type": "INFO", "major": 1, "minor": 2, "max_body": 65536, "features": 8, "name": "",
@@ -1493,6 +1556,19 @@ def invalid_vectors() -> list[JsonObj]:
     return out
 
 
+def daemon_only_vectors() -> list[JsonObj]:
+    """Frames that decode, but that a daemon receiving them from a peer MUST reject."""
+    return [
+        {
+            "name": "info_max_body_63",
+            "section": "4.4",
+            "description": "a peer's INFO announcing max_body 63: below 64 no error response would fit",
+            "hex": _frame(4, _u8(1) + _u8(2) + _u32(63) + _u32(0) + _key(b"sensor")).hex(),
+            "error": _err("MALFORMED", fatal=True, request_id=None, frame_type="INFO"),
+        }
+    ]
+
+
 def incomplete_vectors() -> list[JsonObj]:
     """Byte strings that are a proper prefix of a frame: a stream decoder waits for more
     and yields nothing; a whole-frame decoder rejects them (MALFORMED)."""
@@ -1760,6 +1836,7 @@ def generate() -> dict[str, str]:
                 "default_max_body": DEFAULT_MAX_BODY,
                 "vectors": invalid_vectors(),
                 "incomplete": incomplete_vectors(),
+                "daemon_only": daemon_only_vectors(),
             }
         ),
         "jetlog.json": dump(jetlog_vectors()),

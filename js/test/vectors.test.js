@@ -66,9 +66,10 @@ function checkReading(value, expected) {
   if ("int" in expected) assert.equal(js, BigInt(expected.int));
   if ("bool" in expected) assert.equal(js, expected.bool);
   if ("float" in expected) {
-    const want = expected.float === "nan" ? NaN : expected.float === "inf" ? Infinity
-      : expected.float === "-inf" ? -Infinity : Number(expected.float);
+    // spec/vectors/README.md: ECMAScript's Number::toString, but "-0" for negative zero.
+    const want = expected.float === "-0" ? -0 : Number(expected.float);
     assert.ok(Object.is(js, want), `${js} vs ${expected.float} (${pyRepr(js)})`);
+    assert.equal(Object.is(js, -0) ? "-0" : String(js), expected.float);
   }
   if ("text" in expected && expected.type === "STRING") assert.equal(js, expected.text);
   if (expected.type === "BYTES") assert.ok(js instanceof Uint8Array);
