@@ -619,6 +619,12 @@ export function decodeBody(type, body) {
   return m;
 }
 
+/** The OK payload each function calls for (PROTOCOL.md 4.2, 6); any other: empty. An
+ *  empty OK to a "value" function means NONE (10.3). */
+const OK_SHAPES = Object.freeze({
+  SET_STATE: "value", CALL_METHOD: "value", GET_STATE: "value", FETCH_STATES: "fetch_id", FETCH_QUERY: "fetch_id",
+});
+
 /** A stream decoder (PROTOCOL.md 3): feed bytes with `receiveData`, pull messages with
  *  `nextMessage` until it returns null. A bad frame throws a ProtocolError; after a
  *  non-fatal one the frame is skipped, after a fatal one every call throws it again. */
@@ -1537,7 +1543,7 @@ export class Peer {
       const timer = setTimeout(() => {
         if (this._pending.delete(id)) reject(new Timeout(`no response within ${ms / 1000} s (peer timeout)`));
       }, ms);
-      this._pending.set(id, { resolve, reject, convert, timer });
+      this._pending.set(id, { resolve, reject, convert, timer, fn: fields.function });
       if (this._live(restoring)) this._send(frame);
       else this._backlog.push([id, frame]); // made while reconnecting: sent after the restore
     });
@@ -1773,6 +1779,11 @@ export class Peer {
   }
 
   _dispatch(link, m) {
+    if (!link.seenInfo) {
+      // PROTOCOL.md 11.1: the daemon's first frame is INFO; anything else is fatal.
+      if (m.type !== "INFO") return this._fatal(Status.MALFORMED, `the daemon's first frame is ${m.type}, not INFO`);
+      link.seenInfo = true;
+    }
     if (m.type === "EVENT") {
       const kind = KINDS[m.code];
       if (kind) {
@@ -1799,6 +1810,11 @@ export class Peer {
       this._pending.delete(m.id);
       clearTimeout(entry.timer);
       if (m.status !== "OK") return entry.reject(errorForStatus(Status[m.status], m.message));
+      const shape = OK_SHAPES[entry.fn] ?? "empty";
+      if (m.payload !== shape && !(shape === "value" && m.payload === "empty")) {
+        // PROTOCOL.md 11.1: a RESPONSE of the wrong shape fails the request.
+        return entry.reject(new Malformed(`an OK with ${m.payload} where ${entry.fn} calls for ${shape}`));
+      }
       try {
         entry.resolve(entry.convert(m));
       } catch (e) {

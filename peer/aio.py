@@ -530,10 +530,15 @@ class Fetch:
 
 
 def _convert_empty(response: Response) -> None:
+    if response.value is not None or response.fetch_id is not None:
+        # PROTOCOL.md 11.1: a RESPONSE of the wrong shape fails the request.
+        raise Malformed("an OK with a payload where the function calls for an empty one")
     return None
 
 
 def _convert_value(response: Response) -> PythonValue:
+    if response.fetch_id is not None:
+        raise Malformed("an OK with a fetch_id where the function calls for a value")  # PROTOCOL.md 11.1
     if response.value is None:
         # PROTOCOL.md 6.3: an empty OK to a set means NONE.
         return None
@@ -541,7 +546,7 @@ def _convert_value(response: Response) -> PythonValue:
 
 
 def _convert_fetch_id(response: Response) -> int:
-    if response.fetch_id is None:
+    if response.fetch_id is None or response.value is not None:
         raise Malformed("FETCH_STATES answered OK without a fetch_id")
     return response.fetch_id
 
@@ -561,6 +566,7 @@ class _Link(asyncio.Protocol):
         self.lost: asyncio.Future[None] = peer._loop.create_future()
         self.info: asyncio.Future[Info] = peer._loop.create_future()
         self.close_reason: Optional[Close] = None
+        self.seen_info = False  # PROTOCOL.md 11.1: the daemon's first frame must be INFO
         self.writable: Optional[asyncio.Future[None]] = None
         self.local_error: Optional[str] = None  # why this side closed the link
 
@@ -605,6 +611,8 @@ class _Link(asyncio.Protocol):
         while not self.closed:
             try:
                 for message in decoder.messages():
+                    if not self.seen_info and not self._first_frame(message):
+                        return
                     if type(message) is Response:
                         peer._on_response(message)
                     else:
@@ -614,6 +622,18 @@ class _Link(asyncio.Protocol):
                 return
             except RemoteProtocolError as exc:
                 peer._on_bad_frame(self, exc)
+
+    def _first_frame(self, message: Message) -> bool:
+        """PROTOCOL.md 11.1: a first frame other than INFO is fatal (CLOSE MALFORMED)."""
+        if isinstance(message, Info):
+            self.seen_info = True
+            return True
+        text = f"the daemon's first frame is {type(message).__name__}, not INFO"
+        self.local_error = text
+        self.close(Close(Status.MALFORMED, text))
+        if not self.info.done():
+            self.info.set_exception(Malformed(text))
+        return False
 
     def pause_writing(self) -> None:
         self.writable = self.peer._loop.create_future()
@@ -1540,6 +1560,8 @@ class PeerAsync:
 
 
 def _convert_raw(response: Response) -> Value:
+    if response.fetch_id is not None:
+        raise Malformed("an OK with a fetch_id where the function calls for a value")  # PROTOCOL.md 11.1
     if response.value is None:
         return Value.of(None)
     return response.value

@@ -456,6 +456,7 @@ class TinyPeer:
         self._entries: dict[int, list[tuple[str, str, Any]]] = {}  # QUERY_ONCE id -> entries so far
         self._buf = b""
         self._responses: dict[int, dict[str, Any]] = {}
+        self._pending: set[int] = set()  # ids of our requests still unanswered
         self._next_id = 0
         self._fetch_waiting: Optional[tuple[int, FetchCallback]] = None
         sock = socket.create_connection((host, port), timeout)
@@ -529,6 +530,10 @@ class TinyPeer:
                     self._fail(exc)
                 if ftype == REQUEST and exc.request_id is not None:
                     self._answer_error(exc.request_id, exc.status, exc.message)
+                elif ftype == RESPONSE and exc.request_id in self._pending:
+                    # PROTOCOL.md 11.1: fail that request at once rather than at its timeout.
+                    rid = exc.request_id
+                    self._responses[rid] = {"type": RESPONSE, "id": rid, "status": MALFORMED, "message": exc.message}
                 continue
             self._handle(msg)
             count += 1
@@ -567,7 +572,12 @@ class TinyPeer:
 
     def _handle(self, msg: dict[str, Any]) -> None:
         kind = msg["type"]
+        if self.info is None and kind != INFO:
+            # PROTOCOL.md 11.1: the daemon's first frame is INFO; anything else is fatal.
+            self._fail(TinyError(MALFORMED, "the daemon's first frame is not INFO", fatal=True))
         if kind == RESPONSE:
+            if msg["id"] not in self._pending:
+                return  # PROTOCOL.md 11.1: a RESPONSE matching nothing pending is dropped
             self._responses[msg["id"]] = msg
             waiting = self._fetch_waiting
             if waiting is not None and waiting[0] == msg["id"] and "fetch_id" in msg:
@@ -630,19 +640,29 @@ class TinyPeer:
 
     # -- requests --
 
-    def _request(self, msg: dict[str, Any], timeout: Optional[float] = None) -> dict[str, Any]:
+    def _request(self, msg: dict[str, Any], timeout: Optional[float] = None, shape: str = "empty") -> dict[str, Any]:
+        """Send a request and wait for its answer; ``shape`` is the OK payload the
+        function calls for: "empty", "value" (empty means NONE), "fetch_id" or "any"."""
         self._next_id = rid = (self._next_id + 1) & 0xFFFFFFFF
         msg["type"], msg["id"] = REQUEST, rid
         self._send(encode_frame(msg))
-        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
-        while rid not in self._responses:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TinyError(TIMEOUT, "no response in time (peer timeout)")
-            self._pump(remaining)
+        self._pending.add(rid)
+        try:
+            deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+            while rid not in self._responses:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TinyError(TIMEOUT, "no response in time (peer timeout)")
+                self._pump(remaining)
+        finally:
+            self._pending.discard(rid)
         response = self._responses.pop(rid)
         if response["status"] != OK:
             raise TinyError(response["status"], response["message"])
+        got = "fetch_id" if "fetch_id" in response else "value" if "value" in response else "empty"
+        if shape != "any" and got != shape and not (shape == "value" and got == "empty"):
+            # PROTOCOL.md 11.1: a RESPONSE of the wrong shape fails the request.
+            raise TinyError(MALFORMED, f"an OK with {got} where the function calls for {shape}")
         return response
 
     def add_state(self, key: str, value: Any, on_set: Optional[Handler] = None) -> None:
@@ -685,17 +705,17 @@ class TinyPeer:
 
     def set(self, key: str, value: Any, timeout: Optional[float] = None) -> Any:
         """Set a state; return the value now in effect (PROTOCOL.md 6.3). Raises TinyError."""
-        response = self._request({"function": SET_STATE, "key": key, "value": to_value(value)}, timeout)
+        response = self._request({"function": SET_STATE, "key": key, "value": to_value(value)}, timeout, "value")
         return from_value(*response["value"]) if "value" in response else None
 
     def call(self, key: str, args: Any = None, timeout: Optional[float] = None) -> Any:
         """Call a method; return its result (PROTOCOL.md 6.5). Raises TinyError."""
-        response = self._request({"function": CALL_METHOD, "key": key, "value": to_value(args)}, timeout)
+        response = self._request({"function": CALL_METHOD, "key": key, "value": to_value(args)}, timeout, "value")
         return from_value(*response["value"]) if "value" in response else None
 
     def get(self, key: str) -> Any:
         """Return the daemon's cached value of a state (PROTOCOL.md 6.10). Raises TinyError."""
-        response = self._request({"function": GET_STATE, "key": key})
+        response = self._request({"function": GET_STATE, "key": key}, shape="value")
         return from_value(*response["value"]) if "value" in response else None
 
     def fetch(
@@ -713,7 +733,7 @@ class TinyPeer:
                 request = {"function": FETCH_QUERY, "query": query_bytes(prefix, matchers, flags)}
             else:
                 request = {"function": FETCH_STATES, "prefix": prefix}
-            response = self._request(request)
+            response = self._request(request, shape="fetch_id")
         finally:
             self._fetch_waiting = None
         return int(response["fetch_id"])

@@ -39,7 +39,7 @@ class LateListeners(TinyPeer):
         self.on_set[key] = on_set  # too late: a routed set in the OK's segment was answered already
 
     def fetch(self, prefix: str, callback: FetchCallback, *args: Any, **kwargs: Any) -> int:
-        response = self._request({"function": FETCH_STATES, "prefix": prefix})
+        response = self._request({"function": FETCH_STATES, "prefix": prefix}, shape="fetch_id")
         self.fetches[response["fetch_id"]] = callback  # too late: the initial adds went by
         return int(response["fetch_id"])
 
