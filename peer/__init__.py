@@ -13,41 +13,97 @@ Every error a peer raises for a failed request is a :class:`PeerError` (a
 
 from __future__ import annotations
 
-from .aio import (
-    DEFAULT_PORT,
-    DEFAULT_TIMEOUT,
-    EventKind,
-    Fetch,
-    FetchEvent,
-    Method,
-    PeerAsync,
-    QueryResult,
-    State,
-    WindowRow,
-)
-from .errors import (
-    AlreadyExists,
-    AuthFailed,
-    ConnectionClosed,
-    Internal,
-    InvalidQuery,
-    LimitExceeded,
-    Malformed,
-    NotAuthorized,
-    NotFound,
-    NotOwner,
-    Overloaded,
-    OwnerGone,
-    PeerError,
-    Rejected,
-    Timeout,
-    TooLarge,
-    UnknownFunction,
-    WrongKind,
-    error_for_status,
-)
-from .query import field, key, value
-from .sync import Peer, SyncFetch, SyncMethod, SyncState
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .aio import (
+        DEFAULT_PORT,
+        DEFAULT_TIMEOUT,
+        EventKind,
+        Fetch,
+        FetchEvent,
+        Method,
+        PeerAsync,
+        QueryResult,
+        State,
+        WindowRow,
+    )
+    from .errors import (
+        AlreadyExists,
+        AuthFailed,
+        ConnectionClosed,
+        Internal,
+        InvalidQuery,
+        LimitExceeded,
+        Malformed,
+        NotAuthorized,
+        NotFound,
+        NotOwner,
+        Overloaded,
+        OwnerGone,
+        PeerError,
+        Rejected,
+        Timeout,
+        TooLarge,
+        UnknownFunction,
+        WrongKind,
+        error_for_status,
+    )
+    from .query import field, key, value
+    from .sync import Peer, SyncFetch, SyncMethod, SyncState
+
+# Imported on first use (PEP 562): `import peer.tiny` or the `jet` command line must not
+# pay for asyncio and jetwire when they do not need them.
+_WHERE = {
+    "AlreadyExists": "errors",
+    "AuthFailed": "errors",
+    "ConnectionClosed": "errors",
+    "DEFAULT_PORT": "aio",
+    "DEFAULT_TIMEOUT": "aio",
+    "EventKind": "aio",
+    "Fetch": "aio",
+    "FetchEvent": "aio",
+    "Internal": "errors",
+    "InvalidQuery": "errors",
+    "LimitExceeded": "errors",
+    "Malformed": "errors",
+    "Method": "aio",
+    "NotAuthorized": "errors",
+    "NotFound": "errors",
+    "NotOwner": "errors",
+    "Overloaded": "errors",
+    "OwnerGone": "errors",
+    "Peer": "sync",
+    "PeerAsync": "aio",
+    "PeerError": "errors",
+    "QueryResult": "aio",
+    "Rejected": "errors",
+    "State": "aio",
+    "SyncFetch": "sync",
+    "SyncMethod": "sync",
+    "SyncState": "sync",
+    "Timeout": "errors",
+    "TooLarge": "errors",
+    "UnknownFunction": "errors",
+    "WindowRow": "aio",
+    "WrongKind": "errors",
+    "error_for_status": "errors",
+    "field": "query",
+    "key": "query",
+    "value": "query",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'peer' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "DEFAULT_PORT",

@@ -118,10 +118,10 @@ __all__ = [
 
 log = logging.getLogger("peer")
 
-DEFAULT_PORT = 11124  # PROTOCOL.md 3
-# Longer than jetd's default route timeout (5 s, PROTOCOL.md 10.3), so that a routed
-# request normally fails with the daemon's TIMEOUT, which names the cause, not ours.
-DEFAULT_TIMEOUT = 10.0
+# DEFAULT_TIMEOUT is longer than jetd's default route timeout (5 s, PROTOCOL.md 10.3), so
+# that a routed request normally fails with the daemon's TIMEOUT, which names the cause.
+from .defaults import DEFAULT_PORT, DEFAULT_TIMEOUT  # noqa: E402
+
 DEFAULT_RECONNECT_MIN_DELAY = 0.05
 DEFAULT_RECONNECT_MAX_DELAY = 2.0
 DEFAULT_FETCH_QUEUE = 100_000  # events an `async for` consumer may fall behind

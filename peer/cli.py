@@ -22,21 +22,20 @@ import math
 import os
 import re
 import signal
-import ssl
 import sys
 import threading
 import time
 from collections.abc import Sequence
 from types import FrameType
-from typing import Any, NoReturn, Optional, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, Optional, TextIO
 
-from jetwire import JetError, LocalProtocolError, Status, Value, ValueType
+from .defaults import DEFAULT_PORT, DEFAULT_TIMEOUT
 
-from .aio import DEFAULT_PORT, DEFAULT_TIMEOUT, FetchEvent
-from .errors import ConnectionClosed, PeerError
-from .query import field
-from .query import value as value_itself
-from .sync import Peer
+if TYPE_CHECKING:  # imported where used: `jet get` must start fast (issue 18, BENCHMARKS.md)
+    import ssl
+
+    from .aio import FetchEvent
+    from .sync import Peer
 
 __all__ = ["EXIT_CODES", "format_value", "main", "parse_value", "value_to_json"]
 
@@ -57,7 +56,9 @@ EXIT_CODES = {
     EXIT_REJECTED: "REJECTED: the owner refused the set or call",
     EXIT_TIMEOUT: "TIMEOUT: no answer in time",
 }
-_STATUS_EXIT = {Status.NOT_FOUND: EXIT_NOT_FOUND, Status.REJECTED: EXIT_REJECTED, Status.TIMEOUT: EXIT_TIMEOUT}
+_STATUS_EXIT = {1: EXIT_NOT_FOUND, 4: EXIT_REJECTED, 5: EXIT_TIMEOUT}  # PROTOCOL.md 8: NOT_FOUND, REJECTED, TIMEOUT
+# PROTOCOL.md 5.3 names, for the fast path that does not load jetwire.
+_TYPE_NAMES = ("NONE", "BOOL", "INT64", "FLOAT64", "STRING", "JSON", "BYTES", "CBOR", "MSGPACK")
 
 TYPES = ("auto", "none", "bool", "int", "float", "string", "json", "hex")
 
@@ -113,6 +114,8 @@ def parse_value(text: str, vtype: str = "auto") -> Any:
         if vtype == "string":
             return text
         if vtype == "json":
+            from jetwire import Value, ValueType
+
             json.loads(text)
             return Value(ValueType.JSON, text.encode("utf-8"))
         if vtype == "hex":
@@ -156,21 +159,22 @@ def value_to_json(value: Any) -> Any:
     typed values as ``{"vtype": n, "hex": ...}``."""
     if isinstance(value, (bytes, bytearray)):
         return {"hex": bytes(value).hex()}
-    if isinstance(value, Value):
+    if _is_typed(value):
         return {"vtype": value.vtype, "hex": value.data.hex()}
     return value
+
+
+def _is_typed(value: Any) -> bool:
+    """A jetwire Value or a peer.tiny Raw: a value with no natural Python form."""
+    return hasattr(value, "vtype") and hasattr(value, "data")
 
 
 def format_value(value: Any) -> str:
     """Human-readable text of a mapped value (JSON notation where possible)."""
     if isinstance(value, (bytes, bytearray)):
         return "0x" + bytes(value).hex()
-    if isinstance(value, Value):
-        try:
-            name = ValueType(value.vtype).name
-        except ValueError:
-            name = f"0x{value.vtype:02X}"
-        return f"<{name} {value.data.hex()}>"
+    if _is_typed(value):
+        return f"<{_vtype_name(value.vtype)} {value.data.hex()}>"
     return json.dumps(value, ensure_ascii=False)
 
 
@@ -216,11 +220,12 @@ def _event_line(out: Output, kind: str, key: str, value: Any, vtype: str) -> Non
     )
 
 
-def _type_name(raw: Value) -> str:
-    try:
-        return ValueType(raw.vtype).name
-    except ValueError:
-        return f"0x{raw.vtype:02X}"
+def _type_name(raw: Any) -> str:
+    return _vtype_name(raw.vtype)
+
+
+def _vtype_name(vtype: int) -> str:
+    return _TYPE_NAMES[vtype] if vtype < len(_TYPE_NAMES) else f"0x{vtype:02X}"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -406,6 +411,9 @@ def parse_where(text: str) -> Any:
     match = _EXPR.match(text)
     if match is None:
         raise UsageError(f"--where {text!r}: expected FIELD OP JSONVALUE, OP one of == != < <= > >=")
+    from .query import field
+    from .query import value as value_itself
+
     name, op, literal = match.groups()
     try:
         operand = json.loads(literal)
@@ -468,6 +476,8 @@ def _ssl_context(args: argparse.Namespace) -> Optional[ssl.SSLContext]:
     """The TLS context of ``--tls/--ca/--cert/--key``, or None without TLS."""
     if not (args.tls or args.ca or args.tls_cert or args.tls_key):
         return None
+    import ssl
+
     if (args.tls_cert is None) != (args.tls_key is None):
         raise UsageError("--cert and --key go together")
     try:
@@ -502,6 +512,11 @@ def run(args: argparse.Namespace, out: Output) -> int:
         if args.result is not None:
             value = parse_value(read_value_source(args.result), args.type)
     password = _password(args.user)
+    if args.command in ("get", "call") or (args.command == "set" and not args.no_wait):
+        return _one_request(args, host, port, password, value, out)
+    from .errors import PeerError
+    from .sync import Peer
+
     with Peer(host, port, name=args.name, timeout=args.timeout, user=args.user, password=password,
               ssl=_ssl_context(args)) as peer:
         if args.command == "info":
@@ -551,9 +566,56 @@ def run(args: argparse.Namespace, out: Output) -> int:
     return EXIT_OK
 
 
+def _one_request(
+    args: argparse.Namespace, host: str, port: int, password: Optional[str], value: Any, out: Output
+) -> int:
+    """get, set and call through :mod:`peer.tiny`: one request needs neither asyncio nor a
+    thread, and the command starts in a third of the time (BENCHMARKS.md, jet start-up)."""
+    from .tiny import Raw, TinyPeer, from_value
+
+    if _is_typed(value):
+        value = Raw(value.vtype, value.data)  # --type json
+    try:
+        peer = TinyPeer(host, port, name=args.name, timeout=args.timeout, user=args.user, password=password or "",
+                        ssl=_ssl_context(args))
+    except OSError as exc:
+        raise _Unreachable(host, port, exc) from None
+    with peer:
+        if args.command == "get":
+            raw = peer.get_raw(args.key)
+            got = _from_raw(raw, from_value)
+            out.emit({"key": args.key, "value": value_to_json(got), "type": _type_name(raw)}, format_value(got))
+        elif args.command == "set":
+            now = _from_raw(peer.set_raw(args.key, value), from_value)
+            out.emit({"key": args.key, "value": value_to_json(now)}, format_value(now))
+        else:
+            result = _from_raw(peer.call_raw(args.key, value), from_value)
+            out.emit({"key": args.key, "result": value_to_json(result)}, format_value(result))
+    return EXIT_OK
+
+
+def _from_raw(raw: Any, from_value: Any) -> Any:
+    """A value as the full peer maps it: tiny's mapping for the types it knows, jetwire's
+    (CBOR, MSGPACK) for the rest."""
+    if raw.vtype <= 6:
+        return from_value(raw.vtype, raw.data)
+    from jetwire import Value
+
+    return Value(raw.vtype, raw.data).to_python()
+
+
+class _Unreachable(Exception):
+    """The daemon cannot be reached (the fast path's connection error)."""
+
+    def __init__(self, host: str, port: int, exc: OSError) -> None:
+        why = "is jetd running? (connection refused)" if isinstance(exc, ConnectionRefusedError) else exc.strerror or str(exc)
+        super().__init__(f"cannot connect to {host}:{port}: {why}")
+
+
 def _fetch(peer: Peer, args: argparse.Namespace, out: Output) -> int:
     """``jet fetch``: print events until Ctrl-C, ``--count`` events (window updates when
     sorted) or ``--timeout`` seconds."""
+
     kwargs = _query_kwargs(args)
     if args.count is not None and args.count < 1:
         raise UsageError("--count must be at least 1")
@@ -580,6 +642,8 @@ def _fetch(peer: Peer, args: argparse.Namespace, out: Output) -> int:
 
 def _print_window(out: Output, event: FetchEvent) -> None:
     """PROTOCOL.md 14.2: the whole window after the update, in index order."""
+    from .errors import PeerError
+
     rows = []
     lines = [f"window ({len(event.rows)} rows)"]
     for row in event.rows:
@@ -593,6 +657,8 @@ def _print_window(out: Output, event: FetchEvent) -> None:
 
 
 def _print_event(out: Output, event: FetchEvent) -> None:
+    from .errors import PeerError
+
     try:
         value: Any = event.value
     except PeerError:
@@ -601,6 +667,8 @@ def _print_event(out: Output, event: FetchEvent) -> None:
 
 
 def _serve_state(peer: Peer, args: argparse.Namespace, value: Any, out: Output) -> int:
+    from jetwire import Value
+
     def on_set(requested: Any) -> Any:
         # Runs on the peer's thread (see peer.sync); printing and checking is all it does.
         _event_line(out, "set", args.key, requested, _type_name(Value.of(requested)))
@@ -618,6 +686,8 @@ def conform(value: Any, vtype: str, key: str) -> Any:
     Raises:
         Rejected: VALUE is of another type (the owner's answer to the set).
     """
+    from jetwire import Value, ValueType
+
     from .errors import Rejected
 
     if vtype in ("auto", "string") and (vtype == "auto" or isinstance(value, str)):
@@ -710,25 +780,46 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_OK
     except UsageError as exc:
         _fail(str(exc), EXIT_USAGE)
-    except ConnectionClosed as exc:
-        _fail(exc.message or "connection closed", EXIT_CONNECTION)
-    except PeerError as exc:
-        status = exc.status
-        code = _STATUS_EXIT.get(status, EXIT_ERROR) if status is not None else EXIT_ERROR
-        key = getattr(args, "key", None)
-        about = f"{key}: " if key and key not in exc.message else ""
-        _fail(f"{status.name if status else 'ERROR'}: {about}{exc.message}", code)
-    except LocalProtocolError as exc:
-        _fail(exc.message, EXIT_USAGE)
-    except JetError as exc:
-        _fail(str(exc), EXIT_ERROR)
+    except _Unreachable as exc:
+        _fail(str(exc), EXIT_CONNECTION)
     except BrokenPipeError:
         # `jet fetch | head`: the reader left; that is not an error.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
+    except Exception as exc:
+        _fail_for(exc, getattr(args, "key", None))
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _fail_for(exc: Exception, key: Optional[str]) -> NoReturn:
+    """The message and exit code of an error from either peer (the full one or tiny)."""
+    from jetwire import JetError, LocalProtocolError, Status
+
+    from .errors import ConnectionClosed, PeerError
+    from .tiny import TinyError
+
+    if isinstance(exc, TinyError):
+        text = exc.message
+        if text.startswith(("connection", "daemon closed")):
+            _fail(text, EXIT_CONNECTION)
+        if exc.status == Status.TIMEOUT and text.startswith("no response in time"):
+            _fail(f"TIMEOUT: {text}", EXIT_TIMEOUT)
+        about = f"{key}: " if key and key not in text else ""
+        _fail(f"{exc.status_name}: {about}{text}", _STATUS_EXIT.get(exc.status, EXIT_ERROR))
+    if isinstance(exc, ConnectionClosed):
+        _fail(exc.message or "connection closed", EXIT_CONNECTION)
+    if isinstance(exc, PeerError):
+        status = exc.status
+        code = _STATUS_EXIT.get(status, EXIT_ERROR) if status is not None else EXIT_ERROR
+        about = f"{key}: " if key and key not in exc.message else ""
+        _fail(f"{status.name if status else 'ERROR'}: {about}{exc.message}", code)
+    if isinstance(exc, LocalProtocolError):
+        _fail(exc.message, EXIT_USAGE)
+    if isinstance(exc, JetError):
+        _fail(str(exc), EXIT_ERROR)
+    raise exc
 
 
 if __name__ == "__main__":

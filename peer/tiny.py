@@ -713,6 +713,21 @@ class TinyPeer:
         response = self._request({"function": CALL_METHOD, "key": key, "value": to_value(args)}, timeout, "value")
         return from_value(*response["value"]) if "value" in response else None
 
+    def get_raw(self, key: str) -> Raw:
+        """The cached value as sent, ``Raw(vtype, data)`` (PROTOCOL.md 6.10). Raises TinyError."""
+        response = self._request({"function": GET_STATE, "key": key}, shape="value")
+        return Raw(*response.get("value", (V_NONE, b"")))
+
+    def set_raw(self, key: str, value: Any, timeout: Optional[float] = None) -> Raw:
+        """As :meth:`set`, the value in effect as sent. Raises TinyError."""
+        response = self._request({"function": SET_STATE, "key": key, "value": to_value(value)}, timeout, "value")
+        return Raw(*response.get("value", (V_NONE, b"")))
+
+    def call_raw(self, key: str, args: Any = None, timeout: Optional[float] = None) -> Raw:
+        """As :meth:`call`, the result as sent. Raises TinyError."""
+        response = self._request({"function": CALL_METHOD, "key": key, "value": to_value(args)}, timeout, "value")
+        return Raw(*response.get("value", (V_NONE, b"")))
+
     def get(self, key: str) -> Any:
         """Return the daemon's cached value of a state (PROTOCOL.md 6.10). Raises TinyError."""
         response = self._request({"function": GET_STATE, "key": key}, shape="value")
