@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from jetwire import (
+    FEATURE_LIMITS,
     AddMethod,
     AddState,
     CallMethod,
@@ -65,6 +66,7 @@ FETCH_PREFIX = "data/"
 SET_KEY, SET_VALUE = "data/x", 7
 CALL_KEY, CALL_ARG = "data/echo", "x" * 100
 DAEMON_MAX_BODY = 1 << 20
+LIMITS_KEY_LENGTH, LIMITS_ROUTE_TIMEOUT_MS = 200, 2500  # announced by peer.info.limits
 FIRST_FETCH_ID = 3
 AT_ONCE = 2.0  # "at once": well below the agent's own request timeout of 10 s (PEER.md)
 RECEIVE_MAX_BODY = 64 * 1024 * 1024
@@ -113,6 +115,7 @@ class Session:
         self.timeout = config.timeout
         self.split = False  # write every byte of ours separately
         self.send_info = True
+        self.info_features = 0  # FEATURE_LIMITS: answer a peer INFO that asks (PROTOCOL.md 4.4.1)
         self.daemon_max_body = DAEMON_MAX_BODY
         self.extra_after: dict[str, list[Message]] = {}  # "ADD_STATE"/"ADD_METHOD" -> sent with the OK
         self.fetch_adds: list[tuple[str, int]] = []
@@ -157,7 +160,7 @@ class Session:
         self.reader, self.writer = reader, writer
         self.log.add("peer", "note", "the peer connected")
         if self.send_info:
-            await self.send(Info("conformance", self.daemon_max_body, 0))
+            await self.send(Info("conformance", self.daemon_max_body, self.info_features))
         self.connected.set_result(None)
 
     async def _read_lines(self) -> None:
@@ -261,6 +264,13 @@ class Session:
         """What the scripted daemon does with one message from the peer."""
         if isinstance(message, Info):
             self.peer_info = message
+            if self.info_features & FEATURE_LIMITS and message.features & FEATURE_LIMITS:
+                # PROTOCOL.md 4.4.1: the limits, and two bytes of a field from a later minor
+                # version, which a peer that asked MUST ignore.
+                limits = encode(Info("conformance", self.daemon_max_body, self.info_features,
+                                     max_key_length=LIMITS_KEY_LENGTH, route_timeout_ms=LIMITS_ROUTE_TIMEOUT_MS))
+                later = limits[:1] + (len(limits) - 5 + 2).to_bytes(4, "big") + limits[5:] + b"\x00\x2a"
+                await self.send(raw=later, text="INFO with the limits extension and 2 bytes of a later field")
         elif isinstance(message, (FetchAdd, FetchChange, FetchRemove)):
             raise MustViolation("PROTOCOL.md 11: the peer sent a FETCH_* event (a peer MUST NOT send FETCH_* events)")
         elif isinstance(message, Response):
@@ -620,6 +630,12 @@ async def case_drop_fails_pending(s: Session) -> None:
     await s.expect_line("set error", AT_ONCE)
 
 
+async def case_info_limits(s: Session) -> None:
+    s.info_features = FEATURE_LIMITS
+    await s.start_and_handshake()
+    await s.finish()
+
+
 async def case_first_frame_not_info(s: Session) -> None:
     s.send_info = False
     await s.start()
@@ -711,6 +727,9 @@ PEER_CASES: list[PeerCase] = [
              "closes and sends nothing more", "11.4", "MUST", Q_PENDING, case_close_fails_pending),
     PeerCase("peer.drop.fails-pending", "the connection is reset: the pending set fails at once", "11.4",
              "MUST", Q_PENDING, case_drop_fails_pending),
+    PeerCase("peer.info.limits", "a daemon announcing LIMITS: a peer that asks gets a second INFO with the "
+             "limits (and a later field) and carries on; one that does not ask gets none", "4.4.1", "MUST",
+             "A peer that asked MUST accept an INFO with or without the extension", case_info_limits),
     PeerCase("peer.info.first-frame-not-info", "a first frame other than INFO: CLOSE MALFORMED", "11.1",
              "SHOULD", "A peer SHOULD treat any other first frame as a fatal error: send CLOSE (MALFORMED) and "
              "close.", case_first_frame_not_info),
