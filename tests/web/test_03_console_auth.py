@@ -65,7 +65,7 @@ def test_console_login_under_auth(start_jetd, tmp_path):
             await page.fill("#login input[name=password]", "wrong")
             await page.click("#login button")
             await page.wait_for_function(
-                "document.querySelector('#login .error').textContent.includes('AUTH_FAILED')", timeout=TIMEOUT_MS
+                "document.querySelector('#login .error')?.textContent.includes('AUTH_FAILED')", timeout=TIMEOUT_MS
             )
             # The right one: the viewer sees plant/, not secret/.
             await page.fill("#login input[name=password]", "viewer-pw")
@@ -74,7 +74,7 @@ def test_console_login_under_auth(start_jetd, tmp_path):
                 "document.getElementById('status').textContent === 'live as viewer'", timeout=TIMEOUT_MS
             )
             await page.wait_for_function(
-                "document.querySelector('#counts').textContent.startsWith('1 states')", timeout=TIMEOUT_MS
+                "document.querySelector('#counts')?.textContent.startsWith('1 states')", timeout=TIMEOUT_MS
             )
             await page.fill("#search", "plant/")
             row = page.locator('.node[data-key="plant/temp"]')
@@ -82,7 +82,7 @@ def test_console_login_under_auth(start_jetd, tmp_path):
             assert await page.locator('.node[data-key="secret/code"]').count() == 0
             await temp.notify(22.0)
             await page.wait_for_function(
-                "document.querySelector('.node[data-key=\"plant/temp\"] .val').textContent === '22'",
+                "document.querySelector('.node[data-key=\"plant/temp\"] .val')?.textContent === '22'",
                 timeout=TIMEOUT_MS,
             )
             # A set outside its write permission: the typed error, named plainly.
