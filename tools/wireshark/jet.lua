@@ -73,11 +73,12 @@ f.value_int64 = ProtoField.int64("jet.value.int64", "Value (INT64)", base.DEC)
 f.value_float64 = ProtoField.double("jet.value.float64", "Value (FLOAT64)")
 f.value_string = ProtoField.string("jet.value.string", "Value (STRING)", base.UNICODE)
 f.value_json = ProtoField.string("jet.value.json", "Value (JSON)", base.UNICODE)
-f.info_major = ProtoField.uint8("jet.info.major", "Major version", base.DEC)
-f.info_minor = ProtoField.uint8("jet.info.minor", "Minor version", base.DEC)
-f.info_max_body = ProtoField.uint32("jet.info.max_body", "Maximum body", base.DEC)
-f.info_features = ProtoField.uint32("jet.info.features", "Features", base.HEX)
+f.info_major = ProtoField.uint8("jet.info.major", "Protocol major version", base.DEC)
+f.info_minor = ProtoField.uint8("jet.info.minor", "Protocol minor version", base.DEC)
+f.info_max_body = ProtoField.uint32("jet.info.max_body", "Largest body the sender accepts (bytes)", base.DEC)
+f.info_features = ProtoField.uint32("jet.info.features", "Feature bits", base.HEX)
 f.info_conflation = ProtoField.bool("jet.info.features.conflation", "CONFLATION", 32, nil, 0x00000001)
+f.info_queries = ProtoField.bool("jet.info.features.queries", "QUERIES", 32, nil, 0x00000002)
 f.info_auth_required = ProtoField.bool("jet.info.features.auth_required", "AUTH_REQUIRED", 32, nil, 0x00000004)
 f.info_limits = ProtoField.bool("jet.info.features.limits", "LIMITS", 32, nil, 0x00000008)
 f.info_max_key_length = ProtoField.uint16("jet.info.max_key_length", "Maximum key length (bytes)", base.DEC)
@@ -86,8 +87,8 @@ f.user_length = ProtoField.uint16("jet.user_length", "User length", base.DEC)
 f.user = ProtoField.string("jet.user", "User", base.UNICODE)
 f.password_length = ProtoField.uint16("jet.password_length", "Password length", base.DEC)
 f.password = ProtoField.string("jet.password", "Password (masked)", base.UNICODE)
-f.info_name_length = ProtoField.uint16("jet.info.name_length", "Name length", base.DEC)
-f.info_name = ProtoField.string("jet.info.name", "Name", base.UNICODE)
+f.info_name_length = ProtoField.uint16("jet.info.name_length", "Sender name length", base.DEC)
+f.info_name = ProtoField.string("jet.info.name", "Sender name (peer or daemon)", base.UNICODE)
 f.query_flags = ProtoField.uint8("jet.query.flags", "Query flags", base.HEX)
 f.matcher_count = ProtoField.uint8("jet.query.matcher_count", "Matcher count", base.DEC)
 f.matcher_op = ProtoField.uint8("jet.query.matcher.op", "Path matcher", base.DEC, path_ops)
@@ -112,6 +113,8 @@ f.kind = ProtoField.uint8("jet.entry.kind", "Entry kind", base.DEC, entry_kinds)
 f.response_to = ProtoField.framenum("jet.response_to", "Response to request in frame", base.NONE)
 f.response_in = ProtoField.framenum("jet.response_in", "Response in frame", base.NONE)
 f.rtt_ms = ProtoField.double("jet.rtt_ms", "Round-trip time (ms)")
+-- As dns.time and http.time: the time since the request, a relative time in seconds.
+f.time = ProtoField.relative_time("jet.time", "Time since request")
 f.malformed = ProtoField.string("jet.malformed", "Malformed")
 f.truncated = ProtoField.string("jet.truncated", "Truncated")
 
@@ -134,11 +137,17 @@ local requests = {}  -- conversation key .. request id -> {frame, ts}
 local answers = {}   -- frame number .. ":" .. offset -> {request frame, rtt}
 local answered = {}  -- request frame number .. ":" .. id -> response frame number
 
+local tcp_stream = Field.new("tcp.stream")
+
+-- State is kept per TCP stream and direction, not per address and port: a reused
+-- 4-tuple is another stream (issue 18).
 local function direction_key(pinfo, forward)
+    local stream = tcp_stream()
+    local prefix = stream and (tostring(stream.value) .. "/") or ""
     local a = tostring(pinfo.src) .. ":" .. tostring(pinfo.src_port)
     local b = tostring(pinfo.dst) .. ":" .. tostring(pinfo.dst_port)
-    if forward then return a .. ">" .. b end
-    return b .. ">" .. a
+    if forward then return prefix .. a .. ">" .. b end
+    return prefix .. b .. ">" .. a
 end
 
 -- Strict UTF-8 check (PROTOCOL.md 5.1: invalid UTF-8 is MALFORMED).
@@ -343,6 +352,8 @@ local function track_response(pinfo, tree, id, offset)
     if ans then
         tree:add(f.response_to, ans.frame):set_generated()
         tree:add(f.rtt_ms, ans.rtt):set_generated()
+        tree:add(f.time, NSTime.new(math.floor(ans.rtt / 1000), math.floor((ans.rtt % 1000) * 1e6 + 0.5)))
+            :set_generated()
     end
 end
 
@@ -506,13 +517,14 @@ local function dissect_frame(tvb, pinfo, root)
             end
         end
     else -- PROTOCOL.md 4.4
-        body:uint(1, f.info_major)
+        local major = body:uint(1, f.info_major, "major")
         body:uint(1, f.info_minor)
         body:uint(4, f.info_max_body)
         if not body.err and body:left() >= 4 then
             local range = tvb(body.pos, 4)
             local item = tree:add(f.info_features, range)
             item:add(f.info_conflation, range)
+            item:add(f.info_queries, range)
             item:add(f.info_auth_required, range)
             item:add(f.info_limits, range)
             body.pos = body.pos + 4
@@ -521,6 +533,10 @@ local function dissect_frame(tvb, pinfo, root)
         end
         local nm = body:str16(f.info_name_length, f.info_name, "name")
         summary = "INFO \"" .. tostring(nm) .. "\""
+        if not body.err and major ~= 1 then
+            -- PROTOCOL.md 2: another major version is fatal (MALFORMED), as jetdump says.
+            body:fail("protocol major version " .. tostring(major) .. ", not 1")
+        end
         if not body.err and body:left() > 0 then
             -- PROTOCOL.md 4.4.1 (1.2): the limits extension; later fields are ignored.
             if body:left() < 6 then
@@ -554,19 +570,26 @@ local function frame_length(tvb, pinfo, offset)
 end
 
 -- The Info column lists every frame of a packet; TCP may call the dissector more than
--- once per packet (a reassembled PDU, then the rest of the segment).
+-- once per packet (a reassembled PDU, then the rest of the segment). The text is built
+-- on the first pass and set whole on later ones (tshark -2, a click in Wireshark), so
+-- that dissecting a packet again never doubles it.
+local info_text = {}
 local info_frame = -1
 
 local function dissect_pdu(tvb, pinfo, tree)
     pinfo.cols.protocol = "JET"
     local summary = dissect_frame(tvb, pinfo, tree)
-    if info_frame ~= pinfo.number then
-        info_frame = pinfo.number
-        pinfo.cols.info:clear_fence()
-        pinfo.cols.info:set(summary)
-    else
-        pinfo.cols.info:append(" | " .. summary)
+    local n = pinfo.number
+    if not pinfo.visited then
+        if info_frame ~= n then
+            info_frame = n
+            info_text[n] = summary
+        else
+            info_text[n] = info_text[n] .. " | " .. summary
+        end
     end
+    pinfo.cols.info:clear_fence()
+    pinfo.cols.info:set(info_text[n] or summary)
     return tvb:len()
 end
 
@@ -598,6 +621,7 @@ local registered_port = 0
 function jet.init()
     stopped, requests, answers, answered = {}, {}, {}, {}
     info_frame = -1
+    info_text = {}
     local tcp_port = DissectorTable.get("tcp.port")
     if registered_port ~= 0 then tcp_port:remove(registered_port, jet) end
     registered_port = jet.prefs.port

@@ -1,0 +1,100 @@
+"""jet.lua defects from issue 18, each reproduced with real tshark: the INFO version is
+checked, state is keyed by TCP stream (a reused 4-tuple decodes), and the Info column
+does not double when tshark dissects twice (-2)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from jdhelpers import LUA, TSHARK
+
+from jetwire import GetState, Info, Response, SetState, Status, Value, encode
+from tools.jetdump.synth import CaptureWriter, TcpSession
+
+pytestmark = [pytest.mark.tshark, pytest.mark.skipif(TSHARK is None, reason="tshark is not installed")]
+CLIENT = ("127.0.0.1", 40001)
+SERVER = ("127.0.0.1", 11124)
+
+
+def tshark_fields(capture: Path, *fields: str, extra: tuple[str, ...] = ()) -> list[list[str]]:
+    assert TSHARK is not None
+    args = [str(TSHARK), *extra, "-X", f"lua_script:{LUA}", "-r", str(capture), "-T", "fields", "-E", "occurrence=a"]
+    for name in fields:
+        args += ["-e", name]
+    result = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "Lua" not in result.stderr, result.stderr
+    return [line.split("\t") for line in result.stdout.splitlines()]
+
+
+def test_info_of_another_major_version_is_malformed(tmp_path: Path) -> None:
+    info2 = bytearray(encode(Info("jetd", features=1)))
+    info2[5] = 2  # major 2 (PROTOCOL.md 2: fatal)
+    capture = tmp_path / "major2.pcap"
+    with open(capture, "wb") as f:
+        session = TcpSession(CaptureWriter(f), CLIENT, SERVER)
+        session.handshake()
+        session.send(1, bytes(encode(Info("jetd", features=1))))
+        session.send(1, bytes(info2))
+        session.close()
+    rows = [row for row in tshark_fields(capture, "frame.number", "jet.malformed", "_ws.col.Info") if row[1] or "INFO" in row[2]]
+    assert len(rows) == 2, rows
+    assert rows[0][1] == "" and rows[1][1] != ""
+    assert "major" in rows[1][1] and "MALFORMED" in rows[1][2]
+
+
+def test_a_reused_four_tuple_decodes_again(tmp_path: Path) -> None:
+    """The first connection loses its frame boundary; the second, on the same addresses
+    and ports, is another TCP stream and decodes from its start."""
+    capture = tmp_path / "reused.pcap"
+    with open(capture, "wb") as f:
+        writer = CaptureWriter(f)
+        first = TcpSession(writer, CLIENT, SERVER)
+        first.handshake()
+        first.send(1, encode(Info("jetd", features=1)))
+        first.send(0, b"\x09\x00\x00\x00\x01\xff")  # unknown frame type: boundary lost
+        first.close()
+        second = TcpSession(writer, CLIENT, SERVER, isn=(90_000, 70_000), ts=first.tick(1.0))
+        second.handshake()
+        second.send(1, encode(Info("jetd", features=1)))
+        second.send(0, encode(GetState(7, "plant/temp")))
+        second.send(1, encode(Response(7, Status.NOT_FOUND, message="no such state")))
+        second.close()
+    rows = tshark_fields(capture, "tcp.stream", "jet.type", "jet.id", "_ws.col.Info")
+    second_stream = [row for row in rows if row[0] == "1" and row[1]]
+    assert [row[1] for row in second_stream] == ["4", "1", "2"], rows
+    assert not any("lost frame boundary" in row[3] for row in rows if row[0] == "1"), rows
+
+
+def test_info_column_is_not_doubled_by_two_passes(tmp_path: Path) -> None:
+    capture = tmp_path / "two-pass.pcap"
+    with open(capture, "wb") as f:
+        session = TcpSession(CaptureWriter(f), CLIENT, SERVER)
+        session.handshake()
+        # One jet packet only: the last one pass 1 saw is the first one pass 2 sees.
+        session.send(0, encode(SetState(1, "a", Value.of(1))) + encode(SetState(2, "b", Value.of(2))))
+        session.close()
+    one = tshark_fields(capture, "frame.number", "_ws.col.Info")
+    two = tshark_fields(capture, "frame.number", "_ws.col.Info", extra=("-2",))
+    assert one == two
+    both = [row[1] for row in two if "SET_STATE" in row[1]]
+    assert len(both) == 1 and both[0].count("SET_STATE") == 2, two
+
+
+def test_response_time_is_jet_time_in_seconds(tmp_path: Path) -> None:
+    """As dns.time and http.time: `jet.time`, a relative time, next to jet.rtt_ms."""
+    capture = tmp_path / "rtt.pcap"
+    with open(capture, "wb") as f:
+        session = TcpSession(CaptureWriter(f), CLIENT, SERVER)
+        session.handshake()
+        session.send(1, encode(Info("jetd", features=3)))
+        session.send(0, encode(GetState(3, "k")))
+        session.tick(0.25)
+        session.send(1, encode(Response(3, Status.NOT_FOUND, message="no such state")))
+        session.close()
+    rows = [row for row in tshark_fields(capture, "jet.time", "jet.rtt_ms") if row[0]]
+    assert len(rows) == 1, rows
+    assert abs(float(rows[0][0]) - float(rows[0][1]) / 1000) < 1e-6 and float(rows[0][0]) > 0.25
+    assert rows == [row for row in tshark_fields(capture, "jet.time", "jet.rtt_ms", extra=("-Y", "jet.time > 0.2")) if row[0]]
