@@ -98,3 +98,26 @@ def test_response_time_is_jet_time_in_seconds(tmp_path: Path) -> None:
     assert len(rows) == 1, rows
     assert abs(float(rows[0][0]) - float(rows[0][1]) / 1000) < 1e-6 and float(rows[0][0]) > 0.25
     assert rows == [row for row in tshark_fields(capture, "jet.time", "jet.rtt_ms", extra=("-Y", "jet.time > 0.2")) if row[0]]
+
+
+def test_colouring_rules_are_valid_display_filters(tmp_path: Path) -> None:
+    """Every rule of tools/wireshark/jet.colorfilters is a display filter that tshark (with
+    jet.lua loaded) accepts, in the @name@filter@[bg][fg] format of Wireshark's files."""
+    rules = LUA.with_name("jet.colorfilters").read_text().splitlines()
+    rules = [line for line in rules if line.startswith("@")]
+    assert len(rules) >= 5
+    capture = tmp_path / "colours.pcap"
+    with open(capture, "wb") as f:
+        session = TcpSession(CaptureWriter(f), CLIENT, SERVER)
+        session.handshake()
+        session.send(1, encode(Info("jetd", features=3)))
+        session.send(0, encode(GetState(3, "k")))
+        session.send(1, encode(Response(3, Status.NOT_FOUND, message="no such state")))
+        session.close()
+    matched = {}
+    for rule in rules:
+        _, name, expression, colours = rule.split("@")
+        assert colours.count("[") == 2, rule
+        rows = tshark_fields(capture, "frame.number", extra=("-Y", expression))
+        matched[name] = len(rows)
+    assert matched["jet error response"] == 1 and matched["jet INFO"] == 1 and matched["jet"] == 3, matched
