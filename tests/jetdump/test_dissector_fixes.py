@@ -121,3 +121,34 @@ def test_colouring_rules_are_valid_display_filters(tmp_path: Path) -> None:
         rows = tshark_fields(capture, "frame.number", extra=("-Y", expression))
         matched[name] = len(rows)
     assert matched["jet error response"] == 1 and matched["jet INFO"] == 1 and matched["jet"] == 3, matched
+
+
+def test_srt_and_tree_statistics(tmp_path: Path) -> None:
+    """`tshark -z jet,srt` (service response time per function) and `-z jet,tree`."""
+    capture = tmp_path / "stats.pcap"
+    with open(capture, "wb") as f:
+        session = TcpSession(CaptureWriter(f), CLIENT, SERVER)
+        session.handshake()
+        session.send(1, encode(Info("jetd", features=3)))
+        for rid, delay in ((1, 0.1), (2, 0.2)):
+            session.send(0, encode(GetState(rid, "k")))
+            session.tick(delay)
+            session.send(1, encode(Response(rid, Status.NOT_FOUND, message="no such state")))
+        session.send(0, encode(SetState(3, "k", Value.of(1))))
+        session.tick(0.3)
+        session.send(1, encode(Response(3, Status.OK, Value.of(1))))
+        session.close()
+    assert TSHARK is not None
+    result = subprocess.run(
+        [str(TSHARK), "-q", "-X", f"lua_script:{LUA}", "-z", "jet,srt", "-z", "jet,tree", "-r", str(capture)],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 0 and "Lua" not in result.stderr, result.stderr
+    # srt rows: name, calls, min, max, avg, sum (seconds); tree rows: name, count, percent.
+    srt = [row for row in result.stdout.splitlines() if row.startswith(("GET_STATE ", "SET_STATE "))]
+    assert len(srt) == 2, result.stdout
+    get, set_ = (row.split() for row in srt)
+    assert get[1] == "2" and abs(float(get[2]) - 0.1) < 0.01 and abs(float(get[3]) - 0.2) < 0.01
+    assert set_[1] == "1" and abs(float(set_[4]) - 0.3) < 0.01
+    tree = {row.split()[0]: row.split()[1] for row in result.stdout.splitlines() if row.startswith("  ")}
+    assert tree["REQUEST"] == "3" and tree["RESPONSE"] == "3" and tree["NOT_FOUND"] == "2" and tree["INFO"] == "1"

@@ -112,6 +112,7 @@ f.index = ProtoField.uint32("jet.window.index", "Index", base.DEC)
 f.kind = ProtoField.uint8("jet.entry.kind", "Entry kind", base.DEC, entry_kinds)
 f.response_to = ProtoField.framenum("jet.response_to", "Response to request in frame", base.NONE)
 f.response_in = ProtoField.framenum("jet.response_in", "Response in frame", base.NONE)
+f.request_function = ProtoField.uint8("jet.request_function", "Function of the request answered", base.DEC, functions)
 f.rtt_ms = ProtoField.double("jet.rtt_ms", "Round-trip time (ms)")
 -- As dns.time and http.time: the time since the request, a relative time in seconds.
 f.time = ProtoField.relative_time("jet.time", "Time since request")
@@ -328,9 +329,9 @@ local function key_value(body)
 end
 
 -- Remember requests and match responses (PROTOCOL.md 4.1: the response echoes the id).
-local function track_request(pinfo, tree, id)
+local function track_request(pinfo, tree, id, func)
     if not pinfo.visited then
-        requests[direction_key(pinfo, true) .. "#" .. id] = { frame = pinfo.number, ts = pinfo.abs_ts }
+        requests[direction_key(pinfo, true) .. "#" .. id] = { frame = pinfo.number, ts = pinfo.abs_ts, func = func }
     end
     -- Known once the response has been seen: in Wireshark, or tshark with -2.
     local response = answered[pinfo.number .. ":" .. id]
@@ -344,13 +345,14 @@ local function track_response(pinfo, tree, id, offset)
         local req = requests[key]
         if req then
             requests[key] = nil
-            answers[slot] = { frame = req.frame, rtt = (pinfo.abs_ts - req.ts) * 1000 }
+            answers[slot] = { frame = req.frame, rtt = (pinfo.abs_ts - req.ts) * 1000, func = req.func }
             answered[req.frame .. ":" .. id] = pinfo.number
         end
     end
     local ans = answers[slot]
     if ans then
         tree:add(f.response_to, ans.frame):set_generated()
+        if ans.func then tree:add(f.request_function, ans.func):set_generated() end
         tree:add(f.rtt_ms, ans.rtt):set_generated()
         tree:add(f.time, NSTime.new(math.floor(ans.rtt / 1000), math.floor((ans.rtt % 1000) * 1e6 + 0.5)))
             :set_generated()
@@ -441,7 +443,7 @@ local function dissect_frame(tvb, pinfo, root)
                 end
             end
         end
-        if id then track_request(pinfo, tree, id) end
+        if id then track_request(pinfo, tree, id, func) end
     elseif ftype == 2 then -- PROTOCOL.md 4.2
         local id = body:uint(4, f.id)
         local status = body:uint(1, f.status)
@@ -616,6 +618,98 @@ local function heuristic(tvb, pinfo, tree)
     jet.dissector(tvb, pinfo, tree)
     return true
 end
+
+-- Statistics for tshark, as built-in protocols offer them:
+--   tshark -q -z jet,srt -r cap     service response time per function (from jet.time)
+--   tshark -q -z jet,tree -r cap    frames by type, function, event code and status
+local f_rtt = Field.new("jet.rtt_ms")
+local f_request_function = Field.new("jet.request_function")
+local f_type = Field.new("jet.type")
+local f_function = Field.new("jet.function")
+local f_code = Field.new("jet.code")
+local f_status = Field.new("jet.status")
+
+local function all(extractor)
+    local out = {}
+    for i, field in ipairs({ extractor() }) do out[i] = field.value end
+    return out
+end
+
+register_stat_cmd_arg("jet,srt", function()
+    local per = {}
+    local tap = Listener.new("frame", "jet.rtt_ms")
+    function tap.packet()
+        local funcs = all(f_request_function)
+        for i, rtt in ipairs(all(f_rtt)) do
+            local name = functions[funcs[i]] or "?"
+            local s = per[name] or { n = 0, sum = 0, min = math.huge, max = 0 }
+            s.n, s.sum = s.n + 1, s.sum + rtt
+            if rtt < s.min then s.min = rtt end
+            if rtt > s.max then s.max = rtt end
+            per[name] = s
+        end
+    end
+    function tap.draw()
+        print("===================================================================")
+        print("jet service response time (seconds, request to response)")
+        print(string.format("%-16s %8s %12s %12s %12s %14s", "Function", "Calls", "Min SRT", "Max SRT", "Avg SRT", "Sum SRT"))
+        local names = {}
+        for name in pairs(per) do names[#names + 1] = name end
+        table.sort(names)
+        for _, name in ipairs(names) do
+            local s = per[name]
+            print(string.format("%-16s %8d %12.6f %12.6f %12.6f %14.6f", name, s.n, s.min / 1000, s.max / 1000,
+                s.sum / s.n / 1000, s.sum / 1000))
+        end
+        print("===================================================================")
+    end
+    function tap.reset() per = {} end
+end)
+
+register_stat_cmd_arg("jet,tree", function()
+    local counts, total = {}, 0
+    local tap = Listener.new("frame", "jet")
+    local function count(label)
+        counts[label] = (counts[label] or 0) + 1
+    end
+    function tap.packet()
+        local funcs, codes, statuses_seen = all(f_function), all(f_code), all(f_status)
+        local fi, ci, si = 1, 1, 1
+        for _, ftype in ipairs(all(f_type)) do
+            total = total + 1
+            local tname = frame_types[ftype] or string.format("0x%02X", ftype)
+            count(tname)
+            if ftype == 1 and funcs[fi] then
+                count(tname .. " / " .. (functions[funcs[fi]] or string.format("0x%02X", funcs[fi])))
+                fi = fi + 1
+            elseif ftype == 2 and statuses_seen[si] then
+                count(tname .. " / " .. (statuses[statuses_seen[si]] or string.format("0x%02X", statuses_seen[si])))
+                si = si + 1
+            elseif ftype == 3 and codes[ci] then
+                local code = codes[ci]
+                ci = ci + 1
+                local name = event_codes[code] or functions[code] or string.format("0x%02X", code)
+                count(tname .. " / " .. name)
+            end
+        end
+    end
+    function tap.draw()
+        print("===================================================================")
+        print("jet frames by type, function, event code and status")
+        print(string.format("%-40s %10s %9s", "Topic / Item", "Count", "Percent"))
+        print(string.format("%-40s %10d %9s", "jet frames", total, "100.00%"))
+        local labels = {}
+        for label in pairs(counts) do labels[#labels + 1] = label end
+        table.sort(labels)
+        for _, label in ipairs(labels) do
+            local indent = label:find(" / ") and "    " or "  "
+            local shown = label:gsub("^.* / ", "")
+            print(string.format("%-40s %10d %8.2f%%", indent .. shown, counts[label], 100 * counts[label] / total))
+        end
+        print("===================================================================")
+    end
+    function tap.reset() counts, total = {}, 0 end
+end)
 
 local registered_port = 0
 function jet.init()
