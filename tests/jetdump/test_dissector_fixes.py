@@ -152,3 +152,37 @@ def test_srt_and_tree_statistics(tmp_path: Path) -> None:
     assert set_[1] == "1" and abs(float(set_[4]) - 0.3) < 0.01
     tree = {row.split()[0]: row.split()[1] for row in result.stdout.splitlines() if row.startswith("  ")}
     assert tree["REQUEST"] == "3" and tree["RESPONSE"] == "3" and tree["NOT_FOUND"] == "2" and tree["INFO"] == "1"
+
+
+def test_every_truncated_body_is_malformed_never_a_lua_error(tmp_path: Path) -> None:
+    """Bodies cut at every length (REQUEST under 4 bytes, RESPONSE under 5, a cut fetch
+    id, ...): the dissection tree (-V), not only stderr, shows no Lua error, and each
+    frame agrees with jetdump (decoded, or malformed in both)."""
+    from test_jetdump_tshark import assert_agree
+
+    from jetwire import FetchStates
+
+    whole = [
+        encode(GetState(1, "plant/temp")),
+        encode(SetState(2, "k", Value.of(1.5))),
+        encode(Response(3, Status.OK, Value.of(1))),
+        encode(Response(4, Status.OK, fetch_id=7)),
+        encode(FetchStates(5, "p/")),
+    ]
+    capture = tmp_path / "short.pcap"
+    with open(capture, "wb") as f:
+        session = TcpSession(CaptureWriter(f), CLIENT, SERVER)
+        session.handshake()
+        session.send(1, encode(Info("jetd", features=3)))
+        for n, frame in enumerate(whole):
+            for cut in range(5, len(frame)):
+                body = frame[5:cut]
+                session.send(n % 2, frame[:1] + len(body).to_bytes(4, "big") + body)
+        session.close()
+    assert TSHARK is not None
+    tree = subprocess.run([str(TSHARK), "-V", "-X", f"lua_script:{LUA}", "-r", str(capture)],
+                          capture_output=True, text=True, timeout=60)
+    assert tree.returncode == 0
+    assert "lua error" not in (tree.stdout + tree.stderr).lower()
+    frames = assert_agree(capture)
+    assert sum(frame["kind"] != "frame" for frame in frames) >= 40
