@@ -186,3 +186,33 @@ def test_every_truncated_body_is_malformed_never_a_lua_error(tmp_path: Path) -> 
     assert "lua error" not in (tree.stdout + tree.stderr).lower()
     frames = assert_agree(capture)
     assert sum(frame["kind"] != "frame" for frame in frames) >= 40
+
+
+def test_protocol_violations_are_expert_warnings(tmp_path: Path) -> None:
+    """As jetdump flags them: a duplicate pending request id, a body above the receiver's
+    announced max_body, and a fetch event sent by a peer (jet.violation, WARN)."""
+    from jetwire import FetchAdd
+
+    capture = tmp_path / "violations.pcap"
+    with open(capture, "wb") as f:
+        session = TcpSession(CaptureWriter(f), CLIENT, SERVER)
+        session.handshake()
+        session.send(1, encode(Info("jetd", features=3)))
+        session.send(0, encode(Info("small-peer", max_body=64)))
+        session.send(0, encode(GetState(1, "k")))
+        session.send(0, encode(GetState(1, "k")))  # id 1 is still pending
+        session.send(1, encode(Response(1, Status.NOT_FOUND, message="no such state")))
+        session.send(1, encode(Response(1, Status.NOT_FOUND, message="no such state")))
+        session.send(1, encode(SetState(9, "k", Value.of("x" * 100))))  # above the peer's 64
+        session.send(0, encode(Response(9, Status.OK)))
+        session.send(0, encode(FetchAdd(3, "k", Value.of(1))))  # only the daemon sends these
+        session.close()
+    rows = tshark_fields(capture, "frame.number", "_ws.expert.message", extra=("-Y", "jet.violation"))
+    texts = " | ".join(row[1] for row in rows)
+    assert "duplicate request id 1" in texts, rows
+    assert "above the receiver's announced max_body 64" in texts, rows
+    assert "a peer sent FETCH_ADD" in texts, rows
+    assert len(rows) == 3, rows
+    # The same with two passes: found once, shown once.
+    two = tshark_fields(capture, "frame.number", "_ws.expert.message", extra=("-2", "-Y", "jet.violation"))
+    assert two == rows

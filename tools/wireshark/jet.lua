@@ -124,7 +124,8 @@ local e_oversized = ProtoExpert.new("jet.oversized", "Frame length above the max
 local e_unknown_type = ProtoExpert.new("jet.unknown_type", "Unknown frame type: stream boundary lost", expert.group.MALFORMED, expert.severity.ERROR)
 local e_lost = ProtoExpert.new("jet.boundary_lost", "Data after a lost frame boundary", expert.group.SEQUENCE, expert.severity.WARN)
 local e_error_status = ProtoExpert.new("jet.error_status", "Error response", expert.group.RESPONSE_CODE, expert.severity.NOTE)
-jet.experts = { e_malformed, e_oversized, e_unknown_type, e_lost, e_error_status }
+local e_violation = ProtoExpert.new("jet.violation", "Protocol violation", expert.group.PROTOCOL, expert.severity.WARN)
+jet.experts = { e_malformed, e_oversized, e_unknown_type, e_lost, e_error_status, e_violation }
 
 jet.prefs.port = Pref.uint("TCP port", 11124, "TCP port of jet (PROTOCOL.md 3)")
 jet.prefs.max_body = Pref.uint("Maximum body", 64 * 1024 * 1024,
@@ -329,9 +330,36 @@ local function key_value(body)
 end
 
 -- Remember requests and match responses (PROTOCOL.md 4.1: the response echoes the id).
-local function track_request(pinfo, tree, id, func)
+-- Protocol violations (as jetdump flags them), found on the first pass in packet order
+-- and shown on every pass: slot (packet:offset) -> list of texts.
+local violations = {}
+local announced = {}   -- direction key -> the max_body its sender announced in INFO
+
+local function violation(pinfo, slot, text)
+    if pinfo.visited then return end
+    local list = violations[slot] or {}
+    list[#list + 1] = text
+    violations[slot] = list
+end
+
+-- True when the frame comes from the daemon, false from a peer, nil when unknown: the
+-- side on jet's port (preference) is the daemon. On another port both sides send INFO
+-- at once, so which one is the daemon is not certain, and nothing is flagged.
+local function from_daemon(pinfo)
+    if pinfo.src_port == jet.prefs.port then return true end
+    if pinfo.dst_port == jet.prefs.port then return false end
+    return nil
+end
+
+local function track_request(pinfo, tree, id, func, slot)
     if not pinfo.visited then
-        requests[direction_key(pinfo, true) .. "#" .. id] = { frame = pinfo.number, ts = pinfo.abs_ts, func = func }
+        local key = direction_key(pinfo, true) .. "#" .. id
+        local earlier = requests[key]
+        if earlier then
+            violation(pinfo, slot, "duplicate request id " .. id .. ": frame " .. earlier.frame ..
+                " with this id is still pending")
+        end
+        requests[key] = { frame = pinfo.number, ts = pinfo.abs_ts, func = func }
     end
     -- Known once the response has been seen: in Wireshark, or tshark with -2.
     local response = answered[pinfo.number .. ":" .. id]
@@ -388,6 +416,11 @@ local function dissect_frame(tvb, pinfo, root)
         return name .. " TRUNCATED"
     end
     local body = new_body(tvb, HEADER_SIZE, HEADER_SIZE + length, tree)
+    local slot = pinfo.number .. ":" .. tvb:offset()
+    local limit = announced[direction_key(pinfo, false)]
+    if limit and length > limit then
+        violation(pinfo, slot, "body of " .. length .. " bytes above the receiver's announced max_body " .. limit)
+    end
     local summary
     if ftype == 1 then -- PROTOCOL.md 4.1
         local id = body:uint(4, f.id)
@@ -443,7 +476,7 @@ local function dissect_frame(tvb, pinfo, root)
                 end
             end
         end
-        if id then track_request(pinfo, tree, id, func) end
+        if id then track_request(pinfo, tree, id, func, pinfo.number .. ":" .. tvb:offset()) end
     elseif ftype == 2 then -- PROTOCOL.md 4.2
         local id = body:uint(4, f.id)
         local status = body:uint(1, f.status)
@@ -473,6 +506,9 @@ local function dissect_frame(tvb, pinfo, root)
         summary = "EVENT"
         if code then
             local cname = event_codes[code]
+            if code >= 0x81 and code <= 0x88 and from_daemon(pinfo) == false then
+                violation(pinfo, slot, "a peer sent " .. tostring(cname or code) .. ": only the daemon sends fetch events")
+            end
             if not cname then
                 body:fail(string.format("unknown event code 0x%02X", code))
             else
@@ -521,7 +557,10 @@ local function dissect_frame(tvb, pinfo, root)
     else -- PROTOCOL.md 4.4
         local major = body:uint(1, f.info_major, "major")
         body:uint(1, f.info_minor)
-        body:uint(4, f.info_max_body)
+        local max_body = body:uint(4, f.info_max_body)
+        if max_body and not pinfo.visited then
+            announced[direction_key(pinfo, true)] = max_body
+        end
         if not body.err and body:left() >= 4 then
             local range = tvb(body.pos, 4)
             local item = tree:add(f.info_features, range)
@@ -551,6 +590,9 @@ local function dissect_frame(tvb, pinfo, root)
         end
     end
     body:finish()
+    for _, text in ipairs(violations[slot] or {}) do
+        tree:add_proto_expert_info(e_violation, text)
+    end
     if body.err then
         tree:add(f.malformed, tvb(0, total), body.err)
         tree:add_proto_expert_info(e_malformed, body.err)
@@ -714,6 +756,7 @@ end)
 local registered_port = 0
 function jet.init()
     stopped, requests, answers, answered = {}, {}, {}, {}
+    violations, announced = {}, {}
     info_frame = -1
     info_text = {}
     local tcp_port = DissectorTable.get("tcp.port")
