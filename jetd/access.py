@@ -32,6 +32,7 @@ from jetwire.log import LogKind, conn_auth_data
 from .base import DaemonBase
 from .connection import Connection
 from .frames import EVENT, EVT_HEAD_PACK, FETCH_ADD, FETCH_REMOVE, FRAME_IN, REQUEST, close_frame, ok_frame
+from .subscriptions import Delivery
 from .users import UsersFile
 
 __all__ = [
@@ -376,7 +377,7 @@ class AccessControl(DaemonBase):
         conn.writable = None if perms.write.everything else set()
         registry = self.registry
         delivery = conn.delivery
-        if delivery is not None:
+        if isinstance(delivery, Delivery):
             # A fetch still delivering its initial adds in slices (PROTOCOL.md 10.5): the
             # keys up to its cursor were added; the changes for them go after its last
             # add, with the events held meanwhile; the keys above come from the new

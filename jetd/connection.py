@@ -9,7 +9,7 @@ from jetwire import Status
 
 if TYPE_CHECKING:
     from .access import Permissions
-    from .querying import QueryFetch
+    from .querying import QueryDelivery, QueryFetch
     from .routes import Route
     from .subscriptions import Delivery, Fetch
 
@@ -103,7 +103,8 @@ class Connection:
         self.stalled = False
         self.heard = False  # a whole frame arrived (first_frame_timeout, PROTOCOL.md 10.7)
         self.at_eof = False  # the peer closed its side while stalled: disconnect once caught up
-        self.delivery: Optional[Delivery] = None  # a fetch whose initial adds are under way
+        # A fetch whose initial adds (or a query whose entries) are under way.
+        self.delivery: Optional[Delivery | QueryDelivery] = None
         self.violations = 0
         self.io: object = None  # the IO layer's handle (a protocol object)
         # PROTOCOL.md 3: the largest body this peer accepts; until its INFO says

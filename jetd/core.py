@@ -311,7 +311,10 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, QueryHandlers, AccessCont
         """The next slice of ``conn``'s delivery, then its held input; True if it
         caught up (its input may be read again)."""
         if conn.delivery is not None:
-            self._deliver(conn)
+            if conn.delivery.for_query:
+                self._query_deliver(conn)
+            else:
+                self._deliver(conn)
             if conn.delivery is not None or conn.closing:
                 return False
         conn.stalled = False

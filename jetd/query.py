@@ -493,7 +493,21 @@ class QueryGroup:
     lower bound, beyond every window either way).
     """
 
-    __slots__ = ("_cap", "_floor", "_tail", "_tail_count", "compiled", "fetches", "matched", "order", "reach")
+    __slots__ = (
+        "_cap",
+        "_floor",
+        "_tail",
+        "_tail_count",
+        "compiled",
+        "fetches",
+        "matched",
+        "once_reach",
+        "onces",
+        "order",
+        "reach",
+        "seed_cursor",
+        "seeding",
+    )
 
     def __init__(self, compiled: CompiledQuery) -> None:
         self.compiled = compiled
@@ -505,6 +519,12 @@ class QueryGroup:
         self._tail_count = 0  # live entries in the tail (the heap also holds stale ones)
         self._floor = 0  # the head holds at least this many entries while there are as many
         self._cap = 1 << 62  # ... and at most this many: everything until a fetch says how far it reads
+        # Seeding in slices (PROTOCOL.md 14.5): the states up to ``seed_cursor`` (None:
+        # none yet) are in; a change of a key above it is left to the slices.
+        self.seeding = False
+        self.seed_cursor: Optional[bytes] = None
+        self.onces = 0  # QUERY_ONCE answers under way on this group
+        self.once_reach = -1  # the farthest 0-based position they read
 
     def set_reach(self, reach: int) -> None:
         """The largest 0-based window end of the group's fetches (-1: none)."""
@@ -578,21 +598,27 @@ class QueryGroup:
         heapify(self._tail)
         self._tail_count = len(live)
 
-    def seed(self, states: Iterable[tuple[bytes, bytes]]) -> None:
-        """Fill from (key, Key-Value payload) pairs of every state the prefix admits
-        (all into the head: ``set_reach`` moves what no window reaches to the tail)."""
+    def seed(self, states: Iterable[tuple[bytes, bytes]], limit: int = 1 << 62) -> bool:
+        """Take up to ``limit`` more states from (key, Key-Value payload) pairs in byte
+        order of key, those above ``seed_cursor`` (what
+        :meth:`jetd.registry.StateRegistry.matching_after` yields); True once there are
+        no more, and the group is seeded."""
         compiled = self.compiled
-        entries = []
-        for key, kv in states:
-            if compiled.match_key(key):
-                entry = compiled.evaluate(key, Extractor.of_kv(len(key), kv) if compiled.needs_value else None)
+        match_key = compiled.match_key
+        evaluate = compiled.evaluate
+        needs_value = compiled.needs_value
+        update = self.update
+        for taken, (key, kv) in enumerate(states):
+            if taken == limit:
+                return False
+            self.seed_cursor = key
+            if match_key(key):
+                entry = evaluate(key, Extractor.of_kv(len(key), kv) if needs_value else None)
                 if entry is not None:
-                    self.matched[key] = entry
-                    entries.append(entry)
-        if self.order is not None:
-            self.order.update(entries)
-            if self.reach >= 0:
-                self._rebalance()
+                    update(key, entry)
+        self.seeding = False
+        self.seed_cursor = None
+        return True
 
     def at(self, position: int) -> bytes:
         """The key at 0-based ``position`` (within the head) as the query sees it."""
@@ -691,6 +717,7 @@ class QueryIndex:
         if group is not None:
             return group, False
         group = QueryGroup(compiled)
+        group.seeding = True
         self.by_signature[compiled.signature] = group
         self.by_prefix.setdefault(compiled.prefix, []).append(group)
         n = len(compiled.prefix)

@@ -49,8 +49,9 @@ from .query import (
     compile_query,
     window_update,
 )
+from .subscriptions import DELIVERY_SLICE
 
-__all__ = ["QueryFetch", "QueryHandlers"]
+__all__ = ["QueryDelivery", "QueryFetch", "QueryHandlers"]
 
 log = logging.getLogger("jetd")
 
@@ -60,6 +61,8 @@ FETCH_NODE = EventCode.FETCH_NODE.value
 FETCH_WINDOW = EventCode.FETCH_WINDOW.value
 QUERY_ENTRY = EventCode.QUERY_ENTRY.value
 ADD, REMOVE = 1, 2
+# States a new group evaluates per slice while seeding (PROTOCOL.md 14.5).
+SEED_SLICE = 1024
 NONE_VALUE = b"\x00\x00\x00\x00\x00"
 # Initial and one-shot entries sort by key, a node before a state or method of the same key.
 _NODE_FIRST, _ENTRY_AFTER = 0, 1
@@ -69,7 +72,21 @@ class QueryFetch:
     """One FETCH_QUERY: its id, connection, group, 0-based window ``low``..``high``
     and current ``size`` (sorted), and what is held while the connection is paused."""
 
-    __slots__ = ("conn", "dirty", "fid", "fid_bytes", "group", "held", "high", "low", "size")
+    __slots__ = (
+        "backlog",
+        "backlog_size",
+        "conn",
+        "cursor",
+        "dirty",
+        "fid",
+        "fid_bytes",
+        "group",
+        "held",
+        "high",
+        "low",
+        "pending",
+        "size",
+    )
 
     def __init__(self, fid: int, conn: Connection, group: QueryGroup) -> None:
         self.fid = fid
@@ -82,6 +99,36 @@ class QueryFetch:
         self.size = 0
         self.held: dict[bytes, None] = {}  # unsorted, paused: keys whose FETCH_CHANGE is held
         self.dirty = False  # sorted, paused: the window changed since it was last sent
+        # Until its initial entries are out (QueryDelivery) the fetch is ``pending``: an
+        # unsorted one has delivered the keys up to ``cursor`` (None: none yet), and the
+        # events of those keys wait in ``backlog`` (PROTOCOL.md 10.5, 14.3).
+        self.pending = True
+        self.cursor: Optional[bytes] = None
+        self.backlog: list[bytes] = []
+        self.backlog_size = 0
+
+
+class QueryDelivery:
+    """A FETCH_QUERY's initial entries, or a QUERY_ONCE's answer, under way in slices
+    (PROTOCOL.md 14.5: one large query must not stall other peers). First the group is
+    seeded, a slice of states at a time, if it is new; then a sorted query sends its
+    window, an unsorted one its entries in byte order of key, a slice at a time. The
+    connection's input stalls meanwhile, as for FETCH_STATES (PROTOCOL.md 10.5).
+
+    ``fetch`` is the FETCH_QUERY's fetch, or None for a QUERY_ONCE, whose answer needs
+    ``head`` (its request id, packed), ``rid`` and its own ``cursor``."""
+
+    __slots__ = ("cursor", "fetch", "group", "head", "nodes", "rid")
+
+    for_query = True
+
+    def __init__(self, group: QueryGroup, fetch: Optional[QueryFetch], rid: int) -> None:
+        self.group = group
+        self.fetch = fetch
+        self.rid = rid
+        self.head = U32_PACK(rid)
+        self.cursor: Optional[bytes] = None  # QUERY_ONCE: the entries up to here are sent
+        self.nodes: Optional[NodeIndex] = None  # QUERY_ONCE asking for nodes no fetch keeps
 
 
 class QueryHandlers(DaemonBase):
@@ -126,12 +173,10 @@ class QueryHandlers(DaemonBase):
                 f"at most {self.config.max_fetches_per_connection} fetches per connection",
             )
             return
-        group, new = self.queries.group_for(compiled)
-        if new:
-            group.seed(self.registry.matching(compiled.prefix))
-            if compiled.nodes and self.nodes is None:
-                registry = self.registry
-                self.nodes = NodeIndex([*registry.states, *registry.methods])
+        group, _new = self.queries.group_for(compiled)
+        if compiled.nodes and self.nodes is None:
+            registry = self.registry
+            self.nodes = NodeIndex([*registry.states, *registry.methods])
         fetch = QueryFetch(self._next_fetch_id, conn, group)
         self._next_fetch_id += 1
         self._send(conn, RESP_HEAD_PACK(RESPONSE, 9, rid, 0) + fetch.fid_bytes)
@@ -139,77 +184,167 @@ class QueryHandlers(DaemonBase):
         conn.query_fetches[fetch.fid] = fetch
         if compiled.sorted and fetch.high > group.reach:
             group.set_reach(fetch.high)
-        if compiled.sorted:
-            fetch.size = max(0, min(fetch.high, len(group) - 1) - fetch.low + 1)
-            self._send_window(fetch, fetch.low, fetch.low + fetch.size - 1)
-            return
-        for kind, key, kv in self._entries_in_key_order(group):
-            if kind == EntryKind.STATE:
-                frame = EVT_HEAD_PACK(EVENT, 5 + len(kv), FETCH_ADD) + fetch.fid_bytes + kv
-            else:
-                code = FETCH_NODE if kind == EntryKind.NODE else FETCH_METHOD
-                frame = EVT_HEAD_PACK(EVENT, 8 + len(key), code) + fetch.fid_bytes + bytes((ADD,)) + kv[: 2 + len(key)]
-            if not self._query_emit(conn, frame):
-                return
+        conn.delivery = QueryDelivery(group, fetch, rid)
+        self._query_deliver(conn)
 
     def _query_once(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
         """QUERY_ONCE (PROTOCOL.md 14.4): QUERY_ENTRY per entry, then the OK."""
         compiled = self._compile_request(conn, buf, pos, end, rid)
         if compiled is None:
             return
-        # A shared sorted group keeps only what its fetches' windows reach in order.
-        group = None if compiled.sorted else self.queries.by_signature.get(compiled.signature)
-        if group is None:
-            group = QueryGroup(compiled)
-            group.seed(self.registry.matching(compiled.prefix))
-        head = U32_PACK(rid)
-        states = self.registry.states
+        group, _new = self.queries.group_for(compiled)
+        group.onces += 1
+        delivery = QueryDelivery(group, None, rid)
         if compiled.sorted:
-            query = compiled.query
-            last = min(query.window_to, len(group))
-            for position in range(query.window_from - 1, last):
-                key = group.at(position)
-                self._query_entry(conn, head, EntryKind.STATE, states[key].states[key])
-                if conn.closing:
-                    return
+            # A shared sorted group keeps in order only what its windows reach.
+            group.once_reach = max(group.once_reach, compiled.query.window_to - 1)
+            if group.once_reach > group.reach:
+                group.set_reach(group.once_reach)
+        if compiled.nodes and self.nodes is None:
+            registry = self.registry
+            delivery.nodes = NodeIndex([*registry.states, *registry.methods])
+        conn.delivery = delivery
+        self._query_deliver(conn)
+
+    # --- initial entries in slices (PROTOCOL.md 10.5, 14.5) ---------------------------------
+
+    def _query_deliver(self, conn: Connection) -> None:
+        """One slice of ``conn``'s QueryDelivery: of the group's seeding, else of its
+        entries. Leaves ``conn`` stalled while there is more (Daemon.work goes on)."""
+        delivery = conn.delivery
+        assert isinstance(delivery, QueryDelivery)
+        group = delivery.group
+        fetch = delivery.fetch
+        if group.seeding:
+            group.seed(self.registry.matching_after(group.compiled.prefix, group.seed_cursor), SEED_SLICE)
+            if group.seeding:
+                return self._query_later(conn)
+        query = group.compiled.query
+        if group.order is not None:
+            if fetch is not None:
+                fetch.size = max(0, min(fetch.high, len(group) - 1) - fetch.low + 1)
+                fetch.pending = False
+                self._send_window(fetch, fetch.low, fetch.low + fetch.size - 1)
+            else:
+                states = self.registry.states
+                for position in range(query.window_from - 1, min(query.window_to, len(group))):
+                    key = group.at(position)
+                    self._query_entry(conn, delivery.head, EntryKind.STATE, states[key].states[key])
+                    if conn.closing:
+                        return None
+                self._send(conn, ok_frame(delivery.rid))
+            return self._query_delivered(conn)
+        after = delivery.cursor if fetch is None else fetch.cursor
+        entries, upto = self._entries_after(group, after, delivery.nodes)
+        for kind, key, kv in entries:
+            if fetch is None:
+                self._query_entry(conn, delivery.head, kind, kv)
+            elif kind == EntryKind.STATE:
+                self._query_emit(conn, EVT_HEAD_PACK(EVENT, 5 + len(kv), FETCH_ADD) + fetch.fid_bytes + kv)
+            else:
+                code = FETCH_NODE if kind == EntryKind.NODE else FETCH_METHOD
+                frame = EVT_HEAD_PACK(EVENT, 8 + len(key), code) + fetch.fid_bytes + bytes((ADD,)) + kv[: 2 + len(key)]
+                self._query_emit(conn, frame)
+            if conn.closing:
+                return None
+        if upto is not None:
+            if fetch is None:
+                delivery.cursor = upto
+            else:
+                fetch.cursor = upto
+            return self._query_later(conn)
+        if fetch is None:
+            self._send(conn, ok_frame(delivery.rid))
         else:
-            for kind, _key, kv in self._entries_in_key_order(group):
-                self._query_entry(conn, head, kind, kv)
-                if conn.closing:
-                    return
-        self._send(conn, ok_frame(rid))
+            backlog = fetch.backlog
+            fetch.backlog = []
+            fetch.backlog_size = 0
+            fetch.pending = False
+            fetch.cursor = None
+            for frame in backlog:
+                if not self._query_emit(conn, frame):
+                    break
+        return self._query_delivered(conn)
+
+    def _query_later(self, conn: Connection) -> None:
+        """More slices to go: ``conn`` stalls, and comes back to Daemon.work with its
+        output written (take_dirty), or at once if it has none."""
+        conn.stalled = True
+        if not conn.out and not conn.paused:
+            self.ready.append(conn)
+
+    def _query_delivered(self, conn: Connection) -> None:
+        delivery = conn.delivery
+        assert isinstance(delivery, QueryDelivery)
+        conn.delivery = None
+        if delivery.fetch is None:
+            self._once_done(delivery.group)
+
+    def _once_done(self, group: QueryGroup) -> None:
+        """A QUERY_ONCE answer on ``group`` ended (answered, or its connection closed)."""
+        group.onces -= 1
+        if not group.onces:
+            group.once_reach = -1
+            if group.order is not None and group.fetches:
+                group.set_reach(max(f.high for f in group.fetches.values()))
+        if not group.fetches and not group.onces:
+            self._query_forget_group(group)
+
+    def _query_end_delivery(self, conn: Connection) -> None:
+        """The connection closes with its QueryDelivery under way: a FETCH_QUERY's fetch
+        ends with the connection's other fetches (``_query_teardown``)."""
+        delivery = conn.delivery
+        assert isinstance(delivery, QueryDelivery)
+        conn.delivery = None
+        if delivery.fetch is None:
+            self._once_done(delivery.group)
 
     def _query_entry(self, conn: Connection, head: bytes, kind: int, kv: bytes) -> None:
         frame = EVT_HEAD_PACK(EVENT, 6 + len(kv), QUERY_ENTRY) + head + bytes((kind,)) + kv
         self._query_emit(conn, frame)
 
-    def _entries_in_key_order(self, group: QueryGroup) -> list[tuple[int, bytes, bytes]]:
-        """(kind, key, Key-Value payload) of the group's entries in byte order of key,
-        a node before a state or method of the same key (PROTOCOL.md 14.3, 14.4). Method
-        and node entries carry a NONE value."""
+    def _entries_after(
+        self, group: QueryGroup, after: Optional[bytes], nodes: Optional[NodeIndex]
+    ) -> tuple[list[tuple[int, bytes, bytes]], Optional[bytes]]:
+        """The next slice of an unsorted group's entries above key ``after`` (None: from
+        the start), as (kind, key, Key-Value payload) in byte order of key, a node before
+        a state or method of the same key (PROTOCOL.md 14.3, 14.4); method and node
+        entries carry a NONE value. Also the last key the slice covers, or None if it
+        is the last slice. At most SLICE states, plus the methods and nodes between."""
         compiled = group.compiled
         matched = group.matched
-        entries = [
-            (_ENTRY_AFTER, key, EntryKind.STATE, kv) for key, kv in self.registry.matching(compiled.prefix) if key in matched
-        ]
+        entries: list[tuple[int, bytes, int, bytes]] = []
+        upto: Optional[bytes] = None
+        for taken, (key, kv) in enumerate(self.registry.matching_after(compiled.prefix, after)):
+            if taken == DELIVERY_SLICE:
+                break
+            upto = key
+            if key in matched:
+                entries.append((_ENTRY_AFTER, key, EntryKind.STATE, kv))
+        else:
+            upto = None  # the states are done: every method and node above ``after`` too
         if compiled.methods or compiled.nodes:
             match_key = compiled.match_key
+
+            def covered(key: bytes) -> bool:
+                return (after is None or key > after) and (upto is None or key <= upto) and match_key(key)
+
             if compiled.methods:
                 entries.extend(
                     (_ENTRY_AFTER, key, EntryKind.METHOD, U16.pack(len(key)) + key + NONE_VALUE)
                     for key in self.registry.methods
-                    if match_key(key)
+                    if covered(key)
                 )
             if compiled.nodes:
-                # A one-shot query may ask for nodes while no fetch keeps them counted.
-                nodes = self.nodes or NodeIndex([*self.registry.states, *self.registry.methods])
+                node_index = nodes or self.nodes
+                assert node_index is not None
                 entries.extend(
                     (_NODE_FIRST, key, EntryKind.NODE, U16.pack(len(key)) + key + NONE_VALUE)
-                    for key in nodes.counts
-                    if match_key(key)
+                    for key in node_index.counts
+                    if covered(key)
                 )
             entries.sort(key=lambda entry: (entry[1], entry[0]))
-        return [(kind, key, kv) for _, key, kind, kv in entries]
+        return [(kind, key, kv) for _, key, kind, kv in entries], upto
 
     def _unfetch_query(self, conn: Connection, fid: int) -> bool:
         """UNFETCH of a query fetch; False if ``fid`` is not one of ``conn``'s."""
@@ -223,11 +358,14 @@ class QueryHandlers(DaemonBase):
         group = fetch.group
         del group.fetches[fetch.fid]
         if group.order is not None:
-            group.set_reach(max((f.high for f in group.fetches.values()), default=-1))
-        if not group.fetches:
-            self.queries.drop(group)
-            if self.nodes is not None and not self.queries.node_groups:
-                self.nodes = None
+            group.set_reach(max((f.high for f in group.fetches.values()), default=group.once_reach))
+        if not group.fetches and not group.onces:
+            self._query_forget_group(group)
+
+    def _query_forget_group(self, group: QueryGroup) -> None:
+        self.queries.drop(group)
+        if self.nodes is not None and not self.queries.node_groups:
+            self.nodes = None
 
     def _query_teardown(self, conn: Connection) -> None:
         """A closing connection's query fetches end (PROTOCOL.md 10.6)."""
@@ -284,6 +422,10 @@ class QueryHandlers(DaemonBase):
         groups = cached[1] if cached is not None and cached[0] == queries.generation else queries.targets(key)
         extractor: Optional[Extractor] = None
         for group in groups:
+            if group.seeding:
+                cursor = group.seed_cursor
+                if cursor is None or key > cursor:
+                    continue  # the seeding gets there later (PROTOCOL.md 14.5)
             compiled = group.compiled
             if code == FETCH_REMOVE:
                 entry: Any = None
@@ -295,6 +437,8 @@ class QueryHandlers(DaemonBase):
             else:
                 entry = compiled.evaluate(key, None)
             previous, old, new = group.update(key, entry)
+            if group.seeding:
+                continue  # no fetch of it has its initial entries yet
             if group.order is None:
                 if entry is None:
                     if previous is None:
@@ -309,8 +453,8 @@ class QueryHandlers(DaemonBase):
                 count = len(group)
                 for fetch in group.fetches.values():
                     update = window_update(old, new, count, fetch.low, fetch.high, fetch.size)
-                    if update is None or fetch.conn.closing:
-                        continue
+                    if update is None or fetch.conn.closing or fetch.pending:
+                        continue  # a pending fetch's window is sent whole when it is ready
                     fetch.size = update[2]
                     if fetch.conn.paused:
                         fetch.dirty = True  # PROTOCOL.md 14.3: sent whole on draining
@@ -325,6 +469,9 @@ class QueryHandlers(DaemonBase):
     def _query_kv_event(self, fetch: QueryFetch, event: int, head: bytes, key: bytes, kv: bytes) -> None:
         conn = fetch.conn
         if conn.closing:
+            return
+        if fetch.pending:
+            self._query_backlog(fetch, key, head + fetch.fid_bytes + kv)
             return
         if conn.paused:
             if event == FETCH_CHANGE:
@@ -342,7 +489,24 @@ class QueryHandlers(DaemonBase):
         for group in groups:
             if group.compiled.match_key(key):
                 for fetch in group.fetches.values():
-                    self._query_emit(fetch.conn, head + fetch.fid_bytes + frame_tail)
+                    if fetch.pending:
+                        self._query_backlog(fetch, key, head + fetch.fid_bytes + frame_tail)
+                    else:
+                        self._query_emit(fetch.conn, head + fetch.fid_bytes + frame_tail)
+
+    def _query_backlog(self, fetch: QueryFetch, key: bytes, frame: bytes) -> None:
+        """An event for a fetch whose initial entries are under way (PROTOCOL.md 10.5):
+        kept to follow the last of them if they have passed ``key``; else nothing, since
+        the entry of ``key``, if any, will carry its state of that moment."""
+        cursor = fetch.cursor
+        if cursor is None or key > cursor or fetch.conn.closing:
+            return
+        fetch.backlog.append(frame)
+        fetch.backlog_size += len(frame)
+        conn = fetch.conn
+        # PROTOCOL.md 10.8: held events are output owed to the peer like any other.
+        if fetch.backlog_size + conn.queued + conn.out_size > self.config.hard_limit:
+            self._overload(conn, "output above the hard limit")
 
     def _query_method(self, key: bytes, added: bool) -> None:
         """A method was added or removed: FETCH_METHOD, and nodes (PROTOCOL.md 14.2)."""

@@ -88,6 +88,8 @@ class Delivery:
 
     __slots__ = ("cursor", "fetch", "held", "held_size", "source")
 
+    for_query = False  # jetd.querying.QueryDelivery is the other kind
+
     def __init__(self, fetch: Fetch, source: InitialSource) -> None:
         self.fetch = fetch
         self.source = source
@@ -403,7 +405,7 @@ class Subscriptions(DaemonBase):
         held meanwhile, and the fetch is live. Stops early (and ``conn`` stays
         stalled) while the connection is paused or past its output budget."""
         delivery = conn.delivery
-        assert delivery is not None
+        assert isinstance(delivery, Delivery)
         fid_bytes = delivery.fetch.fid_bytes
         log_out = self._log if self._log_events else None
         budget = self._out_budget
@@ -434,7 +436,7 @@ class Subscriptions(DaemonBase):
 
     def _finish_delivery(self, conn: Connection) -> None:
         delivery = conn.delivery
-        assert delivery is not None
+        assert isinstance(delivery, Delivery)
         fetch = delivery.fetch
         self._end_delivery(conn)
         log_out = self._log if self._log_events else None
@@ -459,10 +461,15 @@ class Subscriptions(DaemonBase):
     def _end_delivery(self, conn: Connection) -> None:
         """Forget ``conn``'s delivery (finished, or the connection is closing)."""
         delivery = conn.delivery
-        if delivery is not None:
-            conn.delivery = None
-            self.delivering.remove(delivery.fetch)
-            self._delivering -= 1
+        if delivery is None:
+            return
+        if delivery.for_query:
+            self._query_end_delivery(conn)
+            return
+        assert isinstance(delivery, Delivery)
+        conn.delivery = None
+        self.delivering.remove(delivery.fetch)
+        self._delivering -= 1
 
     def _hold(self, key: bytes, code: int, kv: bytes) -> None:
         """A fetch event of ``key`` for the fetches still delivering initial adds that
@@ -472,7 +479,7 @@ class Subscriptions(DaemonBase):
         for fetch in targets:
             conn = fetch.conn
             delivery = conn.delivery
-            if delivery is None or delivery.cursor is None or key > delivery.cursor or conn.closing:
+            if not isinstance(delivery, Delivery) or delivery.cursor is None or key > delivery.cursor or conn.closing:
                 continue
             if self._too_large_for(conn, body_length):
                 self._event_too_large(conn, body_length)
