@@ -399,6 +399,10 @@ class AccessControl(DaemonBase):
                 self.delivering.remove(fetch)
                 fetch.prefixes = narrowed
                 self.delivering.add(fetch)
+        if conn.query_fetches:
+            self._query_permissions(conn)  # jetd.querying
+            if conn.closing:
+                return
         for fid in sorted(conn.fetches):
             fetch = conn.fetches[fid]
             narrowed = perms.read.narrow(fetch.prefix)

@@ -53,7 +53,7 @@ from jetwire import (
 from jetwire.codes import MIN_PEER_MAX_BODY
 from jetwire.log import LogKind, conn_close_data, conn_name_data, conn_open_data
 
-from .access import AUTHENTICATE, QUERY_FUNCTIONS, Access, AccessControl, Offload
+from .access import AUTHENTICATE, Access, AccessControl, Offload
 from .base import DaemonStats
 from .config import Config
 from .connection import Connection
@@ -686,11 +686,6 @@ class Daemon(RegistryHandlers, Routing, Subscriptions, QueryHandlers, AccessCont
             else:
                 message = f"not authorized: user {conn.user} has no permissions"
             self._reply(conn, rid, Status.NOT_AUTHORIZED, message)
-            return
-        if perms is not None and function in QUERY_FUNCTIONS and not perms.read.everything:
-            # PROTOCOL.md 15.3: query answers are not filtered by read (yet): a query
-            # needs read on every key, or it could show what the user may not read.
-            self._reply(conn, rid, Status.NOT_AUTHORIZED, 'not authorized: read "" (every key) for a query')
             return
         handler = self._request_handlers.get(function)
         if handler is None:

@@ -14,11 +14,12 @@ The daemon glue (:mod:`jetd.querying`) turns what the groups report into frames.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import operator
 import struct
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from heapq import heapify, heappop, heappush
 from typing import Any, Optional
 
@@ -55,6 +56,7 @@ __all__ = [
     "compile_query",
     "nodes_of",
     "query_terms",
+    "restrict",
     "select",
     "window_update",
 ]
@@ -340,6 +342,7 @@ class CompiledQuery:
     with (for the index)."""
 
     __slots__ = (
+        "base",
         "descending",
         "filters",
         "match_key",
@@ -348,6 +351,7 @@ class CompiledQuery:
         "nodes",
         "prefix",
         "query",
+        "readable",
         "signature",
         "sort_by",
         "sort_path",
@@ -356,6 +360,8 @@ class CompiledQuery:
 
     def __init__(self, query: Query, limits: QueryLimits) -> None:
         self.query = query
+        self.base = self  # the query without a connection's read restriction (restrict())
+        self.readable: Optional[tuple[bytes, ...]] = None
         terms = query_terms(query)
         if terms > limits.max_query_terms:
             raise QueryError(f"the query has {terms} terms, more than {limits.max_query_terms}", Status.LIMIT_EXCEEDED)
@@ -402,7 +408,7 @@ class CompiledQuery:
             raise QueryError("METHODS and NODES go with path matchers only (no filters, no sort)")
         self.needs_value = bool(self.filters) or self.sort_by in (SortBy.VALUE, SortBy.FIELD)
         # Fetches that differ only in their window share one group.
-        self.signature = dataclasses.replace(query, window_from=0, window_to=0)
+        self.signature: Hashable = dataclasses.replace(query, window_from=0, window_to=0)
 
     def evaluate(self, key: bytes, extractor: Optional[Extractor]) -> Any:
         """The state's entry in this query: its sort key, True (unsorted), or None.
@@ -422,6 +428,32 @@ class CompiledQuery:
         if code > 4 or value != value:  # arrays, objects, other types, NaN: cannot be ordered
             return None
         return (code, value, key)
+
+
+def _common_prefix(prefixes: tuple[bytes, ...]) -> bytes:
+    first, last = min(prefixes), max(prefixes)
+    n = 0
+    while n < len(first) and first[n] == last[n]:
+        n += 1
+    return first[:n]
+
+
+def restrict(compiled: CompiledQuery, readable: tuple[bytes, ...]) -> CompiledQuery:
+    """``compiled`` as a connection that may read only the keys starting with one of
+    ``readable`` runs it (PROTOCOL.md 15.4): every key outside them fails ``match_key``,
+    for states, methods and nodes alike, and the signature differs, so that only
+    connections that may read the same keys share a group. ``readable`` is what
+    :meth:`jetd.access.PrefixSet.narrow` gives for ``compiled.prefix`` (possibly ())."""
+    base = compiled.base
+    restricted = copy.copy(base)
+    inner = base.match_key
+    restricted.match_key = lambda key: key.startswith(readable) and inner(key)
+    restricted.readable = readable
+    restricted.signature = (base.signature, readable)
+    if readable:
+        # The index and the seeding scan the longest prefix every readable key has.
+        restricted.prefix = max(base.prefix, _common_prefix(readable), key=len)
+    return restricted
 
 
 def compile_query(query: Query, limits: QueryLimits = QueryLimits()) -> CompiledQuery:
@@ -699,7 +731,7 @@ class QueryIndex:
     __slots__ = ("_length_counts", "by_prefix", "by_signature", "cache", "generation", "lengths", "method_groups", "node_groups")
 
     def __init__(self) -> None:
-        self.by_signature: dict[Query, QueryGroup] = {}
+        self.by_signature: dict[Hashable, QueryGroup] = {}
         self.by_prefix: dict[bytes, list[QueryGroup]] = {}
         self.lengths: list[int] = []
         self._length_counts: dict[int, int] = {}

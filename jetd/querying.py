@@ -47,6 +47,7 @@ from .query import (
     QueryIndex,
     QueryLimits,
     compile_query,
+    restrict,
     window_update,
 )
 from .subscriptions import DELIVERY_SLICE
@@ -66,6 +67,12 @@ SEED_SLICE = 1024
 NONE_VALUE = b"\x00\x00\x00\x00\x00"
 # Initial and one-shot entries sort by key, a node before a state or method of the same key.
 _NODE_FIRST, _ENTRY_AFTER = 0, 1
+
+
+def _by_key(entry: tuple[int, bytes]) -> tuple[bytes, int]:
+    """Byte order of key, a node before a state or method of the same key."""
+    kind, key = entry
+    return key, 0 if kind == EntryKind.NODE else 1
 
 
 class QueryFetch:
@@ -155,10 +162,20 @@ class QueryHandlers(DaemonBase):
         assert isinstance(request, (FetchQuery, QueryOnce))
         limits = QueryLimits(config.max_query_terms, config.max_window, config.max_field_depth)
         try:
-            return compile_query(request.query, limits)
+            compiled = compile_query(request.query, limits)
         except QueryError as exc:
             self._reply(conn, rid, exc.status, exc.message)
             return None
+        perms = conn.perms
+        if perms is None or perms.read.everything:
+            return compiled
+        # PROTOCOL.md 15.4: a query sees only the keys its connection may read; refused
+        # if it could see none.
+        readable = perms.read.narrow(compiled.prefix)
+        if not readable:
+            self._not_authorized(conn, rid, "read", compiled.prefix)
+            return None
+        return compiled if readable == (compiled.prefix,) else restrict(compiled, readable)
 
     def _fetch_query(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
         """FETCH_QUERY (PROTOCOL.md 14.3): the OK, the initial entries, then live."""
@@ -372,6 +389,87 @@ class QueryHandlers(DaemonBase):
         for fetch in conn.query_fetches.values():
             self._query_drop(fetch)
         conn.query_fetches.clear()
+
+    # --- changes of permissions (PROTOCOL.md 15.5) -----------------------------------------
+
+    def _query_permissions(self, conn: Connection) -> None:
+        """``conn``'s permissions changed: each query fetch whose readable keys changed
+        moves to the group of its query under the new ones, and is brought in line at
+        once: an unsorted one gets FETCH_REMOVE (FETCH_METHOD, FETCH_NODE REMOVE) for what
+        it had and may no longer read, then the adds of what it may read now, each in byte
+        order of key; a sorted one gets its whole window. A fetch still receiving its
+        initial entries gets these for the keys it has already been sent, after them."""
+        perms = conn.perms
+        for fid in sorted(conn.query_fetches):
+            fetch = conn.query_fetches[fid]
+            old = fetch.group
+            base = old.compiled.base
+            if perms is None or perms.read.everything:
+                compiled = base
+            else:
+                readable = perms.read.narrow(base.prefix)
+                compiled = base if readable == (base.prefix,) else restrict(base, readable)
+            if compiled.signature == old.compiled.signature:
+                continue
+            group, _new = self.queries.group_for(compiled)
+            if group.seeding:
+                group.seed(self.registry.matching_after(compiled.prefix, group.seed_cursor))
+            del old.fetches[fid]
+            group.fetches[fid] = fetch
+            fetch.group = group
+            if group.order is not None and fetch.high > group.reach:
+                group.set_reach(fetch.high)
+            delivery = conn.delivery
+            if isinstance(delivery, QueryDelivery) and delivery.fetch is fetch:
+                delivery.group = group
+            if old.order is not None:
+                old.set_reach(max((f.high for f in old.fetches.values()), default=old.once_reach))
+            if not old.fetches and not old.onces:
+                self._query_forget_group(old)
+            if fetch.pending and fetch.cursor is None:
+                continue  # nothing sent yet: its initial entries come from the new group
+            if group.order is not None:
+                fetch.size = max(0, min(fetch.high, len(group) - 1) - fetch.low + 1)
+                if conn.paused:
+                    fetch.dirty = True
+                else:
+                    self._send_window(fetch, fetch.low, fetch.low + fetch.size - 1)
+                continue
+            bound = fetch.cursor if fetch.pending else None
+            before = self._entry_keys(old, bound)
+            after = self._entry_keys(group, bound)
+            gone = sorted(before - after, key=_by_key)
+            frames = [self._entry_frame(fetch, kind, key, REMOVE) for kind, key in gone]
+            frames += [self._entry_frame(fetch, kind, key, ADD) for kind, key in sorted(after - before, key=_by_key)]
+            for _kind, key in gone:
+                fetch.held.pop(key, None)  # its FETCH_REMOVE carries the latest value
+            for frame in frames:
+                if fetch.pending:
+                    fetch.backlog.append(frame)
+                    fetch.backlog_size += len(frame)
+                elif not self._query_emit(conn, frame):
+                    return
+
+    def _entry_keys(self, group: QueryGroup, bound: Optional[bytes]) -> set[tuple[int, bytes]]:
+        """(kind, key) of the group's entries, those up to ``bound`` if given."""
+        compiled = group.compiled
+        keys = {(EntryKind.STATE.value, key) for key in group.matched}
+        if compiled.methods:
+            keys.update((EntryKind.METHOD.value, key) for key in self.registry.methods if compiled.match_key(key))
+        if compiled.nodes and self.nodes is not None:
+            keys.update((EntryKind.NODE.value, key) for key in self.nodes.counts if compiled.match_key(key))
+        if bound is not None:
+            keys = {entry for entry in keys if entry[1] <= bound}
+        return keys
+
+    def _entry_frame(self, fetch: QueryFetch, kind: int, key: bytes, action: int) -> bytes:
+        """The event that adds (ADD) or removes (REMOVE) one entry of an unsorted fetch."""
+        if kind == EntryKind.STATE:
+            kv = self.registry.states[key].states[key]
+            code = FETCH_ADD if action == ADD else FETCH_REMOVE
+            return EVT_HEAD_PACK(EVENT, 5 + len(kv), code) + fetch.fid_bytes + kv
+        code = FETCH_NODE if kind == EntryKind.NODE else FETCH_METHOD
+        return EVT_HEAD_PACK(EVENT, 8 + len(key), code) + fetch.fid_bytes + bytes((action,)) + U16.pack(len(key)) + key
 
     # --- output -----------------------------------------------------------------------------
 

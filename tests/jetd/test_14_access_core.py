@@ -238,22 +238,95 @@ def test_reload_during_a_sliced_fetch_delivery() -> None:
     assert [(type(m), m.key) for m in h.recv(viewer)] == [(FetchChange, "p/k1001")]  # type: ignore[attr-defined]
 
 
-def test_queries_need_read_on_every_key() -> None:
-    """PROTOCOL.md 15.3: query answers are not filtered by read, so a query is refused to
-    a user who may not read every key; without --auth nothing changes."""
-    from jetwire import FetchQuery, PathMatcher, PathOp, Query
+def _query_access(viewer_read: list[str]) -> Access:
+    access = make_access(viewer_read)
+    access.users.users["owner"] = User(password=cheap_hash("o"), own=["p/", "q/"], read=[""], write=["p/"])
+    return Access(access.users)
 
-    query = Query(matchers=(PathMatcher(PathOp.STARTS_WITH, ("p/",)),))
-    h = Harness(make_access(["p/"]))
-    viewer = h.connect()
+
+def test_queries_see_only_readable_keys() -> None:
+    """PROTOCOL.md 15.4: a query (FETCH_QUERY, QUERY_ONCE) sees only the states, methods
+    and nodes its connection may read, for its initial entries and every later event;
+    one that could see nothing is refused, naming the permission."""
+    from jetwire import (
+        QUERY_METHODS,
+        QUERY_NODES,
+        AddMethod,
+        FetchMethod,
+        FetchQuery,
+        PathMatcher,
+        PathOp,
+        Query,
+        QueryOnce,
+        SortBy,
+    )
+
+    h = Harness(_query_access(["p/a/", "p/c/"]))
+    owner, viewer = h.connect(), h.connect()
+    h.login(owner, "owner", "o")
     h.login(viewer, "viewer", "v")
-    h.send(viewer, FetchQuery(1, query))
-    assert h.recv(viewer) == [
-        Response(1, Status.NOT_AUTHORIZED, message='not authorized: read "" (every key) for a query')
+    for i, key in enumerate(["p/a/1", "p/b/1", "p/c/1", "q/x"]):
+        h.send(owner, AddState(i, key, f(i)))
+    h.send(owner, AddMethod(10, "p/a/m"), AddMethod(11, "p/b/m"))
+    h.recv(owner)
+    everything = Query((PathMatcher(PathOp.STARTS_WITH, ("p/",)),), flags=QUERY_METHODS | QUERY_NODES)
+    h.send(viewer, FetchQuery(1, everything))
+    ok, *initial = h.recv(viewer)
+    fid = ok.fetch_id  # type: ignore[attr-defined]
+    assert [(type(m).__name__, m.key) for m in initial] == [  # type: ignore[attr-defined]
+        ("FetchAdd", "p/a/1"), ("FetchMethod", "p/a/m"), ("FetchAdd", "p/c/1"),
     ]
-    everything = make_access([""])
-    h2 = Harness(everything)
-    reader = h2.connect()
-    h2.login(reader, "viewer", "v")
-    h2.send(reader, FetchQuery(1, query))
-    assert h2.recv(reader)[0].status == Status.OK  # type: ignore[attr-defined]
+    # No node shows: "p", "p/a" ... are not within "p/a/" or "p/c/". Live: only readable keys.
+    h.send(owner, NotifyState(None, "p/b/1", f(20)), NotifyState(None, "p/a/1", f(21)), AddState(12, "p/c/2", f(22)))
+    h.send(owner, AddMethod(13, "p/b/n"), AddMethod(14, "p/c/n"))
+    h.recv(owner)
+    assert h.recv(viewer) == [
+        FetchChange(fid, "p/a/1", f(21)),
+        FetchAdd(fid, "p/c/2", f(22)),
+        FetchMethod(fid, 1, "p/c/n"),
+    ]
+    # A query with no prefix is limited to the readable prefixes; one-shot too, sorted.
+    by_value = Query((PathMatcher(PathOp.ENDS_WITH, ("1",)),), sort_by=SortBy.VALUE, window_from=1, window_to=10)
+    h.send(viewer, QueryOnce(2, by_value))
+    *entries, done = h.recv(viewer)
+    assert [(e.key, e.value) for e in entries] == [("p/c/1", f(2)), ("p/a/1", f(21))]  # type: ignore[attr-defined]
+    assert done == Response(2, Status.OK)
+    # A query that could see nothing is refused; the connection stays.
+    h.send(viewer, FetchQuery(3, Query((PathMatcher(PathOp.STARTS_WITH, ("q/",)),))))
+    assert h.recv(viewer) == [Response(3, Status.NOT_AUTHORIZED, message="not authorized: read q/")]
+    # A user who may read everything runs the same query in a group of its own.
+    h.send(owner, QueryOnce(4, by_value))
+    assert [e.key for e in h.recv(owner)[:-1]] == ["p/c/1", "p/b/1", "p/a/1"]  # type: ignore[attr-defined]
+
+
+def test_a_reload_brings_query_fetches_in_line() -> None:
+    """PROTOCOL.md 15.5 for queries: an unsorted fetch gets FETCH_REMOVE for what it may
+    no longer read, then FETCH_ADD for what it may read now; a sorted one its whole window."""
+    from jetwire import FetchQuery, FetchWindow, PathMatcher, PathOp, Query, SortBy
+
+    h = Harness(_query_access(["p/a/", "p/c/"]))
+    owner, viewer = h.connect(), h.connect()
+    h.login(owner, "owner", "o")
+    h.login(viewer, "viewer", "v")
+    for i, key in enumerate(["p/a/1", "p/b/1", "p/c/1"]):
+        h.send(owner, AddState(i, key, f(i)))
+    h.recv(owner)
+    plain = Query((PathMatcher(PathOp.STARTS_WITH, ("p/",)),))
+    top = Query((PathMatcher(PathOp.STARTS_WITH, ("p/",)),), sort_by=SortBy.VALUE, window_from=1, window_to=2)
+    h.send(viewer, FetchQuery(1, plain), FetchQuery(2, top))
+    first = h.recv(viewer)
+    fid, wid = first[0].fetch_id, first[3].fetch_id  # type: ignore[attr-defined]
+    assert first[1:3] == [FetchAdd(fid, "p/a/1", f(0)), FetchAdd(fid, "p/c/1", f(2))]
+    assert [(e.index, e.key) for e in first[4].entries] == [(1, "p/a/1"), (2, "p/c/1")]  # type: ignore[attr-defined]
+    h.daemon.set_access(_query_access(["p/b/", "p/c/"]), h.now)
+    events = h.recv(viewer)
+    assert events[:2] == [FetchRemove(fid, "p/a/1", f(0)), FetchAdd(fid, "p/b/1", f(1))]
+    [window] = events[2:]
+    assert isinstance(window, FetchWindow) and window.fetch_id == wid and window.size == 2
+    assert [(e.index, e.key) for e in window.entries] == [(1, "p/b/1"), (2, "p/c/1")]
+    # Live events follow the new permissions.
+    h.send(owner, NotifyState(None, "p/a/1", f(9)), NotifyState(None, "p/b/1", f(-1)))
+    h.recv(owner)
+    events = h.recv(viewer)
+    assert events[0] == FetchChange(fid, "p/b/1", f(-1))
+    assert all(getattr(e, "key", "") != "p/a/1" for e in events)

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_15_query_core import FEMALE, PLAYERS, Harness, WindowView, oracle_window, player, top
 
 from jetwire import (
     QUERY_METHODS,
@@ -39,8 +40,6 @@ from jetwire import (
     Response,
     Value,
 )
-
-from test_15_query_core import FEMALE, PLAYERS, Harness, WindowView, oracle_window, player, top
 
 N = 6000  # well above one slice of seeding (1,024) and of initial entries (2,048)
 
@@ -149,7 +148,7 @@ def test_views_stay_exact_whatever_changes_between_slices(seed: int, sorted_quer
 
 def test_initial_entries_come_in_key_order_with_methods_and_nodes_between() -> None:
     h = Harness()
-    owner, states = _fill(h, 5000)
+    owner, _states = _fill(h, 5000)
     h.send(owner, AddMethod(1, "players/01234/kick"), AddMethod(2, "players/04999/zz"))
     h.recv(owner)
     fan = h.connect()
