@@ -247,6 +247,43 @@ def test_fetch_is_filtered_by_read(secure_jetd: DaemonProcess) -> None:
         narrow.nothing_within(0.3)  # plant/boiler/t is not readable: no event at all
 
 
+def test_queries_are_filtered_by_read(start_jetd: Callable[..., DaemonProcess], tmp_path: Path) -> None:
+    """PROTOCOL.md 15.4 over TCP with PeerAsync: a sorted query of a user who may read
+    plant/a/ ranks plant/a/ states only, live; its one-shot twin agrees."""
+    import asyncio
+
+    from peer import PeerAsync
+
+    users = write_users(tmp_path / "users.toml", {
+        "owner": {"password": "o", "own": ["plant/"], "read": [""], "write": ["plant/"]},
+        "narrow": {"password": "n", "read": ["plant/a/"]},
+    })
+    daemon = start_jetd("--auth", str(users))
+    host, port = daemon.address
+
+    async def run() -> None:
+        owner = await PeerAsync.connect(host, port, user="owner", password="o")
+        narrow = await PeerAsync.connect(host, port, user="narrow", password="n")
+        try:
+            states = {key: await owner.add_state(key, value)
+                      for key, value in [("plant/a/1", 5), ("plant/b/1", 9), ("plant/a/2", 7)]}
+            board = narrow.fetch("plant/", sort_by="value", descending=True, top=2)
+            await board
+            first = await asyncio.wait_for(board.__anext__(), 10)
+            assert [row.key for row in first.rows] == ["plant/a/2", "plant/a/1"]
+            await states["plant/b/1"].notify(100)  # not readable: the window does not move
+            await states["plant/a/1"].notify(50)
+            update = await asyncio.wait_for(board.__anext__(), 10)
+            assert [row.key for row in update.rows] == ["plant/a/1", "plant/a/2"]
+            once = await narrow.query("plant/", sort_by="value", descending=True, top=10)
+            assert [entry.key for entry in once] == ["plant/a/1", "plant/a/2"]
+        finally:
+            await owner.close()
+            await narrow.close()
+
+    asyncio.run(run())
+
+
 def test_sighup_reload_applies_without_dropping(start_jetd: Callable[..., DaemonProcess], tmp_path: Path) -> None:
     path = write_users(tmp_path / "u.toml", {
         "owner": {"password": "o", "own": ["plant/"]},
