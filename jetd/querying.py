@@ -495,16 +495,31 @@ class QueryHandlers(DaemonBase):
         return True
 
     def _send_window(self, fetch: QueryFetch, first: int, last: int) -> None:
-        """FETCH_WINDOW with the entries at 0-based positions first..last and the size."""
+        """FETCH_WINDOW with the entries at 0-based positions first..last and the size;
+        split into several, each with the size, where one would exceed the receiver's
+        max_body or the daemon's own (PROTOCOL.md 14.2)."""
         group = fetch.group
         states = self.registry.states
-        parts = [fetch.fid_bytes, U32_PACK(fetch.size), U16.pack(max(0, last - first + 1))]
+        conn = fetch.conn
+        room = min(conn.max_body, self._max_body) - 11  # code, fetch_id, size, count
+        head = fetch.fid_bytes + U32_PACK(fetch.size)
+        entries: list[bytes] = []
+        length = 0
         for position in range(first, last + 1):
             key = group.at(position)
-            parts.append(U32_PACK(position + 1))
-            parts.append(states[key].states[key])
-        body = b"".join(parts)
-        self._query_emit(fetch.conn, EVT_HEAD_PACK(EVENT, 1 + len(body), FETCH_WINDOW) + body)
+            entry = U32_PACK(position + 1) + states[key].states[key]
+            if entries and length + len(entry) > room:
+                self._window_event(conn, head, entries, length)
+                entries = []
+                length = 0
+            entries.append(entry)
+            length += len(entry)
+        self._window_event(conn, head, entries, length)
+
+    def _window_event(self, conn: Connection, head: bytes, entries: list[bytes], length: int) -> None:
+        body_length = 3 + len(head) + length  # code, head, count, entries
+        frame = EVT_HEAD_PACK(EVENT, body_length, FETCH_WINDOW) + head + U16.pack(len(entries)) + b"".join(entries)
+        self._query_emit(conn, frame)
 
     # --- changes ----------------------------------------------------------------------------
 

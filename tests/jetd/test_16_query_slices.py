@@ -39,6 +39,7 @@ from jetwire import (
     RemoveState,
     Response,
     Value,
+    encode,
 )
 
 N = 6000  # well above one slice of seeding (1,024) and of initial entries (2,048)
@@ -228,3 +229,32 @@ def test_a_closing_fetcher_drops_its_seeding_group() -> None:
     h.daemon.disconnect(fan, 0.0, "test")
     assert not h.daemon.queries.by_signature
     h.daemon.work(0.0)  # nothing left to do, and no error
+
+
+def test_a_window_above_the_fetchers_max_body_is_split_not_fatal() -> None:
+    """PROTOCOL.md 14.2: a FETCH_WINDOW that would exceed the receiver's max_body goes
+    as several, each with the window's size; applied in turn they give the window."""
+    from jetwire import Info
+
+    h = Harness()
+    owner, states = _fill(h, 300)
+    fan = h.connect()
+    h.send(fan, Info("small", 256))
+    h.send(fan, FetchQuery(1, top(20)))
+    ok, *events = h.recv(fan)
+    assert isinstance(ok, Response) and ok.ok and not fan.closing
+    assert len(events) > 1 and all(isinstance(e, FetchWindow) and e.size == 20 for e in events)
+    assert all(len(encode(e)) - 5 <= 256 for e in events)
+    view = WindowView(1)
+    for event in events:
+        view.apply(event)  # type: ignore[arg-type]
+    assert view.rows == oracle_window(states, 1, 20)
+    # A change that moves every row is split the same way.
+    states["players/00001"] = player("female", 10_000)
+    h.send(owner, NotifyState(None, "players/00001", states["players/00001"]))
+    h.recv(owner)
+    events = h.recv(fan)
+    assert len(events) > 1 and not fan.closing
+    for event in events:
+        view.apply(event)  # type: ignore[arg-type]
+    assert view.rows == oracle_window(states, 1, 20)
