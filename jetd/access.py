@@ -23,15 +23,15 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 from jetwire import Authenticate, Function, RemoteProtocolError, Status, decode_body
 from jetwire.codec import is_utf8
 from jetwire.log import LogKind, conn_auth_data
 
-from .base import DaemonBase
 from .connection import Connection
 from .frames import EVENT, EVT_HEAD_PACK, FETCH_ADD, FETCH_REMOVE, FRAME_IN, REQUEST, close_frame, ok_frame
+from .querying import QueryHandlers
 from .subscriptions import Delivery
 from .users import UsersFile
 
@@ -191,17 +191,13 @@ def mask_authenticate(frame: bytes) -> bytes:
     return bytes((REQUEST,)) + len(body).to_bytes(4, "big") + body
 
 
-class AccessControl(DaemonBase):
+class AccessControl(QueryHandlers):
     """Authentication and the permission checks (PROTOCOL.md 15), mixed into the Daemon."""
 
     access: Optional[Access]
     offload: Optional[Offload]
     _auth_answers: deque[tuple[float, Connection, int, bytes]]
     _auth_deadlines: deque[tuple[float, Connection]]
-
-    if TYPE_CHECKING:  # provided by jetd.core.Daemon
-        def receive_data(self, conn: Connection, data: bytes, now: float) -> None: ...
-        def disconnect(self, conn: Connection, now: float, reason: str = ...) -> None: ...
 
     # --- the checks the handlers call -------------------------------------------------
 

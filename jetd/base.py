@@ -90,23 +90,60 @@ class DaemonBase:
     delivering: FetchRegistry
     ready: list[Connection]
 
-    if TYPE_CHECKING:
-        # Provided by the other parts of the core (jetd.core.Daemon mixes them in).
-        def _fanout(self, key: bytes, code: int, kv: bytes) -> None: ...
-        def _catch_up_on(self, conn: Connection, key: bytes, kv: bytes) -> None: ...
-        def _unknown_key(self, conn: Connection, key: bytes, rid: Optional[int], kind: str) -> Optional[str]: ...
-        def _teardown(self, conn: Connection) -> None: ...
-        def _end_delivery(self, conn: Connection) -> None: ...
-        def _query_state(self, key: bytes, code: int, kv: bytes) -> None: ...
-        def _query_method(self, key: bytes, added: bool) -> None: ...
-        def _query_release(self, conn: Connection, key: bytes) -> None: ...
-        def _query_catch_up(self, conn: Connection) -> bool: ...
-        def _query_deliver(self, conn: Connection) -> None: ...
-        def _query_permissions(self, conn: Connection) -> None: ...
-        def _query_end_delivery(self, conn: Connection) -> None: ...
-        def _unfetch_query(self, conn: Connection, fid: int) -> bool: ...
-        def _not_authorized(self, conn: Connection, rid: Optional[int], permission: str, key: bytes) -> None: ...
-        def _may_write(self, conn: Connection, key: bytes) -> bool: ...
+    # Provided by the other parts of the core, which extend this class in a line (jetd.core.Daemon
+    # is the last): declared here so that each part can call the others. (One line, not
+    # mixins side by side: mypyc compiles single inheritance only.)
+
+    def _fanout(self, key: bytes, code: int, kv: bytes) -> None:
+        raise NotImplementedError
+
+    def _catch_up_on(self, conn: Connection, key: bytes, kv: bytes) -> None:
+        raise NotImplementedError
+
+    def _unknown_key(self, conn: Connection, key: bytes, rid: Optional[int], kind: str) -> Optional[str]:
+        raise NotImplementedError
+
+    def _teardown(self, conn: Connection) -> None:
+        raise NotImplementedError
+
+    def _end_delivery(self, conn: Connection) -> None:
+        raise NotImplementedError
+
+    def _query_state(self, key: bytes, code: int, kv: bytes) -> None:
+        raise NotImplementedError
+
+    def _query_method(self, key: bytes, added: bool) -> None:
+        raise NotImplementedError
+
+    def _query_release(self, conn: Connection, key: bytes) -> None:
+        raise NotImplementedError
+
+    def _query_catch_up(self, conn: Connection) -> bool:
+        raise NotImplementedError
+
+    def _query_deliver(self, conn: Connection) -> None:
+        raise NotImplementedError
+
+    def _query_permissions(self, conn: Connection) -> None:
+        raise NotImplementedError
+
+    def _query_end_delivery(self, conn: Connection) -> None:
+        raise NotImplementedError
+
+    def _unfetch_query(self, conn: Connection, fid: int) -> bool:
+        raise NotImplementedError
+
+    def _not_authorized(self, conn: Connection, rid: Optional[int], permission: str, key: bytes) -> None:
+        raise NotImplementedError
+
+    def _may_write(self, conn: Connection, key: bytes) -> bool:
+        raise NotImplementedError
+
+    def receive_data(self, conn: Connection, data: bytes, now: float) -> None:
+        raise NotImplementedError
+
+    def disconnect(self, conn: Connection, now: float, reason: str = "") -> None:
+        raise NotImplementedError
 
     # --- sending ------------------------------------------------------------------------
 

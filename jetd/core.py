@@ -87,10 +87,9 @@ from .frames import (
     why_malformed,
 )
 from .query import QueryIndex
-from .querying import QueryHandlers
-from .registry import RegistryHandlers, StateRegistry
-from .routes import Route, RouteTable, Routing
-from .subscriptions import Delivery, Fetch, FetchRegistry, Subscriptions
+from .registry import StateRegistry
+from .routes import Route, RouteTable
+from .subscriptions import Delivery, Fetch, FetchRegistry
 
 __all__ = [
     "Connection",
@@ -107,7 +106,7 @@ __all__ = [
 log = logging.getLogger("jetd")
 
 
-class Daemon(RegistryHandlers, Routing, Subscriptions, QueryHandlers, AccessControl):
+class Daemon(AccessControl):
     """The registry and router. Feed it bytes per connection; it fills output queues.
 
     Args:

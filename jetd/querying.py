@@ -21,7 +21,6 @@ from typing import Any, Optional
 from jetwire import EntryKind, FetchQuery, Function, QueryOnce, RemoteProtocolError, Status, decode_body
 from jetwire.codes import EventCode
 
-from .base import DaemonBase
 from .connection import Connection
 from .frames import (
     EVENT,
@@ -50,7 +49,7 @@ from .query import (
     restrict,
     window_update,
 )
-from .subscriptions import DELIVERY_SLICE
+from .subscriptions import DELIVERY_SLICE, Subscriptions
 
 __all__ = ["QueryDelivery", "QueryFetch", "QueryHandlers"]
 
@@ -138,7 +137,7 @@ class QueryDelivery:
         self.nodes: Optional[NodeIndex] = None  # QUERY_ONCE asking for nodes no fetch keeps
 
 
-class QueryHandlers(DaemonBase):
+class QueryHandlers(Subscriptions):
     """The query requests and the query side of fan-out (see the module docstring)."""
 
     queries: QueryIndex

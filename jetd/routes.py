@@ -9,7 +9,6 @@ from typing import Optional
 
 from jetwire import Status
 
-from .base import DaemonBase
 from .connection import Connection
 from .frames import (
     ID_HEAD_PACK,
@@ -27,6 +26,7 @@ from .frames import (
     str16_ok,
     value_ok,
 )
+from .registry import RegistryHandlers
 
 __all__ = ["EXPIRE_SLICE", "Route", "RouteTable", "Routing"]
 
@@ -99,7 +99,7 @@ class RouteTable:
                 return
 
 
-class Routing(DaemonBase):
+class Routing(RegistryHandlers):
     """Routed requests and the owners' answers."""
 
     def _expire_routes(self, now: float) -> None:

@@ -23,7 +23,6 @@ from typing import Optional
 
 from jetwire import Status
 
-from .base import DaemonBase
 from .connection import Connection
 from .frames import (
     EVENT,
@@ -39,6 +38,7 @@ from .frames import (
     ok_frame,
     str16_ok,
 )
+from .routes import Routing
 
 __all__ = ["DELIVERY_SLICE", "Delivery", "Fetch", "FetchRegistry", "Subscriptions"]
 
@@ -172,7 +172,7 @@ class FetchRegistry:
         return found
 
 
-class Subscriptions(DaemonBase):
+class Subscriptions(Routing):
     """FETCH_STATES and UNFETCH, fan-out, and the flow control of slow consumers."""
 
     # --- flow control (called by the IO layer) -------------------------------------------
