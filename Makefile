@@ -23,8 +23,11 @@ system-deps:
 $(VPY):
 	$(PYTHON) -m venv $(VENV)
 
+# The checkout runs pure Python (an editable install would otherwise compile the hot path
+# into it, and the .py files would no longer be what runs); tests/test_compiled.py builds
+# and checks the compiled wheel.
 venv: $(VPY)
-	$(VPY) -m pip install -q -e '.[dev]'
+	JET_PURE_PYTHON=1 $(VPY) -m pip install -q -e '.[dev]'
 
 test: system-deps venv
 	$(VPY) -m pytest

@@ -9,6 +9,7 @@ responsibilities are mixed into ``Daemon`` from one module each: the registry
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
@@ -55,7 +56,8 @@ class DaemonStats:
 
     def summary(self) -> str:
         """One log line: ``name=value`` for every counter."""
-        return " ".join(f"{name}={value}" for name, value in vars(self).items())
+        # dataclasses.asdict, not vars(): compiled (mypyc) the instance has no __dict__.
+        return " ".join(f"{name}={value}" for name, value in dataclasses.asdict(self).items())
 
 
 class DaemonBase:

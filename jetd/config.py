@@ -314,6 +314,21 @@ _HELP = {
 }
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: jet's version and which build runs (jetd.build), read when asked."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
+        from jetwire.codes import PROTOCOL_MAJOR, PROTOCOL_MINOR
+
+        from .build import build_description, jet_version
+
+        print(f"jetd {jet_version()}, protocol {PROTOCOL_MAJOR}.{PROTOCOL_MINOR}, {build_description()}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``jetd`` command line: ``--config FILE`` plus one flag per setting."""
     parser = argparse.ArgumentParser(
@@ -332,6 +347,7 @@ def build_parser() -> argparse.ArgumentParser:
             "  [jetd]\n  port = 11124\n  max-body = 1048576\n  log-dir = \"/var/log/jetd\"\n"
         ),
     )
+    parser.add_argument("--version", action=_VersionAction, help="the version, and whether the hot path is compiled")
     parser.add_argument("--config", metavar="FILE", help="TOML file with settings (flags override it)")
     for name, f in _FIELDS.items():
         flag = "--" + name.replace("_", "-")

@@ -309,8 +309,9 @@ class Daemon(AccessControl):
     def _go_on(self, conn: Connection, now: float) -> bool:
         """The next slice of ``conn``'s delivery, then its held input; True if it
         caught up (its input may be read again)."""
-        if conn.delivery is not None:
-            if conn.delivery.for_query:
+        delivery = conn.delivery  # a local: the calls below change conn.delivery
+        if delivery is not None:
+            if delivery.for_query:
                 self._query_deliver(conn)
             else:
                 self._deliver(conn)

@@ -14,7 +14,6 @@ The daemon glue (:mod:`jetd.querying`) turns what the groups report into frames.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
 import operator
@@ -345,6 +344,7 @@ class CompiledQuery:
         "base",
         "descending",
         "filters",
+        "limits",
         "match_key",
         "methods",
         "needs_value",
@@ -360,6 +360,7 @@ class CompiledQuery:
 
     def __init__(self, query: Query, limits: QueryLimits) -> None:
         self.query = query
+        self.limits = limits
         self.base = self  # the query without a connection's read restriction (restrict())
         self.readable: Optional[tuple[bytes, ...]] = None
         terms = query_terms(query)
@@ -445,7 +446,8 @@ def restrict(compiled: CompiledQuery, readable: tuple[bytes, ...]) -> CompiledQu
     connections that may read the same keys share a group. ``readable`` is what
     :meth:`jetd.access.PrefixSet.narrow` gives for ``compiled.prefix`` (possibly ())."""
     base = compiled.base
-    restricted = copy.copy(base)
+    restricted = CompiledQuery(base.query, base.limits)  # compiled again: a copy, cheaply
+    restricted.base = base
     inner = base.match_key
     restricted.match_key = lambda key: key.startswith(readable) and inner(key)
     restricted.readable = readable

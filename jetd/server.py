@@ -47,6 +47,7 @@ from typing import Any, Optional, cast
 from jetwire import Status
 
 from .access import Access
+from .build import build_description
 from .config import Config, ConfigError
 from .core import Connection, Daemon
 from .eventlog import EventLog
@@ -892,10 +893,11 @@ async def serve(config: Config, ready: Optional[asyncio.Future[tuple[str, int]]]
     loop.add_signal_handler(signal.SIGHUP, server.reload_access)
     print(f"jetd listening on {host}:{port}", flush=True)
     log.info(
-        "listening on %s:%d (loop %s, event log %s)",
+        "listening on %s:%d (loop %s, %s, event log %s)",
         host,
         port,
         type(loop).__module__.split(".")[0],
+        build_description(),
         eventlog.path if eventlog is not None else "off",
     )
     if web is not None:

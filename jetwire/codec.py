@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterator
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from .codes import (
     DEFAULT_MAX_BODY,
@@ -64,6 +64,11 @@ from .values import _SET_DATA as _V_DATA
 from .values import _SET_VTYPE as _V_TYPE
 from .values import Value
 from .values import _trusted as _make_value
+
+if TYPE_CHECKING:
+    # A protocol: bytes, bytearray, memoryview... Compiled (mypyc), it is checked as
+    # ``object``, so receive_data's own check answers other types in both builds alike.
+    from typing_extensions import Buffer
 
 __all__ = ["Decoder", "decode_body", "decode_frame", "encode", "frame_size", "is_utf8", "query_bytes"]
 
@@ -993,7 +998,7 @@ class Decoder:
         """Bytes received but not yet returned as frames."""
         return len(self._buf) - self._pos + self._extra
 
-    def receive_data(self, data: bytes) -> None:
+    def receive_data(self, data: Buffer) -> None:
         """Feed bytes received from the peer (any chunking; ``b""`` is ignored).
 
         After a fatal error the bytes are dropped: nothing more will be read from this

@@ -15,6 +15,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+# tests/test_compiled.py runs tests against the compiled build (issue 19): it sets this to
+# the directory the built wheel was unpacked into, and the daemons start from there.
+BUILD_SITE = os.environ.get("JET_TEST_SITE")
 STARTUP_TIMEOUT = 15.0
 SHUTDOWN_TIMEOUT = 10.0
 
@@ -52,9 +55,9 @@ def launch_jetd(args: list[str], stderr_path: Path, env: dict[str, str] | None =
     """Start ``python -m jetd --host 127.0.0.1 --port 0 ARGS`` and wait for its first line,
     ``jetd listening on HOST:PORT``."""
     cmd = [sys.executable, "-m", "jetd", "--host", "127.0.0.1", "--port", "0", *args]
-    full_env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1", **(env or {})}
+    full_env = {**os.environ, "PYTHONPATH": BUILD_SITE or str(REPO), "PYTHONUNBUFFERED": "1", **(env or {})}
     with open(stderr_path, "wb") as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, env=full_env, cwd=REPO)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, env=full_env, cwd=BUILD_SITE or REPO)
     assert proc.stdout is not None
     selector = selectors.DefaultSelector()
     selector.register(proc.stdout, selectors.EVENT_READ)

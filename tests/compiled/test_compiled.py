@@ -1,0 +1,204 @@
+"""The compiled hot path (issue 19): the wheel that ``pip install .`` builds compiles the
+modules of jetd/build.py with mypyc; it must behave exactly as the pure-Python source.
+
+One wheel is built (as a user's install builds it) and unpacked; then:
+- ``jetd --version`` tells the two builds apart;
+- hypothesis feeds the same byte streams to both builds' Decoder and Daemon and every
+  output byte must agree (tests/compiled/differential_worker.py);
+- the daemon tests (tests/jetd: the sans-IO core and real TCP) and the codec tests run
+  again with the compiled build, and the conformance suite against a compiled jetd.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jetwire import (
+    AddMethod,
+    AddState,
+    Authenticate,
+    CallMethod,
+    FetchQuery,
+    FetchStates,
+    FilterOp,
+    GetState,
+    Info,
+    NotifyState,
+    PathMatcher,
+    PathOp,
+    Query,
+    QueryOnce,
+    RemoveState,
+    SetState,
+    SortBy,
+    Unfetch,
+    Value,
+    ValueFilter,
+    encode,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+WORKER = Path(__file__).with_name("differential_worker.py")
+
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "JET_PURE_PYTHON", "JET_TEST_SITE")}
+    env.update(extra)
+    return env
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel ``pip wheel .`` builds, unpacked: an importable compiled jet."""
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler: only the pure-Python build can be made here")
+    work = tmp_path_factory.mktemp("compiled")
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(work), str(REPO)],
+        capture_output=True, text=True, timeout=900, env=_clean_env(),
+    )
+    assert built.returncode == 0, built.stderr[-3000:]
+    [wheel] = work.glob("jet-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    compiled = [n for n in names if n.endswith(".so")]
+    assert any(n.startswith("jetd/core.") for n in compiled), f"no compiled core in the wheel: {compiled}"
+    assert "jetd/core.py" in names  # the source stays: it is what runs without the extension
+    site = work / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    # Only the compiled packages: tools (which finds spec/ next to itself) and peer come
+    # from the checkout, as in the rest of the suite.
+    for name in ("tools", "peer"):
+        shutil.rmtree(site / name)
+    return site
+
+
+def _run(site: Path | None, *args: str, timeout: float = 60, **kw: object) -> subprocess.CompletedProcess[str]:
+    env = _clean_env(PYTHONPATH=str(site)) if site is not None else _clean_env(PYTHONPATH=str(REPO))
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout, env=env,
+                          cwd=site or REPO, **kw)  # type: ignore[call-overload]
+
+
+def test_version_tells_the_builds_apart(site: Path) -> None:
+    compiled = _run(site, "-m", "jetd", "--version")
+    assert compiled.returncode == 0 and compiled.stdout.strip().endswith("compiled (mypyc)"), compiled
+    pure = _run(None, "-m", "jetd", "--version")
+    assert pure.returncode == 0 and pure.stdout.strip().endswith("pure Python"), pure
+
+
+def test_pure_python_is_forced_by_the_environment(tmp_path: Path) -> None:
+    """``JET_PURE_PYTHON=1 pip install .`` builds no extension, saying so in one line."""
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-v", "-w", str(tmp_path), str(REPO)],
+        capture_output=True, text=True, timeout=300, env=_clean_env(JET_PURE_PYTHON="1"),
+    )
+    assert built.returncode == 0, built.stderr[-3000:]
+    [wheel] = tmp_path.glob("jet-*.whl")
+    assert not [n for n in zipfile.ZipFile(wheel).namelist() if n.endswith(".so")]
+    assert "jet: JET_PURE_PYTHON is set: installing pure Python" in built.stdout + built.stderr
+
+
+# --- the same bytes, the same output ------------------------------------------------------
+
+_QUERY = Query((PathMatcher(PathOp.STARTS_WITH, ("k/",)),), (ValueFilter(FilterOp.GT, Value.of(0)),))
+_FRAMES = [encode(m) for m in (
+    Info("peer", 128), AddState(1, "p/a", Value.of(True)), SetState(2, "k/0", Value.of(7)), SetState(None, "k/1", Value.of("x")),
+    GetState(3, "k/2"), GetState(4, "nope"), FetchStates(5, "k/"), Unfetch(6, 1), Unfetch(7, 999), CallMethod(8, "m/0", Value.of([1])),
+    NotifyState(None, "p/a", Value.of(3)), NotifyState(9, "k/0", Value.of(1)), RemoveState(10, "p/a"), AddMethod(11, "p/m"),
+    FetchQuery(12, _QUERY), QueryOnce(13, Query((PathMatcher(PathOp.STARTS_WITH, ("",)),), sort_by=SortBy.KEY,
+                                                window_from=1, window_to=5)),
+    Authenticate(14, "u", "p"), AddState(15, "k/0", Value.of(None)),
+)]
+
+
+@st.composite
+def streams(draw: st.DrawFn) -> list[bytes]:
+    parts = draw(st.lists(st.one_of(st.sampled_from(_FRAMES), st.binary(max_size=12)), min_size=1, max_size=25))
+    data = bytearray(b"".join(parts))
+    for _ in range(draw(st.integers(0, 3))):  # a few flipped bytes
+        if data:
+            data[draw(st.integers(0, len(data) - 1))] ^= draw(st.integers(1, 255))
+    cuts = sorted(set(draw(st.lists(st.integers(0, len(data)), max_size=6))))
+    return [bytes(data[a:b]) for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)]
+
+
+class _Worker:
+    """differential_worker.py in one build, kept running: a line in, a line out."""
+
+    def __init__(self, site: Path | None) -> None:
+        env = _clean_env(PYTHONPATH=str(site or REPO))
+        self.proc = subprocess.Popen([sys.executable, str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True, env=env, cwd=site or REPO)
+
+    def run(self, chunks: list[bytes]) -> object:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps([c.hex() for c in chunks]) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        assert line, f"the worker died (exit {self.proc.poll()})"
+        return json.loads(line)
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        self.proc.wait(30)
+
+
+@pytest.fixture(scope="module")
+def workers(site: Path) -> Iterator[tuple[_Worker, _Worker]]:
+    compiled, pure = _Worker(site), _Worker(None)
+    yield compiled, pure
+    compiled.close()
+    pure.close()
+
+
+@settings(max_examples=300, deadline=None)
+@given(streams())
+def test_both_builds_give_the_same_output_for_the_same_bytes(workers: tuple[_Worker, _Worker],
+                                                             chunks: list[bytes]) -> None:
+    compiled, pure = workers
+    assert compiled.run(chunks) == pure.run(chunks)
+
+
+# --- the suites, again --------------------------------------------------------------------
+
+
+@pytest.mark.timeout(900)
+def test_daemon_and_codec_tests_pass_on_the_compiled_build(site: Path) -> None:
+    """tests/jetd (sans-IO core and real TCP: the daemons start from the compiled build,
+    see tests/conftest.py) and tests/codec, in a pytest of their own."""
+    check = _run(site, "-c", "import jetd.build as b; print(b.build_description())")
+    assert check.stdout.strip() == "compiled (mypyc)", check
+    # The checkout after the build: some tests import tests.conftest; jetd comes from site.
+    env = _clean_env(PYTHONPATH=f"{site}{os.pathsep}{REPO}", JET_TEST_SITE=str(site))
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "--rootdir", str(REPO),
+         "-c", str(REPO / "pyproject.toml"), str(REPO / "tests" / "jetd"), str(REPO / "tests" / "codec")],
+        capture_output=True, text=True, timeout=880, env=env, cwd=site,
+    )
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
+
+
+def test_conformance_suite_passes_against_a_compiled_jetd(site: Path) -> None:
+    daemon = subprocess.Popen([sys.executable, "-m", "jetd", "--host", "127.0.0.1", "--port", "0"],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                              env=_clean_env(PYTHONPATH=str(site)), cwd=site)
+    try:
+        assert daemon.stdout is not None
+        line = daemon.stdout.readline()
+        address = line.split()[-1]
+        result = _run(None, "-m", "tools.conformance", "--strict", address, timeout=300)
+        assert result.returncode == 0, result.stdout[-4000:]
+    finally:
+        daemon.terminate()
+        daemon.wait(10)
