@@ -34,20 +34,30 @@ def _say(message: str) -> None:
 
 
 class OptionalBuildExt(build_ext):
-    """build_ext that falls back to pure Python when compiling fails (no compiler,
-    no Python headers): the .py modules are in the package either way."""
+    """build_ext that falls back to pure Python when compiling fails (no compiler, no
+    Python headers): then no extension at all is installed (the compiled modules share
+    one library, so a part of them is no use) and the .py modules run instead."""
 
     def run(self) -> None:
+        self._failure = ""
         try:
             super().run()
         except Exception as exc:  # distutils raises several unrelated types here
-            _say(f"the compiled hot path could not be built ({exc}); installing pure Python")
+            self._failure = self._failure or str(exc)
+        if self._failure:
+            for ext in self.extensions:
+                path = self.get_ext_fullpath(ext.name)
+                if os.path.exists(path):
+                    os.remove(path)
+            _say(f"the compiled hot path could not be built ({self._failure.strip()}); installing pure Python")
 
     def build_extension(self, ext: object) -> None:
+        if self._failure:
+            return
         try:
             super().build_extension(ext)  # type: ignore[arg-type]
         except Exception as exc:
-            _say(f"could not compile {getattr(ext, 'name', ext)} ({exc}); it runs as pure Python")
+            self._failure = str(exc)
 
 
 def ext_modules() -> list[object]:

@@ -108,6 +108,23 @@ def test_pure_python_is_forced_by_the_environment(tmp_path: Path) -> None:
     assert "jet: JET_PURE_PYTHON is set: installing pure Python" in built.stdout + built.stderr
 
 
+def test_without_a_compiler_it_installs_pure_python_saying_so(tmp_path: Path) -> None:
+    """A C compiler that fails (CC=false) gives a pure-Python wheel and one line that
+    says why, not a failed install."""
+    source = tmp_path / "src"
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "node_modules", "build", "tests", "scratch", "*.so", "__pycache__", ".*_cache"))
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-v", "-w", str(tmp_path), str(source)],
+        capture_output=True, text=True, timeout=600, env=_clean_env(CC="false"),
+    )
+    assert built.returncode == 0, built.stderr[-3000:]
+    [wheel] = tmp_path.glob("jet-*.whl")
+    assert not [n for n in zipfile.ZipFile(wheel).namelist() if n.endswith(".so")]
+    said = [line.strip() for line in (built.stdout + built.stderr).splitlines() if line.strip().startswith("jet: ")]
+    assert len(said) == 1 and "installing pure Python" in said[0], said
+
+
 # --- the same bytes, the same output ------------------------------------------------------
 
 _QUERY = Query((PathMatcher(PathOp.STARTS_WITH, ("k/",)),), (ValueFilter(FilterOp.GT, Value.of(0)),))
