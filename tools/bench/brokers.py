@@ -89,7 +89,7 @@ def nats() -> Iterator[DaemonProcess]:
                 if time.monotonic() > deadline or proc.poll() is not None:
                     raise RuntimeError("nats-server did not start") from None
                 time.sleep(0.05)
-        yield DaemonProcess("nats", proc, "127.0.0.1", port, Path(os.devnull))  # type: ignore[arg-type]
+        yield DaemonProcess("nats", proc, "127.0.0.1", port, Path(os.devnull))
     finally:
         proc.terminate()
         try:
@@ -310,9 +310,15 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print("nats-server is not installed (apt-get install nats-server): its column is missing", file=sys.stderr)
         rows: dict[str, Callable[[DaemonProcess], float]] = {}
+        messages = args.messages
+
+        def fanout(subs: int) -> Callable[[DaemonProcess], float]:
+            def measure(d: DaemonProcess) -> float:
+                return (jet_fanout if d.kind == "jetd" else nats_fanout)(d, subs, messages // subs)
+            return measure
+
         for subs in (1, 10, 50):
-            rows[f"fan-out, {subs} subscriber{'s' if subs > 1 else ''}"] = (
-                lambda d, s=subs: (jet_fanout if d.kind == "jetd" else nats_fanout)(d, s, args.messages // s * 1))
+            rows[f"fan-out, {subs} subscriber{'s' if subs > 1 else ''}"] = fanout(subs)
         rows["request/reply, 100 in flight"] = (
             lambda d: (jet_request_reply if d.kind == "jetd" else nats_request_reply)(d, args.messages // 4))
         results: dict[tuple[str, str], list[float]] = {}
