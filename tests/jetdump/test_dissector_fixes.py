@@ -216,3 +216,38 @@ def test_protocol_violations_are_expert_warnings(tmp_path: Path) -> None:
     # The same with two passes: found once, shown once.
     two = tshark_fields(capture, "frame.number", "_ws.expert.message", extra=("-2", "-Y", "jet.violation"))
     assert two == rows
+
+
+def test_structured_values_go_to_wiresharks_own_dissectors(tmp_path: Path) -> None:
+    """JSON, CBOR and MessagePack values are dissected by Wireshark's json, cbor and
+    msgpack dissectors (their fields filter jet values); the columns stay jet's, and a
+    JSON value that does not parse is no Lua error."""
+    import cbor2
+    import msgpack
+
+    from jetwire import ValueType
+
+    values = [
+        Value(ValueType.JSON, b'{"temp": 21.5, "unit": "C"}'),
+        Value(ValueType.CBOR, cbor2.dumps({"temp": 42})),
+        Value(ValueType.MSGPACK, msgpack.packb({"unit": "K"})),
+        Value(ValueType.JSON, b'{"broken": '),
+    ]
+    capture = tmp_path / "structured.pcap"
+    with open(capture, "wb") as f:
+        session = TcpSession(CaptureWriter(f), CLIENT, SERVER)
+        session.handshake()
+        session.send(0, encode(Info("peer")))
+        session.send(1, encode(Info("jetd", features=1)))
+        for i, value in enumerate(values):
+            session.send(0, encode(SetState(i + 1, f"plant/v{i}", value)))
+        session.close()
+    rows = tshark_fields(capture, "jet.id", "json.value.number", "cbor.type.uint", "msgpack.string",
+                         "_ws.col.Protocol", "_ws.col.Info")
+    by_id = {row[0]: row for row in rows if row[0]}
+    assert by_id["1"][1] == "21.5"
+    assert by_id["2"][2] == "42"
+    assert "unit" in by_id["3"][3] and "K" in by_id["3"][3]
+    assert "4" in by_id  # the broken JSON: shown, no Lua error (tshark_fields checks stderr)
+    for row in by_id.values():
+        assert row[4] == "JET" and "SET_STATE" in row[5], row

@@ -180,8 +180,8 @@ end
 local Body = {}
 Body.__index = Body
 
-local function new_body(tvb, start, stop, tree)
-    return setmetatable({ tvb = tvb, pos = start, stop = stop, tree = tree, err = nil }, Body)
+local function new_body(tvb, start, stop, tree, pinfo)
+    return setmetatable({ tvb = tvb, pos = start, stop = stop, tree = tree, err = nil, pinfo = pinfo }, Body)
 end
 
 function Body:fail(reason)
@@ -226,6 +226,28 @@ function Body:str16(len_field, text_field, what, min_len)
     return text
 end
 
+-- JSON, CBOR and MessagePack values go to Wireshark's own dissectors too, so that their
+-- fields (json.value.number, cbor.type.uint, msgpack.string ...) filter jet values. Each
+-- is looked up once; a Wireshark without one just shows the bytes.
+local function find_dissector(name)
+    local ok, found = pcall(Dissector.get, name)
+    return ok and found or nil
+end
+local value_dissectors = { [0x05] = find_dissector("json"), [0x07] = find_dissector("cbor"),
+                           [0x08] = find_dissector("msgpack") }
+
+-- Hand ``range`` to a value type's dissector under ``tree``; the protocol and Info
+-- columns stay jet's (the sub-dissector would set its own), and a sub-dissector's
+-- error stays inside its own subtree.
+local function dissect_value(vtype, range, pinfo, tree)
+    local sub = value_dissectors[vtype]
+    if not sub or not pinfo then return end
+    local protocol, info = tostring(pinfo.cols.protocol), tostring(pinfo.cols.info)
+    pcall(sub.call, sub, range:tvb(), pinfo, tree)
+    pinfo.cols.protocol:set(protocol)
+    pinfo.cols.info:set(info)
+end
+
 -- PROTOCOL.md 5.3: a Value that must fill the rest of the body exactly (``inner``:
 -- a Value that more fields follow, 14.1 and 14.2).
 function Body:value(inner)
@@ -267,9 +289,11 @@ function Body:value(inner)
                 self.tree:add(vtype == 0x04 and f.value_string or f.value_json, range, text)
                 local shown = #text > 40 and (text:sub(1, 40) .. "...") or text
                 summary = summary .. (vtype == 0x04 and (" \"" .. shown .. "\"") or (" " .. shown))
+                if vtype == 0x05 then dissect_value(vtype, range, self.pinfo, self.tree) end
             end
         else
             summary = summary .. " " .. n .. " bytes"
+            if vtype == 0x07 or vtype == 0x08 then dissect_value(vtype, range, self.pinfo, self.tree) end
         end
     end
     self.pos = self.pos + n
@@ -415,7 +439,7 @@ local function dissect_frame(tvb, pinfo, root)
         tree:add_proto_expert_info(e_malformed, "truncated frame: " .. text)
         return name .. " TRUNCATED"
     end
-    local body = new_body(tvb, HEADER_SIZE, HEADER_SIZE + length, tree)
+    local body = new_body(tvb, HEADER_SIZE, HEADER_SIZE + length, tree, pinfo)
     local slot = pinfo.number .. ":" .. tvb:offset()
     local limit = announced[direction_key(pinfo, false)]
     if limit and length > limit then
