@@ -251,3 +251,42 @@ def test_structured_values_go_to_wiresharks_own_dissectors(tmp_path: Path) -> No
     assert "4" in by_id  # the broken JSON: shown, no Lua error (tshark_fields checks stderr)
     for row in by_id.values():
         assert row[4] == "JET" and "SET_STATE" in row[5], row
+
+
+def test_unsolicited_late_and_unanswered_are_violations(tmp_path: Path) -> None:
+    """An answer nobody asked for, an owner's answer after the daemon's announced route
+    timeout (the requester got TIMEOUT), and, with two passes (-2), a request that is
+    never answered in the capture."""
+    from jetwire import FEATURE_LIMITS, CallMethod
+
+    owner_addr = ("127.0.0.1", 40002)
+    capture = tmp_path / "late.pcap"
+    with open(capture, "wb") as f:
+        writer = CaptureWriter(f)
+        client = TcpSession(writer, CLIENT, SERVER)
+        owner = TcpSession(writer, owner_addr, SERVER)
+        for session in (client, owner):
+            session.handshake()
+        client.send(0, encode(Info("client")))
+        client.send(1, encode(Info("jetd", features=1)))
+        owner.send(0, encode(Info("owner", features=FEATURE_LIMITS)))
+        owner.send(1, encode(Info("jetd", features=1)))
+        owner.send(1, encode(Info("jetd", features=1 | FEATURE_LIMITS, max_key_length=1024, route_timeout_ms=500)))
+        client.send(0, encode(CallMethod(7, "svc", Value.of(1))))
+        owner.send(1, encode(CallMethod(1, "svc", Value.of(1))))  # routed to the owner
+        client.ts = owner.ts = client.ts + 0.6
+        client.send(1, encode(Response(7, Status.TIMEOUT, message="the owner did not answer within 500 ms")))
+        owner.send(0, encode(Response(1, Status.OK, Value.of(2))))  # late
+        client.send(1, encode(Response(8, Status.OK)))  # unsolicited: the client asked nothing with id 8
+        client.send(0, encode(GetState(9, "k")))  # never answered
+        client.close()
+        owner.close()
+    one = " | ".join(row[1] for row in tshark_fields(capture, "frame.number", "_ws.expert.message",
+                                                       extra=("-Y", "jet.violation")))
+    assert "late answer" in one and "route timeout of 500 ms" in one, one
+    assert "unsolicited response: no request 8" in one, one
+    assert "never answered" not in one  # one pass cannot know
+    two = " | ".join(row[1] for row in tshark_fields(capture, "frame.number", "_ws.expert.message",
+                                                       extra=("-2", "-Y", "jet.violation")))
+    assert "request 9 never answered in this capture" in two, two
+    assert two.count("never answered") == 1, two

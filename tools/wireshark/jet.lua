@@ -131,6 +131,8 @@ jet.prefs.port = Pref.uint("TCP port", 11124, "TCP port of jet (PROTOCOL.md 3)")
 jet.prefs.max_body = Pref.uint("Maximum body", 64 * 1024 * 1024,
     "Largest body length accepted; a larger length is reported oversized and the stream boundary lost")
 jet.prefs.heuristic = Pref.bool("Heuristic", true, "Take TCP streams that begin with an INFO frame as jet")
+jet.prefs.route_timeout = Pref.uint("Route timeout (ms)", 0,
+    "The daemon's route timeout, for flagging late answers of owners; 0: as a daemon's INFO announces it (1.2)")
 
 -- State kept across packets (filled on the first pass only; Wireshark dissects each
 -- packet again when it draws the tree).
@@ -375,30 +377,61 @@ local function from_daemon(pinfo)
     return nil
 end
 
+-- The daemon's route timeout (ms) as a daemon's INFO announced it (PROTOCOL.md 4.4.1).
+local announced_route_timeout = nil
+
+local function route_timeout()
+    if jet.prefs.route_timeout > 0 then return jet.prefs.route_timeout end
+    return announced_route_timeout
+end
+
+-- Requests pending per (direction, id): a list, oldest first, since a peer may reuse
+-- an id while it is pending (a violation, flagged) and each answer takes the oldest.
 local function track_request(pinfo, tree, id, func, slot)
     if not pinfo.visited then
         local key = direction_key(pinfo, true) .. "#" .. id
-        local earlier = requests[key]
-        if earlier then
-            violation(pinfo, slot, "duplicate request id " .. id .. ": frame " .. earlier.frame ..
+        local pending = requests[key] or {}
+        if #pending > 0 then
+            violation(pinfo, slot, "duplicate request id " .. id .. ": frame " .. pending[1].frame ..
                 " with this id is still pending")
         end
-        requests[key] = { frame = pinfo.number, ts = pinfo.abs_ts, func = func }
+        -- A request the daemon sends is a routed SET_STATE or CALL_METHOD (PROTOCOL.md 10.3).
+        pending[#pending + 1] = { frame = pinfo.number, ts = pinfo.abs_ts, func = func,
+                                  routed = from_daemon(pinfo) == true }
+        requests[key] = pending
     end
     -- Known once the response has been seen: in Wireshark, or tshark with -2.
     local response = answered[pinfo.number .. ":" .. id]
-    if response then tree:add(f.response_in, response):set_generated() end
+    if response then
+        tree:add(f.response_in, response):set_generated()
+    elseif pinfo.visited then
+        -- The second pass (tshark -2, or Wireshark drawing the tree): the whole capture
+        -- has been read, and no response to this request came.
+        tree:add_proto_expert_info(e_violation, "request " .. id .. " never answered in this capture")
+    end
 end
 
 local function track_response(pinfo, tree, id, offset)
     local slot = pinfo.number .. ":" .. offset
     if not pinfo.visited then
         local key = direction_key(pinfo, false) .. "#" .. id
-        local req = requests[key]
+        local pending = requests[key]
+        local req = pending and table.remove(pending, 1)
+        if pending and #pending == 0 then requests[key] = nil end
         if req then
-            requests[key] = nil
-            answers[slot] = { frame = req.frame, rtt = (pinfo.abs_ts - req.ts) * 1000, func = req.func }
+            local rtt = (pinfo.abs_ts - req.ts) * 1000
+            answers[slot] = { frame = req.frame, rtt = rtt, func = req.func }
             answered[req.frame .. ":" .. id] = pinfo.number
+            local timeout = route_timeout()
+            if timeout and from_daemon(pinfo) == false and req.routed and rtt > timeout then
+                violation(pinfo, slot, string.format("late answer: %.0f ms after the routed request (frame %d), " ..
+                    "beyond the daemon's route timeout of %d ms: the requester was answered TIMEOUT",
+                    rtt, req.frame, timeout))
+            end
+        elseif announced[direction_key(pinfo, false)] then
+            -- The receiver's INFO (its first frame) is in this capture, so every request
+            -- it sent on this stream is too: nothing asked for this answer.
+            violation(pinfo, slot, "unsolicited response: no request " .. id .. " of the receiver is pending")
         end
     end
     local ans = answers[slot]
@@ -608,7 +641,10 @@ local function dissect_frame(tvb, pinfo, root)
                 body:fail(body:left() .. " byte(s) after the name: the limits extension takes 6")
             else
                 body:uint(2, f.info_max_key_length, "max_key_length")
-                body:uint(4, f.info_route_timeout_ms, "route_timeout_ms")
+                local timeout = body:uint(4, f.info_route_timeout_ms, "route_timeout_ms")
+                if timeout and not pinfo.visited and from_daemon(pinfo) ~= false then
+                    announced_route_timeout = timeout
+                end
                 body.pos = body.stop
             end
         end
