@@ -308,6 +308,54 @@ def test_protocol_1_1_requests_are_known_functions(tmp_path: Path) -> None:
         ("FETCH_QUERY", None), ("QUERY_ONCE", None), ("AUTHENTICATE", None)]
 
 
+def test_protocol_1_1_payloads_fill_the_columns(tmp_path: Path) -> None:
+    """Issue 15: the 1.1 events and AUTHENTICATE go into the columns as 1.0 frames do:
+    FETCH_UNMATCH as FETCH_CHANGE; FETCH_METHOD and FETCH_NODE with fetch_id, key and
+    the action in ``text``; QUERY_ENTRY with its request id, key, value and the entry
+    kind in ``text``; FETCH_WINDOW with its fetch_id; AUTHENTICATE with the user in
+    ``text`` and never the password."""
+    from jetwire import (
+        Action,
+        Authenticate,
+        EntryKind,
+        FetchMethod,
+        FetchNode,
+        FetchUnmatch,
+        FetchWindow,
+        QueryEntry,
+        WindowEntry,
+    )
+
+    frames = [
+        (LogKind.FRAME_OUT, encode(FetchUnmatch(5, "plant/t", Value.of(3)))),
+        (LogKind.FRAME_OUT, encode(FetchMethod(5, Action.ADD, "plant/reset"))),
+        (LogKind.FRAME_OUT, encode(FetchNode(5, Action.REMOVE, "plant"))),
+        (LogKind.FRAME_OUT, encode(QueryEntry(9, EntryKind.STATE, "plant/t", Value.of(2.5)))),
+        (LogKind.FRAME_OUT, encode(FetchWindow(6, 2, (WindowEntry(1, "a", Value.of(1)), WindowEntry(2, "b", Value.of(2)))))),
+        (LogKind.FRAME_IN, encode(Authenticate(3, "operator", "s3cret-pw"))),
+    ]
+    path = tmp_path / "a.jetlog"
+    path.write_bytes(build_log([(4, kind, frame) for kind, frame in frames]))
+    rows = [r for r in read(path, mode="FAILFAST") if r["conn_id"] == 4]
+    got = [(r["function"], r["fetch_id"], r["request_id"], r["key"], r["value_text"], r["text"], r["frame_error"])
+           for r in rows]
+    assert got == [
+        ("FETCH_UNMATCH", 5, None, "plant/t", "3", None, None),
+        ("FETCH_METHOD", 5, None, "plant/reset", None, "ADD", None),
+        ("FETCH_NODE", 5, None, "plant", None, "REMOVE", None),
+        ("QUERY_ENTRY", None, 9, "plant/t", "2.5", "STATE", None),
+        ("FETCH_WINDOW", 6, None, None, None, None, None),
+        ("AUTHENTICATE", None, 3, None, None, "operator", None),
+    ]
+    assert all(b"s3cret" not in repr(r).encode() for r in rows)
+    # A broken layout is still a frame error, not a row with half its columns.
+    bad = encode(FetchMethod(5, Action.ADD, "plant/reset"))[:-1]
+    bad = bad[:1] + (len(bad) - 5).to_bytes(4, "big") + bad[5:]
+    path.write_bytes(build_log([(4, LogKind.FRAME_OUT, bad)]))
+    [row] = [r for r in read(path) if r["conn_id"] == 4]
+    assert row["frame_error"] is not None and row["function"] == "FETCH_METHOD"
+
+
 def test_unknown_kinds_are_skipped(tmp_path: Path) -> None:
     path = tmp_path / "a.jetlog"
     path.write_bytes(build_log([(1, 0x42, b"future"), (1, LogKind.FRAME_IN, encode(GetState(1, "k")))]))

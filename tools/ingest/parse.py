@@ -556,7 +556,12 @@ _FUNCTIONS = np.array([int(f) for f in Function])
 _KEY_FUNCS = np.array([Function.ADD_STATE, Function.REMOVE_STATE, Function.SET_STATE, Function.NOTIFY_STATE,
                        Function.CALL_METHOD, Function.ADD_METHOD, Function.REMOVE_METHOD, Function.GET_STATE])
 _VALUE_FUNCS = np.array([Function.ADD_STATE, Function.SET_STATE, Function.NOTIFY_STATE, Function.CALL_METHOD])
-_FETCH_EVENTS = np.array([EventCode.FETCH_ADD, EventCode.FETCH_CHANGE, EventCode.FETCH_REMOVE])
+# fetch_id | Key | Value (PROTOCOL.md 7.2; FETCH_UNMATCH 14.2)
+_FETCH_EVENTS = np.array([EventCode.FETCH_ADD, EventCode.FETCH_CHANGE, EventCode.FETCH_REMOVE, EventCode.FETCH_UNMATCH])
+# fetch_id | action | Key (PROTOCOL.md 14.2)
+_KEY_EVENTS = np.array([EventCode.FETCH_METHOD, EventCode.FETCH_NODE])
+_ACTION_NAMES = pa.array(["", "ADD", "REMOVE"], pa.string())
+_ENTRY_KIND_NAMES = pa.array(["", "STATE", "METHOD", "NODE"], pa.string())
 _KV_EVENTS = np.array([EventCode.SET_STATE, EventCode.NOTIFY_STATE, EventCode.CALL_METHOD])
 
 
@@ -715,8 +720,8 @@ def parse_batch(a: np.ndarray, starts: np.ndarray, seg: _Segment) -> tuple[pa.Re
     rid, has_rid = g.uint(fb, is_req | is_resp, 4)
     func, has_func = g.uint(fb + 4, is_req, 1)
     code, has_code = g.uint(fb, is_evt, 1)
-    # Protocol 1.1 functions (queries, AUTHENTICATE) are known: their rows carry the function
-    # name; their bodies have no key/value columns yet (PROTOCOL.md 14, 15).
+    # Protocol 1.1 functions (queries, AUTHENTICATE) are known; a query's body (the Query,
+    # PROTOCOL.md 14.1) has no columns of its own.
     fail(has_func & ~np.isin(func, _FUNCTIONS), _E_FUNC)
     fail(has_code & ~np.isin(code, [int(c) for c in EventCode]), _E_EVT)
 
@@ -734,7 +739,16 @@ def parse_batch(a: np.ndarray, starts: np.ndarray, seg: _Segment) -> tuple[pa.Re
     req_prefix = has_func & (func == Function.FETCH_STATES)
     evt_kv = has_code & np.isin(code, _KV_EVENTS)
     evt_fetch = has_code & np.isin(code, _FETCH_EVENTS)
-    key_pos = np.select([req_key | req_prefix, evt_kv, evt_fetch, ok_r], [fb + 5, fb + 1, fb + 5, data + 17], -1)
+    # PROTOCOL.md 14.2, 14.4: FETCH_METHOD / FETCH_NODE (fetch_id | action | Key) and
+    # QUERY_ENTRY (request_id | kind | Key | Value); FETCH_WINDOW's entries have no columns.
+    evt_keyev = has_code & np.isin(code, _KEY_EVENTS)
+    evt_entry = has_code & (code == EventCode.QUERY_ENTRY)
+    evt_window = has_code & (code == EventCode.FETCH_WINDOW)
+    action, has_action = g.uint(fb + 5, evt_keyev | evt_entry, 1)
+    entry_rid, has_entry_rid = g.uint(fb + 1, evt_entry, 4)
+    fail((evt_keyev | evt_entry) & ~(has_action & (action >= 1) & (action <= np.where(evt_entry, 3, 2))), _E_LAYOUT)
+    key_pos = np.select([req_key | req_prefix, evt_kv, evt_fetch, evt_keyev | evt_entry, ok_r],
+                        [fb + 5, fb + 1, fb + 5, fb + 6, data + 17], -1)
     k_start, k_len, k_after, k_ok = g.str16(key_pos, key_pos >= 0)
     fail((key_pos >= 0) & ~k_ok, _E_LAYOUT)
     fail(k_ok & (k_len == 0) & ~req_prefix, _E_KEY)
@@ -745,11 +759,11 @@ def parse_batch(a: np.ndarray, starts: np.ndarray, seg: _Segment) -> tuple[pa.Re
     resp_ok = has_status & (resp_status == Status.OK)
     fail(resp_ok & (plen >= 1) & (plen <= 3), _E_OKLEN)  # PROTOCOL.md 4.2: lengths never overlap
     unfetch = has_func & (func == Function.UNFETCH)
-    fid_pos = np.select([unfetch | (resp_ok & (plen == 4)), evt_fetch], [fb + 5, fb + 1], -1)
+    fid_pos = np.select([unfetch | (resp_ok & (plen == 4)), evt_fetch | evt_keyev | evt_window], [fb + 5, fb + 1], -1)
     fetch_id, fid_ok = g.uint(fid_pos, fid_pos >= 0, 4)
 
     # values, PROTOCOL.md 5.3: a Value always ends its frame exactly
-    needs_value = (has_func & np.isin(func, _VALUE_FUNCS)) | evt_kv | evt_fetch
+    needs_value = (has_func & np.isin(func, _VALUE_FUNCS)) | evt_kv | evt_fetch | evt_entry
     val_pos = np.select([needs_value & k_ok, resp_ok & (plen >= 5)], [k_after, fb + 5], -1)
     has_val = val_pos >= 0
     vtype, v_ok = g.uint(val_pos, has_val, 1)
@@ -775,19 +789,24 @@ def parse_batch(a: np.ndarray, starts: np.ndarray, seg: _Segment) -> tuple[pa.Re
     addr_pos = np.where(is_open | is_snap, data, -1)
     a_start, a_len, a_after, a_ok = g.str16(addr_pos, addr_pos >= 0)
     fail((addr_pos >= 0) & ~a_ok, _E_LAYOUT)
+    is_auth = has_func & (func == Function.AUTHENTICATE)
     text_pos = np.select(
-        [has_status & (resp_status != Status.OK), has_close_status, is_info, has_conn_status, is_name, is_snap & a_ok],
-        [fb + 5, fb + 2, fb + 10, data + 1, data, a_after],
+        [has_status & (resp_status != Status.OK), has_close_status, is_info, has_conn_status, is_name, is_snap & a_ok,
+         is_auth],
+        [fb + 5, fb + 2, fb + 10, data + 1, data, a_after, fb + 5],
         -1,
     )
     t_start, t_len, t_after, t_ok = g.str16(text_pos, text_pos >= 0)
     fail((text_pos >= 0) & ~t_ok, _E_LAYOUT)
+    # PROTOCOL.md 15.2: AUTHENTICATE is user | password; the password is skipped, never kept.
+    _, _, pw_after, pw_ok = g.str16(np.where(is_auth & t_ok, t_after, -1), is_auth & t_ok)
+    fail(is_auth & t_ok & ~pw_ok, _E_LAYOUT)
 
     # Where each layout must end; anything else is trailing bytes (PROTOCOL.md 9.1).
     ends_after = np.select(
-        [t_ok, has_val, (fid_pos >= 0) & fid_ok & ~evt_fetch, req_key | req_prefix | ok_r, is_open & a_ok,
-         resp_ok & (plen == 0)],
-        [t_after, end, fid_pos + 4, k_after, a_after, fb + 5],
+        [is_auth & pw_ok, t_ok, has_val, (fid_pos >= 0) & fid_ok & ~evt_fetch & ~evt_keyev & ~evt_window,
+         req_key | req_prefix | ok_r | evt_keyev, is_open & a_ok, resp_ok & (plen == 0)],
+        [pw_after, t_after, end, fid_pos + 4, k_after, a_after, fb + 5],
         end,
     )
     fail(ends_after != end, _E_LAYOUT)
@@ -861,7 +880,7 @@ def parse_batch(a: np.ndarray, starts: np.ndarray, seg: _Segment) -> tuple[pa.Re
         "kind": _names_of(_KIND_NAMES, kind, np.ones(n, dtype=bool)),
         "direction": _names_of(_DIRECTION_NAMES, direction, direction > 0),
         "msg_type": _names_of(_FRAME_TYPE_NAMES, ftype, has_ft),
-        "request_id": _int_col(rid, has_rid),
+        "request_id": _int_col(np.where(has_entry_rid, entry_rid, rid), has_rid | has_entry_rid),
         "function": function_col,
         "status": status_col,
         "fetch_id": _int_col(fetch_id, fid_ok),
@@ -869,7 +888,8 @@ def parse_batch(a: np.ndarray, starts: np.ndarray, seg: _Segment) -> tuple[pa.Re
         "value_type": _names_of(_VTYPE_NAMES, vtype, v_ok),
         "value": value_arr,
         "value_text": value_text,
-        "text": text_arr,
+        "text": pc.coalesce(text_arr, _names_of(_ACTION_NAMES, action, has_action & evt_keyev & (err == 0)),
+                            _names_of(_ENTRY_KIND_NAMES, action, has_action & evt_entry & (err == 0))),
         "address": addr_arr,
         "route_requester_conn": _int_col(r_rconn, ok_r),
         "route_requester_id": _int_col(r_rid, ok_r),
