@@ -79,3 +79,61 @@ def test_routed_request_traced_end_to_end(tmp_path: Path) -> None:
     assert abs(answer["rtt_ms"] - 4.0) < 1e-3
     text = run_jetdump(str(path)).stdout
     assert "[routed via c3 #2/#3: owner 1.000 ms, daemon 3.000 ms]" in text
+
+
+def test_routed_requests_traced_in_a_capture_with_trace(tmp_path: Path) -> None:
+    """--trace on a capture: the daemon's SET_STATE to the owner is linked to the oldest
+    waiting SET_STATE of the same key (PROTOCOL.md 10.3: it forwards in arrival order);
+    a request answered without routing (NOT_FOUND) is not waiting any more; two
+    requesters on one key at once are linked in order and the output says it inferred."""
+    base = 1_700_000_000.0
+    path = tmp_path / "routed.pcap"
+    with open(path, "wb") as f:
+        writer = CaptureWriter(f)
+        owner = TcpSession(writer, ("10.0.0.9", 40000), SERVER)
+        c1 = TcpSession(writer, ("10.0.0.1", 40001), SERVER)
+        c2 = TcpSession(writer, ("10.0.0.2", 40002), SERVER)
+
+        def at(session: TcpSession, ms: float, direction: int, message: object) -> None:
+            session.ts = base + ms / 1000
+            session.send(direction, encode(message), dt=0)  # type: ignore[arg-type]
+
+        for i, session in enumerate((owner, c1, c2)):
+            session.ts = base + i / 1000
+            session.handshake()
+            at(session, 1 + i, 0, Info("peer"))
+            at(session, 1.5 + i, 1, Info("jetd"))
+        at(owner, 5, 0, SetState(1, "k", Value.of(0)))  # answered by the daemon itself: never waiting after
+        at(owner, 6, 1, Response(1, Status.NOT_FOUND))
+        at(c1, 10, 0, SetState(5, "k", Value.of(1)))
+        at(owner, 11, 1, SetState(1, "k", Value.of(1)))  # the daemon's leg, under its own id
+        at(owner, 13, 0, Response(1, Status.OK, Value.of(1)))
+        at(c1, 14, 1, Response(5, Status.OK, Value.of(1)))
+        at(c1, 20, 0, SetState(6, "nokey", Value.of(1)))
+        at(c1, 21, 1, Response(6, Status.NOT_FOUND))
+        at(c1, 30, 0, SetState(7, "k", Value.of(2)))
+        at(c2, 30.5, 0, SetState(3, "k", Value.of(3)))
+        at(owner, 31, 1, SetState(2, "k", Value.of(2)))
+        at(owner, 32, 1, SetState(3, "k", Value.of(3)))
+        at(owner, 33, 0, Response(2, Status.OK, Value.of(2)))
+        at(owner, 34, 0, Response(3, Status.OK, Value.of(3)))
+        at(c1, 35, 1, Response(7, Status.OK, Value.of(2)))
+        at(c2, 36, 1, Response(3, Status.OK, Value.of(3)))
+    plain = jetdump_json(str(path))
+    assert not any("route" in o for o in plain if o["record"] == "frame")  # without --trace: nothing inferred
+    objs = jetdump_json(str(path), "--trace")
+    answers = {(o["stream"], o["id"]): o for o in objs
+               if o["record"] == "frame" and o["direction"] == 1 and o.get("type") == "RESPONSE"}
+    owner_stream = next(o["stream"] for o in objs if o["record"] == "frame" and o.get("id") == 1
+                        and o.get("type") == "REQUEST" and o["direction"] == 0 and o.get("key") == "k")
+    streams = sorted({o["stream"] for o in objs if o["record"] == "frame"} - {owner_stream})
+    first = answers[(streams[0], 5)]["route"]
+    assert first["owner_stream"] == owner_stream and first["owner_id"] == 1 and first["inferred"] == 1
+    assert abs(first["owner_ms"] - 2.0) < 1e-3 and abs(first["daemon_ms"] - 2.0) < 1e-3
+    assert "route" not in answers[(streams[0], 6)]  # NOT_FOUND: never routed
+    second, third = answers[(streams[0], 7)]["route"], answers[(streams[1], 3)]["route"]
+    assert (second["owner_id"], second["inferred"]) == (2, 2)  # oldest of two waiting on "k"
+    assert (third["owner_id"], third["inferred"]) == (3, 1)
+    assert abs(second["owner_ms"] - 2.0) < 1e-3 and abs(third["owner_ms"] - 2.0) < 1e-3
+    text = run_jetdump(str(path), "--trace").stdout
+    assert "inferred: oldest of 2 waiting on this key]" in text

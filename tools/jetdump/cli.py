@@ -95,6 +95,10 @@ def _output_options(parser: argparse.ArgumentParser) -> None:
     out.add_argument("--json", action="store_true", help="one JSON object per frame (and per note)")
     out.add_argument("--stats", action="store_true",
                      help="print statistics instead of frames (as one JSON object with --json)")
+    out.add_argument("--trace", action="store_true",
+                     help="in a capture, link each routed SET_STATE/CALL_METHOD to the daemon's request to the owner "
+                     "and its answer (by function and key, oldest first: a capture holds no link); an event log "
+                     "links them always")
     out.add_argument("--color", choices=("auto", "always", "never"), default="auto",
                      help="colour the summary lines (auto: only on a terminal)")
     out.add_argument("--max-body", type=int, default=DEFAULT_MAX_BODY,
@@ -438,6 +442,7 @@ def run_dump(args: argparse.Namespace, stdout: IO[str], stderr: IO[str]) -> int:
     errors: list[str] = []
     logs = LogSource()
     dissector = Dissector(keep_raw=args.verbose or args.hexdump or args.json, max_body=args.max_body)
+    dissector.infer_routes = args.trace
     renderer = Renderer(args, dissector, Output(stdout, _use_color(args, stdout)))
     handle = dissector.event
     try:
@@ -505,6 +510,7 @@ def run_tap(args: argparse.Namespace, stdout: IO[str], stderr: IO[str]) -> int:
         stderr.write(f"jetdump: --upstream {args.upstream}: expected HOST:PORT\n")
         return EXIT_USAGE
     dissector = Dissector(keep_raw=args.verbose or args.hexdump or args.json, max_body=args.max_body)
+    dissector.infer_routes = args.trace
     fmt = LineFormatter(dissector.labels, lambda: dissector.first_ts)
 
     def dropped_note(count: int) -> str:

@@ -15,6 +15,7 @@ plausible header.
 from __future__ import annotations
 
 import struct
+from collections import deque
 from typing import Any, NamedTuple, Optional, Union
 
 from jetwire import (
@@ -61,6 +62,8 @@ DAEMON_EVENTS = frozenset(
     if isinstance(cls, type) and issubclass(cls, Message)
     and str(getattr(getattr(cls, "code", None), "name", "")).startswith(("FETCH_", "QUERY_"))
 )
+# What a daemon routes to an owner under its own id (PROTOCOL.md 10.3): --trace links them.
+ROUTED_TYPES = frozenset({_messages.SetState, _messages.CallMethod})
 CHECKED = DAEMON_EVENTS | {Info}  # frames the violation checks look at beyond requests/responses
 TIMEOUT = Status.TIMEOUT
 MAX_UNANSWERED_NOTES = 100  # individual notes of requests never answered; then one summary
@@ -138,6 +141,9 @@ class RouteTrace(NamedTuple):
         leg_response: frame number of the owner's answer (None if unseen).
         owner_time: seconds from the daemon's request to the owner's answer.
         daemon_time: the rest of the requester's round trip: the daemon's own time.
+        inferred: 0 when the event log's ROUTE record links the legs; in a capture
+            (``--trace``), how many requests with the same function and key were waiting
+            when the daemon's request was matched to the oldest (1: no doubt).
     """
 
     owner_stream: int
@@ -146,6 +152,7 @@ class RouteTrace(NamedTuple):
     leg_response: Optional[int]
     owner_time: Optional[float]
     daemon_time: Optional[float]
+    inferred: int = 0
 
 
 class NoteRecord(NamedTuple):
@@ -252,6 +259,12 @@ class Dissector:
         self.leg_of: dict[tuple[int, int], tuple[int, int]] = {}  # owner (stream, id) -> requester's
         self.routes: dict[tuple[int, int], list[Any]] = {}  # requester (stream, id) -> trace so far
         self.violations = 0
+        # --trace on a capture: link the daemon's request to an owner with the oldest
+        # waiting request of the same function and key (PROTOCOL.md 10.3: it forwards
+        # in the order it receives them); nothing in a capture links them for certain.
+        self.infer_routes = False
+        self._waiting: dict[tuple[int, Optional[str]], deque[tuple[int, int]]] = {}
+        self._waiting_of: dict[tuple[int, int], tuple[int, Optional[str]]] = {}
 
     def unanswered(self) -> list[tuple[int, int, int, RequestSeen]]:
         """Requests still waiting for a response: (stream, direction, id, request), in
@@ -343,7 +356,8 @@ class Dissector:
         origin = half.origin
         start = origin + decoder.consumed
         limit = self.limits.get((stream, direction)) if self.limits else None
-        routing = bool(self.leg_of or self.routes)
+        routing = bool(self.leg_of or self.routes) or self.infer_routes
+        infer = self.infer_routes
         while True:
             try:
                 number = self.number
@@ -373,6 +387,8 @@ class Dissector:
                         pending[ident] = new_tuple(
                             RequestSeen, (number, cls.function, getattr(message, "key", None), ts)
                         )
+                        if infer and not flag and cls in ROUTED_TYPES:
+                            flag = 4
                     elif cls in CHECKED:
                         flag = 3
                     # tuple.__new__ skips the NamedTuple's Python-level __new__ (hot path).
@@ -387,6 +403,8 @@ class Dissector:
                         elif flag == 2:
                             self.violation(ts, stream, direction, number, f"duplicate request id {ident[2]}: "
                                            f"frame #{dup} with this id is still pending", ident[::2])
+                        elif flag == 4:
+                            self.route_seen(stream, direction, message)  # type: ignore[arg-type]
                         else:
                             self.check_other(ts, stream, direction, number, message)
                             limit = self.limits.get((stream, direction)) if self.limits else None
@@ -430,7 +448,8 @@ class Dissector:
         if items and self.first_ts is None:
             self._first(items[0][2])
         limits = self.limits
-        routing = bool(self.leg_of or self.routes)  # routes change only at notes, never inside a batch
+        routing = bool(self.leg_of or self.routes) or self.infer_routes  # routes change only at notes or flag 4
+        infer = self.infer_routes
         for stream, direction, ts, chunk, packet in items:
             half = halves.get((stream, direction))
             size = len(chunk)
@@ -467,6 +486,8 @@ class Dissector:
                 if len(pending) >= max_pending:
                     del pending[next(iter(pending))]
                 pending[ident] = new_tuple(RequestSeen, (number, cls.function, getattr(message, "key", None), ts))
+                if infer and not flag and cls in ROUTED_TYPES:
+                    flag = 4
             elif cls in checked:
                 flag = 3
             offset = half.origin + half.decoder.consumed
@@ -482,6 +503,8 @@ class Dissector:
                 elif flag == 2:
                     self.violation(ts, stream, direction, number, f"duplicate request id {ident[2]}: "
                                    f"frame #{dup} with this id is still pending", ident[::2])
+                elif flag == 4:
+                    self.route_seen(stream, direction, message)  # type: ignore[arg-type]
                 else:
                     self.check_other(ts, stream, direction, number, message)
             if limits and length > limits.get((stream, direction), 1 << 62):
@@ -503,7 +526,8 @@ class Dissector:
         append = self.out.append
         keep_raw = self.keep_raw
         limit = self.limits.get((stream, direction)) if self.limits else None
-        routing = bool(self.leg_of or self.routes)
+        routing = bool(self.leg_of or self.routes) or self.infer_routes
+        infer = self.infer_routes
         number = self.number
         origin = half.origin + half.decoder.consumed  # stream offset of data[0]
         off = 0
@@ -538,6 +562,8 @@ class Dissector:
                 if len(pending) >= max_pending:
                     del pending[next(iter(pending))]
                 pending[ident] = new_tuple(RequestSeen, (number, cls.function, getattr(message, "key", None), ts))
+                if infer and not flag and cls in ROUTED_TYPES:
+                    flag = 4
             elif cls in CHECKED:
                 flag = 3
             append(new_tuple(FrameRecord, (
@@ -551,6 +577,8 @@ class Dissector:
                 elif flag == 2:
                     self.violation(ts, stream, direction, number, f"duplicate request id {ident[2]}: "
                                    f"frame #{dup} with this id is still pending", ident[::2])
+                elif flag == 4:
+                    self.route_seen(stream, direction, message)  # type: ignore[arg-type]
                 else:
                     self.check_other(ts, stream, direction, number, message)
                     limit = self.limits.get((stream, direction)) if self.limits else None
@@ -572,10 +600,53 @@ class Dissector:
         self.violations += 1
         self.out.append(NoteRecord(ts, stream, direction, "violation", f"frame #{number}: {text}", about))
 
+    def route_seen(self, stream: int, direction: int, message: Request) -> None:
+        """--trace on a capture (see ``infer_routes``): a peer's SET_STATE or CALL_METHOD
+        waits to be routed; the daemon's request to an owner takes the oldest waiting one
+        of the same function and key, from another stream."""
+        key = (message.function, getattr(message, "key", None))
+        rid: Optional[int] = message.id
+        if rid is None:
+            return  # an event: never routed as a request
+        if direction == 0:
+            self._waiting.setdefault(key, deque()).append((stream, rid))
+            self._waiting_of[(stream, rid)] = key
+            if len(self._waiting_of) > self.max_pending:
+                self._forget_waiting(next(iter(self._waiting_of)))
+            return
+        if (stream, rid) in self.leg_of:
+            return  # an event log's ROUTE record linked it already
+        waiting = self._waiting.get(key)
+        if not waiting:
+            return
+        candidates = len(waiting)
+        for requester in waiting:
+            if requester[0] != stream:
+                break
+        else:
+            return
+        self._forget_waiting(requester)
+        self.leg_of[(stream, rid)] = requester
+        self.routes[requester] = [stream, rid, None, None, None, candidates]
+        if len(self.routes) > self.max_pending:
+            del self.routes[next(iter(self.routes))]
+        if len(self.leg_of) > self.max_pending:
+            del self.leg_of[next(iter(self.leg_of))]
+
+    def _forget_waiting(self, requester: tuple[int, int]) -> None:
+        key = self._waiting_of.pop(requester, None)
+        if key is not None:
+            waiting = self._waiting[key]
+            waiting.remove(requester)
+            if not waiting:
+                del self._waiting[key]
+
     def check_response(self, ts: Optional[float], stream: int, direction: int, number: int,
                        message: Response, request: Optional[RequestSeen]) -> None:
         """A response that matched nothing, answered TIMEOUT, or ends a routed leg."""
         rid = message.id
+        if direction == 1 and self._waiting_of:
+            self._forget_waiting((stream, rid))  # answered without being routed
         if request is None:
             late = self.timed_out.get((stream, 1 - direction, rid))
             if late is not None:
@@ -605,7 +676,8 @@ class Dissector:
                     owner_time = trace[4]
                     daemon_time = record.rtt - owner_time if record.rtt is not None and owner_time is not None else None
                     self.out[-1] = record._replace(route=RouteTrace(
-                        trace[0], trace[1], trace[2], trace[3], owner_time, daemon_time))
+                        trace[0], trace[1], trace[2], trace[3], owner_time, daemon_time,
+                        trace[5] if len(trace) > 5 else 0))
                 if trace[3] is not None:
                     self.leg_of.pop((trace[0], trace[1]), None)
 
@@ -846,6 +918,8 @@ class Dissector:
                 elif flag == 2:
                     self.violation(ts, stream, direction, number, f"duplicate request id {ident[2]}: "
                                    f"frame #{dup} with this id is still pending", ident[::2])
+                elif flag == 4:
+                    self.route_seen(stream, direction, message)  # type: ignore[arg-type]
                 else:
                     self.check_other(ts, stream, direction, number, message)
             if limits and len(frame) - HEADER_SIZE > limits.get((stream, direction), 1 << 62):

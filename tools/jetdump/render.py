@@ -519,10 +519,13 @@ def route_suffix(route: RouteTrace, labels: dict[int, tuple[str, str]]) -> str:
     """`` [routed via OWNER #a/#b: owner X ms, daemon Y ms]`` for a routed request's answer."""
     owner = labels.get(route.owner_stream, (f"stream {route.owner_stream}", ""))[0]
     legs = f"#{route.leg_request}/#{route.leg_response}" if route.leg_response is not None else "no answer seen"
+    # A capture does not say which request the daemon routed (--trace infers it by key).
+    how = "" if not route.inferred else (
+        ", inferred" if route.inferred == 1 else f", inferred: oldest of {route.inferred} waiting on this key")
     if route.owner_time is None or route.daemon_time is None:
-        return f"  [routed via {owner} {legs}]"
+        return f"  [routed via {owner} {legs}{how}]"
     return (f"  [routed via {owner} {legs}: owner {route.owner_time * 1000:.3f} ms, "
-            f"daemon {route.daemon_time * 1000:.3f} ms]")
+            f"daemon {route.daemon_time * 1000:.3f} ms{how}]")
 
 
 def json_record(record: Record, fmt: LineFormatter) -> dict[str, Any]:
@@ -561,6 +564,7 @@ def json_record(record: Record, fmt: LineFormatter) -> dict[str, Any]:
             "owner_id": route.owner_id, "leg_request": route.leg_request, "leg_response": route.leg_response,
             "owner_ms": round(route.owner_time * 1000, 6) if route.owner_time is not None else None,
             "daemon_ms": round(route.daemon_time * 1000, 6) if route.daemon_time is not None else None,
+            "inferred": route.inferred,  # 0: linked by the event log; N: by key, oldest of N waiting
         }
     values, offsets, error = fast_frame_fields(fr)
     obj.update(values)
