@@ -385,20 +385,24 @@ local function route_timeout()
     return announced_route_timeout
 end
 
--- Requests pending per (direction, id): a list, oldest first, since a peer may reuse
--- an id while it is pending (a violation, flagged) and each answer takes the oldest.
+-- The request pending per (direction, id); a peer may reuse an id while it is pending
+-- (a violation, flagged): the later ones wait in the first one's ``queue``, and each
+-- answer takes the oldest.
 local function track_request(pinfo, tree, id, func, slot)
     if not pinfo.visited then
         local key = direction_key(pinfo, true) .. "#" .. id
-        local pending = requests[key] or {}
-        if #pending > 0 then
-            violation(pinfo, slot, "duplicate request id " .. id .. ": frame " .. pending[1].frame ..
-                " with this id is still pending")
-        end
         -- A request the daemon sends is a routed SET_STATE or CALL_METHOD (PROTOCOL.md 10.3).
-        pending[#pending + 1] = { frame = pinfo.number, ts = pinfo.abs_ts, func = func,
-                                  routed = from_daemon(pinfo) == true }
-        requests[key] = pending
+        local entry = { frame = pinfo.number, ts = pinfo.abs_ts, func = func, routed = from_daemon(pinfo) == true }
+        local earlier = requests[key]
+        if earlier then
+            violation(pinfo, slot, "duplicate request id " .. id .. ": frame " .. earlier.frame ..
+                " with this id is still pending")
+            local queue = earlier.queue or {}
+            queue[#queue + 1] = entry
+            earlier.queue = queue
+        else
+            requests[key] = entry
+        end
     end
     -- Known once the response has been seen: in Wireshark, or tshark with -2.
     local response = answered[pinfo.number .. ":" .. id]
@@ -415,18 +419,26 @@ local function track_response(pinfo, tree, id, offset)
     local slot = pinfo.number .. ":" .. offset
     if not pinfo.visited then
         local key = direction_key(pinfo, false) .. "#" .. id
-        local pending = requests[key]
-        local req = pending and table.remove(pending, 1)
-        if pending and #pending == 0 then requests[key] = nil end
+        local req = requests[key]
         if req then
+            local queue = req.queue
+            if queue and #queue > 0 then
+                local following = table.remove(queue, 1)
+                following.queue = queue
+                requests[key] = following
+            else
+                requests[key] = nil
+            end
             local rtt = (pinfo.abs_ts - req.ts) * 1000
             answers[slot] = { frame = req.frame, rtt = rtt, func = req.func }
             answered[req.frame .. ":" .. id] = pinfo.number
-            local timeout = route_timeout()
-            if timeout and from_daemon(pinfo) == false and req.routed and rtt > timeout then
-                violation(pinfo, slot, string.format("late answer: %.0f ms after the routed request (frame %d), " ..
-                    "beyond the daemon's route timeout of %d ms: the requester was answered TIMEOUT",
-                    rtt, req.frame, timeout))
+            if req.routed then
+                local timeout = route_timeout()
+                if timeout and rtt > timeout and from_daemon(pinfo) == false then
+                    violation(pinfo, slot, string.format("late answer: %.0f ms after the routed request " ..
+                        "(frame %d), beyond the daemon's route timeout of %d ms: the requester was answered TIMEOUT",
+                        rtt, req.frame, timeout))
+                end
             end
         elseif announced[direction_key(pinfo, false)] then
             -- The receiver's INFO (its first frame) is in this capture, so every request
