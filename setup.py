@@ -71,8 +71,11 @@ def ext_modules() -> list[object]:
         return []
     try:
         # The build environment may lack the runtime dependencies (pip's build isolation):
-        # their types are then Any, which strict mypy would refuse to return.
-        return list(mypycify([*HOT, "--no-warn-return-any"], opt_level="3"))
+        # their types are then Any. The strict checks that this changes are for `make
+        # lint`, which runs with them installed; the build needs the types only.
+        relaxed = ["--no-warn-return-any", "--no-warn-unused-ignores", "--allow-subclassing-any",
+                   "--allow-untyped-calls", "--allow-untyped-decorators", "--no-warn-unused-configs"]
+        return list(mypycify([*HOT, *relaxed], opt_level="3"))
     except BaseException as exc:  # mypyc exits through SystemExit on a type error
         _say(f"mypyc failed ({exc!r}): installing pure Python")
         return []
