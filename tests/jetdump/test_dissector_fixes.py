@@ -290,3 +290,18 @@ def test_unsolicited_late_and_unanswered_are_violations(tmp_path: Path) -> None:
                                                        extra=("-2", "-Y", "jet.violation")))
     assert "request 9 never answered in this capture" in two, two
     assert two.count("never answered") == 1, two
+
+
+def test_field_titles_say_what_they_are() -> None:
+    """Issue 18: a title names its field without the tree around it (not a bare "Key",
+    "Index" or "Action"), and no two fields share a title."""
+    assert TSHARK is not None
+    result = subprocess.run([str(TSHARK), "-G", "fields", "-X", f"lua_script:{LUA}"],
+                            capture_output=True, text=True, timeout=60)
+    fields = [line.split("\t") for line in result.stdout.splitlines() if line.startswith("F\t")]
+    titles = {row[2]: row[1] for row in fields if row[2].startswith("jet.")}
+    assert len(titles) > 60, titles
+    vague = {"Key", "Prefix", "Field", "Index", "Action", "Operand", "User", "Message", "Status",
+             "Function", "Malformed", "Truncated", "Window size", "Entry count", "Value filter", "Window from"}
+    assert not [name for name, title in titles.items() if title in vague or title.isupper()], titles
+    assert len(set(titles.values())) == len(titles), titles
