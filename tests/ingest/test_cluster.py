@@ -123,6 +123,15 @@ for argv in json.loads(sys.argv[1]):
 """
 
 
+_DRIVER_WITH_PYTHON = """
+import json, os, sys
+from tools.ingest.cli import main
+for python, argv in json.loads(sys.argv[1]):
+    os.environ["PYSPARK_PYTHON"] = python  # read by each new SparkContext
+    print("EXIT", main(argv), flush=True)
+"""
+
+
 def _rows(warehouse: Path, table: str) -> list[tuple[Any, ...]]:
     t = ds.dataset(warehouse / table, format="parquet", partitioning="hive").to_table()
     cols = [c for c in t.column_names if c != "file"]  # the same segments, at other paths
@@ -177,3 +186,60 @@ def test_on_a_cluster_tables_match_local_and_invisible_paths_fail_loudly(cluster
     assert Manifest.load(cluster.hidden / "wh").version == 0
     assert "Traceback" not in out + done.stderr
 
+
+
+
+# PYSPARK_PYTHON for executors without jet: the test's Python with this checkout (on the
+# path, or installed editable) taken off the import path. Spark starts its Python
+# workers as ``PYTHON -m MODULE``.
+_PYTHON_WITHOUT_JET = """#!{python}
+import os, runpy, sys
+sys.path[:] = [p for p in sys.path if os.path.realpath(p or ".") != {repo!r} and "__editable__" not in p]
+sys.meta_path[:] = [f for f in sys.meta_path if "__editable__" not in getattr(f, "__module__", "")]
+for name in {also_hidden!r}:
+    sys.modules[name] = None  # import of NAME halted
+if sys.argv[1:2] != ["-m"]:
+    raise SystemExit("expected -m MODULE, got %r" % sys.argv[1:])
+sys.argv = [sys.argv[2], *sys.argv[3:]]
+runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+"""
+
+
+def test_on_a_cluster_whose_python_lacks_jet_the_ingest_ships_its_own_code(cluster: Cluster, tmp_path: Path) -> None:
+    from jetd_logs import JetdLog
+
+    from tools.ingest.cli import ingest_once
+
+    def python(name: str, also_hidden: tuple[str, ...] = ()) -> str:
+        path = tmp_path / name
+        path.write_text(_PYTHON_WITHOUT_JET.format(python=sys.executable, repo=os.path.realpath(REPO_ROOT),
+                                                   also_hidden=also_hidden))
+        path.chmod(0o755)
+        return str(path)
+
+    without_jet, without_pyarrow = python("python-without-jet"), python("python-without-pyarrow", ("pyarrow",))
+    env = {**cluster.env, "PYTHONPATH": REPO_ROOT, "COLUMNS": "300"}
+    env.pop("PYSPARK_SUBMIT_ARGS", None)
+    # That Python really cannot import jet ...
+    hidden = subprocess.run([without_jet, "-m", "pyspark_jetlog"], env=env, capture_output=True, text=True,
+                            timeout=60, check=False)
+    assert hidden.returncode != 0 and "No module named pyspark_jetlog" in hidden.stderr, hidden.stderr
+
+    # ... and the executors (and the driver's planner) run it: jet-ingest ships its code.
+    # What it cannot ship (pyarrow, compiled) is named in a message, not a traceback.
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    JetdLog(23, 300).write(logs / "jetd-a.jetlog", damage=1)
+    runs = [(without_pyarrow, [str(logs), "--out", str(tmp_path / "wh-bad"), "--master", cluster.url, "--no-report"]),
+            (without_jet, [str(logs), "--out", str(tmp_path / "wh"), "--master", cluster.url, "--no-report"])]
+    done = subprocess.run([sys.executable, "-c", _DRIVER_WITH_PYTHON, json.dumps(runs)], env=env,
+                          capture_output=True, text=True, timeout=600, check=False)
+    out = " ".join(done.stdout.split())
+    assert [line for line in done.stdout.splitlines() if line.startswith("EXIT")] == ["EXIT 1", "EXIT 0"], \
+        (out, done.stderr[-3000:])
+    assert "a Spark worker's Python cannot import what the jetlog source needs" in out, out
+    assert "pyarrow" in out and "PYSPARK_PYTHON" in out and "Traceback" not in out + done.stderr
+    local = tmp_path / "wh-local"
+    ingest_once(None, str(logs), local)
+    for table in ("frames", "requests", "state_changes", "connections", "traffic"):
+        assert _rows(tmp_path / "wh", table) == _rows(local, table), table

@@ -521,6 +521,12 @@ def _failure(exc: BaseException) -> Optional[str]:
     # whose text holds the worker's traceback: its last line of ours is the message.
     import re
 
+    missing = re.findall(r"(?:ModuleNotFoundError|ImportError): (.+)", str(exc))
+    if missing:
+        return (f"a Spark worker's Python cannot import what the jetlog source needs ({missing[-1]}); "
+                f"the Python that PYSPARK_PYTHON (or spark.pyspark.python) names on every node needs numpy "
+                f"and pyarrow (jet-ingest ships jet's own code): see 'Master and clusters' in "
+                f"tools/ingest/README.md")
     found = re.findall(r"(?:tools\.ingest\.\w+\.)?(JetlogError|FileNotFoundError|IngestError|PermissionError|"
                        r"OSError): (.+)", str(exc))
     if found:

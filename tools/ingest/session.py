@@ -7,6 +7,10 @@ this repository. On a cluster, numpy and pyarrow cannot travel with ``--py-files
 (``pip install 'jet[spark]'``), or ship a packed environment with
 ``spark-submit --archives jet-env.tar.gz#env`` (made with ``venv-pack`` or
 ``conda-pack``) and ``--conf spark.pyspark.python=./env/bin/python``.
+
+On a master that is not local, :func:`spark_session` also ships jet's own Python code
+(:func:`ship_code`): the executors then need only numpy and pyarrow, and they run the
+driver's version of the parser whatever jet they have installed.
 """
 
 from __future__ import annotations
@@ -19,10 +23,11 @@ import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from pathlib import Path
 from typing import Any, Optional
 
-__all__ = ["REPO_ROOT", "class_data_sharing", "spark_session"]
+__all__ = ["REPO_ROOT", "class_data_sharing", "ship_code", "spark_session"]
 
 REPO_ROOT = str(Path(__file__).resolve().parent.parent.parent)
 DEFAULT_LOCAL_MEMORY = "4g"
@@ -241,5 +246,45 @@ def spark_session(master: Optional[str] = None, *, app: str = "jet-ingest", ui: 
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    if not str(spark.sparkContext.master).startswith("local"):
+        ship_code(spark)
     register(spark)
     return spark
+
+
+# What the executors import: the source, the parser and the derived tables' functions
+# (tools.ingest), the codes and the log format they use (jetwire), and the short name.
+_SHIPPED_PACKAGES = ("jetwire", "tools.ingest")
+_SHIPPED_MODULES = ("pyspark_jetlog",)
+
+
+def ship_code(spark: Any) -> str:
+    """Zip jet's pure-Python code for the executors and add it to their path
+    (``SparkContext.addPyFile``, as ``--py-files`` does). Returns the zip's path.
+
+    Only ``.py`` files travel (a zip cannot hold the compiled build's extension
+    modules; the executors run the pure-Python fallback, which reads the same). Spark
+    puts the zip ahead of site-packages, so a different jet installed on a worker does
+    not take over. The zip is served for the session's life and removed at exit.
+    """
+    import atexit
+    import importlib
+
+    tmp = tempfile.mkdtemp(prefix="jet-ingest-code-")
+    atexit.register(shutil.rmtree, tmp, True)
+    path = os.path.join(tmp, "jet_ingest_code.zip")
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name in _SHIPPED_PACKAGES:
+            pkg = importlib.import_module(name)
+            top = Path(pkg.__file__ or "").parent
+            base = top.parents[name.count(".")]  # the directory that holds the top package
+            for parent in list(top.relative_to(base).parents)[:-1]:  # e.g. tools/__init__.py
+                init = base / parent / "__init__.py"
+                zf.write(init, str(init.relative_to(base)))
+            for src in sorted(top.rglob("*.py")):
+                zf.write(src, str(src.relative_to(base)))
+        for name in _SHIPPED_MODULES:
+            src = Path(importlib.import_module(name).__file__ or "")
+            zf.write(src, src.name)
+    spark.sparkContext.addPyFile(path)
+    return path
