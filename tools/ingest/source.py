@@ -3,7 +3,7 @@
     >>> from tools.ingest import register
     >>> register(spark)
     >>> spark.read.format("jetlog").load("/var/log/jetd").groupBy("kind").count().show()
-    >>> spark.sql("CREATE TABLE log USING jetlog OPTIONS (path '/var/log/jetd')")
+    >>> spark.sql("CREATE TEMPORARY VIEW log USING jetlog OPTIONS (path '/var/log/jetd')")
 
 Options (all optional except the path):
 
