@@ -58,6 +58,7 @@ from .base import DaemonStats
 from .config import Config
 from .connection import Connection
 from .frames import (
+    CALL_METHOD,
     DAEMON_EVENTS,
     EV_CLOSE,
     EV_NOTIFY_STATE,
@@ -412,6 +413,7 @@ class Daemon(AccessControl):
         max_body = self._max_body
         logger = self._log
         states = self.registry.states
+        methods = self.registry.methods
         fetches = self.fetches
         targets_cache = fetches.cache
         dirty = self.dirty
@@ -427,7 +429,7 @@ class Daemon(AccessControl):
         # PROTOCOL.md 14: query groups, if any, see every change (a plain dict: its truth
         # test costs nothing, where QueryIndex.__bool__ would be a call per frame).
         query_groups = self.queries.by_signature
-        # Routed SET_STATE requests and their OK answers also have fast paths below; the
+        # Routed SET_STATE and CALL_METHOD requests and their OK answers also have fast paths below; the
         # event log (ROUTE and FRAME_OUT records) takes the careful ones.
         fast_route = logger is None
         open_route = self.routes.open
@@ -458,11 +460,13 @@ class Daemon(AccessControl):
                 logger(conn.conn_id, FRAME_IN, buf[pos:end])
             frames += 1
             if ftype == REQUEST:
-                # PROTOCOL.md 10.3: a well-formed SET_STATE with a fixed-width or opaque
-                # value, for a live owner with room for it, is routed right here. The
-                # key/value check is written out here and in the two branches below on
-                # purpose: a helper call per frame costs what these fast paths save.
-                if fast_route and length >= 12 and buf[pos + 9] == SET_STATE:
+                # PROTOCOL.md 10.3: a well-formed SET_STATE or CALL_METHOD with a
+                # fixed-width or opaque value, for a live owner with room for it, is routed
+                # right here. The key/value check is written out here and in the two
+                # branches below on purpose: a helper call per frame costs what these fast
+                # paths save.
+                function = buf[pos + 9] if fast_route and length >= 12 else 0
+                if function in (SET_STATE, CALL_METHOD):
                     (klen,) = U16_FROM(buf, pos + 10)
                     kend = pos + 12 + klen
                     if klen and kend + 5 <= end:
@@ -472,7 +476,7 @@ class Daemon(AccessControl):
                             check == OPAQUE or (vn == check and (vtype != 1 or buf[kend + 5] < 2))
                         ):
                             key = buf[pos + 12 : kend]
-                            owner = states.get(key)
+                            owner = (states if function == SET_STATE else methods).get(key)
                             if (
                                 owner is not None
                                 and (writable is None or key in writable)
@@ -481,7 +485,7 @@ class Daemon(AccessControl):
                                 and len(owner.routes) < max_pending
                                 and length <= owner.max_body
                             ):
-                                route = open_route(conn, U32_FROM(buf, pos + 5)[0], owner, SET_STATE, key, now)
+                                route = open_route(conn, U32_FROM(buf, pos + 5)[0], owner, function, key, now)
                                 routed += 1
                                 out = owner.out
                                 if not out:

@@ -39,6 +39,7 @@ FETCH_REMOVE = EventCode.FETCH_REMOVE.value
 # Plain ints for the codes the hot paths compare: an IntEnum member costs several times
 # a small int in a comparison.
 SET_STATE = Function.SET_STATE.value
+CALL_METHOD = Function.CALL_METHOD.value
 EV_SET_STATE = EventCode.SET_STATE.value
 EV_NOTIFY_STATE = EventCode.NOTIFY_STATE.value
 EV_CLOSE = EventCode.CLOSE.value

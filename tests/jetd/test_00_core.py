@@ -20,7 +20,9 @@ from jetd.core import (
 )
 from jetd.frames import key_value_end, value_ok
 from jetwire import (
+    AddMethod,
     AddState,
+    CallMethod,
     Close,
     Decoder,
     FetchAdd,
@@ -540,6 +542,9 @@ _BIG = b"x" * 80  # above the smallest max_body a peer may announce (64)
 # Requesters' sets use ids far from the owner's route ids (1, 2, ...), so a mixed-up id shows.
 _set = st.builds(SetState, st.integers(100, 103), st.sampled_from([*_KEYS, "zz"]),
                  st.sampled_from([v(2), v(True), v(_BIG), v("s"), v(None)]))
+_METHODS = ["m/a", "m/b"]
+_call = st.builds(CallMethod, st.integers(100, 103), st.sampled_from([*_METHODS, "zz"]),
+                  st.sampled_from([v(2), v(False), v(_BIG), v("s"), v(None)]))
 _answer = st.one_of(
     st.builds(Response, st.integers(1, 4), st.just(Status.OK), st.sampled_from([v(7), v(False), v(_BIG), None, v("t")])),
     st.builds(Response, st.integers(1, 4), st.just(Status.REJECTED), message=st.just("no")),
@@ -556,6 +561,7 @@ def _frames(messages: st.SearchStrategy[Message]) -> st.SearchStrategy[bytes]:
 
 _route_step = st.one_of(
     st.tuples(st.integers(0, 2), _frames(_set), st.just("send")),  # peer 0 owns every key
+    st.tuples(st.integers(0, 2), _frames(_call), st.just("send")),  # ... and every method
     st.tuples(st.just(0), _frames(_answer), st.just("send")),
     st.tuples(st.integers(0, 2), _frames(_info), st.just("send")),
     st.tuples(st.integers(0, 2), st.just(b""), st.sampled_from(["tick", "pause", "drain", "disconnect"])),
@@ -565,14 +571,15 @@ _route_step = st.one_of(
 @settings(max_examples=300, deadline=None)
 @given(steps=st.lists(_route_step, min_size=4, max_size=40))
 def test_fast_paths_answer_like_the_careful_paths(steps):
-    # With an event-log hook the core takes its careful paths for routed sets and their
-    # answers; without, its inlined fast paths. Peers must not be able to tell.
+    # With an event-log hook the core takes its careful paths for routed sets and calls
+    # and their answers; without, its inlined fast paths. Peers must not be able to tell.
     settings = {"max_pending_per_owner": 3, "route_timeout": 1.0}
     fast, careful = Harness(**settings), Harness(**settings)
     careful.daemon = Daemon(Config(**settings), lambda *record: None)  # type: ignore[arg-type]
     pairs = [[h.connect(str(i)) for h in (fast, careful)] for i in range(3)]
     for h, owner in zip((fast, careful), pairs[0], strict=True):
         h.send(owner, *(AddState(i, key, v(0)) for i, key in enumerate(_KEYS)))
+        h.send(owner, *(AddMethod(10 + i, key) for i, key in enumerate(_METHODS)))
     for which, data, action in steps:
         for h, conn in zip((fast, careful), pairs[which], strict=True):
             _apply_step(h, conn, data, action)

@@ -1,4 +1,5 @@
-"""jetd (pure Python and compiled) against nats-server, CPU per message (issue 19).
+"""jetd (pure Python and compiled) against nats-server and the Python floor, CPU per
+message (issue 19).
 
     python -m tools.bench.brokers [--repeat 5] [--messages 200000] [--compiled SITE]
 
@@ -71,6 +72,15 @@ def jetd(source: Path) -> Iterator[DaemonProcess]:
 
 
 @contextlib.contextmanager
+def floor() -> Iterator[DaemonProcess]:
+    """The Python floor (tools/bench/floor.py): cuts frames and relays them verbatim."""
+    cmd = _pinned([sys.executable, "-m", "tools.bench.floor", "--host", "127.0.0.1", "--port", "0"])
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    with _spawn("floor", cmd, "floor listening on ", env, REPO) as daemon:
+        yield daemon
+
+
+@contextlib.contextmanager
 def nats() -> Iterator[DaemonProcess]:
     """nats-server on a free port of 127.0.0.1 (it prints no line we can wait for on
     stdout, so the port is chosen here and polled)."""
@@ -128,7 +138,10 @@ def _read_until(sock: socket.socket, marker: bytes, have: bytes = b"") -> bytes:
 def _jet_info(sock: socket.socket) -> None:
     decoder = Decoder()
     while decoder.next_message() is None:
-        decoder.receive_data(sock.recv(65536))
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("the broker closed the connection before its INFO")
+        decoder.receive_data(chunk)
 
 
 def jet_fanout(daemon: DaemonProcess, subscribers: int, messages: int) -> float:
@@ -145,7 +158,9 @@ def jet_fanout(daemon: DaemonProcess, subscribers: int, messages: int) -> float:
         subs.append(sock)
     batch = b"".join(encode(NotifyState(None, f"k/{i % KEYS:02d}", Value.of(PAYLOAD))) for i in range(BATCH))
     event = len(encode(FetchChange(1, "k/00", Value.of(PAYLOAD))))
-    return _paced(daemon, owner, subs, batch, BATCH * event, messages)
+    # The floor relays the NOTIFY_STATE frames as they came; jetd sends FETCH_CHANGE events.
+    delivered = len(batch) if daemon.kind == "floor" else BATCH * event
+    return _paced(daemon, owner, subs, batch, delivered, messages)
 
 
 def nats_fanout(daemon: DaemonProcess, subscribers: int, messages: int) -> float:
@@ -304,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-brokers-") as tmp:
         site = args.compiled or build_compiled(Path(tmp))
         brokers: dict[str, Callable[[], contextlib.AbstractContextManager[DaemonProcess]]] = {
-            "jetd pure": lambda: jetd(REPO), "jetd compiled": lambda: jetd(site)}
+            "jetd pure": lambda: jetd(REPO), "jetd compiled": lambda: jetd(site), "Python floor": floor}
         if shutil.which("nats-server"):
             brokers["nats-server"] = nats
         else:
@@ -314,13 +329,13 @@ def main(argv: list[str] | None = None) -> int:
 
         def fanout(subs: int) -> Callable[[DaemonProcess], float]:
             def measure(d: DaemonProcess) -> float:
-                return (jet_fanout if d.kind == "jetd" else nats_fanout)(d, subs, messages // subs)
+                return (nats_fanout if d.kind == "nats" else jet_fanout)(d, subs, messages // subs)
             return measure
 
         for subs in (1, 10, 50):
             rows[f"fan-out, {subs} subscriber{'s' if subs > 1 else ''}"] = fanout(subs)
         rows["request/reply, 100 in flight"] = (
-            lambda d: (jet_request_reply if d.kind == "jetd" else nats_request_reply)(d, args.messages // 4))
+            lambda d: (nats_request_reply if d.kind == "nats" else jet_request_reply)(d, args.messages // 4))
         results: dict[tuple[str, str], list[float]] = {}
         for run in range(args.repeat):
             for row, measure in rows.items():
@@ -331,14 +346,14 @@ def main(argv: list[str] | None = None) -> int:
     names = list(brokers)
     print(f"\nbroker CPU per delivered message (µs), medians of {args.repeat} interleaved runs; broker on CPU "
           f"{BROKER_CPU}, generator on CPU {GENERATOR_CPU}\n")
-    ratios = [f"{a} / {b}" for a, b in (("jetd pure", "jetd compiled"), ("jetd compiled", "nats-server")) if b in names]
+    pairs = (("jetd pure", "jetd compiled"), ("jetd compiled", "nats-server"), ("jetd compiled", "Python floor"))
+    ratios = [f"{a} / {b}" for a, b in pairs if b in names]
     print("| shape | " + " | ".join(names) + " | " + " | ".join(ratios) + " |")
     print("|---|" + "---:|" * (len(names) + len(ratios)))
     for row in rows:
         med = {name: statistics.median(results[(row, name)]) for name in names}
         cells = [f"{med[n]:.3f}" for n in names]
-        cells += [f"{med[a] / med[b]:.2f}" for a, b in (("jetd pure", "jetd compiled"), ("jetd compiled", "nats-server"))
-                  if b in names]
+        cells += [f"{med[a] / med[b]:.2f}" for a, b in pairs if b in names]
         print(f"| {row} | " + " | ".join(cells) + " |")
     return 0
 
