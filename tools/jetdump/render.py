@@ -310,37 +310,38 @@ class LineFormatter:
         summarizers = SUMMARIZERS
         function_names = FUNCTION_NAMES
         for record in records:
-            ts = record.ts
-            rel = ts - first if ts is not None and first is not None else 0.0
             if type(record) is NoteRecord:
+                ts = record.ts
+                rel = ts - first if ts is not None and first is not None else 0.0
                 append(f"{'':>7} {rel:>11.6f}  {self.where(record.stream, record.direction)}  -- {record.text}")
                 continue
+            # One unpacking instead of eight attribute reads (this runs once per frame).
             fr: FrameRecord = record  # type: ignore[assignment]
-            place = places.get(fr.stream * 2 + fr.direction)
+            (number, ts, stream, direction, _offset, message, _raw, _kind, _error, _ftype, _size, _announced,
+             request, rtt, _fatal, packet, route) = fr
+            rel = ts - first if ts is not None and first is not None else 0.0
+            place = places.get(stream * 2 + direction)
             if place is None:
-                place = places[fr.stream * 2 + fr.direction] = self.where(fr.stream, fr.direction)
-            message = fr.message
+                place = places[stream * 2 + direction] = self.where(stream, direction)
             if message is not None:
                 text = summarizers[type(message)](message)
-                request = fr.request
                 if request is not None:
                     # response_suffix(), inlined: half of the frames are answers.
-                    rtt = fr.rtt
                     function = function_names.get(request.function) or f"0x{request.function:02X}"
                     if rtt is None:
                         text = f"{text}  [answers #{request.number} {function}]"
                     else:
                         text = f"{text}  [answers #{request.number} {function}, {rtt * 1000:.3f} ms]"
-                if fr.route is not None:
-                    text += route_suffix(fr.route, self.labels)
+                if route is not None:
+                    text += route_suffix(route, self.labels)
             else:
                 text = problem_summary(fr) + response_suffix(fr)
             # %-formatting: the same text as f"{number:>7} {rel:>11.6f}", measured about
             # twice as fast (an f-string format spec goes through format() per field).
-            if fr.packet is None:
-                append("%7d %11.6f  %s  %s" % (fr.number, rel, place, text))  # noqa: UP031
+            if packet is None:
+                append("%7d %11.6f  %s  %s" % (number, rel, place, text))  # noqa: UP031
             else:  # the capture's packet number, to find the frame in Wireshark
-                append("%7d %11.6f  pkt %-5d %s  %s" % (fr.number, rel, fr.packet, place, text))  # noqa: UP031
+                append("%7d %11.6f  pkt %-5d %s  %s" % (number, rel, packet, place, text))  # noqa: UP031
         return out
 
 
