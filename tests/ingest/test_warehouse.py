@@ -13,7 +13,7 @@ import pytest
 
 from jetwire.log import LogHeader, encode_header
 from tools.ingest.cli import _parse_since, _plan
-from tools.ingest.source import expand_paths, plan_ranges
+from tools.ingest.source import DEFAULT_CHUNK, DEFAULT_GROUP, expand_paths, plan_ranges
 from tools.ingest.synth import BASE_NS, write_synthetic_log
 from tools.ingest.warehouse import RETAIN_S, FileState, Manifest
 
@@ -105,12 +105,25 @@ def test_plan_resumes_and_assigns_runs(tmp_path: Path) -> None:
 
 
 def test_plan_ranges_groups_and_chunks() -> None:
-    parts = plan_ranges([("a", 0, 10), ("b", 0, 10), ("c", 0, 95), ("d", 50, 60)], chunk=40, group=15)
+    parts = plan_ranges([("a", 0, 10), ("b", 0, 10), ("c", 0, 95), ("d", 50, 60)], chunk=40, group=20)
     assert parts == [
         [("a", 0, None, 10), ("b", 0, None, 10)],
         [("c", 0, 40, 95)], [("c", 40, 80, 95)], [("c", 80, None, 95)],
         [("d", 50, None, 60)],
     ]
+
+
+def test_a_group_never_grows_past_group_size() -> None:
+    # Two segments just under a chunk (27 MiB each, as after a restart) were one 54 MiB
+    # task: read one after the other on one core while the other core idled.
+    size = 27 << 20
+    parts = plan_ranges([("a", 0, size), ("b", 0, size), ("c", 0, 1 << 20), ("d", 0, 1 << 20)],
+                        chunk=DEFAULT_CHUNK, group=DEFAULT_GROUP)
+    assert parts == [[("a", 0, None, size)],
+                     [("b", 0, None, size), ("c", 0, None, 1 << 20), ("d", 0, None, 1 << 20)]]
+    # Small files still share a partition up to the group size.
+    many = plan_ranges([(f"s{i}", 0, 4 << 20) for i in range(16)], chunk=DEFAULT_CHUNK, group=DEFAULT_GROUP)
+    assert [len(p) for p in many] == [8, 8]
 
 
 def test_expand_paths_errors(tmp_path: Path) -> None:

@@ -13,8 +13,8 @@ Options (all optional except the path):
 - ``mode``: PERMISSIVE (default; damage becomes a row whose ``corrupt`` says what and
   how many bytes were skipped, JETLOG.md 5), DROPMALFORMED or FAILFAST.
 - ``chunkSize`` (bytes, default 32 MiB): larger files are split into partitions at
-  record boundaries; ``groupSize`` (default 32 MiB): smaller files are grouped until a
-  partition holds this many bytes.
+  record boundaries; ``groupSize`` (default 32 MiB): smaller files share a partition
+  of at most this many bytes.
 - ``maxRecordSize``: the largest record length accepted (JETLOG.md 3).
 - ``ranges``: JSON list of ``[file, start, limit]`` to read exactly those byte ranges
   (``jet-ingest`` uses it to resume where its manifest says).
@@ -178,6 +178,11 @@ def plan_ranges(ranges: Sequence[tuple[str, int, int]], chunk: int, group: int) 
                 stop = cuts[i + 1] if i + 1 < len(cuts) else None
                 parts.append([(path, cut, stop, limit)])
             continue
+        if current and current_bytes + size > group:
+            # Never past the group size: two segments just under a chunk are two tasks
+            # (as Spark packs files into splits), not one that runs them in turn.
+            parts.append(current)
+            current, current_bytes = [], 0
         current.append((path, start, None, limit))
         current_bytes += size
         if current_bytes >= group:
