@@ -207,3 +207,14 @@ def test_cli_refuses_a_warehouse_another_jet_ingest_is_writing(tmp_path: Path) -
     assert "another jet-ingest is writing this warehouse" in done.stdout, done
     with locked(tmp_path / "wh"):  # released
         pass
+
+
+def test_a_python_worker_that_cannot_import_is_named_not_a_traceback() -> None:
+    from tools.ingest.cli import _failure
+
+    worker = RuntimeError("An exception was thrown from the Python worker. Please see the stack trace below.\n"
+                          "Traceback (most recent call last):\n  ...\nModuleNotFoundError: No module named 'pyarrow'")
+    message = _failure(worker)
+    assert message is not None and "No module named 'pyarrow'" in message and "PYSPARK_PYTHON" in message
+    # The driver's own import failing is a bug: shown with its traceback.
+    assert _failure(RuntimeError("ModuleNotFoundError: No module named 'rich'")) is None

@@ -522,7 +522,7 @@ def _failure(exc: BaseException) -> Optional[str]:
     import re
 
     missing = re.findall(r"(?:ModuleNotFoundError|ImportError): (.+)", str(exc))
-    if missing:
+    if missing and "Python worker" in str(exc):  # not the driver's own imports: those are bugs
         return (f"a Spark worker's Python cannot import what the jetlog source needs ({missing[-1]}); "
                 f"the Python that PYSPARK_PYTHON (or spark.pyspark.python) names on every node needs numpy "
                 f"and pyarrow (jet-ingest ships jet's own code): see 'Master and clusters' in "
