@@ -17,6 +17,7 @@ Run it with ``python -m jetd`` (default port 11124, see ``--help``).
 
 from __future__ import annotations
 
+from . import build  # noqa: F401  # first: with JET_PURE_PYTHON=1 the hot path runs from source
 from .config import DEFAULT_PORT, Config, ConfigError
 from .core import Connection, Daemon
 

@@ -1,12 +1,16 @@
 """Which build of the hot path this process runs (issue 19): the modules compiled with
 mypyc when the package was installed with a C compiler, or the pure-Python source they are
 compiled from. ``setup.py`` decides at install time; ``JET_PURE_PYTHON=1`` there forces
-pure Python. One source of truth: the compiled modules are these same ``.py`` files."""
+pure Python, and when importing it runs the source of a compiled install
+(:mod:`jetwire._pure`). One source of truth: the compiled modules are these same ``.py`` files."""
 
 from __future__ import annotations
 
 import importlib.machinery
+import os
 from importlib.metadata import PackageNotFoundError, version
+
+from jetwire._pure import run_source
 
 __all__ = ["COMPILED_MODULES", "build_description", "compiled", "jet_version"]
 
@@ -25,6 +29,7 @@ COMPILED_MODULES = (
     "jetd.access",
     "jetd.core",
 )
+run_source(*COMPILED_MODULES)  # JET_PURE_PYTHON=1: their source, even where compiled
 
 
 def compiled() -> bool:
@@ -36,8 +41,20 @@ def compiled() -> bool:
 
 
 def build_description() -> str:
-    """``compiled (mypyc)`` or ``pure Python``, as ``jetd --version`` and its log say."""
-    return "compiled (mypyc)" if compiled() else "pure Python"
+    """``compiled (mypyc)`` or ``pure Python``, as ``jetd --version`` and its log say;
+    ``pure Python (JET_PURE_PYTHON is set)`` when a compiled install runs its source."""
+    if compiled():
+        return "compiled (mypyc)"
+    from jetwire._pure import FORCED
+
+    return "pure Python (JET_PURE_PYTHON is set)" if FORCED and _has_extension() else "pure Python"
+
+
+def _has_extension() -> bool:
+    import jetd.core
+
+    base = os.path.splitext(jetd.core.__file__ or "")[0]
+    return any(os.path.exists(base + suffix) for suffix in importlib.machinery.EXTENSION_SUFFIXES)
 
 
 def jet_version() -> str:

@@ -13,6 +13,7 @@ clock.
 
 from __future__ import annotations
 
+from . import _pure  # noqa: F401  # first: with JET_PURE_PYTHON=1 the codec runs from source
 from .codec import Decoder, decode_body, decode_frame, encode, frame_size, query_bytes
 from .codes import (
     DEFAULT_MAX_BODY,

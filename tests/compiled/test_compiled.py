@@ -112,6 +112,41 @@ def test_pure_python_is_forced_by_the_environment(tmp_path: Path) -> None:
     assert "jet: JET_PURE_PYTHON is set: installing pure Python" in built.stdout + built.stderr
 
 
+def test_a_compiled_install_runs_its_source_with_jet_pure_python_set(site: Path) -> None:
+    """``JET_PURE_PYTHON=1`` when importing: no extension module of jet is loaded."""
+    probe = ("import sys, jetd.core, jetwire; from jetd.build import build_description; "
+             "print(build_description()); "
+             "print(sorted(m for m, mod in sys.modules.items() "
+             "if (getattr(mod, '__file__', '') or '').endswith('.so') and m.split('.')[0] in "
+             "('jetd', 'jetwire') or m.endswith('__mypyc')))")
+    for forced, description, loaded in (("1", "pure Python (JET_PURE_PYTHON is set)", "[]"),
+                                        ("", "compiled (mypyc)", None)):
+        done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=site,
+                              env=_clean_env(PYTHONPATH=str(site), JET_PURE_PYTHON=forced))
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.splitlines()
+        assert lines[0] == description, done.stdout
+        if loaded is not None:
+            assert lines[1] == loaded, done.stdout
+        else:
+            assert "jetd.core" in lines[1] and "jetwire.codec" in lines[1], done.stdout
+    version = subprocess.run([sys.executable, "-m", "jetd", "--version"], capture_output=True, text=True, timeout=60,
+                             cwd=site, env=_clean_env(PYTHONPATH=str(site), JET_PURE_PYTHON="1"))
+    assert version.stdout.strip().endswith("pure Python (JET_PURE_PYTHON is set)"), version
+
+
+def test_setup_compiles_exactly_the_modules_jetd_build_lists() -> None:
+    import ast
+
+    from jetd.build import COMPILED_MODULES
+
+    tree = ast.parse((REPO / "setup.py").read_text())
+    [hot] = [node.value for node in ast.walk(tree) if isinstance(node, ast.Assign)
+             and any(isinstance(t, ast.Name) and t.id == "HOT" for t in node.targets)]
+    files = ast.literal_eval(hot)
+    assert [f.removesuffix(".py").replace("/", ".") for f in files] == list(COMPILED_MODULES)
+
+
 def test_without_a_compiler_it_installs_pure_python_saying_so(tmp_path: Path) -> None:
     """A C compiler that fails (CC=false) gives a pure-Python wheel and one line that
     says why, not a failed install."""

@@ -1,0 +1,57 @@
+"""``JET_PURE_PYTHON=1`` when importing: run the ``.py`` source of the modules that a
+compiled install has compiled (issue 19), without reinstalling, to compare the two builds
+or to rule the compiled one out when debugging. At install time the same variable makes
+``pip install .`` build no extension at all (setup.py).
+
+``jetwire`` (here, for its codec) and ``jetd`` (:mod:`jetd.build`) call :func:`run_source`
+for their compiled modules before they import them. Without the variable, or in an install that has no extension, nothing
+changes. This module itself is never compiled.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from collections.abc import Sequence
+from importlib.machinery import ModuleSpec
+from types import ModuleType
+from typing import Optional
+
+__all__ = ["FORCED", "run_source"]
+
+FORCED = os.environ.get("JET_PURE_PYTHON", "") not in ("", "0")
+
+
+class _SourceFirst:
+    """A meta-path finder that finds the named modules' ``.py`` file ahead of the
+    extension module beside it (the import system's own order puts extensions first)."""
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+
+    def find_spec(self, name: str, path: Optional[Sequence[str]] = None,
+                  target: Optional[ModuleType] = None) -> Optional[ModuleSpec]:
+        if name not in self.names or not path:
+            return None
+        leaf = name.rpartition(".")[2]
+        for entry in path:
+            source = os.path.join(entry, leaf + ".py")
+            if os.path.isfile(source):
+                return importlib.util.spec_from_file_location(name, source)
+        return None
+
+
+_finder = _SourceFirst()
+
+
+def run_source(*names: str) -> None:
+    """With ``JET_PURE_PYTHON`` set, import the modules ``names`` from their source."""
+    if not FORCED:
+        return
+    _finder.names.update(names)
+    if _finder not in sys.meta_path:
+        sys.meta_path.insert(0, _finder)
+
+
+run_source("jetwire.codec")  # jetwire's compiled module; jetd.build names jetd's
