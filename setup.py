@@ -1,7 +1,7 @@
 """Builds jet with its hot path compiled by mypyc when it can (issue 19), else pure Python.
 
 Everything else is in pyproject.toml. The compiled modules are listed in
-``jetd/build.py`` (COMPILED_MODULES); their ``.py`` source stays in the package and is
+``jetwire/_pure.py`` (COMPILED_MODULES); their ``.py`` source stays in the package and is
 what runs when the extension is missing. ``JET_PURE_PYTHON=1`` forces pure Python; so
 does the absence of mypyc or of a working C compiler, with one line saying so.
 """
@@ -26,6 +26,10 @@ HOT = [
     "jetd/querying.py",
     "jetd/access.py",
     "jetd/core.py",
+    "tools/jetdump/packets.py",
+    "tools/jetdump/capture.py",
+    "tools/jetdump/dissector.py",
+    "tools/jetdump/events.py",
 ]
 
 

@@ -10,26 +10,9 @@ import importlib.machinery
 import os
 from importlib.metadata import PackageNotFoundError, version
 
-from jetwire._pure import run_source
+from jetwire._pure import COMPILED_MODULES  # the one list (setup.py compiles them)
 
 __all__ = ["COMPILED_MODULES", "build_description", "compiled", "jet_version"]
-
-# The modules setup.py compiles: the codec's frame splitter and decoder, and the daemon's
-# sans-IO core (receive, route, fan-out) with the parts it calls.
-COMPILED_MODULES = (
-    "jetwire.codec",
-    "jetd.frames",
-    "jetd.connection",
-    "jetd.base",
-    "jetd.registry",
-    "jetd.routes",
-    "jetd.subscriptions",
-    "jetd.query",
-    "jetd.querying",
-    "jetd.access",
-    "jetd.core",
-)
-run_source(*COMPILED_MODULES)  # JET_PURE_PYTHON=1: their source, even where compiled
 
 
 def compiled() -> bool:

@@ -3,8 +3,8 @@ compiled install has compiled (issue 19), without reinstalling, to compare the t
 or to rule the compiled one out when debugging. At install time the same variable makes
 ``pip install .`` build no extension at all (setup.py).
 
-``jetwire`` (here, for its codec) and ``jetd`` (:mod:`jetd.build`) call :func:`run_source`
-for their compiled modules before they import them. Without the variable, or in an install that has no extension, nothing
+Importing this module (``jetwire`` does, first; ``jetd`` and ``tools.jetdump`` import
+``jetwire`` before their own modules) registers every compiled module. Without the variable, or in an install that has no extension, nothing
 changes. This module itself is never compiled.
 """
 
@@ -18,9 +18,30 @@ from importlib.machinery import ModuleSpec
 from types import ModuleType
 from typing import Optional
 
-__all__ = ["FORCED", "run_source"]
+__all__ = ["COMPILED_MODULES", "FORCED", "run_source"]
 
 FORCED = os.environ.get("JET_PURE_PYTHON", "") not in ("", "0")
+
+# The modules setup.py compiles (its HOT list, tied to this one by a test): the codec's
+# frame splitter and decoder; the daemon's sans-IO core (receive, route, fan-out) with
+# the parts it calls; jetdump's per-packet path (capture reading, reassembly, dissector).
+COMPILED_MODULES = (
+    "jetwire.codec",
+    "jetd.frames",
+    "jetd.connection",
+    "jetd.base",
+    "jetd.registry",
+    "jetd.routes",
+    "jetd.subscriptions",
+    "jetd.query",
+    "jetd.querying",
+    "jetd.access",
+    "jetd.core",
+    "tools.jetdump.packets",
+    "tools.jetdump.capture",
+    "tools.jetdump.dissector",
+    "tools.jetdump.events",
+)
 
 
 class _SourceFirst:
@@ -54,4 +75,4 @@ def run_source(*names: str) -> None:
         sys.meta_path.insert(0, _finder)
 
 
-run_source("jetwire.codec")  # jetwire's compiled module; jetd.build names jetd's
+run_source(*COMPILED_MODULES)

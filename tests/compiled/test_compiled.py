@@ -31,6 +31,8 @@ from jetwire import (
     AddState,
     Authenticate,
     CallMethod,
+    Close,
+    FetchChange,
     FetchQuery,
     FetchStates,
     FilterOp,
@@ -42,8 +44,10 @@ from jetwire import (
     Query,
     QueryOnce,
     RemoveState,
+    Response,
     SetState,
     SortBy,
+    Status,
     Unfetch,
     Value,
     ValueFilter,
@@ -78,8 +82,10 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     compiled = [n for n in names if n.endswith(".so")]
     assert any(n.startswith("jetd/core.") for n in compiled), f"no compiled core in the wheel: {compiled}"
     assert "jetd/core.py" in names  # the source stays: it is what runs without the extension
+    assert any(n.startswith("tools/jetdump/capture.") for n in compiled), f"no compiled jetdump: {compiled}"
     site = work / "site"
     zipfile.ZipFile(wheel).extractall(site)
+    zipfile.ZipFile(wheel).extractall(work / "site-full")  # as installed: jetdump compiled too
     # Only the compiled packages: tools (which finds spec/ next to itself) and peer come
     # from the checkout, as in the rest of the suite.
     for name in ("tools", "peer"):
@@ -224,6 +230,95 @@ def test_both_builds_give_the_same_output_for_the_same_bytes(workers: tuple[_Wor
                                                              chunks: list[bytes]) -> None:
     compiled, pure = workers
     assert compiled.run(chunks) == pure.run(chunks)
+
+
+# --- jetdump: the compiled per-packet path prints what the source prints ----------------
+
+_JETDUMP_WORKER = """
+import contextlib, io, json, sys
+import tools.jetdump.capture, tools.jetdump.dissector
+from tools.jetdump.cli import main
+runs = [[tools.jetdump.capture.__file__, tools.jetdump.dissector.__file__]]
+for path in sys.argv[1:]:
+    for extra in ([], ["--stats"], ["--json"], ["--port", "9"]):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+            code = main([*extra, path])
+        runs.append([path, extra, code, out.getvalue()])
+print(json.dumps(runs))
+"""
+
+
+def _random_capture(path: Path, seed: int) -> None:
+    """A capture of a few jet connections as a network delivers them: frames whole, split
+    and batched, segments lost, repeated and out of order, garbage, a non-default port."""
+    import random
+
+    from tools.jetdump.synth import CaptureWriter, TcpSession
+
+    rnd = random.Random(seed)
+    frames = [encode(m) for m in (
+        Info("peer", 1 << 20), SetState(1, "plant/temp", Value.of(21.5)), Response(1, value=Value.of(21.5)),
+        FetchChange(3, "plant/temp", Value.of(22.0)), SetState(2, "a", Value.of("x" * 40)), Response(2),
+        GetState(7, "plant/temp"), Response(7, Status.NOT_FOUND, message="no such state"),
+        FetchStates(9, "plant/"), Close(Status.OK, "bye"))] + [b"\x01\x00\x00\x00\x01\x00", b"\xff" * 7]
+    with open(path, "wb") as fh:
+        writer = CaptureWriter(fh)
+        for conn in range(rnd.randint(1, 3)):
+            port = rnd.choice([11124, 11124, 4000 + conn])
+            session = TcpSession(writer, (f"10.0.0.{conn + 2}", 40000 + conn), ("10.0.0.1", port))
+            if rnd.random() < 0.8:
+                session.handshake()
+            for _ in range(rnd.randint(5, 60)):
+                direction = rnd.randint(0, 1)
+                data = b"".join(rnd.choice(frames) for _ in range(rnd.choice([1, 1, 1, 2, 5])))
+                roll = rnd.random()
+                if roll < 0.1:
+                    session.skip(direction, rnd.randint(1, 30))  # lost
+                    session.send(direction, data)
+                elif roll < 0.2 and len(data) > 2:
+                    cut = rnd.randint(1, len(data) - 1)  # out of order, then repeated
+                    start = session.next[direction] - session.isn[direction] - 1
+                    session.send(direction, data[cut:], at=start + cut, advance=False)
+                    session.send(direction, data[:cut])
+                    session.send(direction, data[cut:], at=start + cut)
+                    session.send(direction, data[:cut], at=start)
+                elif roll < 0.35 and len(data) > 2:
+                    cut = rnd.randint(1, len(data) - 1)  # split
+                    session.send(direction, data[:cut])
+                    session.send(direction, data[cut:])
+                else:
+                    session.send(direction, data)
+            if rnd.random() < 0.7:
+                session.close()
+
+
+def test_compiled_jetdump_prints_what_the_source_prints(site: Path, tmp_path: Path) -> None:
+    full = site.parent / "site-full"
+    paths = []
+    for seed in range(40):
+        paths.append(tmp_path / f"c{seed}.pcap")
+        _random_capture(paths[-1], seed)
+    from tools.bench.jetdump import write_capture
+
+    for per_packet in (False, True):
+        paths.append(tmp_path / f"bench-{per_packet}.pcap")
+        write_capture(paths[-1], 3000, per_packet=per_packet)
+    outputs = []
+    # The compiled install; the checkout; the compiled install with JET_PURE_PYTHON=1.
+    for root, forced in ((full, ""), (REPO, ""), (full, "1")):
+        done = subprocess.run([sys.executable, "-c", _JETDUMP_WORKER, *map(str, paths)], capture_output=True,
+                              text=True, timeout=300, cwd=root,
+                              env=_clean_env(PYTHONPATH=str(root), JET_PURE_PYTHON=forced))
+        assert done.returncode == 0, done.stderr[-3000:]
+        outputs.append(json.loads(done.stdout))
+    compiled, pure, forced_pure = outputs
+    assert all(f.endswith(".so") for f in compiled[0]), compiled[0]
+    assert all(f.endswith(".py") for f in pure[0] + forced_pure[0]), (pure[0], forced_pure[0])
+    assert len(compiled) == len(pure) == len(forced_pure) == 1 + 4 * len(paths)
+    for mine, theirs, forced_run in zip(compiled[1:], pure[1:], forced_pure[1:], strict=True):
+        assert mine == theirs == forced_run, (mine[:3], theirs[:3])
+    assert sum(run[3].count("\n") for run in pure[1:]) > 10_000  # they printed plenty
 
 
 # --- the suites, again --------------------------------------------------------------------

@@ -3,6 +3,11 @@ log, tshark + jet.lua beside it, and the tap's added round-trip latency.
 
     python -m tools.bench.jetdump                 # 1,000,000 frames (takes minutes)
     python -m tools.bench.jetdump --frames 200000 --json-frames 100000 --tshark-frames 50000
+    python -m tools.bench.jetdump --compiled      # also the compiled build (pip wheel .)
+
+``--compiled [SITE]``: the summary rows again with jetdump run from SITE, an unpacked
+wheel of ``pip wheel .`` (built into a temporary directory when SITE is not given), in
+the same run: the wheel compiles jetdump's per-packet path with mypyc.
 
 Prints markdown tables. Rates are frames per second of wall time and of CPU time (user +
 system of the child process): on a shared machine the CPU figure is the one to compare
@@ -101,21 +106,24 @@ def write_log(path: Path, frames: int) -> int:
     return count
 
 
-def timed(cmd: list[str]) -> tuple[float, float]:
-    """Run ``cmd`` with stdout to /dev/null; (wall seconds, CPU seconds of the child)."""
+def timed(cmd: list[str], site: Optional[Path] = None) -> tuple[float, float]:
+    """Run ``cmd`` with stdout to /dev/null; (wall seconds, CPU seconds of the child).
+    ``site``: run jetdump from that build instead of this checkout."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    root = site or REPO
+    env = {k: v for k, v in os.environ.items() if k != "JET_PURE_PYTHON"}
+    env["PYTHONPATH"] = str(root)
     with open(os.devnull, "wb") as devnull:
-        subprocess.run(cmd, stdout=devnull, stderr=subprocess.DEVNULL, check=True, env=env, cwd=REPO)
+        subprocess.run(cmd, stdout=devnull, stderr=subprocess.DEVNULL, check=True, env=env, cwd=root)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return wall, cpu
 
 
-def rate_row(label: str, frames: int, cmd: list[str], repeats: int) -> str:
-    runs = [timed(cmd) for _ in range(repeats)]
+def rate_row(label: str, frames: int, cmd: list[str], repeats: int, site: Optional[Path] = None) -> str:
+    runs = [timed(cmd, site) for _ in range(repeats)]
     wall = statistics.median(r[0] for r in runs)
     cpu = statistics.median(r[1] for r in runs)
     return f"| {label} | {frames:,} | {repeats} | {wall:.2f} | {frames / wall:,.0f} | {cpu:.2f} | {frames / cpu:,.0f} |"
@@ -202,6 +210,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--tshark-frames", type=int, default=100_000, help="frames for tshark (it is slower)")
     parser.add_argument("--repeats", type=int, default=3, help="runs per summary measurement (median)")
     parser.add_argument("--round-trips", type=int, default=3000, help="round trips per tap latency figure")
+    parser.add_argument("--compiled", nargs="?", const="build", metavar="SITE",
+                        help="also the summary rows from a compiled build (default: build one)")
     args = parser.parse_args(argv)
 
     jetdump = [sys.executable, "-m", "tools.jetdump"]
@@ -223,6 +233,14 @@ def main(argv: Optional[list[str]] = None) -> int:
         n_pp = write_capture(per_packet, args.frames, per_packet=True)
         print(rate_row("capture with one frame per packet, summary", n_pp, [*jetdump, str(per_packet)], args.repeats))
         print(rate_row("event log, summary", n_log, [*jetdump, str(log)], args.repeats))
+        if args.compiled:
+            from tools.bench.brokers import build_compiled
+
+            site = build_compiled(work / "wheel") if args.compiled == "build" else Path(args.compiled)
+            for label, n, path in (("capture, summary", n_cap, capture),
+                                   ("capture with one frame per packet, summary", n_pp, per_packet),
+                                   ("event log, summary", n_log, log)):
+                print(rate_row(f"{label}, compiled", n, [*jetdump, str(path)], args.repeats, site))
         print(rate_row("capture, --json", n_json_cap, [*jetdump, "--json", str(json_cap)], 1))
         print(rate_row("event log, --json", n_json_log, [*jetdump, "--json", str(json_log)], 1))
         tshark = shutil.which("tshark")

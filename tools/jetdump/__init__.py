@@ -56,3 +56,7 @@ JSON output (``--json``), one object per line; these names are stable:
 """
 
 from __future__ import annotations
+
+# First, before any module of this package: with JET_PURE_PYTHON=1 a compiled install's
+# capture, dissector, packets and events modules run from source (jetwire/_pure.py).
+import jetwire._pure  # noqa: F401

@@ -440,7 +440,6 @@ class Dissector:
         append = self.out.append
         keep_raw = self.keep_raw
         max_body = self.max_body
-        header = _HEADER.unpack_from
         decode = decode_frame
         data = self.data
         request_types = REQUEST_TYPES
@@ -456,7 +455,8 @@ class Dissector:
             if half is None or half.shadow or half.stopped or half.skip or half.resync or size < HEADER_SIZE:
                 data(stream, direction, ts, chunk, packet)
                 continue
-            ftype, length = header(chunk, 0)
+            ftype = chunk[0]  # byte reads: native when compiled (see capture.py)
+            length = chunk[1] << 24 | chunk[2] << 16 | chunk[3] << 8 | chunk[4]
             if length + HEADER_SIZE != size or length > max_body:
                 data(stream, direction, ts, chunk, packet)
                 continue
