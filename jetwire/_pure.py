@@ -10,13 +10,14 @@ changes. This module itself is never compiled.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 from collections.abc import Sequence
-from importlib.machinery import ModuleSpec
-from types import ModuleType
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:  # kept off the import path: every jet command imports this module
+    from importlib.machinery import ModuleSpec
+    from types import ModuleType
 
 __all__ = ["COMPILED_MODULES", "FORCED", "run_source"]
 
@@ -55,6 +56,8 @@ class _SourceFirst:
                   target: Optional[ModuleType] = None) -> Optional[ModuleSpec]:
         if name not in self.names or not path:
             return None
+        import importlib.util
+
         leaf = name.rpartition(".")[2]
         for entry in path:
             source = os.path.join(entry, leaf + ".py")
