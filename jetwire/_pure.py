@@ -4,8 +4,9 @@ or to rule the compiled one out when debugging. At install time the same variabl
 ``pip install .`` build no extension at all (setup.py).
 
 Importing this module (``jetwire`` does, first; ``jetd`` and ``tools.jetdump`` import
-``jetwire`` before their own modules) registers every compiled module. Without the variable, or in an install that has no extension, nothing
-changes. This module itself is never compiled.
+``jetwire`` before their own modules) registers every compiled module. Without the
+variable, or in an install that has no extension, nothing changes. This module itself is
+never compiled.
 """
 
 from __future__ import annotations
