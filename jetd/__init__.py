@@ -17,7 +17,10 @@ Run it with ``python -m jetd`` (default port 11124, see ``--help``).
 
 from __future__ import annotations
 
-from . import build  # noqa: F401  # first: with JET_PURE_PYTHON=1 the hot path runs from source
+# First, before any module of this package: with JET_PURE_PYTHON=1 a compiled install's
+# core runs from source (jetwire/_pure.py).
+import jetwire._pure  # noqa: F401
+
 from .config import DEFAULT_PORT, Config, ConfigError
 from .core import Connection, Daemon
 

@@ -3,10 +3,9 @@ compiled install has compiled (issue 19), without reinstalling, to compare the t
 or to rule the compiled one out when debugging. At install time the same variable makes
 ``pip install .`` build no extension at all (setup.py).
 
-Importing this module (``jetwire`` does, first; ``jetd`` and ``tools.jetdump`` import
-``jetwire`` before their own modules) registers every compiled module. Without the
-variable, or in an install that has no extension, nothing changes. This module itself is
-never compiled.
+Importing this module installs the finder (``jetwire`` imports it first; ``jetd`` and
+``tools.jetdump`` import it before their own modules). Without the variable, or in an
+install that has no extension, nothing changes. This module itself is never compiled.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ if TYPE_CHECKING:  # kept off the import path: every jet command imports this mo
     from importlib.machinery import ModuleSpec
     from types import ModuleType
 
-__all__ = ["COMPILED_MODULES", "FORCED", "run_source"]
+__all__ = ["COMPILED_MODULES", "FORCED"]
 
 FORCED = os.environ.get("JET_PURE_PYTHON", "") not in ("", "0")
 
@@ -47,15 +46,13 @@ COMPILED_MODULES = (
 
 
 class _SourceFirst:
-    """A meta-path finder that finds the named modules' ``.py`` file ahead of the
+    """A meta-path finder that finds a compiled module's ``.py`` file ahead of the
     extension module beside it (the import system's own order puts extensions first)."""
 
-    def __init__(self) -> None:
-        self.names: set[str] = set()
-
-    def find_spec(self, name: str, path: Optional[Sequence[str]] = None,
+    @staticmethod
+    def find_spec(name: str, path: Optional[Sequence[str]] = None,
                   target: Optional[ModuleType] = None) -> Optional[ModuleSpec]:
-        if name not in self.names or not path:
+        if name not in COMPILED_MODULES or not path:
             return None
         import importlib.util
 
@@ -67,16 +64,5 @@ class _SourceFirst:
         return None
 
 
-_finder = _SourceFirst()
-
-
-def run_source(*names: str) -> None:
-    """With ``JET_PURE_PYTHON`` set, import the modules ``names`` from their source."""
-    if not FORCED:
-        return
-    _finder.names.update(names)
-    if _finder not in sys.meta_path:
-        sys.meta_path.insert(0, _finder)
-
-
-run_source(*COMPILED_MODULES)
+if FORCED:
+    sys.meta_path.insert(0, _SourceFirst())

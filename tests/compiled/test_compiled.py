@@ -141,10 +141,10 @@ def test_a_compiled_install_runs_its_source_with_jet_pure_python_set(site: Path)
     assert version.stdout.strip().endswith("pure Python (JET_PURE_PYTHON is set)"), version
 
 
-def test_setup_compiles_exactly_the_modules_jetd_build_lists() -> None:
+def test_setup_compiles_exactly_the_modules_jetwire_pure_lists() -> None:
     import ast
 
-    from jetd.build import COMPILED_MODULES
+    from jetwire._pure import COMPILED_MODULES
 
     tree = ast.parse((REPO / "setup.py").read_text())
     [hot] = [node.value for node in ast.walk(tree) if isinstance(node, ast.Assign)

@@ -187,8 +187,6 @@ def test_on_a_cluster_tables_match_local_and_invisible_paths_fail_loudly(cluster
     assert "Traceback" not in out + done.stderr
 
 
-
-
 # PYSPARK_PYTHON for executors without jet: the test's Python with this checkout (on the
 # path, or installed editable) taken off the import path. Spark starts its Python
 # workers as ``PYTHON -m MODULE``.

@@ -21,13 +21,27 @@ import struct
 import sys
 from typing import Optional
 
-from jetwire import FetchAdd, Info, Response, Value, decode_frame, encode
-from jetwire.messages import AddMethod, AddState, FetchStates
+from jetwire import (
+    AddMethod,
+    AddState,
+    EventCode,
+    FetchAdd,
+    FetchStates,
+    FrameType,
+    Function,
+    Info,
+    Response,
+    Value,
+    decode_frame,
+    encode,
+)
 
 _HEADER = struct.Struct(">BI")
-_REQUEST, _RESPONSE, _EVENT = 1, 2, 3
-_CALL_METHOD = 0x05  # REQUEST body: id (4 bytes), function (1)
-_NOTIFY = 0x04  # EVENT body: code (1)
+# Plain ints for the per-frame comparisons. The function byte follows a REQUEST's 4-byte
+# id (offset 9 in the frame); an EVENT's code is its first body byte (offset 5).
+_REQUEST, _RESPONSE, _EVENT = FrameType.REQUEST.value, FrameType.RESPONSE.value, FrameType.EVENT.value
+_CALL_METHOD = Function.CALL_METHOD.value
+_NOTIFY = EventCode.NOTIFY_STATE.value
 
 
 class Relay:
