@@ -59,6 +59,8 @@ from .config import Config
 from .connection import Connection
 from .frames import (
     CALL_METHOD,
+    CHANGE_HEADS,
+    CHANGE_HEADS_BELOW,
     DAEMON_EVENTS,
     EV_CLOSE,
     EV_NOTIFY_STATE,
@@ -73,6 +75,7 @@ from .frames import (
     ID_HEAD_PACK,
     INFO,
     KNOWN_STATUSES,
+    NATIVE,
     OPAQUE,
     REQUEST,
     RESPONSE,
@@ -436,11 +439,18 @@ class Daemon(AccessControl):
         max_pending = self.config.max_pending_per_owner
         # PROTOCOL.md 15.3: the keys this connection may write (jetd.access); None: all.
         writable = conn.writable
+        # Compiled, integers are read byte by byte (native loads); interpreted, by struct
+        # (cheaper there). Both forms stand side by side below: jetd.frames.NATIVE.
+        native = NATIVE
         frames = 0
         routed = 0
         fanned = 0
         while n - pos >= 5:
-            ftype, length = HDR_FROM(buf, pos)
+            if native:
+                ftype = buf[pos]
+                length = buf[pos + 1] << 24 | buf[pos + 2] << 16 | buf[pos + 3] << 8 | buf[pos + 4]
+            else:
+                ftype, length = HDR_FROM(buf, pos)
             if not 1 <= ftype <= 4 or length > max_body:
                 # PROTOCOL.md 9.2: checked before buffering any of the body.
                 if logger is not None:
@@ -467,10 +477,14 @@ class Daemon(AccessControl):
                 # paths save.
                 function = buf[pos + 9] if fast_route and length >= 12 else 0
                 if function in (SET_STATE, CALL_METHOD):
-                    (klen,) = U16_FROM(buf, pos + 10)
+                    klen = buf[pos + 10] << 8 | buf[pos + 11] if native else U16_FROM(buf, pos + 10)[0]
                     kend = pos + 12 + klen
                     if klen and kend + 5 <= end:
-                        vtype, vn = VHEAD_FROM(buf, kend)
+                        if native:
+                            vtype = buf[kend]
+                            vn = buf[kend + 1] << 24 | buf[kend + 2] << 16 | buf[kend + 3] << 8 | buf[kend + 4]
+                        else:
+                            vtype, vn = VHEAD_FROM(buf, kend)
                         check = VTYPE_CHECK[vtype]
                         if kend + 5 + vn == end and (
                             check == OPAQUE or (vn == check and (vtype != 1 or buf[kend + 5] < 2))
@@ -485,7 +499,12 @@ class Daemon(AccessControl):
                                 and len(owner.routes) < max_pending
                                 and length <= owner.max_body
                             ):
-                                route = open_route(conn, U32_FROM(buf, pos + 5)[0], owner, function, key, now)
+                                rid = (
+                                    buf[pos + 5] << 24 | buf[pos + 6] << 16 | buf[pos + 7] << 8 | buf[pos + 8]
+                                    if native
+                                    else U32_FROM(buf, pos + 5)[0]
+                                )
+                                route = open_route(conn, rid, owner, function, key, now)
                                 routed += 1
                                 out = owner.out
                                 if not out:
@@ -499,12 +518,20 @@ class Daemon(AccessControl):
                 # PROTOCOL.md 10.3: an owner's OK with a fixed-width or opaque value goes
                 # back to a live requester under its own id right here.
                 if fast_route and length >= 10 + 5 and buf[pos + 9] == 0:
-                    vtype, vn = VHEAD_FROM(buf, pos + 10)
+                    if native:
+                        vtype = buf[pos + 10]
+                        vn = buf[pos + 11] << 24 | buf[pos + 12] << 16 | buf[pos + 13] << 8 | buf[pos + 14]
+                    else:
+                        vtype, vn = VHEAD_FROM(buf, pos + 10)
                     check = VTYPE_CHECK[vtype]
                     if pos + 15 + vn == end and (
                         check == OPAQUE or (vn == check and (vtype != 1 or buf[pos + 15] < 2))
                     ):
-                        oid = U32_FROM(buf, pos + 5)[0]
+                        oid = (
+                            buf[pos + 5] << 24 | buf[pos + 6] << 16 | buf[pos + 7] << 8 | buf[pos + 8]
+                            if native
+                            else U32_FROM(buf, pos + 5)[0]
+                        )
                         answered = conn.routes.get(oid)
                         if answered is not None:
                             requester = answered.requester
@@ -524,10 +551,14 @@ class Daemon(AccessControl):
                 # well-formed one with a fixed-width or opaque value, from the owner,
                 # is applied right here; anything else takes the careful path.
                 if end - pos >= 13 and buf[pos + 5] == 4:
-                    (klen,) = U16_FROM(buf, pos + 6)
+                    klen = buf[pos + 6] << 8 | buf[pos + 7] if native else U16_FROM(buf, pos + 6)[0]
                     kend = pos + 8 + klen
                     if klen and kend + 5 <= end:
-                        vtype, vn = VHEAD_FROM(buf, kend)
+                        if native:
+                            vtype = buf[kend]
+                            vn = buf[kend + 1] << 24 | buf[kend + 2] << 16 | buf[kend + 3] << 8 | buf[kend + 4]
+                        else:
+                            vtype, vn = VHEAD_FROM(buf, kend)
                         check = VTYPE_CHECK[vtype]
                         if kend + 5 + vn == end and (
                             check == OPAQUE or (vn == check and (vtype != 1 or buf[kend + 5] < 2))
@@ -552,7 +583,12 @@ class Daemon(AccessControl):
                                     elif inline_fanout:
                                         # _fanout inlined: head + fetch id + kv per fetcher
                                         # (live fetches only: a paused peer's are parked).
-                                        head = EVT_HEAD_PACK(EVENT, 5 + len(kv), FETCH_CHANGE)
+                                        size = len(kv)
+                                        head = (
+                                            CHANGE_HEADS[size]
+                                            if size < CHANGE_HEADS_BELOW
+                                            else EVT_HEAD_PACK(EVENT, 5 + size, FETCH_CHANGE)
+                                        )
                                         for fetch in targets:
                                             out = fetch.conn.out
                                             if not out:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+from typing import Final
 
 from jetwire import Close, EventCode, Function, RemoteProtocolError, Status, decode_body, encode
 from jetwire.codec import is_utf8
@@ -54,6 +55,22 @@ VTYPE_CHECK = [
     {0: 0, 1: 1, 2: 8, 3: 8, 4: UTF8}.get(t, OPAQUE if 5 <= t <= 8 or t >= 0x80 else RESERVED)
     for t in range(256)
 ]
+
+# A FETCH_CHANGE event's head (type, length, code) per key-and-value length below
+# CHANGE_HEADS_BELOW: one list index per fan-out instead of a pack (the fetch id follows).
+CHANGE_HEADS_BELOW = 1024
+CHANGE_HEADS = [EVT_HEAD_PACK(EVENT, 5 + n, FETCH_CHANGE) for n in range(CHANGE_HEADS_BELOW)]
+
+
+def _compiled() -> bool:
+    return not hasattr(_compiled, "__code__")  # a mypyc function has no Python code object
+
+
+# True when this module runs compiled (mypyc, issue 19). The core's frame loop then reads
+# integers byte by byte, which mypyc turns into native loads (17 ns for a frame head,
+# against 141 ns for a struct call); interpreted, the same reads cost 301 ns against
+# 126 ns, so the pure-Python build keeps struct (BENCHMARKS.md, "Ninth session").
+NATIVE: Final = _compiled()
 
 ROUTE_PACK = struct.Struct(">IIIIBH").pack  # JETLOG.md 4: ROUTE data up to the key bytes
 ROUTE_KIND = LogKind.ROUTE.value

@@ -181,11 +181,20 @@ _FRAMES = [encode(m) for m in (
                                                 window_from=1, window_to=5)),
     Authenticate(14, "u", "p"), AddState(15, "k/0", Value.of(None)),
 )]
+# The peer sets its own state and calls its own method, then answers the routed requests
+# (route ids start at 1): the routing fast paths both ways (PROTOCOL.md 10.3).
+_EXCHANGES = [b"".join(encode(m) for m in exchange) for exchange in (
+    (AddState(1, "p/a", Value.of(True)), SetState(16, "p/a", Value.of(False)),
+     *(Response(oid, Status.OK, Value.of(oid)) for oid in (1, 2, 3))),
+    (AddMethod(11, "p/m"), CallMethod(17, "p/m", Value.of(2)), CallMethod(18, "p/m", Value.of(b"x")),
+     *(Response(oid, Status.OK, Value.of(b"raw")) for oid in (2, 1, 3))),
+)]
 
 
 @st.composite
 def streams(draw: st.DrawFn) -> list[bytes]:
-    parts = draw(st.lists(st.one_of(st.sampled_from(_FRAMES), st.binary(max_size=12)), min_size=1, max_size=25))
+    parts = draw(st.lists(st.one_of(st.sampled_from(_FRAMES), st.sampled_from(_EXCHANGES), st.binary(max_size=12)),
+                          min_size=1, max_size=25))
     data = bytearray(b"".join(parts))
     for _ in range(draw(st.integers(0, 3))):  # a few flipped bytes
         if data:

@@ -51,7 +51,20 @@ class DaemonProcess:
         return self.host, self.port
 
     def cpu_seconds(self) -> float:
-        """User plus system CPU seconds the daemon has used so far (all its threads)."""
+        """User plus system CPU seconds the daemon has used so far (all its threads).
+
+        From the scheduler's nanosecond counts (``/proc/PID/task/*/schedstat``) where the
+        kernel keeps them: ``/proc/PID/stat`` counts in clock ticks (10 ms), a tenth of a
+        fan-out run to 50 subscribers. A thread that exited takes its time with it there,
+        which is fine for the daemons measured here (their threads live as long as they)."""
+        try:
+            total = 0
+            for task in os.scandir(f"/proc/{self.proc.pid}/task"):
+                with open(f"{task.path}/schedstat", "rb") as schedstat:
+                    total += int(schedstat.read().split()[0])
+            return total / 1e9
+        except (OSError, ValueError, IndexError):
+            pass
         with open(f"/proc/{self.proc.pid}/stat", "rb") as stat:
             text = stat.read()
         # Fields after the ")" that closes the command name; utime and stime are 14, 15.
