@@ -15,51 +15,64 @@ from jetwire import Close, EventCode, Function, RemoteProtocolError, Status, dec
 from jetwire.codec import is_utf8
 from jetwire.log import LogKind
 
-# Frame heads (PROTOCOL.md 3, 4): type:u8 | length:u32, then id/function or code.
-HDR = struct.Struct(">BI")
-HDR_FROM = HDR.unpack_from
-HDR_PACK = HDR.pack
-ID_HEAD = struct.Struct(">BII")  # type, length, id: a REQUEST/RESPONSE head minus its last byte
-ID_HEAD_PACK = ID_HEAD.pack
-RESP_HEAD = struct.Struct(">BIIB")  # type, length, id, status
-RESP_HEAD_PACK = RESP_HEAD.pack
-EVT_HEAD = struct.Struct(">BIB")  # type, length, code
-EVT_HEAD_PACK = EVT_HEAD.pack
-U16 = struct.Struct(">H")
-U16_FROM = U16.unpack_from
-U32 = struct.Struct(">I")
-U32_FROM = U32.unpack_from
-U32_PACK = U32.pack
-ID_BYTE_FROM = struct.Struct(">IB").unpack_from
-VHEAD_FROM = struct.Struct(">BI").unpack_from
+# Every constant here is Final: compiled, mypyc inlines the literal ones and reads the
+# others from C statics; a plain module global would be a dict lookup at each use.
 
-REQUEST, RESPONSE, EVENT, INFO = 1, 2, 3, 4
-FETCH_ADD = EventCode.FETCH_ADD.value
-FETCH_CHANGE = EventCode.FETCH_CHANGE.value
-FETCH_REMOVE = EventCode.FETCH_REMOVE.value
+# The struct functions typed: what they read is int, so that compiled code uses it natively.
+_Read1 = Callable[[bytes, int], tuple[int]]
+_Read2 = Callable[[bytes, int], tuple[int, int]]
+_Pack = Callable[..., bytes]
+
+# Frame heads (PROTOCOL.md 3, 4): type:u8 | length:u32, then id/function or code.
+HDR: Final = struct.Struct(">BI")
+HDR_FROM: Final[_Read2] = HDR.unpack_from
+HDR_PACK: Final[_Pack] = HDR.pack
+ID_HEAD: Final = struct.Struct(">BII")  # type, length, id: a REQUEST/RESPONSE head minus its last byte
+ID_HEAD_PACK: Final[_Pack] = ID_HEAD.pack
+RESP_HEAD: Final = struct.Struct(">BIIB")  # type, length, id, status
+RESP_HEAD_PACK: Final[_Pack] = RESP_HEAD.pack
+EVT_HEAD: Final = struct.Struct(">BIB")  # type, length, code
+EVT_HEAD_PACK: Final[_Pack] = EVT_HEAD.pack
+U16: Final = struct.Struct(">H")
+U16_FROM: Final[_Read1] = U16.unpack_from
+U32: Final = struct.Struct(">I")
+U32_FROM: Final[_Read1] = U32.unpack_from
+U32_PACK: Final[_Pack] = U32.pack
+ID_BYTE_FROM: Final[_Read2] = struct.Struct(">IB").unpack_from
+VHEAD_FROM: Final[_Read2] = struct.Struct(">BI").unpack_from
+
+REQUEST: Final = 1
+RESPONSE: Final = 2
+EVENT: Final = 3
+INFO: Final = 4
+FETCH_ADD: Final = EventCode.FETCH_ADD.value
+FETCH_CHANGE: Final = EventCode.FETCH_CHANGE.value
+FETCH_REMOVE: Final = EventCode.FETCH_REMOVE.value
 # Plain ints for the codes the hot paths compare: an IntEnum member costs several times
 # a small int in a comparison.
-SET_STATE = Function.SET_STATE.value
-CALL_METHOD = Function.CALL_METHOD.value
-EV_SET_STATE = EventCode.SET_STATE.value
-EV_NOTIFY_STATE = EventCode.NOTIFY_STATE.value
-EV_CLOSE = EventCode.CLOSE.value
-NONE_VALUE = b"\x00\x00\x00\x00\x00"  # PROTOCOL.md 10.3: empty OK to a set -> NONE
-KNOWN_STATUSES = frozenset(int(s) for s in Status)  # PROTOCOL.md 8: the codes are not contiguous
+SET_STATE: Final = Function.SET_STATE.value
+CALL_METHOD: Final = Function.CALL_METHOD.value
+EV_SET_STATE: Final = EventCode.SET_STATE.value
+EV_NOTIFY_STATE: Final = EventCode.NOTIFY_STATE.value
+EV_CLOSE: Final = EventCode.CLOSE.value
+NONE_VALUE: Final = b"\x00\x00\x00\x00\x00"  # PROTOCOL.md 10.3: empty OK to a set -> NONE
+KNOWN_STATUSES: Final = frozenset(int(s) for s in Status)  # PROTOCOL.md 8: the codes are not contiguous
 # PROTOCOL.md 9.3: fetch events (1.0 and 1.1) only the daemon sends.
-DAEMON_EVENTS = frozenset({FETCH_ADD, FETCH_CHANGE, FETCH_REMOVE, *range(0x84, 0x89)})
+DAEMON_EVENTS: Final = frozenset({FETCH_ADD, FETCH_CHANGE, FETCH_REMOVE, *range(0x84, 0x89)})
 
 # PROTOCOL.md 5.3 per vtype byte: fixed width (>= 0), opaque (-1), STRING (-2), reserved (-3).
-OPAQUE, UTF8, RESERVED = -1, -2, -3
-VTYPE_CHECK = [
+OPAQUE: Final = -1
+UTF8: Final = -2
+RESERVED: Final = -3
+VTYPE_CHECK: Final = [
     {0: 0, 1: 1, 2: 8, 3: 8, 4: UTF8}.get(t, OPAQUE if 5 <= t <= 8 or t >= 0x80 else RESERVED)
     for t in range(256)
 ]
 
 # A FETCH_CHANGE event's head (type, length, code) per key-and-value length below
 # CHANGE_HEADS_BELOW: one list index per fan-out instead of a pack (the fetch id follows).
-CHANGE_HEADS_BELOW = 1024
-CHANGE_HEADS = [EVT_HEAD_PACK(EVENT, 5 + n, FETCH_CHANGE) for n in range(CHANGE_HEADS_BELOW)]
+CHANGE_HEADS_BELOW: Final = 1024
+CHANGE_HEADS: Final = [EVT_HEAD_PACK(EVENT, 5 + n, FETCH_CHANGE) for n in range(CHANGE_HEADS_BELOW)]
 
 
 def _compiled() -> bool:
@@ -72,10 +85,10 @@ def _compiled() -> bool:
 # 126 ns, so the pure-Python build keeps struct (BENCHMARKS.md, "Ninth session").
 NATIVE: Final = _compiled()
 
-ROUTE_PACK = struct.Struct(">IIIIBH").pack  # JETLOG.md 4: ROUTE data up to the key bytes
-ROUTE_KIND = LogKind.ROUTE.value
-FRAME_IN = LogKind.FRAME_IN.value
-FRAME_OUT = LogKind.FRAME_OUT.value
+ROUTE_PACK: Final = struct.Struct(">IIIIBH").pack  # JETLOG.md 4: ROUTE data up to the key bytes
+ROUTE_KIND: Final = LogKind.ROUTE.value
+FRAME_IN: Final = LogKind.FRAME_IN.value
+FRAME_OUT: Final = LogKind.FRAME_OUT.value
 
 LogHook = Callable[[int, int, bytes], None]
 """``hook(conn_id, kind, data)``: append one event-log record (the writer stamps it)."""

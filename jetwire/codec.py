@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Final, Optional
 
 from .codes import (
     DEFAULT_MAX_BODY,
@@ -72,22 +72,22 @@ if TYPE_CHECKING:
 
 __all__ = ["Decoder", "decode_body", "decode_frame", "encode", "frame_size", "is_utf8", "query_bytes"]
 
-_HEADER = struct.Struct(">BI")
-_U16 = struct.Struct(">H")
-_U32 = struct.Struct(">I")
-_ID_BYTE = struct.Struct(">IB")  # REQUEST id|function, RESPONSE id|status
-_VALUE_HEAD = struct.Struct(">BI")
-_INFO_HEAD = struct.Struct(">BBII")
-_INFO_LIMITS = struct.Struct(">HI")
-_REQ_KEY = struct.Struct(">BIIBH")  # header + id + function + key length
-_EVT_KEY = struct.Struct(">BIBH")  # header + code + key length
-_EVT_FID_KEY = struct.Struct(">BIBIH")  # header + code + fetch_id + key length
-_RESP_HEAD = struct.Struct(">BIIB")  # header + id + status
+_HEADER: Final = struct.Struct(">BI")
+_U16: Final = struct.Struct(">H")
+_U32: Final = struct.Struct(">I")
+_ID_BYTE: Final = struct.Struct(">IB")  # REQUEST id|function, RESPONSE id|status
+_VALUE_HEAD: Final = struct.Struct(">BI")
+_INFO_HEAD: Final = struct.Struct(">BBII")
+_INFO_LIMITS: Final = struct.Struct(">HI")
+_REQ_KEY: Final = struct.Struct(">BIIBH")  # header + id + function + key length
+_EVT_KEY: Final = struct.Struct(">BIBH")  # header + code + key length
+_EVT_FID_KEY: Final = struct.Struct(">BIBIH")  # header + code + fetch_id + key length
+_RESP_HEAD: Final = struct.Struct(">BIIB")  # header + id + status
 
-_REQUEST = FrameType.REQUEST
-_RESPONSE = FrameType.RESPONSE
-_EVENT = FrameType.EVENT
-_INFO = FrameType.INFO
+_REQUEST: Final = FrameType.REQUEST
+_RESPONSE: Final = FrameType.RESPONSE
+_EVENT: Final = FrameType.EVENT
+_INFO: Final = FrameType.INFO
 
 # Frozen dataclasses are slow to build through __init__ (object.__setattr__ per
 # field); the decoder fills the slots directly, skipping only that indirection.
@@ -118,24 +118,24 @@ def _make_response(
 
 
 # PROTOCOL.md 5.3: fixed widths; BOOL additionally 0x00/0x01; STRING valid UTF-8.
-_WIDTH = {0: 0, 1: 1, 2: 8, 3: 8}
-_RESERVED_VTYPES = frozenset(range(0x09, 0x80))
+_WIDTH: Final = {0: 0, 1: 1, 2: 8, 3: 8}
+_RESERVED_VTYPES: Final = frozenset(range(0x09, 0x80))
 # Per type byte: the fixed width, or _OPAQUE for data carried without looking inside,
 # or _CHECKED for STRING (UTF-8) and the reserved types (the careful path decides).
-_OPAQUE = -1
-_CHECKED = -2
-_FAST_WIDTH = [
+_OPAQUE: Final = -1
+_CHECKED: Final = -2
+_FAST_WIDTH: Final = [
     _WIDTH.get(t, _OPAQUE if t in (5, 6, 7, 8) or t >= 0x80 else _CHECKED) for t in range(256)
 ]
 # Decoder.messages(): the width of the types whose data needs no look inside (NONE,
 # INT64, FLOAT64), _OPAQUE as above, _CHECKED for BOOL, STRING and the reserved types.
-_PLAIN_WIDTH = [_CHECKED if t == 1 else w for t, w in enumerate(_FAST_WIDTH)]
-_TWO_U32 = struct.Struct(">II")
-_U16_FROM = _U16.unpack_from
-_U32_FROM = _U32.unpack_from
-_VALUE_HEAD_FROM = _VALUE_HEAD.unpack_from
-_ID_BYTE_FROM = _ID_BYTE.unpack_from
-_HEADER_FROM = _HEADER.unpack_from
+_PLAIN_WIDTH: Final = [_CHECKED if t == 1 else w for t, w in enumerate(_FAST_WIDTH)]
+_TWO_U32: Final = struct.Struct(">II")
+_U16_FROM: Final = _U16.unpack_from
+_U32_FROM: Final = _U32.unpack_from
+_VALUE_HEAD_FROM: Final = _VALUE_HEAD.unpack_from
+_ID_BYTE_FROM: Final = _ID_BYTE.unpack_from
+_HEADER_FROM: Final = _HEADER.unpack_from
 
 Parser = Callable[[bytes, int, int, Optional[int], int], Message]
 
@@ -285,11 +285,11 @@ def _parse_unfetch(buf: bytes, off: int, end: int, rid: Optional[int], ftype: in
     return Unfetch(rid, _U32_FROM(buf, off)[0])
 
 
-_PATH_OPS = {int(op): op for op in PathOp}
-_FILTER_OPS = {int(op): op for op in FilterOp}
-_SORT_BYS = {int(op): op for op in SortBy}
-_ACTIONS = {int(a): a for a in Action}
-_ENTRY_KINDS = {int(k): k for k in EntryKind}
+_PATH_OPS: Final = {int(op): op for op in PathOp}
+_FILTER_OPS: Final = {int(op): op for op in FilterOp}
+_SORT_BYS: Final = {int(op): op for op in SortBy}
+_ACTIONS: Final = {int(a): a for a in Action}
+_ENTRY_KINDS: Final = {int(k): k for k in EntryKind}
 
 
 def _parse_value_at(buf: bytes, off: int, end: int, rid: Optional[int], ftype: int) -> tuple[Value, int]:
@@ -481,8 +481,8 @@ _QUERY_EVENT_PARSERS: dict[int, Callable[[bytes, int, int], Message]] = {
     EventCode.QUERY_ENTRY: _parse_query_entry,
 }
 
-_STATUSES = {int(s): s for s in Status}
-_OK = Status.OK
+_STATUSES: Final = {int(s): s for s in Status}
+_OK: Final = Status.OK
 
 
 def _decode_request(buf: bytes, off: int, end: int) -> Message:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import Final
 
-PROTOCOL_MAJOR = 1  # PROTOCOL.md 2: major version; a mismatch is fatal
-PROTOCOL_MINOR = 2  # PROTOCOL.md 2: minor versions only add, never change (1.1: sections 14, 15; 1.2: 4.4.1)
+PROTOCOL_MAJOR: Final = 1  # PROTOCOL.md 2: major version; a mismatch is fatal
+PROTOCOL_MINOR: Final = 2  # PROTOCOL.md 2: minor versions only add, never change (1.1: sections 14, 15; 1.2: 4.4.1)
 
-HEADER_SIZE = 5  # PROTOCOL.md 3: type:u8 | length:u32
-DEFAULT_MAX_BODY = 1024 * 1024  # PROTOCOL.md 3: announced in INFO, 1 MiB unless configured
-MIN_PEER_MAX_BODY = 64  # PROTOCOL.md 4.4: a smaller max_body in a peer's INFO is MALFORMED
+HEADER_SIZE: Final = 5  # PROTOCOL.md 3: type:u8 | length:u32
+DEFAULT_MAX_BODY: Final = 1024 * 1024  # PROTOCOL.md 3: announced in INFO, 1 MiB unless configured
+MIN_PEER_MAX_BODY: Final = 64  # PROTOCOL.md 4.4: a smaller max_body in a peer's INFO is MALFORMED
 
 
 class FrameType(IntEnum):
