@@ -30,6 +30,7 @@ HOT = [
     "tools/jetdump/capture.py",
     "tools/jetdump/dissector.py",
     "tools/jetdump/events.py",
+    "tools/ingest/chain.py",
 ]
 
 

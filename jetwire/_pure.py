@@ -25,7 +25,8 @@ FORCED = os.environ.get("JET_PURE_PYTHON", "") not in ("", "0")
 
 # The modules setup.py compiles (its HOT list, tied to this one by a test): the codec's
 # frame splitter and decoder; the daemon's sans-IO core (receive, route, fan-out) with
-# the parts it calls; jetdump's per-packet path (capture reading, reassembly, dissector).
+# the parts it calls; jetdump's per-packet path (capture reading, reassembly, dissector);
+# the event-log reader's walk along the records.
 COMPILED_MODULES = (
     "jetwire.codec",
     "jetd.frames",
@@ -42,6 +43,7 @@ COMPILED_MODULES = (
     "tools.jetdump.capture",
     "tools.jetdump.dissector",
     "tools.jetdump.events",
+    "tools.ingest.chain",
 )
 
 

@@ -354,6 +354,24 @@ def test_daemon_and_codec_tests_pass_on_the_compiled_build(site: Path) -> None:
     assert " passed" in result.stdout
 
 
+def test_log_reader_tests_pass_on_the_compiled_record_walk(site: Path) -> None:
+    """tests/ingest/test_parse.py (with its hypothesis test of damage at random offsets
+    and random chunk sizes against a reference reader) on the installed wheel, whose
+    tools.ingest.chain is compiled."""
+    full = site.parent / "site-full"
+    env = _clean_env(PYTHONPATH=f"{full}{os.pathsep}{REPO}")
+    check = subprocess.run([sys.executable, "-c", "import tools.ingest.chain as c; print(c.NATIVE, c.__file__)"],
+                           capture_output=True, text=True, timeout=60, env=env, cwd=full)
+    assert check.stdout.startswith(f"True {full}"), check
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "--rootdir", str(REPO),
+         "-c", str(REPO / "pyproject.toml"), str(REPO / "tests/ingest/test_parse.py")],
+        capture_output=True, text=True, timeout=300, env=env, cwd=full,
+    )
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
+    assert " passed" in result.stdout
+
+
 def test_conformance_suite_passes_against_a_compiled_jetd(site: Path) -> None:
     daemon = subprocess.Popen([sys.executable, "-m", "jetd", "--host", "127.0.0.1", "--port", "0"],
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,

@@ -37,6 +37,8 @@ from jetwire.codes import EventCode, FrameType, Function, Status, ValueType
 from jetwire.errors import RemoteProtocolError
 from jetwire.log import DEFAULT_MAX_RECORD, RECORD_MARKER, LogHeaderIncomplete, LogKind, decode_header
 
+from .chain import walk
+
 __all__ = [
     "ARROW_SCHEMA",
     "CORRUPT",
@@ -386,27 +388,22 @@ def scan_records(
     have = len(buf)
     if until is None or until > have:
         until = have
+    # The chain of valid records is walked over bytes (tools.ingest.chain, native loads
+    # when compiled): of a mapping, a copy of what the records starting before ``until``
+    # can span. Offsets in that copy are ``base`` less than in ``buf``.
+    if isinstance(buf, bytes):
+        data, base = buf, 0
+    else:
+        data, base = bytes(buf[start : min(have, until + _HEAD_SIZE + max_record)]), start
     starts: list[int] = []
-    append = starts.append
-    unpack = _HEAD.unpack_from
-    crc32 = zlib.crc32
     damage: list[tuple[int, int, str]] = []
     pos = start
     truncated: Optional[tuple[int, int, int]] = None
-    while pos < until:
-        # Fast path: a valid record (the overwhelmingly common case), checked inline.
-        if have - pos >= _HEAD_SIZE:
-            marker, length, crc = unpack(buf, pos)
-            end = pos + _HEAD_SIZE + length
-            if (
-                marker == RECORD_MARKER
-                and _FIXED_SIZE <= length <= max_record
-                and end <= have
-                and (not verify_crc or crc32(buf[pos + _HEAD_SIZE : end], crc32(buf[pos + 2 : pos + 6])) == crc)
-            ):
-                append(pos)
-                pos = end
-                continue
+    while True:
+        pos = walk(data, pos - base, until - base, max_record, verify_crc, starts) + base
+        if pos >= until:
+            break
+        # The walk stopped at a record that is not valid, or at the end of the bytes.
         problem = _record_problem(buf, pos, have, max_record, verify_crc)
         nxt = _next_candidate(buf, pos + 1, have, max_record)
         if problem == "":
@@ -419,7 +416,7 @@ def scan_records(
         # JETLOG.md 5: damage in the middle; report it and resume at the next candidate.
         damage.append((pos, nxt - pos, problem or "damage"))
         pos = nxt
-    return ScanResult(np.asarray(starts, dtype=np.int64), damage, pos, truncated)
+    return ScanResult(np.asarray(starts, dtype=np.int64) + base, damage, pos, truncated)
 
 
 def time_range(
@@ -571,13 +568,24 @@ class _Gather:
     def __init__(self, a: np.ndarray, end: np.ndarray) -> None:
         self.a = a
         self.end = end
+        # Per width, the bytes seen as a big-endian integer starting at every offset (a
+        # view with a stride of one byte): one gather per read instead of one per byte.
+        self.wide = {
+            width: np.ndarray(shape=(len(a) - width + 1,), dtype=f">u{width}", buffer=a, strides=(1,))
+            for width in (4, 8)
+            if len(a) >= width
+        }
 
     def uint(self, pos: np.ndarray, ok: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
         ok = ok & (pos + width <= self.end)
         p = np.where(ok, pos, 0)
-        v = self.a[p].astype(np.int64)
-        for i in range(1, width):
-            v = (v << 8) | self.a[p + i]
+        wide = self.wide.get(width)
+        if wide is not None:
+            v = wide[p].astype(np.int64)
+        else:
+            v = self.a[p].astype(np.int64)
+            for i in range(1, width):
+                v = (v << 8) | self.a[p + i]
         return np.where(ok, v, 0), ok
 
     def str16(self, pos: np.ndarray, ok: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -1,0 +1,74 @@
+"""The walk along a segment's chain of valid records (JETLOG.md 3): the per-record loop of
+:func:`tools.ingest.parse.scan_records`, the one part of reading an event log that runs
+once per record in Python (issue 13). Everything else the reader does is vectorised.
+
+It is compiled with mypyc in the wheel (``jetwire._pure.COMPILED_MODULES``). Compiled,
+the record head is read byte by byte, which mypyc turns into native loads; interpreted,
+through ``struct``, which is cheaper there (BENCHMARKS.md, "Ninth session"). Both forms
+stand side by side in :func:`walk`, chosen by :data:`NATIVE`.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from typing import Final
+
+from jetwire.log import RECORD_MARKER
+
+__all__ = ["FIXED_SIZE", "HEAD_SIZE", "NATIVE", "walk"]
+
+HEAD = struct.Struct(">HII")  # JETLOG.md 3: marker | length | crc
+HEAD_SIZE: Final = 10
+FIXED_SIZE: Final = 13  # JETLOG.md 3: ts_ns u64 | conn_id u32 | kind u8
+_MARKER_HI: Final = RECORD_MARKER >> 8
+_MARKER_LO: Final = RECORD_MARKER & 0xFF
+
+
+def _compiled() -> bool:
+    return not hasattr(_compiled, "__code__")  # a mypyc function has no Python code object
+
+
+NATIVE: Final = _compiled()
+"""True when this module runs compiled (mypyc)."""
+
+
+def walk(buf: bytes, pos: int, until: int, max_record: int, verify_crc: bool, starts: list[int]) -> int:
+    """Append to ``starts`` the offsets of the valid records chained from ``pos`` (a
+    marker, a length in ``[FIXED_SIZE, max_record]``, all of it inside ``buf``, and its
+    CRC when ``verify_crc``), while they start before ``until``. Returns where the walk
+    stopped: ``until`` or later, or the first record that is not valid, which the caller
+    examines (JETLOG.md 5)."""
+    have = len(buf)
+    crc32 = zlib.crc32
+    if NATIVE:
+        while pos < until and have - pos >= HEAD_SIZE:
+            if buf[pos] != _MARKER_HI or buf[pos + 1] != _MARKER_LO:
+                break
+            length = buf[pos + 2] << 24 | buf[pos + 3] << 16 | buf[pos + 4] << 8 | buf[pos + 5]
+            end = pos + HEAD_SIZE + length
+            if length < FIXED_SIZE or length > max_record or end > have:
+                break
+            if verify_crc:
+                crc = buf[pos + 6] << 24 | buf[pos + 7] << 16 | buf[pos + 8] << 8 | buf[pos + 9]
+                if crc32(buf[pos + HEAD_SIZE : end], crc32(buf[pos + 2 : pos + 6])) != crc:
+                    break
+            starts.append(pos)
+            pos = end
+        return pos
+    unpack = HEAD.unpack_from
+    append = starts.append
+    while pos < until and have - pos >= HEAD_SIZE:
+        marker, length, crc = unpack(buf, pos)
+        end = pos + HEAD_SIZE + length
+        if (
+            marker != RECORD_MARKER
+            or length < FIXED_SIZE
+            or length > max_record
+            or end > have
+            or (verify_crc and crc32(buf[pos + HEAD_SIZE : end], crc32(buf[pos + 2 : pos + 6])) != crc)
+        ):
+            break
+        append(pos)
+        pos = end
+    return pos
