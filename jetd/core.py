@@ -589,13 +589,28 @@ class Daemon(AccessControl):
                                             if size < CHANGE_HEADS_BELOW
                                             else EVT_HEAD_PACK(EVENT, 5 + size, FETCH_CHANGE)
                                         )
-                                        for fetch in targets:
-                                            out = fetch.conn.out
-                                            if not out:
-                                                dirty.append(fetch.conn)
-                                            out.append(head)
-                                            out.append(fetch.fid_bytes)
-                                            out.append(kv)
+                                        if native:
+                                            # Two pieces per event: the fetch keeps its head
+                                            # and id joined (a quarter off 50 fetchers,
+                                            # compiled; interpreted, the attribute reads cost
+                                            # more than the third append they save).
+                                            for fetch in targets:
+                                                out = fetch.conn.out
+                                                if not out:
+                                                    dirty.append(fetch.conn)
+                                                if fetch.change_head is not head:
+                                                    fetch.change_head = head
+                                                    fetch.change_prefix = head + fetch.fid_bytes
+                                                out.append(fetch.change_prefix)
+                                                out.append(kv)
+                                        else:
+                                            for fetch in targets:
+                                                out = fetch.conn.out
+                                                if not out:
+                                                    dirty.append(fetch.conn)
+                                                out.append(head)
+                                                out.append(fetch.fid_bytes)
+                                                out.append(kv)
                                         fanned += len(targets)
                                     else:
                                         self._fanout(key, FETCH_CHANGE, kv)

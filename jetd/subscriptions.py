@@ -60,11 +60,15 @@ class Fetch:
     ``prefix`` (:meth:`jetd.access.PrefixSet.narrow`), possibly none.
     """
 
-    __slots__ = ("conn", "fid", "fid_bytes", "prefix", "prefixes")
+    __slots__ = ("change_head", "change_prefix", "conn", "fid", "fid_bytes", "prefix", "prefixes")
 
     def __init__(self, fid: int, conn: Connection, prefix: bytes, prefixes: Optional[tuple[bytes, ...]] = None) -> None:
         self.fid = fid
         self.fid_bytes = U32_PACK(fid)
+        # The last FETCH_CHANGE head the fan-out used (one of jetd.frames.CHANGE_HEADS)
+        # and that head followed by this fetch's id: two pieces per event, not three.
+        self.change_head = b""
+        self.change_prefix = b""
         self.conn = conn
         self.prefix = prefix
         self.prefixes = (prefix,) if prefixes is None else prefixes

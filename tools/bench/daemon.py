@@ -7,9 +7,9 @@ Usage::
 Each workload runs on a fresh daemon started as a child process on 127.0.0.1 (jetd as
 ``python -m jetd --host 127.0.0.1 --port 0``; node-jet 3.0.17 installed with npm into a
 scratch directory on first use). The load generator is this process: plain sockets, one
-``selectors`` loop, header-only scanning. The daemon's own CPU seconds come from
-``/proc/PID/stat`` around every measured window, so "CPU per operation" figures hold
-even when the generator saturates its core. Figures are medians over repetitions; the
+``selectors`` loop, header-only scanning. The daemon's own CPU seconds come from the
+scheduler's counts (``/proc/PID/task/*/schedstat``) around every measured window, so
+"CPU per operation" figures hold even when the generator saturates its core. Figures are medians over repetitions; the
 ratio column compares numbers from the same invocation. Prints a markdown table.
 """
 

@@ -34,7 +34,7 @@ from jetd.access import Access
 from jetd.config import Config
 from jetd.core import Connection, Daemon
 from jetd.users import Grants, UsersFile
-from jetwire import AddState, FetchStates, NotifyState, Response, SetState, Status, Value, encode
+from jetwire import AddState, FetchChange, FetchStates, NotifyState, Response, SetState, Status, Value, encode
 
 IN_FLIGHT = 100  # W1: sets per pipelined batch
 STATES = 100  # W2/W5: states notified in rotation
@@ -102,13 +102,14 @@ def fan_out(fetchers: int, *, paused: bool = False, rounds: int = 10,
         daemon.pause(conns[-1], Config().soft_limit)
     block = b"".join(encode(NotifyState(None, k, Value.of(r % 2))) for r in range(rounds) for k in keys)
     changes = rounds * STATES
+    event_size = len(encode(FetchChange(1, keys[0], Value.of(0))))  # every key and value is as long
 
     def run() -> float:
         _clear(daemon, owner, *conns)
         start = time.process_time()
         daemon.receive_data(owner, block, 0.0)
         elapsed = time.process_time() - start
-        if len(conns[0].out) != 3 * changes:
+        if sum(map(len, conns[0].out)) != changes * event_size:
             raise RuntimeError("a fetcher missed changes")
         return elapsed / changes
 
