@@ -80,7 +80,6 @@ from .frames import (
     REQUEST,
     RESPONSE,
     SET_STATE,
-    U16_FROM,
     U32_FROM,
     VHEAD_FROM,
     VTYPE_CHECK,
@@ -418,6 +417,9 @@ class Daemon(AccessControl):
         states = self.registry.states
         methods = self.registry.methods
         fetches = self.fetches
+        # The fetch index changes only in other frames' slow paths: read again after each.
+        fetch_lengths = fetches.lengths
+        generation = fetches.generation
         targets_cache = fetches.cache
         dirty = self.dirty
         plain_fanout = not self._log_events
@@ -477,7 +479,7 @@ class Daemon(AccessControl):
                 # paths save.
                 function = buf[pos + 9] if fast_route and length >= 12 else 0
                 if function in (SET_STATE, CALL_METHOD):
-                    klen = buf[pos + 10] << 8 | buf[pos + 11] if native else U16_FROM(buf, pos + 10)[0]
+                    klen = buf[pos + 10] << 8 | buf[pos + 11]  # as cheap as struct, interpreted
                     kend = pos + 12 + klen
                     if klen and kend + 5 <= end:
                         if native:
@@ -551,7 +553,7 @@ class Daemon(AccessControl):
                 # well-formed one with a fixed-width or opaque value, from the owner,
                 # is applied right here; anything else takes the careful path.
                 if end - pos >= 13 and buf[pos + 5] == 4:
-                    klen = buf[pos + 6] << 8 | buf[pos + 7] if native else U16_FROM(buf, pos + 6)[0]
+                    klen = buf[pos + 6] << 8 | buf[pos + 7]
                     kend = pos + 8 + klen
                     if klen and kend + 5 <= end:
                         if native:
@@ -572,9 +574,9 @@ class Daemon(AccessControl):
                                     changed[key] = seq
                                 if delivering:
                                     self._hold(key, FETCH_CHANGE, kv)  # PROTOCOL.md 10.5
-                                if fetches.lengths:
+                                if fetch_lengths:
                                     cached = targets_cache.get(key)
-                                    if cached is not None and cached[0] == fetches.generation:
+                                    if cached is not None and cached[0] == generation:
                                         targets = cached[1]
                                     else:
                                         targets = fetches.targets(key)
@@ -630,6 +632,8 @@ class Daemon(AccessControl):
                 inline_fanout = plain_fanout and not self._small_body_peers
             parked = self._parked
             delivering = self._delivering
+            fetch_lengths = fetches.lengths
+            generation = fetches.generation
             writable = conn.writable  # AUTHENTICATE may have changed it
             pos = end
             if conn.closing or conn.stalled or conn.held:
