@@ -441,8 +441,8 @@ class Daemon(AccessControl):
         max_pending = self.config.max_pending_per_owner
         # PROTOCOL.md 15.3: the keys this connection may write (jetd.access); None: all.
         writable = conn.writable
-        # Compiled, integers are read byte by byte (native loads); interpreted, by struct
-        # (cheaper there). Both forms stand side by side below: jetd.frames.NATIVE.
+        # Compiled, integers are read byte by byte (native loads); interpreted, the 4-byte
+        # ones by struct (cheaper there). Both forms stand side by side: jetd.frames.NATIVE.
         native = NATIVE
         frames = 0
         routed = 0
