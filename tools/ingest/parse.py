@@ -578,7 +578,9 @@ class _Gather:
 
     def uint(self, pos: np.ndarray, ok: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
         ok = ok & (pos + width <= self.end)
-        p = np.where(ok, pos, 0)
+        # Only the rows that have the field are read: most fields belong to a few kinds.
+        rows = None if ok.all() else np.flatnonzero(ok)
+        p = pos if rows is None else pos[rows]
         wide = self.wide.get(width)
         if wide is not None:
             v = wide[p].astype(np.int64)
@@ -586,7 +588,11 @@ class _Gather:
             v = self.a[p].astype(np.int64)
             for i in range(1, width):
                 v = (v << 8) | self.a[p + i]
-        return np.where(ok, v, 0), ok
+        if rows is None:
+            return v, ok
+        out = np.zeros(len(ok), dtype=np.int64)
+        out[rows] = v
+        return out, ok
 
     def str16(self, pos: np.ndarray, ok: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(data start, length, position after, ok) of the str16 at ``pos`` (PROTOCOL.md 5.1)."""
