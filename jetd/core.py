@@ -50,6 +50,7 @@ from jetwire import (
     decode_body,
     encode,
 )
+from jetwire.codec import NATIVE
 from jetwire.codes import MIN_PEER_MAX_BODY
 from jetwire.log import LogKind, conn_close_data, conn_name_data, conn_open_data
 
@@ -75,7 +76,6 @@ from .frames import (
     ID_HEAD_PACK,
     INFO,
     KNOWN_STATUSES,
-    NATIVE,
     OPAQUE,
     REQUEST,
     RESPONSE,
@@ -442,7 +442,7 @@ class Daemon(AccessControl):
         # PROTOCOL.md 15.3: the keys this connection may write (jetd.access); None: all.
         writable = conn.writable
         # Compiled, integers are read byte by byte (native loads); interpreted, the 4-byte
-        # ones by struct (cheaper there). Both forms stand side by side: jetd.frames.NATIVE.
+        # ones by struct (cheaper there). Both forms stand side by side: jetwire.codec.NATIVE.
         native = NATIVE
         frames = 0
         routed = 0

@@ -75,16 +75,6 @@ CHANGE_HEADS_BELOW: Final = 1024
 CHANGE_HEADS: Final = [EVT_HEAD_PACK(EVENT, 5 + n, FETCH_CHANGE) for n in range(CHANGE_HEADS_BELOW)]
 
 
-def _compiled() -> bool:
-    return not hasattr(_compiled, "__code__")  # a mypyc function has no Python code object
-
-
-# True when this module runs compiled (mypyc, issue 19). The core's frame loop then reads
-# integers byte by byte, which mypyc turns into native loads (17 ns for a frame head,
-# against 141 ns for a struct call); interpreted, the same reads cost 301 ns against
-# 126 ns, so the pure-Python build keeps struct (BENCHMARKS.md, "Ninth session").
-NATIVE: Final = _compiled()
-
 ROUTE_PACK: Final = struct.Struct(">IIIIBH").pack  # JETLOG.md 4: ROUTE data up to the key bytes
 ROUTE_KIND: Final = LogKind.ROUTE.value
 FRAME_IN: Final = LogKind.FRAME_IN.value

@@ -137,6 +137,19 @@ _VALUE_HEAD_FROM: Final = _VALUE_HEAD.unpack_from
 _ID_BYTE_FROM: Final = _ID_BYTE.unpack_from
 _HEADER_FROM: Final = _HEADER.unpack_from
 
+
+def _compiled() -> bool:
+    return not hasattr(_compiled, "__code__")  # a mypyc function has no Python code object
+
+
+# True when jet's compiled modules (jetwire._pure.COMPILED_MODULES, which are built,
+# installed and, with JET_PURE_PYTHON=1, set aside together) run compiled by mypyc
+# (issue 19). Their per-record loops (jetd's frame loop, the event-log walk) then read
+# integers byte by byte, which mypyc turns into native loads (17 ns for a frame head,
+# against 141 ns for a struct call); interpreted, the same reads cost 301 ns against
+# 126 ns, so the pure-Python build keeps struct (BENCHMARKS.md, "Ninth session").
+NATIVE: Final = _compiled()
+
 Parser = Callable[[bytes, int, int, Optional[int], int], Message]
 
 

@@ -111,6 +111,26 @@ def test_route_and_fetch_through_the_core():
     assert h.daemon.stats.routed == 1
 
 
+def test_fan_out_events_are_right_for_every_value_length():
+    # The inlined fan-out takes an event's head from a table below 1,024 bytes of key and
+    # value and packs it above, and (compiled) keeps each fetch's head and id joined from
+    # one change to the next: lengths that cross the table's end and come back.
+    h = Harness()
+    owner, first, second = h.connect("o"), h.connect("a"), h.connect("b")
+    h.send(owner, AddState(1, "k", v(b"")))
+    h.recv(owner)
+    fids = []
+    for conn in (first, second):
+        h.send(conn, FetchStates(2, ""))
+        ok, _ = h.recv(conn)
+        fids.append(ok.fetch_id)
+    # key and value = 2 + 1 + 5 + n bytes: n = 1015 is the table's last entry, 1016 the first packed
+    sizes = [0, 1015, 1016, 1015, 3000, 1016, 7, 7, 4000, 0]
+    h.send(owner, *(NotifyState(None, "k", v(bytes([i % 256]) * n)) for i, n in enumerate(sizes)))
+    for conn, fid in zip((first, second), fids, strict=True):
+        assert h.recv(conn) == [FetchChange(fid, "k", v(bytes([i % 256]) * n)) for i, n in enumerate(sizes)]
+
+
 def test_route_timeout_driven_by_now():
     h = Harness(route_timeout=2.0)
     owner, client = h.connect(), h.connect()

@@ -5,7 +5,7 @@ once per record in Python (issue 13). Everything else the reader does is vectori
 It is compiled with mypyc in the wheel (``jetwire._pure.COMPILED_MODULES``). Compiled,
 the record head is read byte by byte, which mypyc turns into native loads; interpreted,
 through ``struct``, which is cheaper there (BENCHMARKS.md, "Ninth session"). Both forms
-stand side by side in :func:`walk`, chosen by :data:`NATIVE`.
+stand side by side in :func:`walk`, chosen by :data:`jetwire.codec.NATIVE`.
 """
 
 from __future__ import annotations
@@ -14,23 +14,16 @@ import struct
 import zlib
 from typing import Final
 
+from jetwire.codec import NATIVE  # compiled with this module, or not, as one
 from jetwire.log import RECORD_MARKER
 
-__all__ = ["FIXED_SIZE", "HEAD_SIZE", "NATIVE", "walk"]
+__all__ = ["FIXED_SIZE", "HEAD", "HEAD_SIZE", "NATIVE", "walk"]
 
-HEAD = struct.Struct(">HII")  # JETLOG.md 3: marker | length | crc
+HEAD: Final = struct.Struct(">HII")  # JETLOG.md 3: marker | length | crc
 HEAD_SIZE: Final = 10
 FIXED_SIZE: Final = 13  # JETLOG.md 3: ts_ns u64 | conn_id u32 | kind u8
 _MARKER_HI: Final = RECORD_MARKER >> 8
 _MARKER_LO: Final = RECORD_MARKER & 0xFF
-
-
-def _compiled() -> bool:
-    return not hasattr(_compiled, "__code__")  # a mypyc function has no Python code object
-
-
-NATIVE: Final = _compiled()
-"""True when this module runs compiled (mypyc)."""
 
 
 def walk(buf: bytes, pos: int, until: int, max_record: int, verify_crc: bool, starts: list[int]) -> int:

@@ -37,6 +37,9 @@ from jetwire.codes import EventCode, FrameType, Function, Status, ValueType
 from jetwire.errors import RemoteProtocolError
 from jetwire.log import DEFAULT_MAX_RECORD, RECORD_MARKER, LogHeaderIncomplete, LogKind, decode_header
 
+from .chain import FIXED_SIZE as _FIXED_SIZE
+from .chain import HEAD as _HEAD  # JETLOG.md 3: marker | length | crc
+from .chain import HEAD_SIZE as _HEAD_SIZE
 from .chain import walk
 
 __all__ = [
@@ -115,10 +118,7 @@ ARROW_SCHEMA = pa.schema(
 # with ``conn_id`` identifies a connection across restarts.
 SOURCE_SCHEMA = ARROW_SCHEMA.append(pa.field("run_ns", pa.int64()))
 
-_HEAD = struct.Struct(">HII")  # JETLOG.md 3: marker | length | crc
 _LEN = struct.Struct(">I")
-_HEAD_SIZE = 10
-_FIXED_SIZE = 13  # JETLOG.md 3: ts_ns u64 | conn_id u32 | kind u8
 _MARKER_BYTES = struct.pack(">H", RECORD_MARKER)
 
 DEFAULT_BATCH_ROWS = 1 << 17
