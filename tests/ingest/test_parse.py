@@ -430,6 +430,45 @@ def test_small_batches_and_many_records(tmp_path: Path) -> None:
     assert all(r["frame_error"] is None and r["corrupt"] is None for r in rows)
 
 
+@pytest.mark.parametrize("high", [65535, 65536 + 3, 2**32 - 1])
+def test_peer_names_follow_connections_of_any_id(tmp_path: Path, high: int) -> None:
+    # Ids below 65536 take a faster sort than the rest; both must track names alike
+    # (65536 + 3 is 3 in 16 bits).
+    records = [
+        (high, LogKind.FRAME_IN, encode(GetState(1, "a"))),
+        (3, LogKind.CONN_NAME, conn_name_data("three")),
+        (high, LogKind.CONN_NAME, conn_name_data("high")),
+        (3, LogKind.FRAME_IN, encode(GetState(2, "b"))),
+        (high, LogKind.FRAME_IN, encode(GetState(3, "c"))),
+        (high, LogKind.CONN_NAME, conn_name_data("high-2")),
+        (3, LogKind.FRAME_IN, encode(GetState(4, "d"))),
+        (high, LogKind.FRAME_IN, encode(GetState(5, "e"))),
+    ]
+    path = tmp_path / "a.jetlog"
+    path.write_bytes(build_log(records))
+    got = [(r["conn_id"], r["key"], r["peer_name"]) for r in read(path) if r["function"] == "GET_STATE"]
+    assert got[:5] == [(high, "a", None), (3, "b", "three"), (high, "c", "high"), (3, "d", "three"),
+                       (high, "e", "high-2")]
+
+
+def test_pieces_out_of_file_order_are_refused() -> None:
+    # A column's pieces are cut from the file in order; out of order, they are refused
+    # rather than read from the wrong bytes.
+    import numpy as np
+
+    from tools.ingest.parse import _var_array
+
+    a = np.frombuffer(b"abcdefgh", dtype=np.uint8)
+    valid = np.array([True, True])
+    assert _var_array(a, np.array([0, 4]), np.array([2, 3]), valid, pa.string()).to_pylist() == ["ab", "efg"]
+    assert _var_array(a, np.array([0, 4]), np.array([2, 3]), np.array([False, True]),
+                      pa.string()).to_pylist() == [None, "efg"]
+    with pytest.raises(ValueError, match="increasing order"):
+        _var_array(a, np.array([4, 0]), np.array([2, 3]), valid, pa.string())
+    with pytest.raises(ValueError, match="increasing order"):
+        _var_array(a, np.array([0, 1]), np.array([3, 3]), valid, pa.string())
+
+
 def test_bad_mode(tmp_path: Path) -> None:
     path = tmp_path / "a.jetlog"
     path.write_bytes(build_log())

@@ -23,7 +23,7 @@ import mmap
 import os
 import struct
 import zlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -513,15 +513,26 @@ def resume_offset(path: str, start: int, limit: int, chunk: int, *, max_record: 
 # --- vectorised field extraction ------------------------------------------------------
 
 
-def _names(enum: type[IntEnum], width: int = 256) -> pa.Array:
-    known = {int(m): m.name for m in enum}
-    return pa.array([known.get(i, f"0x{i:02X}") for i in range(width)], pa.string())
+# Name columns are one ``take`` from a table of names. Each table ends with a null, at
+# index ``_NULL`` (or ``_NULL2`` for two tables side by side): the index of a row that
+# has no name.
+# (Give numpy these as np.int64 beside uint8 codes: a plain 256 would wrap to 0.)
+_NULL = 256
+_NULL2 = 512
+
+
+def _names(*enums: type[IntEnum]) -> pa.Array:
+    """The names of byte codes 0-255 of each enum in turn (unknown codes as hex), then null."""
+    out: list[Optional[str]] = []
+    for enum in enums:
+        known = {int(m): m.name for m in enum}
+        out += [known.get(i, f"0x{i:02X}") for i in range(256)]
+    return pa.array([*out, None], pa.string())
 
 
 _KIND_NAMES = _names(LogKind)
 _FRAME_TYPE_NAMES = _names(FrameType)
-_FUNCTION_NAMES = _names(Function)
-_EVENT_NAMES = _names(EventCode)
+_FUNCTION_EVENT_NAMES = _names(Function, EventCode)  # a function, or 256 + an event code
 _STATUS_NAMES = _names(Status)
 _VTYPE_NAMES = _names(ValueType)
 _DIRECTION_NAMES = pa.array([None, "in", "out"], pa.string())
@@ -549,25 +560,41 @@ _E_SHORT, _E_LEN, _E_TYPE, _E_BODY, _E_FUNC, _E_EVT, _E_LAYOUT, _E_KEY, _E_VRES,
 _FRAME_ERROR_NAMES = pa.array(_FRAME_ERRORS, pa.string())
 _DATA_ERROR_NAMES = pa.array([None if r is None else f"bad record data: {r}" for r in _FRAME_ERRORS], pa.string())
 
-_FUNCTIONS = np.array([int(f) for f in Function])
-_KEY_FUNCS = np.array([Function.ADD_STATE, Function.REMOVE_STATE, Function.SET_STATE, Function.NOTIFY_STATE,
-                       Function.CALL_METHOD, Function.ADD_METHOD, Function.REMOVE_METHOD, Function.GET_STATE])
-_VALUE_FUNCS = np.array([Function.ADD_STATE, Function.SET_STATE, Function.NOTIFY_STATE, Function.CALL_METHOD])
+
+
+def _byte_set(codes: Iterable[int]) -> np.ndarray:
+    """A table of 256 booleans, true at ``codes``: membership of a byte code is one lookup."""
+    table = np.zeros(256, dtype=bool)
+    table[[int(c) for c in codes]] = True
+    return table
+
+
+_FUNCTIONS = _byte_set(Function)
+_EVENTS = _byte_set(EventCode)
+_KEY_FUNCS = _byte_set([Function.ADD_STATE, Function.REMOVE_STATE, Function.SET_STATE, Function.NOTIFY_STATE,
+                        Function.CALL_METHOD, Function.ADD_METHOD, Function.REMOVE_METHOD, Function.GET_STATE])
+_VALUE_FUNCS = _byte_set([Function.ADD_STATE, Function.SET_STATE, Function.NOTIFY_STATE, Function.CALL_METHOD])
 # fetch_id | Key | Value (PROTOCOL.md 7.2; FETCH_UNMATCH 14.2)
-_FETCH_EVENTS = np.array([EventCode.FETCH_ADD, EventCode.FETCH_CHANGE, EventCode.FETCH_REMOVE, EventCode.FETCH_UNMATCH])
+_FETCH_EVENTS = _byte_set([EventCode.FETCH_ADD, EventCode.FETCH_CHANGE, EventCode.FETCH_REMOVE,
+                           EventCode.FETCH_UNMATCH])
 # fetch_id | action | Key (PROTOCOL.md 14.2)
-_KEY_EVENTS = np.array([EventCode.FETCH_METHOD, EventCode.FETCH_NODE])
-_ACTION_NAMES = pa.array(["", "ADD", "REMOVE"], pa.string())
-_ENTRY_KIND_NAMES = pa.array(["", "STATE", "METHOD", "NODE"], pa.string())
-_KV_EVENTS = np.array([EventCode.SET_STATE, EventCode.NOTIFY_STATE, EventCode.CALL_METHOD])
+_KEY_EVENTS = _byte_set([EventCode.FETCH_METHOD, EventCode.FETCH_NODE])
+# A FETCH_METHOD/FETCH_NODE action (1-2), or 3 + a QUERY_ENTRY kind (1-3), then null.
+_ACTION_NAMES = pa.array(["", "ADD", "REMOVE", "", "STATE", "METHOD", "NODE", None], pa.string())
+_BOOL_TEXT = pa.array(["false", "true"], pa.string())
+_KV_EVENTS = _byte_set([EventCode.SET_STATE, EventCode.NOTIFY_STATE, EventCode.CALL_METHOD])
 
 
 class _Gather:
-    """Masked big-endian reads at per-row positions, bounded by each row's record end."""
+    """Masked big-endian reads at per-row positions, bounded by each row's record end.
 
-    def __init__(self, a: np.ndarray, end: np.ndarray) -> None:
+    One-byte fields come back as uint8 (codes, compared and looked up as such), wider
+    ones as int64.
+    """
+
+    def __init__(self, a: np.ndarray) -> None:
         self.a = a
-        self.end = end
+        self.end = np.zeros(0, dtype=np.int64)  # per row: where its record ends
         # Per width, the bytes seen as a big-endian integer starting at every offset (a
         # view with a stride of one byte): one gather per read instead of one per byte.
         self.wide = {
@@ -576,23 +603,55 @@ class _Gather:
             if len(a) >= width
         }
 
-    def uint(self, pos: np.ndarray, ok: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
-        ok = ok & (pos + width <= self.end)
-        # Only the rows that have the field are read: most fields belong to a few kinds.
-        rows = None if ok.all() else np.flatnonzero(ok)
-        p = pos if rows is None else pos[rows]
-        wide = self.wide.get(width)
-        if wide is not None:
+    def at(self, p: np.ndarray, width: int) -> np.ndarray:
+        """The ``width``-byte big-endian integers at ``p`` (unchecked)."""
+        v: np.ndarray
+        if width == 1:
+            v = self.a[p]
+        elif (wide := self.wide.get(width)) is not None:
             v = wide[p].astype(np.int64)
         else:
             v = self.a[p].astype(np.int64)
             for i in range(1, width):
                 v = (v << 8) | self.a[p + i]
+        return v
+
+    def _rows(self, pos: np.ndarray, ok: np.ndarray, size: int) -> tuple[Optional[np.ndarray], np.ndarray]:
+        """The rows where ``ok`` and ``size`` bytes at ``pos`` lie inside the record (None:
+        all rows), and the same as a new mask."""
+        if ok.all():
+            inside = pos + size <= self.end
+            return (None if inside.all() else np.flatnonzero(inside)), inside
+        # Only the rows that have the field are looked at: most fields belong to a few kinds.
+        rows = np.flatnonzero(ok)
+        inside = pos[rows] + size <= self.end[rows]
+        if not inside.all():
+            rows = rows[inside]
+        has = np.zeros(len(ok), dtype=bool)
+        has[rows] = True
+        return rows, has
+
+    def uint(self, pos: np.ndarray, ok: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
+        """(value, has) of the ``width``-byte field at ``pos``, on the rows where ``ok`` and
+        the field lies inside the record; 0 elsewhere. ``has`` is a new array."""
+        (value,), has = self.fields(pos, ok, ((0, width),))
+        return value, has
+
+    def fields(self, pos: np.ndarray, ok: np.ndarray,
+               layout: tuple[tuple[int, int], ...]) -> tuple[list[np.ndarray], np.ndarray]:
+        """Like :meth:`uint` for several ``(offset, width)`` fields after ``pos``, on the rows
+        where all of them lie inside the record."""
+        rows, has = self._rows(pos, ok, max(off + width for off, width in layout))
+        p = pos if rows is None else pos[rows]
+        values = [self.at(p + off if off else p, width) for off, width in layout]
         if rows is None:
-            return v, ok
-        out = np.zeros(len(ok), dtype=np.int64)
-        out[rows] = v
-        return out, ok
+            return values, has
+        out = []
+        for v in values:
+            spread = np.zeros(len(ok), dtype=v.dtype)
+            spread[rows] = v
+            out.append(spread)
+        return out, has
 
     def str16(self, pos: np.ndarray, ok: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(data start, length, position after, ok) of the str16 at ``pos`` (PROTOCOL.md 5.1)."""
@@ -609,19 +668,35 @@ def _bitmap(valid: np.ndarray) -> Optional[pa.Buffer]:
 
 
 def _var_array(a: np.ndarray, start: np.ndarray, length: np.ndarray, valid: np.ndarray, typ: pa.DataType) -> pa.Array:
-    """A binary/string array of ``a[start:start+length]`` per row, null where not valid."""
-    lens = np.where(valid, length, 0)
-    offsets = np.zeros(len(lens) + 1, dtype=np.int64)
-    np.cumsum(lens, out=offsets[1:])
-    total = int(offsets[-1])
-    if total:
-        idx = np.repeat(np.where(valid, start, 0) - offsets[:-1], lens) + np.arange(total, dtype=np.int64)
-        data = a[idx]
-    else:
-        data = np.zeros(0, dtype=np.uint8)
-    return pa.Array.from_buffers(
-        typ, len(lens), [_bitmap(valid), pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)]
-    )
+    """A binary/string array of ``a[start:start+length]`` per row, null where not valid.
+
+    The rows' pieces lie in increasing order without overlap (fields of records in file
+    order). So the file's bytes, cut at each piece's start and end, form an array whose
+    every other element is a row's piece, and one ``take`` copies them out.
+    """
+    n = len(start)
+    everywhere = bool(valid.all())
+    rows = None if everywhere else np.flatnonzero(valid)
+    m = n if rows is None else len(rows)
+    if m == 0:
+        return pa.nulls(n, typ)
+    begin = start if rows is None else start[rows]
+    size = length if rows is None else length[rows]
+    cut = np.stack((begin, begin + size), axis=1).ravel()
+    if (cut[1:] < cut[:-1]).any():
+        raise ValueError("pieces must be in increasing order, without overlap")
+    large = len(a) > 2**31 - 1
+    pieces = pa.Array.from_buffers(pa.large_binary() if large else pa.binary(), 2 * m - 1,
+                                   [None, pa.py_buffer(cut if large else cut.astype(np.int32)), pa.py_buffer(a)])
+    got = pieces.take(np.arange(0, 2 * m, 2, dtype=np.int64))
+    if large:
+        got = got.cast(pa.binary())
+    if rows is None:
+        return got.view(typ)
+    # Spread the pieces over all rows: the rows without one are null and empty.
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(np.where(valid, length, 0), out=offsets[1:])
+    return pa.Array.from_buffers(typ, n, [_bitmap(valid), pa.py_buffer(offsets), got.buffers()[2]])
 
 
 def _utf8(arr: pa.Array) -> tuple[pa.Array, np.ndarray]:
@@ -645,7 +720,8 @@ def _utf8(arr: pa.Array) -> tuple[pa.Array, np.ndarray]:
 
 
 def _names_of(table: pa.Array, codes: np.ndarray, valid: np.ndarray) -> pa.Array:
-    return pc.take(table, pa.array(np.where(valid, codes, 0), pa.int64(), mask=~valid))
+    """The names of ``codes`` in ``table`` (one of the tables above), null where not ``valid``."""
+    return table.take(np.where(valid, codes, np.int64(len(table) - 1)))  # int64: codes may be uint8
 
 
 def _int_col(values: np.ndarray, valid: np.ndarray) -> pa.Array:
@@ -659,7 +735,9 @@ def _ffill_names(conn: np.ndarray, setter: np.ndarray, initial: Mapping[int, int
     ``initial`` maps connections to the name they had before the first row.
     """
     n = len(conn)
-    order = np.argsort(conn, kind="stable")
+    # Connection ids count up from 1 in each daemon run: as uint16, when they fit, the
+    # stable sort is a radix sort (five times faster).
+    order = np.argsort(conn.astype(np.uint16) if n and conn.max() < 1 << 16 else conn, kind="stable")
     sc = conn[order]
     sv = setter[order].copy()
     first = np.ones(n, dtype=bool)
@@ -691,30 +769,25 @@ def parse_batch(a: np.ndarray, starts: np.ndarray, seg: _Segment) -> tuple[pa.Re
     record data is malformed for its kind (their ``corrupt`` column is set).
     Records of unknown kinds are skipped (JETLOG.md 4).
     """
+    g = _Gather(a)
     body = starts + _HEAD_SIZE
-    rec_len = (
-        (a[starts + 2].astype(np.int64) << 24)
-        | (a[starts + 3].astype(np.int64) << 16)
-        | (a[starts + 4].astype(np.int64) << 8)
-        | a[starts + 5]
-    )
-    kind = a[body + 12].astype(np.int64)
+    kind = a[body + 12]  # every record has its 13 fixed bytes (the walk checked)
     keep = (kind >= LogKind.FRAME_IN) & (kind <= LogKind.ROUTE)
     if not keep.all():
-        starts, body, rec_len, kind = starts[keep], body[keep], rec_len[keep], kind[keep]
+        starts, body, kind = starts[keep], body[keep], kind[keep]
     n = len(starts)
-    end = body + rec_len
-    g = _Gather(a, end)
-    ones = np.ones(n, dtype=bool)
-    ts_ns, _ = g.uint(body, ones, 8)
-    conn, _ = g.uint(body + 8, ones, 4)
+    rec_len = g.at(starts + 2, 4)
+    end = g.end = body + rec_len
+    ts_ns = g.at(body, 8)
+    conn = g.at(body + 8, 4)
     data = body + _FIXED_SIZE
     dlen = rec_len - _FIXED_SIZE
     err = np.zeros(n, dtype=np.int64)
 
     def fail(mask: np.ndarray, code: int) -> None:
         # The first error found for a row is the one reported.
-        err[mask & (err == 0)] = code
+        if mask.any():
+            err[mask & (err == 0)] = code
 
     # --- frames (FRAME_IN / FRAME_OUT), PROTOCOL.md 3-7 ---
     is_frame = (kind == LogKind.FRAME_IN) | (kind == LogKind.FRAME_OUT)
@@ -732,30 +805,29 @@ def parse_batch(a: np.ndarray, starts: np.ndarray, seg: _Segment) -> tuple[pa.Re
     fail((is_req | is_resp) & (flen < 5), _E_BODY)
     fail((is_evt & (flen < 1)) | (is_info & (flen < 12)), _E_BODY)
     rid, has_rid = g.uint(fb, is_req | is_resp, 4)
-    func, has_func = g.uint(fb + 4, is_req, 1)
+    # The byte after the request id: a request's function, a response's status.
+    byte4, has_byte4 = g.uint(fb + 4, is_req | is_resp, 1)
+    func, has_func = byte4, has_byte4 & is_req
     code, has_code = g.uint(fb, is_evt, 1)
     # Protocol 1.1 functions (queries, AUTHENTICATE) are known; a query's body (the Query,
     # PROTOCOL.md 14.1) has no columns of its own.
-    fail(has_func & ~np.isin(func, _FUNCTIONS), _E_FUNC)
-    fail(has_code & ~np.isin(code, [int(c) for c in EventCode]), _E_EVT)
+    fail(has_func & ~_FUNCTIONS[func], _E_FUNC)
+    fail(has_code & ~_EVENTS[code], _E_EVT)
 
     # --- ROUTE, JETLOG.md 4 ---
     is_route = kind == LogKind.ROUTE
-    r_rconn, ok_r = g.uint(data, is_route, 4)
-    r_rid, ok_r = g.uint(data + 4, ok_r, 4)
-    r_oconn, ok_r = g.uint(data + 8, ok_r, 4)
-    r_oid, ok_r = g.uint(data + 12, ok_r, 4)
-    r_func, ok_r = g.uint(data + 16, ok_r, 1)
+    (r_rconn, r_rid, r_oconn, r_oid, r_func), ok_r = g.fields(data, is_route,
+                                                              ((0, 4), (4, 4), (8, 4), (12, 4), (16, 1)))
     fail(is_route & ~ok_r, _E_BODY)
 
     # Where the key (str16) is, per row.
-    req_key = has_func & np.isin(func, _KEY_FUNCS)
+    req_key = has_func & _KEY_FUNCS[func]
     req_prefix = has_func & (func == Function.FETCH_STATES)
-    evt_kv = has_code & np.isin(code, _KV_EVENTS)
-    evt_fetch = has_code & np.isin(code, _FETCH_EVENTS)
+    evt_kv = has_code & _KV_EVENTS[code]
+    evt_fetch = has_code & _FETCH_EVENTS[code]
     # PROTOCOL.md 14.2, 14.4: FETCH_METHOD / FETCH_NODE (fetch_id | action | Key) and
     # QUERY_ENTRY (request_id | kind | Key | Value); FETCH_WINDOW's entries have no columns.
-    evt_keyev = has_code & np.isin(code, _KEY_EVENTS)
+    evt_keyev = has_code & _KEY_EVENTS[code]
     evt_entry = has_code & (code == EventCode.QUERY_ENTRY)
     evt_window = has_code & (code == EventCode.FETCH_WINDOW)
     action, has_action = g.uint(fb + 5, evt_keyev | evt_entry, 1)
@@ -768,7 +840,7 @@ def parse_batch(a: np.ndarray, starts: np.ndarray, seg: _Segment) -> tuple[pa.Re
     fail(k_ok & (k_len == 0) & ~req_prefix, _E_KEY)
 
     # fetch ids
-    resp_status, has_status = g.uint(fb + 4, is_resp, 1)
+    resp_status, has_status = byte4, has_byte4 & is_resp
     plen = flen - 5
     resp_ok = has_status & (resp_status == Status.OK)
     fail(resp_ok & (plen >= 1) & (plen <= 3), _E_OKLEN)  # PROTOCOL.md 4.2: lengths never overlap
@@ -777,11 +849,10 @@ def parse_batch(a: np.ndarray, starts: np.ndarray, seg: _Segment) -> tuple[pa.Re
     fetch_id, fid_ok = g.uint(fid_pos, fid_pos >= 0, 4)
 
     # values, PROTOCOL.md 5.3: a Value always ends its frame exactly
-    needs_value = (has_func & np.isin(func, _VALUE_FUNCS)) | evt_kv | evt_fetch | evt_entry
+    needs_value = (has_func & _VALUE_FUNCS[func]) | evt_kv | evt_fetch | evt_entry
     val_pos = np.select([needs_value & k_ok, resp_ok & (plen >= 5)], [k_after, fb + 5], -1)
     has_val = val_pos >= 0
-    vtype, v_ok = g.uint(val_pos, has_val, 1)
-    vlen, v_ok = g.uint(val_pos + 1, v_ok, 4)
+    (vtype, vlen), v_ok = g.fields(val_pos, has_val, ((0, 1), (1, 4)))
     v_ok &= val_pos + 5 + vlen == end
     fail(has_val & ~v_ok, _E_LAYOUT)
     fail(v_ok & (vtype >= 0x09) & (vtype < 0x80), _E_VRES)
@@ -837,17 +908,28 @@ def parse_batch(a: np.ndarray, starts: np.ndarray, seg: _Segment) -> tuple[pa.Re
     is_int = good_val & (vtype == ValueType.INT64)
     is_float = good_val & (vtype == ValueType.FLOAT64)
     is_text = good_val & ((vtype == ValueType.STRING) | (vtype == ValueType.JSON))
-    num, _ = g.uint(v_start, is_int | is_float, 8)
-    num_u = num.astype(np.uint64)
-    str_arr, str_bad = _utf8(_var_array(a, v_start, vlen, is_text, pa.binary()))
-    # PROTOCOL.md 5.3: a STRING must be UTF-8; JSON is carried opaquely (no text if not).
-    fail(str_bad & (vtype == ValueType.STRING), _E_UTF8)
-    value_text = pc.coalesce(
-        pc.if_else(pa.array(is_bool), pa.array(np.where(bool_byte == 1, "true", "false")), None),
-        pa.array(num_u.view(np.int64), pa.int64(), mask=~is_int).cast(pa.string()),
-        pa.array(num_u.view(np.float64), pa.float64(), mask=~is_float).cast(pa.string()),
-        str_arr,
-    )
+    # Each form is made for its own rows only, then all are placed with one take.
+    pieces = [_BOOL_TEXT]
+    text_at = np.where(is_bool, bool_byte, np.int64(-1))
+    placed = 2
+    for rows, typ in ((np.flatnonzero(is_int), np.int64), (np.flatnonzero(is_float), np.float64)):
+        if rows.size:
+            pieces.append(pa.array(g.at(v_start[rows], 8).view(typ)).cast(pa.string()))
+            text_at[rows] = np.arange(placed, placed + rows.size)
+            placed += rows.size
+    rows = np.flatnonzero(is_text)
+    if rows.size:
+        texts, bad = _utf8(value_arr.take(rows))
+        pieces.append(texts)
+        text_at[rows] = np.arange(placed, placed + rows.size)
+        placed += rows.size
+        # PROTOCOL.md 5.3: a STRING must be UTF-8; JSON is carried opaquely (no text if not).
+        str_bad = np.zeros(n, dtype=bool)
+        str_bad[rows] = bad
+        fail(str_bad & (vtype == ValueType.STRING), _E_UTF8)
+    pieces.append(pa.nulls(1, pa.string()))
+    text_at[text_at < 0] = placed
+    value_text = pa.concat_arrays(pieces).take(text_at)
 
     # Frame errors stay rows (they are traffic facts); bad non-frame data is corruption.
     frame_err = np.where(is_frame, err, 0)
@@ -865,23 +947,21 @@ def parse_batch(a: np.ndarray, starts: np.ndarray, seg: _Segment) -> tuple[pa.Re
         setter[setter_rows] = np.arange(len(name_list), len(name_list) + len(setter_rows))
         name_list.extend(new_names)
         idx = _ffill_names(conn, setter, initial)
-        peer_col = _names_of(pa.array(name_list, pa.string()), idx, idx >= 0)
+        peer_col = _names_of(pa.array([*name_list, None], pa.string()), idx, idx >= 0)
         for r, name in zip(setter_rows.tolist(), new_names, strict=True):
             seg.names[int(conn[r])] = name
     else:
         peer_col = pa.nulls(n, pa.string())
 
     direction = np.select([kind == LogKind.FRAME_IN, kind == LogKind.FRAME_OUT], [1, 2], 0)
-    function_col = pc.coalesce(
-        _names_of(_FUNCTION_NAMES, func, has_func),
-        _names_of(_EVENT_NAMES, code, has_code),
-        _names_of(_FUNCTION_NAMES, r_func, ok_r),
-    )
-    status_col = pc.coalesce(
-        _names_of(_STATUS_NAMES, resp_status, has_status),
-        _names_of(_STATUS_NAMES, close_status, has_close_status),
-        _names_of(_STATUS_NAMES, conn_status, has_conn_status),
-    )
+    function_col = _FUNCTION_EVENT_NAMES.take(
+        np.select([has_func, has_code, ok_r], [func, code + np.int64(256), r_func], np.int64(_NULL2)))
+    status_col = _STATUS_NAMES.take(
+        np.select([has_status, has_close_status, has_conn_status], [resp_status, close_status, conn_status], np.int64(_NULL)))
+    text_col = text_arr
+    named = has_action & (evt_keyev | evt_entry) & (err == 0)
+    if named.any():
+        text_col = pc.coalesce(text_arr, _ACTION_NAMES.take(np.where(named, np.where(evt_entry, 3, 0) + action, 7)))
     cols = {
         "file": pc.fill_null(pa.nulls(n, pa.string()), seg.path),
         "offset": pa.array(starts, pa.int64()),
@@ -891,8 +971,8 @@ def parse_batch(a: np.ndarray, starts: np.ndarray, seg: _Segment) -> tuple[pa.Re
         "ts": pa.array(ts_ns // 1000, _TS),
         "conn_id": pa.array(conn, pa.int64()),
         "peer_name": peer_col,
-        "kind": _names_of(_KIND_NAMES, kind, np.ones(n, dtype=bool)),
-        "direction": _names_of(_DIRECTION_NAMES, direction, direction > 0),
+        "kind": _KIND_NAMES.take(kind),
+        "direction": _DIRECTION_NAMES.take(direction),
         "msg_type": _names_of(_FRAME_TYPE_NAMES, ftype, has_ft),
         "request_id": _int_col(np.where(has_entry_rid, entry_rid, rid), has_rid | has_entry_rid),
         "function": function_col,
@@ -902,16 +982,15 @@ def parse_batch(a: np.ndarray, starts: np.ndarray, seg: _Segment) -> tuple[pa.Re
         "value_type": _names_of(_VTYPE_NAMES, vtype, v_ok),
         "value": value_arr,
         "value_text": value_text,
-        "text": pc.coalesce(text_arr, _names_of(_ACTION_NAMES, action, has_action & evt_keyev & (err == 0)),
-                            _names_of(_ENTRY_KIND_NAMES, action, has_action & evt_entry & (err == 0))),
+        "text": text_col,
         "address": addr_arr,
         "route_requester_conn": _int_col(r_rconn, ok_r),
         "route_requester_id": _int_col(r_rid, ok_r),
         "route_owner_conn": _int_col(r_oconn, ok_r),
         "route_owner_id": _int_col(r_oid, ok_r),
         "size": pa.array(dlen, pa.int64()),
-        "frame_error": _names_of(_FRAME_ERROR_NAMES, frame_err, frame_err > 0),
-        "corrupt": _names_of(_DATA_ERROR_NAMES, data_err, data_err > 0),
+        "frame_error": _FRAME_ERROR_NAMES.take(frame_err),
+        "corrupt": _DATA_ERROR_NAMES.take(data_err),
     }
     return pa.RecordBatch.from_pydict(cols, schema=ARROW_SCHEMA), data_err > 0
 
