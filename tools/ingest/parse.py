@@ -18,6 +18,7 @@ How a segment is read:
 
 from __future__ import annotations
 
+import functools
 import gzip
 import mmap
 import os
@@ -654,11 +655,41 @@ class _Gather:
         return out, has
 
     def str16(self, pos: np.ndarray, ok: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(data start, length, position after, ok) of the str16 at ``pos`` (PROTOCOL.md 5.1)."""
-        n, ok = self.uint(pos, ok, 2)
-        after = pos + 2 + n
-        ok &= after <= self.end
-        return pos + 2, n, after, ok
+        """(data start, length, position after, ok) of the str16 at ``pos`` (PROTOCOL.md 5.1).
+
+        Only the rows that have it (``ok``) carry meaningful values.
+        """
+        rows, has = self._rows(pos, ok, 2)
+        if rows is None:
+            length = self.at(pos, 2)
+            after = pos + 2 + length
+            has &= after <= self.end
+            return pos + 2, length, after, has
+        p = pos[rows] + 2
+        size = self.at(p - 2, 2)
+        stop = p + size
+        fits = stop <= self.end[rows]
+        start, length, after = np.zeros(len(ok), dtype=np.int64), np.zeros(len(ok), dtype=np.int64), pos + 2
+        start[rows], length[rows], after[rows] = p, size, stop
+        if not fits.all():
+            has[rows[~fits]] = False
+        return start, length, after, has
+
+
+@functools.cache
+def _first_table(offsets: tuple[int, ...]) -> np.ndarray:
+    """Per 8-bit set of conditions, the offset of the lowest one (0 for none)."""
+    return np.array([next((off for i, off in enumerate(offsets) if bits >> i & 1), 0) for bits in range(256)],
+                    dtype=np.int64)
+
+
+def _at_first(base: np.ndarray, conds: list[np.ndarray], offsets: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, ``base`` plus the offset of the first of ``conds`` (at most 8) that holds,
+    and whether one does."""
+    bits = conds[0].view(np.uint8).copy()
+    for i in range(1, len(conds)):
+        bits |= conds[i].view(np.uint8) << i
+    return base + _first_table(offsets)[bits], bits != 0
 
 
 def _bitmap(valid: np.ndarray) -> Optional[pa.Buffer]:
@@ -833,10 +864,10 @@ def parse_batch(a: np.ndarray, starts: np.ndarray, seg: _Segment) -> tuple[pa.Re
     action, has_action = g.uint(fb + 5, evt_keyev | evt_entry, 1)
     entry_rid, has_entry_rid = g.uint(fb + 1, evt_entry, 4)
     fail((evt_keyev | evt_entry) & ~(has_action & (action >= 1) & (action <= np.where(evt_entry, 3, 2))), _E_LAYOUT)
-    key_pos = np.select([req_key | req_prefix, evt_kv, evt_fetch, evt_keyev | evt_entry, ok_r],
-                        [fb + 5, fb + 1, fb + 5, fb + 6, data + 17], -1)
-    k_start, k_len, k_after, k_ok = g.str16(key_pos, key_pos >= 0)
-    fail((key_pos >= 0) & ~k_ok, _E_LAYOUT)
+    key_pos, has_key = _at_first(data, [req_key | req_prefix, evt_kv, evt_fetch, evt_keyev | evt_entry, ok_r],
+                                 (10, 6, 10, 11, 17))
+    k_start, k_len, k_after, k_ok = g.str16(key_pos, has_key)
+    fail(has_key & ~k_ok, _E_LAYOUT)
     fail(k_ok & (k_len == 0) & ~req_prefix, _E_KEY)
 
     # fetch ids
@@ -845,8 +876,8 @@ def parse_batch(a: np.ndarray, starts: np.ndarray, seg: _Segment) -> tuple[pa.Re
     resp_ok = has_status & (resp_status == Status.OK)
     fail(resp_ok & (plen >= 1) & (plen <= 3), _E_OKLEN)  # PROTOCOL.md 4.2: lengths never overlap
     unfetch = has_func & (func == Function.UNFETCH)
-    fid_pos = np.select([unfetch | (resp_ok & (plen == 4)), evt_fetch | evt_keyev | evt_window], [fb + 5, fb + 1], -1)
-    fetch_id, fid_ok = g.uint(fid_pos, fid_pos >= 0, 4)
+    fid_pos, has_fid = _at_first(data, [unfetch | (resp_ok & (plen == 4)), evt_fetch | evt_keyev | evt_window], (10, 6))
+    fetch_id, fid_ok = g.uint(fid_pos, has_fid, 4)
 
     # values, PROTOCOL.md 5.3: a Value always ends its frame exactly
     needs_value = (has_func & _VALUE_FUNCS[func]) | evt_kv | evt_fetch | evt_entry
@@ -875,21 +906,20 @@ def parse_batch(a: np.ndarray, starts: np.ndarray, seg: _Segment) -> tuple[pa.Re
     a_start, a_len, a_after, a_ok = g.str16(addr_pos, addr_pos >= 0)
     fail((addr_pos >= 0) & ~a_ok, _E_LAYOUT)
     is_auth = has_func & (func == Function.AUTHENTICATE)
-    text_pos = np.select(
-        [has_status & (resp_status != Status.OK), has_close_status, is_info, has_conn_status, is_name, is_snap & a_ok,
-         is_auth],
-        [fb + 5, fb + 2, fb + 10, data + 1, data, a_after, fb + 5],
-        -1,
-    )
-    t_start, t_len, t_after, t_ok = g.str16(text_pos, text_pos >= 0)
-    fail((text_pos >= 0) & ~t_ok, _E_LAYOUT)
+    text_pos, has_text = _at_first(data, [has_status & (resp_status != Status.OK), has_close_status, is_info,
+                                          has_conn_status, is_name, is_auth], (10, 7, 15, 1, 0, 10))
+    snap_text = is_snap & a_ok  # a snapshot's name follows its address (no other row is a snapshot)
+    text_pos[snap_text] = a_after[snap_text]
+    has_text |= snap_text
+    t_start, t_len, t_after, t_ok = g.str16(text_pos, has_text)
+    fail(has_text & ~t_ok, _E_LAYOUT)
     # PROTOCOL.md 15.2: AUTHENTICATE is user | password; the password is skipped, never kept.
     _, _, pw_after, pw_ok = g.str16(np.where(is_auth & t_ok, t_after, -1), is_auth & t_ok)
     fail(is_auth & t_ok & ~pw_ok, _E_LAYOUT)
 
     # Where each layout must end; anything else is trailing bytes (PROTOCOL.md 9.1).
     ends_after = np.select(
-        [is_auth & pw_ok, t_ok, has_val, (fid_pos >= 0) & fid_ok & ~evt_fetch & ~evt_keyev & ~evt_window,
+        [is_auth & pw_ok, t_ok, has_val, fid_ok & ~evt_fetch & ~evt_keyev & ~evt_window,
          req_key | req_prefix | ok_r | evt_keyev, is_open & a_ok, resp_ok & (plen == 0)],
         [pw_after, t_after, end, fid_pos + 4, k_after, a_after, fb + 5],
         end,
@@ -963,9 +993,9 @@ def parse_batch(a: np.ndarray, starts: np.ndarray, seg: _Segment) -> tuple[pa.Re
     if named.any():
         text_col = pc.coalesce(text_arr, _ACTION_NAMES.take(np.where(named, np.where(evt_entry, 3, 0) + action, 7)))
     cols = {
-        "file": pc.fill_null(pa.nulls(n, pa.string()), seg.path),
+        "file": pa.repeat(pa.scalar(seg.path, pa.string()), n),
         "offset": pa.array(starts, pa.int64()),
-        "daemon": pc.fill_null(pa.nulls(n, pa.string()), seg.header.name),
+        "daemon": pa.repeat(pa.scalar(seg.header.name, pa.string()), n),
         "segment": pa.array(np.full(n, seg.header.segment, dtype=np.int64)),
         "ts_ns": pa.array(ts_ns, pa.int64()),
         "ts": pa.array(ts_ns // 1000, _TS),
@@ -989,8 +1019,8 @@ def parse_batch(a: np.ndarray, starts: np.ndarray, seg: _Segment) -> tuple[pa.Re
         "route_owner_conn": _int_col(r_oconn, ok_r),
         "route_owner_id": _int_col(r_oid, ok_r),
         "size": pa.array(dlen, pa.int64()),
-        "frame_error": _FRAME_ERROR_NAMES.take(frame_err),
-        "corrupt": _DATA_ERROR_NAMES.take(data_err),
+        "frame_error": _FRAME_ERROR_NAMES.take(frame_err) if frame_err.any() else pa.nulls(n, pa.string()),
+        "corrupt": _DATA_ERROR_NAMES.take(data_err) if data_err.any() else pa.nulls(n, pa.string()),
     }
     return pa.RecordBatch.from_pydict(cols, schema=ARROW_SCHEMA), data_err > 0
 
