@@ -691,6 +691,39 @@ def test_chunked_reads_equal_one_strict_read(
                 read_chunked(path, chunk, max_record=1 << 16, mode="FAILFAST")
 
 
+@settings(max_examples=150, deadline=None)
+@given(
+    flips=st.lists(st.tuples(st.integers(_HEADER_SIZE, len(_CLEAN) - 1), st.integers(1, 255)), max_size=3),
+    garbage=st.lists(st.tuples(st.integers(_HEADER_SIZE, len(_CLEAN)), st.binary(max_size=30)), max_size=2),
+    keep=st.integers(_HEADER_SIZE, len(_CLEAN) + 60),
+    start=st.integers(0, len(_CLEAN) + 60),
+    until=st.integers(0, len(_CLEAN) + 60),
+    max_record=st.sampled_from([13, 40, 1 << 16]),
+    verify_crc=st.booleans(),
+)
+def test_vectorised_walk_equals_the_record_walk(flips: list[tuple[int, int]], garbage: list[tuple[int, bytes]],
+                                                 keep: int, start: int, until: int, max_record: int,
+                                                 verify_crc: bool) -> None:
+    """The interpreted build walks the chain of records with numpy; it must find the same
+    records and stop at the same place as the walk the compiled build runs, from any
+    position (marker or not), whatever the damage."""
+    from tools.ingest.chain import walk
+    from tools.ingest.parse import _walk_vectorised
+
+    data = bytearray(_CLEAN)
+    for off, xor in flips:
+        data[off] ^= xor
+    for off, junk in sorted(garbage, reverse=True):
+        data[off:off] = junk.replace(b"\x00", b"JR")
+    buf = bytes(data[:keep])
+    # From every record start and from an arbitrary byte.
+    for pos in [*(r.offset for r in oracle(buf) if isinstance(r, LogRecord)), start]:
+        expected: list[int] = []
+        stop = walk(buf, pos, until, max_record, verify_crc, expected)
+        found, got = _walk_vectorised(buf, pos, until, max_record, verify_crc)
+        assert (found.tolist(), got) == (expected, stop), pos
+
+
 # --- segment identity, runs, gzip (issue 13 items 5 and 7) ----------------------------------
 
 

@@ -18,6 +18,7 @@ How a segment is read:
 
 from __future__ import annotations
 
+import bisect
 import functools
 import gzip
 import mmap
@@ -41,7 +42,7 @@ from jetwire.log import DEFAULT_MAX_RECORD, RECORD_MARKER, LogHeaderIncomplete, 
 from .chain import FIXED_SIZE as _FIXED_SIZE
 from .chain import HEAD as _HEAD  # JETLOG.md 3: marker | length | crc
 from .chain import HEAD_SIZE as _HEAD_SIZE
-from .chain import walk
+from .chain import NATIVE, walk
 
 __all__ = [
     "ARROW_SCHEMA",
@@ -367,6 +368,90 @@ def find_boundary(
         pos += 1
 
 
+
+
+def _crc_table() -> np.ndarray:
+    """The byte-at-a-time table of zlib's CRC-32 (reflected polynomial 0xEDB88320)."""
+    table = []
+    for byte in range(256):
+        crc = byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0xEDB88320 if crc & 1 else crc >> 1
+        table.append(crc)
+    return np.array(table, dtype=np.uint32)
+
+
+_CRC_TABLE = _crc_table()
+_WINDOW = 4 << 20  # bytes searched for markers at a time (bounds the temporaries)
+
+
+def _crc32_4(a: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """``zlib.crc32`` of the 4 bytes at each of ``pos``, vectorised."""
+    crc = np.full(len(pos), 0xFFFFFFFF, dtype=np.uint32)
+    for i in range(4):
+        crc = _CRC_TABLE[(crc ^ a[pos + i]) & 0xFF] ^ (crc >> 8)
+    return crc ^ np.uint32(0xFFFFFFFF)
+
+
+def _be32(a: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """The big-endian u32 at each of ``pos`` (a view with a stride of one byte), as int64."""
+    return np.ndarray(shape=(len(a) - 3,), dtype=">u4", buffer=a, strides=(1,))[pos].astype(np.int64)
+
+
+def _walk_vectorised(data: bytes, pos: int, until: int, max_record: int, verify_crc: bool) -> tuple[np.ndarray, int]:
+    """:func:`tools.ingest.chain.walk` in numpy, for the interpreted build: the same
+    records, returned, and the same stop.
+
+    Every marker before ``until`` is a candidate; each candidate's length says where the
+    next one must be. The chain from ``pos`` runs through consecutive candidates except
+    where a marker inside a record's body is skipped, so only those jumps are followed
+    one by one. The CRCs, when verified, are then checked in order along the chain.
+    """
+    have = len(data)
+    lim = min(until, have - _HEAD_SIZE + 1)  # a record's head must fit
+    none = np.zeros(0, dtype=np.int64)
+    if pos >= lim:
+        return none, pos
+    a = np.frombuffer(data, dtype=np.uint8)
+    found = []
+    for lo in range(pos, lim, _WINDOW):
+        hi = min(lo + _WINDOW, lim)
+        found.append(np.flatnonzero((a[lo:hi] == _MARKER_BYTES[0]) & (a[lo + 1 : hi + 1] == _MARKER_BYTES[1])) + lo)
+    hit = np.concatenate(found)
+    if not len(hit) or hit[0] != pos:
+        return none, pos
+    length = _be32(a, hit + 2)
+    nxt = hit + _HEAD_SIZE + length
+    valid = (length >= _FIXED_SIZE) & (length <= max_record) & (nxt <= have)
+    at = np.minimum(np.searchsorted(hit, nxt), len(hit) - 1)
+    succ = np.where(hit[at] == nxt, at, -1)  # the candidate where the next record starts
+    # Where the chain does not just go on to the next candidate (the last one included).
+    breaks = np.flatnonzero((succ != np.arange(1, len(hit) + 1)) | ~valid).tolist()
+    runs = []
+    i = 0
+    while True:
+        b = breaks[bisect.bisect_left(breaks, i)]
+        if not valid[b]:
+            runs.append(np.arange(i, b))
+            stop = int(hit[b])
+            break
+        runs.append(np.arange(i, b + 1))
+        stop = int(nxt[b])
+        if stop >= until or succ[b] < 0:
+            break
+        i = int(succ[b])
+    chain = np.concatenate(runs)
+    starts = hit[chain]
+    if verify_crc and len(starts):
+        crc32 = zlib.crc32
+        for k, (p, e, head, want) in enumerate(zip(starts.tolist(), nxt[chain].tolist(),
+                                                   _crc32_4(a, starts + 2).tolist(),
+                                                   _be32(a, starts + 6).tolist(), strict=True)):
+            if crc32(data[p + _HEAD_SIZE : e], head) != want:
+                return starts[:k], p
+    return starts, stop
+
+
 def scan_records(
     buf: bytes | mmap.mmap,
     start: int,
@@ -396,12 +481,18 @@ def scan_records(
         data, base = buf, 0
     else:
         data, base = bytes(buf[start : min(have, until + _HEAD_SIZE + max_record)]), start
-    starts: list[int] = []
+    starts: list[int] = []  # compiled: the walk's, offsets in ``data``
+    runs: list[np.ndarray] = []  # interpreted: the vectorised walk's, offsets in ``buf``
     damage: list[tuple[int, int, str]] = []
     pos = start
     truncated: Optional[tuple[int, int, int]] = None
     while True:
-        pos = walk(data, pos - base, until - base, max_record, verify_crc, starts) + base
+        if NATIVE:
+            pos = walk(data, pos - base, until - base, max_record, verify_crc, starts) + base
+        else:
+            run, stop = _walk_vectorised(data, pos - base, until - base, max_record, verify_crc)
+            runs.append(run + base)
+            pos = stop + base
         if pos >= until:
             break
         # The walk stopped at a record that is not valid, or at the end of the bytes.
@@ -417,7 +508,8 @@ def scan_records(
         # JETLOG.md 5: damage in the middle; report it and resume at the next candidate.
         damage.append((pos, nxt - pos, problem or "damage"))
         pos = nxt
-    return ScanResult(np.asarray(starts, dtype=np.int64) + base, damage, pos, truncated)
+    found = np.asarray(starts, dtype=np.int64) + base if NATIVE else np.concatenate([*runs, np.zeros(0, np.int64)])
+    return ScanResult(found, damage, pos, truncated)
 
 
 def time_range(
