@@ -395,7 +395,8 @@ def _crc32_4(a: np.ndarray, pos: np.ndarray) -> np.ndarray:
 
 def _be32(a: np.ndarray, pos: np.ndarray) -> np.ndarray:
     """The big-endian u32 at each of ``pos`` (a view with a stride of one byte), as int64."""
-    return np.ndarray(shape=(len(a) - 3,), dtype=">u4", buffer=a, strides=(1,))[pos].astype(np.int64)
+    values: np.ndarray = np.ndarray(shape=(len(a) - 3,), dtype=">u4", buffer=a, strides=(1,))[pos]
+    return values.astype(np.int64)
 
 
 def _walk_vectorised(data: bytes, pos: int, until: int, max_record: int, verify_crc: bool) -> tuple[np.ndarray, int]:
