@@ -123,7 +123,10 @@ SOURCE_SCHEMA = ARROW_SCHEMA.append(pa.field("run_ns", pa.int64()))
 _LEN = struct.Struct(">I")
 _MARKER_BYTES = struct.pack(">H", RECORD_MARKER)
 
-DEFAULT_BATCH_ROWS = 1 << 17
+# Spark converts a batch while the worker parses the next: batches of 32k rows kept
+# both busier than 128k in a count() (BENCHMARKS.md, tenth session). Parsing costs the
+# same per row from about 32k rows up.
+DEFAULT_BATCH_ROWS = 1 << 15
 DEFAULT_BATCH_BYTES = 128 << 20  # keeps Arrow's int32 binary offsets far from overflow
 
 
@@ -393,12 +396,6 @@ def _crc32_4(a: np.ndarray, pos: np.ndarray) -> np.ndarray:
     return crc ^ np.uint32(0xFFFFFFFF)
 
 
-def _be32(a: np.ndarray, pos: np.ndarray) -> np.ndarray:
-    """The big-endian u32 at each of ``pos`` (a view with a stride of one byte), as int64."""
-    values: np.ndarray = np.ndarray(shape=(len(a) - 3,), dtype=">u4", buffer=a, strides=(1,))[pos]
-    return values.astype(np.int64)
-
-
 def _walk_vectorised(data: bytes, pos: int, until: int, max_record: int, verify_crc: bool) -> tuple[np.ndarray, int]:
     """:func:`tools.ingest.chain.walk` in numpy, for the interpreted build: the same
     records, returned, and the same stop.
@@ -421,7 +418,8 @@ def _walk_vectorised(data: bytes, pos: int, until: int, max_record: int, verify_
     hit = np.concatenate(found)
     if not len(hit) or hit[0] != pos:
         return none, pos
-    length = _be32(a, hit + 2)
+    gather = _Gather(a)
+    length = gather.at(hit + 2, 4)
     nxt = hit + _HEAD_SIZE + length
     valid = (length >= _FIXED_SIZE) & (length <= max_record) & (nxt <= have)
     at = np.minimum(np.searchsorted(hit, nxt), len(hit) - 1)
@@ -447,7 +445,7 @@ def _walk_vectorised(data: bytes, pos: int, until: int, max_record: int, verify_
         crc32 = zlib.crc32
         for k, (p, e, head, want) in enumerate(zip(starts.tolist(), nxt[chain].tolist(),
                                                    _crc32_4(a, starts + 2).tolist(),
-                                                   _be32(a, starts + 6).tolist(), strict=True)):
+                                                   gather.at(starts + 6, 4).tolist(), strict=True)):
             if crc32(data[p + _HEAD_SIZE : e], head) != want:
                 return starts[:k], p
     return starts, stop
