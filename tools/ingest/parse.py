@@ -627,7 +627,8 @@ _FRAME_TYPE_NAMES = _names(FrameType)
 _FUNCTION_EVENT_NAMES = _names(Function, EventCode)  # a function, or 256 + an event code
 _STATUS_NAMES = _names(Status)
 _VTYPE_NAMES = _names(ValueType)
-_DIRECTION_NAMES = pa.array([None, "in", "out"], pa.string())
+_DIRECTION_NAMES = pa.array([{int(LogKind.FRAME_IN): "in", int(LogKind.FRAME_OUT): "out"}.get(k) for k in range(256)],
+                            pa.string())  # by record kind
 
 # Reasons for `frame_error` (a CRC-valid record whose frame breaks PROTOCOL.md) and for
 # `corrupt` on non-frame records whose data breaks JETLOG.md 4. Index 0: no error.
@@ -857,6 +858,9 @@ def _ffill_names(conn: np.ndarray, setter: np.ndarray, initial: Mapping[int, int
     ``initial`` maps connections to the name they had before the first row.
     """
     n = len(conn)
+    if not (setter >= 0).any():
+        # No name is set in these rows (the usual batch): a lookup of the names before.
+        return _lookup(conn, initial)
     # Connection ids count up from 1 in each daemon run: as uint16, when they fit, the
     # stable sort is a radix sort (five times faster).
     order = np.argsort(conn.astype(np.uint16) if n and conn.max() < 1 << 16 else conn, kind="stable")
@@ -872,6 +876,25 @@ def _ffill_names(conn: np.ndarray, setter: np.ndarray, initial: Mapping[int, int
     out = np.empty(n, dtype=np.int64)
     out[order] = sv[pos]
     return out
+
+
+def _lookup(conn: np.ndarray, known: Mapping[int, int]) -> np.ndarray:
+    """Per row, ``known[conn]``, or -1."""
+    if not known or not len(conn):
+        return np.full(len(conn), -1, dtype=np.int64)
+    keys = np.fromiter(known, dtype=np.int64, count=len(known))
+    values = np.fromiter(known.values(), dtype=np.int64, count=len(known))
+    top = int(conn.max())
+    if top < 1 << 16:  # ids count up from 1: a table
+        table = np.full(top + 1, -1, dtype=np.int64)
+        inside = keys <= top
+        table[keys[inside]] = values[inside]
+        out: np.ndarray = table[conn]
+        return out
+    order = np.argsort(keys)
+    keys, values = keys[order], values[order]
+    at = np.minimum(np.searchsorted(keys, conn), len(keys) - 1)
+    return np.where(keys[at] == conn, values[at], np.int64(-1))
 
 
 @dataclass
@@ -1074,7 +1097,6 @@ def parse_batch(a: np.ndarray, starts: np.ndarray, seg: _Segment) -> tuple[pa.Re
     else:
         peer_col = pa.nulls(n, pa.string())
 
-    direction = np.select([kind == LogKind.FRAME_IN, kind == LogKind.FRAME_OUT], [1, 2], 0)
     function_col = _FUNCTION_EVENT_NAMES.take(
         np.select([has_func, has_code, ok_r], [func, code + np.int64(256), r_func], np.int64(_NULL2)))
     status_col = _STATUS_NAMES.take(
@@ -1093,7 +1115,7 @@ def parse_batch(a: np.ndarray, starts: np.ndarray, seg: _Segment) -> tuple[pa.Re
         "conn_id": pa.array(conn, pa.int64()),
         "peer_name": peer_col,
         "kind": _KIND_NAMES.take(kind),
-        "direction": _DIRECTION_NAMES.take(direction),
+        "direction": _DIRECTION_NAMES.take(kind),
         "msg_type": _names_of(_FRAME_TYPE_NAMES, ftype, has_ft),
         "request_id": _int_col(np.where(has_entry_rid, entry_rid, rid), has_rid | has_entry_rid),
         "function": function_col,
