@@ -15,7 +15,9 @@ Prints a markdown table of medians and the jetlog/JSON ratio.
 ``--mode source`` times the ``jetlog`` source alone against ``spark.read.json`` on the
 same records, in one session, interleaved: ``count()``, and a time-range filter
 matching about 1% of the records (``ts`` between two times), with the share of the log's
-bytes the jetlog planner hands to its tasks after pushdown (what is read).
+bytes the jetlog planner hands to its tasks after pushdown (what is read). Beside the
+times, it reads the CPU each query costs the Spark JVM and every process under it (the
+Python workers): on a shared machine, steadier than the times.
 """
 
 from __future__ import annotations
@@ -31,6 +33,32 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+_TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_seconds(root: int) -> float:
+    """User and system CPU seconds of process ``root`` and all its descendants, with the
+    children they have reaped (``/proc/PID/stat``: utime, stime, cutime, cstime)."""
+    children: dict[int, list[int]] = {}
+    used: dict[int, int] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as stat:
+                text = stat.read()
+        except OSError:  # exited meanwhile
+            continue
+        fields = text[text.rindex(b")") + 2 :].split()  # after the command name: state, ppid, ...
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
+        used[int(entry.name)] = sum(int(f) for f in fields[11:15])
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        total += used.get(pid, 0)
+        todo += children.get(pid, [])
+    return total / _TICKS_PER_SECOND
 
 
 def _timed(fn: object) -> float:
@@ -184,9 +212,13 @@ def _source_bench(spark: Any, logs: Path, jsonl: Path, total: int, log_bytes: in
     assert results["jetlog count"] == results["JSON count"] == total, results
     assert results["jetlog 1% time range"] == results["JSON 1% time range"] > 0, results
     times: dict[str, list[float]] = {name: [] for name in runs}
+    cpu: dict[str, list[float]] = {name: [] for name in runs}
+    jvm = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
     for _ in range(args.repeat):  # interleaved, so all see the same machine load
         for name, fn in runs.items():
+            before = tree_cpu_seconds(jvm)
             times[name].append(_timed(fn))
+            cpu[name].append(tree_cpu_seconds(jvm) - before)
     reader = JetlogPushdownReader({"path": str(logs)})
     list(reader.pushFilters([GreaterThanOrEqual(("ts",), lo), LessThan(("ts",), hi)]))
     planned = sum((stop if stop is not None else lim or 0) - start
@@ -197,14 +229,16 @@ def _source_bench(spark: Any, logs: Path, jsonl: Path, total: int, log_bytes: in
           f"({json_bytes / 2**20:.0f} MiB as JSON lines); master {args.master}; medians of {args.repeat} "
           f"interleaved runs; the time range matches {results['jetlog 1% time range']:,} records "
           f"({100 * results['jetlog 1% time range'] / total:.2f}%)\n")
-    print("| query | jetlog (s) | JSON (s) | jetlog / JSON time |")
-    print("|---|---|---|---|")
+    cpu_med = {name: statistics.median(t) for name, t in cpu.items()}
+    print("| query | jetlog (s) | JSON (s) | jetlog / JSON time | jetlog CPU (s) | JSON CPU (s) | jetlog / JSON CPU |")
+    print("|---|---|---|---|---|---|---|")
     for what in ("count", "1% time range"):
         j, s = med[f"jetlog {what}"], med[f"JSON {what}"]
-        print(f"| `{what}` | {j:.2f} | {s:.2f} | {j / s:.2f}x |")
+        jc, sc = cpu_med[f"jetlog {what}"], cpu_med[f"JSON {what}"]
+        print(f"| `{what}` | {j:.2f} | {s:.2f} | {j / s:.2f}x | {jc:.2f} | {sc:.2f} | {jc / sc:.2f}x |")
     print(f"\njetlog bytes planned for the time range: {planned:,} of {log_bytes:,} ({100 * planned / log_bytes:.2f}%)")
     for name, t in times.items():
-        print(f"- {name}: {', '.join(f'{x:.2f}' for x in t)} s")
+        print(f"- {name}: {', '.join(f'{x:.2f}' for x in t)} s; CPU {', '.join(f'{x:.2f}' for x in cpu[name])} s")
 
 
 if __name__ == "__main__":

@@ -39,10 +39,10 @@ from jetwire.codes import EventCode, FrameType, Function, Status, ValueType
 from jetwire.errors import RemoteProtocolError
 from jetwire.log import DEFAULT_MAX_RECORD, RECORD_MARKER, LogHeaderIncomplete, LogKind, decode_header
 
+from .chain import CRC_TABLE, NATIVE, walk
 from .chain import FIXED_SIZE as _FIXED_SIZE
 from .chain import HEAD as _HEAD  # JETLOG.md 3: marker | length | crc
 from .chain import HEAD_SIZE as _HEAD_SIZE
-from .chain import NATIVE, walk
 
 __all__ = [
     "ARROW_SCHEMA",
@@ -371,20 +371,7 @@ def find_boundary(
         pos += 1
 
 
-
-
-def _crc_table() -> np.ndarray:
-    """The byte-at-a-time table of zlib's CRC-32 (reflected polynomial 0xEDB88320)."""
-    table = []
-    for byte in range(256):
-        crc = byte
-        for _ in range(8):
-            crc = (crc >> 1) ^ 0xEDB88320 if crc & 1 else crc >> 1
-        table.append(crc)
-    return np.array(table, dtype=np.uint32)
-
-
-_CRC_TABLE = _crc_table()
+_CRC_TABLE = np.array(CRC_TABLE, dtype=np.uint32)
 _WINDOW = 4 << 20  # bytes searched for markers at a time (bounds the temporaries)
 
 
