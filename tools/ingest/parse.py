@@ -383,7 +383,7 @@ def _crc32_4(a: np.ndarray, pos: np.ndarray) -> np.ndarray:
     return crc ^ np.uint32(0xFFFFFFFF)
 
 
-def _walk_vectorised(data: bytes, pos: int, until: int, max_record: int, verify_crc: bool) -> tuple[np.ndarray, int]:
+def _walk_vectorised(data: bytes | mmap.mmap, pos: int, until: int, max_record: int, verify_crc: bool) -> tuple[np.ndarray, int]:
     """:func:`tools.ingest.chain.walk` in numpy, for the interpreted build: the same
     records, returned, and the same stop.
 
@@ -460,10 +460,12 @@ def scan_records(
     have = len(buf)
     if until is None or until > have:
         until = have
-    # The chain of valid records is walked over bytes (tools.ingest.chain, native loads
-    # when compiled): of a mapping, a copy of what the records starting before ``until``
-    # can span. Offsets in that copy are ``base`` less than in ``buf``.
-    if isinstance(buf, bytes):
+    # Compiled, the chain of valid records is walked over bytes (tools.ingest.chain,
+    # native loads): of a mapping, a copy of what the records starting before ``until``
+    # can span. Offsets in that copy are ``base`` less than in ``buf``. Interpreted, numpy
+    # reads the mapping itself.
+    data: bytes | mmap.mmap
+    if isinstance(buf, bytes) or not NATIVE:
         data, base = buf, 0
     else:
         data, base = bytes(buf[start : min(have, until + _HEAD_SIZE + max_record)]), start
@@ -474,6 +476,7 @@ def scan_records(
     truncated: Optional[tuple[int, int, int]] = None
     while True:
         if NATIVE:
+            assert isinstance(data, bytes)
             pos = walk(data, pos - base, until - base, max_record, verify_crc, starts) + base
         else:
             run, stop = _walk_vectorised(data, pos - base, until - base, max_record, verify_crc)
