@@ -430,11 +430,11 @@ def _walk_vectorised(data: bytes | mmap.mmap, pos: int, until: int, max_record: 
     starts = hit[chain]
     if verify_crc and len(starts):
         crc32 = zlib.crc32
-        for k, (p, e, head, want) in enumerate(zip(starts.tolist(), nxt[chain].tolist(),
-                                                   _crc32_4(a, starts + 2).tolist(),
-                                                   gather.at(starts + 6, 4).tolist(), strict=True)):
-            if crc32(data[p + _HEAD_SIZE : e], head) != want:
-                return starts[:k], p
+        heads, wants = _crc32_4(a, starts + 2).tolist(), gather.at(starts + 6, 4).tolist()
+        for body, end, head, want in zip((starts + _HEAD_SIZE).tolist(), nxt[chain].tolist(), heads, wants, strict=True):
+            if crc32(data[body:end], head) != want:
+                bad = body - _HEAD_SIZE
+                return starts[: int(np.searchsorted(starts, bad))], bad
     return starts, stop
 
 
