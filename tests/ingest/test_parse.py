@@ -703,13 +703,15 @@ def test_chunked_reads_equal_one_strict_read(
     until=st.integers(0, len(_CLEAN) + 60),
     max_record=st.sampled_from([13, 40, 1 << 16]),
     verify_crc=st.booleans(),
+    window=st.sampled_from([1, 2, 7, 64, 4 << 20]),
 )
 def test_vectorised_walk_equals_the_record_walk(flips: list[tuple[int, int]], garbage: list[tuple[int, bytes]],
                                                  keep: int, start: int, until: int, max_record: int,
-                                                 verify_crc: bool) -> None:
+                                                 verify_crc: bool, window: int) -> None:
     """The interpreted build walks the chain of records with numpy; it must find the same
     records and stop at the same place as the walk the compiled build runs, from any
-    position (marker or not), whatever the damage."""
+    position (marker or not), whatever the damage, and however it windows its search for
+    markers (small windows cut markers in two)."""
     from tools.ingest.chain import walk
     from tools.ingest.parse import _walk_vectorised
 
@@ -723,7 +725,7 @@ def test_vectorised_walk_equals_the_record_walk(flips: list[tuple[int, int]], ga
     for pos in [*(r.offset for r in oracle(buf) if isinstance(r, LogRecord)), start]:
         expected: list[int] = []
         stop = walk(buf, pos, until, max_record, verify_crc, expected)
-        found, got = _walk_vectorised(buf, pos, until, max_record, verify_crc)
+        found, got = _walk_vectorised(buf, pos, until, max_record, verify_crc, window)
         assert (found.tolist(), got) == (expected, stop), pos
 
 

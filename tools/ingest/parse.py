@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import NamedTuple, Optional
+from typing import Final, NamedTuple, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -383,7 +383,8 @@ def _crc32_4(a: np.ndarray, pos: np.ndarray) -> np.ndarray:
     return crc ^ np.uint32(0xFFFFFFFF)
 
 
-def _walk_vectorised(data: bytes | mmap.mmap, pos: int, until: int, max_record: int, verify_crc: bool) -> tuple[np.ndarray, int]:
+def _walk_vectorised(data: bytes | mmap.mmap, pos: int, until: int, max_record: int, verify_crc: bool,
+                     window: int = _WINDOW) -> tuple[np.ndarray, int]:
     """:func:`tools.ingest.chain.walk` in numpy, for the interpreted build: the same
     records, returned, and the same stop.
 
@@ -399,8 +400,8 @@ def _walk_vectorised(data: bytes | mmap.mmap, pos: int, until: int, max_record: 
         return none, pos
     a = np.frombuffer(data, dtype=np.uint8)
     found = []
-    for lo in range(pos, lim, _WINDOW):
-        hi = min(lo + _WINDOW, lim)
+    for lo in range(pos, lim, window):
+        hi = min(lo + window, lim)
         found.append(np.flatnonzero((a[lo:hi] == _MARKER_BYTES[0]) & (a[lo + 1 : hi + 1] == _MARKER_BYTES[1])) + lo)
     hit = np.concatenate(found)
     if not len(hit) or hit[0] != pos:
@@ -597,10 +598,9 @@ def resume_offset(path: str, start: int, limit: int, chunk: int, *, max_record: 
 
 # Name columns are one ``take`` from a table of names. Each table ends with a null, at
 # index ``_NULL`` (or ``_NULL2`` for two tables side by side): the index of a row that
-# has no name.
-# (Give numpy these as np.int64 beside uint8 codes: a plain 256 would wrap to 0.)
-_NULL = 256
-_NULL2 = 512
+# has no name. They are numpy integers: beside uint8 codes, numpy wraps a plain 256 to 0.
+_NULL: Final = np.int64(256)
+_NULL2: Final = np.int64(512)
 
 
 def _names(*enums: type[IntEnum]) -> pa.Array:
@@ -662,10 +662,10 @@ _FETCH_EVENTS = _byte_set([EventCode.FETCH_ADD, EventCode.FETCH_CHANGE, EventCod
                            EventCode.FETCH_UNMATCH])
 # fetch_id | action | Key (PROTOCOL.md 14.2)
 _KEY_EVENTS = _byte_set([EventCode.FETCH_METHOD, EventCode.FETCH_NODE])
+_KV_EVENTS = _byte_set([EventCode.SET_STATE, EventCode.NOTIFY_STATE, EventCode.CALL_METHOD])
 # A FETCH_METHOD/FETCH_NODE action (1-2), or 3 + a QUERY_ENTRY kind (1-3), then null.
 _ACTION_NAMES = pa.array(["", "ADD", "REMOVE", "", "STATE", "METHOD", "NODE", None], pa.string())
 _BOOL_TEXT = pa.array(["false", "true"], pa.string())
-_KV_EVENTS = _byte_set([EventCode.SET_STATE, EventCode.NOTIFY_STATE, EventCode.CALL_METHOD])
 
 
 class _Gather:
@@ -768,6 +768,7 @@ def _first_table(offsets: tuple[int, ...]) -> np.ndarray:
 def _at_first(base: np.ndarray, conds: list[np.ndarray], offsets: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
     """Per row, ``base`` plus the offset of the first of ``conds`` (at most 8) that holds,
     and whether one does."""
+    assert 1 <= len(conds) <= 8 and len(offsets) == len(conds)
     bits = conds[0].view(np.uint8).copy()
     for i in range(1, len(conds)):
         bits |= conds[i].view(np.uint8) << i
@@ -1098,9 +1099,9 @@ def parse_batch(a: np.ndarray, starts: np.ndarray, seg: _Segment) -> tuple[pa.Re
         peer_col = pa.nulls(n, pa.string())
 
     function_col = _FUNCTION_EVENT_NAMES.take(
-        np.select([has_func, has_code, ok_r], [func, code + np.int64(256), r_func], np.int64(_NULL2)))
+        np.select([has_func, has_code, ok_r], [func, code + _NULL, r_func], _NULL2))
     status_col = _STATUS_NAMES.take(
-        np.select([has_status, has_close_status, has_conn_status], [resp_status, close_status, conn_status], np.int64(_NULL)))
+        np.select([has_status, has_close_status, has_conn_status], [resp_status, close_status, conn_status], _NULL))
     text_col = text_arr
     named = has_action & (evt_keyev | evt_entry) & (err == 0)
     if named.any():
