@@ -55,6 +55,11 @@ from jetwire import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
+# pytest-timeout guards against hangs; here the first test that uses ``site`` also pays
+# for building the wheel (about a minute on a quiet 2-core machine, many more on a busy
+# one), which has its own bound below. Nothing in this module asserts a duration.
+BUILD_TIMEOUT = 1200
+pytestmark = pytest.mark.timeout(BUILD_TIMEOUT + 300)
 WORKER = Path(__file__).with_name("differential_worker.py")
 
 
@@ -74,7 +79,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     work = tmp_path_factory.mktemp("compiled")
     built = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(work), str(REPO)],
-        capture_output=True, text=True, timeout=900, env=_clean_env(),
+        capture_output=True, text=True, timeout=BUILD_TIMEOUT, env=_clean_env(),
     )
     assert built.returncode == 0, built.stderr[-3000:]
     [wheel] = work.glob("jet-*.whl")
@@ -141,16 +146,15 @@ def test_a_compiled_install_runs_its_source_with_jet_pure_python_set(site: Path)
     assert version.stdout.strip().endswith("pure Python (JET_PURE_PYTHON is set)"), version
 
 
-def test_setup_compiles_exactly_the_modules_jetwire_pure_lists() -> None:
-    import ast
-
+def test_the_wheel_compiles_exactly_the_modules_jetwire_pure_lists(site: Path) -> None:
+    """setup.py reads its list from jetwire/_pure.py (one list): every module there is an
+    extension in the wheel, and no other module of jet is."""
     from jetwire._pure import COMPILED_MODULES
 
-    tree = ast.parse((REPO / "setup.py").read_text())
-    [hot] = [node.value for node in ast.walk(tree) if isinstance(node, ast.Assign)
-             and any(isinstance(t, ast.Name) and t.id == "HOT" for t in node.targets)]
-    files = ast.literal_eval(hot)
-    assert [f.removesuffix(".py").replace("/", ".") for f in files] == list(COMPILED_MODULES)
+    names = zipfile.ZipFile(next(site.parent.glob("jet-*.whl"))).namelist()
+    compiled = sorted(n.split(".")[0].replace("/", ".") for n in names
+                      if n.endswith(".so") and "__mypyc" not in n)
+    assert compiled == sorted(COMPILED_MODULES)
 
 
 def test_without_a_compiler_it_installs_pure_python_saying_so(tmp_path: Path) -> None:
@@ -167,7 +171,9 @@ def test_without_a_compiler_it_installs_pure_python_saying_so(tmp_path: Path) ->
     [wheel] = tmp_path.glob("jet-*.whl")
     assert not [n for n in zipfile.ZipFile(wheel).namelist() if n.endswith(".so")]
     said = [line.strip() for line in (built.stdout + built.stderr).splitlines() if line.strip().startswith("jet: ")]
-    assert len(said) == 1 and "installing pure Python" in said[0], said
+    # Progress lines, then one that says why; never a line claiming a compiled build.
+    assert said and "could not be built" in said[-1] and "installing pure Python" in said[-1], said
+    assert not [line for line in said if "compiled the hot path" in line], said
 
 
 # --- the same bytes, the same output ------------------------------------------------------
@@ -352,11 +358,10 @@ def _suite_passes(root: Path, paths: list[str], timeout: float, **env: str) -> N
     assert " passed" in result.stdout
 
 
-@pytest.mark.timeout(600)
 def test_daemon_and_codec_tests_pass_on_the_compiled_build(site: Path) -> None:
     check = _run(site, "-c", "import jetd.build as b; print(b.build_description())")
     assert check.stdout.strip() == "compiled (mypyc)", check
-    _suite_passes(site, COMPILED_SUITE, 580, JET_TEST_SITE=str(site))  # the daemons it starts too
+    _suite_passes(site, COMPILED_SUITE, BUILD_TIMEOUT, JET_TEST_SITE=str(site))  # the daemons it starts too
 
 
 def test_log_reader_tests_pass_on_the_compiled_record_walk(site: Path) -> None:
