@@ -67,7 +67,7 @@ def test_console_shows_updates_and_sets_a_tcp_owners_state(start_jetd):
             _page_errors(page, errors)
             await page.goto(f"http://{host}:{port}/")
             await page.wait_for_function(
-                "document.querySelector('#counts')?.textContent.startsWith('1002 states · 1 methods')",
+                "() => " "document.querySelector('#counts')?.textContent.startsWith('1002 states · 1 methods')",
                 timeout=TIMEOUT_MS,
             )
             # The tree, by "/" levels.
@@ -84,7 +84,7 @@ def test_console_shows_updates_and_sets_a_tcp_owners_state(start_jetd):
             # Live: the owner notifies, the row changes in place.
             await temp.notify(21.25)
             await page.wait_for_function(
-                "document.querySelector('.node[data-key=\"plant/line1/temp\"] .val')?.textContent === '21.25'",
+                "() => " "document.querySelector('.node[data-key=\"plant/line1/temp\"] .val')?.textContent === '21.25'",
                 timeout=TIMEOUT_MS,
             )
             # Set from the page: routed to the TCP owner, which clamps it.
@@ -95,7 +95,7 @@ def test_console_shows_updates_and_sets_a_tcp_owners_state(start_jetd):
             assert (await page.text_content(".answer")) == "OK: 30"
             assert asked == [33.5]
             await page.wait_for_function(
-                "document.querySelector('.node[data-key=\"plant/line1/temp\"] .val')?.textContent === '30'",
+                "() => " "document.querySelector('.node[data-key=\"plant/line1/temp\"] .val')?.textContent === '30'",
                 timeout=TIMEOUT_MS,
             )
             # A set the owner refuses shows the typed error.
@@ -119,18 +119,18 @@ def test_console_shows_updates_and_sets_a_tcp_owners_state(start_jetd):
             # The search as a live query (PROTOCOL.md 14): contains and a value filter.
             await page.fill("#search", "plant/ *line1 value>25")
             await page.wait_for_function(
-                "[...document.querySelectorAll('#tree .node')].map(n => n.dataset.key).join() === 'plant/line1/temp'",
+                "() => " "[...document.querySelectorAll('#tree .node')].map(n => n.dataset.key).join() === 'plant/line1/temp'",
                 timeout=TIMEOUT_MS,
             )
             await temp.notify(21.0)  # no longer matches: it leaves the list, live
             await page.wait_for_function(
-                "document.querySelectorAll('#tree .node').length === 0"
+                "() => " "document.querySelectorAll('#tree .node').length === 0"
                 " && document.getElementById('more').textContent === 'no key matches this query'",
                 timeout=TIMEOUT_MS,
             )
             await page.fill("#search", "plant/ a>[1]")
             await page.wait_for_function(
-                "document.getElementById('more').textContent.includes('cannot read the search')", timeout=TIMEOUT_MS
+                "() => " "document.getElementById('more').textContent.includes('cannot read the search')", timeout=TIMEOUT_MS
             )
             await page.fill("#search", "plant/")
             await row.locator(".val").wait_for(timeout=TIMEOUT_MS)
@@ -163,16 +163,16 @@ def test_console_keeps_its_tree_across_a_daemon_restart(start_jetd):
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(None, first.stop)
             await page.wait_for_function(
-                "document.getElementById('status').textContent.startsWith('reconnecting')", timeout=TIMEOUT_MS)
+                "() => " "document.getElementById('status').textContent.startsWith('reconnecting')", timeout=TIMEOUT_MS)
             await loop.run_in_executor(None, lambda: start_web_jetd(
                 start_jetd, "--port", str(first.port), "--http-port", str(port)))
-            await page.wait_for_function("document.getElementById('status').textContent === 'live'",
+            await page.wait_for_function("() => " "document.getElementById('status').textContent === 'live'",
                                          timeout=TIMEOUT_MS)
             # The owner is back too. Until it has restored, the row may be gone (the new
             # daemon has no such state yet): the predicates tolerate a missing row.
             await temp.notify(23.5)
             await page.wait_for_function(
-                "document.querySelector('.node[data-key=\"plant/temp\"] .val')?.textContent === '23.5'",
+                "() => " "document.querySelector('.node[data-key=\"plant/temp\"] .val')?.textContent === '23.5'",
                 timeout=TIMEOUT_MS,
             )
             assert await page.locator(".node").count() == 1
@@ -227,7 +227,7 @@ def test_todo_example_between_two_pages(start_jetd):
             for page in (a, b):
                 _page_errors(page, errors)
                 await page.goto(url)
-                await page.wait_for_function("document.getElementById('status').textContent === 'live'",
+                await page.wait_for_function("() => " "document.getElementById('status').textContent === 'live'",
                                              timeout=TIMEOUT_MS)
             await a.fill("input[name=title]", "buy milk")
             await a.click("form#add button")
@@ -246,7 +246,7 @@ def test_todo_example_between_two_pages(start_jetd):
             await a.evaluate("document.querySelector('input[name=title]').removeAttribute('required')")
             await a.fill("input[name=title]", "   ")
             await a.click("form#add button")
-            await a.wait_for_function("document.getElementById('error').textContent.includes('REJECTED')",
+            await a.wait_for_function("() => " "document.getElementById('error').textContent.includes('REJECTED')",
                                       timeout=TIMEOUT_MS)
             assert not errors, errors
             await browser.close()
@@ -282,7 +282,7 @@ def test_todo_pages_survive_a_daemon_restart(start_jetd):
             await b.locator("li .title", has_text="before").wait_for(timeout=TIMEOUT_MS)
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(None, first.stop)
-            await a.wait_for_function("document.getElementById('status').textContent === 'reconnecting…'",
+            await a.wait_for_function("() => " "document.getElementById('status').textContent === 'reconnecting…'",
                                       timeout=TIMEOUT_MS)
             web_port = first.web[1]
             await loop.run_in_executor(None, lambda: start_web_jetd(
@@ -316,7 +316,7 @@ def test_page_from_a_foreign_origin_is_refused(start_jetd):
             page = await browser.new_page()
             await page.goto(f"http://127.0.0.1:{todo_port}/")
             await page.wait_for_function(
-                "document.getElementById('status').textContent.startsWith('cannot connect')", timeout=TIMEOUT_MS)
+                "() => " "document.getElementById('status').textContent.startsWith('cannot connect')", timeout=TIMEOUT_MS)
             await browser.close()
 
     try:
