@@ -305,6 +305,42 @@ def test_todo_pages_survive_a_daemon_restart(start_jetd):
         _stop(todo)
 
 
+def test_todo_page_opened_while_jetd_is_down_connects_when_it_is_back(start_jetd):
+    """Issue 33: the first connect is retried as later ones are (it was tried once)."""
+    todo_port = _free_port()
+    first = start_web_jetd(start_jetd, "--http-origins", f"http://127.0.0.1:{todo_port}")
+    todo = _start_todo(first, todo_port)
+    url = f"http://127.0.0.1:{todo_port}/"
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, first.stop)
+        async with playwright_api.async_playwright() as p:
+            browser = await _browser(p)
+            page = await browser.new_page()
+            errors: list[str] = []
+            _page_errors(page, errors)
+            await page.goto(url)
+            await page.wait_for_function(
+                "() => document.getElementById('status').textContent.startsWith('cannot connect')", timeout=TIMEOUT_MS)
+            await page.wait_for_timeout(2500)  # at least one retry fails too
+            await loop.run_in_executor(None, lambda: start_web_jetd(
+                start_jetd, "--port", str(first.port), "--http-port", str(first.web[1]),
+                "--http-origins", f"http://127.0.0.1:{todo_port}"))
+            await page.wait_for_function("() => document.getElementById('status').textContent === 'live'",
+                                         timeout=TIMEOUT_MS)
+            await page.fill("input[name=title]", "after the outage")
+            await page.click("form#add button")
+            await page.locator("li .title", has_text="after the outage").wait_for(timeout=TIMEOUT_MS)
+            assert not errors, errors
+            await browser.close()
+
+    try:
+        asyncio.run(run())
+    finally:
+        _stop(todo)
+
+
 def test_page_from_a_foreign_origin_is_refused(start_jetd):
     todo_port = _free_port()
     daemon = start_web_jetd(start_jetd)  # same origin only: the todo page's origin is foreign
