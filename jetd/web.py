@@ -421,6 +421,10 @@ class WebListener:
             "/index.html": STATIC_DIR / "index.html",
             "/console.js": STATIC_DIR / "console.js",
             "/console.css": STATIC_DIR / "console.css",
+            # The console's plot: uPlot, vendored unchanged with its licence (static/vendor/uplot).
+            "/vendor/uplot/uPlot.esm.js": STATIC_DIR / "vendor" / "uplot" / "uPlot.esm.js",
+            "/vendor/uplot/uPlot.min.css": STATIC_DIR / "vendor" / "uplot" / "uPlot.min.css",
+            "/vendor/uplot/LICENSE": STATIC_DIR / "vendor" / "uplot" / "LICENSE",
         }
         library = library_path()
         if library is not None:
@@ -514,7 +518,7 @@ class WebListener:
         except OSError as exc:
             log.error("web: cannot read %s: %s", file, exc)
             return _plain(500, "Internal Server Error", "cannot read the file\n")
-        kind = mimetypes.guess_type(file.name)[0] or "application/octet-stream"
+        kind = mimetypes.guess_type(file.name)[0] or ("text/plain" if file.name == "LICENSE" else "application/octet-stream")
         if kind.startswith("text/") or kind.endswith("javascript"):
             kind += "; charset=utf-8"
         response = _response(200, "OK", kind, body, request.method)

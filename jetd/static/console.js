@@ -10,10 +10,15 @@ import {
   FEATURE_AUTH_REQUIRED, FEATURE_QUERIES, NotAuthorized, Peer, PeerError, UnknownFunction, Value, ValueType,
   field, key as keyMatcher, value as itself,
 } from "/jet.js";
+import uPlot from "/vendor/uplot/uPlot.esm.js"; // vendored, MIT (static/vendor/uplot)
 
 const REGISTRY_POLL_MS = 3000;
 const MAX_CHILDREN = 1000; // rows rendered under one node; the filter narrows the rest
 const MAX_FILTERED = 500;
+const PLOT_WINDOW_S = 300; // the plot shows the last 5 minutes of the selected state
+const PLOT_MAX_SAMPLES = 20000;
+const PLOT_MAX_SERIES = 6; // numeric fields of a JSON object plotted at most
+const PLOT_COLOURS = ["#1f6feb", "#c62828", "#2e7d32", "#8e24aa", "#ef6c00", "#00838f"];
 const EMPTY_BUS = "Nothing on the bus yet: states and methods appear here, live, as soon as a peer adds them.";
 
 const $ = (id) => document.getElementById(id);
@@ -345,6 +350,8 @@ function showDetail(key, fresh) {
   view.querySelector(".owner").textContent = ownerOf(key) || "—";
   view.querySelector(".vtype").textContent = node?.raw ? node.raw.typeName : "—";
   view.querySelector(".value").textContent = node?.raw ? shown(node.raw) : "—";
+  if (fresh) resetPlot(key, view);
+  if (node?.kind === "state" && node.raw) samplePlot(node.raw);
   view.querySelector(".copy-value").hidden = !node?.raw;
   // "auto" sends a state's own type (an int state gets INT64), a method's argument as a JSON literal.
   view.querySelector("option[value=auto]").textContent = kind === "state" && node?.raw
@@ -352,6 +359,75 @@ function showDetail(key, fresh) {
   view.querySelector(".what").textContent = kind === "state" ? "Set the state to" : "Call the method with";
   view.querySelector("form.act button").textContent = kind === "state" ? "Set" : "Call";
   view.dataset.kind = kind;
+}
+
+// --- the plot of the selected state (uPlot) ----------------------------------------------------
+//
+// Samples are taken from the moment a state is selected, one per rendered frame at most
+// (what the fetch delivers, conflated by the frame), and kept for PLOT_WINDOW_S.
+
+const plot = { key: null, figure: null, chart: null, names: [], times: [], columns: [], resize: null };
+
+/** The numbers in a value: {"value": x} for a number, the numeric fields of a JSON
+ *  object (at most PLOT_MAX_SERIES), or null when there is nothing to plot. */
+function numbersOf(raw) {
+  let js;
+  try {
+    js = raw.vtype === ValueType.INT64 || raw.vtype === ValueType.FLOAT64 || raw.vtype === ValueType.JSON ? raw.toJS() : null;
+  } catch {
+    return null;
+  }
+  if (typeof js === "bigint") return new Map([["value", Number(js)]]);
+  if (typeof js === "number") return Number.isFinite(js) ? new Map([["value", js]]) : new Map([["value", null]]);
+  if (js !== null && typeof js === "object" && !Array.isArray(js)) {
+    const fields = Object.entries(js).filter(([, x]) => typeof x === "number").slice(0, PLOT_MAX_SERIES);
+    return fields.length ? new Map(fields) : null;
+  }
+  return null;
+}
+
+function resetPlot(key, view) {
+  if (plot.chart) plot.chart.destroy();
+  if (plot.resize) plot.resize.disconnect();
+  Object.assign(plot, { key, figure: view.querySelector("figure.plot"), chart: null, names: [], times: [], columns: [], resize: null });
+}
+
+function samplePlot(raw) {
+  const numbers = numbersOf(raw);
+  if (!plot.figure || (!numbers && !plot.chart)) return;
+  const now = Date.now() / 1000;
+  if (!plot.chart) {
+    plot.names = [...numbers.keys()];
+    plot.columns = plot.names.map(() => []);
+    plot.figure.hidden = false;
+    const chartEl = plot.figure.querySelector(".chart");
+    plot.chart = new uPlot({
+      width: Math.max(200, chartEl.clientWidth),
+      height: 160,
+      legend: { show: plot.names.length > 1 },
+      cursor: { drag: { x: false, y: false } },
+      scales: { x: { time: true } },
+      series: [{}, ...plot.names.map((name, i) => ({ label: name, stroke: PLOT_COLOURS[i], width: 1.5, points: { show: true, size: 4 } }))],
+    }, [[], ...plot.columns], chartEl);
+    plot.resize = new ResizeObserver(() => plot.chart?.setSize({ width: Math.max(200, chartEl.clientWidth), height: 160 }));
+    plot.resize.observe(chartEl);
+  }
+  plot.times.push(now);
+  plot.names.forEach((name, i) => plot.columns[i].push(numbers?.get(name) ?? null));
+  let drop = 0;
+  while (drop < plot.times.length - 1 && (plot.times[drop] < now - PLOT_WINDOW_S || plot.times.length - drop > PLOT_MAX_SAMPLES)) drop++;
+  if (drop) {
+    plot.times.splice(0, drop);
+    for (const column of plot.columns) column.splice(0, drop);
+  }
+  plot.chart.setData([plot.times, ...plot.columns]);
+  const span = plot.times.length > 1 ? ` over ${Math.round(now - plot.times[0])} s` : "";
+  plot.figure.querySelector(".plot-stats").textContent = plot.names.map((name, i) => {
+    const xs = plot.columns[i].filter((x) => x !== null);
+    if (!xs.length) return `${name}: —`;
+    const last = plot.columns[i].at(-1);
+    return `${name}: last ${last ?? "—"} · min ${Math.min(...xs)} · max ${Math.max(...xs)}`;
+  }).join("; ") + ` (${plot.times.length} samples${span})`;
 }
 
 /** A value as the detail pane shows it: JSON documents indented, the rest as in the tree. */

@@ -240,3 +240,49 @@ def test_failed_login_keeps_the_anonymous_badge(start_jetd, tmp_path):
         await owner.close()
 
     asyncio.run(run())
+
+
+def test_plot_moves_with_the_value(start_jetd):
+    """The selected numeric state is plotted (uPlot, vendored) with last/min/max, and the
+    plot changes as the owner notifies; a JSON object's numeric fields are plotted too."""
+    daemon = start_web_jetd(start_jetd)
+
+    async def run() -> None:
+        owner = await PeerAsync.connect(*daemon.address, name="plant")
+        temp = await owner.add_state("plant/temp", 20)
+        line = await owner.add_state("plant/line", {"speed": 1.5, "count": 10, "name": "l1"})
+        async with playwright_api.async_playwright() as p:
+            browser = await _browser(p)
+            page = await browser.new_page(viewport=VIEWPORTS["desktop"])
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            await _open(page, daemon.web, "plant/")
+            await _row(page, "plant/temp").click()
+            stats = "document.querySelector('#detail .plot-stats')?.textContent ?? ''"
+            await _until(page, f"({stats}).startsWith('value: last 20 ')")
+            canvas = page.locator("#detail figure.plot canvas")
+            before = await canvas.screenshot()
+            for value in (25, 19, 23):
+                await temp.notify(value)
+                await _until(page, f"({stats}).startsWith('value: last {value} ')")
+                await page.wait_for_timeout(150)  # separate samples in time
+            assert (await page.text_content("#detail .plot-stats") or "").startswith("value: last 23 · min 19 · max 25")
+            after = await canvas.screenshot()
+            assert after != before, "the plot did not change with the value"
+            ARTIFACTS.mkdir(exist_ok=True)
+            await page.screenshot(path=str(ARTIFACTS / "console-plot.png"))
+            # A JSON object: one line per numeric field; non-numeric ones are left out.
+            await _row(page, "plant/line").click()
+            await _until(page, f"({stats}).startsWith('speed: last 1.5 · min 1.5 · max 1.5; count: last 10 ')")
+            await line.notify({"speed": 2.5, "count": 7, "name": "l1"})
+            await _until(page, f"({stats}).startsWith('speed: last 2.5 · min 1.5 · max 2.5; count: last 7 · min 7 · max 10')")
+            # A string state has no plot.
+            await owner.add_state("plant/mode", "auto")
+            await _row(page, "plant/mode").click()
+            await page.wait_for_selector("#detail figure.plot", state="hidden", timeout=TIMEOUT_MS)
+            assert not errors, errors
+            await browser.close()
+        await owner.close()
+
+    asyncio.run(run())
