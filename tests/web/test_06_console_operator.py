@@ -105,16 +105,24 @@ def test_set_sends_the_states_type(start_jetd):
     asyncio.run(run())
 
 
-def test_json_copy_search_errors_call_any_and_long_keys_in_both_viewports(start_jetd):
+async def _plant(daemon: Any) -> Any:
+    """An owner with a JSON state, a long key, a plain state and a method."""
+    owner = await PeerAsync.connect(*daemon.address, name="plant")
+    await owner.add_state("plant/config", DOCUMENT)
+    await owner.add_state(LONG_KEY, 42.5)
+    await owner.add_state("plant/temp", 20.5)
+    await owner.add_method("plant/reset", lambda arg: "reset done")
+    return owner
+
+
+DOCUMENT = {"line": 3, "sensors": [{"id": "t1", "ok": True}], "note": None, "big": 12345678901234567890}
+
+
+def test_json_pretty_with_copy_value_and_copy_key(start_jetd):
     daemon = start_web_jetd(start_jetd)
-    document = {"line": 3, "sensors": [{"id": "t1", "ok": True}], "note": None}
 
     async def run() -> None:
-        owner = await PeerAsync.connect(*daemon.address, name="plant")
-        await owner.add_state("plant/config", document)
-        await owner.add_state(LONG_KEY, 42.5)
-        await owner.add_state("plant/temp", 20.5)
-        await owner.add_method("plant/reset", lambda arg: "reset done")
+        owner = await _plant(daemon)
         async with playwright_api.async_playwright() as p:
             browser = await _browser(p)
             context = await browser.new_context(viewport=VIEWPORTS["desktop"])
@@ -123,15 +131,30 @@ def test_json_copy_search_errors_call_any_and_long_keys_in_both_viewports(start_
             errors: list[str] = []
             page.on("pageerror", lambda e: errors.append(str(e)))
             await _open(page, daemon.web, "plant/")
-            # Pretty JSON, and copy.
             await _row(page, "plant/config").click()
-            pretty = json.dumps(document, indent=2)
+            pretty = json.dumps(DOCUMENT, indent=2)  # the big integer keeps its 20 digits
             assert await page.text_content("#detail .value") == pretty
             await page.click("#detail button.copy-value")
             assert await page.evaluate("() => navigator.clipboard.readText()") == pretty
             await page.click("#detail button.copy-key")
             assert await page.evaluate("() => navigator.clipboard.readText()") == "plant/config"
-            # The "call any method by key" form stays while a key is selected.
+            assert not errors, errors
+            await browser.close()
+        await owner.close()
+
+    asyncio.run(run())
+
+
+def test_call_any_method_form_stays_while_a_key_is_selected(start_jetd):
+    daemon = start_web_jetd(start_jetd)
+
+    async def run() -> None:
+        owner = await _plant(daemon)
+        async with playwright_api.async_playwright() as p:
+            browser = await _browser(p)
+            page = await browser.new_page(viewport=VIEWPORTS["desktop"])
+            await _open(page, daemon.web, "plant/")
+            await _row(page, "plant/temp").click()
             assert await page.is_visible("#call-any")
             await page.fill("#call-any input[name=key]", "plant/reset")
             await page.click("#call-any button")
@@ -140,13 +163,47 @@ def test_json_copy_search_errors_call_any_and_long_keys_in_both_viewports(start_
             await page.wait_for_selector(".answer.ok", timeout=TIMEOUT_MS)
             assert await page.text_content(".answer") == 'OK: "reset done"'
             assert await page.is_visible("#call-any")
-            # A typo in a value filter is an error, not a string comparison.
+            await browser.close()
+        await owner.close()
+
+    asyncio.run(run())
+
+
+def test_a_typo_in_a_value_filter_is_an_error(start_jetd):
+    """v>>3 silently became v > the string ">3"."""
+    daemon = start_web_jetd(start_jetd)
+
+    async def run() -> None:
+        owner = await _plant(daemon)
+        async with playwright_api.async_playwright() as p:
+            browser = await _browser(p)
+            page = await browser.new_page(viewport=VIEWPORTS["desktop"])
+            await _open(page, daemon.web, "plant/")
             for typo in ("v>>3", "value<=>1", "score==!2"):
                 await page.fill("#search", f"plant/ {typo}")
                 await _until(page, "document.getElementById('more').textContent.includes('cannot read the search')")
                 assert typo in (await page.text_content("#more") or "")
-            await page.fill("#search", "plant/")
-            # Long keys and narrow screens: value and owner stay on screen, nothing scrolls sideways.
+            await page.fill("#search", "plant/ value>=20")  # a good one still works
+            await _until(page, "document.querySelectorAll('#tree .node').length === 2")
+            await browser.close()
+        await owner.close()
+
+    asyncio.run(run())
+
+
+def test_long_keys_and_a_phone_width_need_no_sideways_scroll(start_jetd):
+    """Both viewports: nothing scrolls sideways, a long key's value and owner stay in the
+    row, the counts, badge and search are on screen. Screenshots are kept."""
+    daemon = start_web_jetd(start_jetd)
+
+    async def run() -> None:
+        owner = await _plant(daemon)
+        async with playwright_api.async_playwright() as p:
+            browser = await _browser(p)
+            page = await browser.new_page(viewport=VIEWPORTS["desktop"])
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            await _open(page, daemon.web, "plant/")
             for name, viewport in VIEWPORTS.items():
                 await page.set_viewport_size(viewport)
                 await _row(page, LONG_KEY).click()
