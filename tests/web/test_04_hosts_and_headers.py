@@ -226,3 +226,48 @@ def test_console_cannot_be_framed_and_runs_under_its_csp(start_jetd, tmp_path):
         await owner.close()
 
     asyncio.run(run())
+
+
+def test_an_allowed_origins_page_imports_jet_js_from_jetd_and_others_cannot(start_jetd):
+    """CORS in Chromium: a module import of jetd's /jet.js from a page of an allowed origin
+    works; from another origin the browser refuses it."""
+    import http.server
+    import threading
+
+    api = _needs_browser()
+
+    class Blank(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b"<!doctype html><title>app</title>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    app = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Blank)
+    threading.Thread(target=app.serve_forever, daemon=True).start()
+    app_origin = f"http://127.0.0.1:{app.server_address[1]}"
+    try:
+        allowing = start_web_jetd(start_jetd, "--http-origins", app_origin)
+        other = start_web_jetd(start_jetd)
+
+        async def run() -> None:
+            async with api.async_playwright() as p:
+                browser = await _browser(p)
+                page = await browser.new_page()
+                await page.goto(app_origin + "/")
+                load = "async (url) => { try { return (await import(url)).PROTOCOL_MAJOR; } catch (e) { return String(e); } }"
+                ok = await page.evaluate(load, f"http://{allowing.web[0]}:{allowing.web[1]}/jet.js")
+                assert ok == 1, ok
+                refused = await page.evaluate(load, f"http://{other.web[0]}:{other.web[1]}/jet.js")
+                assert "Failed to fetch" in str(refused) or "TypeError" in str(refused), refused
+                await browser.close()
+
+        asyncio.run(run())
+    finally:
+        app.shutdown()
+        app.server_close()
