@@ -331,7 +331,8 @@ _HELP = {
     "http_origins": "comma-separated browser origins allowed besides the same origin, or * for any",
     "http_hosts": (
         "comma-separated host names a request's Host header may name besides the listen address, "
-        "localhost, 127.0.0.1, [::1] and the hosts of --http-origins, or * for any (against DNS rebinding)"
+        "localhost, 127.0.0.1, [::1] and the hosts of --http-origins (against DNS rebinding); * allows any "
+        "and turns that protection off"
     ),
     "http_handshake_timeout": (
         f"seconds a connection to the HTTP port has to send its request (default {DEFAULT_HTTP_HANDSHAKE_TIMEOUT:g})"
