@@ -203,7 +203,8 @@ def test_console_cannot_be_framed_and_runs_under_its_csp(start_jetd, tmp_path):
             page.on("console", lambda m: messages.append(m.text))
             page.on("pageerror", lambda e: messages.append(str(e)))
             await page.goto(console)
-            await page.wait_for_function("document.getElementById('status').textContent === 'live'",
+            # A predicate string would be eval'd in the page, which the CSP forbids: a function.
+            await page.wait_for_function("() => document.getElementById('status').textContent === 'live'",
                                          timeout=TIMEOUT_MS)
             await page.fill("#search", "plant/")
             await page.locator('.node[data-key="plant/boiler/setpoint"] .val').wait_for(timeout=TIMEOUT_MS)
