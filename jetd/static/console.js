@@ -137,6 +137,7 @@ function schedule() {
 
 function onEvent(ev) {
   model.changes += 1;
+  if (ev.key === plot.key && ev.kind === "change") plot.updates.push(performance.now()); // every one: no frame conflation
   switch (ev.kind) {
     case "remove": case "unmatch": dropLeaf(ev.key, "state"); break;
     case "method_add": setLeaf(ev.key, "method", null); break;
@@ -352,6 +353,7 @@ function showDetail(key, fresh) {
   view.querySelector(".value").textContent = node?.raw ? shown(node.raw) : "—";
   if (fresh) resetPlot(key, view);
   if (node?.kind === "state" && node.raw) samplePlot(node.raw);
+  showRate();
   view.querySelector(".copy-value").hidden = !node?.raw;
   // "auto" sends a state's own type (an int state gets INT64), a method's argument as a JSON literal.
   view.querySelector("option[value=auto]").textContent = kind === "state" && node?.raw
@@ -366,7 +368,8 @@ function showDetail(key, fresh) {
 // Samples are taken from the moment a state is selected, one per rendered frame at most
 // (what the fetch delivers, conflated by the frame), and kept for PLOT_WINDOW_S.
 
-const plot = { key: null, figure: null, chart: null, names: [], times: [], columns: [], resize: null };
+const RATE_WINDOW_MS = 10000; // the update rate of the selected state: changes in the last 10 s
+const plot = { key: null, figure: null, chart: null, names: [], times: [], columns: [], resize: null, updates: [], rate: null };
 
 /** The numbers in a value: {"value": x} for a number, the numeric fields of a JSON
  *  object (at most PLOT_MAX_SERIES), or null when there is nothing to plot. */
@@ -389,7 +392,26 @@ function numbersOf(raw) {
 function resetPlot(key, view) {
   if (plot.chart) plot.chart.destroy();
   if (plot.resize) plot.resize.disconnect();
-  Object.assign(plot, { key, figure: view.querySelector("figure.plot"), chart: null, names: [], times: [], columns: [], resize: null });
+  Object.assign(plot, { key, figure: view.querySelector("figure.plot"), chart: null, names: [], times: [], columns: [],
+    resize: null, updates: [], rate: view.querySelector(".rate") });
+  showRate();
+}
+
+/** Changes of the selected state per second, over the last RATE_WINDOW_MS (or since it
+ *  was selected, when that is shorter). */
+function showRate() {
+  if (!plot.rate) return;
+  const now = performance.now();
+  let drop = 0;
+  while (drop < plot.updates.length && plot.updates[drop] < now - RATE_WINDOW_MS) drop++;
+  plot.updates.splice(0, drop);
+  const node = model.byKey.get(plot.key);
+  if (node?.kind !== "state") {
+    plot.rate.textContent = "—";
+    return;
+  }
+  const n = plot.updates.length;
+  plot.rate.textContent = `${n} change${n === 1 ? "" : "s"} in the last ${RATE_WINDOW_MS / 1000} s (${(n / (RATE_WINDOW_MS / 1000)).toFixed(1)}/s)`;
 }
 
 function samplePlot(raw) {
@@ -844,5 +866,6 @@ $("call-any").addEventListener("submit", (e) => {
   select(e.target.elements.key.value);
 });
 setInterval(pollRegistry, REGISTRY_POLL_MS);
+setInterval(showRate, 1000); // the rate falls when changes stop
 window.jetConsole = { model, get peer() { return peer; }, get user() { return user; } }; // for the curious (and the tests)
 start();

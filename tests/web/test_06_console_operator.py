@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -325,6 +326,13 @@ def test_plot_moves_with_the_value(start_jetd):
                 await _until(page, f"({stats}).startsWith('value: last {value} ')")
                 await page.wait_for_timeout(150)  # separate samples in time
             assert (await page.text_content("#detail .plot-stats") or "").startswith("value: last 23 · min 19 · max 25")
+            # Every change counts in the rate, even those one frame conflates for the plot.
+            # 3 (fewer only on a machine so slow that the first is older than 10 s already)
+            rate = await page.text_content("#detail .rate") or ""
+            assert re.fullmatch(r"[123] changes? in the last 10 s \(0\.[123]/s\)", rate), rate
+            for value in range(100, 120):
+                await temp.notify(value)
+            await _until(page, "parseInt(document.querySelector('#detail .rate').textContent) >= 20")
             after = await canvas.screenshot()
             assert after != before, "the plot did not change with the value"
             ARTIFACTS.mkdir(exist_ok=True)
