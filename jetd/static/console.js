@@ -428,7 +428,8 @@ function samplePlot(raw) {
       height: 160,
       legend: { show: plot.names.length > 1 },
       cursor: { drag: { x: false, y: false } },
-      scales: { x: { time: true } },
+      // One sample has no time span (uPlot would show 1000 days after it): the minute before it.
+      scales: { x: { time: true, range: (u, min, max) => (plot.times.length === 1 ? [plot.times[0] - 60, plot.times[0] + 1] : [min, max]) } },
       series: [{}, ...plot.names.map((name, i) => ({ label: name, stroke: PLOT_COLOURS[i], width: 1.5, points: { show: true, size: 4 } }))],
     }, [[], ...plot.columns], chartEl);
     plot.resize = new ResizeObserver(() => plot.chart?.setSize({ width: Math.max(200, chartEl.clientWidth), height: 160 }));
@@ -449,7 +450,7 @@ function samplePlot(raw) {
     if (!xs.length) return `${name}: —`;
     const last = plot.columns[i].at(-1);
     return `${name}: last ${last ?? "—"} · min ${Math.min(...xs)} · max ${Math.max(...xs)}`;
-  }).join("; ") + ` (${plot.times.length} samples${span})`;
+  }).join("; ") + ` (${plot.times.length} sample${plot.times.length === 1 ? "" : "s"}${span})`;
 }
 
 /** A value as the detail pane shows it: JSON documents indented, the rest as in the tree. */
