@@ -104,6 +104,9 @@ class Config:
         http_host: address of the HTTP listener; None listens on ``host``.
         http_origins: comma-separated ``Origin`` values a browser page may connect from
             besides the same origin (``*``: any origin); PROTOCOL.md 13.3.
+        http_hosts: comma-separated host names (or addresses) a request's ``Host`` may
+            name besides the listen address, the localhost names and the hosts of
+            ``http_origins`` (``*``: any); PROTOCOL.md 13.3, against DNS rebinding.
         http_handshake_timeout: seconds a connection to the HTTP port has to send its
             whole request; until it is a peer it counts against ``max_connections``.
         max_input_buffer: bytes of received input not yet processed (incomplete frames,
@@ -156,6 +159,7 @@ class Config:
     http_port: Optional[int] = None
     http_host: Optional[str] = None
     http_origins: str = ""
+    http_hosts: str = ""
     http_handshake_timeout: float = DEFAULT_HTTP_HANDSHAKE_TIMEOUT
     # Hostile peers, input side (PROTOCOL.md 10.7)
     max_input_buffer: int = DEFAULT_MAX_INPUT_BUFFER
@@ -189,6 +193,9 @@ class Config:
         for origin in self.allowed_origins():
             if origin != "*" and not origin.startswith(("http://", "https://")):
                 raise ConfigError(f"http_origins: {origin!r} is not an origin like http://host:port or *")
+        for entry in self.allowed_hosts():
+            if entry != "*" and host_name(f"[{entry}]" if entry.count(":") > 1 else entry) is None:
+                raise ConfigError(f"http_hosts: {entry!r} is not a host name or address like jet.lan, 10.0.0.5 or [::1]")
         if not 16 <= self.max_body <= 0xFFFF_FFFF:
             raise ConfigError(f"max_body must be 16..4294967295, got {self.max_body}")
         if self.log_dir is not None and self.max_body + _LOGGED_FRAME_OVERHEAD > DEFAULT_MAX_RECORD:
@@ -260,6 +267,33 @@ class Config:
         """``http_origins`` as a list (no trailing slashes, lower case)."""
         return [o.strip().rstrip("/").lower() for o in self.http_origins.split(",") if o.strip()]
 
+    def allowed_hosts(self) -> list[str]:
+        """``http_hosts`` as written, one entry per name (blank entries dropped)."""
+        return [h.strip() for h in self.http_hosts.split(",") if h.strip()]
+
+
+def host_name(authority: str) -> Optional[str]:
+    """The host of ``authority`` (a ``Host`` header value or an ``--http-hosts`` entry:
+    ``name``, ``name:port``, ``[v6]`` or ``[v6]:port``), lower case, without a trailing dot
+    or the brackets; None when it is not of that form (RFC 9112 3.2: a 400).
+
+    The port is dropped: against DNS rebinding only the name matters (the attacker picks
+    the port too), and the listener's own port is the only one a request can reach."""
+    text = authority.strip().lower()
+    if text.startswith("["):
+        name, bracket, rest = text[1:].partition("]")
+        if not bracket or not name or any(c not in "0123456789abcdef:." for c in name):
+            return None
+    else:
+        name, _, port = text.partition(":")
+        rest = ":" + port if ":" in text else ""
+        name = name[:-1] if name.endswith(".") else name
+        if not name or not all(c.isascii() and (c.isalnum() or c in "-._") for c in name):
+            return None
+    if rest and (not rest.startswith(":") or not rest[1:].isdigit() or int(rest[1:]) > 65535):
+        return None
+    return name
+
 
 _FIELDS = {f.name: f for f in fields(Config)}
 _HELP = {
@@ -295,6 +329,11 @@ _HELP = {
     "http_port": "serve WebSocket peers (/jet) and the web console (/) on this HTTP port, 0 for a free one",
     "http_host": "address of the HTTP listener (default: --host)",
     "http_origins": "comma-separated browser origins allowed besides the same origin, or * for any",
+    "http_hosts": (
+        "comma-separated host names a request's Host header may name besides the listen address, "
+        "localhost, 127.0.0.1, [::1] and the hosts of --http-origins (against DNS rebinding); * allows any "
+        "and turns that protection off"
+    ),
     "http_handshake_timeout": (
         f"seconds a connection to the HTTP port has to send its request (default {DEFAULT_HTTP_HANDSHAKE_TIMEOUT:g})"
     ),

@@ -39,6 +39,7 @@ from websockets.typing import Subprotocol
 
 from jetwire import Status
 
+from .config import Config, host_name
 from .connection import Connection
 from .server import FLUSH_AFTER_READ, PeerShell, Server
 
@@ -61,6 +62,20 @@ CLOSE_NORMAL = 1000
 CLOSE_UNSUPPORTED_DATA = 1003
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
+LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")  # PROTOCOL.md 13.3: always allowed as Host
+# PROTOCOL.md 13.3: on every response. The console loads only its own files (no inline
+# script or style) and talks to its own listener; no page of jetd may be framed.
+SECURITY_HEADERS = (
+    (
+        "Content-Security-Policy",
+        "default-src 'self'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; "
+        "form-action 'self'; object-src 'none'; frame-ancestors 'none'",
+    ),
+    ("X-Frame-Options", "DENY"),
+    ("Referrer-Policy", "no-referrer"),
+    ("X-Content-Type-Options", "nosniff"),
+)
+_SECURITY_LINES = b"".join(b"%s: %s\r\n" % (n.encode(), v.encode()) for n, v in SECURITY_HEADERS)
 
 _H7 = struct.Struct(">BB").pack
 _H16 = struct.Struct(">BBH").pack
@@ -326,9 +341,9 @@ class WebProtocol(PeerShell):
             return
         body = f"{reason}\n".encode()
         raw.write(
-            b"HTTP/1.1 %d %s\r\nConnection: close\r\nRetry-After: 1\r\n"
+            b"HTTP/1.1 %d %s\r\nConnection: close\r\nRetry-After: 1\r\n%s"
             b"Content-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n\r\n%s"
-            % (status, phrase.encode(), len(body), body)
+            % (status, phrase.encode(), _SECURITY_LINES, len(body), body)
         )
         raw.close()
         # A client that does not read its 503 must not hold the descriptor for long.
@@ -341,6 +356,14 @@ class WebProtocol(PeerShell):
             self.abort_handle.cancel()
             self.abort_handle = None
         path = request.path.partition("?")[0]
+        host_error = self.listener.check_host(request.headers)
+        if host_error is not None:
+            status, reason = host_error
+            log.info("web %s: refused: %s", self.address, reason)
+            phrase = "Forbidden" if status == 403 else "Bad Request"
+            ws.send_response(_plain(status, phrase, f"{phrase}: {reason}\n"))
+            self._close_soon()
+            return
         if path == WS_PATH:
             origin_error = self.listener.check_origin(request.headers)
             if origin_error is not None:
@@ -348,6 +371,8 @@ class WebProtocol(PeerShell):
                 response = ws.reject(403, f"Forbidden: {origin_error}\n")
             else:
                 response = ws.accept(request)
+            if response.status_code != 101:
+                _secure(response.headers)
             ws.send_response(response)
             self._write_ws_output()
             if response.status_code == 101:
@@ -386,6 +411,7 @@ class WebListener:
         self.ssl = ssl
         self.scheme = "https" if ssl is not None else "http"
         self.origins = self.config.allowed_origins()
+        self.hosts = allowed_hosts(self.config)
         self.connections: set[WebProtocol] = set()
         self.listening: Optional[asyncio.AbstractServer] = None
         self._timeouts = 0  # handshake timeouts not logged yet
@@ -395,6 +421,10 @@ class WebListener:
             "/index.html": STATIC_DIR / "index.html",
             "/console.js": STATIC_DIR / "console.js",
             "/console.css": STATIC_DIR / "console.css",
+            # The console's plot: uPlot, vendored unchanged with its licence (static/vendor/uplot).
+            "/vendor/uplot/uPlot.esm.js": STATIC_DIR / "vendor" / "uplot" / "uPlot.esm.js",
+            "/vendor/uplot/uPlot.min.css": STATIC_DIR / "vendor" / "uplot" / "uPlot.min.css",
+            "/vendor/uplot/LICENSE": STATIC_DIR / "vendor" / "uplot" / "LICENSE",
         }
         library = library_path()
         if library is not None:
@@ -440,6 +470,22 @@ class WebListener:
             self._timeouts = 0
             self._timeouts_logged = now
 
+    def check_host(self, headers: Headers) -> Optional[tuple[int, str]]:
+        """PROTOCOL.md 13.3: None if the request's ``Host`` is on the allow-list, else the
+        HTTP status to refuse it with (400 malformed, 403 not allowed) and why."""
+        values = headers.get_all("Host")
+        if len(values) != 1:
+            return 400, "a request needs exactly one Host header" if values else "a request needs a Host header"
+        name = host_name(values[0])
+        if name is None:
+            return 400, f"the Host header {values[0][:100]!r} is not a host name or address"
+        if "*" in self.hosts or name in self.hosts:
+            return None
+        return 403, (
+            f"host {name[:100]!r} is not allowed (the listen address, localhost, 127.0.0.1, [::1], "
+            "the hosts of --http-origins and --http-hosts are)"
+        )
+
     def check_origin(self, headers: Headers) -> Optional[str]:
         """PROTOCOL.md 13.3: None if the handshake's Origin is allowed, else why not."""
         origins = headers.get_all("Origin")
@@ -472,10 +518,20 @@ class WebListener:
         except OSError as exc:
             log.error("web: cannot read %s: %s", file, exc)
             return _plain(500, "Internal Server Error", "cannot read the file\n")
-        kind = mimetypes.guess_type(file.name)[0] or "application/octet-stream"
+        kind = mimetypes.guess_type(file.name)[0] or ("text/plain" if file.name == "LICENSE" else "application/octet-stream")
         if kind.startswith("text/") or kind.endswith("javascript"):
             kind += "; charset=utf-8"
-        return _response(200, "OK", kind, body, request.method)
+        response = _response(200, "OK", kind, body, request.method)
+        if path == "/jet.js":
+            # PROTOCOL.md 13.3: pages of the allowed origins may import the library from
+            # jetd (a module script is fetched with CORS); no other file is for them.
+            response.headers["Vary"] = "Origin"
+            origin = request.headers.get("Origin")
+            if "*" in self.origins:
+                response.headers["Access-Control-Allow-Origin"] = "*"
+            elif origin is not None and origin.rstrip("/").lower() in self.origins:
+                response.headers["Access-Control-Allow-Origin"] = origin
+        return response
 
     def registry_json(self) -> bytes:
         """What the protocol cannot tell a peer (PROTOCOL.md 6.8: methods are never fetched,
@@ -508,10 +564,37 @@ def _response(status: int, phrase: str, kind: str, body: bytes, method: str = "G
             ("Content-Type", kind),
             ("Content-Length", str(len(body))),
             ("Cache-Control", "no-cache"),
-            ("X-Content-Type-Options", "nosniff"),
         ]
     )
+    _secure(headers)
     return Response(status, phrase, headers, b"" if method == "HEAD" else body)
+
+
+def _secure(headers: Headers) -> None:
+    """Add the headers every page of jetd carries (PROTOCOL.md 13.3)."""
+    for name, value in SECURITY_HEADERS:
+        headers[name] = value
+
+
+def allowed_hosts(config: Config) -> frozenset[str]:
+    """PROTOCOL.md 13.3: the names a request's ``Host`` may give: the listen address, the
+    localhost names, ``--http-hosts`` and the hosts of ``--http-origins`` (``*`` in
+    ``--http-hosts``: any)."""
+    names = set(LOCAL_HOSTS)
+    listen = config.http_host if config.http_host is not None else config.host
+    for entry in (listen, *config.allowed_hosts()):
+        if entry == "*":
+            names.add("*")
+            continue
+        name = host_name(f"[{entry}]" if entry.count(":") > 1 else entry)
+        if name is not None:
+            names.add(name)
+    for origin in config.allowed_origins():
+        _, sep, authority = origin.partition("://")
+        name = host_name(authority) if sep else None
+        if name is not None:
+            names.add(name)
+    return frozenset(names)
 
 
 def _plain(status: int, phrase: str, text: str, extra: Optional[dict[str, str]] = None) -> Response:

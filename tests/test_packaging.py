@@ -53,6 +53,9 @@ def test_wheel_carries_the_cases_and_the_dissector(installed: tuple[Path, Path])
     assert data == CASES
     assert "tools/wireshark/jet.lua" in names
     assert all(f"{pkg}/py.typed" in names for pkg in ("jetwire", "jetd", "peer"))
+    # The console and its vendored plot library, with the library's licence (issue 33).
+    assert {"jetd/static/console.js", "jetd/static/vendor/uplot/uPlot.esm.js", "jetd/static/vendor/uplot/uPlot.min.css",
+            "jetd/static/vendor/uplot/LICENSE"} <= set(names)
 
 
 @pytest.mark.timeout(300)

@@ -10,10 +10,16 @@ import {
   FEATURE_AUTH_REQUIRED, FEATURE_QUERIES, NotAuthorized, Peer, PeerError, UnknownFunction, Value, ValueType,
   field, key as keyMatcher, value as itself,
 } from "/jet.js";
+import uPlot from "/vendor/uplot/uPlot.esm.js"; // vendored, MIT (static/vendor/uplot)
 
 const REGISTRY_POLL_MS = 3000;
 const MAX_CHILDREN = 1000; // rows rendered under one node; the filter narrows the rest
 const MAX_FILTERED = 500;
+const PLOT_WINDOW_S = 300; // the plot shows the last 5 minutes of the selected state
+const PLOT_MAX_SAMPLES = 20000;
+const PLOT_MAX_SERIES = 6; // numeric fields of a JSON object plotted at most
+const PLOT_COLOURS = ["#1f6feb", "#c62828", "#2e7d32", "#8e24aa", "#ef6c00", "#00838f"];
+const EMPTY_BUS = "Nothing on the bus yet: states and methods appear here, live, as soon as a peer adds them.";
 
 const $ = (id) => document.getElementById(id);
 const el = (tag, cls, text) => {
@@ -131,6 +137,7 @@ function schedule() {
 
 function onEvent(ev) {
   model.changes += 1;
+  if (ev.key === plot.key && ev.kind === "change") plot.updates.push(performance.now()); // every one: no frame conflation
   switch (ev.kind) {
     case "remove": case "unmatch": dropLeaf(ev.key, "state"); break;
     case "method_add": setLeaf(ev.key, "method", null); break;
@@ -176,7 +183,16 @@ function render() {
   frame.structure.clear();
   frame.counts.clear();
   $("counts").textContent = `${model.states} states · ${model.methods}${model.ownersKnown || model.methodsLive ? "" : "?"} methods`;
+  showEmpty();
   if (frame.flashing.length) schedule(); // one more frame takes the highlight off
+}
+
+/** The plain-language empty state, while the unfiltered tree is empty after a fetch. */
+function showEmpty() {
+  const more = $("more");
+  const empty = fetched && !filter && model.byKey.size === 0;
+  if (empty && !more.textContent) more.textContent = EMPTY_BUS;
+  else if (!empty && more.textContent === EMPTY_BUS) more.textContent = "";
 }
 
 function show(raw) {
@@ -195,6 +211,7 @@ function makeItem(node) {
   row.dataset.key = node.path;
   const toggle = el("span", "toggle");
   const name = el("span", "name", node.name === "" ? "(empty)" : node.name);
+  name.title = node.path;
   row.append(toggle, name);
   const dom = { li, row, toggle, val: null, count: el("span", "count"), ul: null, owner: null };
   node.dom = dom;
@@ -313,7 +330,7 @@ function select(key) {
 }
 
 function showDetail(key, fresh) {
-  const pane = $("detail");
+  const pane = $("view"); // the "call any method by key" form beside it stays
   const node = model.byKey.get(key);
   let view = pane.querySelector(".view");
   if (fresh || !view) {
@@ -325,20 +342,213 @@ function showDetail(key, fresh) {
       e.preventDefault();
       act(key, form, view.querySelector(".answer"));
     });
+    view.querySelector(".copy-key").addEventListener("click", (e) => copyText(key, e.target));
+    view.querySelector(".copy-value").addEventListener("click", (e) => copyText(view.querySelector(".value").textContent, e.target));
   }
   const kind = node ? node.kind : "method?";
   view.querySelector(".key").textContent = key;
   view.querySelector(".kind").textContent = node ? kind : "unknown (not a fetched state; calling it as a method)";
   view.querySelector(".owner").textContent = ownerOf(key) || "—";
   view.querySelector(".vtype").textContent = node?.raw ? node.raw.typeName : "—";
-  view.querySelector(".value").textContent = node?.raw ? node.raw.toString() : "—";
+  view.querySelector(".value").textContent = node?.raw ? shown(node.raw) : "—";
+  if (fresh) resetPlot(key, view);
+  if (node?.kind === "state" && node.raw) samplePlot(node.raw);
+  showRate();
+  view.querySelector(".copy-value").hidden = !node?.raw;
+  // "auto" sends a state's own type (an int state gets INT64), a method's argument as a JSON literal.
+  view.querySelector("option[value=auto]").textContent = kind === "state" && node?.raw
+    ? `as the state (${node.raw.typeName.toLowerCase()})` : "auto (JSON literal)";
   view.querySelector(".what").textContent = kind === "state" ? "Set the state to" : "Call the method with";
   view.querySelector("form.act button").textContent = kind === "state" ? "Set" : "Call";
   view.dataset.kind = kind;
 }
 
-/** The value typed in the form, as the chosen type. */
-function parseInput(text, as) {
+// --- the plot of the selected state (uPlot) ----------------------------------------------------
+//
+// Samples are taken from the moment a state is selected, one per rendered frame at most
+// (what the fetch delivers, conflated by the frame), and kept for PLOT_WINDOW_S.
+
+const RATE_WINDOW_MS = 10000; // the update rate of the selected state: changes in the last 10 s
+const plot = { key: null, figure: null, chart: null, names: [], times: [], columns: [], resize: null, updates: [], rate: null };
+
+/** The numbers in a value: {"value": x} for a number, the numeric fields of a JSON
+ *  object (at most PLOT_MAX_SERIES), or null when there is nothing to plot. */
+function numbersOf(raw) {
+  let js;
+  try {
+    js = raw.vtype === ValueType.INT64 || raw.vtype === ValueType.FLOAT64 || raw.vtype === ValueType.JSON ? raw.toJS() : null;
+  } catch {
+    return null;
+  }
+  if (typeof js === "bigint") return new Map([["value", Number(js)]]);
+  if (typeof js === "number") return Number.isFinite(js) ? new Map([["value", js]]) : new Map([["value", null]]);
+  if (js !== null && typeof js === "object" && !Array.isArray(js)) {
+    const fields = Object.entries(js).filter(([, x]) => typeof x === "number").slice(0, PLOT_MAX_SERIES);
+    return fields.length ? new Map(fields) : null;
+  }
+  return null;
+}
+
+function resetPlot(key, view) {
+  if (plot.chart) plot.chart.destroy();
+  if (plot.resize) plot.resize.disconnect();
+  Object.assign(plot, { key, figure: view.querySelector("figure.plot"), chart: null, names: [], times: [], columns: [],
+    resize: null, updates: [], rate: view.querySelector(".rate") });
+  showRate();
+}
+
+/** Changes of the selected state per second, over the last RATE_WINDOW_MS (or since it
+ *  was selected, when that is shorter). */
+function showRate() {
+  if (!plot.rate) return;
+  const now = performance.now();
+  let drop = 0;
+  while (drop < plot.updates.length && plot.updates[drop] < now - RATE_WINDOW_MS) drop++;
+  plot.updates.splice(0, drop);
+  const node = model.byKey.get(plot.key);
+  if (node?.kind !== "state") {
+    plot.rate.textContent = "—";
+    return;
+  }
+  const n = plot.updates.length;
+  plot.rate.textContent = `${n} change${n === 1 ? "" : "s"} in the last ${RATE_WINDOW_MS / 1000} s (${(n / (RATE_WINDOW_MS / 1000)).toFixed(1)}/s)`;
+}
+
+function samplePlot(raw) {
+  const numbers = numbersOf(raw);
+  if (!plot.figure || (!numbers && !plot.chart)) return;
+  const now = Date.now() / 1000;
+  if (!plot.chart) {
+    plot.names = [...numbers.keys()];
+    plot.columns = plot.names.map(() => []);
+    plot.figure.hidden = false;
+    const chartEl = plot.figure.querySelector(".chart");
+    plot.chart = new uPlot({
+      width: Math.max(200, chartEl.clientWidth),
+      height: 160,
+      legend: { show: plot.names.length > 1 },
+      cursor: { drag: { x: false, y: false } },
+      // One sample has no time span (uPlot would show 1000 days after it): the minute before it.
+      scales: { x: { time: true, range: (u, min, max) => (plot.times.length === 1 ? [plot.times[0] - 60, plot.times[0] + 1] : [min, max]) } },
+      series: [{}, ...plot.names.map((name, i) => ({ label: name, stroke: PLOT_COLOURS[i], width: 1.5, points: { show: true, size: 4 } }))],
+    }, [[], ...plot.columns], chartEl);
+    plot.resize = new ResizeObserver(() => plot.chart?.setSize({ width: Math.max(200, chartEl.clientWidth), height: 160 }));
+    plot.resize.observe(chartEl);
+  }
+  plot.times.push(now);
+  plot.names.forEach((name, i) => plot.columns[i].push(numbers?.get(name) ?? null));
+  let drop = 0;
+  while (drop < plot.times.length - 1 && (plot.times[drop] < now - PLOT_WINDOW_S || plot.times.length - drop > PLOT_MAX_SAMPLES)) drop++;
+  if (drop) {
+    plot.times.splice(0, drop);
+    for (const column of plot.columns) column.splice(0, drop);
+  }
+  plot.chart.setData([plot.times, ...plot.columns]);
+  const span = plot.times.length > 1 ? ` over ${Math.round(now - plot.times[0])} s` : "";
+  plot.figure.querySelector(".plot-stats").textContent = plot.names.map((name, i) => {
+    const xs = plot.columns[i].filter((x) => x !== null);
+    if (!xs.length) return `${name}: —`;
+    const last = plot.columns[i].at(-1);
+    return `${name}: last ${last ?? "—"} · min ${Math.min(...xs)} · max ${Math.max(...xs)}`;
+  }).join("; ") + ` (${plot.times.length} sample${plot.times.length === 1 ? "" : "s"}${span})`;
+}
+
+/** A value as the detail pane shows it: JSON documents indented, the rest as in the tree. */
+function shown(raw) {
+  if (raw.vtype !== ValueType.JSON) return raw.toString();
+  const text = raw.toString();
+  try {
+    JSON.parse(text);
+  } catch {
+    return text; // shown as it came
+  }
+  return prettyJSON(text);
+}
+
+/** Indent a valid JSON text by two spaces, as JSON.stringify(x, null, 2) would, but from
+ *  the text itself: numbers beyond 2^53 keep every digit. */
+function prettyJSON(text) {
+  let out = "";
+  let depth = 0;
+  const newline = (n) => `\n${"  ".repeat(n)}`;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (c === '"') {
+      let j = i + 1;
+      while (text[j] !== '"') j += text[j] === "\\" ? 2 : 1;
+      out += text.slice(i, j + 1);
+      i = j;
+    } else if (c === "{" || c === "[") {
+      let j = i + 1;
+      while (/\s/.test(text[j])) j++;
+      if (text[j] === (c === "{" ? "}" : "]")) {
+        out += c + text[j];
+        i = j;
+      } else {
+        depth += 1;
+        out += c + newline(depth);
+      }
+    } else if (c === "}" || c === "]") {
+      depth -= 1;
+      out += newline(depth) + c;
+    } else if (c === ",") {
+      out += `,${newline(depth)}`;
+    } else if (c === ":") {
+      out += ": ";
+    } else if (!/\s/.test(c)) {
+      out += c;
+    }
+  }
+  return out;
+}
+
+/** Copy to the clipboard (the Clipboard API needs a secure context: 127.0.0.1 and
+ *  localhost are, http://jet.lan is not, so fall back to a selection). */
+async function copyText(text, button) {
+  let done = false;
+  try {
+    await navigator.clipboard.writeText(text);
+    done = true;
+  } catch {
+    const area = el("textarea");
+    area.value = text;
+    area.setAttribute("readonly", "");
+    area.className = "offscreen";
+    document.body.append(area);
+    area.select();
+    done = document.execCommand("copy");
+    area.remove();
+  }
+  const label = button.textContent;
+  button.textContent = done ? "Copied" : "Copy failed";
+  setTimeout(() => { button.textContent = label; }, 1500);
+}
+
+/** The text typed in a Set as the state's own type (`vtype`). */
+function asStateType(text, vtype) {
+  const t = text.trim();
+  switch (vtype) {
+    case ValueType.INT64:
+      if (!/^[+-]?\d+$/.test(t)) throw new Error(`the state is INT64 and ${JSON.stringify(t)} is not an integer (choose a type to send another)`);
+      return Value.int64(BigInt(t));
+    case ValueType.FLOAT64: return parseInput(text, "float64");
+    case ValueType.BOOL: return parseInput(text, "bool");
+    case ValueType.STRING: {
+      // "text" or text: a JSON string literal is unquoted, anything else is the text itself.
+      try {
+        const parsed = JSON.parse(t);
+        if (typeof parsed === "string") return parsed;
+      } catch { /* the text itself */ }
+      return text;
+    }
+    case ValueType.JSON: return parseInput(text, "json");
+    default: return parseInput(text, "literal");
+  }
+}
+
+/** The value typed in the form, as the chosen type (`auto`: a state's own type). */
+function parseInput(text, as, vtype = null) {
+  if (as === "auto" && vtype !== null) return asStateType(text, vtype);
   switch (as) {
     case "none": return null;
     case "string": return text;
@@ -367,7 +577,9 @@ async function act(key, form, answer) {
   answer.textContent = "…";
   let value;
   try {
-    value = parseInput(form.elements.text.value, form.elements.as.value);
+    const node = model.byKey.get(key);
+    const vtype = node?.kind === "state" && node.raw ? node.raw.vtype : null;
+    value = parseInput(form.elements.text.value, form.elements.as.value, vtype);
   } catch (e) {
     answer.className = "answer error";
     answer.textContent = `cannot read the value: ${e.message}`;
@@ -431,6 +643,7 @@ async function pollRegistry() {
 // --- connection and login ------------------------------------------------------------------
 
 let user = null; // the user this console is logged in as (null: anonymous)
+let fetched = false; // the current connection's fetch of every key has answered
 let generation = 0; // connections replaced by a login or logout are not restarted
 
 function setStatus(text, cls) {
@@ -469,7 +682,8 @@ async function fetchAll(p) {
  *  daemon refused, with the reason shown. */
 async function start(credentials = null) {
   const mine = ++generation;
-  setStatus("connecting…", "connecting");
+  // A login leaves the badge alone until it succeeds: the connection it shows stays live.
+  if (!credentials) setStatus("connecting…", "connecting");
   let next;
   try {
     // reconnect: a daemon restart keeps the tree; the restored fetch reports what changed.
@@ -479,7 +693,6 @@ async function start(credentials = null) {
     if (credentials) {
       // AUTH_FAILED (or the connection failed): keep what is shown, say why in the form.
       $("login").querySelector(".error").textContent = e instanceof PeerError ? e.message : String(e);
-      setStatus(user ? `live as ${user}` : "log in: authentication required", user ? "open" : "closed");
       generation -= 1;
       return false;
     }
@@ -495,6 +708,7 @@ async function start(credentials = null) {
   peer = next;
   user = credentials ? credentials.user : null;
   if (previous) previous.close();
+  fetched = false;
   resetModel();
   const authRequired = !!(next.info.features & FEATURE_AUTH_REQUIRED);
   $("login").hidden = !authRequired || user !== null;
@@ -531,6 +745,8 @@ async function start(credentials = null) {
     return false;
   }
   $("more").textContent = "";
+  fetched = true;
+  schedule(); // the empty state, if nothing came
   setStatus(user ? `live as ${user}` : authRequired ? "live (anonymous)" : "live", "open");
   if ($("search").value.trim()) runSearch($("search").value);
   pollRegistry();
@@ -579,6 +795,8 @@ function parseSearch(text) {
   for (const word of words) {
     const f = FILTER_WORD.exec(word);
     if (f) {
+      // "v>>3" must not become v > the string ">3": an operand never starts with an operator.
+      if (/^[=!<>]/.test(f[3])) throw new Error(`${word}: ${JSON.stringify(f[3])} after ${f[2]} is not a value`);
       let operand;
       try { operand = JSON.parse(f[3]); } catch { operand = f[3]; }
       if (operand !== null && typeof operand === "object") throw new Error(`${word}: compare with a number, string, bool or null`);
@@ -649,5 +867,6 @@ $("call-any").addEventListener("submit", (e) => {
   select(e.target.elements.key.value);
 });
 setInterval(pollRegistry, REGISTRY_POLL_MS);
+setInterval(showRate, 1000); // the rate falls when changes stop
 window.jetConsole = { model, get peer() { return peer; }, get user() { return user; } }; // for the curious (and the tests)
 start();

@@ -56,7 +56,7 @@ def test_console_login_under_auth(start_jetd, tmp_path):
             await page.goto(f"http://{host}:{port}/")
             # Anonymous: nothing readable, and the page says why.
             await page.wait_for_function(
-                "document.getElementById('status').textContent.includes('log in')", timeout=TIMEOUT_MS
+                "() => " "document.getElementById('status').textContent.includes('log in')", timeout=TIMEOUT_MS
             )
             assert await page.is_visible("#login")
             assert "NOT_AUTHORIZED" in (await page.text_content("#more") or "")
@@ -65,16 +65,16 @@ def test_console_login_under_auth(start_jetd, tmp_path):
             await page.fill("#login input[name=password]", "wrong")
             await page.click("#login button")
             await page.wait_for_function(
-                "document.querySelector('#login .error')?.textContent.includes('AUTH_FAILED')", timeout=TIMEOUT_MS
+                "() => " "document.querySelector('#login .error')?.textContent.includes('AUTH_FAILED')", timeout=TIMEOUT_MS
             )
             # The right one: the viewer sees plant/, not secret/.
             await page.fill("#login input[name=password]", "viewer-pw")
             await page.click("#login button")
             await page.wait_for_function(
-                "document.getElementById('status').textContent === 'live as viewer'", timeout=TIMEOUT_MS
+                "() => " "document.getElementById('status').textContent === 'live as viewer'", timeout=TIMEOUT_MS
             )
             await page.wait_for_function(
-                "document.querySelector('#counts')?.textContent.startsWith('1 states')", timeout=TIMEOUT_MS
+                "() => " "document.querySelector('#counts')?.textContent.startsWith('1 states')", timeout=TIMEOUT_MS
             )
             await page.fill("#search", "plant/")
             row = page.locator('.node[data-key="plant/temp"]')
@@ -82,7 +82,7 @@ def test_console_login_under_auth(start_jetd, tmp_path):
             assert await page.locator('.node[data-key="secret/code"]').count() == 0
             await temp.notify(22.0)
             await page.wait_for_function(
-                "document.querySelector('.node[data-key=\"plant/temp\"] .val')?.textContent === '22'",
+                "() => " "document.querySelector('.node[data-key=\"plant/temp\"] .val')?.textContent === '22'",
                 timeout=TIMEOUT_MS,
             )
             # A set outside its write permission: the typed error, named plainly.
@@ -97,7 +97,7 @@ def test_console_login_under_auth(start_jetd, tmp_path):
             # Log out: back to the login form.
             await page.click("#logout")
             await page.wait_for_function(
-                "document.getElementById('status').textContent.includes('log in')", timeout=TIMEOUT_MS
+                "() => " "document.getElementById('status').textContent.includes('log in')", timeout=TIMEOUT_MS
             )
             assert not errors, errors
             await browser.close()

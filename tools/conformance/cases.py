@@ -81,7 +81,7 @@ REQUIREMENTS = ("MUST", "SHOULD", "INFORMATIONAL")
 
 OPS = frozenset(
     {"connect", "send", "expect", "expect_silence", "expect_close", "expect_disconnect",
-     "disconnect", "sleep", "repeat", "assert_distinct", "assert"}
+     "disconnect", "sleep", "repeat", "assert_distinct", "assert", "http"}
 )
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_.]*"
@@ -696,6 +696,35 @@ class Case:
 _CASE_FIELDS = {"id", "title", "section", "requirement", "quote", "steps", "exclusive", "requires", "notes"}
 
 
+def _check_http_step(step: Mapping[str, Any]) -> None:
+    """An ``http`` step (PROTOCOL.md 13): ``request`` {method, path, host, headers,
+    upgrade} and ``expect`` {status, headers, body_contains}."""
+    request, expect = step.get("request"), step.get("expect")
+    if not isinstance(request, dict) or not isinstance(expect, dict):
+        raise CaseError("http needs request and expect objects")
+    if set(request) - {"method", "path", "host", "headers", "upgrade"}:
+        raise CaseError(f"http request: unknown field(s) {sorted(set(request) - {'method', 'path', 'host', 'headers', 'upgrade'})}")
+    if not isinstance(request.get("path", "/"), str) or not str(request.get("path", "/")).startswith("/"):
+        raise CaseError("http request: path is a string starting with /")
+    headers = request.get("headers", [])
+    if not isinstance(headers, list) or not all(
+        isinstance(h, list) and len(h) == 2 and all(isinstance(x, str) for x in h) for h in headers
+    ):
+        raise CaseError("http request: headers is a list of [name, value] pairs")
+    if set(expect) - {"status", "headers", "body_contains"}:
+        raise CaseError(f"http expect: unknown field(s) {sorted(set(expect) - {'status', 'headers', 'body_contains'})}")
+    status = expect.get("status")
+    statuses = status if isinstance(status, list) else [status]
+    if not statuses or not all(isinstance(code, int) and 100 <= code <= 599 for code in statuses):
+        raise CaseError("http expect: status is an HTTP status or a list of them")
+    for name, pattern in dict(expect.get("headers", {})).items():
+        if not (pattern is None or isinstance(pattern, str)
+                or (isinstance(pattern, dict) and set(pattern) == {"contains"}
+                    and isinstance(pattern["contains"], list))):
+            raise CaseError(f"http expect: header {name!r} is matched by a string, null (absent) or "
+                            "{\"contains\": [parts]}")
+
+
 def _validate_steps(steps: Any, where: str) -> None:
     if not isinstance(steps, list) or not steps:
         raise CaseError(f"{where}: steps must be a non-empty list")
@@ -723,6 +752,8 @@ def _validate_steps(steps: Any, where: str) -> None:
                 if "count" not in step:
                     raise CaseError("repeat needs a count")
                 _validate_steps(step.get("steps"), here)
+            elif op == "http":
+                _check_http_step(step)
             elif op == "assert" and not isinstance(step.get("expr"), str):
                 raise CaseError("assert needs expr: an expression over run variables")
             elif op == "assert_distinct" and not isinstance(step.get("vars"), list):

@@ -54,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
                "jet-conformance peer --help).",
     )
     parser.add_argument("address", nargs="?", type=_address, help="the daemon, HOST:PORT")
+    parser.add_argument("--web", type=_address, metavar="HOST:PORT",
+                        help="the daemon's HTTP listener (PROTOCOL.md 13): runs the web cases, skipped without it")
     parser.add_argument("--cases", metavar="GLOB", help="only cases whose id, group or file matches GLOB")
     parser.add_argument("--section", metavar="N.N", help="only cases of this PROTOCOL.md section (and subsections)")
     parser.add_argument("--strict", action="store_true", help="count NON-STRICT (unmet SHOULD) as failed")
@@ -131,6 +133,7 @@ def _main(argv: Optional[list[str]], status: dict[str, int]) -> int:
         strict=args.strict,
         jobs=max(1, args.jobs),
         variables=dict(args.var),
+        web=args.web,
     )
     try:
         results = asyncio.run(run_cases(selected, config))

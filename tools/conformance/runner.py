@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import secrets
 import time
 from collections.abc import Mapping
@@ -69,6 +70,7 @@ class RunConfig:
     variables: dict[str, Any] = field(default_factory=dict)
     run_token: str = field(default_factory=lambda: secrets.token_hex(3))
     subject: str = ""  # what was tested, for reports; default HOST:PORT (the peer suite names its agent)
+    web: Optional[tuple[str, int]] = None  # the daemon's HTTP listener (PROTOCOL.md 13), for the web cases
 
     def label(self) -> str:
         """What reports name as the thing tested."""
@@ -84,6 +86,7 @@ class RunConfig:
             "max_fetches_per_connection": 1000,
             "max_states_per_connection": 100_000,
             "max_pending_per_owner": 10_000,
+            "web": 1 if self.web is not None else 0,
             **self.variables,
         }
 
@@ -303,7 +306,7 @@ class CaseExecution:
         try:
             await handler(step)
         except StepFailed as exc:
-            exc.reason = f"step {op}" + (f" on {step.get('conn', 'a')}" if "conn" in step or op != "sleep" else "") \
+            exc.reason = f"step {op}" + (f" on {step.get('conn', 'a')}" if "conn" in step or op not in ("sleep", "http") else "") \
                 + f": {exc.reason}"
             exc.requirement = step.get("requirement")  # type: ignore[attr-defined]
             raise
@@ -363,6 +366,74 @@ class CaseExecution:
                 await asyncio.sleep(0.002)
             return
         await conn.send(data, text, self.config.timeout)
+
+    async def op_http(self, step: dict[str, Any]) -> None:
+        """One HTTP request to the daemon's HTTP listener (PROTOCOL.md 13) and a check of
+        the response's status and headers. ``{web}``, ``{web_host}`` and ``{web_port}`` in
+        the request's strings name the listener."""
+        if self.config.web is None:
+            raise CaseError("an http step needs --web HOST:PORT (add requires: web == 1)")
+        web_host, web_port = self.config.web
+        shown = f"[{web_host}]" if ":" in web_host else web_host
+        names = {"web": f"{shown}:{web_port}", "web_host": shown, "web_port": str(web_port)}
+
+        def fill(text: str) -> str:
+            return _TEMPLATE.sub(lambda m: names.get(m.group(1), m.group(0)), text)
+
+        request, expect = step["request"], step["expect"]
+        lines = [f"{request.get('method', 'GET')} {fill(request.get('path', '/'))} HTTP/1.1"]
+        if request.get("host", "{web}") is not None:
+            lines.append(f"Host: {fill(request.get('host', '{web}'))}")
+        if request.get("upgrade"):
+            lines += ["Upgrade: websocket", "Connection: Upgrade", "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==",
+                      "Sec-WebSocket-Version: 13"]
+        else:
+            lines.append("Connection: close")
+        lines += [f"{name}: {fill(value)}" for name, value in request.get("headers", [])]
+        data = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        timeout = self._seconds(step.get("timeout"), self.config.timeout)
+        self.log.add("http", "send", "\n".join(lines), data)
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(web_host, web_port), timeout)
+        except (OSError, TimeoutError) as exc:
+            raise StepFailed(f"cannot connect to the HTTP listener {web_host}:{web_port}: {exc!r}") from None
+        try:
+            writer.write(data)
+            head, body = await asyncio.wait_for(_read_http_response(reader), timeout)
+        except (OSError, TimeoutError, ValueError) as exc:
+            raise StepFailed(f"no HTTP response: {exc!r}") from None
+        finally:
+            writer.transport.abort()
+        status_line, *header_lines = head.split("\r\n")
+        self.log.add("http", "recv", head + ("\n\n" + body[:300].decode("utf-8", "replace") if body else ""))
+        parts = status_line.split(" ", 2)
+        received = [{"decoded": {"status_line": status_line, "headers": header_lines}}]
+        if len(parts) < 2 or not parts[1].isdigit():
+            raise StepFailed(f"not an HTTP response: {status_line!r}", [expect], received)
+        fields: dict[str, list[str]] = {}
+        for line in header_lines:
+            name, _, value = line.partition(":")
+            fields.setdefault(name.strip().lower(), []).append(value.strip())
+        wanted = expect["status"] if isinstance(expect["status"], list) else [expect["status"]]
+        if int(parts[1]) not in wanted:
+            raise StepFailed(f"HTTP status {parts[1]}, expected {' or '.join(map(str, wanted))}", [expect], received)
+        for name, pattern in expect.get("headers", {}).items():
+            values = fields.get(name.lower())
+            if pattern is None:
+                if values:
+                    raise StepFailed(f"header {name} must be absent, got {values}", [expect], received)
+                continue
+            if not values or len(values) > 1:
+                raise StepFailed(f"header {name}: expected one, got {values or 'none'}", [expect], received)
+            if isinstance(pattern, str) and values[0] != fill(pattern):
+                raise StepFailed(f"header {name}: {values[0]!r}, expected {fill(pattern)!r}", [expect], received)
+            if isinstance(pattern, dict):
+                items = [item.strip() for item in values[0].split(";")]
+                missing = [fill(p) for p in pattern["contains"] if fill(p) not in items]
+                if missing:
+                    raise StepFailed(f"header {name}: {values[0]!r} lacks {missing}", [expect], received)
+        if "body_contains" in expect and fill(expect["body_contains"]).encode() not in body:
+            raise StepFailed(f"the body lacks {expect['body_contains']!r}", [expect], received)
 
     async def op_assert(self, step: dict[str, Any]) -> None:
         if not evaluate(step["expr"], self.env):
@@ -521,6 +592,22 @@ class CaseExecution:
         self.conns.clear()
 
 
+_TEMPLATE = re.compile(r"\{(web|web_host|web_port)\}")
+MAX_HTTP_RESPONSE = 1 << 20  # bytes of an HTTP response the web cases read at most
+
+
+async def _read_http_response(reader: asyncio.StreamReader) -> tuple[str, bytes]:
+    """The head of an HTTP response and its body: up to the end of the connection, or
+    nothing after a 101 (the connection is a jet connection from there on)."""
+    head = (await reader.readuntil(b"\r\n\r\n"))[:-4].decode("latin-1")
+    if head.startswith("HTTP/1.1 101"):
+        return head, b""
+    body = b""
+    while len(body) < MAX_HTTP_RESPONSE and (chunk := await reader.read(65536)):
+        body += chunk
+    return head, body
+
+
 def _failure_outcome(case: Case, step_requirement: Optional[str]) -> str:
     requirement = step_requirement or case.requirement
     if requirement == "SHOULD":
@@ -546,6 +633,8 @@ async def run_case(case: Case, config: RunConfig, index: int, info_env: Mapping[
             if condition == "auth_required == 1":
                 result.reason += (" (the daemon under test has no authentication: start it with"
                                   " --auth spec/conformance/users.toml to run these)")
+            if condition == "web == 1":
+                result.reason += " (give the daemon's HTTP listener with --web HOST:PORT to run the web cases)"
             return result
     execution = CaseExecution(case, config, env, namespace)
     start = time.monotonic()

@@ -1,0 +1,44 @@
+"""The web cases of the conformance suite (spec/conformance/13-web.json, PROTOCOL.md 13)
+against a real jetd with its HTTP listener: ``jet-conformance HOST:PORT --web HOST:PORT``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from webtest import start_web_jetd
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tools.conformance", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=120, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+
+
+def test_web_cases_pass_against_jetd(start_jetd, tmp_path):
+    daemon = start_web_jetd(start_jetd)
+    report = tmp_path / "web.json"
+    result = _run(f"{daemon.host}:{daemon.port}", "--web", f"{daemon.web[0]}:{daemon.web[1]}", "--cases", "web.*",
+                  "--strict", "--json", str(report))
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr
+    cases = json.loads(report.read_text())["cases"]
+    assert len(cases) >= 10 and {c["outcome"] for c in cases} == {"OK"}, [(c["id"], c["outcome"]) for c in cases]
+    # Without --web they are skipped, saying why.
+    result = _run(f"{daemon.host}:{daemon.port}", "--cases", "web.*")
+    assert result.returncode == 0 and result.stdout.strip().endswith(f"0 passed, 0 failed, {len(cases)} skipped")
+    assert "--web HOST:PORT" in result.stdout
+
+
+def test_web_cases_catch_a_daemon_that_checks_no_host(start_jetd, tmp_path):
+    """The cases can fail: jetd with any Host allowed (--http-hosts '*') is what jetd was
+    before issue 30, and the DNS-rebinding cases say so."""
+    daemon = start_web_jetd(start_jetd, "--http-hosts", "*")
+    report = tmp_path / "web.json"
+    result = _run(f"{daemon.host}:{daemon.port}", "--web", f"{daemon.web[0]}:{daemon.web[1]}", "--cases", "web.*",
+                  "--json", str(report))
+    assert result.returncode == 1
+    failed = {c["id"] for c in json.loads(report.read_text())["cases"] if c["outcome"] == "FAILED"}
+    assert failed == {"web.host-foreign-handshake", "web.host-foreign-handshake-no-origin", "web.host-foreign-page"}
