@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Sequence
 from types import FrameType
-from typing import TYPE_CHECKING, Any, NoReturn, Optional, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, Optional, TextIO, Union
 
 from .defaults import DEFAULT_PORT, DEFAULT_TIMEOUT
 
@@ -46,28 +46,30 @@ EXIT_CONNECTION = 3  # cannot connect, or the connection was lost / closed
 EXIT_NOT_FOUND = 4
 EXIT_REJECTED = 5
 EXIT_TIMEOUT = 6
+EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, as shells report a command ended by it
 
 EXIT_CODES = {
-    EXIT_OK: "success (also after Ctrl-C in fetch and serve-state)",
+    EXIT_OK: "success (also after SIGTERM in fetch and the serve commands)",
     EXIT_ERROR: "the daemon or the owner answered another error status",
     EXIT_USAGE: "bad arguments, or a VALUE that does not parse as --type",
     EXIT_CONNECTION: "cannot connect, or the connection was closed or lost",
     EXIT_NOT_FOUND: "NOT_FOUND: no such state or method",
     EXIT_REJECTED: "REJECTED: the owner refused the set or call",
     EXIT_TIMEOUT: "TIMEOUT: no answer in time",
+    EXIT_INTERRUPTED: "interrupted by Ctrl-C (SIGINT)",
 }
 _STATUS_EXIT = {1: EXIT_NOT_FOUND, 4: EXIT_REJECTED, 5: EXIT_TIMEOUT}  # PROTOCOL.md 8: NOT_FOUND, REJECTED, TIMEOUT
 # PROTOCOL.md 5.3 names, for the fast path that does not load jetwire.
 _TYPE_NAMES = ("NONE", "BOOL", "INT64", "FLOAT64", "STRING", "JSON", "BYTES", "CBOR", "MSGPACK")
 
-TYPES = ("auto", "none", "bool", "int", "float", "string", "json", "hex")
+TYPES = ("auto", "none", "bool", "int", "float", "string", "json", "hex", "bytes")
 
 
 class UsageError(Exception):
     """A command-line value that cannot be used."""
 
 
-def parse_value(text: str, vtype: str = "auto") -> Any:
+def parse_value(text: Union[str, bytes], vtype: str = "auto") -> Any:
     """Parse a command-line VALUE.
 
     ``auto`` reads JSON when it can (``42`` -> int, ``3.5`` -> float, ``true`` -> bool,
@@ -76,11 +78,19 @@ def parse_value(text: str, vtype: str = "auto") -> Any:
     (``{``, ``[`` or ``"``) but does not parse: that is an error. The other types force one reading:
     ``none``, ``bool`` (true/false/1/0/yes/no/on/off), ``int``, ``float``, ``string``
     (the text as is), ``json`` (must parse; sent as a JSON value even for scalars),
-    ``hex`` (bytes).
+    ``hex`` (bytes written as hex digits), ``bytes`` (the bytes of a file or stdin as
+    they are, or of the text in UTF-8).
 
     Raises:
         UsageError: the text does not parse as the type asked for.
     """
+    if isinstance(text, bytes):
+        if vtype == "bytes":
+            return text
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError:
+            raise UsageError("the value is not UTF-8 text: give --type bytes to send it as bytes") from None
     try:
         if vtype == "auto":
             try:
@@ -108,20 +118,43 @@ def parse_value(text: str, vtype: str = "auto") -> Any:
                 return False
             raise UsageError(f"not a bool: {text!r} (true/false, 1/0, yes/no, on/off)")
         if vtype == "int":
-            return int(text, 0)
+            try:
+                number = int(text.strip().replace("_", "") or "x", 0)
+            except ValueError:
+                raise UsageError(
+                    f"--type int: {_shorten(text)} is not a whole number (examples: 42, -7, 0x2A)"
+                ) from None
+            if not -(2**63) <= number < 2**63:
+                raise UsageError(f"--type int: {_shorten(text)} does not fit in 64 bits (-2**63 .. 2**63-1)")
+            return number
         if vtype == "float":
-            return float(text)
+            try:
+                return float(text)
+            except ValueError:
+                raise UsageError(f"--type float: {_shorten(text)} is not a number (examples: 3.5, -1e3, 42)") from None
         if vtype == "string":
             return text
         if vtype == "json":
             from jetwire import Value, ValueType
 
-            json.loads(text)
+            try:
+                json.loads(text)
+            except ValueError as exc:
+                raise UsageError(f"--type json: {_shorten(text)} does not parse as JSON ({exc})") from None
             return Value(ValueType.JSON, text.encode("utf-8"))
         if vtype == "hex":
-            return bytes.fromhex(text.removeprefix("0x"))
+            try:
+                return bytes.fromhex(text.removeprefix("0x"))
+            except ValueError:
+                raise UsageError(
+                    f"--type hex: {_shorten(text)} is not hex bytes (two hex digits a byte, e.g. 00ff or 0x00ff)"
+                ) from None
+        if vtype == "bytes":
+            # read_value_source gave the file's or stdin's bytes as they are; a literal
+            # VALUE is sent as its UTF-8 bytes.
+            return text.encode("utf-8", "surrogateescape")
     except ValueError as exc:
-        raise UsageError(f"{text!r} is not a valid {vtype}: {exc}") from None
+        raise UsageError(f"--type {vtype}: {_shorten(text)} does not parse: {exc}") from None
     raise UsageError(f"unknown --type {vtype!r}")
 
 
@@ -129,15 +162,61 @@ def _shorten(text: str, limit: int = 60) -> str:
     return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
-def read_value_source(text: str) -> str:
-    """A VALUE argument as given: ``-`` reads stdin, ``@FILE`` reads FILE (one trailing
-    newline dropped in both), ``@@text`` is the literal ``@text``.
+def short_key(key: str, limit: int = 60) -> str:
+    """KEY for a message: whole up to ``limit`` characters, else its first ``limit``
+    characters and its length (``plant/aaaa… (2000 bytes)``)."""
+    if len(key) <= limit:
+        return key
+    size = len(key.encode("utf-8", "surrogateescape"))
+    return f"{key[:limit]}… ({size} bytes)"
+
+
+MAX_KEY_BYTES = 0xFFFF  # PROTOCOL.md 5.1: a key is 1..65535 UTF-8 bytes
+
+
+def check_key(key: str, what: str = "KEY") -> str:
+    """A KEY argument as the protocol carries it.
 
     Raises:
-        UsageError: the file cannot be read, or is not UTF-8.
+        UsageError: the key is empty, not UTF-8, or longer than 65535 bytes.
+    """
+    if not key:
+        raise UsageError(f"{what} is empty: it must be 1 to {MAX_KEY_BYTES} UTF-8 bytes")
+    try:
+        size = len(key.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise UsageError(f"{what} {short_key(key)!r} is not valid UTF-8") from None
+    if size > MAX_KEY_BYTES:
+        raise UsageError(f"{what} {short_key(key)} is {size} bytes long; a key is at most {MAX_KEY_BYTES}")
+    return key
+
+
+def check_text(text: str, what: str) -> str:
+    """A prefix, name or field argument: UTF-8, at most 65535 bytes (PROTOCOL.md 5.1).
+
+    Raises:
+        UsageError: it is not UTF-8, or too long.
+    """
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise UsageError(f"{what} {short_key(text)!r} is not valid UTF-8") from None
+    if size > MAX_KEY_BYTES:
+        raise UsageError(f"{what} {short_key(text)} is {size} bytes long; at most {MAX_KEY_BYTES}")
+    return text
+
+
+def read_value_source(text: str, vtype: str = "auto") -> Union[str, bytes]:
+    """A VALUE argument as given: ``-`` reads stdin, ``@FILE`` reads FILE (one trailing
+    newline dropped in both), ``@@text`` is the literal ``@text``. With ``vtype``
+    ``bytes`` stdin and files are read as bytes, exactly (no newline dropped).
+
+    Raises:
+        UsageError: the file cannot be read, or is not UTF-8 (and vtype is not bytes).
     """
     if text.startswith("@@"):
         return text[1:]
+    source_name = "stdin" if text == "-" else text[1:]
     try:
         if text == "-":
             data = sys.stdin.buffer.read()
@@ -146,11 +225,13 @@ def read_value_source(text: str) -> str:
                 data = source.read()
         else:
             return text
+        if vtype == "bytes":
+            return data
         read = data.decode("utf-8")
     except OSError as exc:
-        raise UsageError(f"cannot read {text[1:] if text != '-' else 'stdin'}: {exc.strerror or exc}") from None
+        raise UsageError(f"cannot read {source_name}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
-        raise UsageError(f"{'stdin' if text == '-' else text[1:]} is not UTF-8 text (use --type hex)") from None
+        raise UsageError(f"{source_name} is not UTF-8 text: give --type bytes to send it as bytes") from None
     return read[:-1] if read.endswith("\n") else read
 
 
@@ -208,7 +289,7 @@ def _escape(text: str) -> str:
     return escape(text)
 
 
-_KIND_STYLE = {"add": "green", "change": "yellow", "remove": "red", "set": "cyan"}
+_KIND_STYLE = {"add": "green", "change": "yellow", "remove": "red", "set": "cyan", "reject": "red"}
 
 
 def _event_line(out: Output, kind: str, key: str, value: Any, vtype: str) -> None:
@@ -494,23 +575,33 @@ def _fail(message: str, code: int) -> NoReturn:
     raise SystemExit(code)
 
 
+class _Terminated(BaseException):
+    """SIGTERM arrived: end the command cleanly (a BaseException, as KeyboardInterrupt,
+    so that no ``except Exception`` on the way takes it for an error)."""
+
+
 def _interrupt(signum: int, frame: Optional[FrameType]) -> None:
     raise KeyboardInterrupt
+
+
+def _terminate(signum: int, frame: Optional[FrameType]) -> None:
+    raise _Terminated
 
 
 def run(args: argparse.Namespace, out: Output) -> int:
     """Run one parsed command; return the exit code (errors propagate as exceptions)."""
     host, port = args.host, _port(args)
+    _check_arguments(args)
     value: Any = None
     if args.command in ("set", "serve-state"):
-        value = parse_value(read_value_source(args.value), args.type)
+        value = parse_value(read_value_source(args.value, args.type), args.type)
     elif args.command == "call":
-        value = None if args.args is None else parse_value(read_value_source(args.args), args.type)
+        value = None if args.args is None else parse_value(read_value_source(args.args, args.type), args.type)
     elif args.command == "serve-method":
         if args.run and args.result is not None:
             raise UsageError("give --result VALUE or -- COMMAND, not both")
         if args.result is not None:
-            value = parse_value(read_value_source(args.result), args.type)
+            value = parse_value(read_value_source(args.result, args.type), args.type)
     password = _password(args.user)
     if args.command in ("get", "call") or (args.command == "set" and not args.no_wait):
         return _one_request(args, host, port, password, value, out)
@@ -564,6 +655,28 @@ def run(args: argparse.Namespace, out: Output) -> int:
         elif args.command == "serve-method":
             return _serve_method(peer, args, value, out)
     return EXIT_OK
+
+
+def _check_arguments(args: argparse.Namespace) -> None:
+    """What argparse cannot check: keys, prefixes and names the protocol can carry.
+
+    Raises:
+        UsageError: an empty key, text that is not UTF-8, or a string over 65535 bytes.
+    """
+    if hasattr(args, "key"):
+        check_key(args.key)
+    if hasattr(args, "prefix"):
+        check_text(args.prefix, "PREFIX")
+    check_text(args.name, "--name")
+    if args.user is not None:
+        check_key(args.user, "--user")
+    for text in getattr(args, "where", ()):
+        check_text(text, "--where")
+    sort_by = getattr(args, "sort_by", None)
+    if sort_by is not None:
+        if not sort_by.strip():
+            raise UsageError("--sort-by is empty: give key, value or a FIELD name")
+        check_text(sort_by, "--sort-by")
 
 
 def _one_request(
@@ -669,10 +782,24 @@ def _print_event(out: Output, event: FetchEvent) -> None:
 def _serve_state(peer: Peer, args: argparse.Namespace, value: Any, out: Output) -> int:
     from jetwire import Value
 
+    from .errors import Rejected
+
     def on_set(requested: Any) -> Any:
-        # Runs on the peer's thread (see peer.sync); printing and checking is all it does.
-        _event_line(out, "set", args.key, requested, _type_name(Value.of(requested)))
-        return conform(requested, args.type, args.key)
+        # Runs on the peer's thread (see peer.sync); checking and printing is all it does.
+        # Only a set that was taken prints as "set"; a refused one says so (issue 32).
+        try:
+            kept = conform(requested, args.type, args.key)
+        except Rejected as exc:
+            shown = format_value(requested)
+            out.emit(
+                {"event": "rejected", "key": args.key, "value": value_to_json(requested),
+                 "type": _type_name(Value.of(requested)), "reason": exc.message},
+                f"{'reject':<6} {args.key} = {shown}  ({exc.message})",
+                f"[red]reject[/] [bold]{_escape(args.key)}[/] = {_escape(shown)}  [dim]({_escape(exc.message)})[/]",
+            )
+            raise
+        _event_line(out, "set", args.key, kept, _type_name(Value.of(kept)))
+        return kept
 
     peer.add_state(args.key, value, on_set=None if args.read_only else on_set)
     print(f"jet: serving {args.key} = {format_value(value)} (Ctrl-C to stop)", file=sys.stderr, flush=True)
@@ -700,7 +827,7 @@ def conform(value: Any, vtype: str, key: str) -> Any:
         return value if vtype == "int" else float(value)
     if vtype == "float" and isinstance(value, float):
         return value
-    if vtype == "hex" and isinstance(value, (bytes, bytearray)):
+    if vtype in ("hex", "bytes") and isinstance(value, (bytes, bytearray)):
         return bytes(value)
     if vtype == "json":
         if isinstance(value, Value) and value.vtype == ValueType.JSON:
@@ -758,25 +885,36 @@ def _serve_method(peer: Peer, args: argparse.Namespace, result: Any, out: Output
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Entry point of ``jet``; returns (and exits with) the exit code."""
-    parser = build_parser()
-    argv = list(sys.argv[1:] if argv is None else argv)
-    run_command: list[str] = []
-    if "serve-method" in argv and "--" in argv[argv.index("serve-method"):]:
-        # argparse cannot take "-- COMMAND" after options that follow KEY: cut it off here.
-        cut = argv.index("--", argv.index("serve-method"))
-        argv, run_command = argv[:cut], argv[cut + 1 :]
-        if not run_command:
-            parser.error("serve-method: give a COMMAND after --")
-    args = parser.parse_args(argv)
-    if run_command:
-        args.run = [*args.run, *run_command]
-    out = Output(args.json)
-    # SIGTERM ends fetch/serve-state as cleanly as Ctrl-C does.
-    previous = signal.signal(signal.SIGTERM, _interrupt) if threading.current_thread() is threading.main_thread() else None
+    """Entry point of ``jet``; returns (and exits with) the exit code.
+
+    Ctrl-C anywhere in it ends the command with exit code 130 and no traceback; SIGTERM
+    ends fetch and the serve commands cleanly (0).
+    """
+    on_main_thread = threading.current_thread() is threading.main_thread()
+    # Before anything else (argument parsing, rich's import on a terminal, the
+    # connection): a Ctrl-C from here on is ours to report (issue 32).
+    previous = (
+        (signal.signal(signal.SIGINT, _interrupt), signal.signal(signal.SIGTERM, _terminate))
+        if on_main_thread else None
+    )
+    args: Optional[argparse.Namespace] = None
     try:
-        return run(args, out)
+        parser = build_parser()
+        argv = list(sys.argv[1:] if argv is None else argv)
+        run_command: list[str] = []
+        if "serve-method" in argv and "--" in argv[argv.index("serve-method"):]:
+            # argparse cannot take "-- COMMAND" after options that follow KEY: cut it off here.
+            cut = argv.index("--", argv.index("serve-method"))
+            argv, run_command = argv[:cut], argv[cut + 1 :]
+            if not run_command:
+                parser.error("serve-method: give a COMMAND after --")
+        args = parser.parse_args(argv)
+        if run_command:
+            args.run = [*args.run, *run_command]
+        return run(args, Output(args.json))
     except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except _Terminated:
         return EXIT_OK
     except UsageError as exc:
         _fail(str(exc), EXIT_USAGE)
@@ -790,7 +928,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         _fail_for(exc, getattr(args, "key", None))
     finally:
         if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+            signal.signal(signal.SIGINT, previous[0])
+            signal.signal(signal.SIGTERM, previous[1])
 
 
 def _fail_for(exc: Exception, key: Optional[str]) -> NoReturn:
@@ -800,26 +939,40 @@ def _fail_for(exc: Exception, key: Optional[str]) -> NoReturn:
     from .errors import ConnectionClosed, PeerError
     from .tiny import TinyError
 
+    shown_key = "" if key is None else short_key(key)
     if isinstance(exc, TinyError):
-        text = exc.message
+        text = _shorten_in(exc.message, key)
         if text.startswith(("connection", "daemon closed")):
             _fail(text, EXIT_CONNECTION)
         if exc.status == Status.TIMEOUT and text.startswith("no response in time"):
             _fail(f"TIMEOUT: {text}", EXIT_TIMEOUT)
-        about = f"{key}: " if key and key not in text else ""
+        about = f"{shown_key}: " if key and shown_key not in text else ""
         _fail(f"{exc.status_name}: {about}{text}", _STATUS_EXIT.get(exc.status, EXIT_ERROR))
     if isinstance(exc, ConnectionClosed):
-        _fail(exc.message or "connection closed", EXIT_CONNECTION)
+        _fail(_shorten_in(exc.message, key) or "connection closed", EXIT_CONNECTION)
     if isinstance(exc, PeerError):
         status = exc.status
         code = _STATUS_EXIT.get(status, EXIT_ERROR) if status is not None else EXIT_ERROR
-        about = f"{key}: " if key and key not in exc.message else ""
-        _fail(f"{status.name if status else 'ERROR'}: {about}{exc.message}", code)
+        text = _shorten_in(exc.message, key)
+        about = f"{shown_key}: " if key and shown_key not in text else ""
+        _fail(f"{status.name if status else 'ERROR'}: {about}{text}", code)
     if isinstance(exc, LocalProtocolError):
-        _fail(exc.message, EXIT_USAGE)
+        _fail(_shorten_in(exc.message, key), EXIT_USAGE)
     if isinstance(exc, JetError):
-        _fail(str(exc), EXIT_ERROR)
-    raise exc
+        _fail(_shorten_in(str(exc), key), EXIT_ERROR)
+    if isinstance(exc, ValueError):
+        # peer.tiny refuses what the protocol cannot carry (an int beyond INT64, ...).
+        _fail(_shorten_in(str(exc), key), EXIT_USAGE)
+    if os.environ.get("JET_TRACEBACK"):
+        raise exc
+    _fail(f"unexpected error: {type(exc).__name__}: {exc} (JET_TRACEBACK=1 shows where)", EXIT_ERROR)
+
+
+def _shorten_in(text: str, key: Optional[str]) -> str:
+    """TEXT with a long KEY in it shortened (messages echo the key, which may be huge)."""
+    if key is None or len(key) <= 60 or not text:
+        return text
+    return text.replace(repr(key), short_key(key)).replace(key, short_key(key))
 
 
 if __name__ == "__main__":
