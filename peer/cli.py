@@ -47,6 +47,9 @@ EXIT_NOT_FOUND = 4
 EXIT_REJECTED = 5
 EXIT_TIMEOUT = 6
 EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, as shells report a command ended by it
+# A daemon sends INFO at once (PROTOCOL.md 4.4): a server silent for this long (or for
+# --timeout, if shorter) is reported as not a jet daemon, rather than after --timeout.
+INFO_TIMEOUT = 5.0
 
 EXIT_CODES = {
     EXIT_OK: "success (also after SIGTERM in fetch and the serve commands)",
@@ -563,11 +566,40 @@ def _ssl_context(args: argparse.Namespace) -> Optional[ssl.SSLContext]:
         raise UsageError("--cert and --key go together")
     try:
         context = ssl.create_default_context(cafile=args.ca)
-        if args.tls_cert is not None:
+    except ssl.SSLError as exc:
+        raise UsageError(f"--ca {args.ca}: no CA certificate in it ({exc.reason or exc})") from None
+    except OSError as exc:
+        raise UsageError(f"--ca {args.ca}: {exc.strerror or exc}") from None
+    if args.tls_cert is not None:
+        try:
             context.load_cert_chain(args.tls_cert, args.tls_key)
-    except (OSError, ssl.SSLError) as exc:
-        raise UsageError(f"TLS files: {exc}") from None
+        except ssl.SSLError as exc:
+            raise UsageError(_pem_problem(exc, args.tls_cert, args.tls_key)) from None
+        except OSError as exc:
+            flag, name = next(((flag, path) for flag, path in (("--cert", args.tls_cert), ("--key", args.tls_key))
+                               if not os.access(path, os.R_OK)), ("--cert/--key", exc.filename))
+            raise UsageError(f"{flag} {name}: {exc.strerror or exc}") from None
     return context
+
+
+def _pem_problem(exc: BaseException, cert_path: str, key_path: str) -> str:
+    """What ``load_cert_chain`` failed on, in words (OpenSSL says ``[SSL] PEM lib``)."""
+    if getattr(exc, "reason", None) == "KEY_VALUES_MISMATCH":
+        return f"--key {key_path} is not the key of the certificate in --cert {cert_path}"
+    heads = []
+    for path in (cert_path, key_path):
+        try:
+            with open(path, "rb") as source:
+                heads.append(source.read(1 << 16).decode("ascii", "replace"))
+        except OSError:
+            heads.append("")
+    if "CERTIFICATE-----" not in heads[0]:
+        held = "a private key" if "PRIVATE KEY-----" in heads[0] else "no PEM certificate"
+        return f"--cert {cert_path} holds {held}: it takes the certificate (-----BEGIN CERTIFICATE-----)"
+    if "PRIVATE KEY-----" not in heads[1]:
+        held = "a certificate" if "CERTIFICATE-----" in heads[1] else "no PEM private key"
+        return f"--key {key_path} holds {held}: it takes the private key (-----BEGIN PRIVATE KEY-----)"
+    return str(getattr(exc, "reason", "") or exc)
 
 
 def _fail(message: str, code: int) -> NoReturn:
@@ -578,6 +610,17 @@ def _fail(message: str, code: int) -> NoReturn:
 class _Terminated(BaseException):
     """SIGTERM arrived: end the command cleanly (a BaseException, as KeyboardInterrupt,
     so that no ``except Exception`` on the way takes it for an error)."""
+
+
+def _exit_interrupted() -> NoReturn:
+    """Exit with 130 now. CPython 3.11 remembers a KeyboardInterrupt that went through an
+    ``exec`` of source text (dataclasses and namedtuple make their methods so, while a
+    module imports) even when it was caught later, and then ends the process by SIGINT
+    itself at exit instead of with our code: leave before that."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(EXIT_INTERRUPTED)
 
 
 def _interrupt(signum: int, frame: Optional[FrameType]) -> None:
@@ -609,7 +652,7 @@ def run(args: argparse.Namespace, out: Output) -> int:
     from .sync import Peer
 
     with Peer(host, port, name=args.name, timeout=args.timeout, user=args.user, password=password,
-              ssl=_ssl_context(args)) as peer:
+              ssl=_ssl_context(args), info_timeout=INFO_TIMEOUT) as peer:
         if args.command == "info":
             info = peer.info
             out.emit(
@@ -690,7 +733,7 @@ def _one_request(
         value = Raw(value.vtype, value.data)  # --type json
     try:
         peer = TinyPeer(host, port, name=args.name, timeout=args.timeout, user=args.user, password=password or "",
-                        ssl=_ssl_context(args))
+                        ssl=_ssl_context(args), info_timeout=INFO_TIMEOUT)
     except OSError as exc:
         raise _Unreachable(host, port, exc) from None
     with peer:
@@ -721,7 +764,16 @@ class _Unreachable(Exception):
     """The daemon cannot be reached (the fast path's connection error)."""
 
     def __init__(self, host: str, port: int, exc: OSError) -> None:
-        why = "is jetd running? (connection refused)" if isinstance(exc, ConnectionRefusedError) else exc.strerror or str(exc)
+        import ssl
+
+        if isinstance(exc, ConnectionRefusedError):
+            why = "is jetd running? (connection refused)"
+        elif isinstance(exc, ssl.SSLError):
+            from .errors import describe_tls_failure
+
+            why = describe_tls_failure(exc, host)
+        else:
+            why = exc.strerror or str(exc)
         super().__init__(f"cannot connect to {host}:{port}: {why}")
 
 
@@ -891,6 +943,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ends fetch and the serve commands cleanly (0).
     """
     on_main_thread = threading.current_thread() is threading.main_thread()
+    as_program = argv is None  # the jet command itself, not a caller in the same process
     # Before anything else (argument parsing, rich's import on a terminal, the
     # connection): a Ctrl-C from here on is ours to report (issue 32).
     previous = (
@@ -913,6 +966,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             args.run = [*args.run, *run_command]
         return run(args, Output(args.json))
     except KeyboardInterrupt:
+        if as_program:
+            _exit_interrupted()
         return EXIT_INTERRUPTED
     except _Terminated:
         return EXIT_OK
@@ -936,17 +991,21 @@ def _fail_for(exc: Exception, key: Optional[str]) -> NoReturn:
     """The message and exit code of an error from either peer (the full one or tiny)."""
     from jetwire import JetError, LocalProtocolError, Status
 
-    from .errors import ConnectionClosed, PeerError
+    from .errors import ConnectionClosed, NotJetDaemon, PeerError
+    from .tiny import NotJetDaemon as TinyNotJetDaemon
     from .tiny import TinyError
 
     shown_key = "" if key is None else short_key(key)
+    if isinstance(exc, (NotJetDaemon, TinyNotJetDaemon)):
+        hint = " (connect with --tls, and --ca FILE for your own CA)" if exc.tls else ""
+        _fail(f"{exc.message}{hint}", EXIT_CONNECTION)
     if isinstance(exc, TinyError):
         text = _shorten_in(exc.message, key)
         if text.startswith(("connection", "daemon closed")):
             _fail(text, EXIT_CONNECTION)
         if exc.status == Status.TIMEOUT and text.startswith("no response in time"):
             _fail(f"TIMEOUT: {text}", EXIT_TIMEOUT)
-        about = f"{shown_key}: " if key and shown_key not in text else ""
+        about = "" if _names_key(text, shown_key) else f"{shown_key}: "
         _fail(f"{exc.status_name}: {about}{text}", _STATUS_EXIT.get(exc.status, EXIT_ERROR))
     if isinstance(exc, ConnectionClosed):
         _fail(_shorten_in(exc.message, key) or "connection closed", EXIT_CONNECTION)
@@ -954,7 +1013,7 @@ def _fail_for(exc: Exception, key: Optional[str]) -> NoReturn:
         status = exc.status
         code = _STATUS_EXIT.get(status, EXIT_ERROR) if status is not None else EXIT_ERROR
         text = _shorten_in(exc.message, key)
-        about = f"{shown_key}: " if key and shown_key not in text else ""
+        about = "" if _names_key(text, shown_key) else f"{shown_key}: "
         _fail(f"{status.name if status else 'ERROR'}: {about}{text}", code)
     if isinstance(exc, LocalProtocolError):
         _fail(_shorten_in(exc.message, key), EXIT_USAGE)
@@ -966,6 +1025,12 @@ def _fail_for(exc: Exception, key: Optional[str]) -> NoReturn:
     if os.environ.get("JET_TRACEBACK"):
         raise exc
     _fail(f"unexpected error: {type(exc).__name__}: {exc} (JET_TRACEBACK=1 shows where)", EXIT_ERROR)
+
+
+def _names_key(text: str, key: str) -> bool:
+    """Whether the message names KEY already (as a word of its own: key ``a`` is not
+    named by ``no such state``)."""
+    return not key or re.search(rf"(?<![\w/.-]){re.escape(key)}(?![\w/.-])", text) is not None
 
 
 def _shorten_in(text: str, key: Optional[str]) -> str:

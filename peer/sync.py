@@ -64,6 +64,15 @@ R = TypeVar("R")
 _RESULT_MARGIN = 5.0
 
 
+async def _cancel_all_tasks() -> None:
+    """Cancel every other task of the running loop and wait until they are done."""
+    current = asyncio.current_task()
+    tasks = [task for task in asyncio.all_tasks() if task is not current]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
 class SyncState:
     """A state owned by a :class:`Peer` (see :class:`peer.State`)."""
 
@@ -231,10 +240,11 @@ class Peer:
 
     Args:
         host, port, name, timeout, reconnect, reconnect_min_delay,
-        reconnect_max_delay, max_body, fetch_queue, user, password, ssl: as for
-        :meth:`peer.PeerAsync.connect`.
+        reconnect_max_delay, max_body, fetch_queue, user, password, ssl,
+        info_timeout: as for :meth:`peer.PeerAsync.connect`.
 
     Raises:
+        NotJetDaemon: the server is not a jet daemon (a ConnectionClosed).
         ConnectionClosed: the connection failed.
         Timeout: the daemon sent no INFO within ``timeout``.
 
@@ -256,6 +266,7 @@ class Peer:
         user: Optional[str] = None,
         password: Optional[str] = None,
         ssl: Union[ssl_module.SSLContext, bool, None] = None,
+        info_timeout: Optional[float] = None,
     ) -> None:
         self.timeout = timeout
         self.closed = False
@@ -281,12 +292,18 @@ class Peer:
                 user=user,
                 password=password,
                 ssl=ssl,
+                info_timeout=info_timeout,
             ),
             self._loop,
         )
         try:
             self._aio: PeerAsync = connecting.result()
         except BaseException:
+            # Interrupted (Ctrl-C) or failed: let the connect finish its cancellation on
+            # the loop, or it is destroyed pending and Python prints its traceback at exit.
+            connecting.cancel()
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(_cancel_all_tasks(), self._loop).result(_RESULT_MARGIN)
             self._stop_thread()
             self.closed = True
             raise

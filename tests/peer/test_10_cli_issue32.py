@@ -6,6 +6,7 @@ subprocess against a real jetd."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import pty
@@ -15,6 +16,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_05_cli import ENV, REPO, Streaming
@@ -38,6 +40,12 @@ def wait_in_main(proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.poll() is None, "jet exited before its main() ran"
+        # The command line first: before the exec, the child is a fork of pytest, whose
+        # own handlers show in SigCgt.
+        with open(f"/proc/{proc.pid}/cmdline", "rb") as cmdline:
+            if b"peer.cli" not in cmdline.read():
+                time.sleep(0.005)
+                continue
         with open(f"/proc/{proc.pid}/status") as status:
             for line in status:
                 if line.startswith("SigCgt:") and int(line.split()[1], 16) & SIGTERM_BIT:
@@ -214,3 +222,220 @@ def test_set_a_binary_file_with_type_bytes(jetd, tmp_path: Path):
         assert owner.get("big/v") == b"\x00\xff\n"
         literal = jet_at(jetd, "--json", "set", "big/v", "abc", "--type", "bytes")
         assert json.loads(literal.stdout) == {"key": "big/v", "value": {"hex": "616263"}}
+
+
+# --- not a jet daemon ------------------------------------------------------------------
+
+
+class FakeServer:
+    """A real TCP listener on 127.0.0.1 that is not jetd: it sends ``greeting`` to each
+    connection (nothing if empty) and keeps it open until closed."""
+
+    def __init__(self, greeting: bytes = b"", close_at_once: bool = False) -> None:
+        import socket
+
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.greeting, self.close_at_once = greeting, close_at_once
+        self.accepted: list[Any] = []
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            self.accepted.append(conn)
+            if self.greeting:
+                conn.sendall(self.greeting)
+            if self.close_at_once:
+                conn.close()
+
+    def close(self) -> None:
+        import socket
+
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() of its thread (Linux)
+        self.listener.close()
+        for conn in self.accepted:
+            conn.close()
+        self.thread.join(10)
+
+
+@pytest.fixture
+def http_server():
+    """``python -m http.server`` on 127.0.0.1, port 0, output discarded."""
+    proc = subprocess.Popen([sys.executable, "-u", "-m", "http.server", "--bind", "127.0.0.1", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=REPO)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().decode()  # "Serving HTTP on 127.0.0.1 port N (...)"
+        port = int(line.split(" port ")[1].split()[0])
+        yield port
+    finally:
+        proc.kill()
+        proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def run_at_port(port: int, *args: str, timeout: float = 60) -> tuple[subprocess.CompletedProcess[str], float]:
+    cmd = [sys.executable, "-m", "peer.cli", "--port", str(port), *args]
+    started = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=timeout, cwd=REPO)
+    return proc, time.monotonic() - started
+
+
+@pytest.mark.parametrize("command", [["get", "a"], ["info"], ["fetch", "x/"]])
+def test_http_server_is_not_a_jet_daemon(http_server, command):
+    # http.server waits for a request line that never comes: it says nothing. jet used
+    # to wait its whole --timeout (10 s) and call it a TIMEOUT.
+    got, took = run_at_port(http_server, *command, "--timeout", "30")
+    assert got.returncode == 3 and "Traceback" not in got.stderr, got.stderr
+    assert "not a jet daemon" in got.stderr and "sent nothing in 5 s" in got.stderr, got.stderr
+    assert took < 30, took  # the INFO wait (5 s), not --timeout
+
+
+@pytest.mark.parametrize(
+    ("greeting", "words"),
+    [
+        (b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n", ["an HTTP answer", "HTTP/1.1 400 Bad Request"]),
+        (b"SSH-2.0-OpenSSH_9.2p1 Debian\r\n", ["text 'SSH-2.0-OpenSSH"]),
+        (b"\x15\x03\x03\x00\x02\x02\x46", ["speaks TLS", "--tls"]),
+        (b"\x04\xff\xff\xff\xffjunk", ["the bytes 04 ff ff ff ff"]),
+    ],
+)
+@pytest.mark.parametrize("command", [["get", "a"], ["info"]])
+def test_foreign_bytes_say_not_a_jet_daemon_at_once(greeting, words, command):
+    server = FakeServer(greeting)
+    try:
+        got, took = run_at_port(server.port, *command, "--timeout", "60")
+    finally:
+        server.close()
+    assert got.returncode == 3 and "Traceback" not in got.stderr, got.stderr
+    assert f"127.0.0.1:{server.port} is not a jet daemon" in got.stderr, got.stderr
+    for word in words:
+        assert word in got.stderr, (word, got.stderr)
+    assert "TOO_LARGE" not in got.stderr and "unknown frame type" not in got.stderr
+    assert took < 60
+
+
+def test_peer_libraries_raise_not_jet_daemon():
+    from peer import ConnectionClosed, NotJetDaemon, PeerAsync
+    from peer.tiny import NotJetDaemon as TinyNotJetDaemon
+    from peer.tiny import TinyPeer
+
+    http = FakeServer(b"HTTP/1.0 400 Bad Request\r\n\r\n")
+    silent = FakeServer()
+    closing = FakeServer(close_at_once=True)
+    try:
+        with pytest.raises(NotJetDaemon, match=r"HTTP/1\.0 400") as caught:
+            Peer("127.0.0.1", http.port, timeout=30)
+        assert isinstance(caught.value, ConnectionClosed) and caught.value.seen.startswith(b"HTTP/1.0")
+        with pytest.raises(TinyNotJetDaemon, match=r"HTTP/1\.0 400"):
+            TinyPeer("127.0.0.1", http.port, timeout=30)
+        with pytest.raises(NotJetDaemon, match=r"sent nothing in 0\.5 s"):
+            Peer("127.0.0.1", silent.port, timeout=30, info_timeout=0.5)
+        with pytest.raises(TinyNotJetDaemon, match=r"sent nothing in 0\.5 s"):
+            TinyPeer("127.0.0.1", silent.port, timeout=30, info_timeout=0.5)
+        with pytest.raises(NotJetDaemon, match="without sending anything") as closed:
+            Peer("127.0.0.1", closing.port, timeout=30)
+        assert closed.value.tls
+        with pytest.raises(TinyNotJetDaemon, match="without sending anything"):
+            TinyPeer("127.0.0.1", closing.port, timeout=30)
+
+        async def aio() -> None:
+            with pytest.raises(NotJetDaemon, match=r"HTTP/1\.0 400"):
+                await PeerAsync.connect("127.0.0.1", http.port, timeout=30)
+
+        asyncio.run(aio())
+    finally:
+        for server in (http, silent, closing):
+            server.close()
+
+
+def test_ctrl_c_while_waiting_for_info():
+    silent = FakeServer()
+    try:
+        cmd = [sys.executable, "-m", "peer.cli", "--port", str(silent.port), "--timeout", "60", "fetch", "x/"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV, cwd=REPO)
+        try:
+            deadline = time.monotonic() + 30
+            while not silent.accepted and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert silent.accepted, "jet did not connect"
+            proc.send_signal(signal.SIGINT)
+        finally:
+            code, err = finish(proc)
+    finally:
+        silent.close()
+    assert code == 130 and "Traceback" not in err, (code, err)
+
+
+# --- TLS messages -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory) -> dict[str, Path]:
+    """A CA and a certificate for 127.0.0.1 (IP subjectAltName), made with openssl as
+    the README says."""
+    out = tmp_path_factory.mktemp("pki")
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    (out / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    for cmd in (
+        ["openssl", "req", "-x509", *ec, "-days", "2", "-subj", "/CN=jet test CA", "-keyout", "ca-key.pem",
+         "-out", "ca.pem"],
+        ["openssl", "req", *ec, "-subj", "/CN=127.0.0.1", "-keyout", "key.pem", "-out", "cert.csr"],
+        ["openssl", "x509", "-req", "-in", "cert.csr", "-CA", "ca.pem", "-CAkey", "ca-key.pem", "-CAcreateserial",
+         "-days", "2", "-extfile", "san.ext", "-out", "cert.pem"],
+    ):
+        subprocess.run(cmd, cwd=out, check=True, capture_output=True, timeout=60)
+    return {name: out / f"{name}.pem" for name in ("ca", "ca-key", "key", "cert")}
+
+
+def test_tls_mistakes_are_said_plainly(start_jetd, pki):
+    tls = start_jetd("--tls-cert", str(pki["cert"]), "--tls-key", str(pki["key"]))
+    plain = start_jetd()
+    ca = str(pki["ca"])
+    ok, _ = run_at_port(tls.port, "--ca", ca, "info")
+    assert ok.returncode == 0 and "protocol 1." in ok.stdout, ok.stderr
+    for command in (["get", "a"], ["info"]):
+        # A TLS port without --tls: it closes without a word, which says TLS.
+        got, _ = run_at_port(tls.port, *command)
+        assert got.returncode == 3 and "not a jet daemon" in got.stderr and "--tls" in got.stderr, got.stderr
+        # A plaintext port with --ca.
+        got, _ = run_at_port(plain.port, "--ca", ca, *command)
+        assert got.returncode == 3 and "did not speak TLS" in got.stderr, got.stderr
+        assert "Traceback" not in got.stderr
+        # --tls without the CA: name what is missing.
+        got, _ = run_at_port(tls.port, "--tls", *command)
+        assert got.returncode == 3 and "--ca FILE" in got.stderr, got.stderr
+    missing, _ = run_at_port(tls.port, "--ca", str(pki["ca"].parent / "nope.pem"), "get", "a")
+    assert missing.returncode == 2 and "nope.pem" in missing.stderr, missing.stderr
+    swapped, _ = run_at_port(tls.port, "--ca", ca, "--cert", str(pki["key"]), "--key", str(pki["key"]), "get", "a")
+    assert swapped.returncode == 2 and "holds a private key" in swapped.stderr, swapped.stderr
+
+
+@pytest.mark.parametrize(
+    ("files", "words"),
+    [
+        (("cert", None), ["--tls-cert and --tls-key go together"]),
+        (("key", "key"), ["--tls-cert", "holds a private key"]),
+        (("cert", "cert"), ["--tls-key", "holds a certificate"]),
+        (("cert", "ca-key"), ["is not the key of the certificate"]),
+        (("cert", "missing"), ["cannot read --tls-key", "missing.pem"]),
+    ],
+)
+def test_jetd_tls_file_mistakes(pki, files, words):
+    cert, key = files
+    args = ["--tls-cert", str(pki[cert])]
+    if key is not None:
+        args += ["--tls-key", str(pki.get(key, pki["ca"].parent / f"{key}.pem"))]
+    proc = subprocess.run([sys.executable, "-m", "jetd", "--host", "127.0.0.1", "--port", "0", *args],
+                          capture_output=True, text=True, env=ENV, timeout=60, cwd=REPO)
+    assert proc.returncode == 2, proc.stderr
+    assert "PEM lib" not in proc.stderr and "tls_cert and tls_key" not in proc.stderr.split("(")[0]
+    for word in words:
+        assert word in proc.stderr, (word, proc.stderr)
