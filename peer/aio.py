@@ -375,6 +375,7 @@ class Fetch:
         self.prefix = prefix
         self.query = query  # None: FETCH_STATES of ``prefix``; else FETCH_QUERY (PROTOCOL.md 14.3)
         self.rows: list[WindowRow] = []  # a sorted fetch's window, kept from FETCH_WINDOW
+        self.window: tuple[WindowRow, ...] = ()  # the same, as of its last complete update
         self.on_event = on_event
         self.fetch_id: Optional[int] = None
         self.active = False
@@ -463,7 +464,9 @@ class Fetch:
             if 0 <= position < message.size:
                 rows[position] = WindowRow(entry.index, entry.key, entry.value)
         del rows[message.size :]
-        self._deliver(EventKind.WINDOW, "", _NONE, tuple(rows))
+        window = tuple(rows)
+        self.window = window  # one assignment: other threads (peer.sync) see a whole window
+        self._deliver(EventKind.WINDOW, "", _NONE, window)
 
     def _deliver(self, kind: EventKind, key: str, raw: Value, rows: tuple[WindowRow, ...] = ()) -> None:
         known = self._known
@@ -1250,6 +1253,7 @@ class PeerAsync:
 
         if fetch.query is not None:
             fetch.rows.clear()  # a restored sorted fetch starts with its whole window again
+            fetch.window = ()
             future = self._request(FetchQuery, (fetch.query,), activate, timeout, restoring=restoring)
         else:
             future = self._request(FetchStates, (fetch.prefix,), activate, timeout, restoring=restoring)

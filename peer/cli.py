@@ -265,8 +265,9 @@ def format_value(value: Any) -> str:
 class Output:
     """Writes results as readable lines (colour on a terminal) or JSON lines."""
 
-    def __init__(self, as_json: bool, stream: TextIO = sys.stdout) -> None:
+    def __init__(self, as_json: bool, stream: TextIO = sys.stdout, timestamps: bool = False) -> None:
         self.as_json = as_json
+        self.timestamps = timestamps  # jet fetch --timestamps: when each line was received
         self.stream = stream
         self.lock = threading.Lock()
         self.console: Any = None
@@ -276,6 +277,11 @@ class Output:
             self.console = Console(file=stream, highlight=False)
 
     def emit(self, obj: dict[str, Any], text: str, markup: Optional[str] = None) -> None:
+        if self.timestamps:
+            stamp = received_at()
+            obj = {"time": stamp, **obj}
+            text = f"{stamp} {text}"
+            markup = None if markup is None else f"[dim]{stamp}[/] {markup}"
         with self.lock:
             if self.as_json:
                 self.stream.write(json.dumps(obj, ensure_ascii=False) + "\n")
@@ -284,6 +290,25 @@ class Output:
             else:
                 self.stream.write(text + "\n")
             self.stream.flush()
+
+
+def received_at() -> str:
+    """Now as ISO 8601 local time with milliseconds and the UTC offset, as
+    ``mosquitto_sub -F %I`` prints it (``2026-11-27T23:20:01.123+00:00``)."""
+    import datetime
+
+    return datetime.datetime.now().astimezone().isoformat(timespec="milliseconds")
+
+
+FEATURE_NAMES = ((0x1, "CONFLATION"), (0x2, "QUERIES"), (0x4, "AUTH_REQUIRED"), (0x8, "LIMITS"))  # PROTOCOL.md 4.4
+
+
+def feature_names(features: int) -> list[str]:
+    """The names of an INFO's feature bits (PROTOCOL.md 4.4); an unknown bit as hex."""
+    names = [name for bit, name in FEATURE_NAMES if features & bit]
+    known = sum(bit for bit, _ in FEATURE_NAMES)
+    names += [f"0x{1 << n:08X}" for n in range(32) if features & ~known & (1 << n)]
+    return names
 
 
 def _escape(text: str) -> str:
@@ -361,11 +386,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     fetch.add_argument("prefix", nargs="?", default="", help="key prefix (default: every state)")
     _query_arguments(fetch)
-    fetch.add_argument("--sort-by", metavar="key|value|FIELD", help="sort by key, by the value, or by a field")
-    fetch.add_argument("--desc", action="store_true", help="sort descending")
-    fetch.add_argument("--top", type=_at_least_one, metavar="N", help="the window 1..N of the sort")
-    fetch.add_argument("--from", dest="window_from", type=_at_least_one, metavar="N", help="first position of the window")
-    fetch.add_argument("--to", dest="window_to", type=_at_least_one, metavar="M", help="last position of the window")
+    _sort_arguments(fetch)
     fetch.add_argument("--methods", action="store_true", help="also methods")
     fetch.add_argument("--nodes", action="store_true", help="also nodes (hierarchy levels split on /)")
     fetch.add_argument("--count", type=_at_least_one, metavar="N", help="exit after N events (N window updates when sorted)")
@@ -373,9 +394,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout", dest="exit_after", type=_seconds, metavar="S",
         help="exit after S seconds (here --timeout is not the request timeout: give that before 'fetch')",
     )
-    ls = command("ls", help="one-shot query: print the matching keys, then exit")
+    fetch.add_argument("--timestamps", action="store_true",
+                       help="begin each line with the time jet received it (ISO 8601, local time with its "
+                       "UTC offset, as mosquitto_sub -F %%I); with --json a \"time\" field")
+    ls = command("ls", help="one-shot query: print the matching keys, then exit",
+                 description="Answer a query once (QUERY_ONCE): the matching keys in byte order of key, "
+                 "or in the order of --sort-by (its window: --top N, or --from N --to M), then exit.")
     ls.add_argument("prefix", nargs="?", default="", help="key prefix (default: every key)")
     _query_arguments(ls)
+    _sort_arguments(ls)
     serve = command(
         "serve-state", help="own a state; accept and print every set until Ctrl-C",
         description="Own a state; accept and print every set until Ctrl-C. With a --type other than auto "
@@ -475,6 +502,15 @@ def _query_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _sort_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sort-by", metavar="key|value|FIELD", help="sort by key, by the value, or by a field")
+    parser.add_argument("--desc", action="store_true", help="sort descending")
+    parser.add_argument("--top", type=_at_least_one, metavar="N", help="the window 1..N of the sort")
+    parser.add_argument("--from", dest="window_from", type=_at_least_one, metavar="N",
+                        help="first position of the window")
+    parser.add_argument("--to", dest="window_to", type=_at_least_one, metavar="M", help="last position of the window")
+
+
 _EXPR = re.compile(r"^\s*(\S+?)\s*(==|!=|<=|>=|<|>)\s*(.+?)\s*$")
 _OPS = {
     "==": lambda f, x: f == x,
@@ -511,24 +547,20 @@ def parse_where(text: str) -> Any:
 
 def _query_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     kwargs: dict[str, Any] = {"where": [parse_where(text) for text in args.where]}
+    window = None
+    if args.top is not None and (args.window_from is not None or args.window_to is not None):
+        raise UsageError("give --top N or --from N --to M, not both")
+    if (args.window_from is None) != (args.window_to is None):
+        raise UsageError("--from and --to go together")
+    if args.window_from is not None:
+        if args.window_to < args.window_from:
+            raise UsageError(f"--to {args.window_to} is before --from {args.window_from}")
+        window = (args.window_from, args.window_to)
+    if (args.top is not None or window is not None or args.desc) and args.sort_by is None:
+        raise UsageError("--top, --from/--to and --desc need --sort-by")
+    kwargs.update(sort_by=args.sort_by, descending=args.desc, top=args.top, window=window)
     if args.command == "fetch":
-        window = None
-        if args.top is not None and (args.window_from is not None or args.window_to is not None):
-            raise UsageError("give --top N or --from N --to M, not both")
-        if (args.window_from is None) != (args.window_to is None):
-            raise UsageError("--from and --to go together")
-        if args.window_from is not None:
-            window = (args.window_from, args.window_to)
-        if (args.top is not None or window is not None or args.desc) and args.sort_by is None:
-            raise UsageError("--top, --from/--to and --desc need --sort-by")
-        kwargs.update(
-            sort_by=args.sort_by,
-            descending=args.desc,
-            top=args.top,
-            window=window,
-            methods=args.methods,
-            nodes=args.nodes,
-        )
+        kwargs.update(methods=args.methods, nodes=args.nodes)
     return kwargs
 
 
@@ -655,12 +687,13 @@ def run(args: argparse.Namespace, out: Output) -> int:
               ssl=_ssl_context(args), info_timeout=INFO_TIMEOUT) as peer:
         if args.command == "info":
             info = peer.info
+            names = feature_names(info.features)
             out.emit(
                 {"name": info.name, "version": f"{info.major}.{info.minor}", "max_body": info.max_body,
-                 "features": info.features, "host": host, "port": port,
+                 "features": info.features, "feature_names": names, "host": host, "port": port,
                  "max_key_length": info.max_key_length, "route_timeout_ms": info.route_timeout_ms},
                 f"{info.name} at {host}:{port}: protocol {info.major}.{info.minor}, "
-                f"max_body {info.max_body}, features 0x{info.features:08X}"
+                f"max_body {info.max_body}, features 0x{info.features:08X} ({', '.join(names) or 'none'})"
                 + ("" if info.max_key_length is None else
                    f", max_key_length {info.max_key_length}, route timeout {info.route_timeout_ms} ms"),
             )
@@ -964,7 +997,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         args = parser.parse_args(argv)
         if run_command:
             args.run = [*args.run, *run_command]
-        return run(args, Output(args.json))
+        return run(args, Output(args.json, timestamps=getattr(args, "timestamps", False)))
     except KeyboardInterrupt:
         if as_program:
             _exit_interrupted()

@@ -51,6 +51,7 @@ from .aio import (
     PeerAsync,
     QueryResult,
     State,
+    WindowRow,
 )
 from .errors import ConnectionClosed
 
@@ -174,6 +175,14 @@ class SyncFetch:
     def active(self) -> bool:
         """False once unfetched or ended."""
         return self._fetch.active
+
+    @property
+    def rows(self) -> tuple[WindowRow, ...]:
+        """A sorted fetch's whole window, in order (PROTOCOL.md 14.2): the latest the
+        peer has received, whether or not its WINDOW event has been iterated yet (each
+        event's own ``rows`` is the window as of that event). Empty for an unsorted
+        fetch, and until the first window arrives."""
+        return self._fetch.window
 
     def unfetch(self, *, timeout: Optional[float] = None) -> None:
         """End the fetch (PROTOCOL.md 6.9); no callback runs after this returns.

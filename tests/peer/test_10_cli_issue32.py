@@ -439,3 +439,96 @@ def test_jetd_tls_file_mistakes(pki, files, words):
     assert "PEM lib" not in proc.stderr and "tls_cert and tls_key" not in proc.stderr.split("(")[0]
     for word in words:
         assert word in proc.stderr, (word, proc.stderr)
+
+
+# --- ls sorts like fetch, fetch --timestamps, info names its features, SyncFetch.rows ----
+
+
+def _players(owner: Peer) -> dict[str, Any]:
+    return {name: owner.add_state(f"players/{name}", {"score": score})
+            for name, score in (("ann", 30), ("bob", 10), ("cat", 50), ("dan", 20), ("eve", 40))}
+
+
+def test_ls_sorts_and_windows_like_fetch(jetd):
+    with Peer(jetd.host, jetd.port) as owner:
+        _players(owner)
+        plain = jet_at(jetd, "ls", "players/")
+        assert plain.stdout.split() == [f"players/{n}" for n in ("ann", "bob", "cat", "dan", "eve")], plain.stderr
+        top = jet_at(jetd, "ls", "players/", "--sort-by", "score", "--desc", "--top", "3")
+        assert top.returncode == 0 and top.stdout.split() == ["players/cat", "players/eve", "players/ann"], top.stderr
+        window = jet_at(jetd, "--json", "ls", "players/", "--sort-by", "score", "--from", "2", "--to", "4")
+        rows = [json.loads(line) for line in window.stdout.splitlines()]
+        assert [(row["key"], row["value"]["score"]) for row in rows] == [
+            ("players/dan", 20), ("players/ann", 30), ("players/eve", 40)], window.stderr
+        for args, words in (
+            (["--top", "2"], ["need --sort-by"]),
+            (["--sort-by", "score", "--from", "2"], ["--from and --to go together"]),
+            (["--sort-by", "score", "--from", "3", "--to", "2"], ["--to 2 is before --from 3"]),
+            (["--sort-by", "score", "--top", "2", "--from", "1", "--to", "2"], ["not both"]),
+        ):
+            assert_usage_error(jet_at(jetd, "ls", "players/", *args), *words)
+
+
+def test_fetch_timestamps(jetd):
+    import datetime
+
+    with Peer(jetd.host, jetd.port) as owner:
+        owner.add_state("ts/a", 1)
+        before = datetime.datetime.now().astimezone()
+        text = jet_at(jetd, "fetch", "ts/", "--timestamps", "--count", "1", "--timeout", "20")
+        stamp, rest = text.stdout.strip().split(" ", 1)
+        assert rest == "add    ts/a = 1", text.stdout
+        when = datetime.datetime.fromisoformat(stamp)
+        assert when.tzinfo is not None and before - datetime.timedelta(seconds=1) <= when, stamp
+        as_json = jet_at(jetd, "--json", "fetch", "ts/", "--timestamps", "--count", "1", "--timeout", "20")
+        line = json.loads(as_json.stdout)
+        assert line["key"] == "ts/a" and datetime.datetime.fromisoformat(line["time"]).tzinfo is not None
+        plain = jet_at(jetd, "fetch", "ts/", "--count", "1", "--timeout", "20")
+        assert plain.stdout == "add    ts/a = 1\n"
+
+
+def test_info_names_the_feature_bits(jetd):
+    from peer.cli import feature_names
+
+    assert feature_names(0x0B) == ["CONFLATION", "QUERIES", "LIMITS"]
+    assert feature_names(0x4 | 0x100) == ["AUTH_REQUIRED", "0x00000100"]
+    text = jet_at(jetd, "info")
+    assert "features 0x0000000B (CONFLATION, QUERIES, LIMITS)" in text.stdout, text.stdout
+    as_json = json.loads(jet_at(jetd, "--json", "info").stdout)
+    assert as_json["features"] == 0x0B and as_json["feature_names"] == ["CONFLATION", "QUERIES", "LIMITS"]
+
+
+def test_sync_fetch_rows_is_the_window(jetd):
+    # README: peer.fetch(..., sort_by=..., top=N); fetch.rows is the window.
+    def window(fetch: Any, size: int, expected: list[tuple[int, str, int]]) -> None:
+        deadline = time.monotonic() + 20
+        seen: list[tuple[int, str, int]] = []
+        while time.monotonic() < deadline:
+            seen = [(row.index, row.key, row.value["score"]) for row in fetch.rows]
+            if seen == expected:
+                return
+            time.sleep(0.01)
+        raise AssertionError(f"fetch.rows is {seen}, not {expected}")
+
+    with Peer(jetd.host, jetd.port) as owner, Peer(jetd.host, jetd.port) as client:
+        players = _players(owner)
+        fetch = client.fetch("players/", sort_by="score", descending=True, top=3)
+        with client.fetch("players/") as unsorted:
+            assert unsorted.rows == ()
+        # Without iterating: the latest window the peer has.
+        window(fetch, 3, [(1, "players/cat", 50), (2, "players/eve", 40), (3, "players/ann", 30)])
+        players["bob"].notify({"score": 45})
+        window(fetch, 3, [(1, "players/cat", 50), (2, "players/bob", 45), (3, "players/eve", 40)])
+        # Iterated: each WINDOW event carries its own window, the last one equals rows.
+        last = None
+        while True:
+            try:
+                last = fetch.next(timeout=0.5)
+            except TimeoutError:
+                break
+        assert last is not None and last.kind == "window" and last.rows == fetch.rows
+        # A callback fetch has it too.
+        called = threading.Event()
+        with client.fetch("players/", on_event=lambda event: called.set(), sort_by="key", top=2) as by_key:
+            assert called.wait(20)
+            window(by_key, 2, [(1, "players/ann", 30), (2, "players/bob", 45)])
