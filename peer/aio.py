@@ -101,7 +101,7 @@ from .errors import (
     error_for_status,
 )
 from .query import Matcher, build_query, is_plain_prefix
-from .tiny import describe_first_bytes
+from .tiny import closed_without_a_word, describe_first_bytes
 
 __all__ = [
     "DEFAULT_FETCH_QUEUE",
@@ -675,11 +675,9 @@ class _Link(asyncio.Protocol):
         if not self.info.done():
             if not self.head and self.local_error is None:
                 # A daemon sends INFO first, even to refuse (PROTOCOL.md 10.7).
-                tls = not self.peer.ssl
-                hint = "; a TLS listener does that to a peer that does not speak TLS" if tls else ""
-                self.info.set_exception(NotJetDaemon(
-                    f"{self.peer.host}:{self.peer.port} closed the connection without sending anything: "
-                    f"not a jet daemon{hint}", tls=tls))
+                address = f"{self.peer.host}:{self.peer.port}"
+                self.info.set_exception(NotJetDaemon(closed_without_a_word(address, bool(self.peer.ssl)),
+                                                     tls=not self.peer.ssl))
             else:
                 self.info.set_exception(ConnectionClosed(self.describe_close(exc)))
             self.info.exception()

@@ -244,8 +244,24 @@ def value_to_json(value: Any) -> Any:
     if isinstance(value, (bytes, bytearray)):
         return {"hex": bytes(value).hex()}
     if _is_typed(value):
+        json_value = _json_of(value)
+        if json_value is not _NOT_JSON:
+            return json_value
         return {"vtype": value.vtype, "hex": value.data.hex()}
     return value
+
+
+_NOT_JSON = object()
+
+
+def _json_of(value: Any) -> Any:
+    """The object of a typed JSON value (--type json keeps values so), else _NOT_JSON."""
+    if value.vtype != 5:  # PROTOCOL.md 5.3: JSON
+        return _NOT_JSON
+    try:
+        return json.loads(value.data)
+    except ValueError:
+        return _NOT_JSON
 
 
 def _is_typed(value: Any) -> bool:
@@ -258,6 +274,9 @@ def format_value(value: Any) -> str:
     if isinstance(value, (bytes, bytearray)):
         return "0x" + bytes(value).hex()
     if _is_typed(value):
+        json_value = _json_of(value)
+        if json_value is not _NOT_JSON:
+            return json.dumps(json_value, ensure_ascii=False)
         return f"<{_vtype_name(value.vtype)} {value.data.hex()}>"
     return json.dumps(value, ensure_ascii=False)
 
@@ -433,7 +452,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 VALUE_SOURCES = (
     "VALUE sources: - reads the value from stdin, @FILE from FILE (one trailing newline\n"
-    "is dropped); @@text is the literal text @text. Use them for large values."
+    "is dropped); @@text is the literal text @text. Use them for large values. With\n"
+    "--type bytes, a file or stdin is sent as it is (binary, every byte kept)."
 )
 
 

@@ -161,6 +161,16 @@ def describe_first_bytes(head: bytes) -> Optional[str]:
     return f"it sent {_show_bytes(head)}"
 
 
+def closed_without_a_word(address: str, used_tls: bool) -> str:
+    """Why a server closed the connection before a single byte, as far as one can tell."""
+    if used_tls:
+        return f"{address} closed the connection without sending anything: not a jet daemon"
+    return (
+        f"{address} closed the connection without sending anything, as a TLS listener does to a peer "
+        "that does not speak TLS (a jet daemon sends its INFO at once): it looks like a TLS port"
+    )
+
+
 def _show_bytes(head: bytes) -> str:
     if head.startswith(b"HTTP/"):
         line = head.split(b"\r\n", 1)[0].split(b"\n", 1)[0]
@@ -549,12 +559,7 @@ class TinyPeer:
                 if self._head or not self.closed:
                     raise
                 # Closed before a single byte: a daemon sends INFO first, even to refuse.
-                tls = not self._tls
-                hint = "; a TLS listener does that to a peer that does not speak TLS" if tls else ""
-                raise NotJetDaemon(
-                    f"{self._address} closed the connection without sending anything: not a jet daemon{hint}",
-                    tls=tls,
-                ) from exc
+                raise NotJetDaemon(closed_without_a_word(self._address, self._tls), tls=not self._tls) from exc
             if not pumped and time.monotonic() >= deadline:
                 self.close()
                 if not self._head:

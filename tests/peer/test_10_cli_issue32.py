@@ -404,7 +404,7 @@ def test_tls_mistakes_are_said_plainly(start_jetd, pki):
     for command in (["get", "a"], ["info"]):
         # A TLS port without --tls: it closes without a word, which says TLS.
         got, _ = run_at_port(tls.port, *command)
-        assert got.returncode == 3 and "not a jet daemon" in got.stderr and "--tls" in got.stderr, got.stderr
+        assert got.returncode == 3 and "looks like a TLS port" in got.stderr and "--tls" in got.stderr, got.stderr
         # A plaintext port with --ca.
         got, _ = run_at_port(plain.port, "--ca", ca, *command)
         assert got.returncode == 3 and "did not speak TLS" in got.stderr, got.stderr
@@ -532,3 +532,19 @@ def test_sync_fetch_rows_is_the_window(jetd):
         with client.fetch("players/", on_event=lambda event: called.set(), sort_by="key", top=2) as by_key:
             assert called.wait(20)
             window(by_key, 2, [(1, "players/ann", 30), (2, "players/bob", 45)])
+
+
+def test_readme_recipe_from_a_file(jetd, tmp_path: Path):
+    # README, "A minute with jet": serve-state plant/recipe '{}' --type json, then
+    # jet set plant/recipe @recipe.json.
+    served = Streaming(jetd, "serve-state", "plant/recipe", "{}", "--type", "json")
+    try:
+        with Peer(jetd.host, jetd.port) as client:
+            _wait_registered(client, "plant/recipe")
+            (tmp_path / "recipe.json").write_text('{"flour": 500, "water": 350}\n')
+            done = jet_at(jetd, "set", "plant/recipe", f"@{tmp_path / 'recipe.json'}")
+            assert done.returncode == 0 and json.loads(done.stdout) == {"flour": 500, "water": 350}, done.stderr
+            assert served.line() == 'set    plant/recipe = {"flour": 500, "water": 350}'
+            assert client.get_raw("plant/recipe").vtype == 5  # JSON
+    finally:
+        served.stop()
