@@ -55,7 +55,7 @@ EXIT_CODES = {
     EXIT_OK: "success (also after SIGTERM in fetch and the serve commands)",
     EXIT_ERROR: "the daemon or the owner answered another error status",
     EXIT_USAGE: "bad arguments, or a VALUE that does not parse as --type",
-    EXIT_CONNECTION: "cannot connect, or the connection was closed or lost",
+    EXIT_CONNECTION: "cannot connect, not a jet daemon, or the connection was closed or lost",
     EXIT_NOT_FOUND: "NOT_FOUND: no such state or method",
     EXIT_REJECTED: "REJECTED: the owner refused the set or call",
     EXIT_TIMEOUT: "TIMEOUT: no answer in time",
@@ -190,7 +190,7 @@ def check_key(key: str, what: str = "KEY") -> str:
     except UnicodeEncodeError:
         raise UsageError(f"{what} {short_key(key)!r} is not valid UTF-8") from None
     if size > MAX_KEY_BYTES:
-        raise UsageError(f"{what} {short_key(key)} is {size} bytes long; a key is at most {MAX_KEY_BYTES}")
+        raise UsageError(f"{what} {key[:60]}… is {size} bytes long; a key is at most {MAX_KEY_BYTES}")
     return key
 
 
@@ -205,7 +205,7 @@ def check_text(text: str, what: str) -> str:
     except UnicodeEncodeError:
         raise UsageError(f"{what} {short_key(text)!r} is not valid UTF-8") from None
     if size > MAX_KEY_BYTES:
-        raise UsageError(f"{what} {short_key(text)} is {size} bytes long; at most {MAX_KEY_BYTES}")
+        raise UsageError(f"{what} {text[:60]}… is {size} bytes long; at most {MAX_KEY_BYTES}")
     return text
 
 
@@ -907,7 +907,9 @@ def _serve_state(peer: Peer, args: argparse.Namespace, value: Any, out: Output) 
         return kept
 
     peer.add_state(args.key, value, on_set=None if args.read_only else on_set)
-    print(f"jet: serving {args.key} = {format_value(value)} (Ctrl-C to stop)", file=sys.stderr, flush=True)
+    shown = format_value(value)
+    shown = shown if len(shown) <= 200 else f"{shown[:200]}… ({len(shown)} characters)"
+    print(f"jet: serving {short_key(args.key)} = {shown} (Ctrl-C to stop)", file=sys.stderr, flush=True)
     peer.wait_closed()
     _fail("the daemon closed the connection", EXIT_CONNECTION)
 
@@ -939,7 +941,7 @@ def conform(value: Any, vtype: str, key: str) -> Any:
             return value
         with contextlib.suppress(TypeError, ValueError):
             return Value(ValueType.JSON, json.dumps(value, allow_nan=False).encode("utf-8"))
-    raise Rejected(f"{key} holds {vtype} values (serve-state --type {vtype}); got {format_value(value)[:80]}")
+    raise Rejected(f"{short_key(key)} holds {vtype} values (serve-state --type {vtype}); got {format_value(value)[:80]}")
 
 
 def _serve_method(peer: Peer, args: argparse.Namespace, result: Any, out: Output) -> int:
@@ -984,7 +986,7 @@ def _serve_method(peer: Peer, args: argparse.Namespace, result: Any, out: Output
 
     peer.add_method(key, answer)
     how = f"with the output of {' '.join(command)}" if command else f"with {format_value(result)}"
-    print(f"jet: serving method {key}, answering {how} (Ctrl-C to stop)", file=sys.stderr, flush=True)
+    print(f"jet: serving method {short_key(key)}, answering {how} (Ctrl-C to stop)", file=sys.stderr, flush=True)
     peer.wait_closed()
     _fail("the daemon closed the connection", EXIT_CONNECTION)
 

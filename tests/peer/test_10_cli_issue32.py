@@ -356,10 +356,11 @@ def test_peer_libraries_raise_not_jet_daemon():
             server.close()
 
 
-def test_ctrl_c_while_waiting_for_info():
+@pytest.mark.parametrize("command", [["fetch", "x/"], ["get", "x"]])  # the sync peer, and tiny
+def test_ctrl_c_while_waiting_for_info(command):
     silent = FakeServer()
     try:
-        cmd = [sys.executable, "-m", "peer.cli", "--port", str(silent.port), "--timeout", "60", "fetch", "x/"]
+        cmd = [sys.executable, "-m", "peer.cli", "--port", str(silent.port), "--timeout", "60", *command]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV, cwd=REPO)
         try:
             deadline = time.monotonic() + 30
