@@ -893,6 +893,8 @@ def _serve_state(peer: Peer, args: argparse.Namespace, value: Any, out: Output) 
         # Runs on the peer's thread (see peer.sync); checking and printing is all it does.
         # Only a set that was taken prints as "set"; a refused one says so (issue 32).
         try:
+            if args.read_only:
+                raise Rejected(f"state {short_key(args.key)!r} is read-only (serve-state --read-only)")
             kept = conform(requested, args.type, args.key)
         except Rejected as exc:
             shown = format_value(requested)
@@ -906,7 +908,7 @@ def _serve_state(peer: Peer, args: argparse.Namespace, value: Any, out: Output) 
         _event_line(out, "set", args.key, kept, _type_name(Value.of(kept)))
         return kept
 
-    peer.add_state(args.key, value, on_set=None if args.read_only else on_set)
+    peer.add_state(args.key, value, on_set=on_set)
     shown = format_value(value)
     shown = shown if len(shown) <= 200 else f"{shown[:200]}… ({len(shown)} characters)"
     print(f"jet: serving {short_key(args.key)} = {shown} (Ctrl-C to stop)", file=sys.stderr, flush=True)

@@ -135,6 +135,20 @@ def test_serve_state_marks_the_sets_it_rejects(jetd, as_json):
         assert second == "set    plant/level2 = 5"
 
 
+def test_serve_state_read_only_marks_every_set(jetd):
+    served = Streaming(jetd, "serve-state", "plant/fixed", "1", "--read-only")
+    try:
+        with Peer(jetd.host, jetd.port) as client:
+            _wait_registered(client, "plant/fixed")
+            with pytest.raises(Rejected, match="read-only"):
+                client.set("plant/fixed", 2)
+            assert client.get("plant/fixed") == 1
+            line = served.line()
+            assert line.startswith("reject plant/fixed = 2") and "read-only" in line, line
+    finally:
+        served.stop()
+
+
 def test_serve_state_prints_the_value_it_keeps(jetd):
     served = Streaming(jetd, "--json", "serve-state", "plant/ratio", "0.5", "--type", "float")
     try:
@@ -288,7 +302,7 @@ def run_at_port(port: int, *args: str, timeout: float = 60) -> tuple[subprocess.
     return proc, time.monotonic() - started
 
 
-@pytest.mark.parametrize("command", [["get", "a"], ["info"], ["fetch", "x/"]])
+@pytest.mark.parametrize("command", [["get", "a"], ["info"]])  # peer.tiny, and the blocking peer
 def test_http_server_is_not_a_jet_daemon(http_server, command):
     # http.server waits for a request line that never comes: it says nothing. jet used
     # to wait its whole --timeout (10 s) and call it a TIMEOUT.
