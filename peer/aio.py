@@ -101,6 +101,7 @@ from .errors import (
     error_for_status,
 )
 from .query import Matcher, build_query, is_plain_prefix
+from .tiny import INFO as INFO_FRAME
 from .tiny import closed_without_a_word, describe_first_bytes
 
 __all__ = [
@@ -642,7 +643,8 @@ class _Link(asyncio.Protocol):
         peer = self.peer
         text = f"{peer.host}:{peer.port} is not a jet daemon: {foreign}"
         self.local_error = text
-        self.close(Close(Status.MALFORMED, text[:200]))
+        # PROTOCOL.md 11.1: an INFO header with a length beyond reason is TOO_LARGE.
+        self.close(Close(Status.TOO_LARGE if self.head[0] == INFO_FRAME else Status.MALFORMED, text[:200]))
         if not self.info.done():
             self.info.set_exception(NotJetDaemon(text, self.head, tls=self.head[0] in (0x14, 0x15, 0x16, 0x17)))
         return False

@@ -128,7 +128,8 @@ class NotJetDaemon(TinyError):
     """
 
     def __init__(self, message: str, seen: bytes = b"", tls: bool = False):
-        super().__init__(MALFORMED, message, fatal=True)
+        # PROTOCOL.md 11.1: an INFO header with a length beyond reason is TOO_LARGE.
+        super().__init__(TOO_LARGE if seen[:1] == bytes((INFO,)) else MALFORMED, message, fatal=True)
         self.seen = seen
         self.tls = tls
 
