@@ -238,9 +238,11 @@ class Config:
         if self.auth_failure_delay < 0:
             raise ConfigError(f"auth_failure_delay must not be negative, got {self.auth_failure_delay}")
         if (self.tls_cert is None) != (self.tls_key is None):
-            raise ConfigError("tls_cert and tls_key go together: give both, or neither")
+            raise ConfigError(
+                "--tls-cert and --tls-key go together (tls_cert and tls_key in a --config file): give both, or neither"
+            )
         if self.tls_client_ca is not None and self.tls_cert is None:
-            raise ConfigError("tls_client_ca needs tls_cert and tls_key")
+            raise ConfigError("--tls-client-ca needs --tls-cert and --tls-key (tls_client_ca, tls_cert, tls_key)")
         if self.shutdown_grace < 0:
             raise ConfigError(f"shutdown_grace must not be negative, got {self.shutdown_grace}")
         # The event log's retention and backlog (JETLOG.md 6.3, 6.4).

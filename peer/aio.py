@@ -91,14 +91,18 @@ from .errors import (
     Malformed,
     NotAuthorized,
     NotFound,
+    NotJetDaemon,
     Overloaded,
     PeerError,
     Rejected,
     Timeout,
     TooLarge,
+    describe_tls_failure,
     error_for_status,
 )
 from .query import Matcher, build_query, is_plain_prefix
+from .tiny import INFO as INFO_FRAME
+from .tiny import closed_without_a_word, describe_first_bytes
 
 __all__ = [
     "DEFAULT_FETCH_QUEUE",
@@ -136,12 +140,12 @@ _BARRIER_KEY = "\x00peer/restore-barrier"
 _MISSING: tuple[None, None, None] = (None, None, None)
 
 
-def _connect_error(exc: OSError) -> str:
+def _connect_error(exc: OSError, host: str = "") -> str:
     """Why a connection could not be made, said so that the user knows what to do."""
     if isinstance(exc, ConnectionRefusedError) or exc.errno == errno.ECONNREFUSED:
         return "is jetd running? (connection refused)"
     if isinstance(exc, ssl_module.SSLError):
-        return f"TLS: {exc.reason or exc}"
+        return describe_tls_failure(exc, host)
     return exc.strerror or str(exc)
 
 
@@ -372,6 +376,7 @@ class Fetch:
         self.prefix = prefix
         self.query = query  # None: FETCH_STATES of ``prefix``; else FETCH_QUERY (PROTOCOL.md 14.3)
         self.rows: list[WindowRow] = []  # a sorted fetch's window, kept from FETCH_WINDOW
+        self.window: tuple[WindowRow, ...] = ()  # the same, as of its last complete update
         self.on_event = on_event
         self.fetch_id: Optional[int] = None
         self.active = False
@@ -460,7 +465,9 @@ class Fetch:
             if 0 <= position < message.size:
                 rows[position] = WindowRow(entry.index, entry.key, entry.value)
         del rows[message.size :]
-        self._deliver(EventKind.WINDOW, "", _NONE, tuple(rows))
+        window = tuple(rows)
+        self.window = window  # one assignment: other threads (peer.sync) see a whole window
+        self._deliver(EventKind.WINDOW, "", _NONE, window)
 
     def _deliver(self, kind: EventKind, key: str, raw: Value, rows: tuple[WindowRow, ...] = ()) -> None:
         known = self._known
@@ -569,6 +576,7 @@ class _Link(asyncio.Protocol):
         self.seen_info = False  # PROTOCOL.md 11.1: the daemon's first frame must be INFO
         self.writable: Optional[asyncio.Future[None]] = None
         self.local_error: Optional[str] = None  # why this side closed the link
+        self.head = b""  # the daemon's first bytes, until its INFO: is it a jet daemon at all?
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's TCPTransport is not an asyncio.Transport subclass: no isinstance check.
@@ -605,6 +613,8 @@ class _Link(asyncio.Protocol):
             self.transport.close()
 
     def data_received(self, data: bytes) -> None:
+        if not self.seen_info and len(self.head) < 64 and not self._sniff(data):
+            return
         decoder = self.decoder
         decoder.receive_data(data)
         peer = self.peer
@@ -622,6 +632,22 @@ class _Link(asyncio.Protocol):
                 return
             except RemoteProtocolError as exc:
                 peer._on_bad_frame(self, exc)
+
+    def _sniff(self, data: bytes) -> bool:
+        """Before INFO: False (and the link closed, the connect failed) when the first
+        bytes cannot begin a daemon's INFO (PROTOCOL.md 4.4)."""
+        self.head += data[: 64 - len(self.head)]
+        foreign = describe_first_bytes(self.head)
+        if foreign is None:
+            return True
+        peer = self.peer
+        text = f"{peer.host}:{peer.port} is not a jet daemon: {foreign}"
+        self.local_error = text
+        # PROTOCOL.md 11.1: an INFO header with a length beyond reason is TOO_LARGE.
+        self.close(Close(Status.TOO_LARGE if self.head[0] == INFO_FRAME else Status.MALFORMED, text[:200]))
+        if not self.info.done():
+            self.info.set_exception(NotJetDaemon(text, self.head, tls=self.head[0] in (0x14, 0x15, 0x16, 0x17)))
+        return False
 
     def _first_frame(self, message: Message) -> bool:
         """PROTOCOL.md 11.1: a first frame other than INFO is fatal (CLOSE MALFORMED)."""
@@ -649,7 +675,13 @@ class _Link(asyncio.Protocol):
         if not self.lost.done():
             self.lost.set_result(None)
         if not self.info.done():
-            self.info.set_exception(ConnectionClosed(self.describe_close(exc)))
+            if not self.head and self.local_error is None:
+                # A daemon sends INFO first, even to refuse (PROTOCOL.md 10.7).
+                address = f"{self.peer.host}:{self.peer.port}"
+                self.info.set_exception(NotJetDaemon(closed_without_a_word(address, bool(self.peer.ssl)),
+                                                     tls=not self.peer.ssl))
+            else:
+                self.info.set_exception(ConnectionClosed(self.describe_close(exc)))
             self.info.exception()
         self.peer._on_link_lost(self, exc)
 
@@ -690,9 +722,11 @@ class PeerAsync:
         user: Optional[str] = None,
         password: Optional[str] = None,
         ssl: Union[ssl_module.SSLContext, bool, None] = None,
+        info_timeout: Optional[float] = None,
     ) -> None:
         if timeout <= 0:
             raise ValueError("timeout must be positive")
+        self.info_timeout = info_timeout
         self.host = host
         self.port = port
         self.name = name if name is not None else "peer"
@@ -745,6 +779,7 @@ class PeerAsync:
         user: Optional[str] = None,
         password: Optional[str] = None,
         ssl: Union[ssl_module.SSLContext, bool, None] = None,
+        info_timeout: Optional[float] = None,
     ) -> PeerAsync:
         """Connect to a daemon, send this peer's INFO and wait for the daemon's.
 
@@ -769,11 +804,16 @@ class PeerAsync:
                 (anonymous, or a TLS client certificate names it).
             ssl: TLS: True for the default context (system CAs), or an
                 :class:`ssl.SSLContext` (own CA, client certificate; PROTOCOL.md 15.6).
+            info_timeout: seconds to wait for the daemon's INFO once connected, which a
+                daemon sends at once (default, and at most: ``timeout``).
 
         Returns:
             The connected peer.
 
         Raises:
+            NotJetDaemon: the server is not a jet daemon: its first bytes cannot begin
+                INFO (an HTTP server, a TLS listener), it closed the connection without
+                a word, or it sent nothing within ``info_timeout``.
             ConnectionClosed: the connection failed or the daemon closed it.
             Timeout: no INFO from the daemon within ``timeout``.
             Malformed: the daemon speaks another major version.
@@ -793,12 +833,15 @@ class PeerAsync:
             user=user,
             password=password,
             ssl=ssl,
+            info_timeout=info_timeout,
         )
         await peer._open()
         return peer
 
     async def _open(self) -> _Link:
         loop = self._loop
+        link: Optional[_Link] = None
+        wait = self.timeout if self.info_timeout is None else min(self.info_timeout, self.timeout)
         try:
             async with asyncio.timeout(self.timeout):
                 _, link = await loop.create_connection(
@@ -808,7 +851,8 @@ class PeerAsync:
                 # PROTOCOL.md 4.4: our INFO first; requests may follow without waiting.
                 # FEATURE_LIMITS asks a 1.2 daemon for its limits (4.4.1).
                 link.send(encode(Info(self.name, self.max_body, FEATURE_LIMITS)))
-                info = await link.info
+                # A daemon sends its INFO at once: silence means something else listens.
+                info = await asyncio.wait_for(link.info, wait)
                 if self.user is not None:
                     # PROTOCOL.md 15.2: before anything that needs the permissions.
                     await self._request(
@@ -816,10 +860,22 @@ class PeerAsync:
                     )
         except TimeoutError:
             self._abort_link()
-            raise Timeout(f"no INFO from {self.host}:{self.port} within {self.timeout} s") from None
+            if link is not None and not link.head and not link.seen_info:
+                raise NotJetDaemon(
+                    f"{self.host}:{self.port} sent nothing in {wait:g} s (a jet daemon sends its INFO at once): "
+                    "not a jet daemon, or a stuck one"
+                ) from None
+            if link is None and self.ssl:
+                raise Timeout(
+                    f"no answer to the TLS handshake from {self.host}:{self.port} within {self.timeout:g} s: "
+                    "not a TLS listener?"
+                ) from None
+            raise Timeout(f"no INFO from {self.host}:{self.port} within {self.timeout:g} s") from None
         except OSError as exc:
             self._abort_link()
-            raise ConnectionClosed(f"cannot connect to {self.host}:{self.port}: {_connect_error(exc)}") from None
+            raise ConnectionClosed(
+                f"cannot connect to {self.host}:{self.port}: {_connect_error(exc, self.host)}"
+            ) from None
         except BaseException:
             self._abort_link()
             raise
@@ -1197,6 +1253,7 @@ class PeerAsync:
 
         if fetch.query is not None:
             fetch.rows.clear()  # a restored sorted fetch starts with its whole window again
+            fetch.window = ()
             future = self._request(FetchQuery, (fetch.query,), activate, timeout, restoring=restoring)
         else:
             future = self._request(FetchStates, (fetch.prefix,), activate, timeout, restoring=restoring)

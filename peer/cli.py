@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Sequence
 from types import FrameType
-from typing import TYPE_CHECKING, Any, NoReturn, Optional, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, Optional, TextIO, Union
 
 from .defaults import DEFAULT_PORT, DEFAULT_TIMEOUT
 
@@ -46,28 +46,33 @@ EXIT_CONNECTION = 3  # cannot connect, or the connection was lost / closed
 EXIT_NOT_FOUND = 4
 EXIT_REJECTED = 5
 EXIT_TIMEOUT = 6
+EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, as shells report a command ended by it
+# A daemon sends INFO at once (PROTOCOL.md 4.4): a server silent for this long (or for
+# --timeout, if shorter) is reported as not a jet daemon, rather than after --timeout.
+INFO_TIMEOUT = 5.0
 
 EXIT_CODES = {
-    EXIT_OK: "success (also after Ctrl-C in fetch and serve-state)",
+    EXIT_OK: "success (also after SIGTERM in fetch and the serve commands)",
     EXIT_ERROR: "the daemon or the owner answered another error status",
     EXIT_USAGE: "bad arguments, or a VALUE that does not parse as --type",
-    EXIT_CONNECTION: "cannot connect, or the connection was closed or lost",
+    EXIT_CONNECTION: "cannot connect, not a jet daemon, or the connection was closed or lost",
     EXIT_NOT_FOUND: "NOT_FOUND: no such state or method",
     EXIT_REJECTED: "REJECTED: the owner refused the set or call",
     EXIT_TIMEOUT: "TIMEOUT: no answer in time",
+    EXIT_INTERRUPTED: "interrupted by Ctrl-C (SIGINT)",
 }
 _STATUS_EXIT = {1: EXIT_NOT_FOUND, 4: EXIT_REJECTED, 5: EXIT_TIMEOUT}  # PROTOCOL.md 8: NOT_FOUND, REJECTED, TIMEOUT
 # PROTOCOL.md 5.3 names, for the fast path that does not load jetwire.
 _TYPE_NAMES = ("NONE", "BOOL", "INT64", "FLOAT64", "STRING", "JSON", "BYTES", "CBOR", "MSGPACK")
 
-TYPES = ("auto", "none", "bool", "int", "float", "string", "json", "hex")
+TYPES = ("auto", "none", "bool", "int", "float", "string", "json", "hex", "bytes")
 
 
 class UsageError(Exception):
     """A command-line value that cannot be used."""
 
 
-def parse_value(text: str, vtype: str = "auto") -> Any:
+def parse_value(text: Union[str, bytes], vtype: str = "auto") -> Any:
     """Parse a command-line VALUE.
 
     ``auto`` reads JSON when it can (``42`` -> int, ``3.5`` -> float, ``true`` -> bool,
@@ -76,11 +81,19 @@ def parse_value(text: str, vtype: str = "auto") -> Any:
     (``{``, ``[`` or ``"``) but does not parse: that is an error. The other types force one reading:
     ``none``, ``bool`` (true/false/1/0/yes/no/on/off), ``int``, ``float``, ``string``
     (the text as is), ``json`` (must parse; sent as a JSON value even for scalars),
-    ``hex`` (bytes).
+    ``hex`` (bytes written as hex digits), ``bytes`` (the bytes of a file or stdin as
+    they are, or of the text in UTF-8).
 
     Raises:
         UsageError: the text does not parse as the type asked for.
     """
+    if isinstance(text, bytes):
+        if vtype == "bytes":
+            return text
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError:
+            raise UsageError("the value is not UTF-8 text: give --type bytes to send it as bytes") from None
     try:
         if vtype == "auto":
             try:
@@ -108,20 +121,43 @@ def parse_value(text: str, vtype: str = "auto") -> Any:
                 return False
             raise UsageError(f"not a bool: {text!r} (true/false, 1/0, yes/no, on/off)")
         if vtype == "int":
-            return int(text, 0)
+            try:
+                number = int(text.strip().replace("_", "") or "x", 0)
+            except ValueError:
+                raise UsageError(
+                    f"--type int: {_shorten(text)} is not a whole number (examples: 42, -7, 0x2A)"
+                ) from None
+            if not -(2**63) <= number < 2**63:
+                raise UsageError(f"--type int: {_shorten(text)} does not fit in 64 bits (-2**63 .. 2**63-1)")
+            return number
         if vtype == "float":
-            return float(text)
+            try:
+                return float(text)
+            except ValueError:
+                raise UsageError(f"--type float: {_shorten(text)} is not a number (examples: 3.5, -1e3, 42)") from None
         if vtype == "string":
             return text
         if vtype == "json":
             from jetwire import Value, ValueType
 
-            json.loads(text)
+            try:
+                json.loads(text)
+            except ValueError as exc:
+                raise UsageError(f"--type json: {_shorten(text)} does not parse as JSON ({exc})") from None
             return Value(ValueType.JSON, text.encode("utf-8"))
         if vtype == "hex":
-            return bytes.fromhex(text.removeprefix("0x"))
+            try:
+                return bytes.fromhex(text.removeprefix("0x"))
+            except ValueError:
+                raise UsageError(
+                    f"--type hex: {_shorten(text)} is not hex bytes (two hex digits a byte, e.g. 00ff or 0x00ff)"
+                ) from None
+        if vtype == "bytes":
+            # read_value_source gave the file's or stdin's bytes as they are; a literal
+            # VALUE is sent as its UTF-8 bytes.
+            return text.encode("utf-8", "surrogateescape")
     except ValueError as exc:
-        raise UsageError(f"{text!r} is not a valid {vtype}: {exc}") from None
+        raise UsageError(f"--type {vtype}: {_shorten(text)} does not parse: {exc}") from None
     raise UsageError(f"unknown --type {vtype!r}")
 
 
@@ -129,15 +165,61 @@ def _shorten(text: str, limit: int = 60) -> str:
     return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
-def read_value_source(text: str) -> str:
-    """A VALUE argument as given: ``-`` reads stdin, ``@FILE`` reads FILE (one trailing
-    newline dropped in both), ``@@text`` is the literal ``@text``.
+def short_key(key: str, limit: int = 60) -> str:
+    """KEY for a message: whole up to ``limit`` characters, else its first ``limit``
+    characters and its length (``plant/aaaa… (2000 bytes)``)."""
+    if len(key) <= limit:
+        return key
+    size = len(key.encode("utf-8", "surrogateescape"))
+    return f"{key[:limit]}… ({size} bytes)"
+
+
+MAX_KEY_BYTES = 0xFFFF  # PROTOCOL.md 5.1: a key is 1..65535 UTF-8 bytes
+
+
+def check_key(key: str, what: str = "KEY") -> str:
+    """A KEY argument as the protocol carries it.
 
     Raises:
-        UsageError: the file cannot be read, or is not UTF-8.
+        UsageError: the key is empty, not UTF-8, or longer than 65535 bytes.
+    """
+    if not key:
+        raise UsageError(f"{what} is empty: it must be 1 to {MAX_KEY_BYTES} UTF-8 bytes")
+    try:
+        size = len(key.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise UsageError(f"{what} {short_key(key)!r} is not valid UTF-8") from None
+    if size > MAX_KEY_BYTES:
+        raise UsageError(f"{what} {key[:60]}… is {size} bytes long; a key is at most {MAX_KEY_BYTES}")
+    return key
+
+
+def check_text(text: str, what: str) -> str:
+    """A prefix, name or field argument: UTF-8, at most 65535 bytes (PROTOCOL.md 5.1).
+
+    Raises:
+        UsageError: it is not UTF-8, or too long.
+    """
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise UsageError(f"{what} {short_key(text)!r} is not valid UTF-8") from None
+    if size > MAX_KEY_BYTES:
+        raise UsageError(f"{what} {text[:60]}… is {size} bytes long; at most {MAX_KEY_BYTES}")
+    return text
+
+
+def read_value_source(text: str, vtype: str = "auto") -> Union[str, bytes]:
+    """A VALUE argument as given: ``-`` reads stdin, ``@FILE`` reads FILE (one trailing
+    newline dropped in both), ``@@text`` is the literal ``@text``. With ``vtype``
+    ``bytes`` stdin and files are read as bytes, exactly (no newline dropped).
+
+    Raises:
+        UsageError: the file cannot be read, or is not UTF-8 (and vtype is not bytes).
     """
     if text.startswith("@@"):
         return text[1:]
+    source_name = "stdin" if text == "-" else text[1:]
     try:
         if text == "-":
             data = sys.stdin.buffer.read()
@@ -146,11 +228,13 @@ def read_value_source(text: str) -> str:
                 data = source.read()
         else:
             return text
+        if vtype == "bytes":
+            return data
         read = data.decode("utf-8")
     except OSError as exc:
-        raise UsageError(f"cannot read {text[1:] if text != '-' else 'stdin'}: {exc.strerror or exc}") from None
+        raise UsageError(f"cannot read {source_name}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
-        raise UsageError(f"{'stdin' if text == '-' else text[1:]} is not UTF-8 text (use --type hex)") from None
+        raise UsageError(f"{source_name} is not UTF-8 text: give --type bytes to send it as bytes") from None
     return read[:-1] if read.endswith("\n") else read
 
 
@@ -160,8 +244,24 @@ def value_to_json(value: Any) -> Any:
     if isinstance(value, (bytes, bytearray)):
         return {"hex": bytes(value).hex()}
     if _is_typed(value):
+        json_value = _json_of(value)
+        if json_value is not _NOT_JSON:
+            return json_value
         return {"vtype": value.vtype, "hex": value.data.hex()}
     return value
+
+
+_NOT_JSON = object()
+
+
+def _json_of(value: Any) -> Any:
+    """The object of a typed JSON value (--type json keeps values so), else _NOT_JSON."""
+    if value.vtype != 5:  # PROTOCOL.md 5.3: JSON
+        return _NOT_JSON
+    try:
+        return json.loads(value.data)
+    except ValueError:
+        return _NOT_JSON
 
 
 def _is_typed(value: Any) -> bool:
@@ -174,6 +274,9 @@ def format_value(value: Any) -> str:
     if isinstance(value, (bytes, bytearray)):
         return "0x" + bytes(value).hex()
     if _is_typed(value):
+        json_value = _json_of(value)
+        if json_value is not _NOT_JSON:
+            return json.dumps(json_value, ensure_ascii=False)
         return f"<{_vtype_name(value.vtype)} {value.data.hex()}>"
     return json.dumps(value, ensure_ascii=False)
 
@@ -181,8 +284,9 @@ def format_value(value: Any) -> str:
 class Output:
     """Writes results as readable lines (colour on a terminal) or JSON lines."""
 
-    def __init__(self, as_json: bool, stream: TextIO = sys.stdout) -> None:
+    def __init__(self, as_json: bool, stream: TextIO = sys.stdout, timestamps: bool = False) -> None:
         self.as_json = as_json
+        self.timestamps = timestamps  # jet fetch --timestamps: when each line was received
         self.stream = stream
         self.lock = threading.Lock()
         self.console: Any = None
@@ -192,6 +296,11 @@ class Output:
             self.console = Console(file=stream, highlight=False)
 
     def emit(self, obj: dict[str, Any], text: str, markup: Optional[str] = None) -> None:
+        if self.timestamps:
+            stamp = received_at()
+            obj = {"time": stamp, **obj}
+            text = f"{stamp} {text}"
+            markup = None if markup is None else f"[dim]{stamp}[/] {markup}"
         with self.lock:
             if self.as_json:
                 self.stream.write(json.dumps(obj, ensure_ascii=False) + "\n")
@@ -202,13 +311,32 @@ class Output:
             self.stream.flush()
 
 
+def received_at() -> str:
+    """Now as ISO 8601 local time with milliseconds and the UTC offset, as
+    ``mosquitto_sub -F %I`` prints it (``2026-11-27T23:20:01.123+00:00``)."""
+    import datetime
+
+    return datetime.datetime.now().astimezone().isoformat(timespec="milliseconds")
+
+
+FEATURE_NAMES = ((0x1, "CONFLATION"), (0x2, "QUERIES"), (0x4, "AUTH_REQUIRED"), (0x8, "LIMITS"))  # PROTOCOL.md 4.4
+
+
+def feature_names(features: int) -> list[str]:
+    """The names of an INFO's feature bits (PROTOCOL.md 4.4); an unknown bit as hex."""
+    names = [name for bit, name in FEATURE_NAMES if features & bit]
+    known = sum(bit for bit, _ in FEATURE_NAMES)
+    names += [f"0x{1 << n:08X}" for n in range(32) if features & ~known & (1 << n)]
+    return names
+
+
 def _escape(text: str) -> str:
     from rich.markup import escape
 
     return escape(text)
 
 
-_KIND_STYLE = {"add": "green", "change": "yellow", "remove": "red", "set": "cyan"}
+_KIND_STYLE = {"add": "green", "change": "yellow", "remove": "red", "set": "cyan", "reject": "red"}
 
 
 def _event_line(out: Output, kind: str, key: str, value: Any, vtype: str) -> None:
@@ -277,11 +405,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     fetch.add_argument("prefix", nargs="?", default="", help="key prefix (default: every state)")
     _query_arguments(fetch)
-    fetch.add_argument("--sort-by", metavar="key|value|FIELD", help="sort by key, by the value, or by a field")
-    fetch.add_argument("--desc", action="store_true", help="sort descending")
-    fetch.add_argument("--top", type=_at_least_one, metavar="N", help="the window 1..N of the sort")
-    fetch.add_argument("--from", dest="window_from", type=_at_least_one, metavar="N", help="first position of the window")
-    fetch.add_argument("--to", dest="window_to", type=_at_least_one, metavar="M", help="last position of the window")
+    _sort_arguments(fetch)
     fetch.add_argument("--methods", action="store_true", help="also methods")
     fetch.add_argument("--nodes", action="store_true", help="also nodes (hierarchy levels split on /)")
     fetch.add_argument("--count", type=_at_least_one, metavar="N", help="exit after N events (N window updates when sorted)")
@@ -289,9 +413,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout", dest="exit_after", type=_seconds, metavar="S",
         help="exit after S seconds (here --timeout is not the request timeout: give that before 'fetch')",
     )
-    ls = command("ls", help="one-shot query: print the matching keys, then exit")
+    fetch.add_argument("--timestamps", action="store_true",
+                       help="begin each line with the time jet received it (ISO 8601, local time with its "
+                       "UTC offset, as mosquitto_sub -F %%I); with --json a \"time\" field")
+    ls = command("ls", help="one-shot query: print the matching keys, then exit",
+                 description="Answer a query once (QUERY_ONCE): the matching keys in byte order of key, "
+                 "or in the order of --sort-by (its window: --top N, or --from N --to M), then exit.")
     ls.add_argument("prefix", nargs="?", default="", help="key prefix (default: every key)")
     _query_arguments(ls)
+    _sort_arguments(ls)
     serve = command(
         "serve-state", help="own a state; accept and print every set until Ctrl-C",
         description="Own a state; accept and print every set until Ctrl-C. With a --type other than auto "
@@ -322,7 +452,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 VALUE_SOURCES = (
     "VALUE sources: - reads the value from stdin, @FILE from FILE (one trailing newline\n"
-    "is dropped); @@text is the literal text @text. Use them for large values."
+    "is dropped); @@text is the literal text @text. Use them for large values. With\n"
+    "--type bytes, a file or stdin is sent as it is (binary, every byte kept)."
 )
 
 
@@ -391,6 +522,15 @@ def _query_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _sort_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sort-by", metavar="key|value|FIELD", help="sort by key, by the value, or by a field")
+    parser.add_argument("--desc", action="store_true", help="sort descending")
+    parser.add_argument("--top", type=_at_least_one, metavar="N", help="the window 1..N of the sort")
+    parser.add_argument("--from", dest="window_from", type=_at_least_one, metavar="N",
+                        help="first position of the window")
+    parser.add_argument("--to", dest="window_to", type=_at_least_one, metavar="M", help="last position of the window")
+
+
 _EXPR = re.compile(r"^\s*(\S+?)\s*(==|!=|<=|>=|<|>)\s*(.+?)\s*$")
 _OPS = {
     "==": lambda f, x: f == x,
@@ -427,24 +567,20 @@ def parse_where(text: str) -> Any:
 
 def _query_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     kwargs: dict[str, Any] = {"where": [parse_where(text) for text in args.where]}
+    window = None
+    if args.top is not None and (args.window_from is not None or args.window_to is not None):
+        raise UsageError("give --top N or --from N --to M, not both")
+    if (args.window_from is None) != (args.window_to is None):
+        raise UsageError("--from and --to go together")
+    if args.window_from is not None:
+        if args.window_to < args.window_from:
+            raise UsageError(f"--to {args.window_to} is before --from {args.window_from}")
+        window = (args.window_from, args.window_to)
+    if (args.top is not None or window is not None or args.desc) and args.sort_by is None:
+        raise UsageError("--top, --from/--to and --desc need --sort-by")
+    kwargs.update(sort_by=args.sort_by, descending=args.desc, top=args.top, window=window)
     if args.command == "fetch":
-        window = None
-        if args.top is not None and (args.window_from is not None or args.window_to is not None):
-            raise UsageError("give --top N or --from N --to M, not both")
-        if (args.window_from is None) != (args.window_to is None):
-            raise UsageError("--from and --to go together")
-        if args.window_from is not None:
-            window = (args.window_from, args.window_to)
-        if (args.top is not None or window is not None or args.desc) and args.sort_by is None:
-            raise UsageError("--top, --from/--to and --desc need --sort-by")
-        kwargs.update(
-            sort_by=args.sort_by,
-            descending=args.desc,
-            top=args.top,
-            window=window,
-            methods=args.methods,
-            nodes=args.nodes,
-        )
+        kwargs.update(methods=args.methods, nodes=args.nodes)
     return kwargs
 
 
@@ -482,11 +618,40 @@ def _ssl_context(args: argparse.Namespace) -> Optional[ssl.SSLContext]:
         raise UsageError("--cert and --key go together")
     try:
         context = ssl.create_default_context(cafile=args.ca)
-        if args.tls_cert is not None:
+    except ssl.SSLError as exc:
+        raise UsageError(f"--ca {args.ca}: no CA certificate in it ({exc.reason or exc})") from None
+    except OSError as exc:
+        raise UsageError(f"--ca {args.ca}: {exc.strerror or exc}") from None
+    if args.tls_cert is not None:
+        try:
             context.load_cert_chain(args.tls_cert, args.tls_key)
-    except (OSError, ssl.SSLError) as exc:
-        raise UsageError(f"TLS files: {exc}") from None
+        except ssl.SSLError as exc:
+            raise UsageError(_pem_problem(exc, args.tls_cert, args.tls_key)) from None
+        except OSError as exc:
+            flag, name = next(((flag, path) for flag, path in (("--cert", args.tls_cert), ("--key", args.tls_key))
+                               if not os.access(path, os.R_OK)), ("--cert/--key", exc.filename))
+            raise UsageError(f"{flag} {name}: {exc.strerror or exc}") from None
     return context
+
+
+def _pem_problem(exc: BaseException, cert_path: str, key_path: str) -> str:
+    """What ``load_cert_chain`` failed on, in words (OpenSSL says ``[SSL] PEM lib``)."""
+    if getattr(exc, "reason", None) == "KEY_VALUES_MISMATCH":
+        return f"--key {key_path} is not the key of the certificate in --cert {cert_path}"
+    heads = []
+    for path in (cert_path, key_path):
+        try:
+            with open(path, "rb") as source:
+                heads.append(source.read(1 << 16).decode("ascii", "replace"))
+        except OSError:
+            heads.append("")
+    if "CERTIFICATE-----" not in heads[0]:
+        held = "a private key" if "PRIVATE KEY-----" in heads[0] else "no PEM certificate"
+        return f"--cert {cert_path} holds {held}: it takes the certificate (-----BEGIN CERTIFICATE-----)"
+    if "PRIVATE KEY-----" not in heads[1]:
+        held = "a certificate" if "CERTIFICATE-----" in heads[1] else "no PEM private key"
+        return f"--key {key_path} holds {held}: it takes the private key (-----BEGIN PRIVATE KEY-----)"
+    return str(getattr(exc, "reason", "") or exc)
 
 
 def _fail(message: str, code: int) -> NoReturn:
@@ -494,23 +659,44 @@ def _fail(message: str, code: int) -> NoReturn:
     raise SystemExit(code)
 
 
+class _Terminated(BaseException):
+    """SIGTERM arrived: end the command cleanly (a BaseException, as KeyboardInterrupt,
+    so that no ``except Exception`` on the way takes it for an error)."""
+
+
+def _exit_interrupted() -> NoReturn:
+    """Exit with 130 now. CPython 3.11 remembers a KeyboardInterrupt that went through an
+    ``exec`` of source text (dataclasses and namedtuple make their methods so, while a
+    module imports) even when it was caught later, and then ends the process by SIGINT
+    itself at exit instead of with our code: leave before that."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(EXIT_INTERRUPTED)
+
+
 def _interrupt(signum: int, frame: Optional[FrameType]) -> None:
     raise KeyboardInterrupt
+
+
+def _terminate(signum: int, frame: Optional[FrameType]) -> None:
+    raise _Terminated
 
 
 def run(args: argparse.Namespace, out: Output) -> int:
     """Run one parsed command; return the exit code (errors propagate as exceptions)."""
     host, port = args.host, _port(args)
+    _check_arguments(args)
     value: Any = None
     if args.command in ("set", "serve-state"):
-        value = parse_value(read_value_source(args.value), args.type)
+        value = parse_value(read_value_source(args.value, args.type), args.type)
     elif args.command == "call":
-        value = None if args.args is None else parse_value(read_value_source(args.args), args.type)
+        value = None if args.args is None else parse_value(read_value_source(args.args, args.type), args.type)
     elif args.command == "serve-method":
         if args.run and args.result is not None:
             raise UsageError("give --result VALUE or -- COMMAND, not both")
         if args.result is not None:
-            value = parse_value(read_value_source(args.result), args.type)
+            value = parse_value(read_value_source(args.result, args.type), args.type)
     password = _password(args.user)
     if args.command in ("get", "call") or (args.command == "set" and not args.no_wait):
         return _one_request(args, host, port, password, value, out)
@@ -518,15 +704,16 @@ def run(args: argparse.Namespace, out: Output) -> int:
     from .sync import Peer
 
     with Peer(host, port, name=args.name, timeout=args.timeout, user=args.user, password=password,
-              ssl=_ssl_context(args)) as peer:
+              ssl=_ssl_context(args), info_timeout=INFO_TIMEOUT) as peer:
         if args.command == "info":
             info = peer.info
+            names = feature_names(info.features)
             out.emit(
                 {"name": info.name, "version": f"{info.major}.{info.minor}", "max_body": info.max_body,
-                 "features": info.features, "host": host, "port": port,
+                 "features": info.features, "feature_names": names, "host": host, "port": port,
                  "max_key_length": info.max_key_length, "route_timeout_ms": info.route_timeout_ms},
                 f"{info.name} at {host}:{port}: protocol {info.major}.{info.minor}, "
-                f"max_body {info.max_body}, features 0x{info.features:08X}"
+                f"max_body {info.max_body}, features 0x{info.features:08X} ({', '.join(names) or 'none'})"
                 + ("" if info.max_key_length is None else
                    f", max_key_length {info.max_key_length}, route timeout {info.route_timeout_ms} ms"),
             )
@@ -566,6 +753,28 @@ def run(args: argparse.Namespace, out: Output) -> int:
     return EXIT_OK
 
 
+def _check_arguments(args: argparse.Namespace) -> None:
+    """What argparse cannot check: keys, prefixes and names the protocol can carry.
+
+    Raises:
+        UsageError: an empty key, text that is not UTF-8, or a string over 65535 bytes.
+    """
+    if hasattr(args, "key"):
+        check_key(args.key)
+    if hasattr(args, "prefix"):
+        check_text(args.prefix, "PREFIX")
+    check_text(args.name, "--name")
+    if args.user is not None:
+        check_key(args.user, "--user")
+    for text in getattr(args, "where", ()):
+        check_text(text, "--where")
+    sort_by = getattr(args, "sort_by", None)
+    if sort_by is not None:
+        if not sort_by.strip():
+            raise UsageError("--sort-by is empty: give key, value or a FIELD name")
+        check_text(sort_by, "--sort-by")
+
+
 def _one_request(
     args: argparse.Namespace, host: str, port: int, password: Optional[str], value: Any, out: Output
 ) -> int:
@@ -577,7 +786,7 @@ def _one_request(
         value = Raw(value.vtype, value.data)  # --type json
     try:
         peer = TinyPeer(host, port, name=args.name, timeout=args.timeout, user=args.user, password=password or "",
-                        ssl=_ssl_context(args))
+                        ssl=_ssl_context(args), info_timeout=INFO_TIMEOUT)
     except OSError as exc:
         raise _Unreachable(host, port, exc) from None
     with peer:
@@ -608,7 +817,16 @@ class _Unreachable(Exception):
     """The daemon cannot be reached (the fast path's connection error)."""
 
     def __init__(self, host: str, port: int, exc: OSError) -> None:
-        why = "is jetd running? (connection refused)" if isinstance(exc, ConnectionRefusedError) else exc.strerror or str(exc)
+        import ssl
+
+        if isinstance(exc, ConnectionRefusedError):
+            why = "is jetd running? (connection refused)"
+        elif isinstance(exc, ssl.SSLError):
+            from .errors import describe_tls_failure
+
+            why = describe_tls_failure(exc, host)
+        else:
+            why = exc.strerror or str(exc)
         super().__init__(f"cannot connect to {host}:{port}: {why}")
 
 
@@ -669,13 +887,31 @@ def _print_event(out: Output, event: FetchEvent) -> None:
 def _serve_state(peer: Peer, args: argparse.Namespace, value: Any, out: Output) -> int:
     from jetwire import Value
 
-    def on_set(requested: Any) -> Any:
-        # Runs on the peer's thread (see peer.sync); printing and checking is all it does.
-        _event_line(out, "set", args.key, requested, _type_name(Value.of(requested)))
-        return conform(requested, args.type, args.key)
+    from .errors import Rejected
 
-    peer.add_state(args.key, value, on_set=None if args.read_only else on_set)
-    print(f"jet: serving {args.key} = {format_value(value)} (Ctrl-C to stop)", file=sys.stderr, flush=True)
+    def on_set(requested: Any) -> Any:
+        # Runs on the peer's thread (see peer.sync); checking and printing is all it does.
+        # Only a set that was taken prints as "set"; a refused one says so (issue 32).
+        try:
+            if args.read_only:
+                raise Rejected(f"state {short_key(args.key)!r} is read-only (serve-state --read-only)")
+            kept = conform(requested, args.type, args.key)
+        except Rejected as exc:
+            shown = format_value(requested)
+            out.emit(
+                {"event": "rejected", "key": args.key, "value": value_to_json(requested),
+                 "type": _type_name(Value.of(requested)), "reason": exc.message},
+                f"{'reject':<6} {args.key} = {shown}  ({exc.message})",
+                f"[red]reject[/] [bold]{_escape(args.key)}[/] = {_escape(shown)}  [dim]({_escape(exc.message)})[/]",
+            )
+            raise
+        _event_line(out, "set", args.key, kept, _type_name(Value.of(kept)))
+        return kept
+
+    peer.add_state(args.key, value, on_set=on_set)
+    shown = format_value(value)
+    shown = shown if len(shown) <= 200 else f"{shown[:200]}… ({len(shown)} characters)"
+    print(f"jet: serving {short_key(args.key)} = {shown} (Ctrl-C to stop)", file=sys.stderr, flush=True)
     peer.wait_closed()
     _fail("the daemon closed the connection", EXIT_CONNECTION)
 
@@ -700,14 +936,14 @@ def conform(value: Any, vtype: str, key: str) -> Any:
         return value if vtype == "int" else float(value)
     if vtype == "float" and isinstance(value, float):
         return value
-    if vtype == "hex" and isinstance(value, (bytes, bytearray)):
+    if vtype in ("hex", "bytes") and isinstance(value, (bytes, bytearray)):
         return bytes(value)
     if vtype == "json":
         if isinstance(value, Value) and value.vtype == ValueType.JSON:
             return value
         with contextlib.suppress(TypeError, ValueError):
             return Value(ValueType.JSON, json.dumps(value, allow_nan=False).encode("utf-8"))
-    raise Rejected(f"{key} holds {vtype} values (serve-state --type {vtype}); got {format_value(value)[:80]}")
+    raise Rejected(f"{short_key(key)} holds {vtype} values (serve-state --type {vtype}); got {format_value(value)[:80]}")
 
 
 def _serve_method(peer: Peer, args: argparse.Namespace, result: Any, out: Output) -> int:
@@ -752,31 +988,45 @@ def _serve_method(peer: Peer, args: argparse.Namespace, result: Any, out: Output
 
     peer.add_method(key, answer)
     how = f"with the output of {' '.join(command)}" if command else f"with {format_value(result)}"
-    print(f"jet: serving method {key}, answering {how} (Ctrl-C to stop)", file=sys.stderr, flush=True)
+    print(f"jet: serving method {short_key(key)}, answering {how} (Ctrl-C to stop)", file=sys.stderr, flush=True)
     peer.wait_closed()
     _fail("the daemon closed the connection", EXIT_CONNECTION)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Entry point of ``jet``; returns (and exits with) the exit code."""
-    parser = build_parser()
-    argv = list(sys.argv[1:] if argv is None else argv)
-    run_command: list[str] = []
-    if "serve-method" in argv and "--" in argv[argv.index("serve-method"):]:
-        # argparse cannot take "-- COMMAND" after options that follow KEY: cut it off here.
-        cut = argv.index("--", argv.index("serve-method"))
-        argv, run_command = argv[:cut], argv[cut + 1 :]
-        if not run_command:
-            parser.error("serve-method: give a COMMAND after --")
-    args = parser.parse_args(argv)
-    if run_command:
-        args.run = [*args.run, *run_command]
-    out = Output(args.json)
-    # SIGTERM ends fetch/serve-state as cleanly as Ctrl-C does.
-    previous = signal.signal(signal.SIGTERM, _interrupt) if threading.current_thread() is threading.main_thread() else None
+    """Entry point of ``jet``; returns (and exits with) the exit code.
+
+    Ctrl-C anywhere in it ends the command with exit code 130 and no traceback; SIGTERM
+    ends fetch and the serve commands cleanly (0).
+    """
+    on_main_thread = threading.current_thread() is threading.main_thread()
+    as_program = argv is None  # the jet command itself, not a caller in the same process
+    # Before anything else (argument parsing, rich's import on a terminal, the
+    # connection): a Ctrl-C from here on is ours to report (issue 32).
+    previous = (
+        (signal.signal(signal.SIGINT, _interrupt), signal.signal(signal.SIGTERM, _terminate))
+        if on_main_thread else None
+    )
+    args: Optional[argparse.Namespace] = None
     try:
-        return run(args, out)
+        parser = build_parser()
+        argv = list(sys.argv[1:] if argv is None else argv)
+        run_command: list[str] = []
+        if "serve-method" in argv and "--" in argv[argv.index("serve-method"):]:
+            # argparse cannot take "-- COMMAND" after options that follow KEY: cut it off here.
+            cut = argv.index("--", argv.index("serve-method"))
+            argv, run_command = argv[:cut], argv[cut + 1 :]
+            if not run_command:
+                parser.error("serve-method: give a COMMAND after --")
+        args = parser.parse_args(argv)
+        if run_command:
+            args.run = [*args.run, *run_command]
+        return run(args, Output(args.json, timestamps=getattr(args, "timestamps", False)))
     except KeyboardInterrupt:
+        if as_program:
+            _exit_interrupted()
+        return EXIT_INTERRUPTED
+    except _Terminated:
         return EXIT_OK
     except UsageError as exc:
         _fail(str(exc), EXIT_USAGE)
@@ -790,36 +1040,61 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         _fail_for(exc, getattr(args, "key", None))
     finally:
         if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+            signal.signal(signal.SIGINT, previous[0])
+            signal.signal(signal.SIGTERM, previous[1])
 
 
 def _fail_for(exc: Exception, key: Optional[str]) -> NoReturn:
     """The message and exit code of an error from either peer (the full one or tiny)."""
     from jetwire import JetError, LocalProtocolError, Status
 
-    from .errors import ConnectionClosed, PeerError
+    from .errors import ConnectionClosed, NotJetDaemon, PeerError
+    from .tiny import NotJetDaemon as TinyNotJetDaemon
     from .tiny import TinyError
 
+    shown_key = "" if key is None else short_key(key)
+    if isinstance(exc, (NotJetDaemon, TinyNotJetDaemon)):
+        hint = " (connect with --tls, and --ca FILE for your own CA)" if exc.tls else ""
+        _fail(f"{exc.message}{hint}", EXIT_CONNECTION)
     if isinstance(exc, TinyError):
-        text = exc.message
+        text = _shorten_in(exc.message, key)
         if text.startswith(("connection", "daemon closed")):
             _fail(text, EXIT_CONNECTION)
         if exc.status == Status.TIMEOUT and text.startswith("no response in time"):
             _fail(f"TIMEOUT: {text}", EXIT_TIMEOUT)
-        about = f"{key}: " if key and key not in text else ""
+        about = "" if _names_key(text, shown_key) else f"{shown_key}: "
         _fail(f"{exc.status_name}: {about}{text}", _STATUS_EXIT.get(exc.status, EXIT_ERROR))
     if isinstance(exc, ConnectionClosed):
-        _fail(exc.message or "connection closed", EXIT_CONNECTION)
+        _fail(_shorten_in(exc.message, key) or "connection closed", EXIT_CONNECTION)
     if isinstance(exc, PeerError):
         status = exc.status
         code = _STATUS_EXIT.get(status, EXIT_ERROR) if status is not None else EXIT_ERROR
-        about = f"{key}: " if key and key not in exc.message else ""
-        _fail(f"{status.name if status else 'ERROR'}: {about}{exc.message}", code)
+        text = _shorten_in(exc.message, key)
+        about = "" if _names_key(text, shown_key) else f"{shown_key}: "
+        _fail(f"{status.name if status else 'ERROR'}: {about}{text}", code)
     if isinstance(exc, LocalProtocolError):
-        _fail(exc.message, EXIT_USAGE)
+        _fail(_shorten_in(exc.message, key), EXIT_USAGE)
     if isinstance(exc, JetError):
-        _fail(str(exc), EXIT_ERROR)
-    raise exc
+        _fail(_shorten_in(str(exc), key), EXIT_ERROR)
+    if isinstance(exc, ValueError):
+        # peer.tiny refuses what the protocol cannot carry (an int beyond INT64, ...).
+        _fail(_shorten_in(str(exc), key), EXIT_USAGE)
+    if os.environ.get("JET_TRACEBACK"):
+        raise exc
+    _fail(f"unexpected error: {type(exc).__name__}: {exc} (JET_TRACEBACK=1 shows where)", EXIT_ERROR)
+
+
+def _names_key(text: str, key: str) -> bool:
+    """Whether the message names KEY already (as a word of its own: key ``a`` is not
+    named by ``no such state``)."""
+    return not key or re.search(rf"(?<![\w/.-]){re.escape(key)}(?![\w/.-])", text) is not None
+
+
+def _shorten_in(text: str, key: Optional[str]) -> str:
+    """TEXT with a long KEY in it shortened (messages echo the key, which may be huge)."""
+    if key is None or len(key) <= 60 or not text:
+        return text
+    return text.replace(repr(key), short_key(key)).replace(key, short_key(key))
 
 
 if __name__ == "__main__":

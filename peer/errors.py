@@ -24,6 +24,7 @@ __all__ = [
     "LimitExceeded",
     "Malformed",
     "NotFound",
+    "NotJetDaemon",
     "NotOwner",
     "Overloaded",
     "OwnerGone",
@@ -33,6 +34,7 @@ __all__ = [
     "TooLarge",
     "UnknownFunction",
     "WrongKind",
+    "describe_tls_failure",
     "error_for_status",
 ]
 
@@ -162,6 +164,43 @@ class ConnectionClosed(PeerError):
     """
 
     default_status = None
+
+
+class NotJetDaemon(ConnectionClosed):
+    """The server is not a jet daemon: its first bytes cannot begin the INFO that a
+    daemon sends at once (PROTOCOL.md 4.4), it closed without a word, or it sent
+    nothing within the INFO wait.
+
+    Attributes:
+        seen: the first bytes it sent (empty if none).
+        tls: True if those bytes are TLS records, or if it closed without a word when
+            the peer spoke plain TCP (what a TLS listener does): connect with TLS.
+    """
+
+    def __init__(self, message: str = "", seen: bytes = b"", tls: bool = False) -> None:
+        super().__init__(message)
+        self.seen = seen
+        self.tls = tls
+
+
+def describe_tls_failure(exc: BaseException, host: str) -> str:
+    """A TLS handshake failure (an :class:`ssl.SSLError`) said so that the user knows
+    what to do: the OpenSSL reason names the symptom, not the cause."""
+    reason = str(getattr(exc, "reason", "") or "")
+    verify = str(getattr(exc, "verify_message", "") or "")
+    if reason in ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG", "UNKNOWN_PROTOCOL",
+                  "HTTP_REQUEST", "UNEXPECTED_RECORD", "WRONG_SSL_VERSION", "UNSUPPORTED_PROTOCOL"):
+        return (f"the server did not speak TLS ({reason}): it is a plain (non-TLS) port; "
+                "connect without TLS, or to the daemon's TLS port")
+    if reason == "CERTIFICATE_VERIFY_FAILED":
+        if "mismatch" in verify or "match" in verify:
+            return (f"TLS: the daemon's certificate is not valid for {host} ({verify}): its subjectAltName "
+                    "must name this host name or IP address")
+        return (f"TLS: the daemon's certificate could not be verified ({verify or reason}): give the CA "
+                "that signed it (jet --ca FILE; ssl.create_default_context(cafile=FILE))")
+    if reason.startswith("TLSV1_ALERT") or reason.startswith("SSLV3_ALERT"):
+        return f"TLS: the daemon refused the handshake ({reason}): a client certificate it does not accept?"
+    return f"TLS: {reason or exc}"
 
 
 _BY_STATUS: dict[Status, type[PeerError]] = {

@@ -51,6 +51,7 @@ from .aio import (
     PeerAsync,
     QueryResult,
     State,
+    WindowRow,
 )
 from .errors import ConnectionClosed
 
@@ -62,6 +63,15 @@ R = TypeVar("R")
 # A blocking call waits for the peer's own timeout to fail it; this margin only guards
 # against a loop that died under us.
 _RESULT_MARGIN = 5.0
+
+
+async def _cancel_all_tasks() -> None:
+    """Cancel every other task of the running loop and wait until they are done."""
+    current = asyncio.current_task()
+    tasks = [task for task in asyncio.all_tasks() if task is not current]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 class SyncState:
@@ -166,6 +176,14 @@ class SyncFetch:
         """False once unfetched or ended."""
         return self._fetch.active
 
+    @property
+    def rows(self) -> tuple[WindowRow, ...]:
+        """A sorted fetch's whole window, in order (PROTOCOL.md 14.2): the latest the
+        peer has received, whether or not its WINDOW event has been iterated yet (each
+        event's own ``rows`` is the window as of that event). Empty for an unsorted
+        fetch, and until the first window arrives."""
+        return self._fetch.window
+
     def unfetch(self, *, timeout: Optional[float] = None) -> None:
         """End the fetch (PROTOCOL.md 6.9); no callback runs after this returns.
 
@@ -231,10 +249,11 @@ class Peer:
 
     Args:
         host, port, name, timeout, reconnect, reconnect_min_delay,
-        reconnect_max_delay, max_body, fetch_queue, user, password, ssl: as for
-        :meth:`peer.PeerAsync.connect`.
+        reconnect_max_delay, max_body, fetch_queue, user, password, ssl,
+        info_timeout: as for :meth:`peer.PeerAsync.connect`.
 
     Raises:
+        NotJetDaemon: the server is not a jet daemon (a ConnectionClosed).
         ConnectionClosed: the connection failed.
         Timeout: the daemon sent no INFO within ``timeout``.
 
@@ -256,6 +275,7 @@ class Peer:
         user: Optional[str] = None,
         password: Optional[str] = None,
         ssl: Union[ssl_module.SSLContext, bool, None] = None,
+        info_timeout: Optional[float] = None,
     ) -> None:
         self.timeout = timeout
         self.closed = False
@@ -281,12 +301,18 @@ class Peer:
                 user=user,
                 password=password,
                 ssl=ssl,
+                info_timeout=info_timeout,
             ),
             self._loop,
         )
         try:
             self._aio: PeerAsync = connecting.result()
         except BaseException:
+            # Interrupted (Ctrl-C) or failed: let the connect finish its cancellation on
+            # the loop, or it is destroyed pending and Python prints its traceback at exit.
+            connecting.cancel()
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(_cancel_all_tasks(), self._loop).result(_RESULT_MARGIN)
             self._stop_thread()
             self.closed = True
             raise

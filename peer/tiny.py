@@ -40,10 +40,12 @@ except ImportError:  # pragma: no cover
 __all__ = [
     "DEFAULT_MAX_BODY",
     "DEFAULT_TIMEOUT",
+    "NotJetDaemon",
     "Raw",
     "TinyError",
     "TinyPeer",
     "decode_frame",
+    "describe_first_bytes",
     "encode_frame",
     "matcher",
     "query_bytes",
@@ -113,6 +115,71 @@ class TinyError(Exception):
         self.request_id = request_id
         self.fatal = fatal
         super().__init__(f"{self.status_name}: {message}")
+
+
+class NotJetDaemon(TinyError):
+    """The server is not a jet daemon: its first bytes cannot begin the INFO a daemon
+    sends at once (PROTOCOL.md 4.4), or it sent nothing at all.
+
+    Attributes:
+        seen: the first bytes it sent (empty if none).
+        tls: True if they look like TLS records, or if it closed without a word when
+            we spoke plain TCP (what a TLS listener does): connect with TLS.
+    """
+
+    def __init__(self, message: str, seen: bytes = b"", tls: bool = False):
+        # PROTOCOL.md 11.1: an INFO header with a length beyond reason is TOO_LARGE.
+        super().__init__(TOO_LARGE if seen[:1] == bytes((INFO,)) else MALFORMED, message, fatal=True)
+        self.seen = seen
+        self.tls = tls
+
+
+_TLS_RECORD_TYPES = (0x14, 0x15, 0x16, 0x17)  # change_cipher_spec, alert, handshake, application_data
+_INFO_BODY_MIN = 12  # PROTOCOL.md 4.4: major, minor, max_body, features, name length
+_INFO_BODY_MAX = 1 << 24  # far above any INFO: name <= 65535 bytes, extensions a few bytes
+
+
+def describe_first_bytes(head: bytes) -> Optional[str]:
+    """What the first bytes a server sent say it is, if they cannot begin a jet
+    daemon's first frame; None while they still may (or there are none).
+
+    A daemon's first frame is INFO (PROTOCOL.md 4.4); a RESPONSE, EVENT or REQUEST
+    header is left to the first-frame rule of PROTOCOL.md 11.1.
+    """
+    if not head:
+        return None
+    first = head[0]
+    if first in _TLS_RECORD_TYPES and (len(head) < 2 or head[1] == 3):
+        return f"it speaks TLS (its first bytes are a TLS record: {head[:8].hex(' ')})"
+    if first in (REQUEST, RESPONSE, EVENT):
+        return None
+    if first == INFO:
+        if len(head) < 5:
+            return None
+        length = _U32.unpack_from(head, 1)[0]
+        if _INFO_BODY_MIN <= length <= _INFO_BODY_MAX:
+            return None
+    return f"it sent {_show_bytes(head)}"
+
+
+def closed_without_a_word(address: str, used_tls: bool) -> str:
+    """Why a server closed the connection before a single byte, as far as one can tell."""
+    if used_tls:
+        return f"{address} closed the connection without sending anything: not a jet daemon"
+    return (
+        f"{address} closed the connection without sending anything, as a TLS listener does to a peer "
+        "that does not speak TLS (a jet daemon sends its INFO at once): it looks like a TLS port"
+    )
+
+
+def _show_bytes(head: bytes) -> str:
+    if head.startswith(b"HTTP/"):
+        line = head.split(b"\r\n", 1)[0].split(b"\n", 1)[0]
+        return f"an HTTP answer ({line.decode('ascii', 'replace')!r}): an HTTP server"
+    text = head[:48]
+    if all(32 <= byte < 127 or byte in (9, 10, 13) for byte in text):
+        return f"text {text.decode('ascii')!r}"
+    return f"the bytes {text[:16].hex(' ')}"
 
 
 # --- values -------------------------------------------------------------------------
@@ -424,13 +491,18 @@ class TinyPeer:
         host, port: the daemon's address.
         name: sent in this peer's INFO.
         timeout: seconds to connect and the default wait for every response.
+        info_timeout: seconds to wait for the daemon's INFO, which a daemon sends at
+            once (default, and at most: ``timeout``); a server silent that long is
+            reported as :class:`NotJetDaemon`.
         max_body: the largest body accepted (checked before buffering it).
         user, password: authenticate as ``user`` right after connecting (PROTOCOL.md 15.2).
         ssl: True (system CAs) or an ``ssl.SSLContext``: TLS (PROTOCOL.md 15.6).
 
     Raises:
         OSError: the connection failed (ssl.SSLError included).
-        TinyError: the daemon sent no (or a bad) INFO in time; AUTH_FAILED.
+        NotJetDaemon: the server sent bytes that cannot begin a daemon's INFO, closed
+            without a word, or sent nothing within ``info_timeout``.
+        TinyError: the daemon sent a bad INFO; AUTH_FAILED.
         RuntimeError: ``ssl`` asked for on a platform without the ssl module.
     """
 
@@ -445,6 +517,7 @@ class TinyPeer:
         user: Optional[str] = None,
         password: str = "",
         ssl: Any = None,
+        info_timeout: Optional[float] = None,
     ) -> None:
         self.timeout = timeout
         self.max_body = max_body
@@ -459,6 +532,8 @@ class TinyPeer:
         self._pending: set[int] = set()  # ids of our requests still unanswered
         self._next_id = 0
         self._fetch_waiting: Optional[tuple[int, FetchCallback]] = None
+        self._address = f"{host}:{port}"
+        self._head = b""  # the daemon's first bytes, until its INFO: is it a jet daemon at all?
         sock = socket.create_connection((host, port), timeout)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if ssl:
@@ -472,11 +547,27 @@ class TinyPeer:
                 sock.close()
                 raise
         self._sock = sock
+        self._tls = bool(ssl)
         self._send(encode_frame({"type": INFO, "max_body": max_body, "name": name}))
-        deadline = time.monotonic() + timeout
+        wait = timeout if info_timeout is None else min(info_timeout, timeout)
+        deadline = time.monotonic() + wait
         while self.info is None:
-            if not self._pump(deadline - time.monotonic()) and time.monotonic() >= deadline:
+            try:
+                pumped = self._pump(deadline - time.monotonic())
+            except NotJetDaemon:
+                raise
+            except TinyError as exc:
+                if self._head or not self.closed:
+                    raise
+                # Closed before a single byte: a daemon sends INFO first, even to refuse.
+                raise NotJetDaemon(closed_without_a_word(self._address, self._tls), tls=not self._tls) from exc
+            if not pumped and time.monotonic() >= deadline:
                 self.close()
+                if not self._head:
+                    raise NotJetDaemon(
+                        f"{self._address} sent nothing in {wait:g} s (a jet daemon sends its INFO at once): "
+                        "not a jet daemon, or a stuck one"
+                    )
                 raise TinyError(TIMEOUT, "no INFO from the daemon")
         if user is not None:
             try:
@@ -514,6 +605,12 @@ class TinyPeer:
             if not chunk:
                 self.close()
                 raise TinyError(MALFORMED, "connection closed by the daemon")
+            if self.info is None and len(self._head) < 64:
+                self._head += chunk[: 64 - len(self._head)]
+                foreign = describe_first_bytes(self._head)
+                if foreign is not None:
+                    self._fail(NotJetDaemon(f"{self._address} is not a jet daemon: {foreign}", self._head,
+                                            tls=self._head[0] in _TLS_RECORD_TYPES))
             self._buf += chunk
         count = 0
         while len(self._buf) >= 5:
