@@ -29,8 +29,10 @@ $(VPY):
 venv: $(VPY)
 	JET_PURE_PYTHON=1 $(VPY) -m pip install -q -e '.[dev]'
 
+# Every core, one test file at a time per worker (a file's fixtures, such as its
+# SparkSession or the compiled wheel, are made once).
 test: system-deps venv
-	$(VPY) -m pytest
+	$(VPY) -m pytest -n auto --dist loadfile
 
 lint: venv
 	$(VPY) -m ruff check .

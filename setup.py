@@ -113,7 +113,18 @@ class OptionalBuildExt(build_ext):
             self.compiler.compile = serial
 
 
+def _metadata_only() -> bool:
+    """True when setuptools runs this file only for metadata: pip's build backend does so
+    twice before it builds (get_requires_for_build_wheel: egg_info; prepare_metadata:
+    dist_info). Translating to C then would be thrown away (about 20 s each time)."""
+    commands = [arg for arg in sys.argv[1:] if not arg.startswith("-")]
+    return bool(commands) and all(cmd in ("egg_info", "dist_info") or os.path.sep in cmd or
+                                  not cmd.isidentifier() for cmd in commands)
+
+
 def ext_modules() -> list[object]:
+    if _metadata_only():
+        return []
     if os.environ.get("JET_PURE_PYTHON", "") not in ("", "0"):
         _say("JET_PURE_PYTHON is set: installing pure Python")
         return []
