@@ -31,6 +31,8 @@ JSON output (``--json``), one object per line; these names are stable:
   id             request id (REQUEST, RESPONSE)
   function       REQUEST function name
   code           EVENT code name (SET_STATE, FETCH_CHANGE, CLOSE, ...)
+  entry_kind     QUERY_ENTRY's entry kind: STATE, METHOD or NODE (PROTOCOL.md 14.4);
+                 ``kind`` always stays the record's kind
   status         RESPONSE or CLOSE status name
   key, key_length, prefix, prefix_length, message, message_length, fetch_id
   value_type     value type name (0xNN for application types)

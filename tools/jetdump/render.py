@@ -16,6 +16,7 @@ from typing import Any, Optional
 from jetwire import (
     Authenticate,
     Close,
+    EntryKind,
     EventCode,
     FetchAdd,
     FetchChange,
@@ -55,6 +56,9 @@ _FLOAT64 = struct.Struct(">d").unpack
 TYPE_NAMES = {int(t): t.name for t in FrameType}
 FUNCTION_NAMES = {int(f): f.name for f in Function}
 EVENT_NAMES = {int(c): c.name for c in EventCode}
+ENTRY_KIND_NAMES = {int(k): k.name for k in EntryKind}
+# Schema field names that JSON shows under another name (the JSON names are stable).
+JSON_NAMES = {"kind": "entry_kind"}
 STATUS_NAMES = {int(s): s.name for s in Status}
 VALUE_TYPE_NAMES = {int(v): v.name for v in ValueType}
 
@@ -360,6 +364,8 @@ def _field_value(name: str, value: Any) -> Any:
         return code_name(STATUS_NAMES, int(value))
     if name == "value_type":
         return code_name(VALUE_TYPE_NAMES, int(value))
+    if name == "entry_kind":
+        return code_name(ENTRY_KIND_NAMES, int(value))
     if isinstance(value, bytes):
         return value.hex()
     return int(value) if isinstance(value, int) else value
@@ -400,8 +406,11 @@ def frame_fields(record: FrameRecord) -> tuple[dict[str, Any], dict[str, list[in
     values: dict[str, Any] = {}
     offsets: dict[str, list[int]] = {}
     for field in fields:
-        values[field.name] = MASK if field.name == "password" else _field_value(field.name, field.value)
-        offsets[field.name] = [field.offset, field.length]
+        # QUERY_ENTRY's entry kind is "entry_kind": "kind" is the record's (frame,
+        # malformed or truncated), documented and stable.
+        name = JSON_NAMES.get(field.name, field.name)
+        values[name] = MASK if name == "password" else _field_value(name, field.value)
+        offsets[name] = [field.offset, field.length]
         if field.name == "value":
             vtype = next((f.value for f in fields if f.name == "value_type"), None)
             if vtype is not None:
@@ -611,7 +620,7 @@ def field_tree(record: FrameRecord) -> list[str]:
             shown = f"0x{value:08X}" + (" (CONFLATION)" if value & 1 else "")
         else:
             shown = str(value)
-        lines.append(f"    [{field.offset:>4} +{field.length:<4}] {field.name}: {shown}")
+        lines.append(f"    [{field.offset:>4} +{field.length:<4}] {JSON_NAMES.get(field.name, field.name)}: {shown}")
     if error is not None and record.kind == OK:
         lines.append(f"    schema error: {error.message}")
     elif record.kind != OK:
