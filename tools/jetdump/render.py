@@ -541,7 +541,7 @@ def route_suffix(route: RouteTrace, labels: dict[int, tuple[str, str]]) -> str:
 def json_record(record: Record, fmt: LineFormatter) -> dict[str, Any]:
     """The ``--json`` object of one record (field names documented in the package)."""
     if type(record) is NoteRecord:
-        return {
+        note = {
             "record": "note",
             "note": record.kind,
             "text": record.text,
@@ -550,6 +550,9 @@ def json_record(record: Record, fmt: LineFormatter) -> dict[str, Any]:
             "time": round(fmt.rel(record.ts), 9) if record.ts is not None else None,
             "timestamp": record.ts,
         }
+        if record.packet is not None:
+            note["packet"] = record.packet
+        return note
     fr: FrameRecord = record  # type: ignore[assignment]
     labels = fmt.labels.get(fr.stream, ("?", "?"))
     obj: dict[str, Any] = {

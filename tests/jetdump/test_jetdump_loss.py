@@ -1,0 +1,251 @@
+"""Issue 32: loss in a capture is reported as a gap, never blamed on the peers.
+
+The sequence numbers of a later segment, a FIN or the other side's ACK say how many
+bytes were sent that the capture lacks: jetdump reports a gap with its byte count, time
+and packet, and no violation that the gap can explain (an unsolicited response whose
+request was lost, a request whose answer was lost). Also: packets cut by the snaplen are
+said, a frame cut by a gap keeps the packet number of its own stream, and a TLS
+handshake on a jet port is said to look like TLS."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jdhelpers import TSHARK, jet_frames, jetdump_json, run_jetdump
+
+from jetwire import AddState, Decoder, GetState, Info, Response, SetState, Status, Value, encode
+from tools.jetdump.synth import CaptureWriter, TcpSession
+
+CLIENT = ("127.0.0.1", 40001)
+SERVER = ("127.0.0.1", 11124)
+DUMPCAP = shutil.which("dumpcap")
+EDITCAP = shutil.which("editcap")
+TIMEOUT = 60
+
+
+def notes(objs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [o for o in objs if o["record"] == "note" and o["note"] == kind]
+
+
+def blamed(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Notes that blame a peer: protocol violations and requests never answered."""
+    return [o for o in objs if o["record"] == "note" and o["note"] in ("violation", "unanswered")]
+
+
+# --- a real jetd session on loopback, three segments deleted with editcap ------------------
+
+
+def _capture_session(path: Path, port: int) -> None:
+    """dumpcap on lo while a peer talks to jetd: INFO, 6 ADD_STATE, a SET_STATE nobody owns
+    and a GET_STATE, each answered before the next; then the peer closes."""
+    assert DUMPCAP is not None
+    proc = subprocess.Popen([DUMPCAP, "-i", "lo", "-f", f"tcp port {port}", "-w", str(path)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        assert proc.stderr is not None
+        started = b""
+        deadline = time.monotonic() + 15
+        while b"Capturing on" not in started and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            if not line:
+                break
+            started += line
+        if b"Capturing on" not in started:
+            pytest.skip(f"capturing on loopback is not permitted here: {started.decode(errors='replace')}")
+        time.sleep(0.5)  # the capture filter is attached after the message
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            decoder = Decoder()
+
+            def answer() -> None:
+                while True:
+                    data = sock.recv(65536)
+                    assert data, "jetd closed the connection"
+                    decoder.receive_data(data)
+                    if any(isinstance(m, (Response, Info)) for m in decoder.messages()):
+                        return
+
+            sock.sendall(encode(Info("loss-test")))
+            answer()
+            requests = [AddState(i, f"loss/{i}", Value.of(i)) for i in range(1, 7)]
+            for request in [*requests, SetState(7, "loss/none", Value.of(1)), GetState(8, "loss/1")]:
+                sock.sendall(encode(request))
+                answer()
+        time.sleep(0.5)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _data_segments_before_fin(path: Path) -> tuple[list[int], int]:
+    """The packet numbers of the data segments before the first FIN, and their bytes."""
+    assert TSHARK is not None
+    rows = subprocess.run(
+        [TSHARK, "-r", str(path), "-T", "fields", "-e", "frame.number", "-e", "tcp.len", "-e", "tcp.flags.fin"],
+        capture_output=True, text=True, timeout=TIMEOUT, check=True,
+    ).stdout.split("\n")
+    data: list[tuple[int, int]] = []
+    for row in rows:
+        if not row.strip():
+            continue
+        number, length, fin = row.split("\t")
+        if fin in ("1", "True"):
+            break
+        if int(length):
+            data.append((int(number), int(length)))
+    return [n for n, _ in data], sum(size for _, size in data[-3:])
+
+
+@pytest.mark.skipif(DUMPCAP is None or EDITCAP is None or TSHARK is None, reason="needs dumpcap, editcap, tshark")
+def test_segments_deleted_before_a_fin_are_a_gap_not_violations(
+    tmp_path: Path, start_jetd: Callable[..., Any]
+) -> None:
+    daemon = start_jetd()
+    whole = tmp_path / "session.pcapng"
+    _capture_session(whole, daemon.port)
+    segments, lost_bytes = _data_segments_before_fin(whole)
+    assert len(segments) >= 18, segments  # INFO x2 and 8 request/response pairs
+    cut = tmp_path / "lost.pcapng"
+    subprocess.run([str(EDITCAP), str(whole), str(cut), *map(str, segments[-3:])],
+                   check=True, timeout=TIMEOUT, capture_output=True)
+    port = str(daemon.port)
+    # The whole capture: nothing to report.
+    objs = jetdump_json("--port", port, str(whole))
+    assert notes(objs, "gap") == [] and blamed(objs) == []
+    # Three segments deleted: gaps whose sizes add up to the deleted bytes, no blame.
+    objs = jetdump_json("--port", port, str(cut))
+    gaps = notes(objs, "gap")
+    assert gaps, objs
+    assert sum(int(g["text"].split()[1]) for g in gaps) == lost_bytes
+    assert all(g["packet"] >= segments[-3] for g in gaps)  # (numbered in the cut capture)
+    assert blamed(objs) == [], blamed(objs)
+    frames = jet_frames(objs)
+    assert len(frames) == 2 + 2 * 8 - 3  # INFO x2, 8 request/response pairs; 3 frames lost
+    stats = run_jetdump("--stats", "--port", port, str(cut)).stdout
+    assert "never answered" not in stats
+
+
+# --- synthetic captures -------------------------------------------------------------------
+
+SET = encode(SetState(1, "a/b", Value.of(1)))
+OK = encode(Response(1, Status.OK, Value.of(1)))
+GET = encode(GetState(2, "a/b"))
+GOT = encode(Response(2, Status.OK, Value.of(1)))
+INFO = encode(Info("jetd"))
+
+
+def _lost_request(path: Path) -> None:
+    """The SET_STATE segment is lost; the daemon's answer acknowledges its bytes."""
+    with open(path, "wb") as f:
+        session = TcpSession(CaptureWriter(f), CLIENT, SERVER)
+        session.handshake()
+        session.send(1, INFO)
+        session.skip(0, len(SET))  # never captured
+        session.send(1, OK)  # acknowledges the SET's bytes
+        session.send(0, GET)
+        session.send(1, GOT)
+        session.close()
+
+
+def test_a_lost_request_is_a_gap_before_its_answer_not_an_unsolicited_response(tmp_path: Path) -> None:
+    path = tmp_path / "lost-request.pcap"
+    _lost_request(path)
+    objs = jetdump_json(str(path))
+    assert blamed(objs) == [], blamed(objs)
+    gap = notes(objs, "gap")
+    assert len(gap) == 1 and gap[0]["text"].startswith(f"gap: {len(SET)} byte(s) missing at stream offset 0")
+    assert gap[0]["packet"] == 5 and gap[0]["direction"] == 0  # the answer's packet showed it
+    order = [o.get("note") or o.get("type") for o in objs]
+    assert order.index("gap") < order.index("RESPONSE")  # reported before the answer
+    assert [f.get("request", {}).get("function") for f in jet_frames(objs)][-1] == "GET_STATE"
+
+
+def test_a_lost_answer_is_a_gap_not_a_request_never_answered(tmp_path: Path) -> None:
+    path = tmp_path / "lost-answer.pcap"
+    with open(path, "wb") as f:
+        session = TcpSession(CaptureWriter(f), CLIENT, SERVER)
+        session.handshake()
+        session.send(1, INFO)
+        session.send(0, SET)
+        session.skip(1, len(OK))  # the answer is never captured
+        session.send(0, SET)  # the same id again: fine, the first was answered
+        session.send(1, OK)
+        session.close()
+    objs = jetdump_json(str(path))
+    assert blamed(objs) == [], blamed(objs)
+    assert len(notes(objs, "gap")) == 1
+
+
+def test_packets_cut_by_the_snaplen_are_said_and_their_tails_are_gaps(tmp_path: Path) -> None:
+    path = tmp_path / "snaplen.pcap"
+    big = encode(SetState(1, "k", Value.of("x" * 300)))
+    with open(path, "wb") as f:
+        session = TcpSession(CaptureWriter(f, snaplen=200), CLIENT, SERVER)
+        session.handshake()
+        session.send(0, big)  # 54 header bytes + 146 of the frame captured
+        session.send(0, SET)
+        session.send(1, OK)
+        session.close()
+    objs = jetdump_json(str(path))
+    snaplen = notes(objs, "snaplen")
+    assert len(snaplen) == 1 and "packet 4 was cut by the capture's snaplen" in snaplen[0]["text"], objs
+    gap = notes(objs, "gap")
+    assert len(gap) == 1 and gap[0]["text"].startswith(f"gap: {len(big) - 146} byte(s)"), gap
+    frames = jet_frames(objs)
+    assert [f["kind"] for f in frames] == ["truncated", "frame", "frame"]
+    assert frames[0]["packet"] == 4
+    assert blamed(objs) == [], blamed(objs)
+
+
+def test_a_frame_cut_by_a_gap_keeps_its_own_streams_packet_number(tmp_path: Path) -> None:
+    """A large response cut short by a gap, while another stream's packets are decoded:
+    the TRUNCATED frame names the last packet of its own stream."""
+    path = tmp_path / "two-streams.pcap"
+    big = encode(Response(2, Status.OK, Value.of("y" * 5000)))
+    with open(path, "wb") as f:
+        writer = CaptureWriter(f)
+        one = TcpSession(writer, CLIENT, SERVER)
+        two = TcpSession(writer, ("127.0.0.1", 40002), SERVER)
+        one.handshake()  # packets 1-3
+        two.handshake()  # 4-6
+        one.send(0, GET)  # 7
+        one.send(1, big[:1000])  # 8: the last packet of the response captured
+        one.skip(1, 1000)  # lost
+        for _ in range(5):
+            two.send(0, SET)  # 9, 11, ...
+            two.send(1, OK)
+        one.send(1, big[2000:], ack=None)
+        two.close()
+        one.close()
+    objs = jetdump_json(str(path))
+    truncated = [f for f in jet_frames(objs) if f["kind"] == "truncated"]
+    assert len(truncated) == 1 and truncated[0]["stream"] == 0
+    assert truncated[0]["packet"] == 8, truncated
+    assert truncated[0]["request"]["function"] == "GET_STATE"  # its id is readable
+    assert blamed(objs) == [], blamed(objs)
+
+
+CLIENT_HELLO = bytes.fromhex("16030100c4010000c00303") + bytes(32) + bytes.fromhex("000004130113020100")
+
+
+def test_a_tls_client_hello_on_a_jet_port_looks_like_tls(tmp_path: Path) -> None:
+    path = tmp_path / "tls.pcap"
+    with open(path, "wb") as f:
+        session = TcpSession(CaptureWriter(f), CLIENT, SERVER)
+        session.handshake()
+        session.send(0, CLIENT_HELLO)
+        session.close()
+    frames = jet_frames(jetdump_json(str(path)))
+    assert len(frames) == 1 and frames[0]["kind"] == "malformed"
+    assert frames[0]["error"].startswith("looks like TLS"), frames[0]
