@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jdhelpers import TSHARK, jet_frames, jetdump_json, run_jetdump
+from jdhelpers import LUA, TSHARK, jet_frames, jetdump_json, run_jetdump
 
 from jetwire import AddState, Decoder, GetState, Info, Response, SetState, Status, Value, encode
 from tools.jetdump.synth import CaptureWriter, TcpSession
@@ -134,6 +134,20 @@ def test_segments_deleted_before_a_fin_are_a_gap_not_violations(
     assert len(frames) == 2 + 2 * 8 - 3  # INFO x2, 8 request/response pairs; 3 frames lost
     stats = run_jetdump("--stats", "--port", port, str(cut)).stdout
     assert "never answered" not in stats
+    # jet.lua in tshark says the same: gaps as expert info, no violation (also with -2).
+    for passes in ((), ("-2",)):
+        result = subprocess.run(
+            [TSHARK, *passes, "-X", f"lua_script:{LUA}", "-o", f"jet.port:{port}", "-r", str(cut),
+             "-T", "fields", "-e", "frame.number", "-e", "jet.gap", "-e", "jet.violation",
+             "-e", "_ws.expert.message", "-Y", "jet.gap || jet.violation || jet"],
+            capture_output=True, text=True, timeout=TIMEOUT,
+        )
+        assert result.returncode == 0, result.stderr
+        assert "Lua" not in result.stderr, result.stderr
+        assert "Lua Error" not in result.stdout, result.stdout
+        assert "violation" not in result.stdout.lower() and "never answered" not in result.stdout, result.stdout
+        lua_gaps = [int(size) for row in result.stdout.splitlines() for size in row.split("\t")[1].split(",") if size]
+        assert sum(lua_gaps) == lost_bytes, result.stdout
 
 
 # --- synthetic captures -------------------------------------------------------------------
@@ -143,6 +157,7 @@ OK = encode(Response(1, Status.OK, Value.of(1)))
 GET = encode(GetState(2, "a/b"))
 GOT = encode(Response(2, Status.OK, Value.of(1)))
 INFO = encode(Info("jetd"))
+PEER_INFO = encode(Info("peer"))
 
 
 def _lost_request(path: Path) -> None:
@@ -151,6 +166,7 @@ def _lost_request(path: Path) -> None:
         session = TcpSession(CaptureWriter(f), CLIENT, SERVER)
         session.handshake()
         session.send(1, INFO)
+        session.send(0, PEER_INFO)  # jet.lua: the whole stream is in view
         session.skip(0, len(SET))  # never captured
         session.send(1, OK)  # acknowledges the SET's bytes
         session.send(0, GET)
@@ -164,8 +180,9 @@ def test_a_lost_request_is_a_gap_before_its_answer_not_an_unsolicited_response(t
     objs = jetdump_json(str(path))
     assert blamed(objs) == [], blamed(objs)
     gap = notes(objs, "gap")
-    assert len(gap) == 1 and gap[0]["text"].startswith(f"gap: {len(SET)} byte(s) missing at stream offset 0")
-    assert gap[0]["packet"] == 5 and gap[0]["direction"] == 0  # the answer's packet showed it
+    at = len(PEER_INFO)
+    assert len(gap) == 1 and gap[0]["text"].startswith(f"gap: {len(SET)} byte(s) missing at stream offset {at}")
+    assert gap[0]["packet"] == 6 and gap[0]["direction"] == 0  # the answer's packet showed it
     order = [o.get("note") or o.get("type") for o in objs]
     assert order.index("gap") < order.index("RESPONSE")  # reported before the answer
     assert [f.get("request", {}).get("function") for f in jet_frames(objs)][-1] == "GET_STATE"
@@ -185,6 +202,23 @@ def test_a_lost_answer_is_a_gap_not_a_request_never_answered(tmp_path: Path) -> 
     objs = jetdump_json(str(path))
     assert blamed(objs) == [], blamed(objs)
     assert len(notes(objs, "gap")) == 1
+
+
+def test_the_lua_dissector_reports_a_lost_request_as_a_gap(tmp_path: Path) -> None:
+    if TSHARK is None:
+        pytest.skip("tshark is not installed")
+    path = tmp_path / "lost-request.pcap"
+    _lost_request(path)
+    result = subprocess.run(
+        [TSHARK, "-2", "-X", f"lua_script:{LUA}", "-r", str(path), "-T", "fields", "-e", "frame.number",
+         "-e", "jet.gap", "-e", "_ws.expert.message", "-Y", "jet"],
+        capture_output=True, text=True, timeout=TIMEOUT,
+    )
+    assert result.returncode == 0 and "Lua" not in result.stderr, result.stderr
+    rows = [row.split("\t") for row in result.stdout.splitlines()]
+    assert [r[1] for r in rows if r[1]] == [str(len(SET))], rows
+    assert "Lua Error" not in result.stdout, result.stdout
+    assert "unsolicited" not in result.stdout and "never answered" not in result.stdout, result.stdout
 
 
 def test_packets_cut_by_the_snaplen_are_said_and_their_tails_are_gaps(tmp_path: Path) -> None:
@@ -249,3 +283,9 @@ def test_a_tls_client_hello_on_a_jet_port_looks_like_tls(tmp_path: Path) -> None
     frames = jet_frames(jetdump_json(str(path)))
     assert len(frames) == 1 and frames[0]["kind"] == "malformed"
     assert frames[0]["error"].startswith("looks like TLS"), frames[0]
+    if TSHARK is not None:
+        info = subprocess.run(
+            [TSHARK, "-X", f"lua_script:{LUA}", "-r", str(path), "-Y", "jet", "-T", "fields", "-e", "jet.malformed"],
+            capture_output=True, text=True, timeout=TIMEOUT,
+        ).stdout
+        assert "looks like TLS" in info, info

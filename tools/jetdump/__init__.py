@@ -52,9 +52,10 @@ JSON output (``--json``), one object per line; these names are stable:
                  256 bytes from a header that lost the frame boundary)
   announced      bytes a truncated frame's header announced (header included)
   schema_error   the construct schema rejects a frame the fast codec accepted (a bug)
-  note, text     for notes: their kind (gap, resync, stopped, not-jet, capture-truncated,
-                 log-damage, log-truncated, conn-open, conn-close, route, dropped, ...)
-                 and their text
+  note, text     for notes: their kind (gap, resync, stopped, not-jet, snaplen,
+                 capture-truncated, log-damage, log-truncated, conn-open, conn-close, route,
+                 dropped, ...) and their text; a gap note also has the ``packet`` that
+                 showed the loss
 """
 
 from __future__ import annotations
