@@ -10,7 +10,6 @@ handshake on a jet port is said to look like TLS."""
 from __future__ import annotations
 
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -19,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jdhelpers import LUA, TSHARK, jet_frames, jetdump_json, run_jetdump
+from jdhelpers import LUA, TSHARK, jet_frames, jetdump_json, loopback_capture, run_jetdump
 
 from jetwire import AddState, Decoder, GetState, Info, Response, SetState, Status, Value, encode
 from tools.jetdump.synth import CaptureWriter, TcpSession
@@ -40,6 +39,20 @@ def blamed(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [o for o in objs if o["record"] == "note" and o["note"] in ("violation", "unanswered")]
 
 
+def lua_rows(capture: Path, *extra: str) -> list[list[str]]:
+    """tshark with jet.lua: frame number, jet.gap and the expert messages of each packet
+    that has a jet frame or a gap (no Lua error allowed)."""
+    assert TSHARK is not None
+    result = subprocess.run(
+        [TSHARK, *extra, "-X", f"lua_script:{LUA}", "-r", str(capture), "-T", "fields", "-e", "frame.number",
+         "-e", "jet.gap", "-e", "_ws.expert.message", "-Y", "jet || jet.gap"],
+        capture_output=True, text=True, timeout=TIMEOUT,
+    )
+    assert result.returncode == 0 and "Lua" not in result.stderr, result.stderr
+    assert "Lua Error" not in result.stdout, result.stdout
+    return [row.split("\t") for row in result.stdout.splitlines()]
+
+
 # --- a real jetd session on loopback, three segments deleted with editcap ------------------
 
 
@@ -47,45 +60,25 @@ def _capture_session(path: Path, port: int) -> None:
     """dumpcap on lo while a peer talks to jetd: INFO, 6 ADD_STATE, a SET_STATE nobody owns
     and a GET_STATE, each answered before the next; then the peer closes."""
     assert DUMPCAP is not None
-    proc = subprocess.Popen([DUMPCAP, "-i", "lo", "-f", f"tcp port {port}", "-w", str(path)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        assert proc.stderr is not None
-        started = b""
-        deadline = time.monotonic() + 15
-        while b"Capturing on" not in started and time.monotonic() < deadline:
-            line = proc.stderr.readline()
-            if not line:
-                break
-            started += line
-        if b"Capturing on" not in started:
-            pytest.skip(f"capturing on loopback is not permitted here: {started.decode(errors='replace')}")
-        time.sleep(0.5)  # the capture filter is attached after the message
-        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
-            decoder = Decoder()
+    with loopback_capture(path, port, DUMPCAP), socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        decoder = Decoder()
 
-            def answer() -> None:
-                while True:
-                    data = sock.recv(65536)
-                    assert data, "jetd closed the connection"
-                    decoder.receive_data(data)
-                    if any(isinstance(m, (Response, Info)) for m in decoder.messages()):
-                        return
+        def answer() -> None:
+            while True:
+                data = sock.recv(65536)
+                assert data, "jetd closed the connection"
+                decoder.receive_data(data)
+                if any(isinstance(m, (Response, Info)) for m in decoder.messages()):
+                    return
 
-            sock.sendall(encode(Info("loss-test")))
+        sock.sendall(encode(Info("loss-test")))
+        answer()
+        requests = [AddState(i, f"loss/{i}", Value.of(i)) for i in range(1, 7)]
+        for request in [*requests, SetState(7, "loss/none", Value.of(1)), GetState(8, "loss/1")]:
+            sock.sendall(encode(request))
             answer()
-            requests = [AddState(i, f"loss/{i}", Value.of(i)) for i in range(1, 7)]
-            for request in [*requests, SetState(7, "loss/none", Value.of(1)), GetState(8, "loss/1")]:
-                sock.sendall(encode(request))
-                answer()
-        time.sleep(0.5)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        sock.close()
+        time.sleep(0.3)  # the FINs are captured
 
 
 def _data_segments_before_fin(path: Path) -> tuple[list[int], int]:
@@ -136,18 +129,9 @@ def test_segments_deleted_before_a_fin_are_a_gap_not_violations(
     assert "never answered" not in stats
     # jet.lua in tshark says the same: gaps as expert info, no violation (also with -2).
     for passes in ((), ("-2",)):
-        result = subprocess.run(
-            [TSHARK, *passes, "-X", f"lua_script:{LUA}", "-o", f"jet.port:{port}", "-r", str(cut),
-             "-T", "fields", "-e", "frame.number", "-e", "jet.gap", "-e", "jet.violation",
-             "-e", "_ws.expert.message", "-Y", "jet.gap || jet.violation || jet"],
-            capture_output=True, text=True, timeout=TIMEOUT,
-        )
-        assert result.returncode == 0, result.stderr
-        assert "Lua" not in result.stderr, result.stderr
-        assert "Lua Error" not in result.stdout, result.stdout
-        assert "violation" not in result.stdout.lower() and "never answered" not in result.stdout, result.stdout
-        lua_gaps = [int(size) for row in result.stdout.splitlines() for size in row.split("\t")[1].split(",") if size]
-        assert sum(lua_gaps) == lost_bytes, result.stdout
+        rows = lua_rows(cut, "-o", f"jet.port:{port}", *passes)
+        assert "violation" not in repr(rows).lower() and "never answered" not in repr(rows), rows
+        assert sum(int(size) for row in rows for size in row[1].split(",") if size) == lost_bytes, rows
 
 
 # --- synthetic captures -------------------------------------------------------------------
@@ -160,18 +144,24 @@ INFO = encode(Info("jetd"))
 PEER_INFO = encode(Info("peer"))
 
 
-def _lost_request(path: Path) -> None:
-    """The SET_STATE segment is lost; the daemon's answer acknowledges its bytes."""
+def write_session(path: Path, steps: list[tuple[int, bytes | int]], *, snaplen: int = 65535) -> None:
+    """One TCP session from its handshake to its FINs: each step is (direction, bytes)
+    for a segment, or (direction, n) for n bytes sent but never captured."""
     with open(path, "wb") as f:
-        session = TcpSession(CaptureWriter(f), CLIENT, SERVER)
+        session = TcpSession(CaptureWriter(f, snaplen=snaplen), CLIENT, SERVER)
         session.handshake()
-        session.send(1, INFO)
-        session.send(0, PEER_INFO)  # jet.lua: the whole stream is in view
-        session.skip(0, len(SET))  # never captured
-        session.send(1, OK)  # acknowledges the SET's bytes
-        session.send(0, GET)
-        session.send(1, GOT)
+        for direction, step in steps:
+            if isinstance(step, int):
+                session.skip(direction, step)
+            else:
+                session.send(direction, step)
         session.close()
+
+
+def _lost_request(path: Path) -> None:
+    """The SET_STATE segment is lost; the daemon's answer acknowledges its bytes (and the
+    peer's INFO is there, so that jet.lua holds the whole stream in view)."""
+    write_session(path, [(1, INFO), (0, PEER_INFO), (0, len(SET)), (1, OK), (0, GET), (1, GOT)])
 
 
 def test_a_lost_request_is_a_gap_before_its_answer_not_an_unsolicited_response(tmp_path: Path) -> None:
@@ -190,15 +180,8 @@ def test_a_lost_request_is_a_gap_before_its_answer_not_an_unsolicited_response(t
 
 def test_a_lost_answer_is_a_gap_not_a_request_never_answered(tmp_path: Path) -> None:
     path = tmp_path / "lost-answer.pcap"
-    with open(path, "wb") as f:
-        session = TcpSession(CaptureWriter(f), CLIENT, SERVER)
-        session.handshake()
-        session.send(1, INFO)
-        session.send(0, SET)
-        session.skip(1, len(OK))  # the answer is never captured
-        session.send(0, SET)  # the same id again: fine, the first was answered
-        session.send(1, OK)
-        session.close()
+    # The answer is never captured; the same id again is fine: the first was answered.
+    write_session(path, [(1, INFO), (0, SET), (1, len(OK)), (0, SET), (1, OK)])
     objs = jetdump_json(str(path))
     assert blamed(objs) == [], blamed(objs)
     assert len(notes(objs, "gap")) == 1
@@ -209,28 +192,15 @@ def test_the_lua_dissector_reports_a_lost_request_as_a_gap(tmp_path: Path) -> No
         pytest.skip("tshark is not installed")
     path = tmp_path / "lost-request.pcap"
     _lost_request(path)
-    result = subprocess.run(
-        [TSHARK, "-2", "-X", f"lua_script:{LUA}", "-r", str(path), "-T", "fields", "-e", "frame.number",
-         "-e", "jet.gap", "-e", "_ws.expert.message", "-Y", "jet"],
-        capture_output=True, text=True, timeout=TIMEOUT,
-    )
-    assert result.returncode == 0 and "Lua" not in result.stderr, result.stderr
-    rows = [row.split("\t") for row in result.stdout.splitlines()]
+    rows = lua_rows(path, "-2")
     assert [r[1] for r in rows if r[1]] == [str(len(SET))], rows
-    assert "Lua Error" not in result.stdout, result.stdout
-    assert "unsolicited" not in result.stdout and "never answered" not in result.stdout, result.stdout
+    assert "unsolicited" not in repr(rows) and "never answered" not in repr(rows), rows
 
 
 def test_packets_cut_by_the_snaplen_are_said_and_their_tails_are_gaps(tmp_path: Path) -> None:
     path = tmp_path / "snaplen.pcap"
     big = encode(SetState(1, "k", Value.of("x" * 300)))
-    with open(path, "wb") as f:
-        session = TcpSession(CaptureWriter(f, snaplen=200), CLIENT, SERVER)
-        session.handshake()
-        session.send(0, big)  # 54 header bytes + 146 of the frame captured
-        session.send(0, SET)
-        session.send(1, OK)
-        session.close()
+    write_session(path, [(0, big), (0, SET), (1, OK)], snaplen=200)  # 54 header bytes + 146 of big
     objs = jetdump_json(str(path))
     snaplen = notes(objs, "snaplen")
     assert len(snaplen) == 1 and "packet 4 was cut by the capture's snaplen" in snaplen[0]["text"], objs
@@ -275,11 +245,7 @@ CLIENT_HELLO = bytes.fromhex("16030100c4010000c00303") + bytes(32) + bytes.fromh
 
 def test_a_tls_client_hello_on_a_jet_port_looks_like_tls(tmp_path: Path) -> None:
     path = tmp_path / "tls.pcap"
-    with open(path, "wb") as f:
-        session = TcpSession(CaptureWriter(f), CLIENT, SERVER)
-        session.handshake()
-        session.send(0, CLIENT_HELLO)
-        session.close()
+    write_session(path, [(0, CLIENT_HELLO)])
     frames = jet_frames(jetdump_json(str(path)))
     assert len(frames) == 1 and frames[0]["kind"] == "malformed"
     assert frames[0]["error"].startswith("looks like TLS"), frames[0]
