@@ -53,6 +53,10 @@ def lua_rows(capture: Path, *extra: str) -> list[list[str]]:
     return [row.split("\t") for row in result.stdout.splitlines()]
 
 
+def lua_gap_bytes(rows: list[list[str]]) -> int:
+    return sum(int(size) for row in rows for size in row[1].split(",") if size)
+
+
 # --- a real jetd session on loopback, three segments deleted with editcap ------------------
 
 
@@ -131,7 +135,17 @@ def test_segments_deleted_before_a_fin_are_a_gap_not_violations(
     for passes in ((), ("-2",)):
         rows = lua_rows(cut, "-o", f"jet.port:{port}", *passes)
         assert "violation" not in repr(rows).lower() and "never answered" not in repr(rows), rows
-        assert sum(int(size) for row in rows for size in row[1].split(",") if size) == lost_bytes, rows
+        assert lua_gap_bytes(rows) == lost_bytes, rows
+    # The same session captured with a snaplen of 80 bytes (editcap -s keeps each packet's
+    # length on the wire): both tools say the packets were cut, and count the same gaps.
+    snapped = tmp_path / "snap80.pcapng"
+    subprocess.run([str(EDITCAP), "-s", "80", str(whole), str(snapped)], check=True, timeout=TIMEOUT, capture_output=True)
+    objs = jetdump_json("--port", port, str(snapped))
+    assert notes(objs, "snaplen") and blamed(objs) == [], objs
+    snapped_bytes = sum(int(g["text"].split()[1]) for g in notes(objs, "gap"))
+    assert snapped_bytes > 0
+    rows = lua_rows(snapped, "-o", f"jet.port:{port}")
+    assert lua_gap_bytes(rows) == snapped_bytes and "snaplen cut this packet" in repr(rows), rows
 
 
 # --- synthetic captures -------------------------------------------------------------------
@@ -210,6 +224,10 @@ def test_packets_cut_by_the_snaplen_are_said_and_their_tails_are_gaps(tmp_path: 
     assert [f["kind"] for f in frames] == ["truncated", "frame", "frame"]
     assert frames[0]["packet"] == 4
     assert blamed(objs) == [], blamed(objs)
+    if TSHARK is not None:  # jet.lua: the same gap, on the cut packet
+        rows = lua_rows(path)
+        assert [(r[0], r[1]) for r in rows if r[1]] == [("4", str(len(big) - 146))], rows
+        assert "snaplen cut this packet" in repr(rows), rows
 
 
 def test_a_frame_cut_by_a_gap_keeps_its_own_streams_packet_number(tmp_path: Path) -> None:

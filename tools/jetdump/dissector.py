@@ -611,14 +611,6 @@ class Dissector:
             self.out.append(NoteRecord(None, None, None, "unanswered",
                                        f"{len(unanswered) - MAX_UNANSWERED_NOTES} more request(s) never answered"))
 
-    def _remember(self, stream: int, direction: int, message: Request, ts: Optional[float]) -> None:
-        pending = self._pending
-        if len(pending) >= self.max_pending:
-            del pending[next(iter(pending))]
-        pending[(stream, direction, message.id)] = RequestSeen(  # type: ignore[index]
-            self.number, message.function, getattr(message, "key", None), ts
-        )
-
     def _malformed(
         self, stream: int, direction: int, ts: Optional[float], offset: int, raw: bytes, exc: RemoteProtocolError
     ) -> None:

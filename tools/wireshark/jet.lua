@@ -152,6 +152,23 @@ local tcp_seq = Field.new("tcp.seq")   -- relative sequence numbers (Wireshark's
 local tcp_ack = Field.new("tcp.ack")
 local tcp_len = Field.new("tcp.len")
 local tcp_flags = Field.new("tcp.flags")
+local frame_len = Field.new("frame.len")
+local frame_cap_len = Field.new("frame.cap_len")
+local ip_len = Field.new("ip.len")
+local ip_hdr_len = Field.new("ip.hdr_len")
+local ipv6_plen = Field.new("ipv6.plen")
+local tcp_hdr_len = Field.new("tcp.hdr_len")
+
+-- The TCP payload length the (innermost) IP header announces, or 0 when unknown.
+local function announced_payload()
+    local tcp_header = tcp_hdr_len()
+    if not tcp_header then return 0 end
+    local lengths, headers, plens = { ip_len() }, { ip_hdr_len() }, { ipv6_plen() }
+    local total, header, plen = lengths[#lengths], headers[#headers], plens[#plens]
+    if total and header and total.value > 0 then return total.value - header.value - tcp_header.value end
+    if plen then return plen.value - tcp_header.value end
+    return 0
+end
 
 -- State is kept per TCP stream and direction, not per address and port: a reused
 -- 4-tuple is another stream (issue 18).
@@ -407,9 +424,9 @@ local function sent_before(s, limit)
     return lost
 end
 
-local function note_gap(number, key, bytes)
+local function note_gap(number, key, bytes, why)
     local list = gaps[number] or {}
-    list[#list + 1] = { bytes = bytes, key = key }
+    list[#list + 1] = { bytes = bytes, key = key, why = why or "the sequence numbers say so" }
     gaps[number] = list
     gapped[key] = number
 end
@@ -441,13 +458,24 @@ local function check_loss(pinfo)
         seqs[mine] = s
     end
     if syn then return end
-    if len > 0 then
+    -- A packet cut by the snaplen: its tail was sent but not captured. tcp.len counts
+    -- the bytes the IP header announces when the capture file kept the length on the
+    -- wire (frame.len), else the bytes captured.
+    local wire, captured = frame_len(), frame_cap_len()
+    local got = len
+    if wire and captured and captured.value < wire.value then got = math.max(0, len - (wire.value - captured.value)) end
+    len = math.max(len, announced_payload())
+    if got > 0 then
         if seq <= s.next then
-            if seq + len > s.next then s.next = seq + len end
+            if seq + got > s.next then s.next = seq + got end
             absorb(s)
-        elseif not s.held[seq] or s.held[seq] < seq + len then
-            s.held[seq] = seq + len
+        elseif not s.held[seq] or s.held[seq] < seq + got then
+            s.held[seq] = seq + got
         end
+    end
+    if got < len and s.next >= seq + got then
+        local lost = sent_before(s, seq + len)
+        if lost > 0 then note_gap(number, mine, lost, "the capture's snaplen cut this packet") end
     end
     if fin then
         s.fin = seq + len
@@ -475,7 +503,7 @@ function jet_loss.dissector(tvb, pinfo, tree)
         item:add(f.gap, gap.bytes):set_generated()
         item:append_text(": " .. gap.bytes .. " byte(s) not captured")
         item:add_proto_expert_info(e_gap, gap.bytes .. " byte(s) of " .. gap.key ..
-            " were sent but not captured (the sequence numbers say so): lost by the capture, not by the peers")
+            " were sent but not captured (" .. gap.why .. "): lost by the capture, not by the peers")
     end
 end
 register_postdissector(jet_loss)
