@@ -158,9 +158,11 @@ INFO = encode(Info("jetd"))
 PEER_INFO = encode(Info("peer"))
 
 
-def write_session(path: Path, steps: list[tuple[int, bytes | int]], *, snaplen: int = 65535) -> None:
-    """One TCP session from its handshake to its FINs: each step is (direction, bytes)
-    for a segment, or (direction, n) for n bytes sent but never captured."""
+def write_session(path: Path, steps: list[tuple[int, bytes | int]], *, snaplen: int = 65535,
+                  close: bool = True) -> None:
+    """One TCP session from its handshake to its FINs (unless not ``close``): each step
+    is (direction, bytes) for a segment, or (direction, n) for n bytes sent but never
+    captured."""
     with open(path, "wb") as f:
         session = TcpSession(CaptureWriter(f, snaplen=snaplen), CLIENT, SERVER)
         session.handshake()
@@ -169,7 +171,8 @@ def write_session(path: Path, steps: list[tuple[int, bytes | int]], *, snaplen: 
                 session.skip(direction, step)
             else:
                 session.send(direction, step)
-        session.close()
+        if close:
+            session.close()
 
 
 def _lost_request(path: Path) -> None:
@@ -256,6 +259,22 @@ def test_a_frame_cut_by_a_gap_keeps_its_own_streams_packet_number(tmp_path: Path
     assert truncated[0]["packet"] == 8, truncated
     assert truncated[0]["request"]["function"] == "GET_STATE"  # its id is readable
     assert blamed(objs) == [], blamed(objs)
+
+
+@pytest.mark.parametrize("shown_by", ["ack", "end"])
+def test_frames_held_behind_a_gap_keep_their_own_packets(tmp_path: Path, shown_by: str) -> None:
+    """A segment after a lost one waits for the hole; once the hole is a gap (the answer
+    acknowledges it, or the capture ends), its frame is shown at its own packet (5)."""
+    path = tmp_path / "held.pcap"
+    steps: list[tuple[int, bytes | int]] = [(1, INFO), (0, len(SET)), (0, GET)]
+    write_session(path, [*steps, (1, GOT)] if shown_by == "ack" else steps, close=shown_by == "ack")
+    objs = jetdump_json(str(path))
+    get = next(f for f in jet_frames(objs) if f.get("function") == "GET_STATE")
+    assert get["packet"] == 5 and get["timestamp"] == pytest.approx(1_700_000_000.0005, abs=1e-6), get
+    gap = notes(objs, "gap")
+    assert len(gap) == 1 and gap[0]["packet"] == 5  # the first segment after the hole showed it
+    # Answered (ack) or not: the capture holds the whole answer direction either way.
+    assert [o["note"] for o in blamed(objs)] == ([] if shown_by == "ack" else ["unanswered"]), blamed(objs)
 
 
 CLIENT_HELLO = bytes.fromhex("16030100c4010000c00303") + bytes(32) + bytes.fromhex("000004130113020100")

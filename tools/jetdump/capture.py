@@ -78,16 +78,22 @@ def _addr(ip: bytes, port: int) -> str:
     return f"[{ipaddress.IPv6Address(ip)}]:{port}"
 
 
+# A piece of a reassembled direction: (is_gap, size, data, time and packet of the
+# segment that carried the data; None for a gap, which takes the time of its loss).
+Piece = tuple[bool, int, bytes, Optional[float], Optional[int]]
+
+
 class _Direction:
     """Reassembly state of one direction of a TCP connection."""
 
-    __slots__ = ("base", "ended", "fin", "fin_at", "held", "held_bytes", "hole_packet", "hole_since", "last_ts",
-                 "next", "retransmitted")
+    __slots__ = ("base", "ended", "fin", "fin_at", "held", "held_at", "held_bytes", "hole_packet", "hole_since",
+                 "last_ts", "next", "retransmitted")
 
     def __init__(self) -> None:
         self.base: Optional[int] = None  # absolute sequence number of relative offset 0
         self.next = 0  # relative offset of the next byte to deliver
         self.held: dict[int, bytes] = {}  # out-of-order segments by relative offset
+        self.held_at: dict[int, tuple[float, int]] = {}  # their time and packet number
         self.held_bytes = 0
         self.hole_since: Optional[float] = None  # arrival of the first segment after a hole
         self.hole_packet: Optional[int] = None  # and its packet number
@@ -105,8 +111,9 @@ class _Direction:
             diff -= 0x1_0000_0000
         return self.next + diff
 
-    def accept(self, rel: int, payload: bytes, out: list[tuple[bool, int, bytes]]) -> None:
-        """Deliver what is in order: ``out`` gets (is_gap, size, data) pieces."""
+    def accept(self, rel: int, payload: bytes, out: list[Piece], ts: float, packet: int) -> None:
+        """Deliver what is in order: ``out`` gets pieces; ``ts`` and ``packet``: the
+        segment's (kept with it while it waits for the bytes before it)."""
         end = rel + len(payload)
         if end <= self.next:
             self.retransmitted += len(payload)
@@ -120,27 +127,34 @@ class _Direction:
             if old is None or len(old) < len(payload):
                 self.held_bytes += len(payload) - (len(old) if old else 0)
                 self.held[rel] = payload
+                self.held_at[rel] = (ts, packet)
             return
-        out.append((False, len(payload), payload))
+        out.append((False, len(payload), payload, ts, packet))
         self.next = end
-        self.drain(out)
+        self.drain(out, (ts, packet))
 
-    def drain(self, out: list[tuple[bool, int, bytes]]) -> None:
+    def drain(self, out: list[Piece], filled_by: Optional[tuple[float, int]] = None) -> None:
+        """Deliver the held segments that are now in order: at the segment that
+        ``filled_by`` the hole before them (as Wireshark attributes a reassembled PDU to
+        the packet that completes it), or, after a gap, at their own packets."""
         while self.held:
             first = min(self.held)
             if first > self.next:
                 return
             payload = self.held.pop(first)
+            ts, packet = self.held_at.pop(first)
+            if filled_by is not None:
+                ts, packet = filled_by
             self.held_bytes -= len(payload)
             if first + len(payload) <= self.next:
                 self.retransmitted += len(payload)
                 continue
             payload = payload[self.next - first :]
-            out.append((False, len(payload), payload))
+            out.append((False, len(payload), payload, ts, packet))
             self.next += len(payload)
         self.hole_since = None
 
-    def sent_before(self, limit: int, out: list[tuple[bool, int, bytes]]) -> None:
+    def sent_before(self, limit: int, out: list[Piece]) -> None:
         """The bytes before relative offset ``limit`` were sent (the other side
         acknowledged them, a FIN follows them, a snaplen cut them): what the capture
         does not hold of them is a gap, and the held segments they reach are delivered."""
@@ -148,14 +162,14 @@ class _Direction:
             first = min(self.held) if self.held else limit
             if first > self.next:
                 end = min(first, limit)
-                out.append((True, end - self.next, b""))
+                out.append((True, end - self.next, b"", None, None))
                 self.next = end
             self.drain(out)
 
-    def skip_hole(self, out: list[tuple[bool, int, bytes]]) -> None:
+    def skip_hole(self, out: list[Piece]) -> None:
         """Give up on the bytes before the first held segment: they are a gap."""
         first = min(self.held)
-        out.append((True, first - self.next, b""))
+        out.append((True, first - self.next, b"", None, None))
         self.next = first
         self.drain(out)
 
@@ -376,21 +390,21 @@ def read_capture(
             elif acked == other.next + 1 and not other.held:
                 acked = other.next  # one more: the other side's FIN, not captured
             if acked > other.next:
-                lost: list[tuple[bool, int, bytes]] = []
+                lost: list[Piece] = []
                 # The loss showed at the first segment after the hole, if one came.
                 lost_ts, lost_packet = (ts, count) if other.hole_since is None else (other.hole_since, other.hole_packet)
                 other.sent_before(acked, lost)
-                events.extend(_pieces(conn.stream, 1 - direction, ts, lost, lost_ts, lost_packet))
+                events.extend(_pieces(conn.stream, 1 - direction, lost, lost_ts, lost_packet))
                 if other.fin_at is not None and other.next >= other.fin_at and not other.held:
                     events.extend(_finish(conn, 1 - direction, ts))  # its FIN waited for them
-        pieces: list[tuple[bool, int, bytes]] = []
+        pieces: list[Piece] = []
         gap_ts = ts
         gap_packet: Optional[int] = count
         half.last_ts = ts
         rel = half.relative(seq)
         cut = ip_end > wire_end and not flags & _SYN
         if payload or cut:
-            half.accept(rel, payload, pieces)
+            half.accept(rel, payload, pieces, ts, count)
             if cut:
                 # Cut by the snaplen: the tail of this segment was sent but not captured.
                 cut_packets += 1
@@ -411,7 +425,7 @@ def read_capture(
             half.fin_at = rel + len(payload)
             if half.next < half.fin_at and not half.held and half.hole_since is None:
                 half.hole_since, half.hole_packet = ts, count  # bytes before the FIN are missing
-        events.extend(_pieces(conn.stream, direction, ts, pieces, gap_ts, gap_packet))
+        events.extend(_pieces(conn.stream, direction, pieces, gap_ts, gap_packet))
         if flags & (_FIN | _RST):
             conn.closed = True
             for d, h in enumerate(conn.dirs):
@@ -459,13 +473,13 @@ def _finish(conn: _Connection, direction: int, ts: Optional[float]) -> list[Even
     if half.ended:
         return []
     half.ended = True
-    pieces: list[tuple[bool, int, bytes]] = []
+    pieces: list[Piece] = []
     gap_ts, gap_packet = (ts, None) if half.hole_since is None else (half.hole_since, half.hole_packet)
     while half.held:
         half.skip_hole(pieces)
     if half.fin_at is not None and half.next < half.fin_at:
         half.sent_before(half.fin_at, pieces)  # the FIN's sequence number says they were sent
-    events = _pieces(conn.stream, direction, ts, pieces, gap_ts, gap_packet)
+    events = _pieces(conn.stream, direction, pieces, gap_ts, gap_packet)
     events.append(End(conn.stream, direction, ts))
     return events
 
@@ -475,12 +489,13 @@ def ack_of(buf: bytes, tcp: int) -> int:
     return buf[tcp + 8] << 24 | buf[tcp + 9] << 16 | buf[tcp + 10] << 8 | buf[tcp + 11]
 
 
-def _pieces(stream: int, direction: int, ts: Optional[float], pieces: list[tuple[bool, int, bytes]],
-            gap_ts: Optional[float], packet: Optional[int]) -> list[Event]:
-    """Reassembled pieces of one direction as events: data, and gaps (at ``gap_ts``)."""
+def _pieces(stream: int, direction: int, pieces: list[Piece], gap_ts: Optional[float],
+            gap_packet: Optional[int]) -> list[Event]:
+    """Reassembled pieces of one direction as events: data at the time and packet of the
+    segment that carried it, gaps at ``gap_ts`` and ``gap_packet`` (where the loss showed)."""
     return [
-        Gap(stream, direction, gap_ts, size, packet) if is_gap else Data(stream, direction, ts, data, packet)
-        for is_gap, size, data in pieces
+        Gap(stream, direction, gap_ts, size, gap_packet) if is_gap else Data(stream, direction, ts, data, packet)
+        for is_gap, size, data, ts, packet in pieces
     ]
 
 
