@@ -58,3 +58,9 @@ def test_query_entry_keeps_the_record_kind(capture: Path) -> None:
     assert entry["kind"] == "frame"  # the documented record kind, not the entry's
     assert entry["entry_kind"] in ("STATE", "METHOD", "NODE")
     assert "entry_kind" in entry["offsets"] and "kind" not in entry["offsets"]
+
+
+def test_verbose_tree_names_the_entry_kind(capture: Path) -> None:
+    result = run_jetdump("-V", "--function", "QUERY_ENTRY", str(capture))
+    assert result.returncode == 0, result.stderr
+    assert "entry_kind: STATE (0x01)" in result.stdout or "entry_kind: NODE (0x03)" in result.stdout, result.stdout

@@ -57,10 +57,15 @@ TYPE_NAMES = {int(t): t.name for t in FrameType}
 FUNCTION_NAMES = {int(f): f.name for f in Function}
 EVENT_NAMES = {int(c): c.name for c in EventCode}
 ENTRY_KIND_NAMES = {int(k): k.name for k in EntryKind}
-# Schema field names that JSON shows under another name (the JSON names are stable).
-JSON_NAMES = {"kind": "entry_kind"}
 STATUS_NAMES = {int(s): s.name for s in Status}
 VALUE_TYPE_NAMES = {int(v): v.name for v in ValueType}
+# Schema field names that JSON shows under another name (the JSON names are stable).
+JSON_NAMES = {"kind": "entry_kind"}
+# Fields whose values are codes, shown by name (``0xNN`` for a code the spec lacks).
+CODE_NAMES = {
+    "type": TYPE_NAMES, "function": FUNCTION_NAMES, "code": EVENT_NAMES, "status": STATUS_NAMES,
+    "value_type": VALUE_TYPE_NAMES, "entry_kind": ENTRY_KIND_NAMES,
+}
 
 
 def code_name(names: dict[int, str], code: int) -> str:
@@ -132,24 +137,18 @@ def _key_only(name: str) -> Callable[[Any], str]:
     return summary
 
 
-def _key_value(name: str) -> Callable[[Any], str]:
+def _key_value(name: str, *, fetch: bool = False) -> Callable[[Any], str]:
+    """A request with a key and a value, or its fire-and-forget EVENT (PROTOCOL.md 7.1);
+    ``fetch``: a fetch event, which names its fetch id (7.2)."""
     quoted = _QUOTED
 
     def summary(m: Any) -> str:
         key = quoted.get(m.key) or quote(m.key)
+        if fetch:
+            return f"EVENT {name} fid={m.fetch_id} key={key} {value_summary(m.value)}"
         if m.id is None:
             return f"EVENT {name} key={key} {value_summary(m.value)}"
         return f"REQUEST id={m.id} {name} key={key} {value_summary(m.value)}"
-
-    return summary
-
-
-def _fetch_event(name: str) -> Callable[[Any], str]:
-    quoted = _QUOTED
-
-    def summary(m: Any) -> str:
-        key = quoted.get(m.key) or quote(m.key)
-        return f"EVENT {name} fid={m.fetch_id} key={key} {value_summary(m.value)}"
 
     return summary
 
@@ -232,10 +231,10 @@ def _info(m: Any) -> str:
 
 
 SUMMARIZERS: dict[type, Callable[[Any], str]] = {
-    FetchAdd: _fetch_event("FETCH_ADD"),
-    FetchChange: _fetch_event("FETCH_CHANGE"),
-    FetchRemove: _fetch_event("FETCH_REMOVE"),
-    FetchUnmatch: _fetch_event("FETCH_UNMATCH"),
+    FetchAdd: _key_value("FETCH_ADD", fetch=True),
+    FetchChange: _key_value("FETCH_CHANGE", fetch=True),
+    FetchRemove: _key_value("FETCH_REMOVE", fetch=True),
+    FetchUnmatch: _key_value("FETCH_UNMATCH", fetch=True),
     FetchMethod: _key_event("FETCH_METHOD"),
     FetchNode: _key_event("FETCH_NODE"),
     FetchWindow: _window,
@@ -354,18 +353,9 @@ class LineFormatter:
 
 def _field_value(name: str, value: Any) -> Any:
     """A dissected field's value as JSON: enum names for codes, text for strings."""
-    if name == "type":
-        return code_name(TYPE_NAMES, int(value))
-    if name == "function":
-        return code_name(FUNCTION_NAMES, int(value))
-    if name == "code":
-        return code_name(EVENT_NAMES, int(value))
-    if name == "status":
-        return code_name(STATUS_NAMES, int(value))
-    if name == "value_type":
-        return code_name(VALUE_TYPE_NAMES, int(value))
-    if name == "entry_kind":
-        return code_name(ENTRY_KIND_NAMES, int(value))
+    names = CODE_NAMES.get(name)
+    if names is not None:
+        return code_name(names, int(value))
     if isinstance(value, bytes):
         return value.hex()
     return int(value) if isinstance(value, int) else value
@@ -606,11 +596,9 @@ def field_tree(record: FrameRecord) -> list[str]:
     lines = []
     for field in fields:
         value = field.value
-        if field.name in ("type", "function", "code", "status", "value_type"):
-            names = {
-                "type": TYPE_NAMES, "function": FUNCTION_NAMES, "code": EVENT_NAMES,
-                "status": STATUS_NAMES, "value_type": VALUE_TYPE_NAMES,
-            }[field.name]
+        name = JSON_NAMES.get(field.name, field.name)
+        names = CODE_NAMES.get(name)
+        if names is not None:
             shown = f"{code_name(names, int(value))} (0x{int(value):02X})"
         elif isinstance(value, bytes):
             vtype = next((int(f.value) for f in fields if f.name == "value_type"), -1)
@@ -623,7 +611,7 @@ def field_tree(record: FrameRecord) -> list[str]:
             shown = f"0x{value:08X}" + (" (CONFLATION)" if value & 1 else "")
         else:
             shown = str(value)
-        lines.append(f"    [{field.offset:>4} +{field.length:<4}] {JSON_NAMES.get(field.name, field.name)}: {shown}")
+        lines.append(f"    [{field.offset:>4} +{field.length:<4}] {name}: {shown}")
     if error is not None and record.kind == OK:
         lines.append(f"    schema error: {error.message}")
     elif record.kind != OK:
