@@ -148,22 +148,18 @@ local answers = {}   -- frame number .. ":" .. offset -> {request frame, rtt}
 local answered = {}  -- request frame number .. ":" .. id -> response frame number
 
 local tcp_stream = Field.new("tcp.stream")
-local tcp_seq = Field.new("tcp.seq")   -- relative sequence numbers (Wireshark's default)
-local tcp_ack = Field.new("tcp.ack")
-local tcp_len = Field.new("tcp.len")
-local tcp_flags = Field.new("tcp.flags")
-local frame_len = Field.new("frame.len")
-local frame_cap_len = Field.new("frame.cap_len")
-local ip_len = Field.new("ip.len")
-local ip_hdr_len = Field.new("ip.hdr_len")
-local ipv6_plen = Field.new("ipv6.plen")
-local tcp_hdr_len = Field.new("tcp.hdr_len")
+-- What the loss checks read (tcp.seq and tcp.ack: relative, Wireshark's default).
+local wire = {}
+for _, name in ipairs({ "tcp.seq", "tcp.ack", "tcp.len", "tcp.flags", "tcp.hdr_len", "frame.len", "frame.cap_len",
+                        "ip.len", "ip.hdr_len", "ipv6.plen" }) do
+    wire[name] = Field.new(name)
+end
 
 -- The TCP payload length the (innermost) IP header announces, or 0 when unknown.
 local function announced_payload()
-    local tcp_header = tcp_hdr_len()
+    local tcp_header = wire["tcp.hdr_len"]()
     if not tcp_header then return 0 end
-    local lengths, headers, plens = { ip_len() }, { ip_hdr_len() }, { ipv6_plen() }
+    local lengths, headers, plens = { wire["ip.len"]() }, { wire["ip.hdr_len"]() }, { wire["ipv6.plen"]() }
     local total, header, plen = lengths[#lengths], headers[#headers], plens[#plens]
     if total and header and total.value > 0 then return total.value - header.value - tcp_header.value end
     if plen then return plen.value - tcp_header.value end
@@ -435,7 +431,7 @@ local function check_loss(pinfo)
     local number = pinfo.number
     if pinfo.visited or loss_checked[number] then return end
     loss_checked[number] = true
-    local seq, len, flags, ack = tcp_seq(), tcp_len(), tcp_flags(), tcp_ack()
+    local seq, len, flags, ack = wire["tcp.seq"](), wire["tcp.len"](), wire["tcp.flags"](), wire["tcp.ack"]()
     if not seq or not len or not flags then return end
     seq, len, flags = seq.value, len.value, flags.value
     local syn, fin, has_ack = math.floor(flags / 2) % 2 == 1, flags % 2 == 1, math.floor(flags / 16) % 2 == 1
@@ -461,9 +457,9 @@ local function check_loss(pinfo)
     -- A packet cut by the snaplen: its tail was sent but not captured. tcp.len counts
     -- the bytes the IP header announces when the capture file kept the length on the
     -- wire (frame.len), else the bytes captured.
-    local wire, captured = frame_len(), frame_cap_len()
+    local on_wire, captured = wire["frame.len"](), wire["frame.cap_len"]()
     local got = len
-    if wire and captured and captured.value < wire.value then got = math.max(0, len - (wire.value - captured.value)) end
+    if on_wire and captured and captured.value < on_wire.value then got = math.max(0, len - (on_wire.value - captured.value)) end
     len = math.max(len, announced_payload())
     if got > 0 then
         if seq <= s.next then
