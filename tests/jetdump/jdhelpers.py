@@ -7,8 +7,13 @@ import os
 import shutil
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Optional
+
+import pytest
 
 from jetwire import (
     AddMethod,
@@ -36,6 +41,7 @@ from jetwire import (
     Value,
     ValueType,
 )
+from tools.bench.jetdump import stop_process
 
 REPO = Path(__file__).resolve().parents[2]
 LUA = REPO / "tools" / "wireshark" / "jet.lua"
@@ -98,6 +104,30 @@ def run_jetdump(*args: str, stdin: Optional[bytes] = None, timeout: float = RUN_
         input=stdin.decode("latin-1") if stdin is not None else None,
         capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env,
     )
+
+
+@contextmanager
+def loopback_capture(path: Path, port: int, tool: str) -> Iterator[None]:
+    """Capture TCP port ``port`` on lo into ``path`` with ``tool`` (dumpcap or tshark)
+    while the block runs. Skips the test where capturing is not permitted."""
+    proc = subprocess.Popen([tool, "-i", "lo", "-f", f"tcp port {port}", "-w", str(path)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        assert proc.stderr is not None
+        started = b""
+        deadline = time.monotonic() + 15
+        while b"Capturing on" not in started and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            if not line:
+                break
+            started += line
+        if b"Capturing on" not in started:
+            pytest.skip(f"capturing on loopback is not permitted here: {started.decode(errors='replace')}")
+        time.sleep(0.3)  # the capture filter is compiled and attached after the message
+        yield
+        time.sleep(0.3)  # the last packets reach the file
+    finally:
+        stop_process(proc)
 
 
 def jetdump_json(*args: str, returncode: int = 0) -> list[dict[str, Any]]:

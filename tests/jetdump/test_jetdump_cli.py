@@ -187,11 +187,12 @@ def test_gap_across_a_frame_boundary_resynchronises_at_the_next_frame(tmp_path: 
         session.send(0, SET + CHANGE[:10])
         session.skip(0, len(CHANGE) - 10 + 3)  # the rest of CHANGE and 3 bytes of the next
         session.send(0, SET[3:] + SET)
-        session.send(1, NOT_FOUND)  # the other direction is unaffected
+        session.send(1, NOT_FOUND, ack=len(SET))  # the other direction is unaffected
         session.close()
     result = run_jetdump(str(path))
     out = lines(result.stdout)
-    # The hole stays open until the client's FIN: the server's response comes first.
+    # The hole stays open until the server acknowledges the bytes after it (its FIN): its
+    # response, which acknowledges only the first SET, comes first.
     assert "NOT_FOUND" in out[1]
     assert "gap: 28 byte(s) missing at stream offset 38" in out[2]
     assert "TRUNCATED EVENT: gap in the capture: 10 of 35 bytes present" in out[3]

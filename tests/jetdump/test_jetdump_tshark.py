@@ -6,7 +6,6 @@ captured on loopback."""
 from __future__ import annotations
 
 import random
-import signal
 import socket
 import subprocess
 import time
@@ -21,6 +20,7 @@ from jdhelpers import (
     TSHARK,
     jet_frames,
     jetdump_json,
+    loopback_capture,
     normalise_jetdump,
     tshark_pdus,
 )
@@ -234,32 +234,9 @@ def _drive_jetd(host: str, port: int) -> int:
 def test_real_jetd_session_captured_on_loopback_agrees(tmp_path: Path, start_jetd: Callable[..., Any]) -> None:
     daemon = start_jetd()
     capture = tmp_path / "live.pcapng"
-    proc = subprocess.Popen(
-        [str(TSHARK), "-i", "lo", "-f", f"tcp port {daemon.port}", "-w", str(capture)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )
-    try:
-        assert proc.stderr is not None
-        started = b""
-        deadline = time.monotonic() + 15
-        while b"Capturing on" not in started and time.monotonic() < deadline:
-            line = proc.stderr.readline()
-            if not line:
-                break
-            started += line
-        if b"Capturing on" not in started:
-            pytest.skip(f"capturing on loopback is not permitted here: {started.decode(errors='replace')}")
-        time.sleep(0.3)  # the capture filter is compiled and attached after the message
+    with loopback_capture(capture, daemon.port, str(TSHARK)):
         received = _drive_jetd(daemon.host, daemon.port)
         assert received >= 6
-        time.sleep(0.3)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
     # Both decode by port: under load the capture may start after the first INFO, which
     # the dissector's heuristic (a stream that begins with INFO) would need.
     frames = assert_agree(capture, "--port", str(daemon.port), tshark_args=("-o", f"jet.port:{daemon.port}"))

@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from jetwire import FetchChange, GetState, Info, Response, SetState, Status, Value, encode
 from jetwire.log import LogHeader, LogKind, conn_open_data, encode_header, encode_record
@@ -201,13 +201,18 @@ def tap_latency(count: int) -> list[str]:
         rows.append(f"| added by the tap | | {us(tapped[len(tapped) // 2] - direct[len(direct) // 2])} | {us(added99)} |")
     finally:
         for proc in (tap, jetd):
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_process(proc)
     return rows
+
+
+def stop_process(proc: subprocess.Popen[Any]) -> None:
+    """SIGTERM, then SIGKILL after 10 s (also used by tests/jetdump)."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def main(argv: Optional[list[str]] = None) -> int:

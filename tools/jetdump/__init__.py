@@ -31,6 +31,8 @@ JSON output (``--json``), one object per line; these names are stable:
   id             request id (REQUEST, RESPONSE)
   function       REQUEST function name
   code           EVENT code name (SET_STATE, FETCH_CHANGE, CLOSE, ...)
+  entry_kind     QUERY_ENTRY's entry kind: STATE, METHOD or NODE (PROTOCOL.md 14.4);
+                 ``kind`` always stays the record's kind
   status         RESPONSE or CLOSE status name
   key, key_length, prefix, prefix_length, message, message_length, fetch_id
   value_type     value type name (0xNN for application types)
@@ -50,9 +52,10 @@ JSON output (``--json``), one object per line; these names are stable:
                  256 bytes from a header that lost the frame boundary)
   announced      bytes a truncated frame's header announced (header included)
   schema_error   the construct schema rejects a frame the fast codec accepted (a bug)
-  note, text     for notes: their kind (gap, resync, stopped, not-jet, capture-truncated,
-                 log-damage, log-truncated, conn-open, conn-close, route, dropped, ...)
-                 and their text
+  note, text     for notes: their kind (gap, resync, stopped, not-jet, snaplen,
+                 capture-truncated, log-damage, log-truncated, conn-open, conn-close, route,
+                 dropped, ...) and their text; a gap note also has the ``packet`` that
+                 showed the loss
 """
 
 from __future__ import annotations

@@ -6,9 +6,13 @@ packet (NOTES.md).
 
 Reassembly follows the sequence numbers of each direction: retransmitted and overlapping
 bytes are delivered once, out-of-order segments wait for the bytes before them, and
-bytes that never appear become a :class:`~tools.jetdump.events.Gap` (when the hole is
-still open after ``DEFAULT_HOLE_BYTES`` of later data, ``DEFAULT_HOLE_SECONDS`` of
-capture time, or at the end of the stream). Nothing is guessed.
+bytes that never appear become a :class:`~tools.jetdump.events.Gap`. The sequence
+numbers say when bytes were sent that the capture does not hold: the other side's ACK
+acknowledges them, a FIN follows them, or a packet cut by the snaplen lacks its tail;
+those are gaps at once, at the packet that shows them. A hole before a later segment
+may still be filled by a retransmission or a reordered segment: it becomes a gap once
+an ACK covers it, or when it is still open after ``DEFAULT_HOLE_BYTES`` of later data,
+``DEFAULT_HOLE_SECONDS`` of capture time, or at the end of the stream. Nothing is guessed.
 """
 
 from __future__ import annotations
@@ -74,19 +78,28 @@ def _addr(ip: bytes, port: int) -> str:
     return f"[{ipaddress.IPv6Address(ip)}]:{port}"
 
 
+# A piece of a reassembled direction: (is_gap, size, data, time and packet of the
+# segment that carried the data; None for a gap, which takes the time of its loss).
+Piece = tuple[bool, int, bytes, Optional[float], Optional[int]]
+
+
 class _Direction:
     """Reassembly state of one direction of a TCP connection."""
 
-    __slots__ = ("base", "ended", "fin", "held", "held_bytes", "hole_since", "last_ts", "next", "retransmitted")
+    __slots__ = ("base", "ended", "fin", "fin_at", "held", "held_at", "held_bytes", "hole_packet", "hole_since",
+                 "last_ts", "next", "retransmitted")
 
     def __init__(self) -> None:
         self.base: Optional[int] = None  # absolute sequence number of relative offset 0
         self.next = 0  # relative offset of the next byte to deliver
         self.held: dict[int, bytes] = {}  # out-of-order segments by relative offset
+        self.held_at: dict[int, tuple[float, int]] = {}  # their time and packet number
         self.held_bytes = 0
         self.hole_since: Optional[float] = None  # arrival of the first segment after a hole
+        self.hole_packet: Optional[int] = None  # and its packet number
         self.last_ts: Optional[float] = None  # the direction's last packet
         self.fin = False
+        self.fin_at: Optional[int] = None  # relative offset of the FIN: no byte is sent after it
         self.ended = False
         self.retransmitted = 0
 
@@ -98,8 +111,9 @@ class _Direction:
             diff -= 0x1_0000_0000
         return self.next + diff
 
-    def accept(self, rel: int, payload: bytes, out: list[tuple[bool, int, bytes]]) -> None:
-        """Deliver what is in order: ``out`` gets (is_gap, size, data) pieces."""
+    def accept(self, rel: int, payload: bytes, out: list[Piece], ts: float, packet: int) -> None:
+        """Deliver what is in order: ``out`` gets pieces; ``ts`` and ``packet``: the
+        segment's (kept with it while it waits for the bytes before it)."""
         end = rel + len(payload)
         if end <= self.next:
             self.retransmitted += len(payload)
@@ -113,30 +127,49 @@ class _Direction:
             if old is None or len(old) < len(payload):
                 self.held_bytes += len(payload) - (len(old) if old else 0)
                 self.held[rel] = payload
+                self.held_at[rel] = (ts, packet)
             return
-        out.append((False, len(payload), payload))
+        out.append((False, len(payload), payload, ts, packet))
         self.next = end
-        self.drain(out)
+        self.drain(out, (ts, packet))
 
-    def drain(self, out: list[tuple[bool, int, bytes]]) -> None:
+    def drain(self, out: list[Piece], filled_by: Optional[tuple[float, int]] = None) -> None:
+        """Deliver the held segments that are now in order: at the segment that
+        ``filled_by`` the hole before them (as Wireshark attributes a reassembled PDU to
+        the packet that completes it), or, after a gap, at their own packets."""
         while self.held:
             first = min(self.held)
             if first > self.next:
                 return
             payload = self.held.pop(first)
+            ts, packet = self.held_at.pop(first)
+            if filled_by is not None:
+                ts, packet = filled_by
             self.held_bytes -= len(payload)
             if first + len(payload) <= self.next:
                 self.retransmitted += len(payload)
                 continue
             payload = payload[self.next - first :]
-            out.append((False, len(payload), payload))
+            out.append((False, len(payload), payload, ts, packet))
             self.next += len(payload)
         self.hole_since = None
 
-    def skip_hole(self, out: list[tuple[bool, int, bytes]]) -> None:
+    def sent_before(self, limit: int, out: list[Piece]) -> None:
+        """The bytes before relative offset ``limit`` were sent (the other side
+        acknowledged them, a FIN follows them, a snaplen cut them): what the capture
+        does not hold of them is a gap, and the held segments they reach are delivered."""
+        while self.next < limit:
+            first = min(self.held) if self.held else limit
+            if first > self.next:
+                end = min(first, limit)
+                out.append((True, end - self.next, b"", None, None))
+                self.next = end
+            self.drain(out)
+
+    def skip_hole(self, out: list[Piece]) -> None:
         """Give up on the bytes before the first held segment: they are a gap."""
         first = min(self.held)
-        out.append((True, first - self.next, b""))
+        out.append((True, first - self.next, b"", None, None))
         self.next = first
         self.drain(out)
 
@@ -226,8 +259,9 @@ def read_capture(
     truncated: Optional[str] = None
     batch: list[DataTuple] = []
     # (src, sport, dst, dport) of each direction of a jet stream -> (stream, direction,
-    # its reassembly state): the per-packet fast path for in-order data.
-    in_order: dict[tuple[bytes, int, bytes, int], tuple[int, int, _Direction]] = {}
+    # its reassembly state, the other direction's): the per-packet fast path for in-order data.
+    in_order: dict[tuple[bytes, int, bytes, int], tuple[int, int, _Direction, _Direction]] = {}
+    cut_packets = 0  # packets whose TCP payload the snaplen cut
     while True:
         try:
             packet = next(packets)
@@ -269,31 +303,38 @@ def read_capture(
             src = buf[off + 12 : off + 16]
             dst = buf[off + 16 : off + 20]
             tcp = off + (buf[off] & 0x0F) * 4
-            wire_end = min(off + total, len(buf)) if total else len(buf)  # 0 with TCP segmentation offload
+            ip_end = off + total if total else len(buf)  # 0 with TCP segmentation offload
         elif version == 6:
             if len(buf) - off < 40 or buf[off + 6] != 6:
                 continue
             (plen,) = _U16.unpack_from(buf, off + 4)
             src, dst = buf[off + 8 : off + 24], buf[off + 24 : off + 40]
             tcp = off + 40
-            wire_end = min(tcp + plen, len(buf))
+            ip_end = tcp + plen
         else:
             continue
+        wire_end = ip_end if ip_end <= len(buf) else len(buf)
         if wire_end - tcp < 20:
             continue
         sport = buf[tcp] << 8 | buf[tcp + 1]
         dport = buf[tcp + 2] << 8 | buf[tcp + 3]
         seq = buf[tcp + 4] << 24 | buf[tcp + 5] << 16 | buf[tcp + 6] << 8 | buf[tcp + 7]
         flags = buf[tcp + 13]
-        payload = buf[tcp + (buf[tcp + 12] >> 4) * 4 : wire_end]
-        # A snaplen-cut packet delivers only its captured bytes; the rest stays a hole
-        # that a retransmission may fill, or becomes a gap.
+        data_off = tcp + (buf[tcp + 12] >> 4) * 4
+        payload = buf[data_off:wire_end]
         key = (src, sport, dst, dport)
         known = in_order.get(key)
-        if known is not None and payload and not flags & 0x07:  # no SYN, FIN, RST
+        if known is not None and payload and not flags & 0x07 and ip_end == wire_end:  # no SYN, FIN, RST; whole
             half = known[2]
             base = half.base  # never None here: a direction joins in_order once it has one
-            if base is not None and not half.held and (seq - base - half.next) & 0xFFFF_FFFF == 0:
+            other = known[3]
+            other_base = other.base
+            if (base is not None and not half.held and (seq - base - half.next) & 0xFFFF_FFFF == 0
+                    and (other_base is None or not flags & _ACK or (
+                        # The ACK acknowledges no byte of the other direction beyond what
+                        # the capture holds (else those bytes were lost: the slow path).
+                        (buf[tcp + 8] << 24 | buf[tcp + 9] << 16 | buf[tcp + 10] << 8 | buf[tcp + 11])
+                        - other_base - other.next - 1) & 0xFFFF_FFFF >= 0x7FFF_FFFF)):
                 # The common case: the next in-order bytes of a jet stream, nothing held.
                 half.next += len(payload)
                 half.last_ts = ts
@@ -330,34 +371,66 @@ def read_capture(
         direction = 0 if (src, sport) == conn.client else 1
         half = conn.dirs[direction]
         if conn.kind and half.base is not None and not conn.closed:
-            in_order[key] = (conn.stream, direction, half)
+            in_order[key] = (conn.stream, direction, half, conn.dirs[1 - direction])
         if flags & _SYN:
             if half.base is None:
                 half.base = (seq + 1) & 0xFFFF_FFFF
             payload = b""  # data on SYN (TCP Fast Open) is not followed here
         if half.base is None:
             half.base = seq
-        pieces: list[tuple[bool, int, bytes]] = []
+        events: list[Event] = []
+        other = conn.dirs[1 - direction]
+        if flags & _ACK and other.base is not None and not other.ended:
+            # Bytes of the other direction that this side acknowledges were sent: what
+            # the capture lacks of them is lost, and reported now, before anything this
+            # packet says (a response whose request was lost is not unsolicited).
+            acked = other.relative(ack_of(buf, tcp))
+            if other.fin_at is not None:
+                acked = min(acked, other.fin_at)  # the FIN takes a sequence number, no byte
+            elif acked == other.next + 1 and not other.held:
+                acked = other.next  # one more: the other side's FIN, not captured
+            if acked > other.next:
+                lost: list[Piece] = []
+                # The loss showed at the first segment after the hole, if one came.
+                lost_ts, lost_packet = (ts, count) if other.hole_since is None else (other.hole_since, other.hole_packet)
+                other.sent_before(acked, lost)
+                events.extend(_pieces(conn.stream, 1 - direction, lost, lost_ts, lost_packet))
+                if other.fin_at is not None and other.next >= other.fin_at and not other.held:
+                    events.extend(_finish(conn, 1 - direction, ts))  # its FIN waited for them
+        pieces: list[Piece] = []
         gap_ts = ts
+        gap_packet: Optional[int] = count
         half.last_ts = ts
-        if payload:
-            half.accept(half.relative(seq), payload, pieces)
+        rel = half.relative(seq)
+        cut = ip_end > wire_end and not flags & _SYN
+        if payload or cut:
+            half.accept(rel, payload, pieces, ts, count)
+            if cut:
+                # Cut by the snaplen: the tail of this segment was sent but not captured.
+                cut_packets += 1
+                if cut_packets == 1:
+                    events.append(Note(conn.stream, ts, "snaplen",
+                                       f"packet {count} was cut by the capture's snaplen: {len(payload)} of "
+                                       f"{ip_end - data_off} TCP payload byte(s) captured; the rest is a gap"))
+                if half.next >= rel + len(payload):  # in order: its tail is the next hole
+                    half.sent_before(rel + ip_end - data_off, pieces)
             if half.held:
                 if half.hole_since is None:
-                    half.hole_since = ts
+                    half.hole_since, half.hole_packet = ts, count
                 elif half.held_bytes > hole_bytes or ts - half.hole_since > hole_seconds:
-                    gap_ts = half.hole_since  # the loss shows when the segment after it came
+                    # The loss shows when the segment after it came.
+                    gap_ts, gap_packet = half.hole_since, half.hole_packet
                     half.skip_hole(pieces)
-        events: list[Event] = []
-        for is_gap, size, data in pieces:
-            events.append(
-                Gap(conn.stream, direction, gap_ts, size) if is_gap else Data(conn.stream, direction, ts, data, count)
-            )
+        if flags & _FIN:
+            half.fin_at = rel + len(payload)
+            if half.next < half.fin_at and not half.held and half.hole_since is None:
+                half.hole_since, half.hole_packet = ts, count  # bytes before the FIN are missing
+        events.extend(_pieces(conn.stream, direction, pieces, gap_ts, gap_packet))
         if flags & (_FIN | _RST):
             conn.closed = True
             for d, h in enumerate(conn.dirs):
                 if (d == direction or flags & _RST) and not h.ended:
-                    if flags & _FIN and d == direction and half.held:
+                    if flags & _FIN and d == direction and (half.held or half.next < rel + len(payload)):
                         continue  # the FIN waits for the missing bytes before it
                     events.extend(_finish(conn, d, ts))
         if not events:
@@ -388,6 +461,9 @@ def read_capture(
             yield from events
     if fragments:
         yield Note(None, last_ts, "ip-fragments", f"{fragments} IP fragment(s) ignored (not reassembled)")
+    if cut_packets > 1:
+        yield Note(None, last_ts, "snaplen", f"{cut_packets} packet(s) were cut by the capture's snaplen: "
+                                             "their missing bytes are reported as gaps")
     if truncated is not None:
         yield Note(None, last_ts, "capture-truncated", truncated)
 
@@ -397,16 +473,30 @@ def _finish(conn: _Connection, direction: int, ts: Optional[float]) -> list[Even
     if half.ended:
         return []
     half.ended = True
-    pieces: list[tuple[bool, int, bytes]] = []
-    gap_ts = half.hole_since if half.hole_since is not None else ts
+    pieces: list[Piece] = []
+    gap_ts, gap_packet = (ts, None) if half.hole_since is None else (half.hole_since, half.hole_packet)
     while half.held:
         half.skip_hole(pieces)
-    events: list[Event] = [
-        Gap(conn.stream, direction, gap_ts, size) if is_gap else Data(conn.stream, direction, ts, data)
-        for is_gap, size, data in pieces
-    ]
+    if half.fin_at is not None and half.next < half.fin_at:
+        half.sent_before(half.fin_at, pieces)  # the FIN's sequence number says they were sent
+    events = _pieces(conn.stream, direction, pieces, gap_ts, gap_packet)
     events.append(End(conn.stream, direction, ts))
     return events
+
+
+def ack_of(buf: bytes, tcp: int) -> int:
+    """The acknowledgement number of the TCP header at ``tcp``."""
+    return buf[tcp + 8] << 24 | buf[tcp + 9] << 16 | buf[tcp + 10] << 8 | buf[tcp + 11]
+
+
+def _pieces(stream: int, direction: int, pieces: list[Piece], gap_ts: Optional[float],
+            gap_packet: Optional[int]) -> list[Event]:
+    """Reassembled pieces of one direction as events: data at the time and packet of the
+    segment that carried it, gaps at ``gap_ts`` and ``gap_packet`` (where the loss showed)."""
+    return [
+        Gap(stream, direction, gap_ts, size, gap_packet) if is_gap else Data(stream, direction, ts, data, packet)
+        for is_gap, size, data, ts, packet in pieces
+    ]
 
 
 def _decide(conn: _Connection, heuristic: bool, *, final: bool = False) -> Iterator[Event]:

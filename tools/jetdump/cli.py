@@ -303,7 +303,8 @@ class Renderer:
         if self.stats is not None:
             streams = set(self.args.stream) if self.args.stream else None
             for stream, direction, _rid, seen in self.dissector.unanswered():
-                if streams is None or stream in streams:
+                if (streams is None or stream in streams) and not self.dissector.explained_by_gap(
+                        stream, direction, seen.number):
                     self.stats.add_unanswered(stream, direction, seen.number, seen.function, seen.key, seen.ts)
             labels = self.dissector.labels
             if self.args.json:

@@ -65,7 +65,13 @@ DAEMON_EVENTS = frozenset(
 # What a daemon routes to an owner under its own id (PROTOCOL.md 10.3): --trace links them.
 ROUTED_TYPES = frozenset({_messages.SetState, _messages.CallMethod})
 CHECKED = DAEMON_EVENTS | {Info}  # frames the violation checks look at beyond requests/responses
+# What Dissector._frame does with a frame, by its message class (0: nothing more).
+ROLE_REQUEST, ROLE_RESPONSE, ROLE_CHECKED = 1, 2, 3
+ROLES: dict[type, int] = {
+    **dict.fromkeys(REQUEST_TYPES, ROLE_REQUEST), Response: ROLE_RESPONSE, **dict.fromkeys(CHECKED, ROLE_CHECKED),
+}
 TIMEOUT = Status.TIMEOUT
+TLS_HANDSHAKE = 0x16  # the first byte of a TLS ClientHello or ServerHello record
 MAX_UNANSWERED_NOTES = 100  # individual notes of requests never answered; then one summary
 new_tuple = tuple.__new__
 
@@ -164,6 +170,7 @@ class NoteRecord(NamedTuple):
     kind: str
     text: str
     about: Optional[tuple[int, int]] = None  # (stream, request id) of the request it is about
+    packet: Optional[int] = None  # the capture packet that showed it (a gap: the loss)
 
 
 Record = Union[FrameRecord, NoteRecord]
@@ -172,7 +179,8 @@ Record = Union[FrameRecord, NoteRecord]
 class _Half:
     """One direction of a stream."""
 
-    __slots__ = ("base", "decoder", "origin", "resync", "scan", "scan_base", "scan_from", "scan_skipped", "shadow", "skip", "stopped")
+    __slots__ = ("base", "decoder", "origin", "packet", "resync", "scan", "scan_base", "scan_from", "scan_skipped",
+                 "shadow", "skip", "stopped")
 
     def __init__(self, max_body: int) -> None:
         self.decoder = Decoder(max_body=max_body, latch_fatal=False)
@@ -186,6 +194,7 @@ class _Half:
         self.scan_base = 0
         self.scan_from = 0  # offset in ``scan`` to search from
         self.scan_skipped = 0  # bytes after the gap dropped so far
+        self.packet: Optional[int] = None  # the last capture packet with bytes in ``shadow``
 
 
 def _plausible_header(buf: bytearray, at: int, max_body: int) -> bool:
@@ -259,6 +268,10 @@ class Dissector:
         self.leg_of: dict[tuple[int, int], tuple[int, int]] = {}  # owner (stream, id) -> requester's
         self.routes: dict[tuple[int, int], list[Any]] = {}  # requester (stream, id) -> trace so far
         self.violations = 0
+        # (stream, direction) -> the frame count at its last gap: a request sent up to
+        # then may have had its answer in the lost bytes, and a response after a gap in
+        # the other direction may answer a request that was lost (issue 32).
+        self.gapped: dict[tuple[int, int], int] = {}
         # --trace on a capture: link the daemon's request to an owner with the oldest
         # waiting request of the same function and key (PROTOCOL.md 10.3: it forwards
         # in the order it receives them); nothing in a capture links them for certain.
@@ -290,7 +303,7 @@ class Dissector:
             if event.complete:
                 self.complete.add(event.stream)
         elif isinstance(event, Gap):
-            self.gap(event.stream, event.direction, event.ts, event.size)
+            self.gap(event.stream, event.direction, event.ts, event.size, event.packet)
         elif isinstance(event, End):
             self.end(event.stream, event.direction, event.ts)
         elif isinstance(event, Origin):
@@ -345,76 +358,24 @@ class Dissector:
             if done:
                 data = data[done:]
         half.shadow += data
+        half.packet = packet  # the last packet with bytes of the frame being assembled
         decoder = half.decoder
         decoder.receive_data(data)
-        append = self.out.append
-        pending = self._pending
-        max_pending = self.max_pending
         keep_raw = self.keep_raw
         shadow = half.shadow
         base = half.base
         origin = half.origin
         start = origin + decoder.consumed
-        limit = self.limits.get((stream, direction)) if self.limits else None
-        routing = bool(self.leg_of or self.routes) or self.infer_routes
-        infer = self.infer_routes
         while True:
             try:
-                number = self.number
                 for message in decoder.messages():
                     end = origin + decoder.consumed
-                    number += 1
-                    request = rtt = None
-                    flag = 0
-                    cls = type(message)
-                    if cls is Response:
-                        request = pending.pop((stream, 1 - direction, message.id), None)  # type: ignore[attr-defined]
-                        if request is None:
-                            flag = 1
-                        else:
-                            if ts is not None and request.ts is not None:
-                                rtt = ts - request.ts
-                            if routing or message.status == TIMEOUT:  # type: ignore[attr-defined]
-                                flag = 1
-                    elif cls in REQUEST_TYPES and message.id is not None:  # type: ignore[attr-defined]
-                        # _remember(), inlined: a third of all frames pass here.
-                        ident = (stream, direction, message.id)  # type: ignore[attr-defined]
-                        if ident in pending:
-                            flag = 2
-                            dup = pending[ident].number
-                        if len(pending) >= max_pending:
-                            del pending[next(iter(pending))]
-                        pending[ident] = new_tuple(
-                            RequestSeen, (number, cls.function, getattr(message, "key", None), ts)
-                        )
-                        if infer and not flag and cls in ROUTED_TYPES:
-                            flag = 4
-                    elif cls in CHECKED:
-                        flag = 3
-                    # tuple.__new__ skips the NamedTuple's Python-level __new__ (hot path).
-                    append(new_tuple(FrameRecord, (
-                        number, ts, stream, direction, start, message,
-                        bytes(shadow[start - base : end - base]) if keep_raw else None,
-                        OK, None, shadow[start - base], end - start, None, request, rtt, False, packet, None,
-                    )))
-                    if flag:
-                        if flag == 1:
-                            self.check_response(ts, stream, direction, number, message, request)  # type: ignore[arg-type]
-                        elif flag == 2:
-                            self.violation(ts, stream, direction, number, f"duplicate request id {ident[2]}: "
-                                           f"frame #{dup} with this id is still pending", ident[::2])
-                        elif flag == 4:
-                            self.route_seen(stream, direction, message)  # type: ignore[arg-type]
-                        else:
-                            self.check_other(ts, stream, direction, number, message)
-                            limit = self.limits.get((stream, direction)) if self.limits else None
-                    if limit is not None and end - start - HEADER_SIZE > limit:
-                        self.check_limit(ts, stream, direction, number, end - start - HEADER_SIZE)
+                    self._frame(stream, direction, ts, start, message,
+                                bytes(shadow[start - base : end - base]) if keep_raw else None,
+                                shadow[start - base], end - start, packet)
                     start = end
-                self.number = number
                 break
             except RemoteProtocolError as exc:
-                self.number = number  # the frames before the bad one
                 if not exc.resumable:
                     self._fatal(half, stream, direction, ts, start, exc)
                     return
@@ -430,167 +391,97 @@ class Dissector:
         half.base = consumed
 
     def data_batch(self, items: list[DataTuple]) -> None:
-        """Many :meth:`data` calls; a packet holding one whole valid frame at a frame
-        boundary (the common case of request/response traffic) is decoded here inline,
-        anything else goes through :meth:`data`. Inlined: the per-packet path is what
-        limits a capture with one frame per packet (BENCHMARKS.md)."""
+        """Many :meth:`data` calls. A packet that starts at a frame boundary goes
+        straight to :meth:`_whole_frames_of` (the common case of request/response
+        traffic: the per-packet path is what limits a capture with one frame per
+        packet, BENCHMARKS.md); the rest of it, and anything else, through :meth:`data`."""
         halves = self._halves
-        pending = self._pending
-        max_pending = self.max_pending
-        append = self.out.append
-        keep_raw = self.keep_raw
-        max_body = self.max_body
-        decode = decode_frame
-        data = self.data
-        request_types = REQUEST_TYPES
-        checked = CHECKED
         if items and self.first_ts is None:
             self._first(items[0][2])
-        limits = self.limits
-        routing = bool(self.leg_of or self.routes) or self.infer_routes  # routes change only at notes or flag 4
-        infer = self.infer_routes
         for stream, direction, ts, chunk, packet in items:
             half = halves.get((stream, direction))
-            size = len(chunk)
-            if half is None or half.shadow or half.stopped or half.skip or half.resync or size < HEADER_SIZE:
-                data(stream, direction, ts, chunk, packet)
-                continue
-            ftype = chunk[0]  # byte reads: native when compiled (see capture.py)
-            length = chunk[1] << 24 | chunk[2] << 16 | chunk[3] << 8 | chunk[4]
-            if length + HEADER_SIZE != size or length > max_body:
-                data(stream, direction, ts, chunk, packet)
-                continue
-            try:
-                message = decode(chunk)
-            except RemoteProtocolError:
-                data(stream, direction, ts, chunk, packet)
-                continue
-            number = self.number = self.number + 1
-            request = rtt = None
-            flag = 0
-            cls = type(message)
-            if cls is Response:
-                request = pending.pop((stream, 1 - direction, message.id), None)  # type: ignore[attr-defined]
-                if request is None:
-                    flag = 1
-                else:
-                    if ts is not None and request.ts is not None:
-                        rtt = ts - request.ts
-                    if routing or message.status == TIMEOUT:  # type: ignore[attr-defined]
-                        flag = 1
-            elif cls in request_types and message.id is not None:  # type: ignore[attr-defined]
-                ident = (stream, direction, message.id)  # type: ignore[attr-defined]
-                if ident in pending:
-                    flag = 2
-                    dup = pending[ident].number
-                if len(pending) >= max_pending:
-                    del pending[next(iter(pending))]
-                pending[ident] = new_tuple(RequestSeen, (number, cls.function, getattr(message, "key", None), ts))
-                if infer and not flag and cls in ROUTED_TYPES:
-                    flag = 4
-            elif cls in checked:
-                flag = 3
-            offset = half.origin + half.decoder.consumed
-            append(new_tuple(FrameRecord, (
-                number, ts, stream, direction, offset, message, chunk if keep_raw else None,
-                OK, None, ftype, size, None, request, rtt, False, packet, None,
-            )))
-            half.origin += size
-            half.base += size
-            if flag:
-                if flag == 1:
-                    self.check_response(ts, stream, direction, number, message, request)  # type: ignore[arg-type]
-                elif flag == 2:
-                    self.violation(ts, stream, direction, number, f"duplicate request id {ident[2]}: "
-                                   f"frame #{dup} with this id is still pending", ident[::2])
-                elif flag == 4:
-                    self.route_seen(stream, direction, message)  # type: ignore[arg-type]
-                else:
-                    self.check_other(ts, stream, direction, number, message)
-            if limits and length > limits.get((stream, direction), 1 << 62):
-                self.check_limit(ts, stream, direction, number, length)
+            if half is not None and not (half.shadow or half.stopped or half.skip or half.resync):
+                done = self._whole_frames_of(half, stream, direction, ts, chunk, packet)
+                if done == len(chunk):
+                    continue
+                chunk = chunk[done:]
+            self.data(stream, direction, ts, chunk, packet)
 
     def _whole_frames_of(self, half: _Half, stream: int, direction: int, ts: Optional[float], data: bytes,
                          packet: Optional[int]) -> int:
         """Decode the whole, valid frames at the start of ``data`` (the direction has no
         bytes buffered); returns how many bytes they took. The first frame that is cut
         short, too large or does not decode is left to the stream decoder, which reports
-        it exactly as before. Inlined like :meth:`whole_frames`: measured 2x faster than
-        the stream decoder on a capture with one frame per packet (BENCHMARKS.md)."""
+        it exactly as before. Measured 2x faster than the stream decoder on a capture
+        with one frame per packet (BENCHMARKS.md)."""
         size = len(data)
         max_body = self.max_body
-        header = _HEADER.unpack_from
-        decode = decode_frame
-        pending = self._pending
-        max_pending = self.max_pending
-        append = self.out.append
         keep_raw = self.keep_raw
-        limit = self.limits.get((stream, direction)) if self.limits else None
-        routing = bool(self.leg_of or self.routes) or self.infer_routes
-        infer = self.infer_routes
-        number = self.number
         origin = half.origin + half.decoder.consumed  # stream offset of data[0]
         off = 0
         while off + HEADER_SIZE <= size:
-            ftype, length = header(data, off)
+            # Byte reads: native when compiled (see capture.py).
+            length = data[off + 1] << 24 | data[off + 2] << 16 | data[off + 3] << 8 | data[off + 4]
             end = off + HEADER_SIZE + length
             if end > size or length > max_body:
                 break
             frame = data if off == 0 and end == size else data[off:end]
             try:
-                message = decode(frame)
+                message = decode_frame(frame)
             except RemoteProtocolError:
                 break
-            number += 1
-            request = rtt = None
-            flag = 0
-            cls = type(message)
-            if cls is Response:
-                request = pending.pop((stream, 1 - direction, message.id), None)  # type: ignore[attr-defined]
-                if request is None:
-                    flag = 1
-                else:
-                    if ts is not None and request.ts is not None:
-                        rtt = ts - request.ts
-                    if routing or message.status == TIMEOUT:  # type: ignore[attr-defined]
-                        flag = 1
-            elif cls in REQUEST_TYPES and message.id is not None:  # type: ignore[attr-defined]
-                ident = (stream, direction, message.id)  # type: ignore[attr-defined]
-                if ident in pending:
-                    flag = 2
-                    dup = pending[ident].number
-                if len(pending) >= max_pending:
-                    del pending[next(iter(pending))]
-                pending[ident] = new_tuple(RequestSeen, (number, cls.function, getattr(message, "key", None), ts))
-                if infer and not flag and cls in ROUTED_TYPES:
-                    flag = 4
-            elif cls in CHECKED:
-                flag = 3
-            append(new_tuple(FrameRecord, (
-                number, ts, stream, direction, origin + off, message, frame if keep_raw else None,
-                OK, None, ftype, end - off, None, request, rtt, False, packet, None,
-            )))
-            if flag:
-                self.number = number
-                if flag == 1:
-                    self.check_response(ts, stream, direction, number, message, request)  # type: ignore[arg-type]
-                elif flag == 2:
-                    self.violation(ts, stream, direction, number, f"duplicate request id {ident[2]}: "
-                                   f"frame #{dup} with this id is still pending", ident[::2])
-                elif flag == 4:
-                    self.route_seen(stream, direction, message)  # type: ignore[arg-type]
-                else:
-                    self.check_other(ts, stream, direction, number, message)
-                    limit = self.limits.get((stream, direction)) if self.limits else None
-            if limit is not None and length > limit:
-                self.check_limit(ts, stream, direction, number, length)
+            self._frame(stream, direction, ts, origin + off, message, frame if keep_raw else None,
+                        data[off], end - off, packet)
             off = end
-        self.number = number
         if off:
             # The stream decoder skips what was decoded here: its next byte is data[off].
             half.origin += off
             half.base += off
         return off
+
+    def _frame(self, stream: int, direction: int, ts: Optional[float], offset: int, message: Message,
+               raw: Optional[bytes], frame_type: int, size: int, packet: Optional[int]) -> None:
+        """Number one well-formed frame, match it and append its record: the one place
+        every good frame passes, whatever the input. What a frame's class does is looked
+        up in ROLES: a response takes its request (PROTOCOL.md 4.2: it echoes the id), a
+        request is remembered until answered, an INFO or a daemon-only event is checked.
+        Anything that needs a closer look goes to the checks below (the slow path)."""
+        number = self.number = self.number + 1
+        cls = type(message)
+        role = ROLES.get(cls, 0)
+        pending = self._pending
+        request = rtt = None
+        if role == ROLE_RESPONSE:
+            request = pending.pop((stream, 1 - direction, message.id), None)  # type: ignore[attr-defined]
+            if request is not None and ts is not None and request.ts is not None:
+                rtt = ts - request.ts
+        # tuple.__new__ skips the NamedTuple's Python-level __new__ (once per frame).
+        self.out.append(new_tuple(FrameRecord, (
+            number, ts, stream, direction, offset, message, raw,
+            OK, None, frame_type, size, None, request, rtt, False, packet, None,
+        )))
+        if role == ROLE_RESPONSE:
+            if (request is None or message.status == TIMEOUT  # type: ignore[attr-defined]
+                    or self.infer_routes or self.leg_of or self.routes):
+                self.check_response(ts, stream, direction, number, message, request)  # type: ignore[arg-type]
+        elif role == ROLE_REQUEST:
+            rid: Optional[int] = message.id  # type: ignore[attr-defined]
+            if rid is not None:  # else fire-and-forget: an EVENT (PROTOCOL.md 7.1)
+                ident = (stream, direction, rid)
+                earlier = pending.get(ident)
+                if len(pending) >= self.max_pending:
+                    del pending[next(iter(pending))]
+                pending[ident] = new_tuple(RequestSeen, (number, cls.function, getattr(message, "key", None), ts))  # type: ignore[attr-defined]
+                if earlier is not None:
+                    self.check_duplicate(ts, stream, direction, number, rid, earlier)
+                elif self.infer_routes and cls in ROUTED_TYPES:
+                    self.route_seen(stream, direction, message)  # type: ignore[arg-type]
+        elif role == ROLE_CHECKED:
+            self.check_other(ts, stream, direction, number, message)
+        if self.limits:
+            limit = self.limits.get((stream, direction))
+            if limit is not None and size - HEADER_SIZE > limit:
+                self.check_limit(ts, stream, direction, number, size - HEADER_SIZE)
 
     # --- protocol checks (the slow path: called only when something needs a look) -----
 
@@ -599,6 +490,18 @@ class Dissector:
         """Report that frame ``number`` breaks the protocol (a ``violation`` note after it)."""
         self.violations += 1
         self.out.append(NoteRecord(ts, stream, direction, "violation", f"frame #{number}: {text}", about))
+
+    def explained_by_gap(self, stream: int, direction: int, number: int) -> bool:
+        """True when the answer to request frame ``number``, sent in ``direction``, may
+        be in bytes the input lacks: the other direction had a gap after it."""
+        return self.gapped.get((stream, 1 - direction), -1) >= number
+
+    def check_duplicate(self, ts: Optional[float], stream: int, direction: int, number: int, rid: int,
+                        earlier: RequestSeen) -> None:
+        """A request id reused while a request with it is pending (PROTOCOL.md 4.1)."""
+        if not self.explained_by_gap(stream, direction, earlier.number):
+            self.violation(ts, stream, direction, number, f"duplicate request id {rid}: "
+                           f"frame #{earlier.number} with this id is still pending", (stream, rid))
 
     def route_seen(self, stream: int, direction: int, message: Request) -> None:
         """--trace on a capture (see ``infer_routes``): a peer's SET_STATE or CALL_METHOD
@@ -652,7 +555,8 @@ class Dissector:
             if late is not None:
                 self.violation(ts, stream, direction, number,
                                f"late response: request id {rid} was already answered TIMEOUT (frame #{late})")
-            elif stream in self.complete:
+            elif stream in self.complete and (stream, 1 - direction) not in self.gapped:
+                # (After a gap in the other direction the request may have been lost.)
                 self.violation(ts, stream, direction, number,
                                f"unsolicited response: no request id {rid} is pending on this stream")
             return
@@ -698,21 +602,14 @@ class Dissector:
     def finish(self) -> None:
         """The input ended: requests never answered are reported (PROTOCOL.md 5: every
         request gets exactly one response), on streams held from their start."""
-        unanswered = [item for item in self.unanswered() if item[0] in self.complete]
+        unanswered = [(stream, direction, rid, seen) for stream, direction, rid, seen in self.unanswered()
+                      if stream in self.complete and not self.explained_by_gap(stream, direction, seen.number)]
         for stream, direction, rid, seen in unanswered[:MAX_UNANSWERED_NOTES]:
             self.out.append(NoteRecord(seen.ts, stream, direction, "unanswered",
                                        f"frame #{seen.number}: request id {rid} was never answered", (stream, rid)))
         if len(unanswered) > MAX_UNANSWERED_NOTES:
             self.out.append(NoteRecord(None, None, None, "unanswered",
                                        f"{len(unanswered) - MAX_UNANSWERED_NOTES} more request(s) never answered"))
-
-    def _remember(self, stream: int, direction: int, message: Request, ts: Optional[float]) -> None:
-        pending = self._pending
-        if len(pending) >= self.max_pending:
-            del pending[next(iter(pending))]
-        pending[(stream, direction, message.id)] = RequestSeen(  # type: ignore[index]
-            self.number, message.function, getattr(message, "key", None), ts
-        )
 
     def _malformed(
         self, stream: int, direction: int, ts: Optional[float], offset: int, raw: bytes, exc: RemoteProtocolError
@@ -738,9 +635,14 @@ class Dissector:
         half.stopped = True
         raw = bytes(half.shadow[start - half.base : start - half.base + LOST_BOUNDARY_BYTES])
         self.number += 1
+        error = exc.message
+        if len(raw) >= 3 and raw[0] == TLS_HANDSHAKE and raw[1] == 3 and raw[2] <= 4:
+            # A TLS record (type 22, version 3.x) where a jet frame should start: a TLS
+            # client on a plaintext port, or TLS traffic captured on a jet port.
+            error = f"looks like TLS (a TLS handshake record, {raw[:3].hex(' ')}), not jet: {error}"
         self.out.append(
             FrameRecord(
-                self.number, ts, stream, direction, start, None, raw, MALFORMED, exc.message,
+                self.number, ts, stream, direction, start, None, raw, MALFORMED, error,
                 raw[0] if raw else None, len(raw), None, None, None, True, self.packet,
             )
         )
@@ -750,22 +652,25 @@ class Dissector:
         )
         half.shadow.clear()
 
-    def gap(self, stream: int, direction: int, ts: Optional[float], size: int) -> None:
-        """``size`` bytes of the direction were never seen."""
+    def gap(self, stream: int, direction: int, ts: Optional[float], size: int, packet: Optional[int] = None) -> None:
+        """``size`` bytes of the direction were never seen; ``packet`` showed it."""
         self._first(ts)
+        self.gapped[(stream, direction)] = self.number
         half = self._half(stream, direction)
         if half.stopped:
             return
         at = half.scan_base + len(half.scan) if half.resync else half.base + len(half.shadow)
         partial = bytes(half.shadow)
         text = f"gap: {size} byte(s) missing at stream offset {at}"
+        if packet is not None:
+            text += f" (shown by packet {packet})"
         if len(partial) >= HEADER_SIZE:
             _ftype, length = _HEADER.unpack_from(partial, 0)
             frame_end = half.base + HEADER_SIZE + length
             if length <= self.max_body and frame_end >= at + size:
                 # The gap lies inside one frame whose header we have: its length tells
                 # where the next frame starts, so decoding can resume there.
-                self.out.append(NoteRecord(ts, stream, direction, "gap", text))
+                self.out.append(NoteRecord(ts, stream, direction, "gap", text, None, packet))
                 self._truncated(half, stream, direction, ts, partial, HEADER_SIZE + length, "gap in the capture")
                 half.decoder = Decoder(max_body=self.max_body, latch_fatal=False)
                 half.origin = frame_end
@@ -773,7 +678,7 @@ class Dissector:
                 half.skip = frame_end - (at + size)
                 half.base = at + size
                 return
-        self.out.append(NoteRecord(ts, stream, direction, "gap", text))
+        self.out.append(NoteRecord(ts, stream, direction, "gap", text, None, packet))
         if partial:
             announced = HEADER_SIZE + _HEADER.unpack_from(partial, 0)[1] if len(partial) >= HEADER_SIZE else None
             self._truncated(half, stream, direction, ts, partial, announced, "gap in the capture")
@@ -817,7 +722,7 @@ class Dissector:
         self.out.append(NoteRecord(ts, stream, direction, "resync",
                                    f"decoding resumes at stream offset {at}, the next plausible frame "
                                    f"({skipped} byte(s) after the gap skipped)"))
-        self.data(stream, direction, ts, rest)
+        self.data(stream, direction, ts, rest, self.packet)
 
     def _truncated(
         self, half: _Half, stream: int, direction: int, ts: Optional[float], partial: bytes,
@@ -825,11 +730,17 @@ class Dissector:
     ) -> None:
         self.number += 1
         total = f"{announced}" if announced is not None else "at least 5 (header incomplete)"
+        request = rtt = None
+        if len(partial) >= 9 and partial[0] == FrameType.RESPONSE:
+            # PROTOCOL.md 4.2: the id is readable, so the request it answers is known.
+            request = self._pending.pop((stream, 1 - direction, _U32.unpack_from(partial, 5)[0]), None)
+            if request is not None and ts is not None and request.ts is not None:
+                rtt = ts - request.ts
         self.out.append(
             FrameRecord(
                 self.number, ts, stream, direction, half.base, None, partial, TRUNCATED,
                 f"{why}: {len(partial)} of {total} bytes present",
-                partial[0], len(partial), announced, None, None, False, self.packet,
+                partial[0], len(partial), announced, request, rtt, False, half.packet,
             )
         )
 
@@ -848,9 +759,10 @@ class Dissector:
                 return
         if half.resync:
             lost = half.scan_skipped + len(half.scan)
-            self.out.append(NoteRecord(ts, stream, direction, "stopped",
-                                       f"no plausible frame in the {lost} byte(s) after the gap "
-                                       f"at stream offset {half.scan_base - half.scan_skipped}"))
+            if lost:  # (nothing came after the gap: nothing to say beyond the gap)
+                self.out.append(NoteRecord(ts, stream, direction, "stopped",
+                                           f"no plausible frame in the {lost} byte(s) after the gap "
+                                           f"at stream offset {half.scan_base - half.scan_skipped}"))
             half.stopped = True
             return
         if half.shadow:
@@ -861,70 +773,19 @@ class Dissector:
         half.stopped = True
 
     def whole_frames(self, frames: list[FrameTuple]) -> None:
-        """Many frames recorded whole, in order: :meth:`whole_frame` with the common
-        case (a valid frame) inlined; anything else goes through it."""
+        """Many frames recorded whole, in order: a valid frame goes straight to
+        :meth:`_frame`; anything else through :meth:`whole_frame`."""
         self.packet = None
         if frames and self.first_ts is None:
             self._first(frames[0][2])
-        number = self.number
-        pending = self._pending
-        max_pending = self.max_pending
         keep_raw = self.keep_raw
-        append = self.out.append
-        request_types = REQUEST_TYPES
-        decode = decode_frame
-        limits = self.limits
         for stream, direction, ts, frame, where in frames:
             try:
-                message = decode(frame)
+                message = decode_frame(frame)
             except RemoteProtocolError:
-                self.number = number
                 self.whole_frame(stream, direction, ts, frame, where)
-                number = self.number
                 continue
-            number += 1
-            request = rtt = None
-            flag = 0
-            cls = type(message)
-            if cls is Response:
-                request = pending.pop((stream, 1 - direction, message.id), None)  # type: ignore[attr-defined]
-                if request is None:
-                    flag = 1
-                else:
-                    if ts is not None and request.ts is not None:
-                        rtt = ts - request.ts
-                    if self.leg_of or self.routes or message.status == TIMEOUT:  # type: ignore[attr-defined]
-                        flag = 1
-            elif cls in request_types and message.id is not None:  # type: ignore[attr-defined]
-                ident = (stream, direction, message.id)  # type: ignore[attr-defined]
-                if ident in pending:
-                    flag = 2
-                    dup = pending[ident].number
-                if len(pending) >= max_pending:
-                    del pending[next(iter(pending))]
-                pending[ident] = new_tuple(
-                    RequestSeen, (number, cls.function, getattr(message, "key", None), ts)
-                )
-            elif cls in CHECKED:
-                flag = 3
-            append(new_tuple(FrameRecord, (
-                number, ts, stream, direction, where, message, frame if keep_raw else None,
-                OK, None, frame[0], len(frame), None, request, rtt, False, None, None,
-            )))
-            if flag:
-                self.number = number
-                if flag == 1:
-                    self.check_response(ts, stream, direction, number, message, request)  # type: ignore[arg-type]
-                elif flag == 2:
-                    self.violation(ts, stream, direction, number, f"duplicate request id {ident[2]}: "
-                                   f"frame #{dup} with this id is still pending", ident[::2])
-                elif flag == 4:
-                    self.route_seen(stream, direction, message)  # type: ignore[arg-type]
-                else:
-                    self.check_other(ts, stream, direction, number, message)
-            if limits and len(frame) - HEADER_SIZE > limits.get((stream, direction), 1 << 62):
-                self.check_limit(ts, stream, direction, number, len(frame) - HEADER_SIZE)
-        self.number = number
+            self._frame(stream, direction, ts, where, message, frame if keep_raw else None, frame[0], len(frame), None)
 
     def whole_frame(self, stream: int, direction: int, ts: Optional[float], frame: bytes, where: int) -> None:
         """One frame recorded whole (event log): decoded on its own."""

@@ -50,12 +50,15 @@ class DataBatch(NamedTuple):
 
 
 class Gap(NamedTuple):
-    """``size`` bytes of the direction are missing from the input (never seen)."""
+    """``size`` bytes of the direction are missing from the input (never seen); ``ts``
+    and ``packet``: the capture packet that showed the loss (a later segment, a FIN, or
+    the other side's ACK of bytes never captured)."""
 
     stream: int
     direction: int
     ts: Optional[float]
     size: int
+    packet: Optional[int] = None
 
 
 class WholeFrame(NamedTuple):

@@ -16,6 +16,7 @@ from typing import Any, Optional
 from jetwire import (
     Authenticate,
     Close,
+    EntryKind,
     EventCode,
     FetchAdd,
     FetchChange,
@@ -55,8 +56,16 @@ _FLOAT64 = struct.Struct(">d").unpack
 TYPE_NAMES = {int(t): t.name for t in FrameType}
 FUNCTION_NAMES = {int(f): f.name for f in Function}
 EVENT_NAMES = {int(c): c.name for c in EventCode}
+ENTRY_KIND_NAMES = {int(k): k.name for k in EntryKind}
 STATUS_NAMES = {int(s): s.name for s in Status}
 VALUE_TYPE_NAMES = {int(v): v.name for v in ValueType}
+# Schema field names that JSON shows under another name (the JSON names are stable).
+JSON_NAMES = {"kind": "entry_kind"}
+# Fields whose values are codes, shown by name (``0xNN`` for a code the spec lacks).
+CODE_NAMES = {
+    "type": TYPE_NAMES, "function": FUNCTION_NAMES, "code": EVENT_NAMES, "status": STATUS_NAMES,
+    "value_type": VALUE_TYPE_NAMES, "entry_kind": ENTRY_KIND_NAMES,
+}
 
 
 def code_name(names: dict[int, str], code: int) -> str:
@@ -128,24 +137,18 @@ def _key_only(name: str) -> Callable[[Any], str]:
     return summary
 
 
-def _key_value(name: str) -> Callable[[Any], str]:
+def _key_value(name: str, *, fetch: bool = False) -> Callable[[Any], str]:
+    """A request with a key and a value, or its fire-and-forget EVENT (PROTOCOL.md 7.1);
+    ``fetch``: a fetch event, which names its fetch id (7.2)."""
     quoted = _QUOTED
 
     def summary(m: Any) -> str:
         key = quoted.get(m.key) or quote(m.key)
+        if fetch:
+            return f"EVENT {name} fid={m.fetch_id} key={key} {value_summary(m.value)}"
         if m.id is None:
             return f"EVENT {name} key={key} {value_summary(m.value)}"
         return f"REQUEST id={m.id} {name} key={key} {value_summary(m.value)}"
-
-    return summary
-
-
-def _fetch_event(name: str) -> Callable[[Any], str]:
-    quoted = _QUOTED
-
-    def summary(m: Any) -> str:
-        key = quoted.get(m.key) or quote(m.key)
-        return f"EVENT {name} fid={m.fetch_id} key={key} {value_summary(m.value)}"
 
     return summary
 
@@ -228,10 +231,10 @@ def _info(m: Any) -> str:
 
 
 SUMMARIZERS: dict[type, Callable[[Any], str]] = {
-    FetchAdd: _fetch_event("FETCH_ADD"),
-    FetchChange: _fetch_event("FETCH_CHANGE"),
-    FetchRemove: _fetch_event("FETCH_REMOVE"),
-    FetchUnmatch: _fetch_event("FETCH_UNMATCH"),
+    FetchAdd: _key_value("FETCH_ADD", fetch=True),
+    FetchChange: _key_value("FETCH_CHANGE", fetch=True),
+    FetchRemove: _key_value("FETCH_REMOVE", fetch=True),
+    FetchUnmatch: _key_value("FETCH_UNMATCH", fetch=True),
     FetchMethod: _key_event("FETCH_METHOD"),
     FetchNode: _key_event("FETCH_NODE"),
     FetchWindow: _window,
@@ -350,16 +353,9 @@ class LineFormatter:
 
 def _field_value(name: str, value: Any) -> Any:
     """A dissected field's value as JSON: enum names for codes, text for strings."""
-    if name == "type":
-        return code_name(TYPE_NAMES, int(value))
-    if name == "function":
-        return code_name(FUNCTION_NAMES, int(value))
-    if name == "code":
-        return code_name(EVENT_NAMES, int(value))
-    if name == "status":
-        return code_name(STATUS_NAMES, int(value))
-    if name == "value_type":
-        return code_name(VALUE_TYPE_NAMES, int(value))
+    names = CODE_NAMES.get(name)
+    if names is not None:
+        return code_name(names, int(value))
     if isinstance(value, bytes):
         return value.hex()
     return int(value) if isinstance(value, int) else value
@@ -400,8 +396,11 @@ def frame_fields(record: FrameRecord) -> tuple[dict[str, Any], dict[str, list[in
     values: dict[str, Any] = {}
     offsets: dict[str, list[int]] = {}
     for field in fields:
-        values[field.name] = MASK if field.name == "password" else _field_value(field.name, field.value)
-        offsets[field.name] = [field.offset, field.length]
+        # QUERY_ENTRY's entry kind is "entry_kind": "kind" is the record's (frame,
+        # malformed or truncated), documented and stable.
+        name = JSON_NAMES.get(field.name, field.name)
+        values[name] = MASK if name == "password" else _field_value(name, field.value)
+        offsets[name] = [field.offset, field.length]
         if field.name == "value":
             vtype = next((f.value for f in fields if f.name == "value_type"), None)
             if vtype is not None:
@@ -532,7 +531,7 @@ def route_suffix(route: RouteTrace, labels: dict[int, tuple[str, str]]) -> str:
 def json_record(record: Record, fmt: LineFormatter) -> dict[str, Any]:
     """The ``--json`` object of one record (field names documented in the package)."""
     if type(record) is NoteRecord:
-        return {
+        note = {
             "record": "note",
             "note": record.kind,
             "text": record.text,
@@ -541,6 +540,9 @@ def json_record(record: Record, fmt: LineFormatter) -> dict[str, Any]:
             "time": round(fmt.rel(record.ts), 9) if record.ts is not None else None,
             "timestamp": record.ts,
         }
+        if record.packet is not None:
+            note["packet"] = record.packet
+        return note
     fr: FrameRecord = record  # type: ignore[assignment]
     labels = fmt.labels.get(fr.stream, ("?", "?"))
     obj: dict[str, Any] = {
@@ -594,11 +596,9 @@ def field_tree(record: FrameRecord) -> list[str]:
     lines = []
     for field in fields:
         value = field.value
-        if field.name in ("type", "function", "code", "status", "value_type"):
-            names = {
-                "type": TYPE_NAMES, "function": FUNCTION_NAMES, "code": EVENT_NAMES,
-                "status": STATUS_NAMES, "value_type": VALUE_TYPE_NAMES,
-            }[field.name]
+        name = JSON_NAMES.get(field.name, field.name)
+        names = CODE_NAMES.get(name)
+        if names is not None:
             shown = f"{code_name(names, int(value))} (0x{int(value):02X})"
         elif isinstance(value, bytes):
             vtype = next((int(f.value) for f in fields if f.name == "value_type"), -1)
@@ -611,7 +611,7 @@ def field_tree(record: FrameRecord) -> list[str]:
             shown = f"0x{value:08X}" + (" (CONFLATION)" if value & 1 else "")
         else:
             shown = str(value)
-        lines.append(f"    [{field.offset:>4} +{field.length:<4}] {field.name}: {shown}")
+        lines.append(f"    [{field.offset:>4} +{field.length:<4}] {name}: {shown}")
     if error is not None and record.kind == OK:
         lines.append(f"    schema error: {error.message}")
     elif record.kind != OK:

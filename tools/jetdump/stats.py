@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Optional
 
-from jetwire import Close, FetchAdd, FetchChange, FetchRemove, Info, Request, Response
+from jetwire import Close, Info, Request, Response
 
 from .dissector import OK, FrameRecord, NoteRecord, Record
 from .render import FUNCTION_NAMES, TYPE_NAMES, code_name
@@ -39,8 +39,9 @@ def function_name(record: FrameRecord) -> Optional[str]:
     message = record.message
     if isinstance(message, Request):
         return message.function.name
-    if isinstance(message, (FetchAdd, FetchChange, FetchRemove)):
-        return message.code.name
+    code = getattr(message, "code", None)  # every daemon event (PROTOCOL.md 7.2, 14.2, 14.4)
+    if code is not None:
+        return str(code.name)
     if type(message) is Close:
         return "CLOSE"
     if record.request is not None:

@@ -62,13 +62,16 @@ class TcpSession:
         self.writer.tcp(self.tick(), c, s, self.isn[0] + 1, self.isn[1] + 1, ACK)
 
     def send(self, direction: int, payload: bytes, *, at: Optional[int] = None, advance: bool = True,
-             dt: float = 0.0001) -> int:
+             dt: float = 0.0001, ack: Optional[int] = None) -> int:
         """Write one segment; ``at`` is a byte offset relative to the direction's start
-        (for retransmissions, overlaps and out-of-order segments). Returns that offset."""
+        (for retransmissions, overlaps and out-of-order segments). ``ack``: the byte
+        offset of the other direction it acknowledges (default: all sent so far; an ACK
+        of bytes the capture lacks tells a reader they were lost). Returns ``at``."""
         src, dst = self.ends[direction], self.ends[1 - direction]
         offset = self.next[direction] - self.isn[direction] - 1 if at is None else at
         seq = self.isn[direction] + 1 + offset
-        self.writer.tcp(self.tick(dt), src, dst, seq, self.next[1 - direction], PSH | ACK, payload)
+        acked = self.next[1 - direction] if ack is None else self.isn[1 - direction] + 1 + ack
+        self.writer.tcp(self.tick(dt), src, dst, seq, acked, PSH | ACK, payload)
         if advance:
             self.next[direction] = max(self.next[direction], seq + len(payload))
         return offset

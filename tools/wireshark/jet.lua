@@ -118,6 +118,7 @@ f.rtt_ms = ProtoField.double("jet.rtt_ms", "Time since request (ms)")
 f.time = ProtoField.relative_time("jet.time", "Time since request")
 f.malformed = ProtoField.string("jet.malformed", "Malformed frame: reason")
 f.truncated = ProtoField.string("jet.truncated", "Truncated frame (capture ends inside it): reason")
+f.gap = ProtoField.uint32("jet.gap", "Bytes of the jet stream sent but not captured", base.DEC)
 
 local e_malformed = ProtoExpert.new("jet.malformed.expert", "Malformed jet frame", expert.group.MALFORMED, expert.severity.ERROR)
 local e_oversized = ProtoExpert.new("jet.oversized", "Frame length above the maximum body", expert.group.MALFORMED, expert.severity.ERROR)
@@ -126,6 +127,11 @@ local e_lost = ProtoExpert.new("jet.boundary_lost", "Data after a lost frame bou
 local e_error_status = ProtoExpert.new("jet.error_status", "Error response", expert.group.RESPONSE_CODE, expert.severity.NOTE)
 local e_violation = ProtoExpert.new("jet.violation", "Protocol violation", expert.group.PROTOCOL, expert.severity.WARN)
 jet.experts = { e_malformed, e_oversized, e_unknown_type, e_lost, e_error_status, e_violation }
+-- Capture loss is shown by a postdissector of its own: pure ACKs and FINs, which often
+-- show it, carry no payload and never reach jet.dissector.
+local jet_loss = Proto("jetloss", "Jet capture loss")
+local e_gap = ProtoExpert.new("jetloss.gap", "Bytes not captured", expert.group.SEQUENCE, expert.severity.WARN)
+jet_loss.experts = { e_gap }
 
 jet.prefs.port = Pref.uint("TCP port", 11124, "TCP port of jet (PROTOCOL.md 3)")
 jet.prefs.max_body = Pref.uint("Maximum body", 64 * 1024 * 1024,
@@ -142,6 +148,23 @@ local answers = {}   -- frame number .. ":" .. offset -> {request frame, rtt}
 local answered = {}  -- request frame number .. ":" .. id -> response frame number
 
 local tcp_stream = Field.new("tcp.stream")
+-- What the loss checks read (tcp.seq and tcp.ack: relative, Wireshark's default).
+local wire = {}
+for _, name in ipairs({ "tcp.seq", "tcp.ack", "tcp.len", "tcp.flags", "tcp.hdr_len", "frame.len", "frame.cap_len",
+                        "ip.len", "ip.hdr_len", "ipv6.plen" }) do
+    wire[name] = Field.new(name)
+end
+
+-- The TCP payload length the (innermost) IP header announces, or 0 when unknown.
+local function announced_payload()
+    local tcp_header = wire["tcp.hdr_len"]()
+    if not tcp_header then return 0 end
+    local lengths, headers, plens = { wire["ip.len"]() }, { wire["ip.hdr_len"]() }, { wire["ipv6.plen"]() }
+    local total, header, plen = lengths[#lengths], headers[#headers], plens[#plens]
+    if total and header and total.value > 0 then return total.value - header.value - tcp_header.value end
+    if plen then return plen.value - tcp_header.value end
+    return 0
+end
 
 -- State is kept per TCP stream and direction, not per address and port: a reused
 -- 4-tuple is another stream (issue 18).
@@ -355,6 +378,132 @@ local function key_value(body)
     return key, value
 end
 
+-- Capture loss (issue 32): bytes that the other side's ACK or a FIN shows were sent but
+-- that the capture lacks are a gap, reported at the packet that shows them; a violation
+-- that a gap can explain is not flagged. Checked once per packet on the first pass, in
+-- packet order, before the packet's frames are dissected.
+local seqs = {}          -- direction key -> { next = first byte not captured in order, held = {from -> to}, fin }
+local gaps = {}          -- packet number -> list of { bytes, key }
+local gapped = {}        -- direction key -> packet number of its last gap
+local loss_checked = {}  -- packet number -> true
+local jet_streams = {}   -- tcp.stream -> true (taken by port or by the heuristic)
+
+local function absorb(s)
+    local again = true
+    while again do
+        again = false
+        for from, to in pairs(s.held) do
+            if from <= s.next then
+                if to > s.next then s.next = to end
+                s.held[from] = nil
+                again = true
+                break
+            end
+        end
+    end
+end
+
+-- The bytes before ``limit`` were sent: returns how many of them were not captured.
+local function sent_before(s, limit)
+    local lost = 0
+    while s.next < limit do
+        absorb(s)
+        if s.next >= limit then break end
+        local first = nil
+        for from in pairs(s.held) do
+            if not first or from < first then first = from end
+        end
+        local stop = (first and first < limit) and first or limit
+        lost = lost + (stop - s.next)
+        s.next = stop
+    end
+    return lost
+end
+
+local function note_gap(number, key, bytes, why)
+    local list = gaps[number] or {}
+    list[#list + 1] = { bytes = bytes, key = key, why = why or "the sequence numbers say so" }
+    gaps[number] = list
+    gapped[key] = number
+end
+
+local function check_loss(pinfo)
+    local number = pinfo.number
+    if pinfo.visited or loss_checked[number] then return end
+    loss_checked[number] = true
+    local seq, len, flags, ack = wire["tcp.seq"](), wire["tcp.len"](), wire["tcp.flags"](), wire["tcp.ack"]()
+    if not seq or not len or not flags then return end
+    seq, len, flags = seq.value, len.value, flags.value
+    local syn, fin, has_ack = math.floor(flags / 2) % 2 == 1, flags % 2 == 1, math.floor(flags / 16) % 2 == 1
+    local mine, theirs = direction_key(pinfo, true), direction_key(pinfo, false)
+    local other = seqs[theirs]
+    if has_ack and ack and other then
+        -- What this side acknowledges of the other direction was sent.
+        local acked = ack.value
+        if other.fin then
+            acked = math.min(acked, other.fin) -- the FIN takes a sequence number, no byte
+        elseif acked == other.next + 1 and next(other.held) == nil then
+            acked = other.next -- one more: the other side's FIN, not captured
+        end
+        local lost = sent_before(other, acked)
+        if lost > 0 then note_gap(number, theirs, lost) end
+    end
+    local s = seqs[mine]
+    if not s then
+        s = { next = syn and seq + 1 or seq, held = {} }
+        seqs[mine] = s
+    end
+    if syn then return end
+    -- A packet cut by the snaplen: its tail was sent but not captured. tcp.len counts
+    -- the bytes the IP header announces when the capture file kept the length on the
+    -- wire (frame.len), else the bytes captured.
+    local on_wire, captured = wire["frame.len"](), wire["frame.cap_len"]()
+    local got = len
+    if on_wire and captured and captured.value < on_wire.value then got = math.max(0, len - (on_wire.value - captured.value)) end
+    len = math.max(len, announced_payload())
+    if got > 0 then
+        if seq <= s.next then
+            if seq + got > s.next then s.next = seq + got end
+            absorb(s)
+        elseif not s.held[seq] or s.held[seq] < seq + got then
+            s.held[seq] = seq + got
+        end
+    end
+    if got < len and s.next >= seq + got then
+        local lost = sent_before(s, seq + len)
+        if lost > 0 then note_gap(number, mine, lost, "the capture's snaplen cut this packet") end
+    end
+    if fin then
+        s.fin = seq + len
+        local lost = sent_before(s, s.fin)
+        if lost > 0 then note_gap(number, mine, lost) end
+    end
+end
+
+-- True when the answer to a request sent in ``pinfo``'s direction in packet
+-- ``request_frame`` may be in bytes the capture lacks.
+local function answer_may_be_lost(pinfo, request_frame)
+    local at = gapped[direction_key(pinfo, false)]
+    return at ~= nil and at >= request_frame
+end
+
+function jet_loss.dissector(tvb, pinfo, tree)
+    local stream = tcp_stream()
+    if not stream then return end
+    if not jet_streams[stream.value] and pinfo.src_port ~= jet.prefs.port and pinfo.dst_port ~= jet.prefs.port then
+        return
+    end
+    check_loss(pinfo)
+    for _, gap in ipairs(gaps[pinfo.number] or {}) do
+        local item = tree:add(jet_loss, tvb(0, 0))
+        item:add(f.gap, gap.bytes):set_generated()
+        item:append_text(": " .. gap.bytes .. " byte(s) not captured")
+        item:add_proto_expert_info(e_gap, gap.bytes .. " byte(s) of " .. gap.key ..
+            " were sent but not captured (" .. gap.why .. "): lost by the capture, not by the peers")
+    end
+end
+register_postdissector(jet_loss)
+
 -- Remember requests and match responses (PROTOCOL.md 4.1: the response echoes the id).
 -- Protocol violations (as jetdump flags them), found on the first pass in packet order
 -- and shown on every pass: slot (packet:offset) -> list of texts.
@@ -395,8 +544,10 @@ local function track_request(pinfo, tree, id, func, slot)
         local entry = { frame = pinfo.number, ts = pinfo.abs_ts, func = func, routed = from_daemon(pinfo) == true }
         local earlier = requests[key]
         if earlier then
-            violation(pinfo, slot, "duplicate request id " .. id .. ": frame " .. earlier.frame ..
-                " with this id is still pending")
+            if not answer_may_be_lost(pinfo, earlier.frame) then
+                violation(pinfo, slot, "duplicate request id " .. id .. ": frame " .. earlier.frame ..
+                    " with this id is still pending")
+            end
             local queue = earlier.queue or {}
             queue[#queue + 1] = entry
             earlier.queue = queue
@@ -408,9 +559,9 @@ local function track_request(pinfo, tree, id, func, slot)
     local response = answered[pinfo.number .. ":" .. id]
     if response then
         tree:add(f.response_in, response):set_generated()
-    elseif pinfo.visited then
+    elseif pinfo.visited and not answer_may_be_lost(pinfo, pinfo.number) then
         -- The second pass (tshark -2, or Wireshark drawing the tree): the whole capture
-        -- has been read, and no response to this request came.
+        -- has been read, and no response to this request came (nor was one lost).
         tree:add_proto_expert_info(e_violation, "request " .. id .. " never answered in this capture")
     end
 end
@@ -440,9 +591,10 @@ local function track_response(pinfo, tree, id, offset)
                         rtt, req.frame, timeout))
                 end
             end
-        elseif announced[direction_key(pinfo, false)] then
+        elseif announced[direction_key(pinfo, false)] and not gapped[direction_key(pinfo, false)] then
             -- The receiver's INFO (its first frame) is in this capture, so every request
-            -- it sent on this stream is too: nothing asked for this answer.
+            -- it sent on this stream is too (unless the capture lost some: a gap):
+            -- nothing asked for this answer.
             violation(pinfo, slot, "unsolicited response: no request " .. id .. " of the receiver is pending")
         end
     end
@@ -466,8 +618,14 @@ local function dissect_frame(tvb, pinfo, root)
     local name = frame_types[ftype]
     if not name then
         -- PROTOCOL.md 9.2: an unknown type is fatal; nothing after it can be framed.
-        tree:add_proto_expert_info(e_unknown_type, string.format("unknown frame type 0x%02X", ftype))
-        tree:add(f.malformed, tvb(0, 1), string.format("unknown frame type 0x%02X", ftype))
+        local reason = string.format("unknown frame type 0x%02X", ftype)
+        if ftype == 0x16 and total >= 3 and tvb(1, 1):uint() == 3 and tvb(2, 1):uint() <= 4 then
+            -- A TLS record (handshake, version 3.x) where a jet frame should start.
+            reason = "looks like TLS (a TLS handshake record, " .. tostring(tvb(0, 3):bytes()):lower():gsub("(..)", "%1 "):sub(1, -2) ..
+                "), not jet: " .. reason
+        end
+        tree:add_proto_expert_info(e_unknown_type, reason)
+        tree:add(f.malformed, tvb(0, 1), reason)
         if not pinfo.visited then stopped[direction_key(pinfo, true)] = pinfo.number end
         return string.format("MALFORMED 0x%02X", ftype)
     end
@@ -710,6 +868,9 @@ local function dissect_pdu(tvb, pinfo, tree)
 end
 
 function jet.dissector(tvb, pinfo, tree)
+    local stream = tcp_stream()
+    if stream then jet_streams[stream.value] = true end
+    check_loss(pinfo) -- before the frames: a response whose request was lost is no violation
     local since = stopped[direction_key(pinfo, true)]
     if since and pinfo.number > since then
         pinfo.cols.protocol = "JET"
@@ -829,6 +990,7 @@ local registered_port = 0
 function jet.init()
     stopped, requests, answers, answered = {}, {}, {}, {}
     violations, announced = {}, {}
+    seqs, gaps, gapped, loss_checked, jet_streams = {}, {}, {}, {}, {}
     info_frame = -1
     info_text = {}
     local tcp_port = DissectorTable.get("tcp.port")
