@@ -30,6 +30,44 @@ from .codes import (
 )
 from .values import Value
 
+__all__ = [
+    "FETCH_EVENT_CLASSES",
+    "REQUEST_CLASSES",
+    "AddMethod",
+    "AddState",
+    "Authenticate",
+    "CallMethod",
+    "Close",
+    "FetchAdd",
+    "FetchChange",
+    "FetchEvent",
+    "FetchKeyEvent",
+    "FetchMethod",
+    "FetchNode",
+    "FetchQuery",
+    "FetchRemove",
+    "FetchStates",
+    "FetchUnmatch",
+    "FetchWindow",
+    "GetState",
+    "Info",
+    "Message",
+    "NotifyState",
+    "PathMatcher",
+    "Query",
+    "QueryEntry",
+    "QueryOnce",
+    "RemoveMethod",
+    "RemoveState",
+    "Request",
+    "Response",
+    "SetState",
+    "Unfetch",
+    "ValueFilter",
+    "WindowEntry",
+]
+
+
 
 @dataclass(frozen=True, slots=True)
 class Message:
