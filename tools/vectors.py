@@ -1693,60 +1693,26 @@ def jetlog_vectors() -> JsonObj:
                 {"item": "truncation", "offset": last, "present": cut, "needed": last_len if cut >= 10 else 10},
             ],
         )
-    # Damage in the middle: one CRC-covered byte flipped in record 2 (index 2).
+    # Damage in the middle of record 3 (index 2): each is reported from its offset, and the
+    # reader resyncs at record 4 (JETLOG.md 5).
     third = starts[2]
-    damaged = bytearray(whole)
-    damaged[third + 14] ^= 0x01
-    add(
-        "crc_mismatch_in_middle",
-        "a flipped bit inside record 3: reported from its offset, resync at record 4",
-        bytes(damaged),
-        [
-            header_item,
-            *record_items[:2],
-            {"item": "corruption", "offset": third, "length": starts[3] - third},
-            *record_items[3:],
-        ],
-    )
-    damaged = bytearray(whole)
-    damaged[third] = 0x00
-    add(
-        "bad_marker_in_middle",
-        "record 3's marker overwritten: resync at record 4",
-        bytes(damaged),
-        [
-            header_item,
-            *record_items[:2],
-            {"item": "corruption", "offset": third, "length": starts[3] - third},
-            *record_items[3:],
-        ],
-    )
-    damaged = bytearray(whole)
-    damaged[third + 2 : third + 6] = _u32(0x7FFF0000)
-    add(
-        "implausible_length_in_middle",
-        "record 3's length field above the reader's maximum: resync at record 4",
-        bytes(damaged),
-        [
-            header_item,
-            *record_items[:2],
-            {"item": "corruption", "offset": third, "length": starts[3] - third},
-            *record_items[3:],
-        ],
-    )
-    damaged = bytearray(whole)
-    damaged[third + 2 : third + 6] = _u32(len(whole))
-    add(
-        "length_past_end_in_middle",
-        "record 3's length points past the end of the file, yet valid records follow: damage, not truncation",
-        bytes(damaged),
-        [
-            header_item,
-            *record_items[:2],
-            {"item": "corruption", "offset": third, "length": starts[3] - third},
-            *record_items[3:],
-        ],
-    )
+    resync_at_fourth = [
+        header_item,
+        *record_items[:2],
+        {"item": "corruption", "offset": third, "length": starts[3] - third},
+        *record_items[3:],
+    ]
+    for name, description, at, patch in (
+        ("crc_mismatch_in_middle", "a flipped bit inside record 3: reported from its offset, resync at record 4",
+         14, bytes([whole[third + 14] ^ 0x01])),
+        ("bad_marker_in_middle", "record 3's marker overwritten: resync at record 4", 0, b"\x00"),
+        ("implausible_length_in_middle", "record 3's length field above the reader's maximum: resync at record 4",
+         2, _u32(0x7FFF0000)),
+        ("length_past_end_in_middle",
+         "record 3's length points past the end of the file, yet valid records follow: damage, not truncation",
+         2, _u32(len(whole))),
+    ):
+        add(name, description, whole[: third + at] + patch + whole[third + at + len(patch) :], resync_at_fourth)
     garbage = b"JR\x00\x00\x00\x20garbage-JR-garbage"
     add(
         "garbage_between_records",
