@@ -34,10 +34,12 @@ from typing import Any, Optional
 from websockets.frames import Frame, Opcode
 from websockets.protocol import OPEN, Protocol, Side
 
+from tools.procs import stop_process
+
 from . import daemon_workloads
 from .daemon_load import connect as tcp_connect
 from .daemon_load import loopback_socket
-from .daemon_procs import REPO, DaemonProcess, _exit_stats, _stop
+from .daemon_procs import REPO, SHUTDOWN_TIMEOUT, DaemonProcess, _exit_stats
 from .daemon_wire import BenchError, Dialect, JetDialect
 from .daemon_workloads import Sample, Sizes, w1_routed_set, w2_fanout
 
@@ -189,7 +191,7 @@ def start_jetd_web(pin: Optional[int]) -> Iterator[DaemonProcess]:
             daemon.web_port = web_port  # type: ignore[attr-defined]
             yield daemon
         finally:
-            _stop(proc)
+            stop_process(proc, SHUTDOWN_TIMEOUT)
         daemon.exit_stats = _exit_stats(stderr_path)
 
 
