@@ -11,32 +11,17 @@ import signal
 import socket
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
-from webtest import start_web_jetd
+from webtest import ARTIFACTS, CHROMIUM, REPO, TIMEOUT_MS, launch_chromium, page_errors, start_web_jetd, until
 
 from peer import PeerAsync
 
 playwright_api = pytest.importorskip("playwright.async_api", reason="playwright is not installed")
 
-CHROMIUM = "/usr/bin/chromium"
-REPO = Path(__file__).resolve().parent.parent.parent
-ARTIFACTS = REPO / "tests" / "artifacts"
-TIMEOUT_MS = 15_000
 
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"no Chromium at {CHROMIUM}")
-
-
-async def _browser(p: Any) -> Any:
-    return await p.chromium.launch(
-        executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
-    )
-
-
-def _page_errors(page: Any, errors: list[str]) -> None:
-    page.on("pageerror", lambda e: errors.append(str(e)))
 
 
 def test_console_shows_updates_and_sets_a_tcp_owners_state(start_jetd):
@@ -62,15 +47,11 @@ def test_console_shows_updates_and_sets_a_tcp_owners_state(start_jetd):
         await owner.add_method("plant/reset", reset)
         await asyncio.gather(*(owner.add_state(f"bulk/{i // 100}/{i}", i) for i in range(1000)))
         async with playwright_api.async_playwright() as p:
-            browser = await _browser(p)
+            browser = await launch_chromium(p)
             page = await browser.new_page(viewport={"width": 1200, "height": 700})
-            errors: list[str] = []
-            _page_errors(page, errors)
+            errors = page_errors(page)
             await page.goto(f"http://{host}:{port}/")
-            await page.wait_for_function(
-                "() => " "document.querySelector('#counts')?.textContent.startsWith('1002 states · 1 methods')",
-                timeout=TIMEOUT_MS,
-            )
+            await until(page, "document.querySelector('#counts')?.textContent.startsWith('1002 states · 1 methods')")
             # The tree, by "/" levels.
             await page.locator('.node[data-key="plant"]').click()
             await page.locator('.node[data-key="plant/line1"]').click()
@@ -84,10 +65,7 @@ def test_console_shows_updates_and_sets_a_tcp_owners_state(start_jetd):
             assert "plant@127.0.0.1:" in (await row.locator(".owner").text_content() or "")
             # Live: the owner notifies, the row changes in place.
             await temp.notify(21.25)
-            await page.wait_for_function(
-                "() => " "document.querySelector('.node[data-key=\"plant/line1/temp\"] .val')?.textContent === '21.25'",
-                timeout=TIMEOUT_MS,
-            )
+            await until(page, "document.querySelector('.node[data-key=\"plant/line1/temp\"] .val')?.textContent === '21.25'")
             # Set from the page: routed to the TCP owner, which clamps it.
             await row.click()
             await page.fill("form.act input[name=text]", "33.5")
@@ -95,10 +73,7 @@ def test_console_shows_updates_and_sets_a_tcp_owners_state(start_jetd):
             await page.wait_for_selector(".answer.ok", timeout=TIMEOUT_MS)
             assert (await page.text_content(".answer")) == "OK: 30"
             assert asked == [33.5]
-            await page.wait_for_function(
-                "() => " "document.querySelector('.node[data-key=\"plant/line1/temp\"] .val')?.textContent === '30'",
-                timeout=TIMEOUT_MS,
-            )
+            await until(page, "document.querySelector('.node[data-key=\"plant/line1/temp\"] .val')?.textContent === '30'")
             # A set the owner refuses shows the typed error.
             await page.locator('.node[data-key="plant/line1/mode"]').click()
             await page.fill("form.act input[name=text]", '"manual"')
@@ -119,20 +94,12 @@ def test_console_shows_updates_and_sets_a_tcp_owners_state(start_jetd):
             print(f"console screenshot: {shot}")
             # The search as a live query (PROTOCOL.md 14): contains and a value filter.
             await page.fill("#search", "plant/ *line1 value>25")
-            await page.wait_for_function(
-                "() => " "[...document.querySelectorAll('#tree .node')].map(n => n.dataset.key).join() === 'plant/line1/temp'",
-                timeout=TIMEOUT_MS,
-            )
+            await until(page, "[...document.querySelectorAll('#tree .node')].map(n => n.dataset.key).join() === 'plant/line1/temp'")
             await temp.notify(21.0)  # no longer matches: it leaves the list, live
-            await page.wait_for_function(
-                "() => " "document.querySelectorAll('#tree .node').length === 0"
-                " && document.getElementById('more').textContent === 'no key matches this query'",
-                timeout=TIMEOUT_MS,
-            )
+            await until(page, "document.querySelectorAll('#tree .node').length === 0"
+                " && document.getElementById('more').textContent === 'no key matches this query'")
             await page.fill("#search", "plant/ a>[1]")
-            await page.wait_for_function(
-                "() => " "document.getElementById('more').textContent.includes('cannot read the search')", timeout=TIMEOUT_MS
-            )
+            await until(page, "document.getElementById('more').textContent.includes('cannot read the search')")
             await page.fill("#search", "plant/")
             await row.locator(".val").wait_for(timeout=TIMEOUT_MS)
             # Keys come and go.
@@ -153,29 +120,23 @@ def test_console_keeps_its_tree_across_a_daemon_restart(start_jetd):
         owner = await PeerAsync.connect(*first.address, name="plant", reconnect=True, reconnect_min_delay=0.05)
         temp = await owner.add_state("plant/temp", 20.5)
         async with playwright_api.async_playwright() as p:
-            browser = await _browser(p)
+            browser = await launch_chromium(p)
             page = await browser.new_page()
-            errors: list[str] = []
-            _page_errors(page, errors)
+            errors = page_errors(page)
             await page.goto(f"http://{host}:{port}/")
             await page.fill("#search", "plant/")
             val = page.locator('.node[data-key="plant/temp"] .val')
             await val.wait_for(timeout=TIMEOUT_MS)
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(None, first.stop)
-            await page.wait_for_function(
-                "() => " "document.getElementById('status').textContent.startsWith('reconnecting')", timeout=TIMEOUT_MS)
+            await until(page, "document.getElementById('status').textContent.startsWith('reconnecting')")
             await loop.run_in_executor(None, lambda: start_web_jetd(
                 start_jetd, "--port", str(first.port), "--http-port", str(port)))
-            await page.wait_for_function("() => " "document.getElementById('status').textContent === 'live'",
-                                         timeout=TIMEOUT_MS)
+            await until(page, "document.getElementById('status').textContent === 'live'")
             # The owner is back too. Until it has restored, the row may be gone (the new
             # daemon has no such state yet): the predicates tolerate a missing row.
             await temp.notify(23.5)
-            await page.wait_for_function(
-                "() => " "document.querySelector('.node[data-key=\"plant/temp\"] .val')?.textContent === '23.5'",
-                timeout=TIMEOUT_MS,
-            )
+            await until(page, "document.querySelector('.node[data-key=\"plant/temp\"] .val')?.textContent === '23.5'")
             assert await page.locator(".node").count() == 1
             assert not errors, errors
             await browser.close()
@@ -221,15 +182,14 @@ def test_todo_example_between_two_pages(start_jetd):
 
     async def run() -> None:
         async with playwright_api.async_playwright() as p:
-            browser = await _browser(p)
+            browser = await launch_chromium(p)
             errors: list[str] = []
             a = await browser.new_page()
             b = await browser.new_page()
             for page in (a, b):
-                _page_errors(page, errors)
+                page_errors(page, errors)
                 await page.goto(url)
-                await page.wait_for_function("() => " "document.getElementById('status').textContent === 'live'",
-                                             timeout=TIMEOUT_MS)
+                await until(page, "document.getElementById('status').textContent === 'live'")
             await a.fill("input[name=title]", "buy milk")
             await a.click("form#add button")
             await b.locator("li .title", has_text="buy milk").wait_for(timeout=TIMEOUT_MS)
@@ -247,8 +207,7 @@ def test_todo_example_between_two_pages(start_jetd):
             await a.evaluate("document.querySelector('input[name=title]').removeAttribute('required')")
             await a.fill("input[name=title]", "   ")
             await a.click("form#add button")
-            await a.wait_for_function("() => " "document.getElementById('error').textContent.includes('REJECTED')",
-                                      timeout=TIMEOUT_MS)
+            await until(a, "document.getElementById('error').textContent.includes('REJECTED')")
             assert not errors, errors
             await browser.close()
 
@@ -270,12 +229,12 @@ def test_todo_pages_survive_a_daemon_restart(start_jetd):
 
     async def run() -> None:
         async with playwright_api.async_playwright() as p:
-            browser = await _browser(p)
+            browser = await launch_chromium(p)
             errors: list[str] = []
             a = await browser.new_page()
             b = await browser.new_page()
             for page in (a, b):
-                _page_errors(page, errors)
+                page_errors(page, errors)
                 await page.goto(url)
                 await page.wait_for_function(live, timeout=TIMEOUT_MS)
             await a.fill("input[name=title]", "before")
@@ -283,8 +242,7 @@ def test_todo_pages_survive_a_daemon_restart(start_jetd):
             await b.locator("li .title", has_text="before").wait_for(timeout=TIMEOUT_MS)
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(None, first.stop)
-            await a.wait_for_function("() => " "document.getElementById('status').textContent === 'reconnecting…'",
-                                      timeout=TIMEOUT_MS)
+            await until(a, "document.getElementById('status').textContent === 'reconnecting…'")
             web_port = first.web[1]
             await loop.run_in_executor(None, lambda: start_web_jetd(
                 start_jetd, "--port", str(first.port), "--http-port", str(web_port),
@@ -317,19 +275,16 @@ def test_todo_page_opened_while_jetd_is_down_connects_when_it_is_back(start_jetd
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, first.stop)
         async with playwright_api.async_playwright() as p:
-            browser = await _browser(p)
+            browser = await launch_chromium(p)
             page = await browser.new_page()
-            errors: list[str] = []
-            _page_errors(page, errors)
+            errors = page_errors(page)
             await page.goto(url)
-            await page.wait_for_function(
-                "() => document.getElementById('status').textContent.startsWith('cannot connect')", timeout=TIMEOUT_MS)
+            await until(page, "document.getElementById('status').textContent.startsWith('cannot connect')")
             await page.wait_for_timeout(2500)  # at least one retry fails too
             await loop.run_in_executor(None, lambda: start_web_jetd(
                 start_jetd, "--port", str(first.port), "--http-port", str(first.web[1]),
                 "--http-origins", f"http://127.0.0.1:{todo_port}"))
-            await page.wait_for_function("() => document.getElementById('status').textContent === 'live'",
-                                         timeout=TIMEOUT_MS)
+            await until(page, "document.getElementById('status').textContent === 'live'")
             # The todo server reconnects on its own schedule: until it has added its methods
             # again, todo/add is NOT_FOUND (shown on the page); then it works.
             added = page.locator("li .title", has_text="after the outage").first
@@ -357,11 +312,10 @@ def test_page_from_a_foreign_origin_is_refused(start_jetd):
 
     async def run() -> None:
         async with playwright_api.async_playwright() as p:
-            browser = await _browser(p)
+            browser = await launch_chromium(p)
             page = await browser.new_page()
             await page.goto(f"http://127.0.0.1:{todo_port}/")
-            await page.wait_for_function(
-                "() => " "document.getElementById('status').textContent.startsWith('cannot connect')", timeout=TIMEOUT_MS)
+            await until(page, "document.getElementById('status').textContent.startsWith('cannot connect')")
             await browser.close()
 
     try:
