@@ -54,7 +54,7 @@ from jetwire import (
 from jetwire.errors import RemoteProtocolError
 
 from .cases import Case, describe_message
-from .report import write_console, write_html, write_json, write_junit
+from .report import write_case_list, write_console, write_report_files
 from .runner import FAILED, NON_STRICT, OK, CaseLog, CaseResult, RunConfig, StepFailed
 
 __all__ = ["PEER_CASES", "PeerCase", "PeerRunConfig", "main", "run_peer_cases"]
@@ -814,9 +814,7 @@ def main(argv: Optional[list[str]], status: dict[str, int]) -> int:
     args = parser.parse_args(argv)
     selected = [case for case in PEER_CASES if not args.cases or fnmatch.fnmatch(case.id, args.cases)]
     if args.list:
-        for case in selected:
-            print(f"{case.section:<6} {case.requirement:<13} {case.id:<44} {case.title}")
-        print(f"{len(selected)} case(s)")
+        write_case_list(selected, sys.stdout)
         return 0
     if not args.agent:
         parser.error("--agent CMD is required unless --list is given")
@@ -829,12 +827,7 @@ def main(argv: Optional[list[str]], status: dict[str, int]) -> int:
     if all(r.reason.startswith("cannot run the agent") for r in results):
         print(f"jet-conformance peer: {results[0].reason}", file=sys.stderr)
         return 2
-    if args.json:
-        write_json(results, config, args.json)
-    if args.junit:
-        write_junit(results, config, args.junit)
-    if args.html:
-        write_html(results, config, args.html)
+    write_report_files(results, config, json_path=args.json, junit_path=args.junit, html_path=args.html)
     failed = any(result.counts_as_failure(config.strict) for result in results)
     status["code"] = 1 if failed else 0
     write_console(results, config, sys.stdout, verbose=args.verbose)

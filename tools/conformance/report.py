@@ -6,8 +6,9 @@ import html
 import json
 import xml.etree.ElementTree as ET
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Optional, Protocol, TextIO
 
 from .runner import (
     FAILED,
@@ -28,10 +29,12 @@ __all__ = [
     "capped_exchange",
     "summary_counts",
     "summary_line",
+    "write_case_list",
     "write_console",
     "write_html",
     "write_json",
     "write_junit",
+    "write_report_files",
 ]
 
 # Transcript caps (issue 17): one informational case (slow consumers) logs hundreds of
@@ -175,6 +178,40 @@ def _case_json(result: CaseResult) -> dict[str, Any]:
 def write_json(results: list[CaseResult], config: RunConfig, path: Path) -> None:
     """Write :func:`report_json` to ``path``."""
     path.write_text(json.dumps(report_json(results, config), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def write_report_files(
+    results: list[CaseResult], config: RunConfig, *, json_path: Optional[Path], junit_path: Optional[Path],
+    html_path: Optional[Path],
+) -> None:
+    """Write each report a path is given for (the ``--json``, ``--junit`` and ``--html``
+    options of both suites)."""
+    if json_path:
+        write_json(results, config, json_path)
+    if junit_path:
+        write_junit(results, config, junit_path)
+    if html_path:
+        write_html(results, config, html_path)
+
+
+class ListedCase(Protocol):
+    """What ``--list`` shows of a case: a daemon case or a peer case."""
+
+    @property
+    def section(self) -> str: ...
+    @property
+    def requirement(self) -> str: ...
+    @property
+    def id(self) -> str: ...
+    @property
+    def title(self) -> str: ...
+
+
+def write_case_list(cases: Sequence[ListedCase], out: TextIO) -> None:
+    """``--list``: section, requirement, id and title of each case, then the count."""
+    for case in cases:
+        print(f"{case.section:<6} {case.requirement:<13} {case.id:<44} {case.title}", file=out)
+    print(f"{len(cases)} case(s)", file=out)
 
 
 def _exchange_text(result: CaseResult) -> str:
