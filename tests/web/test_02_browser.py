@@ -14,14 +14,14 @@ import sys
 from typing import Any
 
 import pytest
-from webtest import ARTIFACTS, CHROMIUM, REPO, TIMEOUT_MS, launch_chromium, page_errors, start_web_jetd, until
+from webtest import ARTIFACTS, REPO, TIMEOUT_MS, chromium, needs_chromium, page_errors, start_web_jetd, until
 
 from peer import PeerAsync
 
 playwright_api = pytest.importorskip("playwright.async_api", reason="playwright is not installed")
 
 
-pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"no Chromium at {CHROMIUM}")
+pytestmark = needs_chromium
 
 
 def test_console_shows_updates_and_sets_a_tcp_owners_state(start_jetd):
@@ -46,8 +46,7 @@ def test_console_shows_updates_and_sets_a_tcp_owners_state(start_jetd):
 
         await owner.add_method("plant/reset", reset)
         await asyncio.gather(*(owner.add_state(f"bulk/{i // 100}/{i}", i) for i in range(1000)))
-        async with playwright_api.async_playwright() as p:
-            browser = await launch_chromium(p)
+        async with chromium() as browser:
             page = await browser.new_page(viewport={"width": 1200, "height": 700})
             errors = page_errors(page)
             await page.goto(f"http://{host}:{port}/")
@@ -106,7 +105,6 @@ def test_console_shows_updates_and_sets_a_tcp_owners_state(start_jetd):
             await temp.remove()
             await page.locator('.node[data-key="plant/line1/temp"]').wait_for(state="detached", timeout=TIMEOUT_MS)
             assert not errors, errors
-            await browser.close()
         await owner.close()
 
     asyncio.run(run())
@@ -119,8 +117,7 @@ def test_console_keeps_its_tree_across_a_daemon_restart(start_jetd):
     async def run() -> None:
         owner = await PeerAsync.connect(*first.address, name="plant", reconnect=True, reconnect_min_delay=0.05)
         temp = await owner.add_state("plant/temp", 20.5)
-        async with playwright_api.async_playwright() as p:
-            browser = await launch_chromium(p)
+        async with chromium() as browser:
             page = await browser.new_page()
             errors = page_errors(page)
             await page.goto(f"http://{host}:{port}/")
@@ -139,7 +136,6 @@ def test_console_keeps_its_tree_across_a_daemon_restart(start_jetd):
             await until(page, "document.querySelector('.node[data-key=\"plant/temp\"] .val')?.textContent === '23.5'")
             assert await page.locator(".node").count() == 1
             assert not errors, errors
-            await browser.close()
         await owner.close()
 
     asyncio.run(run())
@@ -181,8 +177,7 @@ def test_todo_example_between_two_pages(start_jetd):
     url = f"http://127.0.0.1:{todo_port}/"
 
     async def run() -> None:
-        async with playwright_api.async_playwright() as p:
-            browser = await launch_chromium(p)
+        async with chromium() as browser:
             errors: list[str] = []
             a = await browser.new_page()
             b = await browser.new_page()
@@ -209,7 +204,6 @@ def test_todo_example_between_two_pages(start_jetd):
             await a.click("form#add button")
             await until(a, "document.getElementById('error').textContent.includes('REJECTED')")
             assert not errors, errors
-            await browser.close()
 
     try:
         asyncio.run(run())
@@ -228,8 +222,7 @@ def test_todo_pages_survive_a_daemon_restart(start_jetd):
     live = "document.getElementById('status').textContent === 'live'"
 
     async def run() -> None:
-        async with playwright_api.async_playwright() as p:
-            browser = await launch_chromium(p)
+        async with chromium() as browser:
             errors: list[str] = []
             a = await browser.new_page()
             b = await browser.new_page()
@@ -256,7 +249,6 @@ def test_todo_pages_survive_a_daemon_restart(start_jetd):
             await a.locator("li .title", has_text="after").wait_for(timeout=TIMEOUT_MS)
             assert await a.locator("li .title").all_text_contents() == ["before", "after"]
             assert not errors, errors
-            await browser.close()
 
     try:
         asyncio.run(run())
@@ -274,8 +266,7 @@ def test_todo_page_opened_while_jetd_is_down_connects_when_it_is_back(start_jetd
     async def run() -> None:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, first.stop)
-        async with playwright_api.async_playwright() as p:
-            browser = await launch_chromium(p)
+        async with chromium() as browser:
             page = await browser.new_page()
             errors = page_errors(page)
             await page.goto(url)
@@ -297,7 +288,6 @@ def test_todo_page_opened_while_jetd_is_down_connects_when_it_is_back(start_jetd
                 assert "NOT_FOUND" in (await page.text_content("#error") or "NOT_FOUND"), await page.text_content("#error")
             await added.wait_for(timeout=TIMEOUT_MS)
             assert not errors, errors
-            await browser.close()
 
     try:
         asyncio.run(run())
@@ -311,12 +301,10 @@ def test_page_from_a_foreign_origin_is_refused(start_jetd):
     todo = _start_todo(daemon, todo_port)
 
     async def run() -> None:
-        async with playwright_api.async_playwright() as p:
-            browser = await launch_chromium(p)
+        async with chromium() as browser:
             page = await browser.new_page()
             await page.goto(f"http://127.0.0.1:{todo_port}/")
             await until(page, "document.getElementById('status').textContent.startsWith('cannot connect')")
-            await browser.close()
 
     try:
         asyncio.run(run())

@@ -6,14 +6,13 @@ NOT_AUTHORIZED. A screenshot is saved under tests/artifacts/ (ignored by git).""
 from __future__ import annotations
 
 import asyncio
-import os
 
 import pytest
 from webtest import (
     ARTIFACTS,
-    CHROMIUM,
     TIMEOUT_MS,
-    launch_chromium,
+    chromium,
+    needs_chromium,
     page_errors,
     start_web_jetd,
     until,
@@ -25,7 +24,7 @@ from peer import PeerAsync
 playwright_api = pytest.importorskip("playwright.async_api", reason="playwright is not installed")
 
 
-pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"no Chromium at {CHROMIUM}")
+pytestmark = needs_chromium
 
 
 def test_console_login_under_auth(start_jetd, tmp_path):
@@ -39,8 +38,7 @@ def test_console_login_under_auth(start_jetd, tmp_path):
         owner = await PeerAsync.connect(*daemon.address, name="plant", user="admin", password="admin-pw")
         temp = await owner.add_state("plant/temp", 20.5, on_set=lambda v: v)
         await owner.add_state("secret/code", "1234")
-        async with playwright_api.async_playwright() as p:
-            browser = await launch_chromium(p)
+        async with chromium() as browser:
             page = await browser.new_page(viewport={"width": 1200, "height": 700})
             errors = page_errors(page)
             await page.goto(f"http://{host}:{port}/")
@@ -77,7 +75,6 @@ def test_console_login_under_auth(start_jetd, tmp_path):
             await page.click("#logout")
             await until(page, "document.getElementById('status').textContent.includes('log in')")
             assert not errors, errors
-            await browser.close()
         await owner.close()
 
     asyncio.run(run())

@@ -11,7 +11,7 @@ import socket
 from typing import Any, Optional
 
 import pytest
-from webtest import CHROMIUM, TIMEOUT, TIMEOUT_MS, WsPeer, launch_chromium, start_web_jetd, until
+from webtest import CHROMIUM, TIMEOUT, TIMEOUT_MS, WsPeer, chromium, start_web_jetd, until
 
 from jetwire import GetState, Status
 
@@ -188,8 +188,7 @@ def test_console_cannot_be_framed_and_runs_under_its_csp(start_jetd, tmp_path):
 
         owner = await PeerAsync.connect(*daemon.address, name="plant")
         await owner.add_state("plant/boiler/setpoint", 50)
-        async with api.async_playwright() as p:
-            browser = await launch_chromium(p)
+        async with chromium() as browser:
             page = await browser.new_page()
             messages: list[str] = []
             page.on("console", lambda m: messages.append(m.text))
@@ -213,7 +212,6 @@ def test_console_cannot_be_framed_and_runs_under_its_csp(start_jetd, tmp_path):
                     has_console = has_console or await frame.evaluate("!!document.getElementById('search')")
             assert not has_console, "the console was shown inside a foreign frame"
             await framer.screenshot(path=str(tmp_path / "console-framed.png"))
-            await browser.close()
         await owner.close()
 
     asyncio.run(run())
@@ -225,7 +223,7 @@ def test_an_allowed_origins_page_imports_jet_js_from_jetd_and_others_cannot(star
     import http.server
     import threading
 
-    api = _needs_browser()
+    _needs_browser()
 
     class Blank(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -247,8 +245,7 @@ def test_an_allowed_origins_page_imports_jet_js_from_jetd_and_others_cannot(star
         other = start_web_jetd(start_jetd)
 
         async def run() -> None:
-            async with api.async_playwright() as p:
-                browser = await launch_chromium(p)
+            async with chromium() as browser:
                 page = await browser.new_page()
                 await page.goto(app_origin + "/")
                 load = "async (url) => { try { return (await import(url)).PROTOCOL_MAJOR; } catch (e) { return String(e); } }"
@@ -256,7 +253,6 @@ def test_an_allowed_origins_page_imports_jet_js_from_jetd_and_others_cannot(star
                 assert ok == 1, ok
                 refused = await page.evaluate(load, f"http://{other.web[0]}:{other.web[1]}/jet.js")
                 assert "Failed to fetch" in str(refused) or "TypeError" in str(refused), refused
-                await browser.close()
 
         asyncio.run(run())
     finally:

@@ -7,17 +7,18 @@ phone layout; and the Todo page's first connect. Screenshots go to tests/artifac
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-import os
 import re
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from webtest import (
     ARTIFACTS,
-    CHROMIUM,
     TIMEOUT_MS,
-    launch_chromium,
+    chromium,
+    needs_chromium,
     page_errors,
     start_web_jetd,
     until,
@@ -31,7 +32,7 @@ playwright_api = pytest.importorskip("playwright.async_api", reason="playwright 
 LONG_KEY = "plant/" + "very-long-segment-" * 16 + "end"
 VIEWPORTS = {"desktop": {"width": 1280, "height": 800}, "phone": {"width": 390, "height": 844}}
 
-pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"no Chromium at {CHROMIUM}")
+pytestmark = needs_chromium
 
 
 async def _open(page: Any, web: tuple[str, int], search: str = "") -> None:
@@ -39,6 +40,18 @@ async def _open(page: Any, web: tuple[str, int], search: str = "") -> None:
     await until(page, "document.getElementById('status').textContent.startsWith('live')")
     if search:
         await page.fill("#search", search)
+
+
+@contextlib.asynccontextmanager
+async def _console(web: tuple[str, int], viewport: dict[str, int], search: str = "") -> AsyncIterator[Any]:
+    """The console, live, at ``viewport`` and showing ``search``; the page must raise no
+    JavaScript error until the block ends."""
+    async with chromium() as browser:
+        page = await browser.new_page(viewport=viewport)
+        errors = page_errors(page)
+        await _open(page, web, search)
+        yield page
+        assert not errors, errors
 
 
 def _row(page: Any, key: str) -> Any:
@@ -62,11 +75,7 @@ def test_set_sends_the_states_type(start_jetd):
         await owner.add_state("plant/ratio", 0.5, on_set=record)
         await owner.add_state("plant/on", False, on_set=record)
         await owner.add_state("plant/label", "a", on_set=record)
-        async with playwright_api.async_playwright() as p:
-            browser = await launch_chromium(p)
-            page = await browser.new_page(viewport=VIEWPORTS["desktop"])
-            errors = page_errors(page)
-            await _open(page, daemon.web, "plant/")
+        async with _console(daemon.web, VIEWPORTS["desktop"], "plant/") as page:
             for key, text, expected in (("plant/count", "5", 5), ("plant/ratio", "2", 2.0), ("plant/on", "true", True),
                                         ("plant/label", "hello world", "hello world"), ("plant/label", '"quoted"', "quoted")):
                 await _row(page, key).click()
@@ -89,8 +98,6 @@ def test_set_sends_the_states_type(start_jetd):
             await page.click("form.act button")
             await page.wait_for_selector(".answer.error, .answer.ok", timeout=TIMEOUT_MS)
             assert asked == [6.0] and type(asked[0]) is float
-            assert not errors, errors
-            await browser.close()
         await owner.close()
 
     asyncio.run(run())
@@ -114,8 +121,7 @@ def test_json_pretty_with_copy_value_and_copy_key(start_jetd):
 
     async def run() -> None:
         owner = await _plant(daemon)
-        async with playwright_api.async_playwright() as p:
-            browser = await launch_chromium(p)
+        async with chromium() as browser:
             context = await browser.new_context(viewport=VIEWPORTS["desktop"])
             await context.grant_permissions(["clipboard-read", "clipboard-write"])
             page = await context.new_page()
@@ -129,7 +135,6 @@ def test_json_pretty_with_copy_value_and_copy_key(start_jetd):
             await page.click("#detail button.copy-key")
             assert await page.evaluate("() => navigator.clipboard.readText()") == "plant/config"
             assert not errors, errors
-            await browser.close()
         await owner.close()
 
     asyncio.run(run())
@@ -140,10 +145,7 @@ def test_call_any_method_form_stays_while_a_key_is_selected(start_jetd):
 
     async def run() -> None:
         owner = await _plant(daemon)
-        async with playwright_api.async_playwright() as p:
-            browser = await launch_chromium(p)
-            page = await browser.new_page(viewport=VIEWPORTS["desktop"])
-            await _open(page, daemon.web, "plant/")
+        async with _console(daemon.web, VIEWPORTS["desktop"], "plant/") as page:
             await _row(page, "plant/temp").click()
             assert await page.is_visible("#call-any")
             await page.fill("#call-any input[name=key]", "plant/reset")
@@ -153,7 +155,6 @@ def test_call_any_method_form_stays_while_a_key_is_selected(start_jetd):
             await page.wait_for_selector(".answer.ok", timeout=TIMEOUT_MS)
             assert await page.text_content(".answer") == 'OK: "reset done"'
             assert await page.is_visible("#call-any")
-            await browser.close()
         await owner.close()
 
     asyncio.run(run())
@@ -165,17 +166,13 @@ def test_a_typo_in_a_value_filter_is_an_error(start_jetd):
 
     async def run() -> None:
         owner = await _plant(daemon)
-        async with playwright_api.async_playwright() as p:
-            browser = await launch_chromium(p)
-            page = await browser.new_page(viewport=VIEWPORTS["desktop"])
-            await _open(page, daemon.web, "plant/")
+        async with _console(daemon.web, VIEWPORTS["desktop"], "plant/") as page:
             for typo in ("v>>3", "value<=>1", "score==!2"):
                 await page.fill("#search", f"plant/ {typo}")
                 await until(page, "document.getElementById('more').textContent.includes('cannot read the search')")
                 assert typo in (await page.text_content("#more") or "")
             await page.fill("#search", "plant/ value>=20")  # a good one still works
             await until(page, "document.querySelectorAll('#tree .node').length === 2")
-            await browser.close()
         await owner.close()
 
     asyncio.run(run())
@@ -188,11 +185,7 @@ def test_long_keys_and_a_phone_width_need_no_sideways_scroll(start_jetd):
 
     async def run() -> None:
         owner = await _plant(daemon)
-        async with playwright_api.async_playwright() as p:
-            browser = await launch_chromium(p)
-            page = await browser.new_page(viewport=VIEWPORTS["desktop"])
-            errors = page_errors(page)
-            await _open(page, daemon.web, "plant/")
+        async with _console(daemon.web, VIEWPORTS["desktop"], "plant/") as page:
             for name, viewport in VIEWPORTS.items():
                 await page.set_viewport_size(viewport)
                 await _row(page, LONG_KEY).click()
@@ -216,8 +209,6 @@ def test_long_keys_and_a_phone_width_need_no_sideways_scroll(start_jetd):
                     assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= width, (name, part, box)
                 ARTIFACTS.mkdir(exist_ok=True)
                 await page.screenshot(path=str(ARTIFACTS / f"console-{name}.png"), full_page=True)
-            assert not errors, errors
-            await browser.close()
         await owner.close()
 
     asyncio.run(run())
@@ -227,10 +218,7 @@ def test_empty_bus_is_said_plainly(start_jetd):
     daemon = start_web_jetd(start_jetd)
 
     async def run() -> None:
-        async with playwright_api.async_playwright() as p:
-            browser = await launch_chromium(p)
-            page = await browser.new_page(viewport=VIEWPORTS["phone"])
-            await _open(page, daemon.web)
+        async with _console(daemon.web, VIEWPORTS["phone"]) as page:
             await until(page, "document.getElementById('more').textContent.includes('Nothing on the bus yet')")
             text = await page.inner_text("main")
             for jargon in ("PROTOCOL.md", "FETCH_STATES", "registry.json", "query fetch"):
@@ -242,7 +230,6 @@ def test_empty_bus_is_said_plainly(start_jetd):
             await owner.add_state("plant/temp", 1)
             await until(page, "!document.getElementById('more').textContent.includes('Nothing on the bus yet')")
             await owner.close()
-            await browser.close()
 
     asyncio.run(run())
 
@@ -260,10 +247,7 @@ def test_failed_login_keeps_the_anonymous_badge(start_jetd, tmp_path):
     async def run() -> None:
         owner = await PeerAsync.connect(*daemon.address, name="plant", user="admin", password="admin-pw")
         temp = await owner.add_state("plant/temp", 1)
-        async with playwright_api.async_playwright() as p:
-            browser = await launch_chromium(p)
-            page = await browser.new_page(viewport=VIEWPORTS["desktop"])
-            await _open(page, daemon.web, "plant/")
+        async with _console(daemon.web, VIEWPORTS["desktop"], "plant/") as page:
             await until(page, "document.getElementById('status').textContent === 'live (anonymous)'")
             await page.fill("#login input[name=user]", "admin")
             await page.fill("#login input[name=password]", "wrong")
@@ -273,7 +257,6 @@ def test_failed_login_keeps_the_anonymous_badge(start_jetd, tmp_path):
             assert "open" in (await page.get_attribute("#status", "class") or "")
             await temp.notify(2)  # and it is live indeed
             await until(page, "document.querySelector('.node[data-key=\"plant/temp\"] .val')?.textContent === '2'")
-            await browser.close()
         await owner.close()
 
     asyncio.run(run())
@@ -288,12 +271,9 @@ def test_plot_moves_with_the_value(start_jetd):
         owner = await PeerAsync.connect(*daemon.address, name="plant")
         temp = await owner.add_state("plant/temp", 20)
         line = await owner.add_state("plant/line", {"speed": 1.5, "count": 10, "name": "l1"})
-        async with playwright_api.async_playwright() as p:
-            browser = await launch_chromium(p)
-            page = await browser.new_page(viewport=VIEWPORTS["desktop"])
-            errors = page_errors(page)
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            await _open(page, daemon.web, "plant/")
+        async with _console(daemon.web, VIEWPORTS["desktop"], "plant/") as page:
+            console_errors: list[str] = []
+            page.on("console", lambda m: console_errors.append(m.text) if m.type == "error" else None)
             await _row(page, "plant/temp").click()
             stats = "document.querySelector('#detail .plot-stats')?.textContent ?? ''"
             await until(page, f"({stats}).startsWith('value: last 20 ')")
@@ -324,8 +304,7 @@ def test_plot_moves_with_the_value(start_jetd):
             await owner.add_state("plant/mode", "auto")
             await _row(page, "plant/mode").click()
             await page.wait_for_selector("#detail figure.plot", state="hidden", timeout=TIMEOUT_MS)
-            assert not errors, errors
-            await browser.close()
+            assert not console_errors, console_errors
         await owner.close()
 
     asyncio.run(run())

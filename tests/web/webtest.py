@@ -3,15 +3,17 @@ Chromium (driven by Playwright) for the console pages."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import selectors
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, Optional
 
+import pytest
 from websockets.sync.client import ClientConnection, connect
 
 from jetwire import Close, Decoder, Info, Message, Request, Response, encode
@@ -29,6 +31,23 @@ TIMEOUT_MS = 15_000  # a page waits this long for what it should show
 async def launch_chromium(playwright: Any) -> Any:
     """A headless Chromium from ``async_playwright()``; the caller closes it."""
     return await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+
+
+@contextlib.asynccontextmanager
+async def chromium() -> AsyncIterator[Any]:
+    """A headless Chromium of its own Playwright, closed when the block ends (also when
+    it fails)."""
+    from playwright.async_api import async_playwright  # only the browser tests need it
+
+    async with async_playwright() as playwright:
+        browser = await launch_chromium(playwright)
+        try:
+            yield browser
+        finally:
+            await browser.close()
+
+
+needs_chromium = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"no Chromium at {CHROMIUM}")
 
 
 def page_errors(page: Any, errors: Optional[list[str]] = None) -> list[str]:
