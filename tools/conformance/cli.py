@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from .cases import CaseError, default_case_dir, evaluate, load_cases, select_cases
-from .report import write_case_list, write_console, write_report_files
+from .report import add_report_options, write_case_list, write_console, write_report_files
 from .runner import RunConfig, run_cases
 
 EXIT_OK = 0
@@ -67,11 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="set a case variable, e.g. max_key_length=256 for a daemon with other limits")
     parser.add_argument("--jobs", type=int, default=16, metavar="N", help="cases run at once (default 16)")
     parser.add_argument("--case-dir", type=Path, default=None, help="directory of case files (default spec/conformance)")
-    parser.add_argument("--json", type=Path, metavar="FILE", help="write the full results as JSON")
-    parser.add_argument("--junit", type=Path, metavar="FILE", help="write JUnit XML")
-    parser.add_argument("--html", type=Path, metavar="FILE", help="write a self-contained HTML report")
-    parser.add_argument("--list", action="store_true", help="list the selected cases and exit")
-    parser.add_argument("-v", "--verbose", action="store_true", help="details of every case that is not OK")
+    add_report_options(parser)
     return parser
 
 

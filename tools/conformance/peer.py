@@ -26,7 +26,6 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Optional
 
 from jetwire import (
@@ -54,7 +53,7 @@ from jetwire import (
 from jetwire.errors import RemoteProtocolError
 
 from .cases import Case, describe_message
-from .report import write_case_list, write_console, write_report_files
+from .report import add_report_options, write_case_list, write_console, write_report_files
 from .runner import FAILED, NON_STRICT, OK, CaseLog, CaseResult, RunConfig, StepFailed
 
 __all__ = ["PEER_CASES", "PeerCase", "PeerRunConfig", "main", "run_peer_cases"]
@@ -800,11 +799,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout", type=float, default=5.0, metavar="S",
                         help="how long a step waits for the peer (default 5)")
     parser.add_argument("--jobs", type=int, default=4, metavar="N", help="cases run at once (default 4)")
-    parser.add_argument("--json", type=Path, metavar="FILE", help="write the full results as JSON")
-    parser.add_argument("--junit", type=Path, metavar="FILE", help="write JUnit XML")
-    parser.add_argument("--html", type=Path, metavar="FILE", help="write a self-contained HTML report")
-    parser.add_argument("--list", action="store_true", help="list the selected cases and exit")
-    parser.add_argument("-v", "--verbose", action="store_true", help="details of every case that is not OK")
+    add_report_options(parser)
     return parser
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import html
 import json
 import xml.etree.ElementTree as ET
@@ -26,6 +27,7 @@ __all__ = [
     "EXCHANGE_HEAD",
     "EXCHANGE_TAIL",
     "TEXT_MAX",
+    "add_report_options",
     "capped_exchange",
     "summary_counts",
     "summary_line",
@@ -178,6 +180,15 @@ def _case_json(result: CaseResult) -> dict[str, Any]:
 def write_json(results: list[CaseResult], config: RunConfig, path: Path) -> None:
     """Write :func:`report_json` to ``path``."""
     path.write_text(json.dumps(report_json(results, config), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def add_report_options(parser: argparse.ArgumentParser) -> None:
+    """The options both suites' command lines share: the report files, --list and -v."""
+    parser.add_argument("--json", type=Path, metavar="FILE", help="write the full results as JSON")
+    parser.add_argument("--junit", type=Path, metavar="FILE", help="write JUnit XML")
+    parser.add_argument("--html", type=Path, metavar="FILE", help="write a self-contained HTML report")
+    parser.add_argument("--list", action="store_true", help="list the selected cases and exit")
+    parser.add_argument("-v", "--verbose", action="store_true", help="details of every case that is not OK")
 
 
 def write_report_files(
