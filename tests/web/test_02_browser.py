@@ -11,7 +11,8 @@ import signal
 import socket
 import subprocess
 import sys
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, NamedTuple
 
 import pytest
 from webtest import ARTIFACTS, REPO, TIMEOUT_MS, chromium, needs_chromium, page_errors, start_web_jetd, until
@@ -170,21 +171,48 @@ def _stop(proc: subprocess.Popen[str]) -> None:
             proc.kill()
 
 
-def test_todo_example_between_two_pages(start_jetd):
-    todo_port = _free_port()
-    daemon = start_web_jetd(start_jetd, "--http-origins", f"http://127.0.0.1:{todo_port}")
-    todo = _start_todo(daemon, todo_port)
-    url = f"http://127.0.0.1:{todo_port}/"
+class Todo(NamedTuple):
+    daemon: Any  # the jetd of the todo server and its pages
+    port: int  # the todo server's HTTP port
+    url: str  # its page
 
+
+@pytest.fixture
+def todo(start_jetd: Any) -> Iterator[Todo]:
+    """jetd allowing the todo page's origin, and the todo example server on it; the server
+    must exit cleanly at the end."""
+    port = _free_port()
+    daemon = start_web_jetd(start_jetd, "--http-origins", f"http://127.0.0.1:{port}")
+    proc = _start_todo(daemon, port)
+    try:
+        yield Todo(daemon, port, f"http://127.0.0.1:{port}/")
+    finally:
+        _stop(proc)
+
+
+def _restart(start_jetd: Any, todo: Todo) -> None:
+    """jetd again, on the ports and with the origins of the stopped ``todo.daemon``."""
+    start_web_jetd(start_jetd, "--port", str(todo.daemon.port), "--http-port", str(todo.daemon.web[1]),
+                   "--http-origins", f"http://127.0.0.1:{todo.port}")
+
+
+async def _live_todo_pages(browser: Any, url: str, errors: list[str]) -> tuple[Any, Any]:
+    """Two todo pages, both live; their JavaScript errors go to ``errors``."""
+    pages = []
+    for _ in range(2):
+        page = await browser.new_page()
+        page_errors(page, errors)
+        await page.goto(url)
+        await until(page, "document.getElementById('status').textContent === 'live'")
+        pages.append(page)
+    return pages[0], pages[1]
+
+
+def test_todo_example_between_two_pages(todo):
     async def run() -> None:
         async with chromium() as browser:
             errors: list[str] = []
-            a = await browser.new_page()
-            b = await browser.new_page()
-            for page in (a, b):
-                page_errors(page, errors)
-                await page.goto(url)
-                await until(page, "document.getElementById('status').textContent === 'live'")
+            a, b = await _live_todo_pages(browser, todo.url, errors)
             await a.fill("input[name=title]", "buy milk")
             await a.click("form#add button")
             await b.locator("li .title", has_text="buy milk").wait_for(timeout=TIMEOUT_MS)
@@ -205,43 +233,26 @@ def test_todo_example_between_two_pages(start_jetd):
             await until(a, "document.getElementById('error').textContent.includes('REJECTED')")
             assert not errors, errors
 
-    try:
-        asyncio.run(run())
-    finally:
-        _stop(todo)
+    asyncio.run(run())
 
 
-def test_todo_pages_survive_a_daemon_restart(start_jetd):
+def test_todo_pages_survive_a_daemon_restart(start_jetd, todo):
     """The JavaScript peer's reconnect in a real browser: jetd restarts on the same ports,
     the todo server (PeerAsync, reconnect=True) and both pages (reconnect: true) restore
     themselves, and the pages see each other's changes again."""
-    todo_port = _free_port()
-    first = start_web_jetd(start_jetd, "--http-origins", f"http://127.0.0.1:{todo_port}")
-    todo = _start_todo(first, todo_port)
-    url = f"http://127.0.0.1:{todo_port}/"
-    live = "document.getElementById('status').textContent === 'live'"
-
     async def run() -> None:
         async with chromium() as browser:
             errors: list[str] = []
-            a = await browser.new_page()
-            b = await browser.new_page()
-            for page in (a, b):
-                page_errors(page, errors)
-                await page.goto(url)
-                await page.wait_for_function(live, timeout=TIMEOUT_MS)
+            a, b = await _live_todo_pages(browser, todo.url, errors)
             await a.fill("input[name=title]", "before")
             await a.click("form#add button")
             await b.locator("li .title", has_text="before").wait_for(timeout=TIMEOUT_MS)
             loop = asyncio.get_running_loop()
-            await loop.run_in_executor(None, first.stop)
+            await loop.run_in_executor(None, todo.daemon.stop)
             await until(a, "document.getElementById('status').textContent === 'reconnecting…'")
-            web_port = first.web[1]
-            await loop.run_in_executor(None, lambda: start_web_jetd(
-                start_jetd, "--port", str(first.port), "--http-port", str(web_port),
-                "--http-origins", f"http://127.0.0.1:{todo_port}"))
+            await loop.run_in_executor(None, _restart, start_jetd, todo)
             for page in (a, b):
-                await page.wait_for_function(live, timeout=TIMEOUT_MS)
+                await until(page, "document.getElementById('status').textContent === 'live'")
             # The todo server re-added its items: the pages still show them, once each.
             await b.locator("li .title", has_text="before").wait_for(timeout=TIMEOUT_MS)
             await b.fill("input[name=title]", "after")
@@ -250,31 +261,22 @@ def test_todo_pages_survive_a_daemon_restart(start_jetd):
             assert await a.locator("li .title").all_text_contents() == ["before", "after"]
             assert not errors, errors
 
-    try:
-        asyncio.run(run())
-    finally:
-        _stop(todo)
+    asyncio.run(run())
 
 
-def test_todo_page_opened_while_jetd_is_down_connects_when_it_is_back(start_jetd):
+def test_todo_page_opened_while_jetd_is_down_connects_when_it_is_back(start_jetd, todo):
     """Issue 33: the first connect is retried as later ones are (it was tried once)."""
-    todo_port = _free_port()
-    first = start_web_jetd(start_jetd, "--http-origins", f"http://127.0.0.1:{todo_port}")
-    todo = _start_todo(first, todo_port)
-    url = f"http://127.0.0.1:{todo_port}/"
 
     async def run() -> None:
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, first.stop)
+        await loop.run_in_executor(None, todo.daemon.stop)
         async with chromium() as browser:
             page = await browser.new_page()
             errors = page_errors(page)
-            await page.goto(url)
+            await page.goto(todo.url)
             await until(page, "document.getElementById('status').textContent.startsWith('cannot connect')")
             await page.wait_for_timeout(2500)  # at least one retry fails too
-            await loop.run_in_executor(None, lambda: start_web_jetd(
-                start_jetd, "--port", str(first.port), "--http-port", str(first.web[1]),
-                "--http-origins", f"http://127.0.0.1:{todo_port}"))
+            await loop.run_in_executor(None, _restart, start_jetd, todo)
             await until(page, "document.getElementById('status').textContent === 'live'")
             # The todo server reconnects on its own schedule: until it has added its methods
             # again, todo/add is NOT_FOUND (shown on the page); then it works.
@@ -289,10 +291,7 @@ def test_todo_page_opened_while_jetd_is_down_connects_when_it_is_back(start_jetd
             await added.wait_for(timeout=TIMEOUT_MS)
             assert not errors, errors
 
-    try:
-        asyncio.run(run())
-    finally:
-        _stop(todo)
+    asyncio.run(run())
 
 
 def test_page_from_a_foreign_origin_is_refused(start_jetd):
