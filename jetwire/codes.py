@@ -5,6 +5,41 @@ from __future__ import annotations
 from enum import IntEnum
 from typing import Final
 
+__all__ = [
+    "APP_VALUE_TYPE_MIN",
+    "DEFAULT_MAX_BODY",
+    "EVENT_FUNCTIONS",
+    "FEATURE_AUTH_REQUIRED",
+    "FEATURE_CONFLATION",
+    "FEATURE_LIMITS",
+    "FEATURE_QUERIES",
+    "FIXED_VALUE_WIDTHS",
+    "HEADER_SIZE",
+    "MATCH_IGNORE_CASE",
+    "MATCH_NOT",
+    "MEDIA_TYPES",
+    "MIN_PEER_MAX_BODY",
+    "PROTOCOL_MAJOR",
+    "PROTOCOL_MINOR",
+    "QUERY_METHODS",
+    "QUERY_NODES",
+    "SINGLE_OPERAND_OPS",
+    "SORT_DESCENDING",
+    "Action",
+    "EntryKind",
+    "EventCode",
+    "FilterOp",
+    "FrameType",
+    "Function",
+    "PathOp",
+    "SortBy",
+    "Status",
+    "TypeCode",
+    "ValueType",
+    "is_known_value_type",
+]
+
+
 PROTOCOL_MAJOR: Final = 1  # PROTOCOL.md 2: major version; a mismatch is fatal
 PROTOCOL_MINOR: Final = 2  # PROTOCOL.md 2: minor versions only add, never change (1.1: sections 14, 15; 1.2: 4.4.1)
 

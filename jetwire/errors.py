@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from .codes import Status
 
+__all__ = ["JetError", "LocalProtocolError", "ProtocolError", "RemoteProtocolError"]
+
+
 
 class JetError(Exception):
     """Base of every error raised by jet."""

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, BinaryIO, Optional, Union
 if TYPE_CHECKING:
     from mmap import mmap
 
+from .codec import _str16_bytes
 from .codes import Status
 from .errors import LocalProtocolError, RemoteProtocolError
 
@@ -131,12 +132,8 @@ _SET_TS, _SET_CONN, _SET_KIND, _SET_DATA, _SET_OFFSET = (
 
 
 def _str16(text: str, what: str) -> bytes:
-    try:
-        raw = text.encode("utf-8")
-    except (UnicodeEncodeError, AttributeError) as exc:
-        raise LocalProtocolError(f"{what} must be a str encodable as UTF-8: {exc}") from None
-    if len(raw) > 0xFFFF:
-        raise LocalProtocolError(f"{what} longer than 65535 UTF-8 bytes")
+    """A str16 (JETLOG.md: as in PROTOCOL.md 5.1), checked by the same rule as the codec's."""
+    raw = _str16_bytes(text, what)
     return _U16.pack(len(raw)) + raw
 
 

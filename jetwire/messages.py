@@ -30,6 +30,46 @@ from .codes import (
 )
 from .values import Value
 
+__all__ = [
+    "FETCH_EVENT_CLASSES",
+    "REQUEST_CLASSES",
+    "AddMethod",
+    "AddState",
+    "Authenticate",
+    "CallMethod",
+    "Close",
+    "FetchAdd",
+    "FetchChange",
+    "FetchEvent",
+    "FetchKeyEvent",
+    "FetchMethod",
+    "FetchNode",
+    "FetchQuery",
+    "FetchRemove",
+    "FetchStates",
+    "FetchUnmatch",
+    "FetchWindow",
+    "GetState",
+    "Info",
+    "KeyRequest",
+    "KeyValueRequest",
+    "Message",
+    "NotifyState",
+    "PathMatcher",
+    "Query",
+    "QueryEntry",
+    "QueryOnce",
+    "RemoveMethod",
+    "RemoveState",
+    "Request",
+    "Response",
+    "SetState",
+    "Unfetch",
+    "ValueFilter",
+    "WindowEntry",
+]
+
+
 
 @dataclass(frozen=True, slots=True)
 class Message:
@@ -63,63 +103,67 @@ class Request(Message):
 
 
 @dataclass(frozen=True, slots=True)
-class AddState(Request):
+class KeyValueRequest(Request):
+    """Base of the requests whose body is a key and a value (PROTOCOL.md 6.1, 6.3-6.5)."""
+
+    key: str
+    value: Value
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRequest(Request):
+    """Base of the requests whose body is a key alone (PROTOCOL.md 6.2, 6.6, 6.7, 6.10)."""
+
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class AddState(KeyValueRequest):
     """ADD_STATE (PROTOCOL.md 6.1): register a state owned by the sender."""
 
     function: ClassVar[Function] = Function.ADD_STATE
-    key: str
-    value: Value
 
 
 @dataclass(frozen=True, slots=True)
-class RemoveState(Request):
+class RemoveState(KeyRequest):
     """REMOVE_STATE (PROTOCOL.md 6.2)."""
 
     function: ClassVar[Function] = Function.REMOVE_STATE
-    key: str
 
 
 @dataclass(frozen=True, slots=True)
-class SetState(Request):
+class SetState(KeyValueRequest):
     """SET_STATE (PROTOCOL.md 6.3); ``id=None`` is the fire-and-forget EVENT form."""
 
     function: ClassVar[Function] = Function.SET_STATE
-    key: str
-    value: Value
 
 
 @dataclass(frozen=True, slots=True)
-class NotifyState(Request):
+class NotifyState(KeyValueRequest):
     """NOTIFY_STATE (PROTOCOL.md 6.4), owner only; ``id=None`` is the EVENT form."""
 
     function: ClassVar[Function] = Function.NOTIFY_STATE
-    key: str
-    value: Value
 
 
 @dataclass(frozen=True, slots=True)
-class CallMethod(Request):
+class CallMethod(KeyValueRequest):
     """CALL_METHOD (PROTOCOL.md 6.5); ``id=None`` is the fire-and-forget EVENT form."""
 
     function: ClassVar[Function] = Function.CALL_METHOD
-    key: str
-    value: Value
 
 
 @dataclass(frozen=True, slots=True)
-class AddMethod(Request):
+class AddMethod(KeyRequest):
     """ADD_METHOD (PROTOCOL.md 6.6)."""
 
     function: ClassVar[Function] = Function.ADD_METHOD
-    key: str
 
 
 @dataclass(frozen=True, slots=True)
-class RemoveMethod(Request):
+class RemoveMethod(KeyRequest):
     """REMOVE_METHOD (PROTOCOL.md 6.7)."""
 
     function: ClassVar[Function] = Function.REMOVE_METHOD
-    key: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,11 +183,10 @@ class Unfetch(Request):
 
 
 @dataclass(frozen=True, slots=True)
-class GetState(Request):
+class GetState(KeyRequest):
     """GET_STATE (PROTOCOL.md 6.10): the daemon answers from its cache."""
 
     function: ClassVar[Function] = Function.GET_STATE
-    key: str
 
 
 @dataclass(frozen=True, slots=True)

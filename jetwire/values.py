@@ -10,6 +10,17 @@ from typing import Any, Union
 from .codes import FIXED_VALUE_WIDTHS, ValueType, is_known_value_type
 from .errors import LocalProtocolError, RemoteProtocolError
 
+__all__ = [
+    "INT64_MAX",
+    "INT64_MIN",
+    "PythonValue",
+    "Value",
+    "check_value",
+    "from_python",
+    "to_python",
+]
+
+
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 

@@ -27,36 +27,30 @@ from pathlib import Path
 from typing import Any
 
 from jetwire import (
-    AddMethod,
-    AddState,
+    FETCH_EVENT_CLASSES,
+    REQUEST_CLASSES,
     Authenticate,
-    CallMethod,
     Close,
     EventCode,
-    FetchAdd,
-    FetchChange,
+    FetchEvent,
     FetchMethod,
     FetchNode,
     FetchQuery,
-    FetchRemove,
     FetchStates,
-    FetchUnmatch,
     FetchWindow,
     FrameType,
     Function,
-    GetState,
     Info,
+    KeyRequest,
+    KeyValueRequest,
     Message,
-    NotifyState,
     PathMatcher,
     Query,
     QueryEntry,
     QueryOnce,
     RemoteProtocolError,
-    RemoveMethod,
-    RemoveState,
+    Request,
     Response,
-    SetState,
     Status,
     Unfetch,
     Value,
@@ -157,15 +151,6 @@ def value_from_json(obj: JsonObj) -> Value:
     """Inverse of :func:`value_to_json` (only ``vtype`` and ``hex`` are normative)."""
     return Value(int(obj["vtype"]), bytes.fromhex(obj["hex"]))
 
-
-_KEY_VALUE_REQUESTS = {SetState, NotifyState, CallMethod, AddState}
-_KEY_ONLY_REQUESTS = {RemoveState, AddMethod, RemoveMethod, GetState}
-_FETCH_EVENTS = {
-    FetchAdd: "FETCH_ADD",
-    FetchChange: "FETCH_CHANGE",
-    FetchRemove: "FETCH_REMOVE",
-    FetchUnmatch: "FETCH_UNMATCH",
-}
 
 
 # --- protocol 1.1 queries (PROTOCOL.md 14): JSON form, builder, vectors ----------------------
@@ -462,7 +447,6 @@ def message_to_json(message: Message) -> JsonObj:
     query_form = _query_message_to_json(message)
     if query_form is not None:
         return query_form
-    cls = type(message)
     if isinstance(message, Info):
         return {
             "type": "INFO",
@@ -492,49 +476,38 @@ def message_to_json(message: Message) -> JsonObj:
         return out
     if isinstance(message, Close):
         return {"type": "EVENT", "code": "CLOSE", "status": Status(message.status).name, "message": message.message}
-    if cls in _FETCH_EVENTS:
+    if isinstance(message, FetchEvent):
         return {
             "type": "EVENT",
-            "code": _FETCH_EVENTS[cls],
-            "fetch_id": message.fetch_id,  # type: ignore[attr-defined]
-            "key": message.key,  # type: ignore[attr-defined]
-            "value": value_to_json(message.value),  # type: ignore[attr-defined]
+            "code": message.code.name,
+            "fetch_id": message.fetch_id,
+            "key": message.key,
+            "value": value_to_json(message.value),
         }
-    function = message.function.name  # type: ignore[attr-defined]
-    rid = message.id  # type: ignore[attr-defined]
-    out = {"type": "REQUEST", "id": rid, "function": function} if rid is not None else {
+    if not isinstance(message, Request):
+        raise TypeError(f"no JSON form for {message!r}")
+    function = message.function.name
+    out = {"type": "REQUEST", "id": message.id, "function": function} if message.id is not None else {
         "type": "EVENT",
         "code": function,
     }
-    if cls in _KEY_VALUE_REQUESTS:
-        out["key"] = message.key  # type: ignore[attr-defined]
-        out["value"] = value_to_json(message.value)  # type: ignore[attr-defined]
-    elif cls in _KEY_ONLY_REQUESTS:
-        out["key"] = message.key  # type: ignore[attr-defined]
-    elif cls is FetchStates:
-        out["prefix"] = message.prefix  # type: ignore[attr-defined]
-    elif cls is Unfetch:
-        out["fetch_id"] = message.fetch_id  # type: ignore[attr-defined]
-    elif cls is Authenticate:
-        out["user"] = message.user  # type: ignore[attr-defined]
-        out["password"] = message.password  # type: ignore[attr-defined]
+    if isinstance(message, KeyValueRequest):
+        out["key"] = message.key
+        out["value"] = value_to_json(message.value)
+    elif isinstance(message, KeyRequest):
+        out["key"] = message.key
+    elif isinstance(message, FetchStates):
+        out["prefix"] = message.prefix
+    elif isinstance(message, Unfetch):
+        out["fetch_id"] = message.fetch_id
+    elif isinstance(message, Authenticate):
+        out["user"] = message.user
+        out["password"] = message.password
     return out
 
 
-_REQUEST_CLASSES: dict[str, type] = {
-    "ADD_STATE": AddState,
-    "REMOVE_STATE": RemoveState,
-    "SET_STATE": SetState,
-    "NOTIFY_STATE": NotifyState,
-    "CALL_METHOD": CallMethod,
-    "ADD_METHOD": AddMethod,
-    "REMOVE_METHOD": RemoveMethod,
-    "FETCH_STATES": FetchStates,
-    "UNFETCH": Unfetch,
-    "GET_STATE": GetState,
-    "AUTHENTICATE": Authenticate,
-}
-_FETCH_EVENT_CLASSES: dict[str, type] = {name: cls for cls, name in _FETCH_EVENTS.items()}
+_REQUEST_CLASSES = {cls.function.name: cls for cls in REQUEST_CLASSES.values()}
+_FETCH_EVENT_CLASSES = {cls.code.name: cls for cls in FETCH_EVENT_CLASSES.values()}
 
 
 def message_from_json(obj: JsonObj) -> Message:
@@ -562,16 +535,16 @@ def message_from_json(obj: JsonObj) -> Message:
         if code == "CLOSE":
             return Close(Status[obj["status"]], obj["message"])
         if code in _FETCH_EVENT_CLASSES:
-            message: Message = _FETCH_EVENT_CLASSES[code](obj["fetch_id"], obj["key"], value_from_json(obj["value"]))
-            return message
-        return _REQUEST_CLASSES[code](None, obj["key"], value_from_json(obj["value"]))  # type: ignore[no-any-return]
+            return _FETCH_EVENT_CLASSES[code](obj["fetch_id"], obj["key"], value_from_json(obj["value"]))
+        event_cls = _REQUEST_CLASSES[code]
+        if not issubclass(event_cls, KeyValueRequest):  # PROTOCOL.md 7.1
+            raise ValueError(f"{code} has no EVENT form")
+        return event_cls(None, obj["key"], value_from_json(obj["value"]))
     cls = _REQUEST_CLASSES[obj["function"]]
-    if cls in _KEY_VALUE_REQUESTS:
-        kv_message: Message = cls(obj["id"], obj["key"], value_from_json(obj["value"]))
-        return kv_message
-    if cls in _KEY_ONLY_REQUESTS:
-        key_message: Message = cls(obj["id"], obj["key"])
-        return key_message
+    if issubclass(cls, KeyValueRequest):
+        return cls(obj["id"], obj["key"], value_from_json(obj["value"]))
+    if issubclass(cls, KeyRequest):
+        return cls(obj["id"], obj["key"])
     if cls is FetchStates:
         return FetchStates(obj["id"], obj["prefix"])
     if cls is Authenticate:
@@ -1720,60 +1693,26 @@ def jetlog_vectors() -> JsonObj:
                 {"item": "truncation", "offset": last, "present": cut, "needed": last_len if cut >= 10 else 10},
             ],
         )
-    # Damage in the middle: one CRC-covered byte flipped in record 2 (index 2).
+    # Damage in the middle of record 3 (index 2): each is reported from its offset, and the
+    # reader resyncs at record 4 (JETLOG.md 5).
     third = starts[2]
-    damaged = bytearray(whole)
-    damaged[third + 14] ^= 0x01
-    add(
-        "crc_mismatch_in_middle",
-        "a flipped bit inside record 3: reported from its offset, resync at record 4",
-        bytes(damaged),
-        [
-            header_item,
-            *record_items[:2],
-            {"item": "corruption", "offset": third, "length": starts[3] - third},
-            *record_items[3:],
-        ],
-    )
-    damaged = bytearray(whole)
-    damaged[third] = 0x00
-    add(
-        "bad_marker_in_middle",
-        "record 3's marker overwritten: resync at record 4",
-        bytes(damaged),
-        [
-            header_item,
-            *record_items[:2],
-            {"item": "corruption", "offset": third, "length": starts[3] - third},
-            *record_items[3:],
-        ],
-    )
-    damaged = bytearray(whole)
-    damaged[third + 2 : third + 6] = _u32(0x7FFF0000)
-    add(
-        "implausible_length_in_middle",
-        "record 3's length field above the reader's maximum: resync at record 4",
-        bytes(damaged),
-        [
-            header_item,
-            *record_items[:2],
-            {"item": "corruption", "offset": third, "length": starts[3] - third},
-            *record_items[3:],
-        ],
-    )
-    damaged = bytearray(whole)
-    damaged[third + 2 : third + 6] = _u32(len(whole))
-    add(
-        "length_past_end_in_middle",
-        "record 3's length points past the end of the file, yet valid records follow: damage, not truncation",
-        bytes(damaged),
-        [
-            header_item,
-            *record_items[:2],
-            {"item": "corruption", "offset": third, "length": starts[3] - third},
-            *record_items[3:],
-        ],
-    )
+    resync_at_fourth = [
+        header_item,
+        *record_items[:2],
+        {"item": "corruption", "offset": third, "length": starts[3] - third},
+        *record_items[3:],
+    ]
+    for name, description, at, patch in (
+        ("crc_mismatch_in_middle", "a flipped bit inside record 3: reported from its offset, resync at record 4",
+         14, bytes([whole[third + 14] ^ 0x01])),
+        ("bad_marker_in_middle", "record 3's marker overwritten: resync at record 4", 0, b"\x00"),
+        ("implausible_length_in_middle", "record 3's length field above the reader's maximum: resync at record 4",
+         2, _u32(0x7FFF0000)),
+        ("length_past_end_in_middle",
+         "record 3's length points past the end of the file, yet valid records follow: damage, not truncation",
+         2, _u32(len(whole))),
+    ):
+        add(name, description, whole[: third + at] + patch + whole[third + at + len(patch) :], resync_at_fourth)
     garbage = b"JR\x00\x00\x00\x20garbage-JR-garbage"
     add(
         "garbage_between_records",

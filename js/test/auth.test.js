@@ -3,18 +3,14 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { AuthFailed, FEATURE_AUTH_REQUIRED, NotAuthorized, Peer } from "../jet.js";
-import { startJetd } from "./jetd.js";
+import { startJetd, stopJetd } from "./jetd.js";
 
 let jetd;
 before(async () => {
   jetd = await startJetd("--auth", "spec/conformance/users.toml", "--auth-failure-delay", "0.05");
 });
 after(async () => {
-  const code = await new Promise((resolve) => {
-    if (jetd.proc.exitCode !== null) return resolve(jetd.proc.exitCode);
-    jetd.proc.on("exit", resolve);
-    jetd.proc.kill("SIGTERM");
-  });
+  const code = await stopJetd(jetd);
   assert.equal(code, 0, jetd.stderr());
 });
 

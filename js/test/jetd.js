@@ -28,3 +28,12 @@ export function startJetd(...args) {
     proc.on("exit", (code) => reject(new Error(`jetd exited ${code}: ${stderr}`)));
   });
 }
+
+/** SIGTERM to a jetd of startJetd; resolves its exit code (0: it shut down cleanly). */
+export function stopJetd(jetd) {
+  return new Promise((resolve) => {
+    if (jetd.proc.exitCode !== null) return resolve(jetd.proc.exitCode);
+    jetd.proc.on("exit", resolve);
+    jetd.proc.kill("SIGTERM");
+  });
+}

@@ -6,15 +6,7 @@ import {
   AlreadyExists, ConnectionClosed, Internal, NotFound, Peer, Rejected, Status, Value, WrongKind,
 } from "../jet.js";
 
-import { startJetd } from "./jetd.js";
-
-function stopJetd(jetd) {
-  return new Promise((resolve) => {
-    if (jetd.proc.exitCode !== null) return resolve(jetd.proc.exitCode);
-    jetd.proc.on("exit", (code) => resolve(code));
-    jetd.proc.kill("SIGTERM");
-  });
-}
+import { startJetd, stopJetd } from "./jetd.js";
 
 let jetd;
 before(async () => { jetd = await startJetd(); });

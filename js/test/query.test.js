@@ -6,16 +6,12 @@ import assert from "node:assert/strict";
 import {
   FEATURE_QUERIES, InvalidQuery, LimitExceeded, Peer, buildQuery, field, key, value,
 } from "../jet.js";
-import { startJetd } from "./jetd.js";
+import { startJetd, stopJetd } from "./jetd.js";
 
 let jetd;
 before(async () => { jetd = await startJetd(); });
 after(async () => {
-  const code = await new Promise((resolve) => {
-    if (jetd.proc.exitCode !== null) return resolve(jetd.proc.exitCode);
-    jetd.proc.on("exit", resolve);
-    jetd.proc.kill("SIGTERM");
-  });
+  const code = await stopJetd(jetd);
   assert.equal(code, 0, jetd.stderr());
 });
 

@@ -6,15 +6,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { AlreadyExists, ConnectionClosed, Peer, Status } from "../jet.js";
-import { startJetd } from "./jetd.js";
-
-function stopJetd(jetd) {
-  return new Promise((resolve) => {
-    if (jetd.proc.exitCode !== null) return resolve(jetd.proc.exitCode);
-    jetd.proc.on("exit", resolve);
-    jetd.proc.kill("SIGTERM");
-  });
-}
+import { startJetd, stopJetd } from "./jetd.js";
 
 /** Restart on the same ports as `jetd`. */
 const restart = (jetd) => startJetd("--port", jetd.tcp.split(":").at(-1), "--http-port", new URL(jetd.ws).port);

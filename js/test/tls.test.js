@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { ConnectionClosed, Peer } from "../jet.js";
-import { startJetd } from "./jetd.js";
+import { startJetd, stopJetd } from "./jetd.js";
 
 const repo = fileURLToPath(new URL("../../", import.meta.url));
 const dir = mkdtempSync(join(tmpdir(), "jet-tls-"));
@@ -25,11 +25,7 @@ before(async () => {
   jetd = await startJetd("--tls-cert", pki.server, "--tls-key", pki["server-key"]);
 });
 after(async () => {
-  const code = await new Promise((resolve) => {
-    if (jetd.proc.exitCode !== null) return resolve(jetd.proc.exitCode);
-    jetd.proc.on("exit", resolve);
-    jetd.proc.kill("SIGTERM");
-  });
+  const code = await stopJetd(jetd);
   rmSync(dir, { recursive: true, force: true });
   assert.equal(code, 0, jetd.stderr());
 });

@@ -11,43 +11,37 @@
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable, Iterable, Iterator
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jetwire import (
+    EVENT_FUNCTIONS,
+    FETCH_EVENT_CLASSES,
+    REQUEST_CLASSES,
     Action,
-    AddMethod,
-    AddState,
     Authenticate,
-    CallMethod,
     Close,
     Decoder,
     EntryKind,
-    FetchAdd,
-    FetchChange,
     FetchMethod,
     FetchNode,
     FetchQuery,
-    FetchRemove,
     FetchStates,
-    FetchUnmatch,
     FetchWindow,
     FilterOp,
-    GetState,
     Info,
+    KeyRequest,
+    KeyValueRequest,
     Message,
-    NotifyState,
     PathMatcher,
     PathOp,
     Query,
     QueryEntry,
     QueryOnce,
     RemoteProtocolError,
-    RemoveMethod,
-    RemoveState,
     Response,
-    SetState,
     SortBy,
     Status,
     Unfetch,
@@ -110,29 +104,25 @@ window_entries = st.lists(st.builds(WindowEntry, u32, keys, values), max_size=4)
 messages: st.SearchStrategy[Message] = st.one_of(
     st.builds(FetchQuery, ids, queries),
     st.builds(QueryOnce, ids, queries),
-    st.builds(FetchUnmatch, u32, keys, values),
+    *(st.builds(cls, u32, keys, values) for cls in FETCH_EVENT_CLASSES.values()),
     st.builds(FetchMethod, u32, st.sampled_from(list(Action)), keys),
     st.builds(FetchNode, u32, st.sampled_from(list(Action)), keys),
     st.builds(FetchWindow, u32, u32, window_entries),
     st.builds(QueryEntry, u32, st.sampled_from(list(EntryKind)), keys, values),
-    st.builds(AddState, ids, keys, values),
-    st.builds(RemoveState, ids, keys),
-    st.builds(SetState, optional_ids, keys, values),
-    st.builds(NotifyState, optional_ids, keys, values),
-    st.builds(CallMethod, optional_ids, keys, values),
-    st.builds(AddMethod, ids, keys),
-    st.builds(RemoveMethod, ids, keys),
+    # One strategy per request layout, for every class of that layout.
+    *(
+        st.builds(cls, optional_ids if cls.function in EVENT_FUNCTIONS else ids, keys, values)
+        for cls in REQUEST_CLASSES.values()
+        if issubclass(cls, KeyValueRequest)
+    ),
+    *(st.builds(cls, ids, keys) for cls in REQUEST_CLASSES.values() if issubclass(cls, KeyRequest)),
     st.builds(FetchStates, ids, text),
     st.builds(Unfetch, ids, u32),
-    st.builds(GetState, ids, keys),
     st.builds(Authenticate, ids, keys, text),
     st.builds(Response, ids),
     st.builds(lambda i, v: Response(i, value=v), ids, values),
     st.builds(lambda i, f: Response(i, fetch_id=f), ids, u32),
     st.builds(lambda i, s, m: Response(i, s, message=m), ids, non_ok, text),
-    st.builds(FetchAdd, u32, keys, values),
-    st.builds(FetchChange, u32, keys, values),
-    st.builds(FetchRemove, u32, keys, values),
     st.builds(Close, st.sampled_from(list(Status)), text),
     st.builds(Info, text, u32, u32, st.just(1), st.integers(0, 255)),
 )
@@ -226,33 +216,21 @@ def test_random_bytes_only_raise_protocol_errors(data: bytes, step: int, max_bod
         assert decoder.buffered <= 5 + max_body + step
 
 
-def _outcomes_next_message(data: bytes, step: int, max_body: int) -> list[object]:
+def _one_at_a_time(decoder: Decoder) -> Iterator[Message]:
+    """Drain through the careful parsers: next_message() until it needs more bytes."""
+    while (message := decoder.next_message()) is not None:
+        yield message
+
+
+def _outcomes(data: bytes, step: int, max_body: int, drain: Callable[[Decoder], Iterable[Message]]) -> list[object]:
+    """The messages and errors of ``data`` fed ``step`` bytes at a time, drained by ``drain``."""
     decoder = Decoder(max_body=max_body)
     out: list[object] = []
     for i in range(0, len(data), step):
         decoder.receive_data(data[i : i + step])
         while True:
             try:
-                message = decoder.next_message()
-            except RemoteProtocolError as exc:
-                out.append(("error", str(exc), exc.status, exc.fatal, exc.request_id))
-                if exc.fatal:
-                    return out
-                continue
-            if message is None:
-                break
-            out.append(message)
-    return out
-
-
-def _outcomes_messages(data: bytes, step: int, max_body: int) -> list[object]:
-    decoder = Decoder(max_body=max_body)
-    out: list[object] = []
-    for i in range(0, len(data), step):
-        decoder.receive_data(data[i : i + step])
-        while True:
-            try:
-                out.extend(decoder.messages())
+                out.extend(drain(decoder))
             except RemoteProtocolError as exc:
                 out.append(("error", str(exc), exc.status, exc.fatal, exc.request_id))
                 if exc.fatal:
@@ -278,4 +256,4 @@ def test_messages_and_next_message_agree(
     for position, mask in flips:
         stream[position % len(stream)] ^= mask
     data = bytes(stream)
-    assert _outcomes_messages(data, step, max_body) == _outcomes_next_message(data, step, max_body)
+    assert _outcomes(data, step, max_body, Decoder.messages) == _outcomes(data, step, max_body, _one_at_a_time)

@@ -41,7 +41,7 @@ from jetwire import (
     Value,
     ValueType,
 )
-from tools.bench.jetdump import stop_process
+from tools.procs import stop_process
 
 REPO = Path(__file__).resolve().parents[2]
 LUA = REPO / "tools" / "wireshark" / "jet.lua"
@@ -127,7 +127,7 @@ def loopback_capture(path: Path, port: int, tool: str) -> Iterator[None]:
         yield
         time.sleep(0.3)  # the last packets reach the file
     finally:
-        stop_process(proc)
+        stop_process(proc, 10)
 
 
 def jetdump_json(*args: str, returncode: int = 0) -> list[dict[str, Any]]:

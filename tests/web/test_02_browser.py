@@ -11,32 +11,18 @@ import signal
 import socket
 import subprocess
 import sys
-from pathlib import Path
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, NamedTuple
 
 import pytest
-from webtest import start_web_jetd
+from webtest import ARTIFACTS, REPO, TIMEOUT_MS, chromium, needs_chromium, page_errors, start_web_jetd, until
 
 from peer import PeerAsync
 
 playwright_api = pytest.importorskip("playwright.async_api", reason="playwright is not installed")
 
-CHROMIUM = "/usr/bin/chromium"
-REPO = Path(__file__).resolve().parent.parent.parent
-ARTIFACTS = REPO / "tests" / "artifacts"
-TIMEOUT_MS = 15_000
 
-pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"no Chromium at {CHROMIUM}")
-
-
-async def _browser(p: Any) -> Any:
-    return await p.chromium.launch(
-        executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
-    )
-
-
-def _page_errors(page: Any, errors: list[str]) -> None:
-    page.on("pageerror", lambda e: errors.append(str(e)))
+pytestmark = needs_chromium
 
 
 def test_console_shows_updates_and_sets_a_tcp_owners_state(start_jetd):
@@ -61,16 +47,11 @@ def test_console_shows_updates_and_sets_a_tcp_owners_state(start_jetd):
 
         await owner.add_method("plant/reset", reset)
         await asyncio.gather(*(owner.add_state(f"bulk/{i // 100}/{i}", i) for i in range(1000)))
-        async with playwright_api.async_playwright() as p:
-            browser = await _browser(p)
+        async with chromium() as browser:
             page = await browser.new_page(viewport={"width": 1200, "height": 700})
-            errors: list[str] = []
-            _page_errors(page, errors)
+            errors = page_errors(page)
             await page.goto(f"http://{host}:{port}/")
-            await page.wait_for_function(
-                "() => " "document.querySelector('#counts')?.textContent.startsWith('1002 states · 1 methods')",
-                timeout=TIMEOUT_MS,
-            )
+            await until(page, "document.querySelector('#counts')?.textContent.startsWith('1002 states · 1 methods')")
             # The tree, by "/" levels.
             await page.locator('.node[data-key="plant"]').click()
             await page.locator('.node[data-key="plant/line1"]').click()
@@ -84,10 +65,7 @@ def test_console_shows_updates_and_sets_a_tcp_owners_state(start_jetd):
             assert "plant@127.0.0.1:" in (await row.locator(".owner").text_content() or "")
             # Live: the owner notifies, the row changes in place.
             await temp.notify(21.25)
-            await page.wait_for_function(
-                "() => " "document.querySelector('.node[data-key=\"plant/line1/temp\"] .val')?.textContent === '21.25'",
-                timeout=TIMEOUT_MS,
-            )
+            await until(page, "document.querySelector('.node[data-key=\"plant/line1/temp\"] .val')?.textContent === '21.25'")
             # Set from the page: routed to the TCP owner, which clamps it.
             await row.click()
             await page.fill("form.act input[name=text]", "33.5")
@@ -95,10 +73,7 @@ def test_console_shows_updates_and_sets_a_tcp_owners_state(start_jetd):
             await page.wait_for_selector(".answer.ok", timeout=TIMEOUT_MS)
             assert (await page.text_content(".answer")) == "OK: 30"
             assert asked == [33.5]
-            await page.wait_for_function(
-                "() => " "document.querySelector('.node[data-key=\"plant/line1/temp\"] .val')?.textContent === '30'",
-                timeout=TIMEOUT_MS,
-            )
+            await until(page, "document.querySelector('.node[data-key=\"plant/line1/temp\"] .val')?.textContent === '30'")
             # A set the owner refuses shows the typed error.
             await page.locator('.node[data-key="plant/line1/mode"]').click()
             await page.fill("form.act input[name=text]", '"manual"')
@@ -119,27 +94,18 @@ def test_console_shows_updates_and_sets_a_tcp_owners_state(start_jetd):
             print(f"console screenshot: {shot}")
             # The search as a live query (PROTOCOL.md 14): contains and a value filter.
             await page.fill("#search", "plant/ *line1 value>25")
-            await page.wait_for_function(
-                "() => " "[...document.querySelectorAll('#tree .node')].map(n => n.dataset.key).join() === 'plant/line1/temp'",
-                timeout=TIMEOUT_MS,
-            )
+            await until(page, "[...document.querySelectorAll('#tree .node')].map(n => n.dataset.key).join() === 'plant/line1/temp'")
             await temp.notify(21.0)  # no longer matches: it leaves the list, live
-            await page.wait_for_function(
-                "() => " "document.querySelectorAll('#tree .node').length === 0"
-                " && document.getElementById('more').textContent === 'no key matches this query'",
-                timeout=TIMEOUT_MS,
-            )
+            await until(page, "document.querySelectorAll('#tree .node').length === 0"
+                " && document.getElementById('more').textContent === 'no key matches this query'")
             await page.fill("#search", "plant/ a>[1]")
-            await page.wait_for_function(
-                "() => " "document.getElementById('more').textContent.includes('cannot read the search')", timeout=TIMEOUT_MS
-            )
+            await until(page, "document.getElementById('more').textContent.includes('cannot read the search')")
             await page.fill("#search", "plant/")
             await row.locator(".val").wait_for(timeout=TIMEOUT_MS)
             # Keys come and go.
             await temp.remove()
             await page.locator('.node[data-key="plant/line1/temp"]').wait_for(state="detached", timeout=TIMEOUT_MS)
             assert not errors, errors
-            await browser.close()
         await owner.close()
 
     asyncio.run(run())
@@ -152,33 +118,25 @@ def test_console_keeps_its_tree_across_a_daemon_restart(start_jetd):
     async def run() -> None:
         owner = await PeerAsync.connect(*first.address, name="plant", reconnect=True, reconnect_min_delay=0.05)
         temp = await owner.add_state("plant/temp", 20.5)
-        async with playwright_api.async_playwright() as p:
-            browser = await _browser(p)
+        async with chromium() as browser:
             page = await browser.new_page()
-            errors: list[str] = []
-            _page_errors(page, errors)
+            errors = page_errors(page)
             await page.goto(f"http://{host}:{port}/")
             await page.fill("#search", "plant/")
             val = page.locator('.node[data-key="plant/temp"] .val')
             await val.wait_for(timeout=TIMEOUT_MS)
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(None, first.stop)
-            await page.wait_for_function(
-                "() => " "document.getElementById('status').textContent.startsWith('reconnecting')", timeout=TIMEOUT_MS)
+            await until(page, "document.getElementById('status').textContent.startsWith('reconnecting')")
             await loop.run_in_executor(None, lambda: start_web_jetd(
                 start_jetd, "--port", str(first.port), "--http-port", str(port)))
-            await page.wait_for_function("() => " "document.getElementById('status').textContent === 'live'",
-                                         timeout=TIMEOUT_MS)
+            await until(page, "document.getElementById('status').textContent === 'live'")
             # The owner is back too. Until it has restored, the row may be gone (the new
             # daemon has no such state yet): the predicates tolerate a missing row.
             await temp.notify(23.5)
-            await page.wait_for_function(
-                "() => " "document.querySelector('.node[data-key=\"plant/temp\"] .val')?.textContent === '23.5'",
-                timeout=TIMEOUT_MS,
-            )
+            await until(page, "document.querySelector('.node[data-key=\"plant/temp\"] .val')?.textContent === '23.5'")
             assert await page.locator(".node").count() == 1
             assert not errors, errors
-            await browser.close()
         await owner.close()
 
     asyncio.run(run())
@@ -213,23 +171,48 @@ def _stop(proc: subprocess.Popen[str]) -> None:
             proc.kill()
 
 
-def test_todo_example_between_two_pages(start_jetd):
-    todo_port = _free_port()
-    daemon = start_web_jetd(start_jetd, "--http-origins", f"http://127.0.0.1:{todo_port}")
-    todo = _start_todo(daemon, todo_port)
-    url = f"http://127.0.0.1:{todo_port}/"
+class Todo(NamedTuple):
+    daemon: Any  # the jetd of the todo server and its pages
+    port: int  # the todo server's HTTP port
+    url: str  # its page
 
+
+@pytest.fixture
+def todo(start_jetd: Any) -> Iterator[Todo]:
+    """jetd allowing the todo page's origin, and the todo example server on it; the server
+    must exit cleanly at the end."""
+    port = _free_port()
+    daemon = start_web_jetd(start_jetd, "--http-origins", f"http://127.0.0.1:{port}")
+    proc = _start_todo(daemon, port)
+    try:
+        yield Todo(daemon, port, f"http://127.0.0.1:{port}/")
+    finally:
+        _stop(proc)
+
+
+def _restart(start_jetd: Any, todo: Todo) -> None:
+    """jetd again, on the ports and with the origins of the stopped ``todo.daemon``."""
+    start_web_jetd(start_jetd, "--port", str(todo.daemon.port), "--http-port", str(todo.daemon.web[1]),
+                   "--http-origins", f"http://127.0.0.1:{todo.port}")
+
+
+async def _live_todo_pages(browser: Any, url: str, errors: list[str]) -> tuple[Any, Any]:
+    """Two todo pages, both live; their JavaScript errors go to ``errors``."""
+    pages = []
+    for _ in range(2):
+        page = await browser.new_page()
+        page_errors(page, errors)
+        await page.goto(url)
+        await until(page, "document.getElementById('status').textContent === 'live'")
+        pages.append(page)
+    return pages[0], pages[1]
+
+
+def test_todo_example_between_two_pages(todo):
     async def run() -> None:
-        async with playwright_api.async_playwright() as p:
-            browser = await _browser(p)
+        async with chromium() as browser:
             errors: list[str] = []
-            a = await browser.new_page()
-            b = await browser.new_page()
-            for page in (a, b):
-                _page_errors(page, errors)
-                await page.goto(url)
-                await page.wait_for_function("() => " "document.getElementById('status').textContent === 'live'",
-                                             timeout=TIMEOUT_MS)
+            a, b = await _live_todo_pages(browser, todo.url, errors)
             await a.fill("input[name=title]", "buy milk")
             await a.click("form#add button")
             await b.locator("li .title", has_text="buy milk").wait_for(timeout=TIMEOUT_MS)
@@ -247,50 +230,29 @@ def test_todo_example_between_two_pages(start_jetd):
             await a.evaluate("document.querySelector('input[name=title]').removeAttribute('required')")
             await a.fill("input[name=title]", "   ")
             await a.click("form#add button")
-            await a.wait_for_function("() => " "document.getElementById('error').textContent.includes('REJECTED')",
-                                      timeout=TIMEOUT_MS)
+            await until(a, "document.getElementById('error').textContent.includes('REJECTED')")
             assert not errors, errors
-            await browser.close()
 
-    try:
-        asyncio.run(run())
-    finally:
-        _stop(todo)
+    asyncio.run(run())
 
 
-def test_todo_pages_survive_a_daemon_restart(start_jetd):
+def test_todo_pages_survive_a_daemon_restart(start_jetd, todo):
     """The JavaScript peer's reconnect in a real browser: jetd restarts on the same ports,
     the todo server (PeerAsync, reconnect=True) and both pages (reconnect: true) restore
     themselves, and the pages see each other's changes again."""
-    todo_port = _free_port()
-    first = start_web_jetd(start_jetd, "--http-origins", f"http://127.0.0.1:{todo_port}")
-    todo = _start_todo(first, todo_port)
-    url = f"http://127.0.0.1:{todo_port}/"
-    live = "document.getElementById('status').textContent === 'live'"
-
     async def run() -> None:
-        async with playwright_api.async_playwright() as p:
-            browser = await _browser(p)
+        async with chromium() as browser:
             errors: list[str] = []
-            a = await browser.new_page()
-            b = await browser.new_page()
-            for page in (a, b):
-                _page_errors(page, errors)
-                await page.goto(url)
-                await page.wait_for_function(live, timeout=TIMEOUT_MS)
+            a, b = await _live_todo_pages(browser, todo.url, errors)
             await a.fill("input[name=title]", "before")
             await a.click("form#add button")
             await b.locator("li .title", has_text="before").wait_for(timeout=TIMEOUT_MS)
             loop = asyncio.get_running_loop()
-            await loop.run_in_executor(None, first.stop)
-            await a.wait_for_function("() => " "document.getElementById('status').textContent === 'reconnecting…'",
-                                      timeout=TIMEOUT_MS)
-            web_port = first.web[1]
-            await loop.run_in_executor(None, lambda: start_web_jetd(
-                start_jetd, "--port", str(first.port), "--http-port", str(web_port),
-                "--http-origins", f"http://127.0.0.1:{todo_port}"))
+            await loop.run_in_executor(None, todo.daemon.stop)
+            await until(a, "document.getElementById('status').textContent === 'reconnecting…'")
+            await loop.run_in_executor(None, _restart, start_jetd, todo)
             for page in (a, b):
-                await page.wait_for_function(live, timeout=TIMEOUT_MS)
+                await until(page, "document.getElementById('status').textContent === 'live'")
             # The todo server re-added its items: the pages still show them, once each.
             await b.locator("li .title", has_text="before").wait_for(timeout=TIMEOUT_MS)
             await b.fill("input[name=title]", "after")
@@ -298,38 +260,24 @@ def test_todo_pages_survive_a_daemon_restart(start_jetd):
             await a.locator("li .title", has_text="after").wait_for(timeout=TIMEOUT_MS)
             assert await a.locator("li .title").all_text_contents() == ["before", "after"]
             assert not errors, errors
-            await browser.close()
 
-    try:
-        asyncio.run(run())
-    finally:
-        _stop(todo)
+    asyncio.run(run())
 
 
-def test_todo_page_opened_while_jetd_is_down_connects_when_it_is_back(start_jetd):
+def test_todo_page_opened_while_jetd_is_down_connects_when_it_is_back(start_jetd, todo):
     """Issue 33: the first connect is retried as later ones are (it was tried once)."""
-    todo_port = _free_port()
-    first = start_web_jetd(start_jetd, "--http-origins", f"http://127.0.0.1:{todo_port}")
-    todo = _start_todo(first, todo_port)
-    url = f"http://127.0.0.1:{todo_port}/"
 
     async def run() -> None:
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, first.stop)
-        async with playwright_api.async_playwright() as p:
-            browser = await _browser(p)
+        await loop.run_in_executor(None, todo.daemon.stop)
+        async with chromium() as browser:
             page = await browser.new_page()
-            errors: list[str] = []
-            _page_errors(page, errors)
-            await page.goto(url)
-            await page.wait_for_function(
-                "() => document.getElementById('status').textContent.startsWith('cannot connect')", timeout=TIMEOUT_MS)
+            errors = page_errors(page)
+            await page.goto(todo.url)
+            await until(page, "document.getElementById('status').textContent.startsWith('cannot connect')")
             await page.wait_for_timeout(2500)  # at least one retry fails too
-            await loop.run_in_executor(None, lambda: start_web_jetd(
-                start_jetd, "--port", str(first.port), "--http-port", str(first.web[1]),
-                "--http-origins", f"http://127.0.0.1:{todo_port}"))
-            await page.wait_for_function("() => document.getElementById('status').textContent === 'live'",
-                                         timeout=TIMEOUT_MS)
+            await loop.run_in_executor(None, _restart, start_jetd, todo)
+            await until(page, "document.getElementById('status').textContent === 'live'")
             # The todo server reconnects on its own schedule: until it has added its methods
             # again, todo/add is NOT_FOUND (shown on the page); then it works.
             added = page.locator("li .title", has_text="after the outage").first
@@ -342,12 +290,8 @@ def test_todo_page_opened_while_jetd_is_down_connects_when_it_is_back(start_jetd
                 assert "NOT_FOUND" in (await page.text_content("#error") or "NOT_FOUND"), await page.text_content("#error")
             await added.wait_for(timeout=TIMEOUT_MS)
             assert not errors, errors
-            await browser.close()
 
-    try:
-        asyncio.run(run())
-    finally:
-        _stop(todo)
+    asyncio.run(run())
 
 
 def test_page_from_a_foreign_origin_is_refused(start_jetd):
@@ -356,13 +300,10 @@ def test_page_from_a_foreign_origin_is_refused(start_jetd):
     todo = _start_todo(daemon, todo_port)
 
     async def run() -> None:
-        async with playwright_api.async_playwright() as p:
-            browser = await _browser(p)
+        async with chromium() as browser:
             page = await browser.new_page()
             await page.goto(f"http://127.0.0.1:{todo_port}/")
-            await page.wait_for_function(
-                "() => " "document.getElementById('status').textContent.startsWith('cannot connect')", timeout=TIMEOUT_MS)
-            await browser.close()
+            await until(page, "document.getElementById('status').textContent.startsWith('cannot connect')")
 
     try:
         asyncio.run(run())

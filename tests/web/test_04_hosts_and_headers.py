@@ -11,13 +11,11 @@ import socket
 from typing import Any, Optional
 
 import pytest
-from webtest import TIMEOUT, WsPeer, start_web_jetd
+from webtest import CHROMIUM, TIMEOUT, TIMEOUT_MS, WsPeer, chromium, start_web_jetd, until
 
 from jetwire import GetState, Status
 
 PAGES = ("/", "/index.html", "/console.js", "/console.css", "/jet.js", "/registry.json")
-CHROMIUM = "/usr/bin/chromium"
-TIMEOUT_MS = 15_000
 
 
 def http_get(web: tuple[str, int], path: str, host: Optional[str], *headers: str) -> tuple[int, dict[str, str], bytes]:
@@ -176,12 +174,6 @@ def _needs_browser() -> Any:
     return api
 
 
-async def _browser(p: Any) -> Any:
-    return await p.chromium.launch(
-        executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
-    )
-
-
 def test_console_cannot_be_framed_and_runs_under_its_csp(start_jetd, tmp_path):
     """Clickjacking (issue 30): a page of another origin frames the console; Chromium must
     refuse to show it. The console itself still works under its Content-Security-Policy,
@@ -196,16 +188,13 @@ def test_console_cannot_be_framed_and_runs_under_its_csp(start_jetd, tmp_path):
 
         owner = await PeerAsync.connect(*daemon.address, name="plant")
         await owner.add_state("plant/boiler/setpoint", 50)
-        async with api.async_playwright() as p:
-            browser = await _browser(p)
+        async with chromium() as browser:
             page = await browser.new_page()
             messages: list[str] = []
             page.on("console", lambda m: messages.append(m.text))
             page.on("pageerror", lambda e: messages.append(str(e)))
             await page.goto(console)
-            # A predicate string would be eval'd in the page, which the CSP forbids: a function.
-            await page.wait_for_function("() => document.getElementById('status').textContent === 'live'",
-                                         timeout=TIMEOUT_MS)
+            await until(page, "document.getElementById('status').textContent === 'live'")
             await page.fill("#search", "plant/")
             await page.locator('.node[data-key="plant/boiler/setpoint"] .val').wait_for(timeout=TIMEOUT_MS)
             await page.screenshot(path=str(tmp_path / "console-under-csp.png"))
@@ -223,7 +212,6 @@ def test_console_cannot_be_framed_and_runs_under_its_csp(start_jetd, tmp_path):
                     has_console = has_console or await frame.evaluate("!!document.getElementById('search')")
             assert not has_console, "the console was shown inside a foreign frame"
             await framer.screenshot(path=str(tmp_path / "console-framed.png"))
-            await browser.close()
         await owner.close()
 
     asyncio.run(run())
@@ -235,7 +223,7 @@ def test_an_allowed_origins_page_imports_jet_js_from_jetd_and_others_cannot(star
     import http.server
     import threading
 
-    api = _needs_browser()
+    _needs_browser()
 
     class Blank(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -257,8 +245,7 @@ def test_an_allowed_origins_page_imports_jet_js_from_jetd_and_others_cannot(star
         other = start_web_jetd(start_jetd)
 
         async def run() -> None:
-            async with api.async_playwright() as p:
-                browser = await _browser(p)
+            async with chromium() as browser:
                 page = await browser.new_page()
                 await page.goto(app_origin + "/")
                 load = "async (url) => { try { return (await import(url)).PROTOCOL_MAJOR; } catch (e) { return String(e); } }"
@@ -266,7 +253,6 @@ def test_an_allowed_origins_page_imports_jet_js_from_jetd_and_others_cannot(star
                 assert ok == 1, ok
                 refused = await page.evaluate(load, f"http://{other.web[0]}:{other.web[1]}/jet.js")
                 assert "Failed to fetch" in str(refused) or "TypeError" in str(refused), refused
-                await browser.close()
 
         asyncio.run(run())
     finally:

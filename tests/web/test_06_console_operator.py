@@ -7,47 +7,51 @@ phone layout; and the Todo page's first connect. Screenshots go to tests/artifac
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from webtest import start_web_jetd
+from webtest import (
+    ARTIFACTS,
+    TIMEOUT_MS,
+    chromium,
+    needs_chromium,
+    page_errors,
+    start_web_jetd,
+    until,
+    user_add,
+)
 
 from peer import PeerAsync
 
 playwright_api = pytest.importorskip("playwright.async_api", reason="playwright is not installed")
 
-CHROMIUM = "/usr/bin/chromium"
-REPO = Path(__file__).resolve().parent.parent.parent
-ARTIFACTS = REPO / "tests" / "artifacts"
-TIMEOUT_MS = 15_000
 LONG_KEY = "plant/" + "very-long-segment-" * 16 + "end"
 VIEWPORTS = {"desktop": {"width": 1280, "height": 800}, "phone": {"width": 390, "height": 844}}
 
-pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"no Chromium at {CHROMIUM}")
-
-
-async def _browser(p: Any) -> Any:
-    return await p.chromium.launch(
-        executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
-    )
-
-
-async def _until(page: Any, predicate: str) -> None:
-    """Wait for a JavaScript expression to hold (as a function: the console's CSP forbids eval)."""
-    await page.wait_for_function(f"() => {predicate}", timeout=TIMEOUT_MS)
+pytestmark = needs_chromium
 
 
 async def _open(page: Any, web: tuple[str, int], search: str = "") -> None:
     await page.goto(f"http://{web[0]}:{web[1]}/")
-    await _until(page, "document.getElementById('status').textContent.startsWith('live')")
+    await until(page, "document.getElementById('status').textContent.startsWith('live')")
     if search:
         await page.fill("#search", search)
+
+
+@contextlib.asynccontextmanager
+async def _console(web: tuple[str, int], viewport: dict[str, int], search: str = "") -> AsyncIterator[Any]:
+    """The console, live, at ``viewport`` and showing ``search``; the page must raise no
+    JavaScript error until the block ends."""
+    async with chromium() as browser:
+        page = await browser.new_page(viewport=viewport)
+        errors = page_errors(page)
+        await _open(page, web, search)
+        yield page
+        assert not errors, errors
 
 
 def _row(page: Any, key: str) -> Any:
@@ -71,12 +75,7 @@ def test_set_sends_the_states_type(start_jetd):
         await owner.add_state("plant/ratio", 0.5, on_set=record)
         await owner.add_state("plant/on", False, on_set=record)
         await owner.add_state("plant/label", "a", on_set=record)
-        async with playwright_api.async_playwright() as p:
-            browser = await _browser(p)
-            page = await browser.new_page(viewport=VIEWPORTS["desktop"])
-            errors: list[str] = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            await _open(page, daemon.web, "plant/")
+        async with _console(daemon.web, VIEWPORTS["desktop"], "plant/") as page:
             for key, text, expected in (("plant/count", "5", 5), ("plant/ratio", "2", 2.0), ("plant/on", "true", True),
                                         ("plant/label", "hello world", "hello world"), ("plant/label", '"quoted"', "quoted")):
                 await _row(page, key).click()
@@ -85,7 +84,7 @@ def test_set_sends_the_states_type(start_jetd):
                 await page.wait_for_selector(".answer.ok", timeout=TIMEOUT_MS)
                 got = asked.pop()
                 assert got == expected and type(got) is type(expected), (key, text, got)
-            await _until(page, "document.querySelector('.node[data-key=\"plant/count\"] .val')?.textContent === '5'")
+            await until(page, "document.querySelector('.node[data-key=\"plant/count\"] .val')?.textContent === '5'")
             # Not an integer for an int state: said at once, nothing sent.
             await _row(page, "plant/count").click()
             await page.fill("form.act input[name=text]", "5.5")
@@ -99,8 +98,6 @@ def test_set_sends_the_states_type(start_jetd):
             await page.click("form.act button")
             await page.wait_for_selector(".answer.error, .answer.ok", timeout=TIMEOUT_MS)
             assert asked == [6.0] and type(asked[0]) is float
-            assert not errors, errors
-            await browser.close()
         await owner.close()
 
     asyncio.run(run())
@@ -124,13 +121,11 @@ def test_json_pretty_with_copy_value_and_copy_key(start_jetd):
 
     async def run() -> None:
         owner = await _plant(daemon)
-        async with playwright_api.async_playwright() as p:
-            browser = await _browser(p)
+        async with chromium() as browser:
             context = await browser.new_context(viewport=VIEWPORTS["desktop"])
             await context.grant_permissions(["clipboard-read", "clipboard-write"])
             page = await context.new_page()
-            errors: list[str] = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
+            errors = page_errors(page)
             await _open(page, daemon.web, "plant/")
             await _row(page, "plant/config").click()
             pretty = json.dumps(DOCUMENT, indent=2)  # the big integer keeps its 20 digits
@@ -140,7 +135,6 @@ def test_json_pretty_with_copy_value_and_copy_key(start_jetd):
             await page.click("#detail button.copy-key")
             assert await page.evaluate("() => navigator.clipboard.readText()") == "plant/config"
             assert not errors, errors
-            await browser.close()
         await owner.close()
 
     asyncio.run(run())
@@ -151,10 +145,7 @@ def test_call_any_method_form_stays_while_a_key_is_selected(start_jetd):
 
     async def run() -> None:
         owner = await _plant(daemon)
-        async with playwright_api.async_playwright() as p:
-            browser = await _browser(p)
-            page = await browser.new_page(viewport=VIEWPORTS["desktop"])
-            await _open(page, daemon.web, "plant/")
+        async with _console(daemon.web, VIEWPORTS["desktop"], "plant/") as page:
             await _row(page, "plant/temp").click()
             assert await page.is_visible("#call-any")
             await page.fill("#call-any input[name=key]", "plant/reset")
@@ -164,7 +155,6 @@ def test_call_any_method_form_stays_while_a_key_is_selected(start_jetd):
             await page.wait_for_selector(".answer.ok", timeout=TIMEOUT_MS)
             assert await page.text_content(".answer") == 'OK: "reset done"'
             assert await page.is_visible("#call-any")
-            await browser.close()
         await owner.close()
 
     asyncio.run(run())
@@ -176,17 +166,13 @@ def test_a_typo_in_a_value_filter_is_an_error(start_jetd):
 
     async def run() -> None:
         owner = await _plant(daemon)
-        async with playwright_api.async_playwright() as p:
-            browser = await _browser(p)
-            page = await browser.new_page(viewport=VIEWPORTS["desktop"])
-            await _open(page, daemon.web, "plant/")
+        async with _console(daemon.web, VIEWPORTS["desktop"], "plant/") as page:
             for typo in ("v>>3", "value<=>1", "score==!2"):
                 await page.fill("#search", f"plant/ {typo}")
-                await _until(page, "document.getElementById('more').textContent.includes('cannot read the search')")
+                await until(page, "document.getElementById('more').textContent.includes('cannot read the search')")
                 assert typo in (await page.text_content("#more") or "")
             await page.fill("#search", "plant/ value>=20")  # a good one still works
-            await _until(page, "document.querySelectorAll('#tree .node').length === 2")
-            await browser.close()
+            await until(page, "document.querySelectorAll('#tree .node').length === 2")
         await owner.close()
 
     asyncio.run(run())
@@ -199,12 +185,7 @@ def test_long_keys_and_a_phone_width_need_no_sideways_scroll(start_jetd):
 
     async def run() -> None:
         owner = await _plant(daemon)
-        async with playwright_api.async_playwright() as p:
-            browser = await _browser(p)
-            page = await browser.new_page(viewport=VIEWPORTS["desktop"])
-            errors: list[str] = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            await _open(page, daemon.web, "plant/")
+        async with _console(daemon.web, VIEWPORTS["desktop"], "plant/") as page:
             for name, viewport in VIEWPORTS.items():
                 await page.set_viewport_size(viewport)
                 await _row(page, LONG_KEY).click()
@@ -228,8 +209,6 @@ def test_long_keys_and_a_phone_width_need_no_sideways_scroll(start_jetd):
                     assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= width, (name, part, box)
                 ARTIFACTS.mkdir(exist_ok=True)
                 await page.screenshot(path=str(ARTIFACTS / f"console-{name}.png"), full_page=True)
-            assert not errors, errors
-            await browser.close()
         await owner.close()
 
     asyncio.run(run())
@@ -239,11 +218,8 @@ def test_empty_bus_is_said_plainly(start_jetd):
     daemon = start_web_jetd(start_jetd)
 
     async def run() -> None:
-        async with playwright_api.async_playwright() as p:
-            browser = await _browser(p)
-            page = await browser.new_page(viewport=VIEWPORTS["phone"])
-            await _open(page, daemon.web)
-            await _until(page, "document.getElementById('more').textContent.includes('Nothing on the bus yet')")
+        async with _console(daemon.web, VIEWPORTS["phone"]) as page:
+            await until(page, "document.getElementById('more').textContent.includes('Nothing on the bus yet')")
             text = await page.inner_text("main")
             for jargon in ("PROTOCOL.md", "FETCH_STATES", "registry.json", "query fetch"):
                 assert jargon not in text, (jargon, text)
@@ -252,27 +228,17 @@ def test_empty_bus_is_said_plainly(start_jetd):
             # The first key replaces the message.
             owner = await PeerAsync.connect(*daemon.address, name="plant")
             await owner.add_state("plant/temp", 1)
-            await _until(page, "!document.getElementById('more').textContent.includes('Nothing on the bus yet')")
+            await until(page, "!document.getElementById('more').textContent.includes('Nothing on the bus yet')")
             await owner.close()
-            await browser.close()
 
     asyncio.run(run())
-
-
-def _user_add(users: Path, name: str, password: str, *grants: str) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "jetd", "user", "add", str(users), name, *grants, "--password-stdin"],
-        input=password + "\n", capture_output=True, text=True, cwd=REPO, timeout=60,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
-    assert done.returncode == 0, done.stderr
 
 
 def test_failed_login_keeps_the_anonymous_badge(start_jetd, tmp_path):
     """Under --auth with anonymous read: a wrong password leaves the anonymous connection
     live, and the badge says so (it turned red)."""
     users = tmp_path / "users.toml"
-    _user_add(users, "admin", "admin-pw", "--own", "", "--read", "", "--write", "")
+    user_add(users, "admin", "admin-pw", "--own", "", "--read", "", "--write", "")
     text = users.read_text()
     users.write_text(text + '\n[anonymous]\nread = ["plant/"]\n' if "[anonymous]" not in text
                      else text.replace("[anonymous]", '[anonymous]\nread = ["plant/"]', 1))
@@ -281,20 +247,16 @@ def test_failed_login_keeps_the_anonymous_badge(start_jetd, tmp_path):
     async def run() -> None:
         owner = await PeerAsync.connect(*daemon.address, name="plant", user="admin", password="admin-pw")
         temp = await owner.add_state("plant/temp", 1)
-        async with playwright_api.async_playwright() as p:
-            browser = await _browser(p)
-            page = await browser.new_page(viewport=VIEWPORTS["desktop"])
-            await _open(page, daemon.web, "plant/")
-            await _until(page, "document.getElementById('status').textContent === 'live (anonymous)'")
+        async with _console(daemon.web, VIEWPORTS["desktop"], "plant/") as page:
+            await until(page, "document.getElementById('status').textContent === 'live (anonymous)'")
             await page.fill("#login input[name=user]", "admin")
             await page.fill("#login input[name=password]", "wrong")
             await page.click("#login button")
-            await _until(page, "document.querySelector('#login .error')?.textContent.includes('AUTH_FAILED')")
+            await until(page, "document.querySelector('#login .error')?.textContent.includes('AUTH_FAILED')")
             assert await page.text_content("#status") == "live (anonymous)"
             assert "open" in (await page.get_attribute("#status", "class") or "")
             await temp.notify(2)  # and it is live indeed
-            await _until(page, "document.querySelector('.node[data-key=\"plant/temp\"] .val')?.textContent === '2'")
-            await browser.close()
+            await until(page, "document.querySelector('.node[data-key=\"plant/temp\"] .val')?.textContent === '2'")
         await owner.close()
 
     asyncio.run(run())
@@ -309,21 +271,17 @@ def test_plot_moves_with_the_value(start_jetd):
         owner = await PeerAsync.connect(*daemon.address, name="plant")
         temp = await owner.add_state("plant/temp", 20)
         line = await owner.add_state("plant/line", {"speed": 1.5, "count": 10, "name": "l1"})
-        async with playwright_api.async_playwright() as p:
-            browser = await _browser(p)
-            page = await browser.new_page(viewport=VIEWPORTS["desktop"])
-            errors: list[str] = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            await _open(page, daemon.web, "plant/")
+        async with _console(daemon.web, VIEWPORTS["desktop"], "plant/") as page:
+            console_errors: list[str] = []
+            page.on("console", lambda m: console_errors.append(m.text) if m.type == "error" else None)
             await _row(page, "plant/temp").click()
             stats = "document.querySelector('#detail .plot-stats')?.textContent ?? ''"
-            await _until(page, f"({stats}).startsWith('value: last 20 ')")
+            await until(page, f"({stats}).startsWith('value: last 20 ')")
             canvas = page.locator("#detail figure.plot canvas")
             before = await canvas.screenshot()
             for value in (25, 19, 23):
                 await temp.notify(value)
-                await _until(page, f"({stats}).startsWith('value: last {value} ')")
+                await until(page, f"({stats}).startsWith('value: last {value} ')")
                 await page.wait_for_timeout(150)  # separate samples in time
             assert (await page.text_content("#detail .plot-stats") or "").startswith("value: last 23 · min 19 · max 25")
             # Every change counts in the rate, even those one frame conflates for the plot.
@@ -332,22 +290,21 @@ def test_plot_moves_with_the_value(start_jetd):
             assert re.fullmatch(r"[123] changes? in the last 10 s \(0\.[123]/s\)", rate), rate
             for value in range(100, 120):
                 await temp.notify(value)
-            await _until(page, "parseInt(document.querySelector('#detail .rate').textContent) >= 20")
+            await until(page, "parseInt(document.querySelector('#detail .rate').textContent) >= 20")
             after = await canvas.screenshot()
             assert after != before, "the plot did not change with the value"
             ARTIFACTS.mkdir(exist_ok=True)
             await page.screenshot(path=str(ARTIFACTS / "console-plot.png"))
             # A JSON object: one line per numeric field; non-numeric ones are left out.
             await _row(page, "plant/line").click()
-            await _until(page, f"({stats}).startsWith('speed: last 1.5 · min 1.5 · max 1.5; count: last 10 ')")
+            await until(page, f"({stats}).startsWith('speed: last 1.5 · min 1.5 · max 1.5; count: last 10 ')")
             await line.notify({"speed": 2.5, "count": 7, "name": "l1"})
-            await _until(page, f"({stats}).startsWith('speed: last 2.5 · min 1.5 · max 2.5; count: last 7 · min 7 · max 10')")
+            await until(page, f"({stats}).startsWith('speed: last 2.5 · min 1.5 · max 2.5; count: last 7 · min 7 · max 10')")
             # A string state has no plot.
             await owner.add_state("plant/mode", "auto")
             await _row(page, "plant/mode").click()
             await page.wait_for_selector("#detail figure.plot", state="hidden", timeout=TIMEOUT_MS)
-            assert not errors, errors
-            await browser.close()
+            assert not console_errors, console_errors
         await owner.close()
 
     asyncio.run(run())

@@ -1,18 +1,77 @@
-"""Helpers for the web tests: jetd with its HTTP listener, a WebSocket jet peer."""
+"""Helpers for the web tests: jetd with its HTTP listener, a WebSocket jet peer, and
+Chromium (driven by Playwright) for the console pages."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import selectors
+import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any, Optional
 
+import pytest
 from websockets.sync.client import ClientConnection, connect
 
 from jetwire import Close, Decoder, Info, Message, Request, Response, encode
 
 TIMEOUT = 5.0
+REPO = Path(__file__).resolve().parent.parent.parent
+ARTIFACTS = REPO / "tests" / "artifacts"  # screenshots, ignored by git, kept after the run
+
+# Chromium from Debian (``playwright install`` cannot download browsers here).
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+TIMEOUT_MS = 15_000  # a page waits this long for what it should show
+
+
+async def launch_chromium(playwright: Any) -> Any:
+    """A headless Chromium from ``async_playwright()``; the caller closes it."""
+    return await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+
+
+@contextlib.asynccontextmanager
+async def chromium() -> AsyncIterator[Any]:
+    """A headless Chromium of its own Playwright, closed when the block ends (also when
+    it fails)."""
+    from playwright.async_api import async_playwright  # only the browser tests need it
+
+    async with async_playwright() as playwright:
+        browser = await launch_chromium(playwright)
+        try:
+            yield browser
+        finally:
+            await browser.close()
+
+
+needs_chromium = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"no Chromium at {CHROMIUM}")
+
+
+def page_errors(page: Any, errors: Optional[list[str]] = None) -> list[str]:
+    """The list (``errors``, or a new one) that collects the page's uncaught JavaScript
+    errors from now on."""
+    found: list[str] = [] if errors is None else errors
+    page.on("pageerror", lambda e: found.append(str(e)))
+    return found
+
+
+async def until(page: Any, predicate: str, timeout_ms: int = TIMEOUT_MS) -> None:
+    """Wait for a JavaScript expression to hold on ``page``. It is passed as a function:
+    the console's CSP forbids eval, which a string predicate needs once it is not true."""
+    await page.wait_for_function(f"() => {predicate}", timeout=timeout_ms)
+
+
+def user_add(users: Path, name: str, password: str, *grants: str) -> None:
+    """``jetd user add USERS NAME GRANTS... --password-stdin`` (PROTOCOL.md 15)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "jetd", "user", "add", str(users), name, *grants, "--password-stdin"],
+        input=password + "\n", capture_output=True, text=True, cwd=REPO, timeout=60,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert done.returncode == 0, done.stderr
 
 
 def web_address(daemon: Any) -> tuple[str, int]:

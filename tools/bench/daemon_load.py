@@ -33,6 +33,24 @@ def _recv_exact(sock: socket.socket, size: int) -> bytes:
     return b"".join(chunks)
 
 
+def loopback_socket(port: int, *, rcvbuf: int | None = None, sndbuf: int | None = None) -> socket.socket:
+    """A blocking TCP connection to 127.0.0.1:``port`` with TCP_NODELAY and IO_TIMEOUT;
+    ``rcvbuf``/``sndbuf`` set SO_RCVBUF/SO_SNDBUF before connecting."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        if rcvbuf is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        if sndbuf is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.settimeout(IO_TIMEOUT)
+        sock.connect(("127.0.0.1", port))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 def connect(daemon: DaemonProcess, dialect: Dialect, name: str, *, rcvbuf: int | None = None,
             sndbuf: int | None = None) -> socket.socket:
     """Open a blocking connection to the daemon on 127.0.0.1 and say hello.
@@ -43,15 +61,8 @@ def connect(daemon: DaemonProcess, dialect: Dialect, name: str, *, rcvbuf: int |
     """
     if daemon.host != "127.0.0.1":
         raise BenchError(f"refusing to load anything but 127.0.0.1, got {daemon.host}")
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock = loopback_socket(daemon.port, rcvbuf=rcvbuf, sndbuf=sndbuf)
     try:
-        if rcvbuf is not None:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-        if sndbuf is not None:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.settimeout(IO_TIMEOUT)
-        sock.connect(("127.0.0.1", daemon.port))
         hello = dialect.hello(name)
         if hello:
             sock.sendall(hello)

@@ -11,7 +11,6 @@ import contextlib
 import os
 import selectors
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -19,6 +18,8 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tools.procs import stop_process
 
 REPO = Path(__file__).resolve().parents[2]
 NODEJET_SOURCE = Path(__file__).resolve().parent / "nodejet"
@@ -110,19 +111,6 @@ def _read_listening_line(proc: subprocess.Popen[bytes], prefix: str, timeout: fl
     return host, int(port)
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM, wait, then SIGKILL: the child is gone when this returns."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(SHUTDOWN_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    if proc.stdout is not None:
-        proc.stdout.close()
-
-
 @contextlib.contextmanager
 def _spawn(kind: str, cmd: list[str], prefix: str, env: dict[str, str], cwd: Path) -> Iterator[DaemonProcess]:
     with tempfile.TemporaryDirectory(prefix=f"bench-{kind}-") as tmp:
@@ -137,7 +125,7 @@ def _spawn(kind: str, cmd: list[str], prefix: str, env: dict[str, str], cwd: Pat
             daemon = DaemonProcess(kind, proc, host, port, stderr_path)
             yield daemon
         finally:
-            _stop(proc)
+            stop_process(proc, SHUTDOWN_TIMEOUT)
         daemon.exit_stats = _exit_stats(stderr_path)
 
 

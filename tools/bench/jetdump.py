@@ -20,7 +20,6 @@ import argparse
 import os
 import resource
 import shutil
-import signal
 import socket
 import statistics
 import subprocess
@@ -28,11 +27,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 from jetwire import FetchChange, GetState, Info, Response, SetState, Status, Value, encode
 from jetwire.log import LogHeader, LogKind, conn_open_data, encode_header, encode_record
 from tools.jetdump.synth import CaptureWriter, TcpSession
+from tools.procs import stop_process
 
 REPO = Path(__file__).resolve().parents[2]
 LUA = REPO / "tools" / "wireshark" / "jet.lua"
@@ -201,18 +201,8 @@ def tap_latency(count: int) -> list[str]:
         rows.append(f"| added by the tap | | {us(tapped[len(tapped) // 2] - direct[len(direct) // 2])} | {us(added99)} |")
     finally:
         for proc in (tap, jetd):
-            stop_process(proc)
+            stop_process(proc, 10)
     return rows
-
-
-def stop_process(proc: subprocess.Popen[Any]) -> None:
-    """SIGTERM, then SIGKILL after 10 s (also used by tests/jetdump)."""
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 def main(argv: Optional[list[str]] = None) -> int:

@@ -34,9 +34,12 @@ from typing import Any, Optional
 from websockets.frames import Frame, Opcode
 from websockets.protocol import OPEN, Protocol, Side
 
+from tools.procs import stop_process
+
 from . import daemon_workloads
 from .daemon_load import connect as tcp_connect
-from .daemon_procs import REPO, DaemonProcess, _exit_stats, _stop
+from .daemon_load import loopback_socket
+from .daemon_procs import REPO, SHUTDOWN_TIMEOUT, DaemonProcess, _exit_stats
 from .daemon_wire import BenchError, Dialect, JetDialect
 from .daemon_workloads import Sample, Sizes, w1_routed_set, w2_fanout
 
@@ -121,15 +124,8 @@ def ws_connect(daemon: DaemonProcess, dialect: Dialect, name: str, *, rcvbuf: Op
                sndbuf: Optional[int] = None) -> WsSocket:
     """Like :func:`tools.bench.daemon_load.connect`, over the daemon's /jet endpoint."""
     port: int = daemon.web_port  # type: ignore[attr-defined]
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock = loopback_socket(port, rcvbuf=rcvbuf, sndbuf=sndbuf)
     try:
-        if rcvbuf is not None:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-        if sndbuf is not None:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.settimeout(IO_TIMEOUT)
-        sock.connect(("127.0.0.1", port))
         key = base64.b64encode(os.urandom(16)).decode()
         sock.sendall(
             (f"GET /jet HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
@@ -195,7 +191,7 @@ def start_jetd_web(pin: Optional[int]) -> Iterator[DaemonProcess]:
             daemon.web_port = web_port  # type: ignore[attr-defined]
             yield daemon
         finally:
-            _stop(proc)
+            stop_process(proc, SHUTDOWN_TIMEOUT)
         daemon.exit_stats = _exit_stats(stderr_path)
 
 

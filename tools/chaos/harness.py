@@ -9,7 +9,6 @@ import multiprocessing
 import os
 import selectors
 import shutil
-import signal
 import socket
 import struct
 import subprocess
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from jetwire import AddState, Close, Decoder, GetState, Info, Message, NotifyState, Response, Value, encode
+from tools.procs import stop_process
 
 HOST = "127.0.0.1"
 MiB = 1 << 20
@@ -119,15 +119,7 @@ class Target:
             host, port = _listening_line(proc, stderr_path)
             yield Daemon(host, port, proc.pid, proc, stderr_path, log_dir)
         finally:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(STOP_TIMEOUT)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-            if proc.stdout is not None:
-                proc.stdout.close()
+            stop_process(proc, STOP_TIMEOUT)
             shutil.rmtree(run_dir, ignore_errors=True)  # event logs of gigabytes
 
 

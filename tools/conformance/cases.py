@@ -20,34 +20,26 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from jetwire import (
-    AddMethod,
-    AddState,
+    FETCH_EVENT_CLASSES,
+    REQUEST_CLASSES,
     Authenticate,
-    CallMethod,
     Close,
-    FetchAdd,
-    FetchChange,
     FetchMethod,
     FetchNode,
     FetchQuery,
-    FetchRemove,
     FetchStates,
-    FetchUnmatch,
     FetchWindow,
     FilterOp,
-    GetState,
     Info,
+    KeyRequest,
+    KeyValueRequest,
     Message,
-    NotifyState,
     PathMatcher,
     PathOp,
     Query,
     QueryEntry,
     QueryOnce,
-    RemoveMethod,
-    RemoveState,
     Response,
-    SetState,
     SortBy,
     Status,
     Unfetch,
@@ -368,24 +360,9 @@ def _query(obj: Mapping[str, Any], env: Mapping[str, Any], namespace: str) -> Qu
     )
 
 
-_KEY_VALUE = {
-    "ADD_STATE": AddState,
-    "SET_STATE": SetState,
-    "NOTIFY_STATE": NotifyState,
-    "CALL_METHOD": CallMethod,
-}
-_KEY_ONLY = {
-    "REMOVE_STATE": RemoveState,
-    "ADD_METHOD": AddMethod,
-    "REMOVE_METHOD": RemoveMethod,
-    "GET_STATE": GetState,
-}
-_FETCH_EVENTS = {
-    "FETCH_ADD": FetchAdd,
-    "FETCH_CHANGE": FetchChange,
-    "FETCH_REMOVE": FetchRemove,
-    "FETCH_UNMATCH": FetchUnmatch,
-}
+_KEY_VALUE = {cls.function.name: cls for cls in REQUEST_CLASSES.values() if issubclass(cls, KeyValueRequest)}
+_KEY_ONLY = {cls.function.name: cls for cls in REQUEST_CLASSES.values() if issubclass(cls, KeyRequest)}
+_FETCH_EVENTS = {cls.code.name: cls for cls in FETCH_EVENT_CLASSES.values()}
 # PROTOCOL.md 14 (protocol 1.1): queries, and the events only they cause.
 _QUERIES = {"FETCH_QUERY": FetchQuery, "QUERY_ONCE": QueryOnce}
 _KEY_EVENTS = {"FETCH_METHOD": FetchMethod, "FETCH_NODE": FetchNode}

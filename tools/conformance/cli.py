@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from .cases import CaseError, default_case_dir, evaluate, load_cases, select_cases
-from .report import write_console, write_html, write_json, write_junit
+from .report import add_report_options, write_case_list, write_console, write_report_files
 from .runner import RunConfig, run_cases
 
 EXIT_OK = 0
@@ -67,11 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="set a case variable, e.g. max_key_length=256 for a daemon with other limits")
     parser.add_argument("--jobs", type=int, default=16, metavar="N", help="cases run at once (default 16)")
     parser.add_argument("--case-dir", type=Path, default=None, help="directory of case files (default spec/conformance)")
-    parser.add_argument("--json", type=Path, metavar="FILE", help="write the full results as JSON")
-    parser.add_argument("--junit", type=Path, metavar="FILE", help="write JUnit XML")
-    parser.add_argument("--html", type=Path, metavar="FILE", help="write a self-contained HTML report")
-    parser.add_argument("--list", action="store_true", help="list the selected cases and exit")
-    parser.add_argument("-v", "--verbose", action="store_true", help="details of every case that is not OK")
+    add_report_options(parser)
     return parser
 
 
@@ -115,9 +111,7 @@ def _main(argv: Optional[list[str]], status: dict[str, int]) -> int:
         return EXIT_USAGE
     selected = select_cases(cases, args.cases, args.section)
     if args.list:
-        for case in selected:
-            print(f"{case.section:<6} {case.requirement:<13} {case.id:<44} {case.title}")
-        print(f"{len(selected)} case(s)")
+        write_case_list(selected, sys.stdout)
         return EXIT_OK
     if args.address is None:
         parser.error("HOST:PORT is required unless --list is given")
@@ -140,12 +134,7 @@ def _main(argv: Optional[list[str]], status: dict[str, int]) -> int:
     except ConnectionError as exc:
         print(f"jet-conformance: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    if args.json:
-        write_json(results, config, args.json)
-    if args.junit:
-        write_junit(results, config, args.junit)
-    if args.html:
-        write_html(results, config, args.html)
+    write_report_files(results, config, json_path=args.json, junit_path=args.junit, html_path=args.html)
     failed = any(result.counts_as_failure(config.strict) for result in results)
     status["code"] = EXIT_FAILED if failed else EXIT_OK
     write_console(results, config, sys.stdout, verbose=args.verbose)

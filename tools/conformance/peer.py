@@ -26,7 +26,6 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Optional
 
 from jetwire import (
@@ -54,7 +53,7 @@ from jetwire import (
 from jetwire.errors import RemoteProtocolError
 
 from .cases import Case, describe_message
-from .report import write_console, write_html, write_json, write_junit
+from .report import add_report_options, write_case_list, write_console, write_report_files
 from .runner import FAILED, NON_STRICT, OK, CaseLog, CaseResult, RunConfig, StepFailed
 
 __all__ = ["PEER_CASES", "PeerCase", "PeerRunConfig", "main", "run_peer_cases"]
@@ -800,11 +799,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout", type=float, default=5.0, metavar="S",
                         help="how long a step waits for the peer (default 5)")
     parser.add_argument("--jobs", type=int, default=4, metavar="N", help="cases run at once (default 4)")
-    parser.add_argument("--json", type=Path, metavar="FILE", help="write the full results as JSON")
-    parser.add_argument("--junit", type=Path, metavar="FILE", help="write JUnit XML")
-    parser.add_argument("--html", type=Path, metavar="FILE", help="write a self-contained HTML report")
-    parser.add_argument("--list", action="store_true", help="list the selected cases and exit")
-    parser.add_argument("-v", "--verbose", action="store_true", help="details of every case that is not OK")
+    add_report_options(parser)
     return parser
 
 
@@ -814,9 +809,7 @@ def main(argv: Optional[list[str]], status: dict[str, int]) -> int:
     args = parser.parse_args(argv)
     selected = [case for case in PEER_CASES if not args.cases or fnmatch.fnmatch(case.id, args.cases)]
     if args.list:
-        for case in selected:
-            print(f"{case.section:<6} {case.requirement:<13} {case.id:<44} {case.title}")
-        print(f"{len(selected)} case(s)")
+        write_case_list(selected, sys.stdout)
         return 0
     if not args.agent:
         parser.error("--agent CMD is required unless --list is given")
@@ -829,12 +822,7 @@ def main(argv: Optional[list[str]], status: dict[str, int]) -> int:
     if all(r.reason.startswith("cannot run the agent") for r in results):
         print(f"jet-conformance peer: {results[0].reason}", file=sys.stderr)
         return 2
-    if args.json:
-        write_json(results, config, args.json)
-    if args.junit:
-        write_junit(results, config, args.junit)
-    if args.html:
-        write_html(results, config, args.html)
+    write_report_files(results, config, json_path=args.json, junit_path=args.junit, html_path=args.html)
     failed = any(result.counts_as_failure(config.strict) for result in results)
     status["code"] = 1 if failed else 0
     write_console(results, config, sys.stdout, verbose=args.verbose)

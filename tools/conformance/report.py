@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import html
 import json
 import xml.etree.ElementTree as ET
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Optional, Protocol, TextIO
 
 from .runner import (
     FAILED,
@@ -25,13 +27,16 @@ __all__ = [
     "EXCHANGE_HEAD",
     "EXCHANGE_TAIL",
     "TEXT_MAX",
+    "add_report_options",
     "capped_exchange",
     "summary_counts",
     "summary_line",
+    "write_case_list",
     "write_console",
     "write_html",
     "write_json",
     "write_junit",
+    "write_report_files",
 ]
 
 # Transcript caps (issue 17): one informational case (slow consumers) logs hundreds of
@@ -175,6 +180,49 @@ def _case_json(result: CaseResult) -> dict[str, Any]:
 def write_json(results: list[CaseResult], config: RunConfig, path: Path) -> None:
     """Write :func:`report_json` to ``path``."""
     path.write_text(json.dumps(report_json(results, config), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def add_report_options(parser: argparse.ArgumentParser) -> None:
+    """The options both suites' command lines share: the report files, --list and -v."""
+    parser.add_argument("--json", type=Path, metavar="FILE", help="write the full results as JSON")
+    parser.add_argument("--junit", type=Path, metavar="FILE", help="write JUnit XML")
+    parser.add_argument("--html", type=Path, metavar="FILE", help="write a self-contained HTML report")
+    parser.add_argument("--list", action="store_true", help="list the selected cases and exit")
+    parser.add_argument("-v", "--verbose", action="store_true", help="details of every case that is not OK")
+
+
+def write_report_files(
+    results: list[CaseResult], config: RunConfig, *, json_path: Optional[Path], junit_path: Optional[Path],
+    html_path: Optional[Path],
+) -> None:
+    """Write each report a path is given for (the ``--json``, ``--junit`` and ``--html``
+    options of both suites)."""
+    if json_path:
+        write_json(results, config, json_path)
+    if junit_path:
+        write_junit(results, config, junit_path)
+    if html_path:
+        write_html(results, config, html_path)
+
+
+class ListedCase(Protocol):
+    """What ``--list`` shows of a case: a daemon case or a peer case."""
+
+    @property
+    def section(self) -> str: ...
+    @property
+    def requirement(self) -> str: ...
+    @property
+    def id(self) -> str: ...
+    @property
+    def title(self) -> str: ...
+
+
+def write_case_list(cases: Sequence[ListedCase], out: TextIO) -> None:
+    """``--list``: section, requirement, id and title of each case, then the count."""
+    for case in cases:
+        print(f"{case.section:<6} {case.requirement:<13} {case.id:<44} {case.title}", file=out)
+    print(f"{len(cases)} case(s)", file=out)
 
 
 def _exchange_text(result: CaseResult) -> str:
