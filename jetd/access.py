@@ -206,11 +206,11 @@ class AccessControl(QueryHandlers):
         that is not UTF-8: PROTOCOL.md 15.3 checks the form first)."""
         if not is_utf8(key):
             if rid is not None:
-                self._reply(conn, rid, Status.MALFORMED, "key is not valid UTF-8")
+                self.out.reply(conn, rid, Status.MALFORMED, "key is not valid UTF-8")
             return
         message = f"not authorized: {permission} {key.decode('utf-8')}"
         if rid is not None:
-            self._reply(conn, rid, Status.NOT_AUTHORIZED, message)
+            self.out.reply(conn, rid, Status.NOT_AUTHORIZED, message)
 
     def _may_write(self, conn: Connection, key: bytes) -> bool:
         """PROTOCOL.md 15.3 ``write``, cached per connection for the keys it may write
@@ -240,17 +240,17 @@ class AccessControl(QueryHandlers):
             message = decode_body(REQUEST, buf[pos + 5 : end])
         except RemoteProtocolError:
             self._log_request(conn, frame)
-            return self._malformed(conn, buf, pos, end, rid)
+            return self.out.malformed(conn, buf, pos, end, rid)
         assert isinstance(message, Authenticate)
         access = self.access
         if access is None:
             # PROTOCOL.md 6.12: without authentication every peer has every permission.
             self._log_request(conn, frame)
-            self._send(conn, ok_frame(rid))
+            self.out.send(conn, ok_frame(rid))
             return None
         if conn.user is not None:
             self._log_request(conn, frame)
-            return self._reply(conn, rid, Status.NOT_AUTHORIZED, f"already authenticated as {conn.user}")
+            return self.out.reply(conn, rid, Status.NOT_AUTHORIZED, f"already authenticated as {conn.user}")
         # PROTOCOL.md 15.2: nothing more is read from the connection until it is answered.
         conn.held = True
         user, password = message.user, message.password
@@ -280,7 +280,7 @@ class AccessControl(QueryHandlers):
             return
         self._log_request(conn, frame)
         self._authenticated(conn, user, AUTH_BY_PASSWORD)
-        self._send(conn, ok_frame(rid))
+        self.out.send(conn, ok_frame(rid))
         self._release(conn, now)
 
     def _authenticated(self, conn: Connection, user: str, method: int) -> None:
@@ -318,11 +318,11 @@ class AccessControl(QueryHandlers):
             if conn.closing:
                 continue
             self._log_request(conn, frame)
-            self._reply(conn, rid, Status.AUTH_FAILED, "authentication failed")
+            self.out.reply(conn, rid, Status.AUTH_FAILED, "authentication failed")
             if conn.auth_failures >= MAX_AUTH_FAILURES:
                 message = "too many failed authentications"
-                self._violation(conn, message)
-                self._close_with(conn, Status.AUTH_FAILED, message, close_frame(Status.AUTH_FAILED, message))
+                self.out.violation(conn, message)
+                self.out.close_with(conn, Status.AUTH_FAILED, message, close_frame(Status.AUTH_FAILED, message))
             else:
                 self._release(conn, now)
         deadlines = self._auth_deadlines
@@ -337,7 +337,7 @@ class AccessControl(QueryHandlers):
             access = self.access
             if access is not None and access.timeout_applies:
                 message = "not authenticated within the auth timeout"
-                self._close_with(conn, Status.NOT_AUTHORIZED, message, close_frame(Status.NOT_AUTHORIZED, message))
+                self.out.close_with(conn, Status.NOT_AUTHORIZED, message, close_frame(Status.NOT_AUTHORIZED, message))
 
     def _access_on_connect(self, conn: Connection) -> None:
         access = self.access
@@ -411,12 +411,12 @@ class AccessControl(QueryHandlers):
                 kv = old[key]
                 if conn.parked:
                     self._catch_up_on(conn, key, kv)  # PROTOCOL.md 10.8: its change first
-                self._send(conn, EVT_HEAD_PACK(EVENT, 5 + len(kv), FETCH_REMOVE) + fetch.fid_bytes + kv)
+                self.out.send(conn, EVT_HEAD_PACK(EVENT, 5 + len(kv), FETCH_REMOVE) + fetch.fid_bytes + kv)
             index.remove(fetch)
             fetch.prefixes = narrowed
             index.add(fetch)
             for key in sorted(new.keys() - old.keys()):
                 kv = new[key]
-                self._send(conn, EVT_HEAD_PACK(EVENT, 5 + len(kv), FETCH_ADD) + fetch.fid_bytes + kv)
+                self.out.send(conn, EVT_HEAD_PACK(EVENT, 5 + len(kv), FETCH_ADD) + fetch.fid_bytes + kv)
             if conn.closing:
                 return

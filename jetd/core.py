@@ -55,7 +55,7 @@ from jetwire.codes import MIN_PEER_MAX_BODY
 from jetwire.log import LogKind, conn_close_data, conn_name_data, conn_open_data
 
 from .access import AUTHENTICATE, Access, AccessControl, Offload
-from .base import DaemonStats
+from .base import DaemonStats, Output
 from .config import Config
 from .connection import Connection
 from .frames import (
@@ -126,6 +126,9 @@ class Daemon(AccessControl):
 
     def __init__(self, config: Config, log_hook: Optional[LogHook] = None, access: Optional[Access] = None) -> None:
         self.config = config
+        self.stats = DaemonStats()
+        self.out = Output(config, self.stats, log_hook)
+        self.out.end_delivery = self._end_delivery
         self.access = access
         self.offload: Optional[Offload] = None
         self._auth_answers: deque[tuple[float, Connection, int, bytes]] = deque()  # delayed AUTH_FAILED
@@ -145,8 +148,6 @@ class Daemon(AccessControl):
         self._delivering = 0
         # Stalled connections that may go on (Daemon.work): a delivery, or held input.
         self.ready: list[Connection] = []
-        # PROTOCOL.md 10.8: the output budget; past it a connection's input stalls.
-        self._out_budget = config.soft_limit
         self._expiring = False  # more route timeouts are due than one slice answers
         # PROTOCOL.md 10.7, input side: unprocessed bytes of all connections, the
         # connections with an incomplete frame (and since when), and the connections
@@ -156,17 +157,12 @@ class Daemon(AccessControl):
         self._silent: deque[tuple[float, Connection]] = deque()
         self.routes = RouteTable(config.route_timeout)
         self.connections: dict[int, Connection] = {}
-        self.dirty: list[Connection] = []
         self.slow: set[Connection] = set()
-        self.stats = DaemonStats()
         self.now = 0.0
         self._log = log_hook
         self._log_events = log_hook is not None and config.log_events
         self._next_conn_id = 1
         self._next_fetch_id = 1  # PROTOCOL.md 10.5: jetd counts from 1, never reuses
-        self._to_close: list[Connection] = []
-        self._max_body = config.max_body
-        self._small_body_peers = 0  # peers whose INFO announced a max_body below ours
         self._max_key = config.max_key_length
         features = FEATURE_CONFLATION | FEATURE_QUERIES | FEATURE_LIMITS
         features |= FEATURE_AUTH_REQUIRED if access is not None else 0
@@ -210,14 +206,14 @@ class Daemon(AccessControl):
         self.stats.connections += 1
         if self._log is not None:
             self._log(conn.conn_id, LogKind.CONN_OPEN, conn_open_data(address))
-        self._send(conn, self.info_frame)
+        self.out.send(conn, self.info_frame)
         if self.config.first_frame_timeout > 0:
             self._silent.append((now + self.config.first_frame_timeout, conn))
         self._access_on_connect(conn)
         log.info("open %s", conn.label)
         if refuse is not None or len(self.connections) > self.config.max_connections:
             message = refuse or f"too many connections (max {self.config.max_connections})"
-            self._close_with(conn, Status.LIMIT_EXCEEDED, message, close_frame(Status.LIMIT_EXCEEDED, message))
+            self.out.close_with(conn, Status.LIMIT_EXCEEDED, message, close_frame(Status.LIMIT_EXCEEDED, message))
             self._finish_closes()
         return conn
 
@@ -227,7 +223,7 @@ class Daemon(AccessControl):
         if not conn.closing:
             conn.closing = True
             conn.close_reason = reason
-            self._to_close.append(conn)
+            self.out.to_close.append(conn)
         self._finish_closes()
         self.connections.pop(conn.conn_id, None)
         self.slow.discard(conn)
@@ -248,31 +244,30 @@ class Daemon(AccessControl):
         for conn in list(self.connections.values()):
             if not conn.closing:
                 if conn.paused:
-                    self._drop_output(conn)
+                    self.out.drop_output(conn)
                 self._end_delivery(conn)
-                self._close_with(conn, Status.OK, "shutting down", self._shutdown_frame)
+                self.out.close_with(conn, Status.OK, "shutting down", self._shutdown_frame)
         self._finish_closes()
 
     def internal_error(self, conn: Connection, now: float) -> None:
         """A bug surfaced while handling ``conn``'s bytes: CLOSE (INTERNAL) it."""
         self.now = now
         self._drop_input(conn)
-        self._close_with(conn, Status.INTERNAL, "internal error", close_frame(Status.INTERNAL, "internal error"))
+        self.out.close_with(conn, Status.INTERNAL, "internal error", close_frame(Status.INTERNAL, "internal error"))
         self._finish_closes()
 
     def protocol_error(self, conn: Connection, status: Status, message: str, now: float) -> None:
         """The IO layer found the peer breaking the protocol below the frames (a text
         message on a WebSocket, PROTOCOL.md 13.4): CLOSE (``status``) it."""
         self.now = now
-        self._fatal(conn, status, message)
+        self.out.fatal(conn, status, message)
         self._finish_closes()
 
     def take_dirty(self) -> list[Connection]:
         """Connections with output (or a close) to act on; clears the list. Their
         output is about to be written: their budget starts over, and a stalled one may
         go on in the next :meth:`work` (unless the write pauses its transport)."""
-        dirty = self.dirty
-        self.dirty = []
+        dirty = self.out.take_dirty()
         ready = self.ready
         for conn in dirty:
             conn.out_size = 0
@@ -295,7 +290,7 @@ class Daemon(AccessControl):
         ready = self.ready
         self.ready = []
         resumed: list[Connection] = []
-        budget = self._out_budget
+        budget = self.out.out_budget
         for conn in ready:
             if conn.closing or not conn.stalled or conn.paused or conn.out_size > budget:
                 continue  # a write, drained() or take_dirty() brings it back
@@ -359,23 +354,23 @@ class Daemon(AccessControl):
         deadline = self.config.slow_deadline
         for conn in list(self.slow):
             if conn.slow_since is not None and now - conn.slow_since > deadline:
-                self._overload(conn, f"output stuck above the soft limit for more than {deadline:g} s")
+                self.out.overload(conn, f"output stuck above the soft limit for more than {deadline:g} s")
         self._finish_closes()
 
     def _input_timeout(self, conn: Connection, message: str) -> None:
         """PROTOCOL.md 10.7: a peer too slow to send a frame is closed TIMEOUT."""
-        self._violation(conn, message)
+        self.out.violation(conn, message)
         self._drop_input(conn)
-        self._close_with(conn, Status.TIMEOUT, message, close_frame(Status.TIMEOUT, message))
+        self.out.close_with(conn, Status.TIMEOUT, message, close_frame(Status.TIMEOUT, message))
 
     def _input_overflow(self, conn: Connection, more: int) -> None:
         """PROTOCOL.md 10.7: ``more`` unprocessed bytes would pass max_input_buffer."""
         limit = self.config.max_input_buffer
         message = f"input buffer limit reached ({limit} bytes unprocessed on all connections)"
         log.warning("input buffer full: %s would add %d bytes to %d", conn.label, more, self.input_buffered)
-        self._violation(conn, message)
+        self.out.violation(conn, message)
         self._drop_input(conn)
-        self._close_with(conn, Status.LIMIT_EXCEEDED, message, close_frame(Status.LIMIT_EXCEEDED, message))
+        self.out.close_with(conn, Status.LIMIT_EXCEEDED, message, close_frame(Status.LIMIT_EXCEEDED, message))
 
     # --- receiving ----------------------------------------------------------------------
 
@@ -412,7 +407,7 @@ class Daemon(AccessControl):
             buf = data
         n = len(buf)
         pos = 0
-        max_body = self._max_body
+        max_body = self.out.max_body
         logger = self._log
         states = self.registry.states
         methods = self.registry.methods
@@ -421,11 +416,11 @@ class Daemon(AccessControl):
         fetch_lengths = fetches.lengths
         generation = fetches.generation
         targets_cache = fetches.cache
-        dirty = self.dirty
+        dirty = self.out.dirty
         plain_fanout = not self._log_events
         # Only an INFO changes _small_body_peers while frames are read (closes are
         # torn down after the loop), so it is refreshed after each INFO.
-        inline_fanout = plain_fanout and not self._small_body_peers
+        inline_fanout = plain_fanout and not self.out.small_body_peers
         # Fetches are parked or unparked only by the IO layer and by other frames' slow
         # paths, so this is read again after each of those.
         parked = self._parked
@@ -458,9 +453,9 @@ class Daemon(AccessControl):
                 if logger is not None:
                     logger(conn.conn_id, FRAME_IN, buf[pos : pos + 5])
                 if ftype < 1 or ftype > 4:
-                    self._fatal(conn, Status.MALFORMED, f"unknown frame type 0x{ftype:02X}")
+                    self.out.fatal(conn, Status.MALFORMED, f"unknown frame type 0x{ftype:02X}")
                 else:
-                    self._fatal(conn, Status.TOO_LARGE, f"body of {length} bytes exceeds max_body {max_body}")
+                    self.out.fatal(conn, Status.TOO_LARGE, f"body of {length} bytes exceeds max_body {max_body}")
                 break
             end = pos + 5 + length
             if end > n:
@@ -629,7 +624,7 @@ class Daemon(AccessControl):
                 self._event(conn, buf, pos, end)
             else:
                 self._info(conn, buf, pos, end)
-                inline_fanout = plain_fanout and not self._small_body_peers
+                inline_fanout = plain_fanout and not self.out.small_body_peers
             parked = self._parked
             delivering = self._delivering
             fetch_lengths = fetches.lengths
@@ -663,8 +658,17 @@ class Daemon(AccessControl):
                     self.partial[conn] = now  # PROTOCOL.md 10.7: frame_timeout from now
         elif had_rest:
             self.partial.pop(conn, None)
-        if self._to_close:
+        if self.out.to_close:
             self._finish_closes()
+
+    def _finish_closes(self) -> None:
+        """Tear down the connections closed since the last call (after the frame that
+        closed them: PROTOCOL.md 10.6)."""
+        to_close = self.out.to_close
+        while to_close:
+            conn = to_close.pop()
+            if not conn.closed:
+                self._teardown(conn)
 
     def _teardown(self, conn: Connection) -> None:
         """PROTOCOL.md 10.6, in this order: pending routes answered OWNER_GONE, states
@@ -684,12 +688,12 @@ class Daemon(AccessControl):
         # It no longer counts against max_connections, even while the IO layer lingers
         # on its socket (jetd.server.PeerProtocol.hang_up).
         self.connections.pop(conn.conn_id, None)
-        if conn.max_body < self._max_body:
-            self._small_body_peers -= 1
+        if conn.max_body < self.out.max_body:
+            self.out.small_body_peers -= 1
         for route in conn.routes.values():
             route.done = True
             if not route.requester.closed:
-                self._reply(route.requester, route.rid, Status.OWNER_GONE, "the owner disconnected")
+                self.out.reply(route.requester, route.rid, Status.OWNER_GONE, "the owner disconnected")
         conn.routes.clear()
         # Its own fetches go first (nobody else can tell): nothing, not even the
         # FETCH_REMOVE of its own states, may follow its CLOSE.
@@ -714,7 +718,7 @@ class Daemon(AccessControl):
         self.slow.discard(conn)
         # The IO layer closes the transport after the flush; being listed twice is harmless
         # (and cheaper than searching the list when thousands of peers go at once).
-        self.dirty.append(conn)
+        self.out.dirty.append(conn)
         if self._log is not None:
             self._log(conn.conn_id, LogKind.CONN_CLOSE, conn_close_data(conn.close_status, conn.close_reason))
         log.info(
@@ -729,12 +733,12 @@ class Daemon(AccessControl):
     def _request(self, conn: Connection, buf: bytes, pos: int, end: int) -> None:
         if end - pos < 9:
             # PROTOCOL.md 9.1: no readable id -> CLOSE.
-            self._fatal(conn, Status.MALFORMED, f"REQUEST body of {end - pos - 5} bytes has no readable id")
+            self.out.fatal(conn, Status.MALFORMED, f"REQUEST body of {end - pos - 5} bytes has no readable id")
             return
         if end - pos < 10:
             rid = U32_FROM(buf, pos + 5)[0]
-            self._violation(conn, "REQUEST without function")
-            self._reply(conn, rid, Status.MALFORMED, "REQUEST body is shorter than id and function")
+            self.out.violation(conn, "REQUEST without function")
+            self.out.reply(conn, rid, Status.MALFORMED, "REQUEST body is shorter than id and function")
             return
         rid, function = ID_BYTE_FROM(buf, pos + 5)
         perms = conn.perms
@@ -744,12 +748,12 @@ class Daemon(AccessControl):
                 message = "authentication required"
             else:
                 message = f"not authorized: user {conn.user} has no permissions"
-            self._reply(conn, rid, Status.NOT_AUTHORIZED, message)
+            self.out.reply(conn, rid, Status.NOT_AUTHORIZED, message)
             return
         handler = self._request_handlers.get(function)
         if handler is None:
-            self._violation(conn, f"unknown function 0x{function:02X}")
-            self._reply(conn, rid, Status.UNKNOWN_FUNCTION, f"unknown function 0x{function:02X}")
+            self.out.violation(conn, f"unknown function 0x{function:02X}")
+            self.out.reply(conn, rid, Status.UNKNOWN_FUNCTION, f"unknown function 0x{function:02X}")
             return
         handler(conn, buf, pos, end, rid)
 
@@ -757,13 +761,13 @@ class Daemon(AccessControl):
     def _event(self, conn: Connection, buf: bytes, pos: int, end: int) -> None:
         """PROTOCOL.md 7.1, 9.3: fire-and-forget requests and CLOSE; anything bad closes."""
         if end - pos < 6:
-            return self._fatal(conn, Status.MALFORMED, "EVENT body is empty")
+            return self.out.fatal(conn, Status.MALFORMED, "EVENT body is empty")
         code = buf[pos + 5]
         if code in (3, 4, 5):
             kend = key_value_end(buf, pos + 6, end)
             if kend < 0:
                 status, message = why_malformed(EVENT, buf[pos + 5 : end])
-                return self._fatal(conn, status, message)
+                return self.out.fatal(conn, status, message)
             key = buf[pos + 8 : kend]
             if code == EV_NOTIFY_STATE:
                 state_owner = self.registry.states.get(key)
@@ -783,29 +787,29 @@ class Daemon(AccessControl):
             if owner is None:
                 reason = self._unknown_key(conn, key, None, "state" if code == 3 else "method")
                 return self._drop_event(conn, code, key, reason)
-            if self._too_large_for(owner, end - pos - 5):
+            if self.out.too_large_for(owner, end - pos - 5):
                 return self._drop_event(conn, code, key, f"the owner accepts at most {owner.max_body} bytes")
             # PROTOCOL.md 7.1: forwarded as the very same EVENT frame.
-            self._send(owner, buf[pos:end])
+            self.out.send(owner, buf[pos:end])
             return None
         if code == EV_CLOSE:
             if end - pos < 7 or buf[pos + 6] not in KNOWN_STATUSES or not str16_ok(buf, pos + 7, end):
-                return self._fatal(conn, Status.MALFORMED, "malformed CLOSE")
+                return self.out.fatal(conn, Status.MALFORMED, "malformed CLOSE")
             # PROTOCOL.md 7.3: treated like a disconnect; nothing is sent back.
             conn.closing = True
             conn.close_reason = "peer sent CLOSE"
             conn.close_at = len(conn.pending) if conn.paused else len(conn.out)
-            self._to_close.append(conn)
+            self.out.to_close.append(conn)
             return None
         if code in DAEMON_EVENTS:
-            return self._fatal(conn, Status.MALFORMED, "fetch events may not be sent to the daemon")
-        return self._fatal(conn, Status.UNKNOWN_FUNCTION, f"unknown event code 0x{code:02X}")
+            return self.out.fatal(conn, Status.MALFORMED, "fetch events may not be sent to the daemon")
+        return self.out.fatal(conn, Status.UNKNOWN_FUNCTION, f"unknown event code 0x{code:02X}")
 
     def _drop_event(self, conn: Connection, code: int, key: bytes, reason: Optional[str]) -> None:
         """PROTOCOL.md 7.1: a fire-and-forget request that cannot be carried out is dropped."""
         if reason == "key is not valid UTF-8":
-            return self._fatal(conn, Status.MALFORMED, "event key is not valid UTF-8")
-        self._violation(conn, f"dropped {EventCode(code).name} event for {key!r}: {reason}")
+            return self.out.fatal(conn, Status.MALFORMED, "event key is not valid UTF-8")
+        self.out.violation(conn, f"dropped {EventCode(code).name} event for {key!r}: {reason}")
         return None
 
     def _info(self, conn: Connection, buf: bytes, pos: int, end: int) -> None:
@@ -813,21 +817,21 @@ class Daemon(AccessControl):
         try:
             info = decode_body(INFO, buf[pos + 5 : end])
         except RemoteProtocolError as exc:
-            return self._fatal(conn, Status.MALFORMED, f"malformed INFO: {exc.message}")
+            return self.out.fatal(conn, Status.MALFORMED, f"malformed INFO: {exc.message}")
         assert isinstance(info, Info)
         if info.major != PROTOCOL_MAJOR:
-            return self._fatal(conn, Status.MALFORMED, f"unsupported protocol major version {info.major}")
+            return self.out.fatal(conn, Status.MALFORMED, f"unsupported protocol major version {info.major}")
         if info.max_body < MIN_PEER_MAX_BODY:
-            return self._fatal(
+            return self.out.fatal(
                 conn, Status.MALFORMED, f"max_body {info.max_body} is below {MIN_PEER_MAX_BODY}: no answer fits"
             )
         conn.name = info.name
-        was_small = conn.max_body < self._max_body
+        was_small = conn.max_body < self.out.max_body
         conn.max_body = info.max_body
-        self._small_body_peers += (conn.max_body < self._max_body) - was_small
+        self.out.small_body_peers += (conn.max_body < self.out.max_body) - was_small
         if self._log is not None:
             self._log(conn.conn_id, LogKind.CONN_NAME, conn_name_data(info.name))
         log.debug("name %s", conn.label)
         if info.features & FEATURE_LIMITS:
-            self._send(conn, self._limits_info_frame)
+            self.out.send(conn, self._limits_info_frame)
         return None

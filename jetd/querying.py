@@ -150,20 +150,20 @@ class QueryHandlers(Subscriptions):
         None if it cannot run (PROTOCOL.md 14.5, 14.6)."""
         config = self.config
         if end - pos - 10 > config.max_query_size:
-            self._reply(conn, rid, Status.TOO_LARGE, f"query of {end - pos - 10} bytes exceeds {config.max_query_size}")
+            self.out.reply(conn, rid, Status.TOO_LARGE, f"query of {end - pos - 10} bytes exceeds {config.max_query_size}")
             return None
         try:
             request = decode_body(REQUEST, buf[pos + 5 : end])
         except RemoteProtocolError as exc:
-            self._violation(conn, exc.message)
-            self._reply(conn, rid, exc.status, exc.message)
+            self.out.violation(conn, exc.message)
+            self.out.reply(conn, rid, exc.status, exc.message)
             return None
         assert isinstance(request, (FetchQuery, QueryOnce))
         limits = QueryLimits(config.max_query_terms, config.max_window, config.max_field_depth)
         try:
             compiled = compile_query(request.query, limits)
         except QueryError as exc:
-            self._reply(conn, rid, exc.status, exc.message)
+            self.out.reply(conn, rid, exc.status, exc.message)
             return None
         perms = conn.perms
         if perms is None or perms.read.everything:
@@ -182,7 +182,7 @@ class QueryHandlers(Subscriptions):
         if compiled is None:
             return
         if len(conn.fetches) + len(conn.query_fetches) >= self.config.max_fetches_per_connection:
-            self._reply(
+            self.out.reply(
                 conn,
                 rid,
                 Status.LIMIT_EXCEEDED,
@@ -195,7 +195,7 @@ class QueryHandlers(Subscriptions):
             self.nodes = NodeIndex([*registry.states, *registry.methods])
         fetch = QueryFetch(self._next_fetch_id, conn, group)
         self._next_fetch_id += 1
-        self._send(conn, RESP_HEAD_PACK(RESPONSE, 9, rid, 0) + fetch.fid_bytes)
+        self.out.send(conn, RESP_HEAD_PACK(RESPONSE, 9, rid, 0) + fetch.fid_bytes)
         group.fetches[fetch.fid] = fetch
         conn.query_fetches[fetch.fid] = fetch
         if compiled.sorted and fetch.high > group.reach:
@@ -248,7 +248,7 @@ class QueryHandlers(Subscriptions):
                     self._query_entry(conn, delivery.head, EntryKind.STATE, states[key].states[key])
                     if conn.closing:
                         return None
-                self._send(conn, ok_frame(delivery.rid))
+                self.out.send(conn, ok_frame(delivery.rid))
             return self._query_delivered(conn)
         after = delivery.cursor if fetch is None else fetch.cursor
         entries, upto = self._entries_after(group, after, delivery.nodes)
@@ -270,7 +270,7 @@ class QueryHandlers(Subscriptions):
                 fetch.cursor = upto
             return self._query_later(conn)
         if fetch is None:
-            self._send(conn, ok_frame(delivery.rid))
+            self.out.send(conn, ok_frame(delivery.rid))
         else:
             backlog = fetch.backlog
             fetch.backlog = []
@@ -477,16 +477,16 @@ class QueryHandlers(Subscriptions):
         over its max_body: closed TOO_LARGE, or over the hard limit)."""
         if conn.closing:
             return False
-        if self._small_body_peers and len(frame) - 5 > conn.max_body:
-            self._event_too_large(conn, len(frame) - 5)
+        if self.out.small_body_peers and len(frame) - 5 > conn.max_body:
+            self.out.event_too_large(conn, len(frame) - 5)
             return False
         if conn.paused:
-            if not self._enqueue(conn, frame):
+            if not self.out.enqueue(conn, frame):
                 return False
         else:
             out = conn.out
             if not out:
-                self.dirty.append(conn)
+                self.out.dirty.append(conn)
             out.append(frame)
         self.stats.fanout_events += 1
         if self._log_events and self._log is not None:
@@ -500,7 +500,7 @@ class QueryHandlers(Subscriptions):
         group = fetch.group
         states = self.registry.states
         conn = fetch.conn
-        room = min(conn.max_body, self._max_body) - 11  # code, fetch_id, size, count
+        room = min(conn.max_body, self.out.max_body) - 11  # code, fetch_id, size, count
         head = fetch.fid_bytes + U32_PACK(fetch.size)
         entries: list[bytes] = []
         length = 0
@@ -618,7 +618,7 @@ class QueryHandlers(Subscriptions):
         conn = fetch.conn
         # PROTOCOL.md 10.8: held events are output owed to the peer like any other.
         if fetch.backlog_size + conn.queued + conn.out_size > self.config.hard_limit:
-            self._overload(conn, "output above the hard limit")
+            self.out.overload(conn, "output above the hard limit")
 
     def _query_method(self, key: bytes, added: bool) -> None:
         """A method was added or removed: FETCH_METHOD, and nodes (PROTOCOL.md 14.2)."""

@@ -112,18 +112,18 @@ class RegistryHandlers(DaemonBase):
         else:
             message, status = f"no such {kind}", Status.NOT_FOUND
         if rid is not None:
-            self._reply(conn, rid, status, message)
+            self.out.reply(conn, rid, status, message)
         return message
 
     def _check_new_key(self, conn: Connection, key: bytes, rid: int) -> bool:
         if len(key) > self._max_key:
-            self._reply(conn, rid, Status.TOO_LARGE, f"key of {len(key)} bytes exceeds the limit of {self._max_key}")
+            self.out.reply(conn, rid, Status.TOO_LARGE, f"key of {len(key)} bytes exceeds the limit of {self._max_key}")
         elif key in self.registry.states or key in self.registry.methods:
-            self._reply(conn, rid, Status.ALREADY_EXISTS, "the key is taken")
+            self.out.reply(conn, rid, Status.ALREADY_EXISTS, "the key is taken")
         elif not is_utf8(key):
-            self._reply(conn, rid, Status.MALFORMED, "key is not valid UTF-8")
+            self.out.reply(conn, rid, Status.MALFORMED, "key is not valid UTF-8")
         elif len(conn.states) + len(conn.methods) >= self.config.max_states_per_connection:
-            self._reply(
+            self.out.reply(
                 conn,
                 rid,
                 Status.LIMIT_EXCEEDED,
@@ -136,7 +136,7 @@ class RegistryHandlers(DaemonBase):
     def _add_state(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
         kend = key_value_end(buf, pos + 10, end)
         if kend < 0:
-            return self._malformed(conn, buf, pos, end, rid)
+            return self.out.malformed(conn, buf, pos, end, rid)
         key = buf[pos + 12 : kend]
         if conn.perms is not None and not conn.perms.own.matches(key):
             return self._not_authorized(conn, rid, "own", key)  # PROTOCOL.md 15.3
@@ -146,19 +146,19 @@ class RegistryHandlers(DaemonBase):
         self.registry.add_state(key, kv, conn)
         # PROTOCOL.md 10.5: the fetch events a request causes go out before its OK.
         self._fanout(key, FETCH_ADD, kv)
-        self._send(conn, ok_frame(rid))
+        self.out.send(conn, ok_frame(rid))
         return None
 
     def _remove_state(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
         if not key_only_end(buf, pos + 10, end):
-            return self._malformed(conn, buf, pos, end, rid)
+            return self.out.malformed(conn, buf, pos, end, rid)
         key = buf[pos + 12 : end]
         if not self._removable(conn, key, rid, self.registry.states, "state"):
             return None
         kv = self.registry.remove_state(key)
         self._fanout(key, FETCH_REMOVE, kv)  # PROTOCOL.md 10.5: before the OK
         self.fetches.forget(key)
-        self._send(conn, ok_frame(rid))
+        self.out.send(conn, ok_frame(rid))
         return None
 
     def _removable(self, conn: Connection, key: bytes, rid: int, owners: dict[bytes, Connection], kind: str) -> bool:
@@ -168,13 +168,13 @@ class RegistryHandlers(DaemonBase):
             self._unknown_key(conn, key, rid, kind)
             return False
         if owner is not conn:
-            self._reply(conn, rid, Status.NOT_OWNER, f"only the owner may remove a {kind}")
+            self.out.reply(conn, rid, Status.NOT_OWNER, f"only the owner may remove a {kind}")
             return False
         return True
 
     def _add_method(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
         if not key_only_end(buf, pos + 10, end):
-            return self._malformed(conn, buf, pos, end, rid)
+            return self.out.malformed(conn, buf, pos, end, rid)
         key = buf[pos + 12 : end]
         if conn.perms is not None and not conn.perms.own.matches(key):
             return self._not_authorized(conn, rid, "own", key)  # PROTOCOL.md 15.3
@@ -184,12 +184,12 @@ class RegistryHandlers(DaemonBase):
         conn.methods.add(key)
         if self.queries:
             self._query_method(key, True)  # PROTOCOL.md 14.2
-        self._send(conn, ok_frame(rid))
+        self.out.send(conn, ok_frame(rid))
         return None
 
     def _remove_method(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
         if not key_only_end(buf, pos + 10, end):
-            return self._malformed(conn, buf, pos, end, rid)
+            return self.out.malformed(conn, buf, pos, end, rid)
         key = buf[pos + 12 : end]
         if not self._removable(conn, key, rid, self.registry.methods, "method"):
             return None
@@ -197,30 +197,30 @@ class RegistryHandlers(DaemonBase):
         conn.methods.discard(key)
         if self.queries:
             self._query_method(key, False)  # PROTOCOL.md 14.2
-        self._send(conn, ok_frame(rid))
+        self.out.send(conn, ok_frame(rid))
         return None
 
     def _notify(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
         kend = key_value_end(buf, pos + 10, end)
         if kend < 0:
-            return self._malformed(conn, buf, pos, end, rid)
+            return self.out.malformed(conn, buf, pos, end, rid)
         key = buf[pos + 12 : kend]
         owner = self.registry.states.get(key)
         if owner is None:
             self._unknown_key(conn, key, rid, "state")
             return None
         if owner is not conn:
-            return self._reply(conn, rid, Status.NOT_OWNER, "only the owner may notify")
+            return self.out.reply(conn, rid, Status.NOT_OWNER, "only the owner may notify")
         kv = conn.states[key] = buf[pos + 10 : end]
         self._fanout(key, FETCH_CHANGE, kv)  # PROTOCOL.md 10.5: before the OK
         if conn.parked:
             self._catch_up_on(conn, key, kv)  # it fetches its own state: the change first
-        self._send(conn, ok_frame(rid))
+        self.out.send(conn, ok_frame(rid))
         return None
 
     def _get(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
         if not key_only_end(buf, pos + 10, end):
-            return self._malformed(conn, buf, pos, end, rid)
+            return self.out.malformed(conn, buf, pos, end, rid)
         key = buf[pos + 12 : end]
         if conn.perms is not None and not conn.perms.read.matches(key):
             return self._not_authorized(conn, rid, "read", key)  # PROTOCOL.md 15.3
@@ -229,5 +229,5 @@ class RegistryHandlers(DaemonBase):
             self._unknown_key(conn, key, rid, "state")
             return None
         value = owner.states[key][2 + len(key) :]
-        self._send(conn, RESP_HEAD_PACK(RESPONSE, 5 + len(value), rid, 0) + value)
+        self.out.send(conn, RESP_HEAD_PACK(RESPONSE, 5 + len(value), rid, 0) + value)
         return None

@@ -107,9 +107,9 @@ class Routing(RegistryHandlers):
         EXPIRE_SLICE of them; ``_expiring`` says whether more are due."""
         for expired, route in enumerate(self.routes.expired(now), 1):
             requester = route.requester
-            self._violation(route.owner, f"routed request id {route.oid} not answered within the route timeout")
+            self.out.violation(route.owner, f"routed request id {route.oid} not answered within the route timeout")
             if not requester.closed:
-                self._send(requester, response_frame(route.rid, Status.TIMEOUT, "the owner did not answer in time"))
+                self.out.send(requester, response_frame(route.rid, Status.TIMEOUT, "the owner did not answer in time"))
             if expired >= EXPIRE_SLICE:
                 self._expiring = True
                 return
@@ -119,7 +119,7 @@ class Routing(RegistryHandlers):
         """PROTOCOL.md 10.3: SET_STATE / CALL_METHOD to the owner under our own id."""
         kend = key_value_end(buf, pos + 10, end)
         if kend < 0:
-            return self._malformed(conn, buf, pos, end, rid)
+            return self.out.malformed(conn, buf, pos, end, rid)
         key = buf[pos + 12 : kend]
         if conn.writable is not None and not self._may_write(conn, key):
             return self._not_authorized(conn, rid, "write", key)  # PROTOCOL.md 15.3
@@ -135,14 +135,14 @@ class Routing(RegistryHandlers):
             self._unknown_key(conn, key, rid, kind)
             return None
         if len(owner.routes) >= self.config.max_pending_per_owner:
-            return self._reply(
+            return self.out.reply(
                 conn,
                 rid,
                 Status.LIMIT_EXCEEDED,
                 f"the owner has {self.config.max_pending_per_owner} requests pending",
             )
-        if self._small_body_peers and end - pos - 5 > owner.max_body:
-            return self._reply(
+        if self.out.small_body_peers and end - pos - 5 > owner.max_body:
+            return self.out.reply(
                 conn, rid, Status.TOO_LARGE, f"the owner accepts bodies of at most {owner.max_body} bytes"
             )
         route = self.routes.open(conn, rid, owner, function, key, self.now)
@@ -156,13 +156,13 @@ class Routing(RegistryHandlers):
                 ROUTE_KIND,
                 ROUTE_PACK(conn.conn_id, rid, owner.conn_id, route.oid, function, len(key)) + key,
             )
-            self._send(owner, head + tail)
+            self.out.send(owner, head + tail)
         elif owner.paused or owner.closed:
-            self._send(owner, head + tail)
+            self.out.send(owner, head + tail)
         else:
             out = owner.out
             if not out:
-                self.dirty.append(owner)
+                self.out.dirty.append(owner)
             out.append(head)
             out.append(tail)
         return None
@@ -170,13 +170,13 @@ class Routing(RegistryHandlers):
     def _response(self, conn: Connection, buf: bytes, pos: int, end: int) -> None:
         """An owner's answer to a routed request (PROTOCOL.md 10.3, 9.3)."""
         if end - pos < 9:
-            self._violation(conn, "RESPONSE without a readable id dropped")
+            self.out.violation(conn, "RESPONSE without a readable id dropped")
             return
         oid = U32_FROM(buf, pos + 5)[0]
         route = conn.routes.pop(oid, None)
         if route is None:
             # Late (after TIMEOUT), or invented: dropped (PROTOCOL.md 9.3).
-            self._violation(conn, f"dropped response id {oid}: nothing pending under that id")
+            self.out.violation(conn, f"dropped response id {oid}: nothing pending under that id")
             return
         route.done = True
         requester = route.requester
@@ -193,13 +193,13 @@ class Routing(RegistryHandlers):
             if status == 0:
                 rest = end - pos - 10
                 if rest == 0 and route.function == SET_STATE:
-                    self._send(requester, RESP_HEAD_PACK(RESPONSE, 10, rid, 0) + NONE_VALUE)
+                    self.out.send(requester, RESP_HEAD_PACK(RESPONSE, 10, rid, 0) + NONE_VALUE)
                     return
                 if rest >= 5 and value_ok(buf, pos + 10, end):
-                    self._send(requester, ID_HEAD_PACK(RESPONSE, end - pos - 5, rid) + buf[pos + 9 : end])
+                    self.out.send(requester, ID_HEAD_PACK(RESPONSE, end - pos - 5, rid) + buf[pos + 9 : end])
                     return
             elif status in KNOWN_STATUSES and str16_ok(buf, pos + 10, end):
-                self._send(requester, ID_HEAD_PACK(RESPONSE, end - pos - 5, rid) + buf[pos + 9 : end])
+                self.out.send(requester, ID_HEAD_PACK(RESPONSE, end - pos - 5, rid) + buf[pos + 9 : end])
                 return
-        self._violation(conn, f"malformed RESPONSE to routed request {oid}")
-        self._reply(requester, rid, Status.MALFORMED, "the owner answered with a malformed response")
+        self.out.violation(conn, f"malformed RESPONSE to routed request {oid}")
+        self.out.reply(requester, rid, Status.MALFORMED, "the owner answered with a malformed response")

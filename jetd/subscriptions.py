@@ -265,7 +265,7 @@ class Subscriptions(Routing):
         caught.clear()
         self.stats.caught_up += sent
         if conn.pending_size + conn.transport_size > self.config.hard_limit:
-            self._overload(conn, "output above the hard limit")
+            self.out.overload(conn, "output above the hard limit")
 
     def _catch_up_on(self, conn: Connection, key: bytes, kv: bytes) -> None:
         """Parked ``conn`` catches up on ``key`` alone (its value ``kv``), if it changed
@@ -282,8 +282,8 @@ class Subscriptions(Routing):
         caught up) the FETCH_CHANGE of ``key`` (value ``kv``) for each of its fetches that
         matches; returns how many."""
         body_length = 5 + len(kv)
-        if self._too_large_for(conn, body_length):
-            self._event_too_large(conn, body_length)
+        if self.out.too_large_for(conn, body_length):
+            self.out.event_too_large(conn, body_length)
             return 0
         head = EVT_HEAD_PACK(EVENT, body_length, FETCH_CHANGE)
         log = self._log if self._log_events else None
@@ -317,13 +317,13 @@ class Subscriptions(Routing):
         if not targets:
             return
         head = EVT_HEAD_PACK(EVENT, body_length, code)
-        dirty = self.dirty
+        dirty = self.out.dirty
         # PROTOCOL.md 6.4: after a NOTIFY_STATE event the event can be 4 bytes above ours.
-        careful = self._small_body_peers > 0 or body_length > self._max_body
+        careful = self.out.small_body_peers > 0 or body_length > self.out.max_body
         for fetch in targets:
             conn = fetch.conn
             if careful and body_length > conn.max_body:
-                self._event_too_large(conn, body_length)
+                self.out.event_too_large(conn, body_length)
             else:
                 out = conn.out
                 if not out:
@@ -349,8 +349,8 @@ class Subscriptions(Routing):
             conn = fetch.conn
             if conn.closing:
                 continue  # its CLOSE is queued: nothing may follow it
-            if self._too_large_for(conn, body_length):
-                self._event_too_large(conn, body_length)
+            if self.out.too_large_for(conn, body_length):
+                self.out.event_too_large(conn, body_length)
                 continue
             if code == FETCH_REMOVE:
                 # The key's held-back change first (kv is its last value), for all of the
@@ -359,7 +359,7 @@ class Subscriptions(Routing):
                 if conn.closing:
                     continue
             frame = head + fetch.fid_bytes + kv
-            if self._enqueue(conn, frame) and self._log_events and self._log is not None:
+            if self.out.enqueue(conn, frame) and self._log_events and self._log is not None:
                 self._log(conn.conn_id, FRAME_OUT, frame)
         self.stats.fanout_events += len(targets)
         if code == FETCH_REMOVE:
@@ -368,9 +368,9 @@ class Subscriptions(Routing):
 
     def _fetch(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
         if not str16_ok(buf, pos + 10, end):
-            return self._malformed(conn, buf, pos, end, rid)
+            return self.out.malformed(conn, buf, pos, end, rid)
         if len(conn.fetches) + len(conn.query_fetches) >= self.config.max_fetches_per_connection:
-            return self._reply(
+            return self.out.reply(
                 conn,
                 rid,
                 Status.LIMIT_EXCEEDED,
@@ -389,7 +389,7 @@ class Subscriptions(Routing):
             fetch = Fetch(self._next_fetch_id, conn, prefix, readable)
         self._next_fetch_id += 1
         # PROTOCOL.md 10.5: the OK first, then FETCH_ADD in byte order of key, then live.
-        self._send(conn, RESP_HEAD_PACK(RESPONSE, 9, rid, 0) + fetch.fid_bytes)
+        self.out.send(conn, RESP_HEAD_PACK(RESPONSE, 9, rid, 0) + fetch.fid_bytes)
         registry = self.registry
         self._start_delivery(conn, fetch, lambda after: registry.matching_any_after(fetch.prefixes, after))
         return None
@@ -412,7 +412,7 @@ class Subscriptions(Routing):
         assert isinstance(delivery, Delivery)
         fid_bytes = delivery.fetch.fid_bytes
         log_out = self._log if self._log_events else None
-        budget = self._out_budget
+        budget = self.out.out_budget
         out = conn.out
         added = 0
         for sent, (key, kv) in enumerate(delivery.source(delivery.cursor)):
@@ -421,12 +421,12 @@ class Subscriptions(Routing):
                 conn.stalled = True
                 return
             body_length = 5 + len(kv)
-            if self._too_large_for(conn, body_length):
-                self._event_too_large(conn, body_length)
+            if self.out.too_large_for(conn, body_length):
+                self.out.event_too_large(conn, body_length)
                 return
             head = EVT_HEAD_PACK(EVENT, body_length, FETCH_ADD)
             if not out:
-                self.dirty.append(conn)
+                self.out.dirty.append(conn)
             out.append(head)
             out.append(fid_bytes)
             out.append(kv)
@@ -446,11 +446,11 @@ class Subscriptions(Routing):
         log_out = self._log if self._log_events else None
         for frame in delivery.held:
             if conn.paused:
-                if not self._enqueue(conn, frame):
+                if not self.out.enqueue(conn, frame):
                     return
             else:
                 if not conn.out:
-                    self.dirty.append(conn)
+                    self.out.dirty.append(conn)
                 conn.out.append(frame)
                 conn.out_size += len(frame)
             if log_out is not None:
@@ -485,30 +485,30 @@ class Subscriptions(Routing):
             delivery = conn.delivery
             if not isinstance(delivery, Delivery) or delivery.cursor is None or key > delivery.cursor or conn.closing:
                 continue
-            if self._too_large_for(conn, body_length):
-                self._event_too_large(conn, body_length)
+            if self.out.too_large_for(conn, body_length):
+                self.out.event_too_large(conn, body_length)
                 continue
             frame = EVT_HEAD_PACK(EVENT, body_length, code) + fetch.fid_bytes + kv
             delivery.held.append(frame)
             delivery.held_size += len(frame)
             # PROTOCOL.md 10.8: held events are output owed to the peer like any other.
             if delivery.held_size + conn.queued + conn.out_size > self.config.hard_limit:
-                self._overload(conn, "output above the hard limit")
+                self.out.overload(conn, "output above the hard limit")
 
     def _unfetch(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
         if end - pos != 14:
-            return self._malformed(conn, buf, pos, end, rid)
+            return self.out.malformed(conn, buf, pos, end, rid)
         fid = U32_FROM(buf, pos + 10)[0]
         if conn.query_fetches and self._unfetch_query(conn, fid):
-            self._send(conn, ok_frame(rid))
+            self.out.send(conn, ok_frame(rid))
             return None
         if fid not in conn.fetches:
-            return self._reply(conn, rid, Status.NOT_FOUND, f"no fetch {fid} on this connection")
+            return self.out.reply(conn, rid, Status.NOT_FOUND, f"no fetch {fid} on this connection")
         fetch = conn.fetches.pop(fid)
         if conn.parked:
             self.parked_fetches.remove(fetch)
             self._unparked(1)
         else:
             self.fetches.remove(fetch)
-        self._send(conn, ok_frame(rid))
+        self.out.send(conn, ok_frame(rid))
         return None
