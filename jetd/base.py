@@ -15,7 +15,7 @@ import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 from jetwire import Status
 
@@ -32,13 +32,7 @@ from .frames import (
     why_malformed,
 )
 
-if TYPE_CHECKING:
-    from .query import NodeIndex, QueryIndex
-    from .registry import StateRegistry
-    from .routes import RouteTable
-    from .subscriptions import FetchRegistry
-
-__all__ = ["DaemonBase", "DaemonStats", "Output"]
+__all__ = ["Clock", "DaemonStats", "Output"]
 
 log = logging.getLogger("jetd")
 
@@ -61,6 +55,17 @@ class DaemonStats:
         """One log line: ``name=value`` for every counter."""
         # dataclasses.asdict, not vars(): compiled (mypyc) the instance has no __dict__.
         return " ".join(f"{name}={value}" for name, value in dataclasses.asdict(self).items())
+
+
+class Clock:
+    """The monotonic time of the event being handled, set by the dispatcher
+    (:mod:`jetd.core`) at each entry from the IO layer and read by the parts: the core
+    never reads a clock itself (sans-IO)."""
+
+    __slots__ = ("now",)
+
+    def __init__(self) -> None:
+        self.now = 0.0
 
 
 class Output:
@@ -215,90 +220,3 @@ class Output:
 
 def _no_delivery(conn: Connection) -> None:
     return None
-
-
-class DaemonBase:
-    """The daemon's state and its output side (see the module docstring)."""
-
-    config: Config
-    out: Output
-    registry: StateRegistry
-    fetches: FetchRegistry
-    parked_fetches: FetchRegistry
-    queries: QueryIndex  # PROTOCOL.md 14: query groups (jetd.querying)
-    nodes: Optional[NodeIndex]  # counted only while a fetch asks for nodes
-    routes: RouteTable
-    connections: dict[int, Connection]
-    slow: set[Connection]
-    stats: DaemonStats
-    now: float
-    _log: Optional[LogHook]
-    _log_events: bool
-    _parked: int
-    _changed: dict[bytes, int]
-    _seq: int
-    _next_conn_id: int
-    _next_fetch_id: int
-    _max_key: int
-    _delivering: int
-    _expiring: bool
-    delivering: FetchRegistry
-    ready: list[Connection]
-
-    # Provided by the other parts of the core, which extend this class in a line (jetd.core.Daemon
-    # is the last): declared here so that each part can call the others. (One line, not
-    # mixins side by side: mypyc compiles single inheritance only.)
-
-    def _finish_closes(self) -> None:
-        raise NotImplementedError
-
-    def _fanout(self, key: bytes, code: int, kv: bytes) -> None:
-        raise NotImplementedError
-
-    def _catch_up_on(self, conn: Connection, key: bytes, kv: bytes) -> None:
-        raise NotImplementedError
-
-    def _unknown_key(self, conn: Connection, key: bytes, rid: Optional[int], kind: str) -> Optional[str]:
-        raise NotImplementedError
-
-    def _teardown(self, conn: Connection) -> None:
-        raise NotImplementedError
-
-    def _end_delivery(self, conn: Connection) -> None:
-        raise NotImplementedError
-
-    def _query_state(self, key: bytes, code: int, kv: bytes) -> None:
-        raise NotImplementedError
-
-    def _query_method(self, key: bytes, added: bool) -> None:
-        raise NotImplementedError
-
-    def _query_release(self, conn: Connection, key: bytes) -> None:
-        raise NotImplementedError
-
-    def _query_catch_up(self, conn: Connection) -> bool:
-        raise NotImplementedError
-
-    def _query_deliver(self, conn: Connection) -> None:
-        raise NotImplementedError
-
-    def _query_permissions(self, conn: Connection) -> None:
-        raise NotImplementedError
-
-    def _query_end_delivery(self, conn: Connection) -> None:
-        raise NotImplementedError
-
-    def _unfetch_query(self, conn: Connection, fid: int) -> bool:
-        raise NotImplementedError
-
-    def _not_authorized(self, conn: Connection, rid: Optional[int], permission: str, key: bytes) -> None:
-        raise NotImplementedError
-
-    def _may_write(self, conn: Connection, key: bytes) -> bool:
-        raise NotImplementedError
-
-    def receive_data(self, conn: Connection, data: bytes, now: float) -> None:
-        raise NotImplementedError
-
-    def disconnect(self, conn: Connection, now: float, reason: str = "") -> None:
-        raise NotImplementedError

@@ -1,9 +1,15 @@
-"""FETCH_QUERY and QUERY_ONCE in the daemon (PROTOCOL.md 14): the requests, the events a
-change causes for query fetches, methods and nodes, and slow consumers of query fetches.
+"""The queries part: FETCH_QUERY and QUERY_ONCE in the daemon (PROTOCOL.md 14): the
+requests, the events a change causes for query fetches, methods and nodes, and slow
+consumers of query fetches.
+
+:class:`Queries` owns the query groups (:class:`jetd.query.QueryIndex`, with their
+sorted windows) and the node counts. It reads states through the registry part, takes
+fetch ids from the subscriptions part (one sequence for both kinds), and wakes
+connections whose initial entries go on through the scheduler.
 
 The engine (:mod:`jetd.query`) decides what matches and where; this module turns that
 into frames. It hooks into the rest of the core at a few points only: the fan-out of a
-state change (``_query_state``), methods added and removed (``_query_method``), UNFETCH,
+state change (``state_changed``), methods added and removed (``method_changed``), UNFETCH,
 a connection's teardown, and the catch-up of a paused connection (section 10.8).
 
 Slow consumers (PROTOCOL.md 14.3): while a connection is paused, the FETCH_CHANGE events
@@ -16,11 +22,13 @@ other event is queued in order (it is never held back).
 from __future__ import annotations
 
 import logging
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from jetwire import EntryKind, FetchQuery, Function, QueryOnce, RemoteProtocolError, Status, decode_body
 from jetwire.codes import EventCode
 
+from .base import DaemonStats, Output
+from .config import Config
 from .connection import Connection
 from .frames import (
     EVENT,
@@ -34,6 +42,7 @@ from .frames import (
     RESPONSE,
     U16,
     U32_PACK,
+    LogHook,
     ok_frame,
 )
 from .query import (
@@ -49,9 +58,15 @@ from .query import (
     restrict,
     window_update,
 )
-from .subscriptions import DELIVERY_SLICE, Subscriptions
+from .scheduler import Scheduler
+from .subscriptions import DELIVERY_SLICE
 
-__all__ = ["QueryDelivery", "QueryFetch", "QueryHandlers"]
+if TYPE_CHECKING:
+    from .access import AccessControl
+    from .registry import Registry
+    from .subscriptions import Subscriptions
+
+__all__ = ["Queries", "QueryDelivery", "QueryFetch"]
 
 log = logging.getLogger("jetd")
 
@@ -137,11 +152,28 @@ class QueryDelivery:
         self.nodes: Optional[NodeIndex] = None  # QUERY_ONCE asking for nodes no fetch keeps
 
 
-class QueryHandlers(Subscriptions):
-    """The query requests and the query side of fan-out (see the module docstring)."""
+class Queries:
+    """The queries part (see the module docstring)."""
 
-    queries: QueryIndex
-    nodes: Optional[NodeIndex]
+    subscriptions: Subscriptions  # wired by jetd.core.Daemon: fetch ids
+    access: AccessControl  # read (PROTOCOL.md 15.3)
+
+    def __init__(self, config: Config, out: Output, stats: DaemonStats, log_hook: Optional[LogHook],
+                 registry: Registry, scheduler: Scheduler) -> None:
+        self.config = config
+        self.out = out
+        self.stats = stats
+        self._log = log_hook
+        self._log_events = log_hook is not None and config.log_events
+        self.registry = registry
+        self.scheduler = scheduler
+        self.index = QueryIndex()  # PROTOCOL.md 14: the query groups
+        self.nodes: Optional[NodeIndex] = None  # counted only while a fetch asks for nodes
+
+    def teardown(self, conn: Connection) -> None:
+        """A closing connection's query fetches end (PROTOCOL.md 10.6)."""
+        if conn.query_fetches:
+            self._query_teardown(conn)
 
     # --- requests -------------------------------------------------------------------------
 
@@ -172,11 +204,11 @@ class QueryHandlers(Subscriptions):
         # if it could see none.
         readable = perms.read.narrow(compiled.prefix)
         if not readable:
-            self._not_authorized(conn, rid, "read", compiled.prefix)
+            self.access.not_authorized(conn, rid, "read", compiled.prefix)
             return None
         return compiled if readable == (compiled.prefix,) else restrict(compiled, readable)
 
-    def _fetch_query(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
+    def fetch_query(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
         """FETCH_QUERY (PROTOCOL.md 14.3): the OK, the initial entries, then live."""
         compiled = self._compile_request(conn, buf, pos, end, rid)
         if compiled is None:
@@ -189,26 +221,24 @@ class QueryHandlers(Subscriptions):
                 f"at most {self.config.max_fetches_per_connection} fetches per connection",
             )
             return
-        group, _new = self.queries.group_for(compiled)
+        group, _new = self.index.group_for(compiled)
         if compiled.nodes and self.nodes is None:
-            registry = self.registry
-            self.nodes = NodeIndex([*registry.states, *registry.methods])
-        fetch = QueryFetch(self._next_fetch_id, conn, group)
-        self._next_fetch_id += 1
+            self.nodes = NodeIndex(self.registry.all_keys())
+        fetch = QueryFetch(self.subscriptions.new_fetch_id(), conn, group)
         self.out.send(conn, RESP_HEAD_PACK(RESPONSE, 9, rid, 0) + fetch.fid_bytes)
         group.fetches[fetch.fid] = fetch
         conn.query_fetches[fetch.fid] = fetch
         if compiled.sorted and fetch.high > group.reach:
             group.set_reach(fetch.high)
         conn.delivery = QueryDelivery(group, fetch, rid)
-        self._query_deliver(conn)
+        self.deliver(conn)
 
-    def _query_once(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
+    def query_once(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
         """QUERY_ONCE (PROTOCOL.md 14.4): QUERY_ENTRY per entry, then the OK."""
         compiled = self._compile_request(conn, buf, pos, end, rid)
         if compiled is None:
             return
-        group, _new = self.queries.group_for(compiled)
+        group, _new = self.index.group_for(compiled)
         group.onces += 1
         delivery = QueryDelivery(group, None, rid)
         if compiled.sorted:
@@ -217,14 +247,13 @@ class QueryHandlers(Subscriptions):
             if group.once_reach > group.reach:
                 group.set_reach(group.once_reach)
         if compiled.nodes and self.nodes is None:
-            registry = self.registry
-            delivery.nodes = NodeIndex([*registry.states, *registry.methods])
+            delivery.nodes = NodeIndex(self.registry.all_keys())
         conn.delivery = delivery
-        self._query_deliver(conn)
+        self.deliver(conn)
 
     # --- initial entries in slices (PROTOCOL.md 10.5, 14.5) ---------------------------------
 
-    def _query_deliver(self, conn: Connection) -> None:
+    def deliver(self, conn: Connection) -> None:
         """One slice of ``conn``'s QueryDelivery: of the group's seeding, else of its
         entries. Leaves ``conn`` stalled while there is more (Daemon.work goes on)."""
         delivery = conn.delivery
@@ -242,10 +271,12 @@ class QueryHandlers(Subscriptions):
                 fetch.pending = False
                 self._send_window(fetch, fetch.low, fetch.low + fetch.size - 1)
             else:
-                states = self.registry.states
+                registry = self.registry
                 for position in range(query.window_from - 1, min(query.window_to, len(group))):
                     key = group.at(position)
-                    self._query_entry(conn, delivery.head, EntryKind.STATE, states[key].states[key])
+                    kv = registry.value(key)
+                    assert kv is not None  # a group holds only keys of states (jetd.query)
+                    self._query_entry(conn, delivery.head, EntryKind.STATE, kv)
                     if conn.closing:
                         return None
                 self.out.send(conn, ok_frame(delivery.rid))
@@ -287,7 +318,7 @@ class QueryHandlers(Subscriptions):
         output written (take_dirty), or at once if it has none."""
         conn.stalled = True
         if not conn.out and not conn.paused:
-            self.ready.append(conn)
+            self.scheduler.wake(conn)
 
     def _query_delivered(self, conn: Connection) -> None:
         delivery = conn.delivery
@@ -306,7 +337,7 @@ class QueryHandlers(Subscriptions):
         if not group.fetches and not group.onces:
             self._query_forget_group(group)
 
-    def _query_end_delivery(self, conn: Connection) -> None:
+    def end_delivery(self, conn: Connection) -> None:
         """The connection closes with its QueryDelivery under way: a FETCH_QUERY's fetch
         ends with the connection's other fetches (``_query_teardown``)."""
         delivery = conn.delivery
@@ -348,7 +379,7 @@ class QueryHandlers(Subscriptions):
             if compiled.methods:
                 entries.extend(
                     (_ENTRY_AFTER, key, EntryKind.METHOD, U16.pack(len(key)) + key + NONE_VALUE)
-                    for key in self.registry.methods
+                    for key in self.registry.method_keys()
                     if covered(key)
                 )
             if compiled.nodes:
@@ -362,7 +393,7 @@ class QueryHandlers(Subscriptions):
             entries.sort(key=lambda entry: (entry[1], entry[0]))
         return [(kind, key, kv) for _, key, kind, kv in entries], upto
 
-    def _unfetch_query(self, conn: Connection, fid: int) -> bool:
+    def unfetch(self, conn: Connection, fid: int) -> bool:
         """UNFETCH of a query fetch; False if ``fid`` is not one of ``conn``'s."""
         fetch = conn.query_fetches.pop(fid, None)
         if fetch is None:
@@ -379,8 +410,8 @@ class QueryHandlers(Subscriptions):
             self._query_forget_group(group)
 
     def _query_forget_group(self, group: QueryGroup) -> None:
-        self.queries.drop(group)
-        if self.nodes is not None and not self.queries.node_groups:
+        self.index.drop(group)
+        if self.nodes is not None and not self.index.node_groups:
             self.nodes = None
 
     def _query_teardown(self, conn: Connection) -> None:
@@ -391,7 +422,7 @@ class QueryHandlers(Subscriptions):
 
     # --- changes of permissions (PROTOCOL.md 15.5) -----------------------------------------
 
-    def _query_permissions(self, conn: Connection) -> None:
+    def permissions_changed(self, conn: Connection) -> None:
         """``conn``'s permissions changed: each query fetch whose readable keys changed
         moves to the group of its query under the new ones, and is brought in line at
         once: an unsorted one gets FETCH_REMOVE (FETCH_METHOD, FETCH_NODE REMOVE) for what
@@ -410,7 +441,7 @@ class QueryHandlers(Subscriptions):
                 compiled = base if readable == (base.prefix,) else restrict(base, readable)
             if compiled.signature == old.compiled.signature:
                 continue
-            group, _new = self.queries.group_for(compiled)
+            group, _new = self.index.group_for(compiled)
             if group.seeding:
                 group.seed(self.registry.matching_after(compiled.prefix, group.seed_cursor))
             del old.fetches[fid]
@@ -454,7 +485,7 @@ class QueryHandlers(Subscriptions):
         compiled = group.compiled
         keys = {(EntryKind.STATE.value, key) for key in group.matched}
         if compiled.methods:
-            keys.update((EntryKind.METHOD.value, key) for key in self.registry.methods if compiled.match_key(key))
+            keys.update((EntryKind.METHOD.value, key) for key in self.registry.method_keys() if compiled.match_key(key))
         if compiled.nodes and self.nodes is not None:
             keys.update((EntryKind.NODE.value, key) for key in self.nodes.counts if compiled.match_key(key))
         if bound is not None:
@@ -464,7 +495,8 @@ class QueryHandlers(Subscriptions):
     def _entry_frame(self, fetch: QueryFetch, kind: int, key: bytes, action: int) -> bytes:
         """The event that adds (ADD) or removes (REMOVE) one entry of an unsorted fetch."""
         if kind == EntryKind.STATE:
-            kv = self.registry.states[key].states[key]
+            kv = self.registry.value(key)
+            assert kv is not None
             code = FETCH_ADD if action == ADD else FETCH_REMOVE
             return EVT_HEAD_PACK(EVENT, 5 + len(kv), code) + fetch.fid_bytes + kv
         code = FETCH_NODE if kind == EntryKind.NODE else FETCH_METHOD
@@ -498,7 +530,7 @@ class QueryHandlers(Subscriptions):
         split into several, each with the size, where one would exceed the receiver's
         max_body or the daemon's own (PROTOCOL.md 14.2)."""
         group = fetch.group
-        states = self.registry.states
+        registry = self.registry
         conn = fetch.conn
         room = min(conn.max_body, self.out.max_body) - 11  # code, fetch_id, size, count
         head = fetch.fid_bytes + U32_PACK(fetch.size)
@@ -506,7 +538,9 @@ class QueryHandlers(Subscriptions):
         length = 0
         for position in range(first, last + 1):
             key = group.at(position)
-            entry = U32_PACK(position + 1) + states[key].states[key]
+            kv = registry.value(key)
+            assert kv is not None
+            entry = U32_PACK(position + 1) + kv
             if entries and length + len(entry) > room:
                 self._window_event(conn, head, entries, length)
                 entries = []
@@ -522,14 +556,16 @@ class QueryHandlers(Subscriptions):
 
     # --- changes ----------------------------------------------------------------------------
 
-    def _query_state(self, key: bytes, code: int, kv: bytes) -> None:
+    def state_changed(self, key: bytes, code: int, kv: bytes) -> None:
         """A state was added (FETCH_ADD), changed (FETCH_CHANGE) or removed (FETCH_REMOVE):
         the query fetches' events (PROTOCOL.md 14.2), and nodes created or deleted."""
+        if not self.index.by_signature:
+            return
         nodes = self.nodes
         if nodes is not None and code == FETCH_ADD:
             for node in nodes.add(key):
-                self._query_key_event(self.queries.node_groups, FETCH_NODE, ADD, node)
-        queries = self.queries
+                self._query_key_event(self.index.node_groups, FETCH_NODE, ADD, node)
+        queries = self.index
         cached = queries.cache.get(key)
         groups = cached[1] if cached is not None and cached[0] == queries.generation else queries.targets(key)
         extractor: Optional[Extractor] = None
@@ -573,10 +609,10 @@ class QueryHandlers(Subscriptions):
                     else:
                         self._send_window(fetch, update[0], update[1])
         if code == FETCH_REMOVE:
-            self.queries.forget(key)
+            self.index.forget(key)
             if nodes is not None:
                 for node in nodes.remove(key):
-                    self._query_key_event(self.queries.node_groups, FETCH_NODE, REMOVE, node)
+                    self._query_key_event(self.index.node_groups, FETCH_NODE, REMOVE, node)
 
     def _query_kv_event(self, fetch: QueryFetch, event: int, head: bytes, key: bytes, kv: bytes) -> None:
         conn = fetch.conn
@@ -620,27 +656,29 @@ class QueryHandlers(Subscriptions):
         if fetch.backlog_size + conn.queued + conn.out_size > self.config.hard_limit:
             self.out.overload(conn, "output above the hard limit")
 
-    def _query_method(self, key: bytes, added: bool) -> None:
+    def method_changed(self, key: bytes, added: bool) -> None:
         """A method was added or removed: FETCH_METHOD, and nodes (PROTOCOL.md 14.2)."""
+        if not self.index.by_signature:
+            return
         nodes = self.nodes
         if added:
             if nodes is not None:
                 for node in nodes.add(key):
-                    self._query_key_event(self.queries.node_groups, FETCH_NODE, ADD, node)
-            self._query_key_event(self.queries.method_groups, FETCH_METHOD, ADD, key)
+                    self._query_key_event(self.index.node_groups, FETCH_NODE, ADD, node)
+            self._query_key_event(self.index.method_groups, FETCH_METHOD, ADD, key)
         else:
-            self._query_key_event(self.queries.method_groups, FETCH_METHOD, REMOVE, key)
+            self._query_key_event(self.index.method_groups, FETCH_METHOD, REMOVE, key)
             if nodes is not None:
                 for node in nodes.remove(key):
-                    self._query_key_event(self.queries.node_groups, FETCH_NODE, REMOVE, node)
+                    self._query_key_event(self.index.node_groups, FETCH_NODE, REMOVE, node)
 
     # --- slow consumers (PROTOCOL.md 10.8, 14.3) ----------------------------------------------
 
-    def _query_catch_up(self, conn: Connection) -> bool:
+    def catch_up(self, conn: Connection) -> bool:
         """Queue what ``conn``'s query fetches held while it was paused; True if anything
         was queued (the connection then stays paused until that is written)."""
         queued = False
-        states = self.registry.states
+        registry = self.registry
         for fetch in list(conn.query_fetches.values()):
             if conn.closing:
                 break
@@ -649,9 +687,8 @@ class QueryHandlers(Subscriptions):
                 fetch.held = {}
                 head_code = EVT_HEAD_PACK
                 for key in held:
-                    owner = states.get(key)
-                    if owner is not None and key in fetch.group.matched:
-                        kv = owner.states[key]
+                    kv = registry.value(key)
+                    if kv is not None and key in fetch.group.matched:
                         self._query_emit(conn, head_code(EVENT, 5 + len(kv), FETCH_CHANGE) + fetch.fid_bytes + kv)
                         queued = True
             if fetch.dirty:
@@ -661,13 +698,13 @@ class QueryHandlers(Subscriptions):
         self.stats.caught_up += queued
         return queued
 
-    def _query_release(self, conn: Connection, key: bytes) -> None:
+    def release(self, conn: Connection, key: bytes) -> None:
         """Before the answer to a paused connection's own request on ``key``: its held
         change of ``key`` and its dirty windows go first (PROTOCOL.md 10.8)."""
         for fetch in conn.query_fetches.values():
             if key in fetch.held:
                 del fetch.held[key]
-                kv = self.registry.states[key].states[key] if key in self.registry.states else None
+                kv = self.registry.value(key)
                 if kv is not None and key in fetch.group.matched:
                     self._query_emit(conn, EVT_HEAD_PACK(EVENT, 5 + len(kv), FETCH_CHANGE) + fetch.fid_bytes + kv)
             if fetch.dirty and key in fetch.group.matched:

@@ -375,7 +375,7 @@ class Server:
         # PROTOCOL.md 15.6: one SSLContext (jetd.tls) for the TCP and WebSocket listeners.
         self.ssl_context = ssl_context
         self.daemon = Daemon(config, eventlog.append if eventlog is not None else None, access)
-        self.daemon.offload = self._offload
+        self.daemon.auth.offload = self._offload
         # PeerShells whose reading is paused while their AUTHENTICATE is answered.
         self.held: set[Any] = set()
         self._checks: Optional[concurrent.futures.ThreadPoolExecutor] = None

@@ -53,7 +53,7 @@ class Harness:
     def __init__(self, access: Access | None, **settings: object) -> None:
         self.daemon = Daemon(Config(**settings), access=access)  # type: ignore[arg-type]
         self.jobs: list[tuple[Callable[[], bool], Callable[[bool, float], None]]] = []
-        self.daemon.offload = lambda job, done: self.jobs.append((job, done))
+        self.daemon.auth.offload = lambda job, done: self.jobs.append((job, done))
         self.now = 0.0
         self.decoders: dict[int, Decoder] = {}
 

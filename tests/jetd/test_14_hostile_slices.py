@@ -77,7 +77,7 @@ def test_changes_during_a_sliced_fetch_keep_its_order(monkeypatch):
         FetchRemove(fid, "k0", v(0)),
         Response(2, Status.NOT_FOUND, message="no such state"),
     ]
-    assert not fetcher.stalled and h.daemon.delivering.by_prefix == {}
+    assert not fetcher.stalled and h.daemon.subscriptions.delivering.by_prefix == {}
     # Live now: changes go straight out.
     _feed(h, owner, NotifyState(None, "k7", v(70)))
     assert _recv(h, fetcher) == [FetchChange(fid, "k7", v(70))]
