@@ -87,10 +87,22 @@ class Output:
         self.max_body = config.max_body
         # PROTOCOL.md 10.8: the output budget; past it a connection's input stalls.
         self.out_budget = config.soft_limit
+        # Published read-only (the fast paths test them inline): only this part changes them.
         self.small_body_peers = 0  # peers whose INFO announced a max_body below ours
         self.dirty: list[Connection] = []  # connections with output (or a close) to act on
         self.to_close: list[Connection] = []  # closing, to be torn down (jetd.core)
         self.end_delivery: Callable[[Connection], None] = _no_delivery
+
+    def set_peer_max_body(self, conn: Connection, max_body: int) -> None:
+        """PROTOCOL.md 3, 4.4: ``conn`` announced ``max_body`` in its INFO."""
+        was_small = conn.max_body < self.max_body
+        conn.max_body = max_body
+        self.small_body_peers += (max_body < self.max_body) - was_small
+
+    def forget_peer(self, conn: Connection) -> None:
+        """``conn`` is torn down: its max_body no longer counts."""
+        if conn.max_body < self.max_body:
+            self.small_body_peers -= 1
 
     def take_dirty(self) -> list[Connection]:
         """The connections with output to write, and an empty list for the next turn."""

@@ -712,8 +712,7 @@ class Daemon:
         # It no longer counts against max_connections, even while the IO layer lingers
         # on its socket (jetd.server.PeerProtocol.hang_up).
         self.connections.pop(conn.conn_id, None)
-        if conn.max_body < self.out.max_body:
-            self.out.small_body_peers -= 1
+        self.out.forget_peer(conn)
         self.router.drop_owner(conn)
         # Its own fetches go first (nobody else can tell): nothing, not even the
         # FETCH_REMOVE of its own states, may follow its CLOSE.
@@ -845,9 +844,7 @@ class Daemon:
                 conn, Status.MALFORMED, f"max_body {info.max_body} is below {MIN_PEER_MAX_BODY}: no answer fits"
             )
         conn.name = info.name
-        was_small = conn.max_body < self.out.max_body
-        conn.max_body = info.max_body
-        self.out.small_body_peers += (conn.max_body < self.out.max_body) - was_small
+        self.out.set_peer_max_body(conn, info.max_body)
         if self._log is not None:
             self._log(conn.conn_id, LogKind.CONN_NAME, conn_name_data(info.name))
         log.debug("name %s", conn.label)
