@@ -532,15 +532,18 @@ class Daemon:
                 self._log_frame_in(conn, buf, pos, end)
             frames += 1
             # --- the fast check: where the payload starts, and whether it is plain ----------
-            function = buf[pos + 9] if ftype == REQUEST and fast_route and length >= 12 else 0
-            kend = 0  # where the key ends (a Key, Value payload), or 0
-            vat = 0  # where the value starts, or 0: no fast path
-            if function in (SET_STATE, CALL_METHOD):
-                kend = pos + 12 + (buf[pos + 10] << 8 | buf[pos + 11])
-                vat = kend if kend > pos + 12 and kend + 5 <= end else 0
-            elif ftype == EVENT and length >= 8 and buf[pos + 5] == EV_NOTIFY_STATE:
-                kend = pos + 8 + (buf[pos + 6] << 8 | buf[pos + 7])
-                vat = kend if kend > pos + 8 and kend + 5 <= end else 0
+            vat = 0  # where the value starts, or 0: the careful way
+            if ftype == EVENT:
+                if length >= 8 and buf[pos + 5] == 4:  # EV_NOTIFY_STATE
+                    kend = pos + 8 + (buf[pos + 6] << 8 | buf[pos + 7])
+                    if kend > pos + 8 and kend + 5 <= end:
+                        vat = kend
+            elif ftype == REQUEST:
+                function = buf[pos + 9] if fast_route and length >= 12 else 0
+                if function in (SET_STATE, CALL_METHOD):
+                    kend = pos + 12 + (buf[pos + 10] << 8 | buf[pos + 11])
+                    if kend > pos + 12 and kend + 5 <= end:
+                        vat = kend
             elif ftype == RESPONSE and fast_route and length >= 15 and buf[pos + 9] == 0:
                 vat = pos + 10
             if vat:
@@ -552,50 +555,7 @@ class Daemon:
                 check = VTYPE_CHECK[vtype]
                 if not (vat + 5 + vn == end and (check == OPAQUE or (vn == check and (vtype != 1 or buf[vat + 5] < 2)))):
                     vat = 0
-                elif ftype != EVENT:  # the request's id, or the route's (PROTOCOL.md 6, 10.3)
-                    ident = (
-                        buf[pos + 5] << 24 | buf[pos + 6] << 16 | buf[pos + 7] << 8 | buf[pos + 8]
-                        if native
-                        else U32_FROM(buf, pos + 5)[0]
-                    )
-            # --- the fast paths ------------------------------------------------------------
-            if vat and ftype == REQUEST:
-                # PROTOCOL.md 10.3: routed to a live owner with room for it, under our own id.
-                key = buf[pos + 12 : kend]
-                owner = (states if function == SET_STATE else methods).get(key)
-                if (
-                    owner is not None
-                    and (writable is None or key in writable)
-                    and not owner.paused
-                    and not owner.closed
-                    and len(owner.routes) < max_pending
-                    and length <= owner.max_body
-                ):
-                    route = open_route(conn, ident, owner, function, key, now)
-                    routed += 1
-                    out = owner.out
-                    if not out:
-                        dirty.append(owner)
-                    out.append(ID_HEAD_PACK(REQUEST, length, route.oid))
-                    out.append(buf[pos + 9 : end])
-                    pos = end
-                    continue
-            elif vat and ftype == RESPONSE:
-                # PROTOCOL.md 10.3: an owner's OK goes back to a live requester under its id.
-                answered = conn.routes.get(ident)
-                if answered is not None:
-                    requester = answered.requester
-                    if not requester.paused and not requester.closed and length <= requester.max_body:
-                        del conn.routes[ident]
-                        answered.done = True
-                        out = requester.out
-                        if not out:
-                            dirty.append(requester)
-                        out.append(ID_HEAD_PACK(RESPONSE, length, answered.rid))
-                        out.append(buf[pos + 9 : end])
-                        pos = end
-                        continue
-            elif vat:
+            if vat and ftype == EVENT:  # --- the fast paths ------------------------------
                 # PROTOCOL.md 7.2, 10.5: the owner's NOTIFY_STATE event, the busiest frame
                 # of all: the cached value, then a FETCH_CHANGE to every matching fetch.
                 key = buf[pos + 8 : kend]
@@ -654,6 +614,46 @@ class Daemon:
                     if conn.closing:  # it fetches its own states and overflowed
                         break
                     continue
+            elif vat and ftype == REQUEST:
+                # PROTOCOL.md 10.3: routed to a live owner with room for it, under our own id.
+                key = buf[pos + 12 : kend]
+                owner = (states if function == SET_STATE else methods).get(key)
+                if (
+                    owner is not None
+                    and (writable is None or key in writable)
+                    and not owner.paused
+                    and not owner.closed
+                    and len(owner.routes) < max_pending
+                    and length <= owner.max_body
+                ):
+                    rid = (buf[pos + 5] << 24 | buf[pos + 6] << 16 | buf[pos + 7] << 8 | buf[pos + 8]
+                           if native else U32_FROM(buf, pos + 5)[0])
+                    route = open_route(conn, rid, owner, function, key, now)
+                    routed += 1
+                    out = owner.out
+                    if not out:
+                        dirty.append(owner)
+                    out.append(ID_HEAD_PACK(REQUEST, length, route.oid))
+                    out.append(buf[pos + 9 : end])
+                    pos = end
+                    continue
+            elif vat:
+                # PROTOCOL.md 10.3: an owner's OK goes back to a live requester under its id.
+                oid = (buf[pos + 5] << 24 | buf[pos + 6] << 16 | buf[pos + 7] << 8 | buf[pos + 8]
+                       if native else U32_FROM(buf, pos + 5)[0])
+                answered = conn.routes.get(oid)
+                if answered is not None:
+                    requester = answered.requester
+                    if not requester.paused and not requester.closed and length <= requester.max_body:
+                        del conn.routes[oid]
+                        answered.done = True
+                        out = requester.out
+                        if not out:
+                            dirty.append(requester)
+                        out.append(ID_HEAD_PACK(RESPONSE, length, answered.rid))
+                        out.append(buf[pos + 9 : end])
+                        pos = end
+                        continue
             # --- the careful way -------------------------------------------------------------
             if ftype == REQUEST:
                 self._request(conn, buf, pos, end)
