@@ -397,9 +397,8 @@ class Daemon:
         if self.auth.access is not None:
             self.auth.tick(now)
         deadline = self.config.slow_deadline
-        for conn in list(self.subscriptions.slow):
-            if conn.slow_since is not None and now - conn.slow_since > deadline:
-                self.out.overload(conn, f"output stuck above the soft limit for more than {deadline:g} s")
+        for conn in self.subscriptions.stuck(now, deadline):
+            self.out.overload(conn, f"output stuck above the soft limit for more than {deadline:g} s")
         self._finish_closes()
 
     def _input_timeout(self, conn: Connection, message: str) -> None:

@@ -240,6 +240,10 @@ class Subscriptions:
         """``key`` is gone: drop its cached fetch targets."""
         self.fetches.forget(key)
 
+    def stuck(self, now: float, deadline: float) -> list[Connection]:
+        """PROTOCOL.md 10.8: the paused connections paused for more than ``deadline``."""
+        return [c for c in self.slow if c.slow_since is not None and now - c.slow_since > deadline]
+
     def gone(self, conn: Connection) -> None:
         """``conn``'s transport is gone: it is no longer a slow consumer."""
         self.slow.discard(conn)
