@@ -59,8 +59,9 @@ class DaemonStats:
 
 class Clock:
     """The monotonic time of the event being handled, set by the dispatcher
-    (:mod:`jetd.core`) at each entry from the IO layer and read by the parts: the core
-    never reads a clock itself (sans-IO)."""
+    (:mod:`jetd.core`) at each entry from the IO layer (and by the access part when a
+    password check run off the loop reports back) and read by the parts: the core never
+    reads a clock itself (sans-IO)."""
 
     __slots__ = ("now",)
 
