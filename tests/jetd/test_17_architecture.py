@@ -232,3 +232,17 @@ def test_architecture_md_names_only_what_exists() -> None:
 def test_the_architecture_check_can_fail() -> None:
     classes, module_names = _names_in([ROOT / "jetd" / "scheduler.py"])
     assert "wake" in classes["Scheduler"] and "Output" not in classes and "DELIVERY_SLICE" not in module_names
+
+
+def test_the_scheduler_hands_out_woken_connections_in_order_once() -> None:
+    from jetd.connection import Connection
+    from jetd.scheduler import Scheduler
+
+    scheduler = Scheduler()
+    first, second = Connection(1, "mem:1"), Connection(2, "mem:2")
+    assert not scheduler.has_work and scheduler.take() == []
+    scheduler.wake(second)
+    scheduler.wake(first)
+    assert scheduler.has_work
+    assert scheduler.take() == [second, first]
+    assert not scheduler.has_work and scheduler.take() == []
