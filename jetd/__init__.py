@@ -8,6 +8,7 @@
   permissions, authentication: PROTOCOL.md 15), :mod:`jetd.scheduler` (sliced work),
   :mod:`jetd.base` (output, closing), :mod:`jetd.frames` (frame layouts).
 - :mod:`jetd.server`: the asyncio/uvloop protocol, per-turn flushing, flow control.
+- :mod:`jetd.launch`: ``serve()``, running the listeners, the event log and the signals.
 - :mod:`jetd.users`: the users file and ``jetd user add|del|list``.
 - :mod:`jetd.tls`: the listeners' SSLContext (one place for TCP and WebSocket).
 - :mod:`jetd.config`: every setting, with defaults, TOML file and flags.

@@ -119,12 +119,10 @@ def import_graph(deferred: bool = True) -> dict[str, set[str]]:
     return {name: _runtime_imports(path, name, modules, deferred) for name, path in modules.items()}
 
 
-# Cycles closed only by an import inside a function, in modules other sessions own: the
-# HTTP listener (jetd.web builds on jetd.server, whose serve() starts it) and jetdump's
-# two commands (each starts the other). Listed exactly, so that a new cycle fails, and so
-# does one of these once it is gone (then strike it off here).
+# Cycles closed only by an import inside a function, in modules other sessions own:
+# jetdump's two commands (each starts the other). Listed exactly, so that a new cycle
+# fails, and so does this one once it is gone (then strike it off here).
 KNOWN_DEFERRED_CYCLES = [
-    ["jetd.server", "jetd.web"],
     ["tools.jetdump.cli", "tools.jetdump.top"],
 ]
 
