@@ -138,7 +138,7 @@ class Daemon:
         self.subscriptions = Subscriptions(config, self.out, self.clock, self.stats, log_hook, self.registry,
                                            self.scheduler)
         self.queries = Queries(config, self.out, self.stats, log_hook, self.registry, self.scheduler)
-        self.router = Router(config, self.out, self.clock, self.stats, log_hook, self.registry)
+        self.router = Router(config, self.out, self.clock, self.stats, log_hook, self.registry, self.scheduler)
         self.auth = AccessControl(config, self.out, self.clock, log_hook, access)
         # The calls that go across parts, wired once (each part declares what it calls).
         self.registry.subscriptions = self.subscriptions
@@ -784,7 +784,7 @@ class Daemon:
                     reason = self.registry.unknown_key(conn, key, None, "state") if state_owner is None else "not the owner"
                     return self._drop_event(conn, code, key, reason)
                 # PROTOCOL.md 6.4: its FETCH_CHANGE may be up to 4 bytes above our
-                # max_body; _fanout closes only the fetchers that announced less.
+                # max_body; Subscriptions.fanout closes only the fetchers that announced less.
                 kv = conn.states[key] = buf[pos + 6 : end]
                 self.subscriptions.fanout(key, FETCH_CHANGE, kv)
                 return None

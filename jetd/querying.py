@@ -59,7 +59,6 @@ from .query import (
     window_update,
 )
 from .scheduler import Scheduler
-from .subscriptions import DELIVERY_SLICE
 
 if TYPE_CHECKING:
     from .access import AccessControl
@@ -76,8 +75,6 @@ FETCH_NODE = EventCode.FETCH_NODE.value
 FETCH_WINDOW = EventCode.FETCH_WINDOW.value
 QUERY_ENTRY = EventCode.QUERY_ENTRY.value
 ADD, REMOVE = 1, 2
-# States a new group evaluates per slice while seeding (PROTOCOL.md 14.5).
-SEED_SLICE = 1024
 NONE_VALUE = b"\x00\x00\x00\x00\x00"
 # Initial and one-shot entries sort by key, a node before a state or method of the same key.
 _NODE_FIRST, _ENTRY_AFTER = 0, 1
@@ -261,7 +258,8 @@ class Queries:
         group = delivery.group
         fetch = delivery.fetch
         if group.seeding:
-            group.seed(self.registry.matching_after(group.compiled.prefix, group.seed_cursor), SEED_SLICE)
+            group.seed(self.registry.matching_after(group.compiled.prefix, group.seed_cursor),
+                       self.scheduler.seed_slice)
             if group.seeding:
                 return self._query_later(conn)
         query = group.compiled.query
@@ -362,8 +360,9 @@ class Queries:
         matched = group.matched
         entries: list[tuple[int, bytes, int, bytes]] = []
         upto: Optional[bytes] = None
+        limit = self.scheduler.delivery_slice
         for taken, (key, kv) in enumerate(self.registry.matching_after(compiled.prefix, after)):
-            if taken == DELIVERY_SLICE:
+            if taken == limit:
                 break
             upto = key
             if key in matched:

@@ -34,17 +34,14 @@ from .frames import (
     str16_ok,
     value_ok,
 )
+from .scheduler import Scheduler
 
 if TYPE_CHECKING:
     from .access import AccessControl
     from .registry import Registry
     from .subscriptions import Subscriptions
 
-__all__ = ["EXPIRE_SLICE", "Route", "RouteTable", "Router"]
-
-# Route timeouts answered per call: a burst of them goes out in slices of a few ms,
-# between which the loop serves other peers (Daemon.work goes on with the rest).
-EXPIRE_SLICE = 4096
+__all__ = ["Route", "RouteTable", "Router"]
 
 
 class Route:
@@ -118,25 +115,28 @@ class Router:
     access: AccessControl  # write (PROTOCOL.md 15.3)
 
     def __init__(self, config: Config, out: Output, clock: Clock, stats: DaemonStats, log_hook: Optional[LogHook],
-                 registry: Registry) -> None:
+                 registry: Registry, scheduler: Scheduler) -> None:
         self.config = config
         self.out = out
         self.clock = clock
         self.stats = stats
         self._log = log_hook
         self.registry = registry
+        self.scheduler = scheduler
         self.table = RouteTable(config.route_timeout)
         self.expiring = False  # more route timeouts are due than one slice answers
 
     def expire(self, now: float) -> None:
-        """PROTOCOL.md 10.3: answer TIMEOUT for the routes past their deadline, at most
-        EXPIRE_SLICE of them; ``expiring`` says whether more are due."""
+        """PROTOCOL.md 10.3: answer TIMEOUT for the routes past their deadline, at most a
+        slice of them (Scheduler.expire_slice); ``expiring`` says whether more are due:
+        between slices the loop serves other peers (Daemon.work goes on with the rest)."""
+        limit = self.scheduler.expire_slice
         for expired, route in enumerate(self.table.expired(now), 1):
             requester = route.requester
             self.out.violation(route.owner, f"routed request id {route.oid} not answered within the route timeout")
             if not requester.closed:
                 self.out.send(requester, response_frame(route.rid, Status.TIMEOUT, "the owner did not answer in time"))
-            if expired >= EXPIRE_SLICE:
+            if expired >= limit:
                 self.expiring = True
                 return
         self.expiring = False

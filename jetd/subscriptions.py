@@ -53,12 +53,9 @@ if TYPE_CHECKING:
     from .querying import Queries
     from .registry import Registry
 
-__all__ = ["DELIVERY_SLICE", "Delivery", "Fetch", "FetchRegistry", "Subscriptions"]
+__all__ = ["Delivery", "Fetch", "FetchRegistry", "Subscriptions"]
 
 log = logging.getLogger("jetd")
-
-# Initial adds per slice: about a millisecond or two of the loop per slice.
-DELIVERY_SLICE = 2048
 
 InitialSource = Callable[[Optional[bytes]], Iterator[tuple[bytes, bytes]]]
 """``source(after)``: (key, ``Key, Value`` payload) of the states a new fetch matches,
@@ -505,10 +502,11 @@ class Subscriptions:
         fid_bytes = delivery.fetch.fid_bytes
         log_out = self._log if self._log_events else None
         budget = self.out.out_budget
+        limit = self.scheduler.delivery_slice
         out = conn.out
         added = 0
         for sent, (key, kv) in enumerate(delivery.source(delivery.cursor)):
-            if sent >= DELIVERY_SLICE or conn.paused or conn.out_size > budget:
+            if sent >= limit or conn.paused or conn.out_size > budget:
                 self.stats.initial_adds += sent
                 conn.stalled = True
                 return

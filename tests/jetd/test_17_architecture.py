@@ -229,7 +229,7 @@ def test_architecture_md_names_only_what_exists() -> None:
 
 def test_the_architecture_check_can_fail() -> None:
     classes, module_names = _names_in([ROOT / "jetd" / "scheduler.py"])
-    assert "wake" in classes["Scheduler"] and "Output" not in classes and "DELIVERY_SLICE" not in module_names
+    assert "wake" in classes["Scheduler"] and "Output" not in classes and "DEFAULT_SEED_SLICE" in module_names
 
 
 def test_the_scheduler_hands_out_woken_connections_in_order_once() -> None:
