@@ -244,3 +244,48 @@ def test_the_scheduler_hands_out_woken_connections_in_order_once() -> None:
     assert scheduler.has_work
     assert scheduler.take() == [second, first]
     assert not scheduler.has_work and scheduler.take() == []
+
+
+PART_ATTRIBUTES = {"registry", "router", "subscriptions", "queries", "auth", "access", "out", "scheduler"}
+PART_MODULES = ("core", "base", "registry", "routes", "subscriptions", "querying", "access", "scheduler")
+
+
+def _writes_into_parts(path: Path) -> list[str]:
+    """Assignments to a field of another part (``self.part.field = ...``, ``+=``, and
+    through a local bound to ``self.part``), outside ``Daemon.__init__``, which wires them."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found = []
+    for function in ast.walk(tree):
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) or function.name == "__init__":
+            continue
+        aliases = set()
+        for node in ast.walk(function):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Attribute):
+                value = node.value
+                if isinstance(value.value, ast.Name) and value.value.id == "self" and value.attr in PART_ATTRIBUTES:
+                    aliases.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        for node in ast.walk(function):
+            targets = node.targets if isinstance(node, ast.Assign) else (
+                [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else [])
+            for target in targets:
+                if not isinstance(target, ast.Attribute):
+                    continue
+                owner = target.value
+                through_self = (isinstance(owner, ast.Attribute) and isinstance(owner.value, ast.Name)
+                                and owner.value.id == "self" and owner.attr in PART_ATTRIBUTES)
+                through_alias = isinstance(owner, ast.Name) and owner.id in aliases
+                if through_self or through_alias:
+                    found.append(f"{path.name}:{target.lineno} {ast.unparse(target)}")
+    return found
+
+
+def test_no_part_writes_another_parts_fields() -> None:
+    writes = [w for name in PART_MODULES for w in _writes_into_parts(ROOT / "jetd" / f"{name}.py")]
+    assert writes == []
+
+
+def test_the_write_check_finds_writes(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text("class P:\n    def f(self):\n        self.out.budget = 1\n"
+                      "        subs = self.subscriptions\n        subs.parked += 1\n        self.own = 2\n")
+    assert _writes_into_parts(sample) == ["sample.py:3 self.out.budget", "sample.py:5 subs.parked"]
