@@ -1,12 +1,14 @@
 """jetd: the jet daemon (spec/PROTOCOL.md), a sans-IO core in a thin uvloop server.
 
 - :mod:`jetd.core`: :class:`~jetd.core.Daemon`, the sans-IO core, testable without
-  sockets: the connection life cycle and the frame dispatcher, over one module per
-  responsibility: :mod:`jetd.registry` (states and methods), :mod:`jetd.routes`
-  (routing and timeouts), :mod:`jetd.subscriptions` (fetches, fan-out, slow consumers),
-  :mod:`jetd.base` (shared state, output, closing), :mod:`jetd.frames` (frame layouts),
-  :mod:`jetd.access` (users, permissions, authentication: PROTOCOL.md 15).
+  sockets: the connection life cycle and the frame dispatcher, composed of one part per
+  responsibility (ARCHITECTURE.md): :mod:`jetd.registry` (states and methods),
+  :mod:`jetd.routes` (routing and timeouts), :mod:`jetd.subscriptions` (fetches,
+  fan-out, slow consumers), :mod:`jetd.querying` (queries), :mod:`jetd.access` (users,
+  permissions, authentication: PROTOCOL.md 15), :mod:`jetd.scheduler` (sliced work),
+  :mod:`jetd.base` (output, closing), :mod:`jetd.frames` (frame layouts).
 - :mod:`jetd.server`: the asyncio/uvloop protocol, per-turn flushing, flow control.
+- :mod:`jetd.launch`: ``serve()``, running the listeners, the event log and the signals.
 - :mod:`jetd.users`: the users file and ``jetd user add|del|list``.
 - :mod:`jetd.tls`: the listeners' SSLContext (one place for TCP and WebSocket).
 - :mod:`jetd.config`: every setting, with defaults, TOML file and flags.

@@ -8,7 +8,8 @@ import sys
 from typing import Optional
 
 from .config import ConfigError, config_from_args
-from .server import new_event_loop, serve
+from .launch import serve
+from .server import new_event_loop
 
 
 def main(argv: Optional[list[str]] = None) -> int:

@@ -6,7 +6,7 @@ the daemon's side of authentication.
   lengths in use, so a check slices the key once per length (usually one or two).
 - :class:`Permissions` is one user's compiled ``own``/``read``/``write``.
 - :class:`Access` is a loaded users file: permissions per user, password checks.
-- :class:`AccessControl` is mixed into :class:`jetd.core.Daemon`: AUTHENTICATE, the
+- :class:`AccessControl` is the access part of :class:`jetd.core.Daemon`: AUTHENTICATE, the
   per-failure delay, the failure limit and the auth timeout, the checks the handlers
   call, and applying new permissions to a connection (on authentication and on SIGHUP).
 
@@ -23,17 +23,21 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from jetwire import Authenticate, Function, RemoteProtocolError, Status, decode_body
 from jetwire.codec import is_utf8
 from jetwire.log import LogKind, conn_auth_data
 
+from .base import Clock, Output
+from .config import Config
 from .connection import Connection
-from .frames import EVENT, EVT_HEAD_PACK, FETCH_ADD, FETCH_REMOVE, FRAME_IN, REQUEST, close_frame, ok_frame
-from .querying import QueryHandlers
-from .subscriptions import Delivery
+from .frames import FRAME_IN, REQUEST, LogHook, close_frame, ok_frame
 from .users import UsersFile
+
+if TYPE_CHECKING:
+    from .querying import Queries
+    from .subscriptions import Subscriptions
 
 __all__ = [
     "AUTHENTICATE",
@@ -191,28 +195,48 @@ def mask_authenticate(frame: bytes) -> bytes:
     return bytes((REQUEST,)) + len(body).to_bytes(4, "big") + body
 
 
-class AccessControl(QueryHandlers):
-    """Authentication and the permission checks (PROTOCOL.md 15), mixed into the Daemon."""
+class AccessControl:
+    """The access part: authentication and the permission checks (PROTOCOL.md 15).
 
-    access: Optional[Access]
-    offload: Optional[Offload]
-    _auth_answers: deque[tuple[float, Connection, int, bytes]]
-    _auth_deadlines: deque[tuple[float, Connection]]
+    Args:
+        access: the loaded users file, or None when authentication is off.
+
+    Attributes:
+        offload: set by the IO layer to run password checks off the loop (see
+            :data:`Offload`); None runs them inline.
+        resume: set by the dispatcher: reads on a connection whose AUTHENTICATE was
+            answered (the frames that arrived meanwhile, then its end of input).
+    """
+
+    subscriptions: Subscriptions  # wired by jetd.core.Daemon: fetches under new permissions
+    queries: Queries
+
+    def __init__(self, config: Config, out: Output, clock: Clock, log_hook: Optional[LogHook],
+                 access: Optional[Access]) -> None:
+        self.config = config
+        self.out = out
+        self.clock = clock
+        self._log = log_hook
+        self.access = access
+        self.offload: Optional[Offload] = None
+        self.resume: Callable[[Connection, float], None] = _no_resume
+        self._auth_answers: deque[tuple[float, Connection, int, bytes]] = deque()  # delayed AUTH_FAILED
+        self._auth_deadlines: deque[tuple[float, Connection]] = deque()  # auth timeout, in connect order
 
     # --- the checks the handlers call -------------------------------------------------
 
-    def _not_authorized(self, conn: Connection, rid: Optional[int], permission: str, key: bytes) -> None:
+    def not_authorized(self, conn: Connection, rid: Optional[int], permission: str, key: bytes) -> None:
         """Answer NOT_AUTHORIZED naming the permission and the key (MALFORMED for a key
         that is not UTF-8: PROTOCOL.md 15.3 checks the form first)."""
         if not is_utf8(key):
             if rid is not None:
-                self._reply(conn, rid, Status.MALFORMED, "key is not valid UTF-8")
+                self.out.reply(conn, rid, Status.MALFORMED, "key is not valid UTF-8")
             return
         message = f"not authorized: {permission} {key.decode('utf-8')}"
         if rid is not None:
-            self._reply(conn, rid, Status.NOT_AUTHORIZED, message)
+            self.out.reply(conn, rid, Status.NOT_AUTHORIZED, message)
 
-    def _may_write(self, conn: Connection, key: bytes) -> bool:
+    def may_write(self, conn: Connection, key: bytes) -> bool:
         """PROTOCOL.md 15.3 ``write``, cached per connection for the keys it may write
         (the routed-SET fast path tests ``key in conn.writable`` inline; a denied key
         takes the careful path, which checks the compiled prefixes again)."""
@@ -229,7 +253,7 @@ class AccessControl(QueryHandlers):
 
     # --- AUTHENTICATE ---------------------------------------------------------------------
 
-    def _authenticate(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
+    def authenticate(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
         """PROTOCOL.md 6.12, 15.2.
 
         JETLOG.md 4: its FRAME_IN record (password masked) is written here, or when it is
@@ -240,17 +264,17 @@ class AccessControl(QueryHandlers):
             message = decode_body(REQUEST, buf[pos + 5 : end])
         except RemoteProtocolError:
             self._log_request(conn, frame)
-            return self._malformed(conn, buf, pos, end, rid)
+            return self.out.malformed(conn, buf, pos, end, rid)
         assert isinstance(message, Authenticate)
         access = self.access
         if access is None:
             # PROTOCOL.md 6.12: without authentication every peer has every permission.
             self._log_request(conn, frame)
-            self._send(conn, ok_frame(rid))
+            self.out.send(conn, ok_frame(rid))
             return None
         if conn.user is not None:
             self._log_request(conn, frame)
-            return self._reply(conn, rid, Status.NOT_AUTHORIZED, f"already authenticated as {conn.user}")
+            return self.out.reply(conn, rid, Status.NOT_AUTHORIZED, f"already authenticated as {conn.user}")
         # PROTOCOL.md 15.2: nothing more is read from the connection until it is answered.
         conn.held = True
         user, password = message.user, message.password
@@ -261,7 +285,7 @@ class AccessControl(QueryHandlers):
         if self.offload is not None:
             self.offload(lambda: access.verify(user, password), done)
         else:
-            done(access.verify(user, password), self.now)
+            done(access.verify(user, password), self.clock.now)
         return None
 
     def _log_request(self, conn: Connection, frame: bytes) -> None:
@@ -269,7 +293,7 @@ class AccessControl(QueryHandlers):
             self._log(conn.conn_id, FRAME_IN, frame)
 
     def _auth_done(self, conn: Connection, rid: int, user: str, ok: bool, now: float, frame: bytes) -> None:
-        self.now = now
+        self.clock.now = now
         if conn.closing or self.access is None:
             conn.held = False
             return
@@ -280,7 +304,7 @@ class AccessControl(QueryHandlers):
             return
         self._log_request(conn, frame)
         self._authenticated(conn, user, AUTH_BY_PASSWORD)
-        self._send(conn, ok_frame(rid))
+        self.out.send(conn, ok_frame(rid))
         self._release(conn, now)
 
     def _authenticated(self, conn: Connection, user: str, method: int) -> None:
@@ -295,10 +319,7 @@ class AccessControl(QueryHandlers):
         """Read on: the frames that arrived while AUTHENTICATE was being answered (and
         the end of input, if the peer closed its side meanwhile)."""
         conn.held = False
-        if conn.rest and not conn.closing:
-            self.receive_data(conn, b"", now)
-        if conn.at_eof and not (conn.closing or conn.stalled or conn.held):
-            self.disconnect(conn, now, "peer closed its side")
+        self.resume(conn, now)
 
     def authenticate_certificate(self, conn: Connection, user: str) -> None:
         """PROTOCOL.md 15.6: a verified client certificate names ``user`` (the IO layer
@@ -310,7 +331,7 @@ class AccessControl(QueryHandlers):
             return
         self._authenticated(conn, user, AUTH_BY_CERTIFICATE)
 
-    def _tick_access(self, now: float) -> None:
+    def tick(self, now: float) -> None:
         """Delayed AUTH_FAILED answers and the auth timeout (PROTOCOL.md 15.2)."""
         answers = self._auth_answers
         while answers and answers[0][0] <= now:
@@ -318,11 +339,11 @@ class AccessControl(QueryHandlers):
             if conn.closing:
                 continue
             self._log_request(conn, frame)
-            self._reply(conn, rid, Status.AUTH_FAILED, "authentication failed")
+            self.out.reply(conn, rid, Status.AUTH_FAILED, "authentication failed")
             if conn.auth_failures >= MAX_AUTH_FAILURES:
                 message = "too many failed authentications"
-                self._violation(conn, message)
-                self._close_with(conn, Status.AUTH_FAILED, message, close_frame(Status.AUTH_FAILED, message))
+                self.out.violation(conn, message)
+                self.out.close_with(conn, Status.AUTH_FAILED, message, close_frame(Status.AUTH_FAILED, message))
             else:
                 self._release(conn, now)
         deadlines = self._auth_deadlines
@@ -337,86 +358,45 @@ class AccessControl(QueryHandlers):
             access = self.access
             if access is not None and access.timeout_applies:
                 message = "not authenticated within the auth timeout"
-                self._close_with(conn, Status.NOT_AUTHORIZED, message, close_frame(Status.NOT_AUTHORIZED, message))
+                self.out.close_with(conn, Status.NOT_AUTHORIZED, message, close_frame(Status.NOT_AUTHORIZED, message))
 
-    def _access_on_connect(self, conn: Connection) -> None:
+    def on_connect(self, conn: Connection) -> None:
         access = self.access
         if access is None:
             return
         conn.perms = access.anonymous
         conn.writable = None if access.anonymous.write.everything else set()
-        self._auth_deadlines.append((self.now + self.config.auth_timeout, conn))
+        self._auth_deadlines.append((self.clock.now + self.config.auth_timeout, conn))
 
     # --- changes of permissions (PROTOCOL.md 15.5) -------------------------------------------
 
-    def set_access(self, access: Access, now: float) -> None:
+    def set_access(self, access: Access, connections: list[Connection]) -> None:
         """Use a newly loaded users file (SIGHUP): every connection gets its user's new
         permissions; fetches are brought in line at once. Connections are not dropped.
 
         Only a daemon started with an Access can switch: the fast paths assume no checks
         otherwise."""
-        self.now = now
         if self.access is None:
             raise ValueError("authentication was not enabled at start")
         self.access = access
-        for conn in list(self.connections.values()):
+        for conn in connections:
             if conn.closing:
                 continue
             perms = access.permissions(conn.user) if conn.user is not None else access.anonymous
             self._apply_permissions(conn, perms)
-        self._finish_closes()
-        log.info("users file %s loaded: %d users, %d groups", access.source, len(access.users.users),
-                 len(access.users.groups))
 
     def _apply_permissions(self, conn: Connection, perms: Permissions) -> None:
+        """PROTOCOL.md 15.5: ``conn``'s fetches are brought in line with ``perms`` at
+        once: a delivery under way, then its query fetches, then its plain fetches."""
         conn.perms = perms
         conn.writable = None if perms.write.everything else set()
-        registry = self.registry
-        delivery = conn.delivery
-        if isinstance(delivery, Delivery):
-            # A fetch still delivering its initial adds in slices (PROTOCOL.md 10.5): the
-            # keys up to its cursor were added; the changes for them go after its last
-            # add, with the events held meanwhile; the keys above come from the new
-            # prefixes as the delivery goes on.
-            fetch = delivery.fetch
-            narrowed = perms.read.narrow(fetch.prefix)
-            if narrowed != fetch.prefixes:
-                cursor = delivery.cursor
-                if cursor is not None:
-                    old = {k: kv for k, kv in registry.matching_any(fetch.prefixes) if k <= cursor}
-                    new = {k: kv for k, kv in registry.matching_any(narrowed) if k <= cursor}
-                    for code, keys, values in ((FETCH_REMOVE, old.keys() - new.keys(), old),
-                                               (FETCH_ADD, new.keys() - old.keys(), new)):
-                        for key in sorted(keys):
-                            kv = values[key]
-                            frame = EVT_HEAD_PACK(EVENT, 5 + len(kv), code) + fetch.fid_bytes + kv
-                            delivery.held.append(frame)
-                            delivery.held_size += len(frame)
-                self.delivering.remove(fetch)
-                fetch.prefixes = narrowed
-                self.delivering.add(fetch)
+        self.subscriptions.narrow_delivery(conn, perms)
         if conn.query_fetches:
-            self._query_permissions(conn)  # jetd.querying
+            self.queries.permissions_changed(conn)  # jetd.querying
             if conn.closing:
                 return
-        for fid in sorted(conn.fetches):
-            fetch = conn.fetches[fid]
-            narrowed = perms.read.narrow(fetch.prefix)
-            if narrowed == fetch.prefixes:
-                continue
-            old = dict(registry.matching_any(fetch.prefixes))
-            new = dict(registry.matching_any(narrowed))
-            index = self.parked_fetches if conn.parked else self.fetches
-            for key in sorted(old.keys() - new.keys()):
-                kv = old[key]
-                if conn.parked:
-                    self._catch_up_on(conn, key, kv)  # PROTOCOL.md 10.8: its change first
-                self._send(conn, EVT_HEAD_PACK(EVENT, 5 + len(kv), FETCH_REMOVE) + fetch.fid_bytes + kv)
-            index.remove(fetch)
-            fetch.prefixes = narrowed
-            index.add(fetch)
-            for key in sorted(new.keys() - old.keys()):
-                kv = new[key]
-                self._send(conn, EVT_HEAD_PACK(EVENT, 5 + len(kv), FETCH_ADD) + fetch.fid_bytes + kv)
-            if conn.closing:
-                return
+        self.subscriptions.narrow_fetches(conn, perms)
+
+
+def _no_resume(conn: Connection, now: float) -> None:
+    return None

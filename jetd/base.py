@@ -1,18 +1,21 @@
-"""What every part of the daemon's core shares: its state, output queues and closing.
+"""The output side every part of the daemon's core writes through: :class:`Output`.
 
-:class:`DaemonBase` declares the state that :class:`jetd.core.Daemon` sets up and holds
-the output side (queueing a frame for a peer, answering, closing a peer). The core's
-responsibilities are mixed into ``Daemon`` from one module each: the registry
-(:mod:`jetd.registry`), routing (:mod:`jetd.routes`) and subscriptions
-(:mod:`jetd.subscriptions`); a method of one that calls into another is declared here.
+It owns the per-connection output queues' bookkeeping (which connections have output,
+``dirty``), the budget of each (PROTOCOL.md 10.8), and closing (a CLOSE frame, then the
+connection is torn down by the dispatcher, :mod:`jetd.core`, after the frame that caused
+it). Every part (:mod:`jetd.registry`, :mod:`jetd.routes`, :mod:`jetd.subscriptions`,
+:mod:`jetd.querying`, :mod:`jetd.access`) is handed the one ``Output`` and calls it; none
+queues bytes any other way, except the dispatcher's and the fan-out's inlined hot paths,
+which append to ``conn.out`` and ``Output.dirty`` directly (ARCHITECTURE.md).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 from jetwire import Status
 
@@ -29,13 +32,7 @@ from .frames import (
     why_malformed,
 )
 
-if TYPE_CHECKING:
-    from .query import NodeIndex, QueryIndex
-    from .registry import StateRegistry
-    from .routes import RouteTable
-    from .subscriptions import FetchRegistry
-
-__all__ = ["DaemonBase", "DaemonStats"]
+__all__ = ["Clock", "DaemonStats", "Output"]
 
 log = logging.getLogger("jetd")
 
@@ -60,102 +57,69 @@ class DaemonStats:
         return " ".join(f"{name}={value}" for name, value in dataclasses.asdict(self).items())
 
 
-class DaemonBase:
-    """The daemon's state and its output side (see the module docstring)."""
+class Clock:
+    """The monotonic time of the event being handled, set by the dispatcher
+    (:mod:`jetd.core`) at each entry from the IO layer (and by the access part when a
+    password check run off the loop reports back) and read by the parts: the core never
+    reads a clock itself (sans-IO)."""
 
-    config: Config
-    registry: StateRegistry
-    fetches: FetchRegistry
-    parked_fetches: FetchRegistry
-    queries: QueryIndex  # PROTOCOL.md 14: query groups (jetd.querying)
-    nodes: Optional[NodeIndex]  # counted only while a fetch asks for nodes
-    routes: RouteTable
-    connections: dict[int, Connection]
-    dirty: list[Connection]
-    slow: set[Connection]
-    stats: DaemonStats
-    now: float
-    _log: Optional[LogHook]
-    _log_events: bool
-    _parked: int
-    _changed: dict[bytes, int]
-    _seq: int
-    _next_conn_id: int
-    _next_fetch_id: int
-    _to_close: list[Connection]
-    _max_body: int
-    _small_body_peers: int
-    _max_key: int
-    _out_budget: int
-    _delivering: int
-    _expiring: bool
-    delivering: FetchRegistry
-    ready: list[Connection]
+    __slots__ = ("now",)
 
-    # Provided by the other parts of the core, which extend this class in a line (jetd.core.Daemon
-    # is the last): declared here so that each part can call the others. (One line, not
-    # mixins side by side: mypyc compiles single inheritance only.)
+    def __init__(self) -> None:
+        self.now = 0.0
 
-    def _fanout(self, key: bytes, code: int, kv: bytes) -> None:
-        raise NotImplementedError
 
-    def _catch_up_on(self, conn: Connection, key: bytes, kv: bytes) -> None:
-        raise NotImplementedError
+class Output:
+    """Queues frames for peers, answers them, and closes them (see the module docstring).
 
-    def _unknown_key(self, conn: Connection, key: bytes, rid: Optional[int], kind: str) -> Optional[str]:
-        raise NotImplementedError
+    Args:
+        config: the daemon's settings (max_body, soft and hard limits).
+        stats: the daemon's counters (violations, overloads).
+        log_hook: the event log's hook, or None.
 
-    def _teardown(self, conn: Connection) -> None:
-        raise NotImplementedError
+    ``end_delivery`` is set by the dispatcher: dropping a connection's output ends its
+    delivery of initial adds (jetd.subscriptions), which would otherwise go on queueing.
+    """
 
-    def _end_delivery(self, conn: Connection) -> None:
-        raise NotImplementedError
+    def __init__(self, config: Config, stats: DaemonStats, log_hook: Optional[LogHook]) -> None:
+        self.config = config
+        self.stats = stats
+        self._log = log_hook
+        self.max_body = config.max_body
+        # PROTOCOL.md 10.8: the output budget; past it a connection's input stalls.
+        self.out_budget = config.soft_limit
+        # Published read-only (the fast paths test them inline): only this part changes them.
+        self.small_body_peers = 0  # peers whose INFO announced a max_body below ours
+        self.dirty: list[Connection] = []  # connections with output (or a close) to act on
+        self.to_close: list[Connection] = []  # closing, to be torn down (jetd.core)
+        self.end_delivery: Callable[[Connection], None] = _no_delivery
 
-    def _query_state(self, key: bytes, code: int, kv: bytes) -> None:
-        raise NotImplementedError
+    def set_peer_max_body(self, conn: Connection, max_body: int) -> None:
+        """PROTOCOL.md 3, 4.4: ``conn`` announced ``max_body`` in its INFO."""
+        was_small = conn.max_body < self.max_body
+        conn.max_body = max_body
+        self.small_body_peers += (max_body < self.max_body) - was_small
 
-    def _query_method(self, key: bytes, added: bool) -> None:
-        raise NotImplementedError
+    def forget_peer(self, conn: Connection) -> None:
+        """``conn`` is torn down: its max_body no longer counts."""
+        if conn.max_body < self.max_body:
+            self.small_body_peers -= 1
 
-    def _query_release(self, conn: Connection, key: bytes) -> None:
-        raise NotImplementedError
-
-    def _query_catch_up(self, conn: Connection) -> bool:
-        raise NotImplementedError
-
-    def _query_deliver(self, conn: Connection) -> None:
-        raise NotImplementedError
-
-    def _query_permissions(self, conn: Connection) -> None:
-        raise NotImplementedError
-
-    def _query_end_delivery(self, conn: Connection) -> None:
-        raise NotImplementedError
-
-    def _unfetch_query(self, conn: Connection, fid: int) -> bool:
-        raise NotImplementedError
-
-    def _not_authorized(self, conn: Connection, rid: Optional[int], permission: str, key: bytes) -> None:
-        raise NotImplementedError
-
-    def _may_write(self, conn: Connection, key: bytes) -> bool:
-        raise NotImplementedError
-
-    def receive_data(self, conn: Connection, data: bytes, now: float) -> None:
-        raise NotImplementedError
-
-    def disconnect(self, conn: Connection, now: float, reason: str = "") -> None:
-        raise NotImplementedError
+    def take_dirty(self) -> list[Connection]:
+        """The connections with output to write, and an empty list for the next turn."""
+        dirty = self.dirty
+        self.dirty = []
+        return dirty
 
     # --- sending ------------------------------------------------------------------------
 
-    def _send(self, conn: Connection, frame: bytes) -> None:
+    def send(self, conn: Connection, frame: bytes) -> None:
         """Queue one (non fan-out) frame for ``conn`` and log it. Past the output budget
         the connection's input stalls (PROTOCOL.md 10.8: answers are never dropped, so
         the peer's further requests wait until it has read them)."""
         if conn.closed:
             return
-        if (self._small_body_peers or len(frame) - 5 > self._max_body) and len(frame) - 5 > conn.max_body:
+        if (self.small_body_peers or len(frame) - 5 > self.max_body) and len(frame) - 5 > conn.max_body:
             # PROTOCOL.md 3: never send a body above the max_body the peer announced.
             body_length = len(frame) - 5
             if frame[0] == RESPONSE:
@@ -163,12 +127,12 @@ class DaemonBase:
                 frame = response_frame(U32_FROM(frame, 5)[0], Status.TOO_LARGE, message)
             else:
                 message = f"a frame of {body_length} bytes exceeds your max_body {conn.max_body}"
-                self._close_with(conn, Status.TOO_LARGE, message, close_frame(Status.TOO_LARGE, message))
+                self.close_with(conn, Status.TOO_LARGE, message, close_frame(Status.TOO_LARGE, message))
                 return
         if conn.paused:
-            if not self._enqueue(conn, frame):
+            if not self.enqueue(conn, frame):
                 return
-            if conn.pending_size > self._out_budget:
+            if conn.pending_size > self.out_budget:
                 conn.stalled = True
         else:
             out = conn.out
@@ -176,39 +140,39 @@ class DaemonBase:
                 self.dirty.append(conn)
             out.append(frame)
             conn.out_size += len(frame)
-            if conn.out_size > self._out_budget:
+            if conn.out_size > self.out_budget:
                 conn.stalled = True
         if self._log is not None:
             self._log(conn.conn_id, FRAME_OUT, frame)
 
-    def _enqueue(self, conn: Connection, frame: bytes) -> bool:
+    def enqueue(self, conn: Connection, frame: bytes) -> bool:
         """Queue ``frame`` for paused ``conn``; above the hard limit CLOSE the peer
         instead. Returns True if the frame is queued (JETLOG.md 4: only those are logged)."""
         conn.enqueue(frame)
         if conn.pending_size + conn.transport_size > self.config.hard_limit:
-            self._overload(conn, "output above the hard limit")
+            self.overload(conn, "output above the hard limit")
             return False
         return True
 
-    def _reply(self, conn: Connection, rid: int, status: Status, message: str) -> None:
-        self._send(conn, response_frame(rid, status, message))
+    def reply(self, conn: Connection, rid: int, status: Status, message: str) -> None:
+        self.send(conn, response_frame(rid, status, message))
 
-    def _event_too_large(self, conn: Connection, body_length: int) -> None:
+    def event_too_large(self, conn: Connection, body_length: int) -> None:
         """A fetch event does not fit the fetcher's announced max_body: rather than lose
         it silently, the fetcher is closed with TOO_LARGE."""
         message = f"a fetch event of {body_length} bytes exceeds your max_body {conn.max_body}"
-        self._close_with(conn, Status.TOO_LARGE, message, close_frame(Status.TOO_LARGE, message))
+        self.close_with(conn, Status.TOO_LARGE, message, close_frame(Status.TOO_LARGE, message))
 
-    def _too_large_for(self, conn: Connection, body_length: int) -> bool:
+    def too_large_for(self, conn: Connection, body_length: int) -> bool:
         """True if ``conn`` announced a max_body below ``body_length`` (PROTOCOL.md 3).
         A fetch event may be 4 bytes above our own max_body (PROTOCOL.md 6.4), so a
         peer announcing ours may be too small for it too."""
-        return (self._small_body_peers > 0 or body_length > self._max_body) and body_length > conn.max_body
+        return (self.small_body_peers > 0 or body_length > self.max_body) and body_length > conn.max_body
 
 
     # --- closing ------------------------------------------------------------------------
 
-    def _violation(self, conn: Connection, message: str) -> None:
+    def violation(self, conn: Connection, message: str) -> None:
         conn.violations += 1
         self.stats.violations += 1
         # One line per violation, but a peer flooding bad frames cannot flood the log.
@@ -217,12 +181,12 @@ class DaemonBase:
         elif conn.violations == 11:
             log.info("violation by %s: further violations are not logged", conn.label)
 
-    def _fatal(self, conn: Connection, status: Status, message: str) -> None:
+    def fatal(self, conn: Connection, status: Status, message: str) -> None:
         """PROTOCOL.md 9.2, 9.3: CLOSE with ``status`` and disconnect; read nothing more."""
-        self._violation(conn, message)
-        self._close_with(conn, status, message, close_frame(status, message))
+        self.violation(conn, message)
+        self.close_with(conn, status, message, close_frame(status, message))
 
-    def _close_with(self, conn: Connection, status: Status, message: str, frame: bytes) -> None:
+    def close_with(self, conn: Connection, status: Status, message: str, frame: bytes) -> None:
         if conn.closing:
             return
         conn.closing = True
@@ -238,18 +202,18 @@ class DaemonBase:
             conn.close_at = len(conn.out)
         if self._log is not None:
             self._log(conn.conn_id, FRAME_OUT, frame)
-        self._to_close.append(conn)
+        self.to_close.append(conn)
 
-    def _overload(self, conn: Connection, reason: str) -> None:
+    def overload(self, conn: Connection, reason: str) -> None:
         """PROTOCOL.md 10.8: drop what is queued, CLOSE (OVERLOADED), disconnect."""
         if conn.closing:
             return
         self.stats.overloaded += 1
         log.info("overloaded %s: %s (%d bytes queued)", conn.label, reason, conn.queued)
-        self._drop_output(conn)
-        self._close_with(conn, Status.OVERLOADED, reason, close_frame(Status.OVERLOADED, reason))
+        self.drop_output(conn)
+        self.close_with(conn, Status.OVERLOADED, reason, close_frame(Status.OVERLOADED, reason))
 
-    def _drop_output(self, conn: Connection) -> None:
+    def drop_output(self, conn: Connection) -> None:
         """PROTOCOL.md 7.3, 10.8: before a CLOSE the peer would only get after output it
         cannot take, drop that output (queued locally, not yet in the transport), so the
         CLOSE is next after what the transport already holds."""
@@ -258,16 +222,14 @@ class DaemonBase:
         conn.paused = False  # the CLOSE goes straight to the transport
         conn.out.clear()
         if conn.delivery is not None:
-            self._end_delivery(conn)
+            self.end_delivery(conn)
 
-    def _finish_closes(self) -> None:
-        while self._to_close:
-            conn = self._to_close.pop()
-            if not conn.closed:
-                self._teardown(conn)
-
-    def _malformed(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
+    def malformed(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
         """PROTOCOL.md 9.1: a bad body with a readable id: MALFORMED, stay connected."""
         status, message = why_malformed(REQUEST, buf[pos + 5 : end])
-        self._violation(conn, message)
-        self._reply(conn, rid, status, message)
+        self.violation(conn, message)
+        self.reply(conn, rid, status, message)
+
+
+def _no_delivery(conn: Connection) -> None:
+    return None

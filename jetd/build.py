@@ -7,6 +7,7 @@ pure Python, and when importing it runs the source of a compiled install
 from __future__ import annotations
 
 import importlib.machinery
+import importlib.util
 import os
 from importlib.metadata import PackageNotFoundError, version
 
@@ -17,10 +18,14 @@ __all__ = ["COMPILED_MODULES", "build_description", "compiled", "jet_version"]
 
 def compiled() -> bool:
     """True when the daemon core running here is a compiled extension module."""
-    import jetd.core
+    return _core_origin().endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
 
-    origin = jetd.core.__file__ or ""
-    return origin.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
+
+def _core_origin() -> str:
+    """Where ``jetd.core`` is loaded from, asked without importing it here: the core
+    imports jetd.config, which imports this module for ``--version`` (no cycle)."""
+    spec = importlib.util.find_spec("jetd.core")
+    return (spec.origin if spec is not None else None) or ""
 
 
 def build_description() -> str:
@@ -34,9 +39,7 @@ def build_description() -> str:
 
 
 def _has_extension() -> bool:
-    import jetd.core
-
-    base = os.path.splitext(jetd.core.__file__ or "")[0]
+    base = os.path.splitext(_core_origin())[0]
     return any(os.path.exists(base + suffix) for suffix in importlib.machinery.EXTENSION_SUFFIXES)
 
 

@@ -11,17 +11,20 @@ output drains, a burst of route timeouts) it calls :meth:`Daemon.work` once per 
 turn; a connection left ``stalled`` by :meth:`Daemon.receive_data` must not be read
 from until :meth:`Daemon.work` returns it.
 
-Each responsibility lives in its own module, mixed into :class:`Daemon`:
+``Daemon`` is composed of parts, each an object with its own state and a few methods,
+created and wired here (ARCHITECTURE.md):
 
+- :mod:`jetd.base`: :class:`Output`, the output queues, budgets and closing;
 - :mod:`jetd.registry`: states and methods, who owns them, the cached values;
 - :mod:`jetd.routes`: routed SET_STATE/CALL_METHOD, owners' answers, route timeouts;
 - :mod:`jetd.subscriptions`: fetches, fan-out, slow consumers (parking);
+- :mod:`jetd.querying`: query fetches and QUERY_ONCE (PROTOCOL.md 14);
 - :mod:`jetd.access`: users, permissions and authentication (PROTOCOL.md 15);
-- :mod:`jetd.base`: the shared state, output queues and closing;
+- :mod:`jetd.scheduler`: which stalled connection's sliced work goes on next;
 - :mod:`jetd.frames`: the frame layouts and quick checks of the hot paths.
 
-This module keeps the connection life cycle and :meth:`Daemon.receive_data`, which cuts
-frames and dispatches them. Its hot paths work on the received bytes directly: a routed
+This module is the dispatcher: the connection life cycle and :meth:`Daemon.receive_data`,
+which cuts frames and hands each to the part it is for. Its hot paths work on the received bytes directly: a routed
 request is forwarded as a new 9-byte head plus a slice of the received frame; a state
 change is encoded once as (head, slice) and every fetcher gets
 ``head + its 4-byte fetch id + slice`` as three list appends (PROTOCOL.md 7.2 layout).
@@ -54,8 +57,8 @@ from jetwire.codec import NATIVE
 from jetwire.codes import MIN_PEER_MAX_BODY
 from jetwire.log import LogKind, conn_close_data, conn_name_data, conn_open_data
 
-from .access import AUTHENTICATE, Access, AccessControl, Offload
-from .base import DaemonStats
+from .access import AUTHENTICATE, Access, AccessControl
+from .base import Clock, DaemonStats, Output
 from .config import Config
 from .connection import Connection
 from .frames import (
@@ -69,7 +72,6 @@ from .frames import (
     EVENT,
     EVT_HEAD_PACK,
     FETCH_CHANGE,
-    FETCH_REMOVE,
     FRAME_IN,
     HDR_FROM,
     ID_BYTE_FROM,
@@ -89,10 +91,11 @@ from .frames import (
     str16_ok,
     why_malformed,
 )
-from .query import QueryIndex
-from .registry import StateRegistry
-from .routes import Route, RouteTable
-from .subscriptions import Delivery, Fetch, FetchRegistry
+from .querying import Queries
+from .registry import Registry, StateRegistry
+from .routes import Route, Router, RouteTable
+from .scheduler import Scheduler
+from .subscriptions import Delivery, Fetch, FetchRegistry, Subscriptions
 
 __all__ = [
     "Connection",
@@ -109,7 +112,7 @@ __all__ = [
 log = logging.getLogger("jetd")
 
 
-class Daemon(AccessControl):
+class Daemon:
     """The registry and router. Feed it bytes per connection; it fills output queues.
 
     Args:
@@ -120,54 +123,47 @@ class Daemon(AccessControl):
             None: then nothing is checked.
 
     Attributes:
-        offload: set by the IO layer to run password checks off the loop (see
-            :data:`jetd.access.Offload`); None runs them inline.
+        registry, router, subscriptions, queries, auth, scheduler, out: the parts
+            (see the module docstring); the IO layer sets ``auth.offload`` to run
+            password checks off the loop (:data:`jetd.access.Offload`).
     """
 
     def __init__(self, config: Config, log_hook: Optional[LogHook] = None, access: Optional[Access] = None) -> None:
         self.config = config
-        self.access = access
-        self.offload: Optional[Offload] = None
-        self._auth_answers: deque[tuple[float, Connection, int, bytes]] = deque()  # delayed AUTH_FAILED
-        self._auth_deadlines: deque[tuple[float, Connection]] = deque()  # auth timeout, in connect order
-        self.registry = StateRegistry()
-        self.fetches = FetchRegistry()
-        # PROTOCOL.md 10.8: the fetches of paused connections, for their ADD/REMOVE events.
-        self.parked_fetches = FetchRegistry()
-        self.queries = QueryIndex()  # PROTOCOL.md 14 (jetd.querying)
-        self.nodes = None
-        self._parked = 0  # how many fetches are parked
-        # While any is parked: key -> sequence number of its last change (self._seq).
-        self._changed: dict[bytes, int] = {}
-        self._seq = 0
-        # PROTOCOL.md 10.5: new fetches whose initial adds are under way (Delivery).
-        self.delivering = FetchRegistry()
-        self._delivering = 0
-        # Stalled connections that may go on (Daemon.work): a delivery, or held input.
-        self.ready: list[Connection] = []
-        # PROTOCOL.md 10.8: the output budget; past it a connection's input stalls.
-        self._out_budget = config.soft_limit
-        self._expiring = False  # more route timeouts are due than one slice answers
+        self.stats = DaemonStats()
+        self.clock = Clock()
+        self.out = Output(config, self.stats, log_hook)
+        self.scheduler = Scheduler()
+        self.registry = Registry(config, self.out)
+        self.subscriptions = Subscriptions(config, self.out, self.clock, self.stats, log_hook, self.registry,
+                                           self.scheduler)
+        self.queries = Queries(config, self.out, self.stats, log_hook, self.registry, self.scheduler)
+        self.router = Router(config, self.out, self.clock, self.stats, log_hook, self.registry, self.scheduler)
+        self.auth = AccessControl(config, self.out, self.clock, log_hook, access)
+        # The calls that go across parts, wired once (each part declares what it calls).
+        self.registry.subscriptions = self.subscriptions
+        self.registry.queries = self.queries
+        self.registry.access = self.auth
+        self.subscriptions.queries = self.queries
+        self.subscriptions.access = self.auth
+        self.queries.subscriptions = self.subscriptions
+        self.queries.access = self.auth
+        self.router.subscriptions = self.subscriptions
+        self.router.access = self.auth
+        self.auth.subscriptions = self.subscriptions
+        self.auth.queries = self.queries
+        self.out.end_delivery = self.subscriptions.end_delivery
+        self.auth.resume = self._resume_held
         # PROTOCOL.md 10.7, input side: unprocessed bytes of all connections, the
         # connections with an incomplete frame (and since when), and the connections
         # yet to send a first frame (by deadline: the same timeout for all).
         self.input_buffered = 0
         self.partial: dict[Connection, float] = {}
         self._silent: deque[tuple[float, Connection]] = deque()
-        self.routes = RouteTable(config.route_timeout)
         self.connections: dict[int, Connection] = {}
-        self.dirty: list[Connection] = []
-        self.slow: set[Connection] = set()
-        self.stats = DaemonStats()
-        self.now = 0.0
         self._log = log_hook
         self._log_events = log_hook is not None and config.log_events
         self._next_conn_id = 1
-        self._next_fetch_id = 1  # PROTOCOL.md 10.5: jetd counts from 1, never reuses
-        self._to_close: list[Connection] = []
-        self._max_body = config.max_body
-        self._small_body_peers = 0  # peers whose INFO announced a max_body below ours
-        self._max_key = config.max_key_length
         features = FEATURE_CONFLATION | FEATURE_QUERIES | FEATURE_LIMITS
         features |= FEATURE_AUTH_REQUIRED if access is not None else 0
         self.info_frame = encode(Info(config.name, config.max_body, features))
@@ -179,20 +175,31 @@ class Daemon(AccessControl):
         )
         self._shutdown_frame = close_frame(Status.OK, "shutting down")
         self._request_handlers: dict[int, Callable[[Connection, bytes, int, int, int], None]] = {
-            Function.ADD_STATE.value: self._add_state,
-            Function.REMOVE_STATE.value: self._remove_state,
-            Function.SET_STATE.value: self._route_request,
-            Function.NOTIFY_STATE.value: self._notify,
-            Function.CALL_METHOD.value: self._route_request,
-            Function.ADD_METHOD.value: self._add_method,
-            Function.REMOVE_METHOD.value: self._remove_method,
-            Function.FETCH_STATES.value: self._fetch,
-            Function.UNFETCH.value: self._unfetch,
-            Function.GET_STATE.value: self._get,
-            Function.FETCH_QUERY.value: self._fetch_query,
-            Function.QUERY_ONCE.value: self._query_once,
-            Function.AUTHENTICATE.value: self._authenticate,
+            # PROTOCOL.md 6: each function, and the part that answers it.
+            Function.ADD_STATE.value: self.registry.add_state,
+            Function.REMOVE_STATE.value: self.registry.remove_state,
+            Function.SET_STATE.value: self.router.route_request,
+            Function.NOTIFY_STATE.value: self.registry.notify,
+            Function.CALL_METHOD.value: self.router.route_request,
+            Function.ADD_METHOD.value: self.registry.add_method,
+            Function.REMOVE_METHOD.value: self.registry.remove_method,
+            Function.FETCH_STATES.value: self.subscriptions.fetch,
+            Function.UNFETCH.value: self.subscriptions.unfetch,
+            Function.GET_STATE.value: self.registry.get,
+            Function.FETCH_QUERY.value: self.queries.fetch_query,
+            Function.QUERY_ONCE.value: self.queries.query_once,
+            Function.AUTHENTICATE.value: self.auth.authenticate,
         }
+
+    @property
+    def access(self) -> Optional[Access]:
+        """The users file in use, or None when authentication is off."""
+        return self.auth.access
+
+    @property
+    def now(self) -> float:
+        """The time of the last call from the IO layer."""
+        return self.clock.now
 
     # --- connection lifecycle ---------------------------------------------------------
 
@@ -203,34 +210,34 @@ class Daemon(AccessControl):
         out of file descriptors), the connection gets INFO then CLOSE LIMIT_EXCEEDED
         (PROTOCOL.md 10.7) and is marked closing.
         """
-        self.now = now
+        self.clock.now = now
         conn = Connection(self._next_conn_id, address)
         self._next_conn_id += 1
         self.connections[conn.conn_id] = conn
         self.stats.connections += 1
         if self._log is not None:
             self._log(conn.conn_id, LogKind.CONN_OPEN, conn_open_data(address))
-        self._send(conn, self.info_frame)
+        self.out.send(conn, self.info_frame)
         if self.config.first_frame_timeout > 0:
             self._silent.append((now + self.config.first_frame_timeout, conn))
-        self._access_on_connect(conn)
+        self.auth.on_connect(conn)
         log.info("open %s", conn.label)
         if refuse is not None or len(self.connections) > self.config.max_connections:
             message = refuse or f"too many connections (max {self.config.max_connections})"
-            self._close_with(conn, Status.LIMIT_EXCEEDED, message, close_frame(Status.LIMIT_EXCEEDED, message))
+            self.out.close_with(conn, Status.LIMIT_EXCEEDED, message, close_frame(Status.LIMIT_EXCEEDED, message))
             self._finish_closes()
         return conn
 
     def disconnect(self, conn: Connection, now: float, reason: str = "peer disconnected") -> None:
         """The peer's connection is gone (EOF, reset, or we closed it)."""
-        self.now = now
+        self.clock.now = now
         if not conn.closing:
             conn.closing = True
             conn.close_reason = reason
-            self._to_close.append(conn)
+            self.out.to_close.append(conn)
         self._finish_closes()
         self.connections.pop(conn.conn_id, None)
-        self.slow.discard(conn)
+        self.subscriptions.gone(conn)
 
     def end_of_input(self, conn: Connection, now: float) -> None:
         """The peer closed its sending side: it is gone (PROTOCOL.md 10.6) once the
@@ -244,58 +251,56 @@ class Daemon(AccessControl):
         """PROTOCOL.md 10.9: CLOSE (OK, "shutting down") to every peer. A slow peer's
         locally queued output is dropped first (PROTOCOL.md 7.3): it would keep the
         CLOSE from it until the grace runs out."""
-        self.now = now
+        self.clock.now = now
         for conn in list(self.connections.values()):
             if not conn.closing:
                 if conn.paused:
-                    self._drop_output(conn)
-                self._end_delivery(conn)
-                self._close_with(conn, Status.OK, "shutting down", self._shutdown_frame)
+                    self.out.drop_output(conn)
+                self.subscriptions.end_delivery(conn)
+                self.out.close_with(conn, Status.OK, "shutting down", self._shutdown_frame)
         self._finish_closes()
 
     def internal_error(self, conn: Connection, now: float) -> None:
         """A bug surfaced while handling ``conn``'s bytes: CLOSE (INTERNAL) it."""
-        self.now = now
+        self.clock.now = now
         self._drop_input(conn)
-        self._close_with(conn, Status.INTERNAL, "internal error", close_frame(Status.INTERNAL, "internal error"))
+        self.out.close_with(conn, Status.INTERNAL, "internal error", close_frame(Status.INTERNAL, "internal error"))
         self._finish_closes()
 
     def protocol_error(self, conn: Connection, status: Status, message: str, now: float) -> None:
         """The IO layer found the peer breaking the protocol below the frames (a text
         message on a WebSocket, PROTOCOL.md 13.4): CLOSE (``status``) it."""
-        self.now = now
-        self._fatal(conn, status, message)
+        self.clock.now = now
+        self.out.fatal(conn, status, message)
         self._finish_closes()
 
     def take_dirty(self) -> list[Connection]:
         """Connections with output (or a close) to act on; clears the list. Their
         output is about to be written: their budget starts over, and a stalled one may
         go on in the next :meth:`work` (unless the write pauses its transport)."""
-        dirty = self.dirty
-        self.dirty = []
-        ready = self.ready
+        dirty = self.out.take_dirty()
+        scheduler = self.scheduler
         for conn in dirty:
             conn.out_size = 0
             if conn.stalled:
-                ready.append(conn)
+                scheduler.wake(conn)
         return dirty
 
     @property
     def has_work(self) -> bool:
         """True while :meth:`work` has something to do."""
-        return bool(self.ready) or self._expiring
+        return self.scheduler.has_work or self.router.expiring
 
     def work(self, now: float) -> list[Connection]:
         """One slice of the pending work: route timeouts beyond the last slice, the
         next slice of initial adds of each ready connection, then its held input.
         Returns the connections that caught up: the IO layer may read them again."""
-        self.now = now
-        if self._expiring:
-            self._expire_routes(now)
-        ready = self.ready
-        self.ready = []
+        self.clock.now = now
+        if self.router.expiring:
+            self.router.expire(now)
+        ready = self.scheduler.take()
         resumed: list[Connection] = []
-        budget = self._out_budget
+        budget = self.out.out_budget
         for conn in ready:
             if conn.closing or not conn.stalled or conn.paused or conn.out_size > budget:
                 continue  # a write, drained() or take_dirty() brings it back
@@ -315,9 +320,9 @@ class Daemon(AccessControl):
         delivery = conn.delivery  # a local: the calls below change conn.delivery
         if delivery is not None:
             if delivery.for_query:
-                self._query_deliver(conn)
+                self.queries.deliver(conn)
             else:
-                self._deliver(conn)
+                self.subscriptions.deliver(conn)
             if conn.delivery is not None or conn.closing:
                 return False
         conn.stalled = False
@@ -332,6 +337,41 @@ class Daemon(AccessControl):
             return False
         return True
 
+    # --- what the IO layer tells the parts ---------------------------------------------
+
+    def pause(self, conn: Connection, transport_size: int) -> None:
+        """The transport's buffer went above the soft limit (PROTOCOL.md 10.8): see
+        :meth:`jetd.subscriptions.Subscriptions.pause`."""
+        self.subscriptions.pause(conn, transport_size)
+
+    def drained(self, conn: Connection) -> bool:
+        """The transport drained: see :meth:`jetd.subscriptions.Subscriptions.drained`."""
+        live = self.subscriptions.drained(conn)
+        self._finish_closes()
+        return live
+
+    def set_access(self, access: Access, now: float) -> None:
+        """A newly loaded users file (SIGHUP, PROTOCOL.md 15.5): see
+        :meth:`jetd.access.AccessControl.set_access`."""
+        self.clock.now = now
+        self.auth.set_access(access, list(self.connections.values()))
+        self._finish_closes()
+        log.info("users file %s loaded: %d users, %d groups", access.source, len(access.users.users),
+                 len(access.users.groups))
+
+    def authenticate_certificate(self, conn: Connection, user: str) -> None:
+        """PROTOCOL.md 15.6: a verified client certificate names ``user`` (the IO layer
+        calls this right after :meth:`connect`)."""
+        self.auth.authenticate_certificate(conn, user)
+
+    def _resume_held(self, conn: Connection, now: float) -> None:
+        """Read on after an AUTHENTICATE was answered (PROTOCOL.md 15.2): the frames that
+        arrived meanwhile, and the end of input, if the peer closed its side meanwhile."""
+        if conn.rest and not conn.closing:
+            self.receive_data(conn, b"", now)
+        if conn.at_eof and not (conn.closing or conn.stalled or conn.held):
+            self.disconnect(conn, now, "peer closed its side")
+
     def _drop_input(self, conn: Connection) -> None:
         self.input_buffered -= len(conn.rest)
         conn.rest = bytearray()
@@ -342,8 +382,8 @@ class Daemon(AccessControl):
     def tick(self, now: float) -> None:
         """Expire routes (PROTOCOL.md 10.3 route timeout) and slow consumers stuck past
         the deadline (PROTOCOL.md 10.8)."""
-        self.now = now
-        self._expire_routes(now)
+        self.clock.now = now
+        self.router.expire(now)
         if self.partial:
             limit = self.config.frame_timeout
             for conn, since in list(self.partial.items()):
@@ -354,28 +394,27 @@ class Daemon(AccessControl):
             conn = silent.popleft()[1]
             if not conn.closing and not conn.heard:
                 self._input_timeout(conn, f"no frame within {self.config.first_frame_timeout:g} s of connecting")
-        if self.access is not None:
-            self._tick_access(now)
+        if self.auth.access is not None:
+            self.auth.tick(now)
         deadline = self.config.slow_deadline
-        for conn in list(self.slow):
-            if conn.slow_since is not None and now - conn.slow_since > deadline:
-                self._overload(conn, f"output stuck above the soft limit for more than {deadline:g} s")
+        for conn in self.subscriptions.stuck(now, deadline):
+            self.out.overload(conn, f"output stuck above the soft limit for more than {deadline:g} s")
         self._finish_closes()
 
     def _input_timeout(self, conn: Connection, message: str) -> None:
         """PROTOCOL.md 10.7: a peer too slow to send a frame is closed TIMEOUT."""
-        self._violation(conn, message)
+        self.out.violation(conn, message)
         self._drop_input(conn)
-        self._close_with(conn, Status.TIMEOUT, message, close_frame(Status.TIMEOUT, message))
+        self.out.close_with(conn, Status.TIMEOUT, message, close_frame(Status.TIMEOUT, message))
 
     def _input_overflow(self, conn: Connection, more: int) -> None:
         """PROTOCOL.md 10.7: ``more`` unprocessed bytes would pass max_input_buffer."""
         limit = self.config.max_input_buffer
         message = f"input buffer limit reached ({limit} bytes unprocessed on all connections)"
         log.warning("input buffer full: %s would add %d bytes to %d", conn.label, more, self.input_buffered)
-        self._violation(conn, message)
+        self.out.violation(conn, message)
         self._drop_input(conn)
-        self._close_with(conn, Status.LIMIT_EXCEEDED, message, close_frame(Status.LIMIT_EXCEEDED, message))
+        self.out.close_with(conn, Status.LIMIT_EXCEEDED, message, close_frame(Status.LIMIT_EXCEEDED, message))
 
     # --- receiving ----------------------------------------------------------------------
 
@@ -387,7 +426,7 @@ class Daemon(AccessControl):
         ``conn.stalled`` is set and :meth:`work` goes on later."""
         if conn.closing:
             return
-        self.now = now
+        self.clock.now = now
         rest = conn.rest
         had_rest = bool(rest)
         # PROTOCOL.md 15.2: while its AUTHENTICATE is being answered (``held``) a
@@ -411,246 +450,10 @@ class Daemon(AccessControl):
         else:
             buf = data
         n = len(buf)
-        pos = 0
-        max_body = self._max_body
-        logger = self._log
-        states = self.registry.states
-        methods = self.registry.methods
-        fetches = self.fetches
-        # The fetch index changes only in other frames' slow paths: read again after each.
-        fetch_lengths = fetches.lengths
-        generation = fetches.generation
-        targets_cache = fetches.cache
-        dirty = self.dirty
-        plain_fanout = not self._log_events
-        # Only an INFO changes _small_body_peers while frames are read (closes are
-        # torn down after the loop), so it is refreshed after each INFO.
-        inline_fanout = plain_fanout and not self._small_body_peers
-        # Fetches are parked or unparked only by the IO layer and by other frames' slow
-        # paths, so this is read again after each of those.
-        parked = self._parked
-        changed = self._changed
-        delivering = self._delivering  # read again where parked is
-        # PROTOCOL.md 14: query groups, if any, see every change (a plain dict: its truth
-        # test costs nothing, where QueryIndex.__bool__ would be a call per frame).
-        query_groups = self.queries.by_signature
-        # Routed SET_STATE and CALL_METHOD requests and their OK answers also have fast paths below; the
-        # event log (ROUTE and FRAME_OUT records) takes the careful ones.
-        fast_route = logger is None
-        open_route = self.routes.open
-        max_pending = self.config.max_pending_per_owner
-        # PROTOCOL.md 15.3: the keys this connection may write (jetd.access); None: all.
-        writable = conn.writable
-        # Compiled, integers are read byte by byte (native loads); interpreted, the 4-byte
-        # ones by struct (cheaper there). Both forms stand side by side: jetwire.codec.NATIVE.
-        native = NATIVE
-        frames = 0
-        routed = 0
-        fanned = 0
-        while n - pos >= 5:
-            if native:
-                ftype = buf[pos]
-                length = buf[pos + 1] << 24 | buf[pos + 2] << 16 | buf[pos + 3] << 8 | buf[pos + 4]
-            else:
-                ftype, length = HDR_FROM(buf, pos)
-            if not 1 <= ftype <= 4 or length > max_body:
-                # PROTOCOL.md 9.2: checked before buffering any of the body.
-                if logger is not None:
-                    logger(conn.conn_id, FRAME_IN, buf[pos : pos + 5])
-                if ftype < 1 or ftype > 4:
-                    self._fatal(conn, Status.MALFORMED, f"unknown frame type 0x{ftype:02X}")
-                else:
-                    self._fatal(conn, Status.TOO_LARGE, f"body of {length} bytes exceeds max_body {max_body}")
-                break
-            end = pos + 5 + length
-            if end > n:
-                conn.need = 5 + length
-                break
-            if logger is not None and not (ftype == REQUEST and length >= 5 and buf[pos + 9] == AUTHENTICATE):
-                # JETLOG.md 4: an AUTHENTICATE is recorded when it is answered, without its
-                # password (jetd.access).
-                logger(conn.conn_id, FRAME_IN, buf[pos:end])
-            frames += 1
-            if ftype == REQUEST:
-                # PROTOCOL.md 10.3: a well-formed SET_STATE or CALL_METHOD with a
-                # fixed-width or opaque value, for a live owner with room for it, is routed
-                # right here. The key/value check is written out here and in the two
-                # branches below on purpose: a helper call per frame costs what these fast
-                # paths save.
-                function = buf[pos + 9] if fast_route and length >= 12 else 0
-                if function in (SET_STATE, CALL_METHOD):
-                    klen = buf[pos + 10] << 8 | buf[pos + 11]  # as cheap as struct, interpreted
-                    kend = pos + 12 + klen
-                    if klen and kend + 5 <= end:
-                        if native:
-                            vtype = buf[kend]
-                            vn = buf[kend + 1] << 24 | buf[kend + 2] << 16 | buf[kend + 3] << 8 | buf[kend + 4]
-                        else:
-                            vtype, vn = VHEAD_FROM(buf, kend)
-                        check = VTYPE_CHECK[vtype]
-                        if kend + 5 + vn == end and (
-                            check == OPAQUE or (vn == check and (vtype != 1 or buf[kend + 5] < 2))
-                        ):
-                            key = buf[pos + 12 : kend]
-                            owner = (states if function == SET_STATE else methods).get(key)
-                            if (
-                                owner is not None
-                                and (writable is None or key in writable)
-                                and not owner.paused
-                                and not owner.closed
-                                and len(owner.routes) < max_pending
-                                and length <= owner.max_body
-                            ):
-                                rid = (
-                                    buf[pos + 5] << 24 | buf[pos + 6] << 16 | buf[pos + 7] << 8 | buf[pos + 8]
-                                    if native
-                                    else U32_FROM(buf, pos + 5)[0]
-                                )
-                                route = open_route(conn, rid, owner, function, key, now)
-                                routed += 1
-                                out = owner.out
-                                if not out:
-                                    dirty.append(owner)
-                                out.append(ID_HEAD_PACK(REQUEST, length, route.oid))
-                                out.append(buf[pos + 9 : end])
-                                pos = end
-                                continue
-                self._request(conn, buf, pos, end)
-            elif ftype == RESPONSE:
-                # PROTOCOL.md 10.3: an owner's OK with a fixed-width or opaque value goes
-                # back to a live requester under its own id right here.
-                if fast_route and length >= 10 + 5 and buf[pos + 9] == 0:
-                    if native:
-                        vtype = buf[pos + 10]
-                        vn = buf[pos + 11] << 24 | buf[pos + 12] << 16 | buf[pos + 13] << 8 | buf[pos + 14]
-                    else:
-                        vtype, vn = VHEAD_FROM(buf, pos + 10)
-                    check = VTYPE_CHECK[vtype]
-                    if pos + 15 + vn == end and (
-                        check == OPAQUE or (vn == check and (vtype != 1 or buf[pos + 15] < 2))
-                    ):
-                        oid = (
-                            buf[pos + 5] << 24 | buf[pos + 6] << 16 | buf[pos + 7] << 8 | buf[pos + 8]
-                            if native
-                            else U32_FROM(buf, pos + 5)[0]
-                        )
-                        answered = conn.routes.get(oid)
-                        if answered is not None:
-                            requester = answered.requester
-                            if not requester.paused and not requester.closed and length <= requester.max_body:
-                                del conn.routes[oid]
-                                answered.done = True
-                                out = requester.out
-                                if not out:
-                                    dirty.append(requester)
-                                out.append(ID_HEAD_PACK(RESPONSE, length, answered.rid))
-                                out.append(buf[pos + 9 : end])
-                                pos = end
-                                continue
-                self._response(conn, buf, pos, end)
-            elif ftype == EVENT:
-                # The owner's NOTIFY_STATE event is the busiest frame of all: a
-                # well-formed one with a fixed-width or opaque value, from the owner,
-                # is applied right here; anything else takes the careful path.
-                if end - pos >= 13 and buf[pos + 5] == 4:
-                    klen = buf[pos + 6] << 8 | buf[pos + 7]
-                    kend = pos + 8 + klen
-                    if klen and kend + 5 <= end:
-                        if native:
-                            vtype = buf[kend]
-                            vn = buf[kend + 1] << 24 | buf[kend + 2] << 16 | buf[kend + 3] << 8 | buf[kend + 4]
-                        else:
-                            vtype, vn = VHEAD_FROM(buf, kend)
-                        check = VTYPE_CHECK[vtype]
-                        if kend + 5 + vn == end and (
-                            check == OPAQUE or (vn == check and (vtype != 1 or buf[kend + 5] < 2))
-                        ):
-                            key = buf[pos + 8 : kend]
-                            if states.get(key) is conn and length + 4 <= max_body:
-                                kv = conn.states[key] = buf[pos + 6 : end]
-                                if parked:
-                                    # PROTOCOL.md 10.8: the change is held for parked fetches.
-                                    seq = self._seq = self._seq + 1
-                                    changed[key] = seq
-                                if delivering:
-                                    self._hold(key, FETCH_CHANGE, kv)  # PROTOCOL.md 10.5
-                                if fetch_lengths:
-                                    cached = targets_cache.get(key)
-                                    if cached is not None and cached[0] == generation:
-                                        targets = cached[1]
-                                    else:
-                                        targets = fetches.targets(key)
-                                    if not targets:
-                                        pass
-                                    elif inline_fanout:
-                                        # _fanout inlined: head + fetch id + kv per fetcher
-                                        # (live fetches only: a paused peer's are parked).
-                                        size = len(kv)
-                                        head = (
-                                            CHANGE_HEADS[size]
-                                            if size < CHANGE_HEADS_BELOW
-                                            else EVT_HEAD_PACK(EVENT, 5 + size, FETCH_CHANGE)
-                                        )
-                                        if native:
-                                            # Two pieces per event: the fetch keeps its head
-                                            # and id joined (a quarter off 50 fetchers,
-                                            # compiled; interpreted, the attribute reads cost
-                                            # more than the third append they save).
-                                            for fetch in targets:
-                                                out = fetch.conn.out
-                                                if not out:
-                                                    dirty.append(fetch.conn)
-                                                if fetch.change_head is not head:
-                                                    fetch.change_head = head
-                                                    fetch.change_prefix = head + fetch.fid_bytes
-                                                out.append(fetch.change_prefix)
-                                                out.append(kv)
-                                        else:
-                                            for fetch in targets:
-                                                out = fetch.conn.out
-                                                if not out:
-                                                    dirty.append(fetch.conn)
-                                                out.append(head)
-                                                out.append(fetch.fid_bytes)
-                                                out.append(kv)
-                                        fanned += len(targets)
-                                    else:
-                                        self._fanout(key, FETCH_CHANGE, kv)
-                                        pos = end
-                                        if conn.closing:
-                                            break
-                                        continue
-                                if query_groups:
-                                    self._query_state(key, FETCH_CHANGE, kv)
-                                pos = end
-                                if conn.closing:  # it fetches its own states and overflowed
-                                    break
-                                continue
-                self._event(conn, buf, pos, end)
-            else:
-                self._info(conn, buf, pos, end)
-                inline_fanout = plain_fanout and not self._small_body_peers
-            parked = self._parked
-            delivering = self._delivering
-            fetch_lengths = fetches.lengths
-            generation = fetches.generation
-            writable = conn.writable  # AUTHENTICATE may have changed it
-            pos = end
-            if conn.closing or conn.stalled or conn.held:
-                # PROTOCOL.md 10.8: its output is past the budget (or paused, or a
-                # fetch's adds are still under way): the rest of its input waits. 14.2:
-                # so does it while its AUTHENTICATE is answered (held, not stalled).
-                conn.stalled = conn.stalled and not conn.closing
-                conn.need = 5
-                break
-        else:
-            conn.need = 5
-        self.stats.frames_in += frames
-        self.stats.fanout_events += fanned
-        self.stats.routed += routed
-        if frames:
-            conn.heard = True
+        pos = self._frames(conn, buf, now)
         if pos < n and not conn.closing:
+            # PROTOCOL.md 10.7: the rest (an incomplete frame, or input held back) counts
+            # against max_input_buffer.
             left = n - pos
             if self.input_buffered + left > self.config.max_input_buffer:
                 self._input_overflow(conn, left)
@@ -663,8 +466,224 @@ class Daemon(AccessControl):
                     self.partial[conn] = now  # PROTOCOL.md 10.7: frame_timeout from now
         elif had_rest:
             self.partial.pop(conn, None)
-        if self._to_close:
+        if self.out.to_close:
             self._finish_closes()
+
+    # The frame loop, per frame in the order of PROTOCOL.md: the header (9.2: a bad type
+    # or a body above max_body is fatal before any of the body is buffered); then the
+    # three busiest frames, when they pass the fast check, are carried out right here: a
+    # routed SET_STATE/CALL_METHOD (10.3), an owner's OK to it (10.3), an owner's
+    # NOTIFY_STATE event with its fan-out (7.2, 10.5). Everything else, and anything the
+    # fast check doubts, goes the careful way: _request, Router.response, _event, _info.
+    #
+    # The fast check is written once: a ``Key, Value`` payload (for an answer, a Value)
+    # with a fixed-width or opaque value that ends the frame; a string value, whose UTF-8
+    # must be checked, takes the careful way. These paths are inlined on purpose (a call
+    # per frame costs what they save: BENCHMARKS.md); they read the parts' published
+    # indexes and change a part's state only through its methods, the output queues
+    # excepted (ARCHITECTURE.md).
+
+    def _frames(self, conn: Connection, buf: bytes, now: float) -> int:
+        """Cut ``buf`` into frames and hand each to the part it is for (PROTOCOL.md 3,
+        10.1; see the comment above); returns where the unprocessed rest starts."""
+        n = len(buf)
+        pos = 0
+        max_body = self.out.max_body
+        logger = self._log
+        states = self.registry.states
+        methods = self.registry.methods
+        subscriptions = self.subscriptions
+        fetches = subscriptions.fetches
+        # Read again after each careful frame (which may change them): the fetch index,
+        # parking, deliveries; small_body_peers changes only with an INFO.
+        fetch_lengths = fetches.lengths
+        generation = fetches.generation
+        targets_cache = fetches.cache
+        dirty = self.out.dirty
+        plain_fanout = not self._log_events
+        inline_fanout = plain_fanout and not self.out.small_body_peers
+        parked = subscriptions.parked
+        delivering = subscriptions.delivering_count
+        # PROTOCOL.md 14: the query groups (a dict: its truth test is no call per frame).
+        query_groups = self.queries.index.by_signature
+        fast_route = logger is None  # logged (ROUTE, FRAME_OUT records): the careful way
+        open_route = self.router.table.open
+        max_pending = self.config.max_pending_per_owner
+        writable = conn.writable  # PROTOCOL.md 15.3: the keys it may write; None: all
+        # Compiled, integers are read byte by byte (native loads); interpreted, by struct.
+        native = NATIVE
+        frames = routed = fanned = 0
+        while n - pos >= 5:
+            # --- the header (PROTOCOL.md 3, 9.2) ------------------------------------------
+            if native:
+                ftype = buf[pos]
+                length = buf[pos + 1] << 24 | buf[pos + 2] << 16 | buf[pos + 3] << 8 | buf[pos + 4]
+            else:
+                ftype, length = HDR_FROM(buf, pos)
+            if not 1 <= ftype <= 4 or length > max_body:
+                self._bad_header(conn, buf, pos, ftype, length)
+                break
+            end = pos + 5 + length
+            if end > n:
+                conn.need = 5 + length
+                break
+            if logger is not None:
+                self._log_frame_in(conn, buf, pos, end)
+            frames += 1
+            # --- the fast check: where the payload starts, and whether it is plain ----------
+            vat = 0  # where the value starts, or 0: the careful way
+            if ftype == EVENT:
+                if length >= 8 and buf[pos + 5] == 4:  # EV_NOTIFY_STATE
+                    kend = pos + 8 + (buf[pos + 6] << 8 | buf[pos + 7])
+                    if kend > pos + 8 and kend + 5 <= end:
+                        vat = kend
+            elif ftype == REQUEST:
+                function = buf[pos + 9] if fast_route and length >= 12 else 0
+                if function in (SET_STATE, CALL_METHOD):
+                    kend = pos + 12 + (buf[pos + 10] << 8 | buf[pos + 11])
+                    if kend > pos + 12 and kend + 5 <= end:
+                        vat = kend
+            elif ftype == RESPONSE and fast_route and length >= 15 and buf[pos + 9] == 0:
+                vat = pos + 10
+            if vat:
+                if native:
+                    vtype = buf[vat]
+                    vn = buf[vat + 1] << 24 | buf[vat + 2] << 16 | buf[vat + 3] << 8 | buf[vat + 4]
+                else:
+                    vtype, vn = VHEAD_FROM(buf, vat)
+                check = VTYPE_CHECK[vtype]
+                if not (vat + 5 + vn == end and (check == OPAQUE or (vn == check and (vtype != 1 or buf[vat + 5] < 2)))):
+                    vat = 0
+            if vat and ftype == EVENT:  # --- the fast paths ------------------------------
+                # PROTOCOL.md 7.2, 10.5: the owner's NOTIFY_STATE event, the busiest frame
+                # of all: the cached value, then a FETCH_CHANGE to every matching fetch.
+                key = buf[pos + 8 : kend]
+                if states.get(key) is conn and length + 4 <= max_body:
+                    kv = conn.states[key] = buf[pos + 6 : end]
+                    if parked:
+                        subscriptions.note_change(key)  # PROTOCOL.md 10.8: held for parked fetches
+                    if delivering:
+                        subscriptions.hold(key, FETCH_CHANGE, kv)  # PROTOCOL.md 10.5
+                    if fetch_lengths:
+                        cached = targets_cache.get(key)
+                        if cached is not None and cached[0] == generation:
+                            targets = cached[1]
+                        else:
+                            targets = fetches.targets(key)
+                        if not targets:
+                            pass
+                        elif inline_fanout:
+                            # Subscriptions.fanout inlined: head + fetch id + kv per fetcher
+                            # (live fetches only: a paused peer's are parked).
+                            size = len(kv)
+                            if size < CHANGE_HEADS_BELOW:
+                                head = CHANGE_HEADS[size]
+                            else:
+                                head = EVT_HEAD_PACK(EVENT, 5 + size, FETCH_CHANGE)
+                            if native:
+                                # Compiled, a native call per change costs nothing next to
+                                # the loop; interpreted, a call costs a tenth of a change.
+                                subscriptions.fan_change(targets, head, kv)
+                            else:
+                                for fetch in targets:
+                                    out = fetch.conn.out
+                                    if not out:
+                                        dirty.append(fetch.conn)
+                                    out.append(head)
+                                    out.append(fetch.fid_bytes)
+                                    out.append(kv)
+                            fanned += len(targets)
+                        else:
+                            subscriptions.fanout(key, FETCH_CHANGE, kv)
+                            pos = end
+                            if conn.closing:
+                                break
+                            continue
+                    if query_groups:
+                        self.queries.state_changed(key, FETCH_CHANGE, kv)
+                    pos = end
+                    if conn.closing:  # it fetches its own states and overflowed
+                        break
+                    continue
+            elif vat and ftype == REQUEST:
+                # PROTOCOL.md 10.3: routed to a live owner with room for it, under our own id.
+                key = buf[pos + 12 : kend]
+                owner = (states if function == SET_STATE else methods).get(key)
+                if (
+                    owner is not None
+                    and (writable is None or key in writable)
+                    and not owner.paused
+                    and not owner.closed
+                    and len(owner.routes) < max_pending
+                    and length <= owner.max_body
+                ):
+                    rid = (buf[pos + 5] << 24 | buf[pos + 6] << 16 | buf[pos + 7] << 8 | buf[pos + 8]
+                           if native else U32_FROM(buf, pos + 5)[0])
+                    route = open_route(conn, rid, owner, function, key, now)
+                    routed += 1
+                    out = owner.out
+                    if not out:
+                        dirty.append(owner)
+                    out.append(ID_HEAD_PACK(REQUEST, length, route.oid))
+                    out.append(buf[pos + 9 : end])
+                    pos = end
+                    continue
+            elif vat:
+                # PROTOCOL.md 10.3: an owner's OK goes back to a live requester under its id.
+                oid = (buf[pos + 5] << 24 | buf[pos + 6] << 16 | buf[pos + 7] << 8 | buf[pos + 8]
+                       if native else U32_FROM(buf, pos + 5)[0])
+                answered = conn.routes.get(oid)
+                if answered is not None:
+                    requester = answered.requester
+                    if not requester.paused and not requester.closed and length <= requester.max_body:
+                        del conn.routes[oid]
+                        answered.done = True
+                        out = requester.out
+                        if not out:
+                            dirty.append(requester)
+                        out.append(ID_HEAD_PACK(RESPONSE, length, answered.rid))
+                        out.append(buf[pos + 9 : end])
+                        pos = end
+                        continue
+            # --- the careful way -------------------------------------------------------------
+            if ftype == REQUEST:
+                self._request(conn, buf, pos, end)
+            elif ftype == RESPONSE:
+                self.router.response(conn, buf, pos, end)
+            elif ftype == EVENT:
+                self._event(conn, buf, pos, end)
+            else:
+                self._info(conn, buf, pos, end)
+                inline_fanout = plain_fanout and not self.out.small_body_peers
+            parked = subscriptions.parked
+            delivering = subscriptions.delivering_count
+            fetch_lengths = fetches.lengths
+            generation = fetches.generation
+            writable = conn.writable  # AUTHENTICATE may have changed it
+            pos = end
+            if conn.closing or conn.stalled or conn.held:
+                # PROTOCOL.md 10.8: output past the budget (or paused, or a delivery under
+                # way): the rest of its input waits; 15.2: so it does while held.
+                conn.stalled = conn.stalled and not conn.closing
+                conn.need = 5
+                break
+        else:
+            conn.need = 5
+        self.stats.frames_in += frames
+        self.stats.fanout_events += fanned
+        self.stats.routed += routed
+        if frames:
+            conn.heard = True
+        return pos
+
+    def _finish_closes(self) -> None:
+        """Tear down the connections closed since the last call (after the frame that
+        closed them: PROTOCOL.md 10.6)."""
+        to_close = self.out.to_close
+        while to_close:
+            conn = to_close.pop()
+            if not conn.closed:
+                self._teardown(conn)
 
     def _teardown(self, conn: Connection) -> None:
         """PROTOCOL.md 10.6, in this order: pending routes answered OWNER_GONE, states
@@ -679,42 +698,21 @@ class Daemon(AccessControl):
                 del conn.out[conn.close_at :]
         conn.closed = True
         self._drop_input(conn)
-        self._end_delivery(conn)
+        self.subscriptions.end_delivery(conn)
         conn.stalled = False
         # It no longer counts against max_connections, even while the IO layer lingers
         # on its socket (jetd.server.PeerProtocol.hang_up).
         self.connections.pop(conn.conn_id, None)
-        if conn.max_body < self._max_body:
-            self._small_body_peers -= 1
-        for route in conn.routes.values():
-            route.done = True
-            if not route.requester.closed:
-                self._reply(route.requester, route.rid, Status.OWNER_GONE, "the owner disconnected")
-        conn.routes.clear()
+        self.out.forget_peer(conn)
+        self.router.drop_owner(conn)
         # Its own fetches go first (nobody else can tell): nothing, not even the
         # FETCH_REMOVE of its own states, may follow its CLOSE.
-        fetches = self.parked_fetches if conn.parked else self.fetches
-        for fetch in conn.fetches.values():
-            fetches.remove(fetch)
-        if conn.query_fetches:
-            self._query_teardown(conn)
-        if conn.parked:
-            conn.parked = False
-            self._unparked(len(conn.fetches))
-        conn.fetches.clear()
-        registry = self.registry
-        for key in sorted(conn.states):
-            self._fanout(key, FETCH_REMOVE, registry.remove_state(key))
-            self.fetches.forget(key)
-        for key in conn.methods:
-            del registry.methods[key]
-            if self.queries:
-                self._query_method(key, False)
-        conn.methods.clear()
-        self.slow.discard(conn)
+        self.subscriptions.drop_fetches(conn)
+        self.queries.teardown(conn)
+        self.registry.drop_owner(conn)
         # The IO layer closes the transport after the flush; being listed twice is harmless
         # (and cheaper than searching the list when thousands of peers go at once).
-        self.dirty.append(conn)
+        self.out.dirty.append(conn)
         if self._log is not None:
             self._log(conn.conn_id, LogKind.CONN_CLOSE, conn_close_data(conn.close_status, conn.close_reason))
         log.info(
@@ -726,15 +724,30 @@ class Daemon(AccessControl):
 
     # --- frames -------------------------------------------------------------------------
 
+    def _bad_header(self, conn: Connection, buf: bytes, pos: int, ftype: int, length: int) -> None:
+        """PROTOCOL.md 9.2: an unknown frame type, or a body above max_body, is fatal."""
+        if self._log is not None:
+            self._log(conn.conn_id, FRAME_IN, buf[pos : pos + 5])
+        if ftype < 1 or ftype > 4:
+            self.out.fatal(conn, Status.MALFORMED, f"unknown frame type 0x{ftype:02X}")
+        else:
+            self.out.fatal(conn, Status.TOO_LARGE, f"body of {length} bytes exceeds max_body {self.out.max_body}")
+
+    def _log_frame_in(self, conn: Connection, buf: bytes, pos: int, end: int) -> None:
+        """JETLOG.md 4: FRAME_IN; an AUTHENTICATE is recorded when it is answered, without
+        its password (jetd.access)."""
+        if self._log is not None and not (buf[pos] == REQUEST and end - pos >= 10 and buf[pos + 9] == AUTHENTICATE):
+            self._log(conn.conn_id, FRAME_IN, buf[pos:end])
+
     def _request(self, conn: Connection, buf: bytes, pos: int, end: int) -> None:
         if end - pos < 9:
             # PROTOCOL.md 9.1: no readable id -> CLOSE.
-            self._fatal(conn, Status.MALFORMED, f"REQUEST body of {end - pos - 5} bytes has no readable id")
+            self.out.fatal(conn, Status.MALFORMED, f"REQUEST body of {end - pos - 5} bytes has no readable id")
             return
         if end - pos < 10:
             rid = U32_FROM(buf, pos + 5)[0]
-            self._violation(conn, "REQUEST without function")
-            self._reply(conn, rid, Status.MALFORMED, "REQUEST body is shorter than id and function")
+            self.out.violation(conn, "REQUEST without function")
+            self.out.reply(conn, rid, Status.MALFORMED, "REQUEST body is shorter than id and function")
             return
         rid, function = ID_BYTE_FROM(buf, pos + 5)
         perms = conn.perms
@@ -744,12 +757,12 @@ class Daemon(AccessControl):
                 message = "authentication required"
             else:
                 message = f"not authorized: user {conn.user} has no permissions"
-            self._reply(conn, rid, Status.NOT_AUTHORIZED, message)
+            self.out.reply(conn, rid, Status.NOT_AUTHORIZED, message)
             return
         handler = self._request_handlers.get(function)
         if handler is None:
-            self._violation(conn, f"unknown function 0x{function:02X}")
-            self._reply(conn, rid, Status.UNKNOWN_FUNCTION, f"unknown function 0x{function:02X}")
+            self.out.violation(conn, f"unknown function 0x{function:02X}")
+            self.out.reply(conn, rid, Status.UNKNOWN_FUNCTION, f"unknown function 0x{function:02X}")
             return
         handler(conn, buf, pos, end, rid)
 
@@ -757,55 +770,55 @@ class Daemon(AccessControl):
     def _event(self, conn: Connection, buf: bytes, pos: int, end: int) -> None:
         """PROTOCOL.md 7.1, 9.3: fire-and-forget requests and CLOSE; anything bad closes."""
         if end - pos < 6:
-            return self._fatal(conn, Status.MALFORMED, "EVENT body is empty")
+            return self.out.fatal(conn, Status.MALFORMED, "EVENT body is empty")
         code = buf[pos + 5]
         if code in (3, 4, 5):
             kend = key_value_end(buf, pos + 6, end)
             if kend < 0:
                 status, message = why_malformed(EVENT, buf[pos + 5 : end])
-                return self._fatal(conn, status, message)
+                return self.out.fatal(conn, status, message)
             key = buf[pos + 8 : kend]
             if code == EV_NOTIFY_STATE:
-                state_owner = self.registry.states.get(key)
+                state_owner = self.registry.state_owner(key)
                 if state_owner is not conn:
-                    reason = self._unknown_key(conn, key, None, "state") if state_owner is None else "not the owner"
+                    reason = self.registry.unknown_key(conn, key, None, "state") if state_owner is None else "not the owner"
                     return self._drop_event(conn, code, key, reason)
                 # PROTOCOL.md 6.4: its FETCH_CHANGE may be up to 4 bytes above our
-                # max_body; _fanout closes only the fetchers that announced less.
+                # max_body; Subscriptions.fanout closes only the fetchers that announced less.
                 kv = conn.states[key] = buf[pos + 6 : end]
-                self._fanout(key, FETCH_CHANGE, kv)
+                self.subscriptions.fanout(key, FETCH_CHANGE, kv)
                 return None
-            if conn.writable is not None and not self._may_write(conn, key):
+            if conn.writable is not None and not self.auth.may_write(conn, key):
                 # PROTOCOL.md 15.3: dropped and logged, like any event not carried out.
                 return self._drop_event(conn, code, key, f"not authorized: write (user {conn.user or 'anonymous'})")
             registry = self.registry
-            owner: Optional[Connection] = (registry.states if code == EV_SET_STATE else registry.methods).get(key)
+            owner = registry.state_owner(key) if code == EV_SET_STATE else registry.method_owner(key)
             if owner is None:
-                reason = self._unknown_key(conn, key, None, "state" if code == 3 else "method")
+                reason = registry.unknown_key(conn, key, None, "state" if code == 3 else "method")
                 return self._drop_event(conn, code, key, reason)
-            if self._too_large_for(owner, end - pos - 5):
+            if self.out.too_large_for(owner, end - pos - 5):
                 return self._drop_event(conn, code, key, f"the owner accepts at most {owner.max_body} bytes")
             # PROTOCOL.md 7.1: forwarded as the very same EVENT frame.
-            self._send(owner, buf[pos:end])
+            self.out.send(owner, buf[pos:end])
             return None
         if code == EV_CLOSE:
             if end - pos < 7 or buf[pos + 6] not in KNOWN_STATUSES or not str16_ok(buf, pos + 7, end):
-                return self._fatal(conn, Status.MALFORMED, "malformed CLOSE")
+                return self.out.fatal(conn, Status.MALFORMED, "malformed CLOSE")
             # PROTOCOL.md 7.3: treated like a disconnect; nothing is sent back.
             conn.closing = True
             conn.close_reason = "peer sent CLOSE"
             conn.close_at = len(conn.pending) if conn.paused else len(conn.out)
-            self._to_close.append(conn)
+            self.out.to_close.append(conn)
             return None
         if code in DAEMON_EVENTS:
-            return self._fatal(conn, Status.MALFORMED, "fetch events may not be sent to the daemon")
-        return self._fatal(conn, Status.UNKNOWN_FUNCTION, f"unknown event code 0x{code:02X}")
+            return self.out.fatal(conn, Status.MALFORMED, "fetch events may not be sent to the daemon")
+        return self.out.fatal(conn, Status.UNKNOWN_FUNCTION, f"unknown event code 0x{code:02X}")
 
     def _drop_event(self, conn: Connection, code: int, key: bytes, reason: Optional[str]) -> None:
         """PROTOCOL.md 7.1: a fire-and-forget request that cannot be carried out is dropped."""
         if reason == "key is not valid UTF-8":
-            return self._fatal(conn, Status.MALFORMED, "event key is not valid UTF-8")
-        self._violation(conn, f"dropped {EventCode(code).name} event for {key!r}: {reason}")
+            return self.out.fatal(conn, Status.MALFORMED, "event key is not valid UTF-8")
+        self.out.violation(conn, f"dropped {EventCode(code).name} event for {key!r}: {reason}")
         return None
 
     def _info(self, conn: Connection, buf: bytes, pos: int, end: int) -> None:
@@ -813,21 +826,19 @@ class Daemon(AccessControl):
         try:
             info = decode_body(INFO, buf[pos + 5 : end])
         except RemoteProtocolError as exc:
-            return self._fatal(conn, Status.MALFORMED, f"malformed INFO: {exc.message}")
+            return self.out.fatal(conn, Status.MALFORMED, f"malformed INFO: {exc.message}")
         assert isinstance(info, Info)
         if info.major != PROTOCOL_MAJOR:
-            return self._fatal(conn, Status.MALFORMED, f"unsupported protocol major version {info.major}")
+            return self.out.fatal(conn, Status.MALFORMED, f"unsupported protocol major version {info.major}")
         if info.max_body < MIN_PEER_MAX_BODY:
-            return self._fatal(
+            return self.out.fatal(
                 conn, Status.MALFORMED, f"max_body {info.max_body} is below {MIN_PEER_MAX_BODY}: no answer fits"
             )
         conn.name = info.name
-        was_small = conn.max_body < self._max_body
-        conn.max_body = info.max_body
-        self._small_body_peers += (conn.max_body < self._max_body) - was_small
+        self.out.set_peer_max_body(conn, info.max_body)
         if self._log is not None:
             self._log(conn.conn_id, LogKind.CONN_NAME, conn_name_data(info.name))
         log.debug("name %s", conn.label)
         if info.features & FEATURE_LIMITS:
-            self._send(conn, self._limits_info_frame)
+            self.out.send(conn, self._limits_info_frame)
         return None

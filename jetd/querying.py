@@ -1,9 +1,15 @@
-"""FETCH_QUERY and QUERY_ONCE in the daemon (PROTOCOL.md 14): the requests, the events a
-change causes for query fetches, methods and nodes, and slow consumers of query fetches.
+"""The queries part: FETCH_QUERY and QUERY_ONCE in the daemon (PROTOCOL.md 14): the
+requests, the events a change causes for query fetches, methods and nodes, and slow
+consumers of query fetches.
+
+:class:`Queries` owns the query groups (:class:`jetd.query.QueryIndex`, with their
+sorted windows) and the node counts. It reads states through the registry part, takes
+fetch ids from the subscriptions part (one sequence for both kinds), and wakes
+connections whose initial entries go on through the scheduler.
 
 The engine (:mod:`jetd.query`) decides what matches and where; this module turns that
 into frames. It hooks into the rest of the core at a few points only: the fan-out of a
-state change (``_query_state``), methods added and removed (``_query_method``), UNFETCH,
+state change (``state_changed``), methods added and removed (``method_changed``), UNFETCH,
 a connection's teardown, and the catch-up of a paused connection (section 10.8).
 
 Slow consumers (PROTOCOL.md 14.3): while a connection is paused, the FETCH_CHANGE events
@@ -16,11 +22,13 @@ other event is queued in order (it is never held back).
 from __future__ import annotations
 
 import logging
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from jetwire import EntryKind, FetchQuery, Function, QueryOnce, RemoteProtocolError, Status, decode_body
 from jetwire.codes import EventCode
 
+from .base import DaemonStats, Output
+from .config import Config
 from .connection import Connection
 from .frames import (
     EVENT,
@@ -34,6 +42,7 @@ from .frames import (
     RESPONSE,
     U16,
     U32_PACK,
+    LogHook,
     ok_frame,
 )
 from .query import (
@@ -49,9 +58,14 @@ from .query import (
     restrict,
     window_update,
 )
-from .subscriptions import DELIVERY_SLICE, Subscriptions
+from .scheduler import Scheduler
 
-__all__ = ["QueryDelivery", "QueryFetch", "QueryHandlers"]
+if TYPE_CHECKING:
+    from .access import AccessControl
+    from .registry import Registry
+    from .subscriptions import Subscriptions
+
+__all__ = ["Queries", "QueryDelivery", "QueryFetch"]
 
 log = logging.getLogger("jetd")
 
@@ -61,8 +75,6 @@ FETCH_NODE = EventCode.FETCH_NODE.value
 FETCH_WINDOW = EventCode.FETCH_WINDOW.value
 QUERY_ENTRY = EventCode.QUERY_ENTRY.value
 ADD, REMOVE = 1, 2
-# States a new group evaluates per slice while seeding (PROTOCOL.md 14.5).
-SEED_SLICE = 1024
 NONE_VALUE = b"\x00\x00\x00\x00\x00"
 # Initial and one-shot entries sort by key, a node before a state or method of the same key.
 _NODE_FIRST, _ENTRY_AFTER = 0, 1
@@ -137,11 +149,28 @@ class QueryDelivery:
         self.nodes: Optional[NodeIndex] = None  # QUERY_ONCE asking for nodes no fetch keeps
 
 
-class QueryHandlers(Subscriptions):
-    """The query requests and the query side of fan-out (see the module docstring)."""
+class Queries:
+    """The queries part (see the module docstring)."""
 
-    queries: QueryIndex
-    nodes: Optional[NodeIndex]
+    subscriptions: Subscriptions  # wired by jetd.core.Daemon: fetch ids
+    access: AccessControl  # read (PROTOCOL.md 15.3)
+
+    def __init__(self, config: Config, out: Output, stats: DaemonStats, log_hook: Optional[LogHook],
+                 registry: Registry, scheduler: Scheduler) -> None:
+        self.config = config
+        self.out = out
+        self.stats = stats
+        self._log = log_hook
+        self._log_events = log_hook is not None and config.log_events
+        self.registry = registry
+        self.scheduler = scheduler
+        self.index = QueryIndex()  # PROTOCOL.md 14: the query groups
+        self.nodes: Optional[NodeIndex] = None  # counted only while a fetch asks for nodes
+
+    def teardown(self, conn: Connection) -> None:
+        """A closing connection's query fetches end (PROTOCOL.md 10.6)."""
+        if conn.query_fetches:
+            self._query_teardown(conn)
 
     # --- requests -------------------------------------------------------------------------
 
@@ -150,20 +179,20 @@ class QueryHandlers(Subscriptions):
         None if it cannot run (PROTOCOL.md 14.5, 14.6)."""
         config = self.config
         if end - pos - 10 > config.max_query_size:
-            self._reply(conn, rid, Status.TOO_LARGE, f"query of {end - pos - 10} bytes exceeds {config.max_query_size}")
+            self.out.reply(conn, rid, Status.TOO_LARGE, f"query of {end - pos - 10} bytes exceeds {config.max_query_size}")
             return None
         try:
             request = decode_body(REQUEST, buf[pos + 5 : end])
         except RemoteProtocolError as exc:
-            self._violation(conn, exc.message)
-            self._reply(conn, rid, exc.status, exc.message)
+            self.out.violation(conn, exc.message)
+            self.out.reply(conn, rid, exc.status, exc.message)
             return None
         assert isinstance(request, (FetchQuery, QueryOnce))
         limits = QueryLimits(config.max_query_terms, config.max_window, config.max_field_depth)
         try:
             compiled = compile_query(request.query, limits)
         except QueryError as exc:
-            self._reply(conn, rid, exc.status, exc.message)
+            self.out.reply(conn, rid, exc.status, exc.message)
             return None
         perms = conn.perms
         if perms is None or perms.read.everything:
@@ -172,43 +201,41 @@ class QueryHandlers(Subscriptions):
         # if it could see none.
         readable = perms.read.narrow(compiled.prefix)
         if not readable:
-            self._not_authorized(conn, rid, "read", compiled.prefix)
+            self.access.not_authorized(conn, rid, "read", compiled.prefix)
             return None
         return compiled if readable == (compiled.prefix,) else restrict(compiled, readable)
 
-    def _fetch_query(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
+    def fetch_query(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
         """FETCH_QUERY (PROTOCOL.md 14.3): the OK, the initial entries, then live."""
         compiled = self._compile_request(conn, buf, pos, end, rid)
         if compiled is None:
             return
         if len(conn.fetches) + len(conn.query_fetches) >= self.config.max_fetches_per_connection:
-            self._reply(
+            self.out.reply(
                 conn,
                 rid,
                 Status.LIMIT_EXCEEDED,
                 f"at most {self.config.max_fetches_per_connection} fetches per connection",
             )
             return
-        group, _new = self.queries.group_for(compiled)
+        group, _new = self.index.group_for(compiled)
         if compiled.nodes and self.nodes is None:
-            registry = self.registry
-            self.nodes = NodeIndex([*registry.states, *registry.methods])
-        fetch = QueryFetch(self._next_fetch_id, conn, group)
-        self._next_fetch_id += 1
-        self._send(conn, RESP_HEAD_PACK(RESPONSE, 9, rid, 0) + fetch.fid_bytes)
+            self.nodes = NodeIndex(self.registry.all_keys())
+        fetch = QueryFetch(self.subscriptions.new_fetch_id(), conn, group)
+        self.out.send(conn, RESP_HEAD_PACK(RESPONSE, 9, rid, 0) + fetch.fid_bytes)
         group.fetches[fetch.fid] = fetch
         conn.query_fetches[fetch.fid] = fetch
         if compiled.sorted and fetch.high > group.reach:
             group.set_reach(fetch.high)
         conn.delivery = QueryDelivery(group, fetch, rid)
-        self._query_deliver(conn)
+        self.deliver(conn)
 
-    def _query_once(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
+    def query_once(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
         """QUERY_ONCE (PROTOCOL.md 14.4): QUERY_ENTRY per entry, then the OK."""
         compiled = self._compile_request(conn, buf, pos, end, rid)
         if compiled is None:
             return
-        group, _new = self.queries.group_for(compiled)
+        group, _new = self.index.group_for(compiled)
         group.onces += 1
         delivery = QueryDelivery(group, None, rid)
         if compiled.sorted:
@@ -217,14 +244,13 @@ class QueryHandlers(Subscriptions):
             if group.once_reach > group.reach:
                 group.set_reach(group.once_reach)
         if compiled.nodes and self.nodes is None:
-            registry = self.registry
-            delivery.nodes = NodeIndex([*registry.states, *registry.methods])
+            delivery.nodes = NodeIndex(self.registry.all_keys())
         conn.delivery = delivery
-        self._query_deliver(conn)
+        self.deliver(conn)
 
     # --- initial entries in slices (PROTOCOL.md 10.5, 14.5) ---------------------------------
 
-    def _query_deliver(self, conn: Connection) -> None:
+    def deliver(self, conn: Connection) -> None:
         """One slice of ``conn``'s QueryDelivery: of the group's seeding, else of its
         entries. Leaves ``conn`` stalled while there is more (Daemon.work goes on)."""
         delivery = conn.delivery
@@ -232,7 +258,8 @@ class QueryHandlers(Subscriptions):
         group = delivery.group
         fetch = delivery.fetch
         if group.seeding:
-            group.seed(self.registry.matching_after(group.compiled.prefix, group.seed_cursor), SEED_SLICE)
+            group.seed(self.registry.matching_after(group.compiled.prefix, group.seed_cursor),
+                       self.scheduler.seed_slice)
             if group.seeding:
                 return self._query_later(conn)
         query = group.compiled.query
@@ -242,13 +269,15 @@ class QueryHandlers(Subscriptions):
                 fetch.pending = False
                 self._send_window(fetch, fetch.low, fetch.low + fetch.size - 1)
             else:
-                states = self.registry.states
+                registry = self.registry
                 for position in range(query.window_from - 1, min(query.window_to, len(group))):
                     key = group.at(position)
-                    self._query_entry(conn, delivery.head, EntryKind.STATE, states[key].states[key])
+                    kv = registry.value(key)
+                    assert kv is not None  # a group holds only keys of states (jetd.query)
+                    self._query_entry(conn, delivery.head, EntryKind.STATE, kv)
                     if conn.closing:
                         return None
-                self._send(conn, ok_frame(delivery.rid))
+                self.out.send(conn, ok_frame(delivery.rid))
             return self._query_delivered(conn)
         after = delivery.cursor if fetch is None else fetch.cursor
         entries, upto = self._entries_after(group, after, delivery.nodes)
@@ -270,7 +299,7 @@ class QueryHandlers(Subscriptions):
                 fetch.cursor = upto
             return self._query_later(conn)
         if fetch is None:
-            self._send(conn, ok_frame(delivery.rid))
+            self.out.send(conn, ok_frame(delivery.rid))
         else:
             backlog = fetch.backlog
             fetch.backlog = []
@@ -287,7 +316,7 @@ class QueryHandlers(Subscriptions):
         output written (take_dirty), or at once if it has none."""
         conn.stalled = True
         if not conn.out and not conn.paused:
-            self.ready.append(conn)
+            self.scheduler.wake(conn)
 
     def _query_delivered(self, conn: Connection) -> None:
         delivery = conn.delivery
@@ -306,7 +335,7 @@ class QueryHandlers(Subscriptions):
         if not group.fetches and not group.onces:
             self._query_forget_group(group)
 
-    def _query_end_delivery(self, conn: Connection) -> None:
+    def end_delivery(self, conn: Connection) -> None:
         """The connection closes with its QueryDelivery under way: a FETCH_QUERY's fetch
         ends with the connection's other fetches (``_query_teardown``)."""
         delivery = conn.delivery
@@ -331,8 +360,9 @@ class QueryHandlers(Subscriptions):
         matched = group.matched
         entries: list[tuple[int, bytes, int, bytes]] = []
         upto: Optional[bytes] = None
+        limit = self.scheduler.delivery_slice
         for taken, (key, kv) in enumerate(self.registry.matching_after(compiled.prefix, after)):
-            if taken == DELIVERY_SLICE:
+            if taken == limit:
                 break
             upto = key
             if key in matched:
@@ -348,7 +378,7 @@ class QueryHandlers(Subscriptions):
             if compiled.methods:
                 entries.extend(
                     (_ENTRY_AFTER, key, EntryKind.METHOD, U16.pack(len(key)) + key + NONE_VALUE)
-                    for key in self.registry.methods
+                    for key in self.registry.method_keys()
                     if covered(key)
                 )
             if compiled.nodes:
@@ -362,7 +392,7 @@ class QueryHandlers(Subscriptions):
             entries.sort(key=lambda entry: (entry[1], entry[0]))
         return [(kind, key, kv) for _, key, kind, kv in entries], upto
 
-    def _unfetch_query(self, conn: Connection, fid: int) -> bool:
+    def unfetch(self, conn: Connection, fid: int) -> bool:
         """UNFETCH of a query fetch; False if ``fid`` is not one of ``conn``'s."""
         fetch = conn.query_fetches.pop(fid, None)
         if fetch is None:
@@ -379,8 +409,8 @@ class QueryHandlers(Subscriptions):
             self._query_forget_group(group)
 
     def _query_forget_group(self, group: QueryGroup) -> None:
-        self.queries.drop(group)
-        if self.nodes is not None and not self.queries.node_groups:
+        self.index.drop(group)
+        if self.nodes is not None and not self.index.node_groups:
             self.nodes = None
 
     def _query_teardown(self, conn: Connection) -> None:
@@ -391,7 +421,7 @@ class QueryHandlers(Subscriptions):
 
     # --- changes of permissions (PROTOCOL.md 15.5) -----------------------------------------
 
-    def _query_permissions(self, conn: Connection) -> None:
+    def permissions_changed(self, conn: Connection) -> None:
         """``conn``'s permissions changed: each query fetch whose readable keys changed
         moves to the group of its query under the new ones, and is brought in line at
         once: an unsorted one gets FETCH_REMOVE (FETCH_METHOD, FETCH_NODE REMOVE) for what
@@ -410,7 +440,7 @@ class QueryHandlers(Subscriptions):
                 compiled = base if readable == (base.prefix,) else restrict(base, readable)
             if compiled.signature == old.compiled.signature:
                 continue
-            group, _new = self.queries.group_for(compiled)
+            group, _new = self.index.group_for(compiled)
             if group.seeding:
                 group.seed(self.registry.matching_after(compiled.prefix, group.seed_cursor))
             del old.fetches[fid]
@@ -454,7 +484,7 @@ class QueryHandlers(Subscriptions):
         compiled = group.compiled
         keys = {(EntryKind.STATE.value, key) for key in group.matched}
         if compiled.methods:
-            keys.update((EntryKind.METHOD.value, key) for key in self.registry.methods if compiled.match_key(key))
+            keys.update((EntryKind.METHOD.value, key) for key in self.registry.method_keys() if compiled.match_key(key))
         if compiled.nodes and self.nodes is not None:
             keys.update((EntryKind.NODE.value, key) for key in self.nodes.counts if compiled.match_key(key))
         if bound is not None:
@@ -464,7 +494,8 @@ class QueryHandlers(Subscriptions):
     def _entry_frame(self, fetch: QueryFetch, kind: int, key: bytes, action: int) -> bytes:
         """The event that adds (ADD) or removes (REMOVE) one entry of an unsorted fetch."""
         if kind == EntryKind.STATE:
-            kv = self.registry.states[key].states[key]
+            kv = self.registry.value(key)
+            assert kv is not None
             code = FETCH_ADD if action == ADD else FETCH_REMOVE
             return EVT_HEAD_PACK(EVENT, 5 + len(kv), code) + fetch.fid_bytes + kv
         code = FETCH_NODE if kind == EntryKind.NODE else FETCH_METHOD
@@ -477,16 +508,16 @@ class QueryHandlers(Subscriptions):
         over its max_body: closed TOO_LARGE, or over the hard limit)."""
         if conn.closing:
             return False
-        if self._small_body_peers and len(frame) - 5 > conn.max_body:
-            self._event_too_large(conn, len(frame) - 5)
+        if self.out.small_body_peers and len(frame) - 5 > conn.max_body:
+            self.out.event_too_large(conn, len(frame) - 5)
             return False
         if conn.paused:
-            if not self._enqueue(conn, frame):
+            if not self.out.enqueue(conn, frame):
                 return False
         else:
             out = conn.out
             if not out:
-                self.dirty.append(conn)
+                self.out.dirty.append(conn)
             out.append(frame)
         self.stats.fanout_events += 1
         if self._log_events and self._log is not None:
@@ -498,15 +529,17 @@ class QueryHandlers(Subscriptions):
         split into several, each with the size, where one would exceed the receiver's
         max_body or the daemon's own (PROTOCOL.md 14.2)."""
         group = fetch.group
-        states = self.registry.states
+        registry = self.registry
         conn = fetch.conn
-        room = min(conn.max_body, self._max_body) - 11  # code, fetch_id, size, count
+        room = min(conn.max_body, self.out.max_body) - 11  # code, fetch_id, size, count
         head = fetch.fid_bytes + U32_PACK(fetch.size)
         entries: list[bytes] = []
         length = 0
         for position in range(first, last + 1):
             key = group.at(position)
-            entry = U32_PACK(position + 1) + states[key].states[key]
+            kv = registry.value(key)
+            assert kv is not None
+            entry = U32_PACK(position + 1) + kv
             if entries and length + len(entry) > room:
                 self._window_event(conn, head, entries, length)
                 entries = []
@@ -522,14 +555,16 @@ class QueryHandlers(Subscriptions):
 
     # --- changes ----------------------------------------------------------------------------
 
-    def _query_state(self, key: bytes, code: int, kv: bytes) -> None:
+    def state_changed(self, key: bytes, code: int, kv: bytes) -> None:
         """A state was added (FETCH_ADD), changed (FETCH_CHANGE) or removed (FETCH_REMOVE):
         the query fetches' events (PROTOCOL.md 14.2), and nodes created or deleted."""
+        if not self.index.by_signature:
+            return
         nodes = self.nodes
         if nodes is not None and code == FETCH_ADD:
             for node in nodes.add(key):
-                self._query_key_event(self.queries.node_groups, FETCH_NODE, ADD, node)
-        queries = self.queries
+                self._query_key_event(self.index.node_groups, FETCH_NODE, ADD, node)
+        queries = self.index
         cached = queries.cache.get(key)
         groups = cached[1] if cached is not None and cached[0] == queries.generation else queries.targets(key)
         extractor: Optional[Extractor] = None
@@ -573,10 +608,10 @@ class QueryHandlers(Subscriptions):
                     else:
                         self._send_window(fetch, update[0], update[1])
         if code == FETCH_REMOVE:
-            self.queries.forget(key)
+            self.index.forget(key)
             if nodes is not None:
                 for node in nodes.remove(key):
-                    self._query_key_event(self.queries.node_groups, FETCH_NODE, REMOVE, node)
+                    self._query_key_event(self.index.node_groups, FETCH_NODE, REMOVE, node)
 
     def _query_kv_event(self, fetch: QueryFetch, event: int, head: bytes, key: bytes, kv: bytes) -> None:
         conn = fetch.conn
@@ -618,29 +653,31 @@ class QueryHandlers(Subscriptions):
         conn = fetch.conn
         # PROTOCOL.md 10.8: held events are output owed to the peer like any other.
         if fetch.backlog_size + conn.queued + conn.out_size > self.config.hard_limit:
-            self._overload(conn, "output above the hard limit")
+            self.out.overload(conn, "output above the hard limit")
 
-    def _query_method(self, key: bytes, added: bool) -> None:
+    def method_changed(self, key: bytes, added: bool) -> None:
         """A method was added or removed: FETCH_METHOD, and nodes (PROTOCOL.md 14.2)."""
+        if not self.index.by_signature:
+            return
         nodes = self.nodes
         if added:
             if nodes is not None:
                 for node in nodes.add(key):
-                    self._query_key_event(self.queries.node_groups, FETCH_NODE, ADD, node)
-            self._query_key_event(self.queries.method_groups, FETCH_METHOD, ADD, key)
+                    self._query_key_event(self.index.node_groups, FETCH_NODE, ADD, node)
+            self._query_key_event(self.index.method_groups, FETCH_METHOD, ADD, key)
         else:
-            self._query_key_event(self.queries.method_groups, FETCH_METHOD, REMOVE, key)
+            self._query_key_event(self.index.method_groups, FETCH_METHOD, REMOVE, key)
             if nodes is not None:
                 for node in nodes.remove(key):
-                    self._query_key_event(self.queries.node_groups, FETCH_NODE, REMOVE, node)
+                    self._query_key_event(self.index.node_groups, FETCH_NODE, REMOVE, node)
 
     # --- slow consumers (PROTOCOL.md 10.8, 14.3) ----------------------------------------------
 
-    def _query_catch_up(self, conn: Connection) -> bool:
+    def catch_up(self, conn: Connection) -> bool:
         """Queue what ``conn``'s query fetches held while it was paused; True if anything
         was queued (the connection then stays paused until that is written)."""
         queued = False
-        states = self.registry.states
+        registry = self.registry
         for fetch in list(conn.query_fetches.values()):
             if conn.closing:
                 break
@@ -649,9 +686,8 @@ class QueryHandlers(Subscriptions):
                 fetch.held = {}
                 head_code = EVT_HEAD_PACK
                 for key in held:
-                    owner = states.get(key)
-                    if owner is not None and key in fetch.group.matched:
-                        kv = owner.states[key]
+                    kv = registry.value(key)
+                    if kv is not None and key in fetch.group.matched:
                         self._query_emit(conn, head_code(EVENT, 5 + len(kv), FETCH_CHANGE) + fetch.fid_bytes + kv)
                         queued = True
             if fetch.dirty:
@@ -661,13 +697,13 @@ class QueryHandlers(Subscriptions):
         self.stats.caught_up += queued
         return queued
 
-    def _query_release(self, conn: Connection, key: bytes) -> None:
+    def release(self, conn: Connection, key: bytes) -> None:
         """Before the answer to a paused connection's own request on ``key``: its held
         change of ``key`` and its dirty windows go first (PROTOCOL.md 10.8)."""
         for fetch in conn.query_fetches.values():
             if key in fetch.held:
                 del fetch.held[key]
-                kv = self.registry.states[key].states[key] if key in self.registry.states else None
+                kv = self.registry.value(key)
                 if kv is not None and key in fetch.group.matched:
                     self._query_emit(conn, EVT_HEAD_PACK(EVENT, 5 + len(kv), FETCH_CHANGE) + fetch.fid_bytes + kv)
             if fetch.dirty and key in fetch.group.matched:

@@ -1,17 +1,24 @@
-"""Who owns what: states (with their cached values) and methods, and the requests that
-add, remove, notify and read them (PROTOCOL.md 6.1, 6.2, 6.4, 6.6, 6.7, 6.10, 10.2, 10.4)."""
+"""The registry part: who owns what, states (with their cached values) and methods, and
+the requests that add, remove, notify and read them (PROTOCOL.md 6.1, 6.2, 6.4, 6.6, 6.7,
+6.10, 10.2, 10.4).
+
+:class:`Registry` owns :class:`StateRegistry` (the tables). It calls the subscriptions
+part for the fetch events a change causes, the queries part for methods added and
+removed, and the access part for ``own``/``read``; everything it sends goes through
+:class:`jetd.base.Output`."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from sortedcontainers import SortedList
 
 from jetwire import Status
 from jetwire.codec import is_utf8
 
-from .base import DaemonBase
+from .base import Output
+from .config import Config
 from .connection import Connection
 from .frames import (
     FETCH_ADD,
@@ -24,7 +31,12 @@ from .frames import (
     ok_frame,
 )
 
-__all__ = ["RegistryHandlers", "StateRegistry"]
+if TYPE_CHECKING:
+    from .access import AccessControl
+    from .querying import Queries
+    from .subscriptions import Subscriptions
+
+__all__ = ["Registry", "StateRegistry"]
 
 
 class StateRegistry:
@@ -94,36 +106,96 @@ class StateRegistry:
             yield from self.matching(prefix)
 
 
-class RegistryHandlers(DaemonBase):
-    """The requests that change or read the registry."""
+class Registry:
+    """The registry part: the tables and the requests on them (see the module docstring).
 
-    def _unknown_key(self, conn: Connection, key: bytes, rid: Optional[int], kind: str) -> Optional[str]:
+    ``states`` and ``methods`` (key -> owner) are published for the dispatcher's fast
+    paths and the console, read-only: only this part changes them.
+    """
+
+    subscriptions: Subscriptions  # wired by jetd.core.Daemon: fetch events of a change
+    queries: Queries  # methods added and removed (PROTOCOL.md 14.2)
+    access: AccessControl  # own / read (PROTOCOL.md 15.3)
+
+    def __init__(self, config: Config, out: Output) -> None:
+        self.config = config
+        self.out = out
+        self.table = StateRegistry()
+        self.states = self.table.states
+        self.methods = self.table.methods
+        self.max_key = config.max_key_length
+
+    # --- what the other parts may ask -------------------------------------------------
+
+    def value(self, key: bytes) -> Optional[bytes]:
+        """The ``Key, Value`` payload of state ``key``, or None if there is none."""
+        owner = self.states.get(key)
+        return None if owner is None else owner.states[key]
+
+    def state_owner(self, key: bytes) -> Optional[Connection]:
+        return self.states.get(key)
+
+    def method_owner(self, key: bytes) -> Optional[Connection]:
+        return self.methods.get(key)
+
+    def method_keys(self) -> list[bytes]:
+        return list(self.methods)
+
+    def all_keys(self) -> list[bytes]:
+        """Every state and method key (the nodes of PROTOCOL.md 14.2 are counted from them)."""
+        return [*self.states, *self.methods]
+
+    def matching_after(self, prefix: bytes, after: Optional[bytes]) -> Iterator[tuple[bytes, bytes]]:
+        return self.table.matching_after(prefix, after)
+
+    def matching_any(self, prefixes: tuple[bytes, ...]) -> Iterator[tuple[bytes, bytes]]:
+        return self.table.matching_any(prefixes)
+
+    def matching_any_after(self, prefixes: tuple[bytes, ...], after: Optional[bytes]) -> Iterator[tuple[bytes, bytes]]:
+        return self.table.matching_any_after(prefixes, after)
+
+    def drop_owner(self, conn: Connection) -> None:
+        """PROTOCOL.md 10.6: a closing owner's states go (FETCH_REMOVE in byte order of
+        key), then its methods."""
+        subscriptions = self.subscriptions
+        for key in sorted(conn.states):
+            subscriptions.fanout(key, FETCH_REMOVE, self.table.remove_state(key))
+            subscriptions.forget(key)
+        queries = self.queries
+        for key in conn.methods:
+            del self.methods[key]
+            queries.method_changed(key, False)
+        conn.methods.clear()
+
+    # --- requests ---------------------------------------------------------------------
+
+    def unknown_key(self, conn: Connection, key: bytes, rid: Optional[int], kind: str) -> Optional[str]:
         """Reply for a key that is neither where it was looked for: MALFORMED if it is not
         UTF-8, TOO_LARGE above the key limit, else NOT_FOUND or WRONG_KIND. Returns the
         reason (for a fire-and-forget event, where nobody is answered)."""
         if not is_utf8(key):
             message, status = "key is not valid UTF-8", Status.MALFORMED
-        elif len(key) > self._max_key:
-            message, status = f"key of {len(key)} bytes exceeds the limit of {self._max_key}", Status.TOO_LARGE
-        elif kind == "state" and key in self.registry.methods:
+        elif len(key) > self.max_key:
+            message, status = f"key of {len(key)} bytes exceeds the limit of {self.max_key}", Status.TOO_LARGE
+        elif kind == "state" and key in self.methods:
             message, status = "the key is a method", Status.WRONG_KIND
-        elif kind == "method" and key in self.registry.states:
+        elif kind == "method" and key in self.states:
             message, status = "the key is a state", Status.WRONG_KIND
         else:
             message, status = f"no such {kind}", Status.NOT_FOUND
         if rid is not None:
-            self._reply(conn, rid, status, message)
+            self.out.reply(conn, rid, status, message)
         return message
 
     def _check_new_key(self, conn: Connection, key: bytes, rid: int) -> bool:
-        if len(key) > self._max_key:
-            self._reply(conn, rid, Status.TOO_LARGE, f"key of {len(key)} bytes exceeds the limit of {self._max_key}")
-        elif key in self.registry.states or key in self.registry.methods:
-            self._reply(conn, rid, Status.ALREADY_EXISTS, "the key is taken")
+        if len(key) > self.max_key:
+            self.out.reply(conn, rid, Status.TOO_LARGE, f"key of {len(key)} bytes exceeds the limit of {self.max_key}")
+        elif key in self.states or key in self.methods:
+            self.out.reply(conn, rid, Status.ALREADY_EXISTS, "the key is taken")
         elif not is_utf8(key):
-            self._reply(conn, rid, Status.MALFORMED, "key is not valid UTF-8")
+            self.out.reply(conn, rid, Status.MALFORMED, "key is not valid UTF-8")
         elif len(conn.states) + len(conn.methods) >= self.config.max_states_per_connection:
-            self._reply(
+            self.out.reply(
                 conn,
                 rid,
                 Status.LIMIT_EXCEEDED,
@@ -133,101 +205,99 @@ class RegistryHandlers(DaemonBase):
             return True
         return False
 
-    def _add_state(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
+    def add_state(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
         kend = key_value_end(buf, pos + 10, end)
         if kend < 0:
-            return self._malformed(conn, buf, pos, end, rid)
+            return self.out.malformed(conn, buf, pos, end, rid)
         key = buf[pos + 12 : kend]
         if conn.perms is not None and not conn.perms.own.matches(key):
-            return self._not_authorized(conn, rid, "own", key)  # PROTOCOL.md 15.3
+            return self.access.not_authorized(conn, rid, "own", key)  # PROTOCOL.md 15.3
         if not self._check_new_key(conn, key, rid):
             return None
         kv = buf[pos + 10 : end]
-        self.registry.add_state(key, kv, conn)
+        self.table.add_state(key, kv, conn)
         # PROTOCOL.md 10.5: the fetch events a request causes go out before its OK.
-        self._fanout(key, FETCH_ADD, kv)
-        self._send(conn, ok_frame(rid))
+        self.subscriptions.fanout(key, FETCH_ADD, kv)
+        self.out.send(conn, ok_frame(rid))
         return None
 
-    def _remove_state(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
+    def remove_state(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
         if not key_only_end(buf, pos + 10, end):
-            return self._malformed(conn, buf, pos, end, rid)
+            return self.out.malformed(conn, buf, pos, end, rid)
         key = buf[pos + 12 : end]
-        if not self._removable(conn, key, rid, self.registry.states, "state"):
+        if not self._removable(conn, key, rid, self.states, "state"):
             return None
-        kv = self.registry.remove_state(key)
-        self._fanout(key, FETCH_REMOVE, kv)  # PROTOCOL.md 10.5: before the OK
-        self.fetches.forget(key)
-        self._send(conn, ok_frame(rid))
+        kv = self.table.remove_state(key)
+        self.subscriptions.fanout(key, FETCH_REMOVE, kv)  # PROTOCOL.md 10.5: before the OK
+        self.subscriptions.forget(key)
+        self.out.send(conn, ok_frame(rid))
         return None
 
     def _removable(self, conn: Connection, key: bytes, rid: int, owners: dict[bytes, Connection], kind: str) -> bool:
         """True if ``conn`` owns ``key`` in ``owners``; else answers NOT_FOUND or NOT_OWNER."""
         owner = owners.get(key)
         if owner is None:
-            self._unknown_key(conn, key, rid, kind)
+            self.unknown_key(conn, key, rid, kind)
             return False
         if owner is not conn:
-            self._reply(conn, rid, Status.NOT_OWNER, f"only the owner may remove a {kind}")
+            self.out.reply(conn, rid, Status.NOT_OWNER, f"only the owner may remove a {kind}")
             return False
         return True
 
-    def _add_method(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
+    def add_method(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
         if not key_only_end(buf, pos + 10, end):
-            return self._malformed(conn, buf, pos, end, rid)
+            return self.out.malformed(conn, buf, pos, end, rid)
         key = buf[pos + 12 : end]
         if conn.perms is not None and not conn.perms.own.matches(key):
-            return self._not_authorized(conn, rid, "own", key)  # PROTOCOL.md 15.3
+            return self.access.not_authorized(conn, rid, "own", key)  # PROTOCOL.md 15.3
         if not self._check_new_key(conn, key, rid):
             return None
-        self.registry.methods[key] = conn
+        self.methods[key] = conn
         conn.methods.add(key)
-        if self.queries:
-            self._query_method(key, True)  # PROTOCOL.md 14.2
-        self._send(conn, ok_frame(rid))
+        self.queries.method_changed(key, True)  # PROTOCOL.md 14.2
+        self.out.send(conn, ok_frame(rid))
         return None
 
-    def _remove_method(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
+    def remove_method(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
         if not key_only_end(buf, pos + 10, end):
-            return self._malformed(conn, buf, pos, end, rid)
+            return self.out.malformed(conn, buf, pos, end, rid)
         key = buf[pos + 12 : end]
-        if not self._removable(conn, key, rid, self.registry.methods, "method"):
+        if not self._removable(conn, key, rid, self.methods, "method"):
             return None
-        del self.registry.methods[key]
+        del self.methods[key]
         conn.methods.discard(key)
-        if self.queries:
-            self._query_method(key, False)  # PROTOCOL.md 14.2
-        self._send(conn, ok_frame(rid))
+        self.queries.method_changed(key, False)  # PROTOCOL.md 14.2
+        self.out.send(conn, ok_frame(rid))
         return None
 
-    def _notify(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
+    def notify(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
         kend = key_value_end(buf, pos + 10, end)
         if kend < 0:
-            return self._malformed(conn, buf, pos, end, rid)
+            return self.out.malformed(conn, buf, pos, end, rid)
         key = buf[pos + 12 : kend]
-        owner = self.registry.states.get(key)
+        owner = self.states.get(key)
         if owner is None:
-            self._unknown_key(conn, key, rid, "state")
+            self.unknown_key(conn, key, rid, "state")
             return None
         if owner is not conn:
-            return self._reply(conn, rid, Status.NOT_OWNER, "only the owner may notify")
+            return self.out.reply(conn, rid, Status.NOT_OWNER, "only the owner may notify")
         kv = conn.states[key] = buf[pos + 10 : end]
-        self._fanout(key, FETCH_CHANGE, kv)  # PROTOCOL.md 10.5: before the OK
+        self.subscriptions.fanout(key, FETCH_CHANGE, kv)  # PROTOCOL.md 10.5: before the OK
         if conn.parked:
-            self._catch_up_on(conn, key, kv)  # it fetches its own state: the change first
-        self._send(conn, ok_frame(rid))
+            self.subscriptions.catch_up_on(conn, key, kv)  # it fetches its own state: the change first
+        self.out.send(conn, ok_frame(rid))
         return None
 
-    def _get(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
+    def get(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
         if not key_only_end(buf, pos + 10, end):
-            return self._malformed(conn, buf, pos, end, rid)
+            return self.out.malformed(conn, buf, pos, end, rid)
         key = buf[pos + 12 : end]
         if conn.perms is not None and not conn.perms.read.matches(key):
-            return self._not_authorized(conn, rid, "read", key)  # PROTOCOL.md 15.3
-        owner = self.registry.states.get(key)
+            return self.access.not_authorized(conn, rid, "read", key)  # PROTOCOL.md 15.3
+        owner = self.states.get(key)
         if owner is None:
-            self._unknown_key(conn, key, rid, "state")
+            self.unknown_key(conn, key, rid, "state")
             return None
         value = owner.states[key][2 + len(key) :]
-        self._send(conn, RESP_HEAD_PACK(RESPONSE, 5 + len(value), rid, 0) + value)
+        self.out.send(conn, RESP_HEAD_PACK(RESPONSE, 5 + len(value), rid, 0) + value)
         return None

@@ -1,14 +1,21 @@
-"""Routing SET_STATE and CALL_METHOD to owners and their answers back, with the route
-timeout (PROTOCOL.md 10.3)."""
+"""The routes part: SET_STATE and CALL_METHOD routed to owners and their answers back,
+with the route timeout (PROTOCOL.md 10.3).
+
+:class:`Router` owns the :class:`RouteTable` (the pending routes, in deadline order; each
+owner's ``Connection.routes`` by the daemon-chosen id). It asks the registry part who
+owns a key, the access part whether a peer may write it, and the subscriptions part to
+catch a parked requester up before its answer."""
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from jetwire import Status
 
+from .base import Clock, DaemonStats, Output
+from .config import Config
 from .connection import Connection
 from .frames import (
     ID_HEAD_PACK,
@@ -21,18 +28,20 @@ from .frames import (
     ROUTE_PACK,
     SET_STATE,
     U32_FROM,
+    LogHook,
     key_value_end,
     response_frame,
     str16_ok,
     value_ok,
 )
-from .registry import RegistryHandlers
+from .scheduler import Scheduler
 
-__all__ = ["EXPIRE_SLICE", "Route", "RouteTable", "Routing"]
+if TYPE_CHECKING:
+    from .access import AccessControl
+    from .registry import Registry
+    from .subscriptions import Subscriptions
 
-# Route timeouts answered per call: a burst of them goes out in slices of a few ms,
-# between which the loop serves other peers (Daemon.work goes on with the rest).
-EXPIRE_SLICE = 4096
+__all__ = ["Route", "RouteTable", "Router"]
 
 
 class Route:
@@ -99,53 +108,78 @@ class RouteTable:
                 return
 
 
-class Routing(RegistryHandlers):
-    """Routed requests and the owners' answers."""
+class Router:
+    """The routes part (see the module docstring)."""
 
-    def _expire_routes(self, now: float) -> None:
-        """PROTOCOL.md 10.3: answer TIMEOUT for the routes past their deadline, at most
-        EXPIRE_SLICE of them; ``_expiring`` says whether more are due."""
-        for expired, route in enumerate(self.routes.expired(now), 1):
+    subscriptions: Subscriptions  # wired by jetd.core.Daemon: catch-up before an answer
+    access: AccessControl  # write (PROTOCOL.md 15.3)
+
+    def __init__(self, config: Config, out: Output, clock: Clock, stats: DaemonStats, log_hook: Optional[LogHook],
+                 registry: Registry, scheduler: Scheduler) -> None:
+        self.config = config
+        self.out = out
+        self.clock = clock
+        self.stats = stats
+        self._log = log_hook
+        self.registry = registry
+        self.scheduler = scheduler
+        self.table = RouteTable(config.route_timeout)
+        self.expiring = False  # more route timeouts are due than one slice answers
+
+    def expire(self, now: float) -> None:
+        """PROTOCOL.md 10.3: answer TIMEOUT for the routes past their deadline, at most a
+        slice of them (Scheduler.expire_slice); ``expiring`` says whether more are due:
+        between slices the loop serves other peers (Daemon.work goes on with the rest)."""
+        limit = self.scheduler.expire_slice
+        for expired, route in enumerate(self.table.expired(now), 1):
             requester = route.requester
-            self._violation(route.owner, f"routed request id {route.oid} not answered within the route timeout")
+            self.out.violation(route.owner, f"routed request id {route.oid} not answered within the route timeout")
             if not requester.closed:
-                self._send(requester, response_frame(route.rid, Status.TIMEOUT, "the owner did not answer in time"))
-            if expired >= EXPIRE_SLICE:
-                self._expiring = True
+                self.out.send(requester, response_frame(route.rid, Status.TIMEOUT, "the owner did not answer in time"))
+            if expired >= limit:
+                self.expiring = True
                 return
-        self._expiring = False
+        self.expiring = False
 
-    def _route_request(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
+    def drop_owner(self, conn: Connection) -> None:
+        """PROTOCOL.md 10.6: a closing owner's pending routes are answered OWNER_GONE."""
+        for route in conn.routes.values():
+            route.done = True
+            if not route.requester.closed:
+                self.out.reply(route.requester, route.rid, Status.OWNER_GONE, "the owner disconnected")
+        conn.routes.clear()
+
+    def route_request(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
         """PROTOCOL.md 10.3: SET_STATE / CALL_METHOD to the owner under our own id."""
         kend = key_value_end(buf, pos + 10, end)
         if kend < 0:
-            return self._malformed(conn, buf, pos, end, rid)
+            return self.out.malformed(conn, buf, pos, end, rid)
         key = buf[pos + 12 : kend]
-        if conn.writable is not None and not self._may_write(conn, key):
-            return self._not_authorized(conn, rid, "write", key)  # PROTOCOL.md 15.3
+        if conn.writable is not None and not self.access.may_write(conn, key):
+            return self.access.not_authorized(conn, rid, "write", key)  # PROTOCOL.md 15.3
         function = buf[pos + 9]
         owner: Optional[Connection]
         if function == SET_STATE:
-            owner = self.registry.states.get(key)
+            owner = self.registry.state_owner(key)
             kind = "state"
         else:
-            owner = self.registry.methods.get(key)
+            owner = self.registry.method_owner(key)
             kind = "method"
         if owner is None:
-            self._unknown_key(conn, key, rid, kind)
+            self.registry.unknown_key(conn, key, rid, kind)
             return None
         if len(owner.routes) >= self.config.max_pending_per_owner:
-            return self._reply(
+            return self.out.reply(
                 conn,
                 rid,
                 Status.LIMIT_EXCEEDED,
                 f"the owner has {self.config.max_pending_per_owner} requests pending",
             )
-        if self._small_body_peers and end - pos - 5 > owner.max_body:
-            return self._reply(
+        if self.out.small_body_peers and end - pos - 5 > owner.max_body:
+            return self.out.reply(
                 conn, rid, Status.TOO_LARGE, f"the owner accepts bodies of at most {owner.max_body} bytes"
             )
-        route = self.routes.open(conn, rid, owner, function, key, self.now)
+        route = self.table.open(conn, rid, owner, function, key, self.clock.now)
         self.stats.routed += 1
         head = ID_HEAD_PACK(REQUEST, end - pos - 5, route.oid)
         tail = buf[pos + 9 : end]
@@ -156,27 +190,27 @@ class Routing(RegistryHandlers):
                 ROUTE_KIND,
                 ROUTE_PACK(conn.conn_id, rid, owner.conn_id, route.oid, function, len(key)) + key,
             )
-            self._send(owner, head + tail)
+            self.out.send(owner, head + tail)
         elif owner.paused or owner.closed:
-            self._send(owner, head + tail)
+            self.out.send(owner, head + tail)
         else:
             out = owner.out
             if not out:
-                self.dirty.append(owner)
+                self.out.dirty.append(owner)
             out.append(head)
             out.append(tail)
         return None
 
-    def _response(self, conn: Connection, buf: bytes, pos: int, end: int) -> None:
+    def response(self, conn: Connection, buf: bytes, pos: int, end: int) -> None:
         """An owner's answer to a routed request (PROTOCOL.md 10.3, 9.3)."""
         if end - pos < 9:
-            self._violation(conn, "RESPONSE without a readable id dropped")
+            self.out.violation(conn, "RESPONSE without a readable id dropped")
             return
         oid = U32_FROM(buf, pos + 5)[0]
         route = conn.routes.pop(oid, None)
         if route is None:
             # Late (after TIMEOUT), or invented: dropped (PROTOCOL.md 9.3).
-            self._violation(conn, f"dropped response id {oid}: nothing pending under that id")
+            self.out.violation(conn, f"dropped response id {oid}: nothing pending under that id")
             return
         route.done = True
         requester = route.requester
@@ -185,21 +219,21 @@ class Routing(RegistryHandlers):
         rid = route.rid
         if requester.parked and route.function == SET_STATE:
             # PROTOCOL.md 10.5: the change its set caused before the answer.
-            owner = self.registry.states.get(route.key)
-            if owner is not None:
-                self._catch_up_on(requester, route.key, owner.states[route.key])
+            kv = self.registry.value(route.key)
+            if kv is not None:
+                self.subscriptions.catch_up_on(requester, route.key, kv)
         if end - pos >= 10:
             status = buf[pos + 9]
             if status == 0:
                 rest = end - pos - 10
                 if rest == 0 and route.function == SET_STATE:
-                    self._send(requester, RESP_HEAD_PACK(RESPONSE, 10, rid, 0) + NONE_VALUE)
+                    self.out.send(requester, RESP_HEAD_PACK(RESPONSE, 10, rid, 0) + NONE_VALUE)
                     return
                 if rest >= 5 and value_ok(buf, pos + 10, end):
-                    self._send(requester, ID_HEAD_PACK(RESPONSE, end - pos - 5, rid) + buf[pos + 9 : end])
+                    self.out.send(requester, ID_HEAD_PACK(RESPONSE, end - pos - 5, rid) + buf[pos + 9 : end])
                     return
             elif status in KNOWN_STATUSES and str16_ok(buf, pos + 10, end):
-                self._send(requester, ID_HEAD_PACK(RESPONSE, end - pos - 5, rid) + buf[pos + 9 : end])
+                self.out.send(requester, ID_HEAD_PACK(RESPONSE, end - pos - 5, rid) + buf[pos + 9 : end])
                 return
-        self._violation(conn, f"malformed RESPONSE to routed request {oid}")
-        self._reply(requester, rid, Status.MALFORMED, "the owner answered with a malformed response")
+        self.out.violation(conn, f"malformed RESPONSE to routed request {oid}")
+        self.out.reply(requester, rid, Status.MALFORMED, "the owner answered with a malformed response")

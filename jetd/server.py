@@ -34,7 +34,6 @@ import ipaddress
 import logging
 import os
 import resource
-import signal
 import socket
 import ssl
 import struct
@@ -47,15 +46,14 @@ from typing import Any, Optional, cast
 from jetwire import Status
 
 from .access import Access
-from .build import build_description
-from .config import Config, ConfigError
+from .config import Config
 from .core import Connection, Daemon
 from .eventlog import EventLog
 from .frames import close_frame
-from .tls import certificate_user, server_context
+from .tls import certificate_user
 from .users import UsersFileError
 
-__all__ = ["PeerProtocol", "PeerShell", "Server", "new_event_loop", "serve"]
+__all__ = ["PeerProtocol", "PeerShell", "Server", "new_event_loop"]
 
 log = logging.getLogger("jetd")
 
@@ -375,7 +373,7 @@ class Server:
         # PROTOCOL.md 15.6: one SSLContext (jetd.tls) for the TCP and WebSocket listeners.
         self.ssl_context = ssl_context
         self.daemon = Daemon(config, eventlog.append if eventlog is not None else None, access)
-        self.daemon.offload = self._offload
+        self.daemon.auth.offload = self._offload
         # PeerShells whose reading is paused while their AUTHENTICATE is answered.
         self.held: set[Any] = set()
         self._checks: Optional[concurrent.futures.ThreadPoolExecutor] = None
@@ -835,87 +833,6 @@ class Server:
                     if proto.transport is not None:
                         proto.transport.abort()
                 await asyncio.sleep(0)
-
-
-async def serve(config: Config, ready: Optional[asyncio.Future[tuple[str, int]]] = None) -> int:
-    """Run jetd until SIGTERM or SIGINT; returns the exit code.
-
-    Prints ``jetd listening on HOST:PORT`` as the first stdout line once listening.
-    """
-    loop = asyncio.get_running_loop()
-    try:
-        access = Access.load(config.auth) if config.auth is not None else None
-        ssl_context = server_context(config)
-    except (UsersFileError, ConfigError) as exc:
-        print(f"jetd: error: {exc}", file=sys.stderr)
-        return 2
-    _warn_exposed(config)
-    eventlog: Optional[EventLog] = None
-    if config.log_dir:
-        eventlog = EventLog(
-            config.log_dir,
-            name=config.name,
-            fsync=config.log_fsync,
-            rotate_size=config.log_rotate_size,
-            max_backlog=config.log_writer_backlog,
-            max_bytes=config.log_max_bytes,
-            max_age=config.log_max_age,
-        )
-        eventlog.open()
-    server = Server(config, loop, eventlog, access, ssl_context)
-    if eventlog is not None:
-        eventlog.signal = _threadsafe(loop, server.log_progress)
-    try:
-        host, port = await server.start()
-    except OSError as exc:
-        if eventlog is not None:
-            eventlog.close()
-        print(f"jetd: cannot listen on {config.host}:{config.port}: {exc.strerror or exc}", file=sys.stderr)
-        return 1
-    from .web import WebListener, start_web  # jetd.web builds on this module
-
-    web: Optional[WebListener] = None
-    if config.http_port is not None:  # PROTOCOL.md 13: WebSocket peers and the console
-        try:
-            # The same TLS settings as the TCP listener (jetd.tls): wss and https.
-            web, web_line = await start_web(server, server.ssl_context)
-        except OSError as exc:
-            await server.shutdown()
-            if eventlog is not None:
-                eventlog.close()
-            where = f"{config.http_host or config.host}:{config.http_port}"
-            print(f"jetd: cannot listen on {where}: {exc.strerror or exc}", file=sys.stderr)
-            return 1
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGUSR1, lambda: log.info("stats: %s", server.daemon.stats.summary()))
-    loop.add_signal_handler(signal.SIGHUP, server.reload_access)
-    print(f"jetd listening on {host}:{port}", flush=True)
-    log.info(
-        "listening on %s:%d (loop %s, %s, event log %s)",
-        host,
-        port,
-        type(loop).__module__.split(".")[0],
-        build_description(),
-        eventlog.path if eventlog is not None else "off",
-    )
-    if web is not None:
-        print(web_line, flush=True)
-        log.info("%s", web_line)
-    if ready is not None:
-        ready.set_result((host, port))
-    await stop.wait()
-    log.info("shutting down: %d connections", len(server.protocols))
-    if web is not None:
-        web.close()
-    await server.shutdown()
-    if eventlog is not None:
-        eventlog.close()
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGHUP):
-        loop.remove_signal_handler(sig)
-    log.info("stopped; stats: %s", server.daemon.stats.summary())
-    return 0
 
 
 def _is_loopback(host: str) -> bool:

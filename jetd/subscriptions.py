@@ -1,5 +1,10 @@
-"""Fetches: the prefix index, fan-out of fetch events, and parking the fetches of slow
-consumers (PROTOCOL.md 6.8, 6.9, 7.2, 10.5, 10.8).
+"""The subscriptions part: fetches, the prefix index, fan-out of fetch events, and
+parking the fetches of slow consumers (PROTOCOL.md 6.8, 6.9, 7.2, 10.5, 10.8).
+
+:class:`Subscriptions` owns the fetch indexes (live, parked, delivering), the change
+sequence of parked fetches, the fetch ids and the set of slow connections. It reads
+states through the registry part, hands query fetches their share through the queries
+part, and wakes connections whose delivery goes on through the scheduler.
 
 Slow consumers (PROTOCOL.md 10.8): while a connection is paused its fetches are
 *parked*, out of the fetch index, so a change costs a paused peer nothing. While any
@@ -19,10 +24,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from jetwire import Status
 
+from .base import Clock, DaemonStats, Output
+from .config import Config
 from .connection import Connection
 from .frames import (
     EVENT,
@@ -35,17 +42,20 @@ from .frames import (
     RESPONSE,
     U32_FROM,
     U32_PACK,
+    LogHook,
     ok_frame,
     str16_ok,
 )
-from .routes import Routing
+from .scheduler import Scheduler
 
-__all__ = ["DELIVERY_SLICE", "Delivery", "Fetch", "FetchRegistry", "Subscriptions"]
+if TYPE_CHECKING:
+    from .access import AccessControl, Permissions
+    from .querying import Queries
+    from .registry import Registry
+
+__all__ = ["Delivery", "Fetch", "FetchRegistry", "Subscriptions"]
 
 log = logging.getLogger("jetd")
-
-# Initial adds per slice: about a millisecond or two of the loop per slice.
-DELIVERY_SLICE = 2048
 
 InitialSource = Callable[[Optional[bytes]], Iterator[tuple[bytes, bytes]]]
 """``source(after)``: (key, ``Key, Value`` payload) of the states a new fetch matches,
@@ -176,8 +186,75 @@ class FetchRegistry:
         return found
 
 
-class Subscriptions(Routing):
-    """FETCH_STATES and UNFETCH, fan-out, and the flow control of slow consumers."""
+class Subscriptions:
+    """The subscriptions part (see the module docstring): FETCH_STATES and UNFETCH,
+    fan-out, and the flow control of slow consumers.
+
+    Published read-only for the dispatcher's inlined NOTIFY fan-out: ``fetches`` (the
+    live index), ``parked`` (how many fetches are parked) and ``delivering_count``;
+    a change while ``parked`` goes through :meth:`note_change`, while
+    ``delivering_count`` through :meth:`hold`.
+    """
+
+    queries: Queries  # wired by jetd.core.Daemon: the query side of every change
+    access: AccessControl  # read (PROTOCOL.md 15.3)
+
+    def __init__(self, config: Config, out: Output, clock: Clock, stats: DaemonStats, log_hook: Optional[LogHook],
+                 registry: Registry, scheduler: Scheduler) -> None:
+        self.config = config
+        self.out = out
+        self.clock = clock
+        self.stats = stats
+        self._log = log_hook
+        self._log_events = log_hook is not None and config.log_events
+        self.registry = registry
+        self.scheduler = scheduler
+        self.fetches = FetchRegistry()
+        # PROTOCOL.md 10.8: the fetches of paused connections, for their ADD/REMOVE events.
+        self.parked_fetches = FetchRegistry()
+        self.parked = 0  # how many fetches are parked
+        # While any is parked: key -> sequence number of its last change (self.seq).
+        self.changed: dict[bytes, int] = {}
+        self.seq = 0
+        # PROTOCOL.md 10.5: new fetches whose initial adds are under way (Delivery).
+        self.delivering = FetchRegistry()
+        self.delivering_count = 0
+        self.slow: set[Connection] = set()  # paused connections (PROTOCOL.md 10.8 deadline)
+        self.next_fetch_id = 1  # PROTOCOL.md 10.5: jetd counts from 1, never reuses
+
+    def new_fetch_id(self) -> int:
+        """The id of a new fetch, plain or query (PROTOCOL.md 10.5)."""
+        fid = self.next_fetch_id
+        self.next_fetch_id += 1
+        return fid
+
+    def note_change(self, key: bytes) -> None:
+        """PROTOCOL.md 10.8: ``key`` changed while fetches are parked."""
+        self.seq += 1
+        self.changed[key] = self.seq
+
+    def forget(self, key: bytes) -> None:
+        """``key`` is gone: drop its cached fetch targets."""
+        self.fetches.forget(key)
+
+    def stuck(self, now: float, deadline: float) -> list[Connection]:
+        """PROTOCOL.md 10.8: the paused connections paused for more than ``deadline``."""
+        return [c for c in self.slow if c.slow_since is not None and now - c.slow_since > deadline]
+
+    def gone(self, conn: Connection) -> None:
+        """``conn``'s transport is gone: it is no longer a slow consumer."""
+        self.slow.discard(conn)
+
+    def drop_fetches(self, conn: Connection) -> None:
+        """A closing connection's plain fetches end (PROTOCOL.md 10.6)."""
+        fetches = self.parked_fetches if conn.parked else self.fetches
+        for fetch in conn.fetches.values():
+            fetches.remove(fetch)
+        if conn.parked:
+            conn.parked = False
+            self._unparked(len(conn.fetches))
+        conn.fetches.clear()
+        self.slow.discard(conn)
 
     # --- flow control (called by the IO layer) -------------------------------------------
 
@@ -187,7 +264,7 @@ class Subscriptions(Routing):
         conn.transport_size = transport_size
         if not conn.paused:
             conn.paused = True
-            conn.slow_since = self.now
+            conn.slow_since = self.clock.now
             self.slow.add(conn)
             if not conn.closed and not conn.parked:
                 self._park(conn)
@@ -202,14 +279,12 @@ class Subscriptions(Routing):
         True once the connection is live again (False too if it was closed)."""
         if conn.closing:
             return False
-        if conn.query_fetches and self._query_catch_up(conn):
+        if conn.query_fetches and self.queries.catch_up(conn):
             # PROTOCOL.md 14.3: held query events first; called again once written.
-            self._finish_closes()
             return False
         if conn.parked:
-            if self._seq != conn.mark:
+            if self.seq != conn.mark:
                 self._catch_up(conn)
-                self._finish_closes()
                 if conn.pending or conn.closing:
                     return False
             self._unpark(conn)
@@ -218,18 +293,18 @@ class Subscriptions(Routing):
         conn.slow_since = None
         self.slow.discard(conn)
         if conn.stalled:
-            self.ready.append(conn)  # its delivery or held input goes on (Daemon.work)
+            self.scheduler.wake(conn)  # its delivery or held input goes on (Daemon.work)
         log.debug("drained %s", conn.label)
         return True
 
     def _park(self, conn: Connection) -> None:
         conn.parked = True
-        conn.mark = self._seq
+        conn.mark = self.seq
         live, parked = self.fetches, self.parked_fetches
         for fetch in conn.fetches.values():
             live.remove(fetch)
             parked.add(fetch)
-        self._parked += len(conn.fetches)
+        self.parked += len(conn.fetches)
         self.stats.parked += 1
 
     def _unpark(self, conn: Connection) -> None:
@@ -242,39 +317,39 @@ class Subscriptions(Routing):
         self._unparked(len(conn.fetches))
 
     def _unparked(self, count: int) -> None:
-        self._parked -= count
-        if not self._parked:
-            self._changed.clear()
+        self.parked -= count
+        if not self.parked:
+            self.changed.clear()
 
     def _catch_up(self, conn: Connection) -> None:
         """Queue for parked ``conn`` a FETCH_CHANGE with the latest value per (fetch, key)
         changed since its mark and not caught up on one by one since (PROTOCOL.md 10.8);
         CLOSE it above the hard limit."""
         mark = conn.mark
-        conn.mark = self._seq
+        conn.mark = self.seq
         caught = conn.caught
-        states = self.registry.states
+        registry = self.registry
         sent = 0
-        for key, changed in self._changed.items():
+        for key, changed in self.changed.items():
             if changed > mark and changed > caught.get(key, 0):
-                owner = states.get(key)
-                if owner is not None:
-                    sent += self._catch_up_key(conn, key, owner.states[key])
+                kv = registry.value(key)
+                if kv is not None:
+                    sent += self._catch_up_key(conn, key, kv)
                     if conn.closing:
                         break
         caught.clear()
         self.stats.caught_up += sent
         if conn.pending_size + conn.transport_size > self.config.hard_limit:
-            self._overload(conn, "output above the hard limit")
+            self.out.overload(conn, "output above the hard limit")
 
-    def _catch_up_on(self, conn: Connection, key: bytes, kv: bytes) -> None:
+    def catch_up_on(self, conn: Connection, key: bytes, kv: bytes) -> None:
         """Parked ``conn`` catches up on ``key`` alone (its value ``kv``), if it changed
         since the connection's mark and since it last caught up on it."""
         if conn.query_fetches:
-            self._query_release(conn, key)
-        changed = self._changed.get(key, 0)
+            self.queries.release(conn, key)
+        changed = self.changed.get(key, 0)
         if changed > conn.mark and changed > conn.caught.get(key, 0) and not conn.closing:
-            conn.caught[key] = self._seq
+            conn.caught[key] = self.seq
             self.stats.caught_up += self._catch_up_key(conn, key, kv)
 
     def _catch_up_key(self, conn: Connection, key: bytes, kv: bytes) -> int:
@@ -282,8 +357,8 @@ class Subscriptions(Routing):
         caught up) the FETCH_CHANGE of ``key`` (value ``kv``) for each of its fetches that
         matches; returns how many."""
         body_length = 5 + len(kv)
-        if self._too_large_for(conn, body_length):
-            self._event_too_large(conn, body_length)
+        if self.out.too_large_for(conn, body_length):
+            self.out.event_too_large(conn, body_length)
             return 0
         head = EVT_HEAD_PACK(EVENT, body_length, FETCH_CHANGE)
         log = self._log if self._log_events else None
@@ -297,18 +372,33 @@ class Subscriptions(Routing):
                 sent += 1
         return sent
 
-    def _fanout(self, key: bytes, code: int, kv: bytes) -> None:
+    def fan_change(self, targets: list[Fetch], head: bytes, kv: bytes) -> None:
+        """The FETCH_CHANGE of ``kv`` (its frame head ``head``) to the live fetches
+        ``targets``, two pieces per event: the fetch keeps its head and id joined (a
+        quarter off 50 fetchers, compiled). The dispatcher's NOTIFY fast path calls it
+        when compiled (PROTOCOL.md 7.2, 10.5)."""
+        dirty = self.out.dirty
+        for fetch in targets:
+            out = fetch.conn.out
+            if not out:
+                dirty.append(fetch.conn)
+            if fetch.change_head is not head:
+                fetch.change_head = head
+                fetch.change_prefix = head + fetch.fid_bytes
+            out.append(fetch.change_prefix)
+            out.append(kv)
+
+    def fanout(self, key: bytes, code: int, kv: bytes) -> None:
         """Send one fetch event for ``key`` to every matching fetch: the frame is
         encoded once as (head, kv); each fetcher gets head + its fetch id + kv."""
-        if self.queries.by_signature:
-            self._query_state(key, code, kv)  # PROTOCOL.md 14.2 (jetd.querying)
+        self.queries.state_changed(key, code, kv)  # PROTOCOL.md 14.2 (jetd.querying)
         body_length = 5 + len(kv)
-        if self._delivering:
-            self._hold(key, code, kv)
-        if self._parked:
+        if self.delivering_count:
+            self.hold(key, code, kv)
+        if self.parked:
             if code == FETCH_CHANGE:
-                self._seq += 1
-                self._changed[key] = self._seq
+                self.seq += 1
+                self.changed[key] = self.seq
             else:
                 self._fanout_parked(key, code, kv)
         if not self.fetches.lengths:
@@ -317,13 +407,13 @@ class Subscriptions(Routing):
         if not targets:
             return
         head = EVT_HEAD_PACK(EVENT, body_length, code)
-        dirty = self.dirty
+        dirty = self.out.dirty
         # PROTOCOL.md 6.4: after a NOTIFY_STATE event the event can be 4 bytes above ours.
-        careful = self._small_body_peers > 0 or body_length > self._max_body
+        careful = self.out.small_body_peers > 0 or body_length > self.out.max_body
         for fetch in targets:
             conn = fetch.conn
             if careful and body_length > conn.max_body:
-                self._event_too_large(conn, body_length)
+                self.out.event_too_large(conn, body_length)
             else:
                 out = conn.out
                 if not out:
@@ -349,28 +439,28 @@ class Subscriptions(Routing):
             conn = fetch.conn
             if conn.closing:
                 continue  # its CLOSE is queued: nothing may follow it
-            if self._too_large_for(conn, body_length):
-                self._event_too_large(conn, body_length)
+            if self.out.too_large_for(conn, body_length):
+                self.out.event_too_large(conn, body_length)
                 continue
             if code == FETCH_REMOVE:
                 # The key's held-back change first (kv is its last value), for all of the
                 # connection's fetches at once.
-                self._catch_up_on(conn, key, kv)
+                self.catch_up_on(conn, key, kv)
                 if conn.closing:
                     continue
             frame = head + fetch.fid_bytes + kv
-            if self._enqueue(conn, frame) and self._log_events and self._log is not None:
+            if self.out.enqueue(conn, frame) and self._log_events and self._log is not None:
                 self._log(conn.conn_id, FRAME_OUT, frame)
         self.stats.fanout_events += len(targets)
         if code == FETCH_REMOVE:
             # Every parked fetch of the key is caught up on it now.
-            self._changed.pop(key, None)
+            self.changed.pop(key, None)
 
-    def _fetch(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
+    def fetch(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
         if not str16_ok(buf, pos + 10, end):
-            return self._malformed(conn, buf, pos, end, rid)
+            return self.out.malformed(conn, buf, pos, end, rid)
         if len(conn.fetches) + len(conn.query_fetches) >= self.config.max_fetches_per_connection:
-            return self._reply(
+            return self.out.reply(
                 conn,
                 rid,
                 Status.LIMIT_EXCEEDED,
@@ -379,17 +469,16 @@ class Subscriptions(Routing):
         prefix = buf[pos + 12 : end]
         perms = conn.perms
         if perms is None:
-            fetch = Fetch(self._next_fetch_id, conn, prefix)
+            fetch = Fetch(self.new_fetch_id(), conn, prefix)
         else:
             # PROTOCOL.md 15.4: indexed under the prefixes it may read, which filters
             # every event at no cost per event; refused if it could deliver nothing.
             readable = perms.read.narrow(prefix)
             if not readable:
-                return self._not_authorized(conn, rid, "read", prefix)
-            fetch = Fetch(self._next_fetch_id, conn, prefix, readable)
-        self._next_fetch_id += 1
+                return self.access.not_authorized(conn, rid, "read", prefix)
+            fetch = Fetch(self.new_fetch_id(), conn, prefix, readable)
         # PROTOCOL.md 10.5: the OK first, then FETCH_ADD in byte order of key, then live.
-        self._send(conn, RESP_HEAD_PACK(RESPONSE, 9, rid, 0) + fetch.fid_bytes)
+        self.out.send(conn, RESP_HEAD_PACK(RESPONSE, 9, rid, 0) + fetch.fid_bytes)
         registry = self.registry
         self._start_delivery(conn, fetch, lambda after: registry.matching_any_after(fetch.prefixes, after))
         return None
@@ -401,10 +490,10 @@ class Subscriptions(Routing):
         others from :meth:`jetd.core.Daemon.work` while the connection's input stalls."""
         conn.delivery = Delivery(fetch, source)
         self.delivering.add(fetch)
-        self._delivering += 1
-        self._deliver(conn)
+        self.delivering_count += 1
+        self.deliver(conn)
 
-    def _deliver(self, conn: Connection) -> None:
+    def deliver(self, conn: Connection) -> None:
         """Queue one slice of ``conn``'s initial adds; after the last one, the events
         held meanwhile, and the fetch is live. Stops early (and ``conn`` stays
         stalled) while the connection is paused or past its output budget."""
@@ -412,21 +501,22 @@ class Subscriptions(Routing):
         assert isinstance(delivery, Delivery)
         fid_bytes = delivery.fetch.fid_bytes
         log_out = self._log if self._log_events else None
-        budget = self._out_budget
+        budget = self.out.out_budget
+        limit = self.scheduler.delivery_slice
         out = conn.out
         added = 0
         for sent, (key, kv) in enumerate(delivery.source(delivery.cursor)):
-            if sent >= DELIVERY_SLICE or conn.paused or conn.out_size > budget:
+            if sent >= limit or conn.paused or conn.out_size > budget:
                 self.stats.initial_adds += sent
                 conn.stalled = True
                 return
             body_length = 5 + len(kv)
-            if self._too_large_for(conn, body_length):
-                self._event_too_large(conn, body_length)
+            if self.out.too_large_for(conn, body_length):
+                self.out.event_too_large(conn, body_length)
                 return
             head = EVT_HEAD_PACK(EVENT, body_length, FETCH_ADD)
             if not out:
-                self.dirty.append(conn)
+                self.out.dirty.append(conn)
             out.append(head)
             out.append(fid_bytes)
             out.append(kv)
@@ -442,15 +532,15 @@ class Subscriptions(Routing):
         delivery = conn.delivery
         assert isinstance(delivery, Delivery)
         fetch = delivery.fetch
-        self._end_delivery(conn)
+        self.end_delivery(conn)
         log_out = self._log if self._log_events else None
         for frame in delivery.held:
             if conn.paused:
-                if not self._enqueue(conn, frame):
+                if not self.out.enqueue(conn, frame):
                     return
             else:
                 if not conn.out:
-                    self.dirty.append(conn)
+                    self.out.dirty.append(conn)
                 conn.out.append(frame)
                 conn.out_size += len(frame)
             if log_out is not None:
@@ -458,24 +548,24 @@ class Subscriptions(Routing):
         conn.fetches[fetch.fid] = fetch
         if conn.parked:
             self.parked_fetches.add(fetch)
-            self._parked += 1
+            self.parked += 1
         else:
             self.fetches.add(fetch)
 
-    def _end_delivery(self, conn: Connection) -> None:
+    def end_delivery(self, conn: Connection) -> None:
         """Forget ``conn``'s delivery (finished, or the connection is closing)."""
         delivery = conn.delivery
         if delivery is None:
             return
         if delivery.for_query:
-            self._query_end_delivery(conn)
+            self.queries.end_delivery(conn)
             return
         assert isinstance(delivery, Delivery)
         conn.delivery = None
         self.delivering.remove(delivery.fetch)
-        self._delivering -= 1
+        self.delivering_count -= 1
 
-    def _hold(self, key: bytes, code: int, kv: bytes) -> None:
+    def hold(self, key: bytes, code: int, kv: bytes) -> None:
         """A fetch event of ``key`` for the fetches still delivering initial adds that
         have added ``key`` already: kept until their last initial add (see Delivery)."""
         body_length = 5 + len(kv)
@@ -485,30 +575,86 @@ class Subscriptions(Routing):
             delivery = conn.delivery
             if not isinstance(delivery, Delivery) or delivery.cursor is None or key > delivery.cursor or conn.closing:
                 continue
-            if self._too_large_for(conn, body_length):
-                self._event_too_large(conn, body_length)
+            if self.out.too_large_for(conn, body_length):
+                self.out.event_too_large(conn, body_length)
                 continue
             frame = EVT_HEAD_PACK(EVENT, body_length, code) + fetch.fid_bytes + kv
             delivery.held.append(frame)
             delivery.held_size += len(frame)
             # PROTOCOL.md 10.8: held events are output owed to the peer like any other.
             if delivery.held_size + conn.queued + conn.out_size > self.config.hard_limit:
-                self._overload(conn, "output above the hard limit")
+                self.out.overload(conn, "output above the hard limit")
 
-    def _unfetch(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
+    def unfetch(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
         if end - pos != 14:
-            return self._malformed(conn, buf, pos, end, rid)
+            return self.out.malformed(conn, buf, pos, end, rid)
         fid = U32_FROM(buf, pos + 10)[0]
-        if conn.query_fetches and self._unfetch_query(conn, fid):
-            self._send(conn, ok_frame(rid))
+        if conn.query_fetches and self.queries.unfetch(conn, fid):
+            self.out.send(conn, ok_frame(rid))
             return None
         if fid not in conn.fetches:
-            return self._reply(conn, rid, Status.NOT_FOUND, f"no fetch {fid} on this connection")
+            return self.out.reply(conn, rid, Status.NOT_FOUND, f"no fetch {fid} on this connection")
         fetch = conn.fetches.pop(fid)
         if conn.parked:
             self.parked_fetches.remove(fetch)
             self._unparked(1)
         else:
             self.fetches.remove(fetch)
-        self._send(conn, ok_frame(rid))
+        self.out.send(conn, ok_frame(rid))
         return None
+
+    # --- changes of permissions (PROTOCOL.md 15.5, called by jetd.access) ----------------
+
+    def narrow_delivery(self, conn: Connection, perms: Permissions) -> None:
+        """``conn``'s permissions changed: its fetch still delivering initial adds reads
+        under the new ones from here on."""
+        registry = self.registry
+        delivery = conn.delivery
+        if isinstance(delivery, Delivery):
+            # A fetch still delivering its initial adds in slices (PROTOCOL.md 10.5): the
+            # keys up to its cursor were added; the changes for them go after its last
+            # add, with the events held meanwhile; the keys above come from the new
+            # prefixes as the delivery goes on.
+            fetch = delivery.fetch
+            narrowed = perms.read.narrow(fetch.prefix)
+            if narrowed != fetch.prefixes:
+                cursor = delivery.cursor
+                if cursor is not None:
+                    old = {k: kv for k, kv in registry.matching_any(fetch.prefixes) if k <= cursor}
+                    new = {k: kv for k, kv in registry.matching_any(narrowed) if k <= cursor}
+                    for code, keys, values in ((FETCH_REMOVE, old.keys() - new.keys(), old),
+                                               (FETCH_ADD, new.keys() - old.keys(), new)):
+                        for key in sorted(keys):
+                            kv = values[key]
+                            frame = EVT_HEAD_PACK(EVENT, 5 + len(kv), code) + fetch.fid_bytes + kv
+                            delivery.held.append(frame)
+                            delivery.held_size += len(frame)
+                self.delivering.remove(fetch)
+                fetch.prefixes = narrowed
+                self.delivering.add(fetch)
+
+    def narrow_fetches(self, conn: Connection, perms: Permissions) -> None:
+        """``conn``'s permissions changed: each of its fetches gets FETCH_REMOVE for what
+        it may no longer read and FETCH_ADD for what it may read now, in byte order of key."""
+        registry = self.registry
+        for fid in sorted(conn.fetches):
+            fetch = conn.fetches[fid]
+            narrowed = perms.read.narrow(fetch.prefix)
+            if narrowed == fetch.prefixes:
+                continue
+            old = dict(registry.matching_any(fetch.prefixes))
+            new = dict(registry.matching_any(narrowed))
+            index = self.parked_fetches if conn.parked else self.fetches
+            for key in sorted(old.keys() - new.keys()):
+                kv = old[key]
+                if conn.parked:
+                    self.catch_up_on(conn, key, kv)  # PROTOCOL.md 10.8: its change first
+                self.out.send(conn, EVT_HEAD_PACK(EVENT, 5 + len(kv), FETCH_REMOVE) + fetch.fid_bytes + kv)
+            index.remove(fetch)
+            fetch.prefixes = narrowed
+            index.add(fetch)
+            for key in sorted(new.keys() - old.keys()):
+                kv = new[key]
+                self.out.send(conn, EVT_HEAD_PACK(EVENT, 5 + len(kv), FETCH_ADD) + fetch.fid_bytes + kv)
+            if conn.closing:
+                return

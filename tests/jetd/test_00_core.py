@@ -238,7 +238,7 @@ def test_parked_fetches_get_latest_values_in_order():
     # Live again: every change goes straight out.
     h.send(owner, NotifyState(None, "j", v(9)))
     assert h.recv(slow) == [FetchChange(f7, "j", v(9))]
-    assert h.daemon._changed == {}
+    assert h.daemon.subscriptions.changed == {}
 
 
 def test_paused_connection_conflates_and_hard_limit_overloads():
@@ -261,7 +261,7 @@ def test_paused_connection_conflates_and_hard_limit_overloads():
     assert close == Close(Status.OVERLOADED, "output above the hard limit")
     h.send(owner, NotifyState(None, "a", v(1)))  # nothing more for it
     assert h.recv(slow) == []
-    assert h.daemon._parked == 0 and h.daemon._changed == {}
+    assert h.daemon.subscriptions.parked == 0 and h.daemon.subscriptions.changed == {}
 
 
 def test_parked_peer_gets_the_change_it_caused_before_the_answer():
@@ -301,7 +301,7 @@ def test_catch_up_on_drain_is_bounded_by_the_hard_limit():
     h.send(owner, *(NotifyState(None, f"k{i:03d}", v(b"z" * 40)) for i in range(1, 101)))
     assert not h.daemon.drained(slow)
     assert slow.closed and h.recv(slow) == [Close(Status.OVERLOADED, "output above the hard limit")]
-    assert h.daemon._parked == 0 and h.daemon._changed == {}
+    assert h.daemon.subscriptions.parked == 0 and h.daemon.subscriptions.changed == {}
 
 
 def test_a_close_during_the_catch_up_tears_the_connection_down():
@@ -517,21 +517,21 @@ def _apply_step(h: Harness, conn: Connection, data: bytes, action: str) -> None:
 
 def _check_invariants(daemon: Daemon) -> None:
     registry = daemon.registry
-    assert list(registry.index) == sorted(registry.states)
+    assert list(registry.table.index) == sorted(registry.states)
     for key, owner in registry.states.items():
         assert not owner.closed and key in owner.states
     for key, owner in registry.methods.items():
         assert not owner.closed and key in owner.methods
     live = [c for c in daemon.connections.values() if not c.closed]
     # Every fetch is indexed exactly once: live, or parked while its connection is paused.
-    indexed = {id(f): f for g in daemon.fetches.by_prefix.values() for f in g.values()}
-    parked = {id(f): f for g in daemon.parked_fetches.by_prefix.values() for f in g.values()}
+    indexed = {id(f): f for g in daemon.subscriptions.fetches.by_prefix.values() for f in g.values()}
+    parked = {id(f): f for g in daemon.subscriptions.parked_fetches.by_prefix.values() for f in g.values()}
     assert not indexed.keys() & parked.keys()
     assert all(not f.conn.paused and not f.conn.parked for f in indexed.values())
     assert all(f.conn.parked for f in parked.values())
     assert len(indexed) + len(parked) == sum(len(c.fetches) for c in live)
-    assert daemon._parked == len(parked)
-    assert daemon._parked or not daemon._changed
+    assert daemon.subscriptions.parked == len(parked)
+    assert daemon.subscriptions.parked or not daemon.subscriptions.changed
     for conn in live:
         assert conn.pending_size == sum(map(len, conn.pending))
         assert conn.parked == (conn.paused and not conn.closing) or conn.closing
@@ -759,4 +759,4 @@ def test_notify_event_size_limit_is_the_same_on_both_paths(kind, extra):
     if extra:
         assert late.closed
     else:
-        assert h.recv(late)[1] == FetchAdd(h.daemon._next_fetch_id - 1, "k", value)
+        assert h.recv(late)[1] == FetchAdd(h.daemon.subscriptions.next_fetch_id - 1, "k", value)

@@ -53,7 +53,7 @@ class Harness:
     def __init__(self, access: Access | None, **settings: object) -> None:
         self.daemon = Daemon(Config(**settings), access=access)  # type: ignore[arg-type]
         self.jobs: list[tuple[Callable[[], bool], Callable[[bool, float], None]]] = []
-        self.daemon.offload = lambda job, done: self.jobs.append((job, done))
+        self.daemon.auth.offload = lambda job, done: self.jobs.append((job, done))
         self.now = 0.0
         self.decoders: dict[int, Decoder] = {}
 
@@ -203,7 +203,7 @@ def test_without_auth_nothing_is_checked() -> None:
 def test_reload_during_a_sliced_fetch_delivery() -> None:
     """A fetch still delivering its initial adds in slices (PROTOCOL.md 10.5) when a reload
     narrows its read: what the peer ends up with is exactly the readable states."""
-    from jetd.subscriptions import DELIVERY_SLICE
+    from jetd.scheduler import DEFAULT_DELIVERY_SLICE as DELIVERY_SLICE
 
     keys = [f"p/k{i:04d}" for i in range(DELIVERY_SLICE + 300)]
     h = Harness(make_access(["p/"]))

@@ -4,12 +4,10 @@ loop is played by hand here, one Daemon.work slice at a time, with changes betwe
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_00_core import Harness, _View, v
 
-import jetd.subscriptions
 from jetd.core import Connection
 from jetwire import (
     AddState,
@@ -48,9 +46,9 @@ def _recv(h: Harness, conn: Connection) -> list[Message]:
     return list(decoder.messages())
 
 
-def test_changes_during_a_sliced_fetch_keep_its_order(monkeypatch):
-    monkeypatch.setattr(jetd.subscriptions, "DELIVERY_SLICE", 3)
+def test_changes_during_a_sliced_fetch_keep_its_order():
     h = Harness()
+    h.daemon.scheduler.delivery_slice = 3
     owner, fetcher = h.connect("owner"), h.connect("fetcher")
     h.send(owner, *(AddState(i + 1, f"k{i}", v(i)) for i in range(0, 10, 2)))  # k0 k2 k4 k6 k8
     h.recv(owner)
@@ -77,7 +75,7 @@ def test_changes_during_a_sliced_fetch_keep_its_order(monkeypatch):
         FetchRemove(fid, "k0", v(0)),
         Response(2, Status.NOT_FOUND, message="no such state"),
     ]
-    assert not fetcher.stalled and h.daemon.delivering.by_prefix == {}
+    assert not fetcher.stalled and h.daemon.subscriptions.delivering.by_prefix == {}
     # Live now: changes go straight out.
     _feed(h, owner, NotifyState(None, "k7", v(70)))
     assert _recv(h, fetcher) == [FetchChange(fid, "k7", v(70))]
@@ -96,48 +94,44 @@ def test_a_sliced_fetch_ends_with_the_exact_view(initial, steps):
     # PROTOCOL.md 10.5: whatever changes while the adds go out in slices, the fetcher's
     # initial adds come in key order before any other event, each (fetch, key) goes ADD,
     # CHANGE..., REMOVE, and its final view is exactly the states.
-    monkeypatch = pytest.MonkeyPatch()
-    monkeypatch.setattr(jetd.subscriptions, "DELIVERY_SLICE", 2)
-    try:
-        h = Harness()
-        owner, fetcher = h.connect("owner"), h.connect("fetcher")
-        truth = {}
-        for i in sorted(initial):
-            h.send(owner, AddState(100 + i, f"k{i:02d}", v(i)))
-            truth[f"k{i:02d}"] = v(i)
-        h.recv(owner)
-        view = _View()
-        view.fetch_rids[1] = "k"
-        _feed(h, fetcher, FetchStates(1, "k"))
-        messages = _recv(h, fetcher)
-        for rid, (action, key, n) in enumerate(steps, 1000):
-            if action == "slice":
-                _slice(h)
-            elif action == "add":
-                _feed(h, owner, AddState(rid, key, v(n)))
-                truth.setdefault(key, v(n))
-            elif action == "remove":
-                _feed(h, owner, RemoveState(rid, key))
-                truth.pop(key, None)
-            else:
-                _feed(h, owner, NotifyState(None, key, v(n)))
-                if key in truth:
-                    truth[key] = v(n)
-            messages += _recv(h, fetcher)
-        while h.daemon.has_work:
+    h = Harness()
+    h.daemon.scheduler.delivery_slice = 2
+    owner, fetcher = h.connect("owner"), h.connect("fetcher")
+    truth = {}
+    for i in sorted(initial):
+        h.send(owner, AddState(100 + i, f"k{i:02d}", v(i)))
+        truth[f"k{i:02d}"] = v(i)
+    h.recv(owner)
+    view = _View()
+    view.fetch_rids[1] = "k"
+    _feed(h, fetcher, FetchStates(1, "k"))
+    messages = _recv(h, fetcher)
+    for rid, (action, key, n) in enumerate(steps, 1000):
+        if action == "slice":
             _slice(h)
+        elif action == "add":
+            _feed(h, owner, AddState(rid, key, v(n)))
+            truth.setdefault(key, v(n))
+        elif action == "remove":
+            _feed(h, owner, RemoveState(rid, key))
+            truth.pop(key, None)
+        else:
+            _feed(h, owner, NotifyState(None, key, v(n)))
+            if key in truth:
+                truth[key] = v(n)
         messages += _recv(h, fetcher)
-        for message in messages:
-            view.apply(message)
-        [fid] = view.views
-        assert view.views[fid] == truth
-        # The initial adds come right after the OK, in key order, before any other event.
-        initial = messages[1 : 1 + h.daemon.stats.initial_adds]
-        assert all(isinstance(m, FetchAdd) for m in initial), initial
-        keys = [m.key for m in initial]  # type: ignore[attr-defined]
-        assert keys == sorted(set(keys)), keys
-    finally:
-        monkeypatch.undo()
+    while h.daemon.has_work:
+        _slice(h)
+    messages += _recv(h, fetcher)
+    for message in messages:
+        view.apply(message)
+    [fid] = view.views
+    assert view.views[fid] == truth
+    # The initial adds come right after the OK, in key order, before any other event.
+    initial = messages[1 : 1 + h.daemon.stats.initial_adds]
+    assert all(isinstance(m, FetchAdd) for m in initial), initial
+    keys = [m.key for m in initial]  # type: ignore[attr-defined]
+    assert keys == sorted(set(keys)), keys
 
 
 def test_output_budget_stalls_a_pipelining_peer_within_one_read():
@@ -156,9 +150,9 @@ def test_output_budget_stalls_a_pipelining_peer_within_one_read():
     assert not greedy.stalled and h.daemon.input_buffered == 0
 
 
-def test_route_timeouts_expire_in_slices(monkeypatch):
-    monkeypatch.setattr(jetd.routes, "EXPIRE_SLICE", 10)
+def test_route_timeouts_expire_in_slices():
     h = Harness(route_timeout=1.0)
+    h.daemon.scheduler.expire_slice = 10
     owner, requester = h.connect("owner"), h.connect("requester")
     h.send(owner, AddState(1, "r", v(0)))
     h.recv(owner)
@@ -175,8 +169,6 @@ def test_route_timeouts_expire_in_slices(monkeypatch):
     assert all(a.status == Status.TIMEOUT for a in answers)  # type: ignore[attr-defined]
     assert not h.daemon.has_work
 
-
-import jetd.routes  # noqa: E402  (monkeypatched above by name)
 
 
 def test_end_of_input_while_stalled_waits_for_the_held_frames():

@@ -286,7 +286,7 @@ def test_methods_and_nodes() -> None:
     ]
     h.send(fan, Unfetch(7, fid))
     assert h.recv(fan) == [Response(7)]
-    assert not h.daemon.queries and h.daemon.nodes is None
+    assert not h.daemon.queries.index and h.daemon.queries.nodes is None
 
 
 def test_query_once_answers_entries_then_ok() -> None:
@@ -303,7 +303,7 @@ def test_query_once_answers_entries_then_ok() -> None:
     messages = h.recv(asker)
     assert [m.key for m in messages[:-1]] == ["players/p4", "players/p3"]  # type: ignore[attr-defined]
     assert all(isinstance(m, QueryEntry) and m.id == 2 for m in messages[:-1])
-    assert not h.daemon.queries  # nothing kept
+    assert not h.daemon.queries.index  # nothing kept
 
 
 @pytest.mark.parametrize(
@@ -367,7 +367,7 @@ def test_two_fetchers_of_one_query_share_one_group() -> None:
     a, b = h.connect(), h.connect()
     h.send(a, FetchQuery(1, top(10)))
     h.send(b, FetchQuery(1, top(5, start=3)))
-    assert len(h.daemon.queries.by_signature) == 1
+    assert len(h.daemon.queries.index.by_signature) == 1
     h.daemon.disconnect(a, 0.0)
     h.send(b, Unfetch(2, h.recv(b)[0].fetch_id))  # type: ignore[attr-defined]
-    assert not h.daemon.queries
+    assert not h.daemon.queries.index

@@ -216,7 +216,7 @@ def test_query_once_over_many_states_is_answered_in_slices(sorted_query: bool) -
     else:
         assert got == sorted(_females(states).items())
     # The one-shot group is gone once answered.
-    assert not h.daemon.queries.by_signature
+    assert not h.daemon.queries.index.by_signature
 
 
 def test_a_closing_fetcher_drops_its_seeding_group() -> None:
@@ -225,9 +225,9 @@ def test_a_closing_fetcher_drops_its_seeding_group() -> None:
     fan = h.connect()
     h.send(fan, FetchQuery(1, top(10)), QueryOnce(2, top(10)))
     h.recv(fan)
-    assert fan.stalled and h.daemon.queries.by_signature
+    assert fan.stalled and h.daemon.queries.index.by_signature
     h.daemon.disconnect(fan, 0.0, "test")
-    assert not h.daemon.queries.by_signature
+    assert not h.daemon.queries.index.by_signature
     h.daemon.work(0.0)  # nothing left to do, and no error
 
 
