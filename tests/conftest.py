@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import random
 import selectors
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -80,6 +82,33 @@ def launch_jetd(args: list[str], stderr_path: Path, env: dict[str, str] | None =
     assert text.startswith(prefix), text
     host, _, port = text[len(prefix) :].rpartition(":")
     return DaemonProcess(proc, host, int(port), stderr_path, args)
+
+
+_RESTARTABLE_BASE = 20000  # below Linux's ephemeral range (32768-60999 by default)
+_RESTARTABLE_SLICE = 2000  # ports per pytest-xdist worker
+_handed_out: set[int] = set()
+
+
+def restartable_port() -> int:
+    """A free port on 127.0.0.1 for a daemon that a test stops and starts again on the same
+    port. Port 0 hands out ports of the kernel's ephemeral range, and while the daemon is
+    down the kernel may hand its port to any socket of a test running beside this one (it
+    happened: a browser page reconnecting to a restarted jetd reached another worker's
+    conformance runner). Ports below that range are never handed out that way, and each
+    pytest-xdist worker takes its own slice of them, so only this test can reuse its port."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    low = _RESTARTABLE_BASE + _RESTARTABLE_SLICE * (int(worker) if worker.isdigit() else 0) % 12000
+    for port in random.sample(range(low, low + _RESTARTABLE_SLICE), _RESTARTABLE_SLICE):
+        if port in _handed_out:
+            continue
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise RuntimeError(f"no free port in {low}..{low + _RESTARTABLE_SLICE - 1}")
 
 
 @pytest.fixture

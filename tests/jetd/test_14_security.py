@@ -37,7 +37,7 @@ from jetwire import (
     Value,
     encode,
 )
-from tests.conftest import REPO, DaemonProcess
+from tests.conftest import REPO, DaemonProcess, restartable_port
 from tests.jetd.jetd_testlib import RawPeer
 
 DELAY = 0.2  # --auth-failure-delay in these tests
@@ -599,7 +599,7 @@ def test_jet_cli_user_and_tls(start_jetd: Callable[..., DaemonProcess], users_pa
 def test_a_reconnecting_peer_authenticates_again(start_jetd: Callable[..., DaemonProcess], users_path: Path) -> None:
     from peer import PeerAsync
 
-    first = start_jetd("--auth", str(users_path))
+    first = start_jetd("--auth", str(users_path), "--port", str(restartable_port()))
     port = first.port
 
     async def scenario() -> None:

@@ -7,10 +7,11 @@ import asyncio
 from peer_testlib import eventually, run
 
 from peer import AlreadyExists, EventKind, Peer, PeerAsync
+from tests.conftest import restartable_port
 
 
 def test_daemon_restart_restores_everything(start_jetd):
-    first = start_jetd()
+    first = start_jetd("--port", str(restartable_port()))  # restarted on the same port
     port = first.port
 
     async def body():
@@ -61,7 +62,7 @@ def test_daemon_restart_restores_everything(start_jetd):
 
 
 def test_requests_during_outage_wait_for_restore(start_jetd):
-    first = start_jetd()
+    first = start_jetd("--port", str(restartable_port()))  # restarted on the same port
     port = first.port
 
     async def body():
@@ -78,7 +79,7 @@ def test_requests_during_outage_wait_for_restore(start_jetd):
 
 
 def test_sync_peer_reconnects(start_jetd):
-    first = start_jetd()
+    first = start_jetd("--port", str(restartable_port()))  # restarted on the same port
     port = first.port
     peer = Peer(first.host, port, reconnect=True, reconnect_min_delay=0.02)
     try:
@@ -92,7 +93,7 @@ def test_sync_peer_reconnects(start_jetd):
 
 
 def test_key_taken_during_outage_marks_state_lost(start_jetd):
-    first = start_jetd()
+    first = start_jetd("--port", str(restartable_port()))  # restarted on the same port
     port = first.port
 
     async def body():

@@ -18,6 +18,7 @@ import pytest
 from webtest import ARTIFACTS, REPO, TIMEOUT_MS, chromium, needs_chromium, page_errors, start_web_jetd, until
 
 from peer import PeerAsync
+from tests.conftest import restartable_port
 
 playwright_api = pytest.importorskip("playwright.async_api", reason="playwright is not installed")
 
@@ -112,7 +113,7 @@ def test_console_shows_updates_and_sets_a_tcp_owners_state(start_jetd):
 
 
 def test_console_keeps_its_tree_across_a_daemon_restart(start_jetd):
-    first = start_web_jetd(start_jetd)
+    first = start_web_jetd(start_jetd, "--port", str(restartable_port()), "--http-port", str(restartable_port()))
     host, port = first.web
 
     async def run() -> None:
@@ -181,8 +182,9 @@ class Todo(NamedTuple):
 def todo(start_jetd: Any) -> Iterator[Todo]:
     """jetd allowing the todo page's origin, and the todo example server on it; the server
     must exit cleanly at the end."""
-    port = _free_port()
-    daemon = start_web_jetd(start_jetd, "--http-origins", f"http://127.0.0.1:{port}")
+    port = restartable_port()  # the page reconnects to jetd's ports: restartable ones
+    daemon = start_web_jetd(start_jetd, "--port", str(restartable_port()), "--http-port", str(restartable_port()),
+                            "--http-origins", f"http://127.0.0.1:{port}")
     proc = _start_todo(daemon, port)
     try:
         yield Todo(daemon, port, f"http://127.0.0.1:{port}/")
