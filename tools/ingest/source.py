@@ -44,7 +44,7 @@ from pyspark.sql.types import StructType
 
 from jetwire.log import DEFAULT_MAX_RECORD, MAGIC
 
-__all__ = ["JetlogDataSource", "expand_paths", "plan_ranges", "register", "segment_runs"]
+__all__ = ["JetlogDataSource", "expand_paths", "plan_files", "plan_ranges", "register", "segment_runs"]
 
 DEFAULT_CHUNK = 32 << 20
 DEFAULT_GROUP = 32 << 20
@@ -206,14 +206,18 @@ class JetlogPartition(InputPartition):
     """Byte ranges of one or more segment files read by one task.
 
     ``runs``: file -> run_ns (for version-1 headers); ``starts``: file -> the start of
-    its range, a position an earlier read ended at (read from exactly there).
+    its range, a position an earlier read ended at (read from exactly there);
+    ``planned``: file -> what the driver saw of it (:class:`tools.ingest.parse.PlannedSegment`:
+    header, size, last planned record), which the task checks before it reads.
     """
 
-    def __init__(self, ranges: list[Range], runs: dict[str, int], starts: dict[str, int]) -> None:
+    def __init__(self, ranges: list[Range], runs: dict[str, int], starts: dict[str, int],
+                 planned: Optional[dict[str, Any]] = None) -> None:
         super().__init__(ranges)
         self.ranges = ranges
         self.runs = runs
         self.starts = starts
+        self.planned = planned or {}
 
 
 def _partitions(ranges: list[tuple[str, int, Optional[int]]], options: dict[str, str],
@@ -244,10 +248,32 @@ def _partitions(ranges: list[tuple[str, int, Optional[int]]], options: dict[str,
         planned += plan_ranges([(path, start, limit)], -(-size // pieces), group)
     parts = planned + plan_ranges(small, chunk, group) + parts
     starts = {path: start for path, start, _ in ranges}
-    out = [JetlogPartition(p, {f: runs[f] for f, *_ in p if f in runs}, {f: starts[f] for f, *_ in p})
+    seen = plan_files(ranges, int(options.get("maxrecordsize", DEFAULT_MAX_RECORD)))
+    out = [JetlogPartition(p, {f: runs[f] for f, *_ in p if f in runs}, {f: starts[f] for f, *_ in p},
+                           {f: seen[f] for f, *_ in p if f in seen})
            for p in parts]
     # Spark needs at least one partition: an empty directory is an empty DataFrame.
     return out or [JetlogPartition([], {}, {})]
+
+
+def plan_files(ranges: Sequence[tuple[str, int, Optional[int]]], max_record: int = DEFAULT_MAX_RECORD) -> dict[str, Any]:
+    """What the driver sees of each file of ``(file, start, limit)`` ranges (limit None:
+    a gzip-compressed segment, read whole), for the tasks to check
+    (:func:`tools.ingest.parse.check_segment`): file -> :class:`~tools.ingest.parse.PlannedSegment`
+    for its furthest limit. A file the driver cannot read is left out (the task says so)."""
+    from tools.ingest.parse import plan_segment
+
+    limits: dict[str, Optional[int]] = {}
+    for path, _, limit in ranges:
+        old = limits.get(path, 0)
+        limits[path] = None if limit is None or old is None else max(old, limit)
+    out: dict[str, Any] = {}
+    for path, limit in limits.items():
+        try:
+            out[path] = plan_segment(path, None if _is_gzip(path) else limit, max_record=max_record)
+        except OSError:
+            continue
+    return out
 
 
 def _missing(path: str, exc: OSError) -> str:
@@ -332,7 +358,7 @@ def _read_ranges(partition: JetlogPartition, options: dict[str, str]) -> Iterato
     # Imported here: this runs in the Python worker, which has numpy/pyarrow.
     import pyarrow as pa
 
-    from tools.ingest.parse import CORRUPT, SOURCE_SCHEMA, read_segment
+    from tools.ingest.parse import CORRUPT, SOURCE_SCHEMA, check_segment, read_segment
 
     window = TimeWindow.of(options)
     if window.any():
@@ -347,6 +373,8 @@ def _read_ranges(partition: JetlogPartition, options: dict[str, str]) -> Iterato
     ignore_missing = _opt_true(options, "ignoreMissingFiles")
     for path, start, stop, limit in partition.ranges:
         try:
+            if path in partition.planned:
+                check_segment(path, partition.planned[path], max_record=max_record)
             yield from read_segment(
                 path, start, stop, mode=mode, max_record=max_record, limit=limit, add_run=True,
                 run_ns=partition.runs.get(path), exact_start=start == partition.starts.get(path),
