@@ -5,6 +5,8 @@ The worker (and so every executor it starts) runs in a private mount namespace i
 a tmpfs is mounted over ``driver-only/``: a directory that exists, with files in it, for
 the driver, and is empty for the executors, as a local disk of the driver's machine
 is on a real cluster. Each failure case puts the log directory or the warehouse there.
+And ``short-copy/`` is bind-mounted over ``short/``: the executors see other files at
+the driver's paths there (a stale network-filesystem or object-store cache).
 
 One driver process runs ``jet-ingest``'s ``main`` three times (one JVM start, three
 Spark applications): with paths every node sees, with a log directory the executors
@@ -55,6 +57,11 @@ class Cluster:
         self.root = root
         self.hidden = root / "driver-only"
         self.hidden.mkdir()
+        # short/ as the driver sees it; the executors see short-copy/ there (bind-mounted):
+        # a stale copy of the files at the same paths.
+        self.short, self.short_copy = root / "short", root / "short-copy"
+        self.short.mkdir()
+        self.short_copy.mkdir()
         self.port, self.ui = _free_port(), _free_port()
         self.url = f"spark://127.0.0.1:{self.port}"
         self.env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_HOME": os.path.dirname(pyspark.__file__),
@@ -75,7 +82,8 @@ class Cluster:
                   self.url]
         # The executors inherit the worker's mount namespace: driver-only/ is empty there.
         self._start(["unshare", "-m", "--propagation", "private", "sh", "-c",
-                     f'mount -t tmpfs jet-test-hidden "{self.hidden}" && exec "$@"', "sh", *worker], "worker.log")
+                     f'mount -t tmpfs jet-test-hidden "{self.hidden}" && '
+                     f'mount --bind "{self.short_copy}" "{self.short}" && exec "$@"', "sh", *worker], "worker.log")
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             try:
@@ -241,3 +249,39 @@ def test_on_a_cluster_whose_python_lacks_jet_the_ingest_ships_its_own_code(clust
     ingest_once(None, str(logs), local)
     for table in ("frames", "requests", "state_changes", "connections", "traffic"):
         assert _rows(tmp_path / "wh", table) == _rows(local, table), table
+
+
+def test_on_a_cluster_an_executor_that_sees_a_shorter_copy_fails_the_run(cluster: Cluster, tmp_path: Path) -> None:
+    """Issue 27: the driver sees a whole segment, the executors a shorter copy at the
+    same path. jet-ingest exits 1 naming the file and both sizes, and commits nothing
+    (it used to report the records of the copy and mark the whole segment done)."""
+    from jetd_logs import JetdLog
+
+    from tools.ingest.cli import ingest_once
+    from tools.ingest.warehouse import Manifest
+
+    logs, copy = cluster.short / tmp_path.name, cluster.short_copy / tmp_path.name
+    logs.mkdir()
+    copy.mkdir()
+    JetdLog(24, 1500).write(logs / "jetd-a.jetlog")
+    JetdLog(25, 300, start_ns=10**9 + 1_767_225_600_000_000_000).write(logs / "jetd-b.jetlog",
+                                                                        created_ns=1_767_225_601_000_000_000)
+    data = (logs / "jetd-a.jetlog").read_bytes()
+    (copy / "jetd-a.jetlog").write_bytes(data[: len(data) // 2])
+    shutil.copy(logs / "jetd-b.jetlog", copy / "jetd-b.jetlog")  # the same everywhere
+    wh = tmp_path / "wh"
+    env = {**cluster.env, "PYTHONPATH": REPO_ROOT, "COLUMNS": "300"}
+    env.pop("PYSPARK_SUBMIT_ARGS", None)
+    runs = [[str(logs), "--out", str(wh), "--master", cluster.url, "--no-report"]]
+    done = subprocess.run([sys.executable, "-c", _DRIVER, json.dumps(runs)], env=env, capture_output=True, text=True,
+                          timeout=600, check=False)
+    out = " ".join(done.stdout.split())
+    assert [line for line in done.stdout.splitlines() if line.startswith("EXIT")] == ["EXIT 1"], \
+        (out, done.stderr[-3000:])
+    assert (f"{logs / 'jetd-a.jetlog'}: shorter than the driver planned to read ({len(data) // 2:,} bytes here, "
+            f"{len(data):,} planned by the driver)") in out, out
+    assert "nothing of this run was committed" in out and "Traceback" not in out + done.stderr
+    assert Manifest.load(wh).version == 0
+    # Nothing was marked done: once the executors see the whole file, all of it is ingested.
+    assert ingest_once(None, str(logs), wh) > 0
+    assert Manifest.load(wh).rows("frames") == ingest_once(None, str(logs), tmp_path / "wh-local") > 0
