@@ -221,7 +221,8 @@ def state_changes(frames: DataFrame, exchanges: DataFrame | None = None) -> Data
         F.lag("value_type").over(wk).alias("type_before"), F.lag("value_text").over(wk).alias("value_before"),
         F.lag("value").over(wk).alias("bytes_before"),
         F.col("value_type").alias("type_after"), F.col("value_text").alias("value_after"),
-        F.col("value").alias("bytes_after"), "seq", _date("ts").alias("date"),
+        F.col("value").alias("bytes_after"), "seq", F.lit(None).cast("string").alias("history"),
+        _date("ts").alias("date"),
     )
 
 

@@ -98,3 +98,45 @@ def test_a_run_read_from_a_later_segment_keeps_the_changes_it_holds(tmp_path: Pa
     firsts = {r["key"]: r for r in sorted(later, key=lambda r: r["seq"], reverse=True)}
     assert all(r["value_before"] is None for r in firsts.values())
     assert sum(r["value_before"] is not None for r in later) == len(later) - len(firsts)
+
+
+def test_partial_history_is_said_in_the_table_and_first_in_the_report(tmp_path: Path) -> None:
+    """Each state_changes row of a partial run says what is missing and what cannot be
+    derived (column ``history``); the report's first lines name the missing segments.
+    A --since that cuts into a run is said the same way; a whole run says nothing."""
+    import pandas as pd
+    from rich.console import Console
+
+    from tools.ingest.cli import ingest_once
+    from tools.ingest.report import Summary, print_summary, write_report
+    from tools.ingest.warehouse import Manifest, history_notes
+
+    _write_run(tmp_path / "full", tmp_path / "later")
+    ingest_once(None, str(tmp_path / "later"), tmp_path / "wh-later")
+    notes = history_notes(Manifest.load(tmp_path / "wh-later").files.values())
+    assert list(notes) == [RUN]
+    note = notes[RUN]
+    assert "segment(s) 0 of 2 not read" in note and "owner" in note and "value before its first change" in note
+    assert {r["history"] for r in _table(tmp_path / "wh-later", "state_changes")} == {note}
+
+    ingest_once(None, str(tmp_path / "full"), tmp_path / "wh-full")
+    assert history_notes(Manifest.load(tmp_path / "wh-full").files.values()) == {}
+    assert {r["history"] for r in _table(tmp_path / "wh-full", "state_changes")} == {None}
+
+    since = RUN + 10**9 // 2  # inside segment 0
+    ingest_once(None, str(tmp_path / "full"), tmp_path / "wh-since", since_ns=since)
+    (cut,) = history_notes(Manifest.load(tmp_path / "wh-since").files.values()).values()
+    assert "records before 2026-01-01 00:00:00 UTC skipped (--since)" in cut and "not read" not in cut
+    # ... and it stays said in later runs that add to it
+    ingest_once(None, str(tmp_path / "full"), tmp_path / "wh-since")
+    assert list(history_notes(Manifest.load(tmp_path / "wh-since").files.values()).values()) == [cut]
+
+    empty = pd.DataFrame()
+    summary = Summary({"frames": 1}, empty, empty, empty, empty, pd.DataFrame({"status": [], "latency_ms": []}),
+                      pd.DataFrame({"name": [], "conn_id": [], "frames": []}), source="logs", history=[note])
+    console = Console(record=True, width=400)
+    print_summary(summary, console)
+    assert console.export_text().splitlines()[0] == note
+    write_report(summary, tmp_path / "report.html")
+    page = (tmp_path / "report.html").read_text()
+    assert page.index("Partial history") < page.index("id='source'") and "segment(s) 0 of 2 not read" in page

@@ -167,6 +167,9 @@ def _plan(manifest: Any, logdir: str) -> tuple[list[tuple[str, int, int]], dict[
         states[key] = FileState(f, h.crc, h.name, h.created_ns, h.segment, run_of[f], max(start, h.size))
         if size > max(start, h.size):
             ranges.append((f, start, size))
+    for key, state in states.items():
+        if key in manifest.files:
+            state.since_ns = manifest.files[key].since_ns  # what the first read of it skipped stays said
     return ranges, states
 
 
@@ -325,6 +328,10 @@ def ingest_once(spark: Any, logdir: str, warehouse: Path, *, since_ns: Optional[
         raise RuntimeError("jet-ingest: could not compute where each file's next read resumes")
     gone = {p for r in reports for p in r["missing"]}  # rotated away: check_reports proved it
     by_path = {s.path: k for k, s in states.items()}
+    if since_ns is not None:
+        for path, *_ in ranges:
+            if path in by_path and by_path[path] not in manifest.files:
+                states[by_path[path]].since_ns = since_ns  # its records before then are skipped for good
     for path in gone:
         states.pop(by_path[path], None)
     # Done is what the executors read and verified: the end of each file's ranges that
@@ -611,8 +618,10 @@ def run(spark: Any, args: argparse.Namespace, console: Console, *, started: Opti
     console.print(f"added {added:,} record(s) in {time.monotonic() - started:.1f} s")
     if not args.no_report:
         from tools.ingest.report import collect_summary, print_summary, write_report
+        from tools.ingest.warehouse import history_notes
 
-        summary = collect_summary(tables, source=args.logdir)
+        history = list(history_notes(Manifest.load(warehouse).files.values()).values())
+        summary = collect_summary(tables, source=args.logdir, history=history)
         print_summary(summary, console)
         write_report(summary, warehouse / "report.html")
         console.print(f"report: {warehouse / 'report.html'}")

@@ -47,6 +47,7 @@ __all__ = [
     "merge",
     "piece",
     "traffic",
+    "with_history",
     "with_seq",
     "write_file",
     "write_partitioned",
@@ -103,6 +104,9 @@ STATE_CHANGES_SCHEMA = pa.schema([
     ("run_ns", _I64), ("daemon", _STR), ("ts", _TS), ("ts_ns", _I64), ("key", _STR), ("change", _STR),
     ("owner_conn", _I64), ("owner_name", _STR), ("type_before", _STR), ("value_before", _STR),
     ("bytes_before", _BIN), ("type_after", _STR), ("value_after", _STR), ("bytes_after", _BIN), ("seq", _I64),
+    # null: the warehouse holds the run's whole history; else what is missing and what that
+    # leaves underived (tools.ingest.warehouse.history_notes; set when committed)
+    ("history", _STR),
 ])
 TRAFFIC_SCHEMA = pa.schema([
     ("run_ns", _I64), ("daemon", _STR), ("second", _TS), ("error_status", _STR), ("records", _I64),
@@ -690,7 +694,7 @@ def _timeline(cands: pa.Table, owners: pa.Table, last: pa.Table) -> tuple[pa.Tab
         "owner_conn": rows.column("owner_conn"), "owner_name": rows.column("owner_name"),
         "type_before": before["value_type"], "value_before": before["value_text"], "bytes_before": before["value"],
         "type_after": rows.column("value_type"), "value_after": rows.column("value_text"),
-        "bytes_after": rows.column("value"), "seq": rows.column("seq"),
+        "bytes_after": rows.column("value"), "seq": rows.column("seq"), "history": pa.nulls(n, _STR),
     }, schema=STATE_CHANGES_SCHEMA)
     # The new last values: each state's final row here, over the earlier ones.
     is_last = np.ones(n, dtype=bool)
@@ -707,6 +711,17 @@ def _timeline(cands: pa.Table, owners: pa.Table, last: pa.Table) -> tuple[pa.Tab
         "peer_name": pa.array([nm for _, nm in owner.values()], _STR),
     }, schema=OWNER_SCHEMA)
     return out, new_owners, new_last
+
+
+def with_history(changes: pa.Table, notes: dict[int, str]) -> pa.Table:
+    """``changes`` (:data:`STATE_CHANGES_SCHEMA`) with ``history`` set from ``notes``
+    (run_ns -> note; runs without one: null)."""
+    if not notes or not changes.num_rows:
+        return changes
+    runs = pa.array(sorted(notes), _I64)
+    at = pc.index_in(changes.column("run_ns"), value_set=runs)
+    column = pa.array([notes[r] for r in sorted(notes)], _STR).take(at)
+    return changes.set_column(changes.schema.get_field_index("history"), "history", column)
 
 
 def _owner_at(points: pa.Table, events: pa.Table) -> np.ndarray:

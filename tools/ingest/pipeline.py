@@ -296,8 +296,11 @@ def commit(manifest: Any, staging: Path, run_id: str, states: dict[str, Any],
                           _read_parts(parts / "candidates", derive.CANDIDATE_SCHEMA),
                           _read_parts(parts / "conns", derive.CONN_SCHEMA), set(latest.values()))
     derive.write_partitioned(merged.requests, merged.requests.column("ts_ns"), staging / "requests", "merged.parquet")
-    derive.write_partitioned(merged.state_changes, merged.state_changes.column("ts_ns"), staging / "state_changes",
-                             "merged.parquet")
+    from tools.ingest.warehouse import history_notes
+
+    # A run whose history is partial says so on each of its rows (issue 27).
+    changes = derive.with_history(merged.state_changes, history_notes(files.values()))
+    derive.write_partitioned(changes, changes.column("ts_ns"), staging / "state_changes", "merged.parquet")
     snap = staging / "_snapshot"
     for where, conns in ((staging, merged.connections), (snap, merged.open_connections)):
         opened = pc.multiply(pc.cast(conns.column("opened"), pa.int64()), 1000)
@@ -361,7 +364,8 @@ def compact(manifest: Any, *, min_files: int = COMPACT_MIN_FILES, small: int = C
                 bins[-1].append(rel)
                 total += size
             for k, group in enumerate(b for b in bins if len(b) > 1):
-                merged = pa.concat_tables([pq.ParquetFile(snap / table / rel).read() for rel in group])
+                merged = pa.concat_tables([pq.ParquetFile(snap / table / rel).read() for rel in group],
+                                         promote_options="default")  # files from before a column was added
                 if merged.num_rows != sum(files[rel] for rel in group):
                     raise IngestError(f"compacting {table}/{part}: {merged.num_rows} rows read, "
                                       f"{sum(files[rel] for rel in group)} committed")
