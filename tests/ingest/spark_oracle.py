@@ -262,5 +262,6 @@ def connections(frames: DataFrame) -> DataFrame:
         "run_ns", "daemon", "conn_id", F.col("opened_at").alias("opened"), "closed", "address", "name",
         "close_status", "close_reason",
         (F.col("closed").cast("double") - F.col("opened_at").cast("double")).alias("duration_s"),
-        "frames_in", "frames_out", "bytes_in", "bytes_out", _date("opened_at").alias("date"),
+        "frames_in", "frames_out", "bytes_in", "bytes_out", F.lit(None).cast("string").alias("history"),
+        _date("opened_at").alias("date"),
     )

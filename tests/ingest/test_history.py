@@ -118,10 +118,12 @@ def test_partial_history_is_said_in_the_table_and_first_in_the_report(tmp_path: 
     note = notes[RUN]
     assert "segment(s) 0 of 2 not read" in note and "owner" in note and "value before its first change" in note
     assert {r["history"] for r in _table(tmp_path / "wh-later", "state_changes")} == {note}
+    assert {r["history"] for r in _table(tmp_path / "wh-later", "connections")} == {note}
 
     ingest_once(None, str(tmp_path / "full"), tmp_path / "wh-full")
     assert history_notes(Manifest.load(tmp_path / "wh-full").files.values()) == {}
     assert {r["history"] for r in _table(tmp_path / "wh-full", "state_changes")} == {None}
+    assert {r["history"] for r in _table(tmp_path / "wh-full", "connections")} == {None}
 
     since = RUN + 10**9 // 2  # inside segment 0
     ingest_once(None, str(tmp_path / "full"), tmp_path / "wh-since", since_ns=since)

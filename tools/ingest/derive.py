@@ -115,6 +115,7 @@ CONNECTIONS_SCHEMA = pa.schema([
     ("run_ns", _I64), ("daemon", _STR), ("conn_id", _I64), ("opened", _TS), ("closed", _TS), ("address", _STR),
     ("name", _STR), ("close_status", _STR), ("close_reason", _STR), ("duration_s", pa.float64()),
     ("frames_in", _I64), ("frames_out", _I64), ("bytes_in", _I64), ("bytes_out", _I64),
+    ("history", _STR),  # as in STATE_CHANGES_SCHEMA: a connection opened before it was counted from there
 ])
 """The output tables' columns, in order; each is written partitioned by ``date`` (UTC)."""
 
@@ -713,15 +714,15 @@ def _timeline(cands: pa.Table, owners: pa.Table, last: pa.Table) -> tuple[pa.Tab
     return out, new_owners, new_last
 
 
-def with_history(changes: pa.Table, notes: dict[int, str]) -> pa.Table:
-    """``changes`` (:data:`STATE_CHANGES_SCHEMA`) with ``history`` set from ``notes``
-    (run_ns -> note; runs without one: null)."""
-    if not notes or not changes.num_rows:
-        return changes
+def with_history(rows: pa.Table, notes: dict[int, str]) -> pa.Table:
+    """``rows`` (of :data:`STATE_CHANGES_SCHEMA` or :data:`CONNECTIONS_SCHEMA`) with
+    ``history`` set from ``notes`` (run_ns -> note; runs without one: null)."""
+    if not notes or not rows.num_rows:
+        return rows
     runs = pa.array(sorted(notes), _I64)
-    at = pc.index_in(changes.column("run_ns"), value_set=runs)
+    at = pc.index_in(rows.column("run_ns"), value_set=runs)
     column = pa.array([notes[r] for r in sorted(notes)], _STR).take(at)
-    return changes.set_column(changes.schema.get_field_index("history"), "history", column)
+    return rows.set_column(rows.schema.get_field_index("history"), "history", column)
 
 
 def _owner_at(points: pa.Table, events: pa.Table) -> np.ndarray:
@@ -785,6 +786,7 @@ def _connections(total: pa.Table) -> pa.Table:
         "duration_s": pc.divide(pc.cast(pc.subtract(c_us, o_us), pa.float64()), 1e6),
         "frames_in": total.column("frames_in"), "frames_out": total.column("frames_out"),
         "bytes_in": total.column("bytes_in"), "bytes_out": total.column("bytes_out"),
+        "history": pa.nulls(total.num_rows, _STR),
     }, schema=CONNECTIONS_SCHEMA)
 
 

@@ -299,10 +299,12 @@ def commit(manifest: Any, staging: Path, run_id: str, states: dict[str, Any],
     from tools.ingest.warehouse import history_notes
 
     # A run whose history is partial says so on each of its rows (issue 27).
-    changes = derive.with_history(merged.state_changes, history_notes(files.values()))
+    notes = history_notes(files.values())
+    changes = derive.with_history(merged.state_changes, notes)
     derive.write_partitioned(changes, changes.column("ts_ns"), staging / "state_changes", "merged.parquet")
     snap = staging / "_snapshot"
     for where, conns in ((staging, merged.connections), (snap, merged.open_connections)):
+        conns = derive.with_history(conns, notes)
         opened = pc.multiply(pc.cast(conns.column("opened"), pa.int64()), 1000)
         derive.write_partitioned(conns, opened, where / "connections", "merged.parquet")
     derive.write_partitioned(merged.pending, merged.pending.column("ts_ns"), snap / "requests", "pending.parquet")
