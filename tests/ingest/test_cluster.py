@@ -375,6 +375,7 @@ def test_on_a_cluster_follow_killed_at_random_moments_ingests_each_record_once(c
               "--no-report", "--follow", "--interval", "1"]
     kills: list[float] = []  # seconds after each start
     commits: list[int] = []  # the warehouse's snapshot after each kill
+    procs: list[subprocess.Popen[bytes]] = []  # each in its own session: its JVM is killed with it
     try:
         traffic = _Traffic(host, port)
         for i in range(3):
@@ -382,6 +383,7 @@ def test_on_a_cluster_follow_killed_at_random_moments_ingests_each_record_once(c
             with open(log, "wb") as out:
                 proc = subprocess.Popen(follow, env={**env, "PYTHONUNBUFFERED": "1"}, stdout=out,
                                         stderr=subprocess.STDOUT, start_new_session=True)
+            procs.append(proc)
             started = time.monotonic()
             if i:
                 # Once it follows: in a micro-batch's planning, reading or commit, or between two.
@@ -399,15 +401,26 @@ def test_on_a_cluster_follow_killed_at_random_moments_ingests_each_record_once(c
                 kills.append(round(time.monotonic() - started, 1))
             assert proc.returncode == -signal.SIGKILL, (seed, log.read_text()[-3000:])
             commits.append(Manifest.load(wh).version)
-    finally:
         if traffic is not None:
             traffic.stop()
+            traffic = None
         daemon.terminate()
         assert daemon.wait(30) == 0, (tmp_path / "jetd.out").read_text()[-3000:]
-    # What is left, by a last --follow that stops once nothing new arrives.
-    done = subprocess.run([*follow, "--idle-exit", "5"], env=env, capture_output=True, text=True, timeout=600,
-                          check=False)
-    assert done.returncode == 0, (seed, done.stdout[-3000:], done.stderr[-3000:])
+        # What is left, by a last --follow that stops once nothing new arrives.
+        with open(tmp_path / "follow-last.out", "wb") as out:
+            procs.append(subprocess.Popen([*follow, "--idle-exit", "5"], env=env, stdout=out,
+                                          stderr=subprocess.STDOUT, start_new_session=True))
+        assert procs[-1].wait(600) == 0, (seed, (tmp_path / "follow-last.out").read_text()[-3000:])
+    finally:  # also when the test fails or times out: nothing it started outlives it
+        if traffic is not None:
+            traffic.stop()
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.wait(30)
+        for proc in procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(30)
 
     strict = set()
     for seg in sorted(logs.iterdir()):
