@@ -221,7 +221,8 @@ def state_changes(frames: DataFrame, exchanges: DataFrame | None = None) -> Data
         F.lag("value_type").over(wk).alias("type_before"), F.lag("value_text").over(wk).alias("value_before"),
         F.lag("value").over(wk).alias("bytes_before"),
         F.col("value_type").alias("type_after"), F.col("value_text").alias("value_after"),
-        F.col("value").alias("bytes_after"), "seq", _date("ts").alias("date"),
+        F.col("value").alias("bytes_after"), "seq", F.lit(None).cast("string").alias("history"),
+        _date("ts").alias("date"),
     )
 
 
@@ -261,5 +262,6 @@ def connections(frames: DataFrame) -> DataFrame:
         "run_ns", "daemon", "conn_id", F.col("opened_at").alias("opened"), "closed", "address", "name",
         "close_status", "close_reason",
         (F.col("closed").cast("double") - F.col("opened_at").cast("double")).alias("duration_s"),
-        "frames_in", "frames_out", "bytes_in", "bytes_out", _date("opened_at").alias("date"),
+        "frames_in", "frames_out", "bytes_in", "bytes_out", F.lit(None).cast("string").alias("history"),
+        _date("opened_at").alias("date"),
     )

@@ -5,6 +5,8 @@ The worker (and so every executor it starts) runs in a private mount namespace i
 a tmpfs is mounted over ``driver-only/``: a directory that exists, with files in it, for
 the driver, and is empty for the executors, as a local disk of the driver's machine
 is on a real cluster. Each failure case puts the log directory or the warehouse there.
+And ``short-copy/`` is bind-mounted over ``short/``: the executors see other files at
+the driver's paths there (a stale network-filesystem or object-store cache).
 
 One driver process runs ``jet-ingest``'s ``main`` three times (one JVM start, three
 Spark applications): with paths every node sees, with a log directory the executors
@@ -55,6 +57,11 @@ class Cluster:
         self.root = root
         self.hidden = root / "driver-only"
         self.hidden.mkdir()
+        # short/ as the driver sees it; the executors see short-copy/ there (bind-mounted):
+        # a stale copy of the files at the same paths.
+        self.short, self.short_copy = root / "short", root / "short-copy"
+        self.short.mkdir()
+        self.short_copy.mkdir()
         self.port, self.ui = _free_port(), _free_port()
         self.url = f"spark://127.0.0.1:{self.port}"
         self.env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_HOME": os.path.dirname(pyspark.__file__),
@@ -75,7 +82,8 @@ class Cluster:
                   self.url]
         # The executors inherit the worker's mount namespace: driver-only/ is empty there.
         self._start(["unshare", "-m", "--propagation", "private", "sh", "-c",
-                     f'mount -t tmpfs jet-test-hidden "{self.hidden}" && exec "$@"', "sh", *worker], "worker.log")
+                     f'mount -t tmpfs jet-test-hidden "{self.hidden}" && '
+                     f'mount --bind "{self.short_copy}" "{self.short}" && exec "$@"', "sh", *worker], "worker.log")
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             try:
@@ -241,3 +249,187 @@ def test_on_a_cluster_whose_python_lacks_jet_the_ingest_ships_its_own_code(clust
     ingest_once(None, str(logs), local)
     for table in ("frames", "requests", "state_changes", "connections", "traffic"):
         assert _rows(tmp_path / "wh", table) == _rows(local, table), table
+
+
+def test_on_a_cluster_an_executor_that_sees_a_shorter_copy_fails_the_run(cluster: Cluster, tmp_path: Path) -> None:
+    """Issue 27: the driver sees a whole segment, the executors a shorter copy at the
+    same path. jet-ingest exits 1 naming the file and both sizes, and commits nothing
+    (it used to report the records of the copy and mark the whole segment done)."""
+    from jetd_logs import JetdLog
+
+    from tools.ingest.cli import ingest_once
+    from tools.ingest.warehouse import Manifest
+
+    logs, copy = cluster.short / tmp_path.name, cluster.short_copy / tmp_path.name
+    logs.mkdir()
+    copy.mkdir()
+    JetdLog(24, 1500).write(logs / "jetd-a.jetlog")
+    JetdLog(25, 300, start_ns=10**9 + 1_767_225_600_000_000_000).write(logs / "jetd-b.jetlog",
+                                                                        created_ns=1_767_225_601_000_000_000)
+    data = (logs / "jetd-a.jetlog").read_bytes()
+    (copy / "jetd-a.jetlog").write_bytes(data[: len(data) // 2])
+    shutil.copy(logs / "jetd-b.jetlog", copy / "jetd-b.jetlog")  # the same everywhere
+    wh = tmp_path / "wh"
+    env = {**cluster.env, "PYTHONPATH": REPO_ROOT, "COLUMNS": "300"}
+    env.pop("PYSPARK_SUBMIT_ARGS", None)
+    runs = [[str(logs), "--out", str(wh), "--master", cluster.url, "--no-report"]]
+    done = subprocess.run([sys.executable, "-c", _DRIVER, json.dumps(runs)], env=env, capture_output=True, text=True,
+                          timeout=600, check=False)
+    out = " ".join(done.stdout.split())
+    assert [line for line in done.stdout.splitlines() if line.startswith("EXIT")] == ["EXIT 1"], \
+        (out, done.stderr[-3000:])
+    assert (f"{logs / 'jetd-a.jetlog'}: shorter than the driver planned to read ({len(data) // 2:,} bytes here, "
+            f"{len(data):,} planned by the driver)") in out, out
+    assert "nothing of this run was committed" in out and "Traceback" not in out + done.stderr
+    assert Manifest.load(wh).version == 0
+    # Nothing was marked done: once the executors see the whole file, all of it is ingested.
+    assert ingest_once(None, str(logs), wh) > 0
+    assert Manifest.load(wh).rows("frames") == ingest_once(None, str(logs), tmp_path / "wh-local") > 0
+
+
+def _start_jetd(where: Path, *args: str) -> tuple[subprocess.Popen[bytes], tuple[str, int]]:
+    """``python -m jetd --host 127.0.0.1 --port 0 ARGS``, its output to a file (never a
+    pipe nobody reads); returns it and the address from its ``jetd listening on`` line."""
+    out = where / "jetd.out"
+    with open(out, "wb") as fh:
+        proc = subprocess.Popen([sys.executable, "-m", "jetd", "--host", "127.0.0.1", "--port", "0", *args],
+                                stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": REPO_ROOT})
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        for line in out.read_text(errors="replace").splitlines():
+            if line.startswith("jetd listening on "):
+                host, _, port = line[len("jetd listening on "):].strip().rpartition(":")
+                return proc, (host, int(port))
+        if proc.poll() is not None:
+            break
+        time.sleep(0.2)
+    proc.kill()
+    proc.wait()
+    raise AssertionError(f"jetd did not start: {out.read_text()[-2000:]}")
+
+
+class _Traffic:
+    """A peer that adds states and notifies them (events) as fast as jetd takes them, and
+    drains what jetd sends back, until stopped."""
+
+    def __init__(self, host: str, port: int) -> None:
+        import threading
+
+        from jetwire import AddState, Info, Value, encode
+
+        self.sock = socket.create_connection((host, port), timeout=30)
+        self.sock.sendall(encode(Info(name="owner")) + b"".join(
+            encode(AddState(i + 1, f"k/{i}", Value.of(0))) for i in range(10)))
+        self.stopped = threading.Event()
+        self.threads = [threading.Thread(target=self._send, daemon=True),
+                        threading.Thread(target=self._drain, daemon=True)]
+        for t in self.threads:
+            t.start()
+
+    def _send(self) -> None:
+        from jetwire import NotifyState, Value, encode
+
+        n = 0
+        while not self.stopped.is_set():
+            self.sock.sendall(b"".join(encode(NotifyState(None, f"k/{(n + i) % 10}", Value.of(n + i)))
+                                       for i in range(20)))
+            n += 20
+            time.sleep(0.01)
+
+    def _drain(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                if not self.sock.recv(1 << 16):
+                    return
+            except OSError:
+                return
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.threads[0].join(30)
+        self.sock.close()
+        self.threads[1].join(30)
+
+
+@pytest.mark.timeout(1200)  # four JVM starts on a busy 2-core machine
+def test_on_a_cluster_follow_killed_at_random_moments_ingests_each_record_once(cluster: Cluster,
+                                                                                tmp_path: Path) -> None:
+    """Issue 27 item 4: ``jet-ingest --follow --master spark://...`` against a live jetd,
+    SIGKILLed (driver and its JVM) at random moments and started again, three times,
+    then left to finish (``--idle-exit``) after jetd stopped: frames holds every record a
+    strict whole-file read of the segments finds, once each."""
+    import random
+
+    from jetwire.log import LogRecord, iter_log
+    from tools.ingest.warehouse import Manifest
+
+    seed = random.randrange(1 << 30)
+    rnd = random.Random(seed)
+    logs, wh = tmp_path / "logs", tmp_path / "wh"
+    logs.mkdir()
+    daemon, (host, port) = _start_jetd(tmp_path, "--log-dir", str(logs), "--log-rotate-size", "300000")
+    traffic = None
+    env = {**cluster.env, "PYTHONPATH": REPO_ROOT, "COLUMNS": "300"}
+    env.pop("PYSPARK_SUBMIT_ARGS", None)
+    follow = [sys.executable, "-m", "tools.ingest", str(logs), "--out", str(wh), "--master", cluster.url,
+              "--no-report", "--follow", "--interval", "1"]
+    kills: list[float] = []  # seconds after each start
+    commits: list[int] = []  # the warehouse's snapshot after each kill
+    procs: list[subprocess.Popen[bytes]] = []  # each in its own session: its JVM is killed with it
+    try:
+        traffic = _Traffic(host, port)
+        for i in range(3):
+            log = tmp_path / f"follow-{i}.out"
+            with open(log, "wb") as out:
+                proc = subprocess.Popen(follow, env={**env, "PYTHONUNBUFFERED": "1"}, stdout=out,
+                                        stderr=subprocess.STDOUT, start_new_session=True)
+            procs.append(proc)
+            started = time.monotonic()
+            if i:
+                # Once it follows: in a micro-batch's planning, reading or commit, or between two.
+                # (The first run is killed wherever it is: JVM start, the batch run, a micro-batch.)
+                deadline = started + 400
+                while "micro-batch" not in log.read_text(errors="replace") and time.monotonic() < deadline:
+                    assert proc.poll() is None, (seed, log.read_text()[-3000:])
+                    time.sleep(0.2)
+            at = rnd.uniform(0, 3) if i else rnd.uniform(3, 30)
+            try:
+                proc.wait(at)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(30)
+                kills.append(round(time.monotonic() - started, 1))
+            assert proc.returncode == -signal.SIGKILL, (seed, log.read_text()[-3000:])
+            commits.append(Manifest.load(wh).version)
+        if traffic is not None:
+            traffic.stop()
+            traffic = None
+        daemon.terminate()
+        assert daemon.wait(30) == 0, (tmp_path / "jetd.out").read_text()[-3000:]
+        # What is left, by a last --follow that stops once nothing new arrives.
+        with open(tmp_path / "follow-last.out", "wb") as out:
+            procs.append(subprocess.Popen([*follow, "--idle-exit", "5"], env=env, stdout=out,
+                                          stderr=subprocess.STDOUT, start_new_session=True))
+        assert procs[-1].wait(600) == 0, (seed, (tmp_path / "follow-last.out").read_text()[-3000:])
+    finally:  # also when the test fails or times out: nothing it started outlives it
+        if traffic is not None:
+            traffic.stop()
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.wait(30)
+        for proc in procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(30)
+
+    strict = set()
+    for seg in sorted(logs.iterdir()):
+        with open(seg, "rb") as fh:
+            strict |= {(str(seg), item.offset) for item in iter_log(fh) if isinstance(item, LogRecord)}
+    t = ds.dataset(wh / "frames", format="parquet", partitioning="hive").to_table(columns=["file", "offset"])
+    got = list(zip(t.column("file").to_pylist(), t.column("offset").to_pylist(), strict=True))
+    assert len(strict) > 1000 and len(list(logs.iterdir())) > 1, (seed, len(strict))
+    assert len(got) == len(set(got)), (seed, "duplicates", len(got) - len(set(got)))
+    assert set(got) == strict, (seed, kills, commits, len(strict - set(got)), len(set(got) - strict))
+    assert commits[-1] > commits[0] > 0 or commits[-1] > 0, (seed, kills, commits)  # killed after commits too
+    assert Manifest.load(wh).rows("frames") == len(strict)

@@ -72,6 +72,34 @@ def test_path_glob_filter_and_recursive_lookup(tmp_path: Path) -> None:
         "a.jetlog", "b.jetlog"]
 
 
+def test_since_until_plan_only_the_byte_ranges_of_that_time(tmp_path: Path) -> None:
+    """The DataFrame's own time window (options, not a query's filters: those are never
+    pushed, tests/ingest/test_queries.py) is found by bisection: a small part of the log
+    is planned, and every record of the window is in it."""
+    import pyarrow as pa
+
+    from tools.ingest.source import JetlogReader
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for seg in range(3):
+        write_synthetic_log(str(logs / f"jet-{seg}.jetlog"), 1500, segment=seg, start_ns=BASE_NS + seg * 10**10)
+    lo = BASE_NS + 10**10 + 2 * 10**6
+    opts = {"path": str(logs), "since": str(lo), "until": str(lo + 10**6)}
+    reader = JetlogReader(opts)
+    parts = reader.partitions()
+    planned = sum((stop if stop is not None else lim) - start
+                  for p in parts for _, start, stop, lim in p.ranges)  # type: ignore[attr-defined]
+    total = sum(f.stat().st_size for f in logs.iterdir())
+    assert 0 < planned < total / 10
+    got = pa.Table.from_batches([b for p in parts for b in reader.read(p)])
+    everything = pa.Table.from_batches([b for p in JetlogReader({"path": str(logs)}).partitions()
+                                        for b in JetlogReader({"path": str(logs)}).read(p)])
+    want = [o for o, t in zip(everything.column("offset").to_pylist(), everything.column("ts_ns").to_pylist(),
+                              strict=True) if lo <= t < lo + 10**6]
+    assert sorted(got.column("offset").to_pylist()) == sorted(want) and len(want) > 100
+
+
 # --- Spark -------------------------------------------------------------------------------
 
 
@@ -164,13 +192,12 @@ def test_failfast_and_damage_rows_through_spark(spark: Any, tmp_path: Path) -> N
 
 
 @pytest.mark.spark
-def test_filter_pushdown_skips_ranges_and_keeps_every_match(spark: Any, tmp_path: Path) -> None:
-    """A time-range filter reads a small part of the log; results equal a full scan."""
+def test_filters_keep_every_match(spark: Any, tmp_path: Path) -> None:
+    """Filters on time, kind, connection and key give what a full scan holds (the time
+    window that skips bytes is the since/until options: tests/ingest/test_queries.py)."""
     import datetime
 
     from pyspark.sql import functions as F
-
-    from tools.ingest.source import JetlogPushdownReader
 
     logs = tmp_path / "logs"
     logs.mkdir()
@@ -188,12 +215,3 @@ def test_filter_pushdown_skips_ranges_and_keeps_every_match(spark: Any, tmp_path
     assert got == want and len(want) > 10
     assert df.filter(F.col("conn_id").isin(2, 3)).count() == sum(1 for r in full if r["conn_id"] in (2, 3))
     assert df.filter(F.col("key").startswith("plant")).count() == df.filter("key like 'plant%'").count() > 0
-    # What the planner reads: one file's few chunks, not the log.
-    from pyspark.sql.datasource import GreaterThanOrEqual, LessThan
-
-    reader = JetlogPushdownReader({"path": str(logs)})
-    list(reader.pushFilters([GreaterThanOrEqual(("ts",), lo), LessThan(("ts",), hi)]))
-    planned = sum((stop if stop is not None else lim) - start
-                  for p in reader.partitions() for _, start, stop, lim in p.ranges)
-    total = sum(f.stat().st_size for f in logs.iterdir())
-    assert 0 < planned < total / 10

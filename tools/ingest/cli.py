@@ -167,6 +167,9 @@ def _plan(manifest: Any, logdir: str) -> tuple[list[tuple[str, int, int]], dict[
         states[key] = FileState(f, h.crc, h.name, h.created_ns, h.segment, run_of[f], max(start, h.size))
         if size > max(start, h.size):
             ranges.append((f, start, size))
+    for key, state in states.items():
+        if key in manifest.files:
+            state.since_ns = manifest.files[key].since_ns  # what the first read of it skipped stays said
     return ranges, states
 
 
@@ -285,7 +288,7 @@ def ingest_once(spark: Any, logdir: str, warehouse: Path, *, since_ns: Optional[
         JetlogError: (in a Spark exception, from the tasks) damage in FAILFAST mode.
     """
     from tools.ingest.pipeline import TaskSpec, check_reports, commit, compact
-    from tools.ingest.source import DEFAULT_CHUNK, plan_ranges
+    from tools.ingest.source import DEFAULT_CHUNK, plan_files, plan_ranges
     from tools.ingest.warehouse import Manifest, new_run_id
 
     console = console or Console(stderr=True)
@@ -308,7 +311,10 @@ def ingest_once(spark: Any, logdir: str, warehouse: Path, *, since_ns: Optional[
     run_id = new_run_id()
     staging = manifest.meta / "staging" / run_id
     resume = {path: start for path, start, _ in ranges if start > 0}
-    spec = TaskSpec(str(staging), {s.path: s.run_ns for s in states.values()}, since_ns, mode, resume)
+    # Each task checks that the segment it reads is the one planned here (header, size,
+    # last record): an executor that sees a shorter or other copy fails the run.
+    spec = TaskSpec(str(staging), {s.path: s.run_ns for s in states.values()}, since_ns, mode, resume,
+                    plan_files(ranges))
     ends: dict[str, int] = {}
     # Where each file's next read resumes is computed while the tasks run.
     worker = threading.Thread(target=lambda: ends.update(_resume_offsets(ranges, DEFAULT_CHUNK)), daemon=True)
@@ -322,11 +328,21 @@ def ingest_once(spark: Any, logdir: str, warehouse: Path, *, since_ns: Optional[
         raise RuntimeError("jet-ingest: could not compute where each file's next read resumes")
     gone = {p for r in reports for p in r["missing"]}  # rotated away: check_reports proved it
     by_path = {s.path: k for k, s in states.items()}
+    if since_ns is not None:
+        for path, *_ in ranges:
+            if path in by_path and by_path[path] not in manifest.files:
+                states[by_path[path]].since_ns = since_ns  # its records before then are skipped for good
     for path in gone:
         states.pop(by_path[path], None)
+    # Done is what the executors read and verified: the end of each file's ranges that
+    # a task checked against the plan (every one, or a task failed and nothing commits).
+    verified: dict[str, int] = {}
+    for r in reports:
+        for path, _, limit in r.get("verified", ()):
+            verified[path] = max(verified.get(path, 0), int(limit))
     for path, end in ends.items():
-        if path in by_path and by_path[path] in states:
-            states[by_path[path]].done = max(states[by_path[path]].done, end)
+        if path in by_path and by_path[path] in states and path in verified:
+            states[by_path[path]].done = max(states[by_path[path]].done, min(end, verified[path]))
     commit(manifest, staging, run_id, states, staged)
     compact(manifest)
     return int(sum(r["rows"] for r in reports))
@@ -527,11 +543,11 @@ def _failure(exc: BaseException) -> Optional[str]:
                 f"the Python that PYSPARK_PYTHON (or spark.pyspark.python) names on every node needs numpy "
                 f"and pyarrow (jet-ingest ships jet's own code): see 'Master and clusters' in "
                 f"tools/ingest/README.md")
-    found = re.findall(r"(?:tools\.ingest\.\w+\.)?(JetlogError|FileNotFoundError|IngestError|PermissionError|"
-                       r"OSError): (.+)", str(exc))
+    found = re.findall(r"(?:tools\.ingest\.\w+\.)?(JetlogError|SegmentChanged|FileNotFoundError|IngestError|"
+                       r"PermissionError|OSError): (.+)", str(exc))
     if found:
         kind, message = found[-1]
-        return f"{message}" if kind == "JetlogError" else f"{kind}: {message}"
+        return f"{message}" if kind in ("JetlogError", "SegmentChanged") else f"{kind}: {message}"
     return None
 
 
@@ -602,8 +618,10 @@ def run(spark: Any, args: argparse.Namespace, console: Console, *, started: Opti
     console.print(f"added {added:,} record(s) in {time.monotonic() - started:.1f} s")
     if not args.no_report:
         from tools.ingest.report import collect_summary, print_summary, write_report
+        from tools.ingest.warehouse import history_notes
 
-        summary = collect_summary(tables, source=args.logdir)
+        history = list(history_notes(Manifest.load(warehouse).files.values()).values())
+        summary = collect_summary(tables, source=args.logdir, history=history)
         print_summary(summary, console)
         write_report(summary, warehouse / "report.html")
         console.print(f"report: {warehouse / 'report.html'}")

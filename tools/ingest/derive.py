@@ -47,6 +47,7 @@ __all__ = [
     "merge",
     "piece",
     "traffic",
+    "with_history",
     "with_seq",
     "write_file",
     "write_partitioned",
@@ -73,8 +74,9 @@ CANDIDATE_SCHEMA = pa.schema([
     ("peer_name", _STR), ("op", _STR), ("value_type", _STR), ("value", _BIN), ("value_text", _STR),
 ])
 """A possible state change: ``op`` ADD_STATE/NOTIFY_STATE/REMOVE_STATE (a request the
-daemon answered OK), EVENT (a NOTIFY_STATE event, which counts only from the owner) or
-CLOSE (a connection closed: its states go, PROTOCOL.md 10.6)."""
+daemon answered OK), EVENT (a NOTIFY_STATE event, which counts only from the owner),
+CLOSE (a connection closed: its states go, PROTOCOL.md 10.6) or ROUTED (a SET_STATE the
+daemon routed to ``conn_id``: not a change, evidence of the state's owner)."""
 
 CONN_SCHEMA = pa.schema([
     ("run_ns", _I64), ("daemon", _STR), ("conn_id", _I64), ("open_ns", _I64), ("snapshot_ns", _I64),
@@ -102,6 +104,9 @@ STATE_CHANGES_SCHEMA = pa.schema([
     ("run_ns", _I64), ("daemon", _STR), ("ts", _TS), ("ts_ns", _I64), ("key", _STR), ("change", _STR),
     ("owner_conn", _I64), ("owner_name", _STR), ("type_before", _STR), ("value_before", _STR),
     ("bytes_before", _BIN), ("type_after", _STR), ("value_after", _STR), ("bytes_after", _BIN), ("seq", _I64),
+    # null: the warehouse holds the run's whole history; else what is missing and what that
+    # leaves underived (tools.ingest.warehouse.history_notes; set when committed)
+    ("history", _STR),
 ])
 TRAFFIC_SCHEMA = pa.schema([
     ("run_ns", _I64), ("daemon", _STR), ("second", _TS), ("error_status", _STR), ("records", _I64),
@@ -110,6 +115,7 @@ CONNECTIONS_SCHEMA = pa.schema([
     ("run_ns", _I64), ("daemon", _STR), ("conn_id", _I64), ("opened", _TS), ("closed", _TS), ("address", _STR),
     ("name", _STR), ("close_status", _STR), ("close_reason", _STR), ("duration_s", pa.float64()),
     ("frames_in", _I64), ("frames_out", _I64), ("bytes_in", _I64), ("bytes_out", _I64),
+    ("history", _STR),  # as in STATE_CHANGES_SCHEMA: a connection opened before it was counted from there
 ])
 """The output tables' columns, in order; each is written partitioned by ``date`` (UTC)."""
 
@@ -320,19 +326,27 @@ def _op_candidates(ans: pa.Table) -> pa.Table:
 
 
 def _record_candidates(frames: pa.Table) -> pa.Table:
-    """NOTIFY_STATE events from peers (PROTOCOL.md 7.1) and connection closes."""
+    """NOTIFY_STATE events from peers (PROTOCOL.md 7.1), connection closes, and ROUTEs
+    of SET_STATE: evidence of who owns a state (the daemon routes a set to its owner,
+    PROTOCOL.md 10.3), for a history that lacks the state's ADD (a run read from a
+    segment after its first: JETLOG.md 2)."""
     kind = frames.column("kind")
     event = (_eq(kind, "FRAME_IN") & _eq(frames.column("msg_type"), "EVENT")
              & _eq(frames.column("function"), "NOTIFY_STATE") & _mask(pc.is_null(frames.column("frame_error"))))
     close = _eq(kind, "CONN_CLOSE")
-    c = frames.filter(pa.array(event | close))
-    is_close = close[event | close]
+    routed = (_eq(kind, "ROUTE") & _eq(frames.column("function"), "SET_STATE")
+              & _mask(pc.is_valid(frames.column("route_owner_conn"))))
+    c = frames.filter(pa.array(event | close | routed))
+    is_close, is_route = close[event | close | routed], routed[event | close | routed]
+    valued = ~is_close & ~is_route
     return pa.table({
         "run_ns": c.column("run_ns"), "daemon": c.column("daemon"), "seq": c.column("seq"),
-        "ts_ns": c.column("ts_ns"), "key": _keep(c.column("key"), ~is_close), "conn_id": c.column("conn_id"),
-        "peer_name": c.column("peer_name"), "op": pa.array(np.where(is_close, "CLOSE", "EVENT"), _STR),
-        "value_type": _keep(c.column("value_type"), ~is_close), "value": _keep(c.column("value"), ~is_close),
-        "value_text": _keep(c.column("value_text"), ~is_close),
+        "ts_ns": c.column("ts_ns"), "key": _keep(c.column("key"), ~is_close),
+        "conn_id": pc.if_else(pa.array(is_route), c.column("route_owner_conn"), c.column("conn_id")),
+        "peer_name": _keep(c.column("peer_name"), ~is_route),
+        "op": pa.array(np.where(is_close, "CLOSE", np.where(is_route, "ROUTED", "EVENT")), _STR),
+        "value_type": _keep(c.column("value_type"), valued), "value": _keep(c.column("value"), valued),
+        "value_text": _keep(c.column("value_text"), valued),
     }, schema=CANDIDATE_SCHEMA)
 
 
@@ -546,6 +560,9 @@ def merge(carry: Carry, loose: list[pa.Table], candidates: list[pa.Table], conns
                   _connections(total.filter(pa.array(~gone))), new_carry)
 
 
+_POINTS_SCHEMA = pa.schema([("run_ns", _I64), ("key", _STR), ("seq", _I64), ("owner", _I64)])
+
+
 def _timeline(cands: pa.Table, owners: pa.Table, last: pa.Table) -> tuple[pa.Table, pa.Table, pa.Table]:
     """Fold candidates into state changes with the value before and after each.
 
@@ -574,8 +591,32 @@ def _timeline(cands: pa.Table, owners: pa.Table, last: pa.Table) -> tuple[pa.Tab
         point(r, k, -1, c)  # before every candidate here
     ops = cands.column("op")
     is_event = _eq(ops, "EVENT")
-    control = np.flatnonzero(_mask(pc.is_in(ops, pa.array(["ADD_STATE", "REMOVE_STATE", "CLOSE"]))))
-    keep = ~_eq(ops, "CLOSE")
+    is_control = _mask(pc.is_in(ops, pa.array(["ADD_STATE", "REMOVE_STATE", "CLOSE"])))
+    # A history that starts after a state's ADD (JETLOG.md 2: a run read from a later
+    # segment, or --since) does not say who owns it. A routed SET or an accepted NOTIFY
+    # request does (PROTOCOL.md 10.3, 7.1): the first such evidence of a state whose
+    # owner is unknown there makes its sender the owner from then on, so that the
+    # owner's NOTIFY events count. (With the whole history every state's owner is
+    # known from its ADD: no evidence is used.)
+    evidence = _eq(ops, "ROUTED") | _eq(ops, "NOTIFY_STATE")
+    if evidence.any():
+        known = pa.table(points, schema=_POINTS_SCHEMA)
+        adds = cands.filter(pa.array(_eq(ops, "ADD_STATE") | _eq(ops, "REMOVE_STATE")))
+        known = pa.concat_tables([known, pa.table({
+            "run_ns": adds.column("run_ns"), "key": adds.column("key"), "seq": adds.column("seq"),
+            "owner": pc.if_else(pc.equal(adds.column("op"), "ADD_STATE"), adds.column("conn_id"),
+                                pa.scalar(-1, _I64))}, schema=_POINTS_SCHEMA)])
+        at = np.flatnonzero(evidence)
+        unknown = at[_owner_at(known, cands.take(pa.array(at))) == -1]
+        if len(unknown):
+            runs, keys = _ints(cands.column("run_ns"))[unknown], cands.column("key").take(pa.array(unknown))
+            codes = _ints(pc.dictionary_encode(keys).combine_chunks().indices if isinstance(keys, pa.ChunkedArray)
+                          else pc.dictionary_encode(keys).indices)
+            # cands are in (run, seq) order: the first row of each (run, key) is its first evidence
+            _, first = np.unique(np.stack([runs, codes]), axis=1, return_index=True)
+            is_control[unknown[first]] = True
+    control = np.flatnonzero(is_control)
+    keep = ~_eq(ops, "CLOSE") & ~_eq(ops, "ROUTED")
     gone: dict[str, list[Any]] = {c: [] for c in ("run_ns", "daemon", "owner_conn", "seq", "ts_ns", "owner_name",
                                                    "key")}
 
@@ -591,6 +632,11 @@ def _timeline(cands: pa.Table, owners: pa.Table, last: pa.Table) -> tuple[pa.Tab
                 owner[(r, k)] = (c, row["peer_name"])
                 owned.setdefault((r, c), {})[k] = None
                 point(r, k, at, c)
+            elif row["op"] in ("ROUTED", "NOTIFY_STATE"):  # evidence of an owner unknown so far
+                if (r, k) not in owner:
+                    owner[(r, k)] = (c, row["peer_name"])
+                    owned.setdefault((r, c), {})[k] = None
+                    point(r, k, at, c)
             elif row["op"] == "REMOVE_STATE":
                 prev = owner.pop((r, k), None)
                 if prev is not None:
@@ -600,13 +646,13 @@ def _timeline(cands: pa.Table, owners: pa.Table, last: pa.Table) -> tuple[pa.Tab
                 for key in owned.pop((r, c), {}):
                     values: tuple[tuple[str, Any], ...] = (
                         ("run_ns", r), ("daemon", row["daemon"]), ("owner_conn", c), ("seq", at),
-                        ("ts_ns", row["ts_ns"]), ("owner_name", owner.pop((r, key))[1]), ("key", key))
+                        ("ts_ns", row["ts_ns"]), ("owner_name", owner.pop((r, key))[1] or row["peer_name"]),
+                        ("key", key))
                     for col, v in values:
                         gone[col].append(v)
                     point(r, key, at, -1)
     if is_event.any():
-        keep[is_event] = _owner_at(pa.table(points, schema=pa.schema([("run_ns", _I64), ("key", _STR), ("seq", _I64),
-                                                                      ("owner", _I64)])),
+        keep[is_event] = _owner_at(pa.table(points, schema=_POINTS_SCHEMA),
                                    cands.filter(pa.array(is_event))) == _ints(cands.column("conn_id"))[is_event]
     kept = cands.filter(pa.array(keep))
     removal = _mask(pc.is_in(kept.column("op"), pa.array(["REMOVE_STATE"])))
@@ -649,7 +695,7 @@ def _timeline(cands: pa.Table, owners: pa.Table, last: pa.Table) -> tuple[pa.Tab
         "owner_conn": rows.column("owner_conn"), "owner_name": rows.column("owner_name"),
         "type_before": before["value_type"], "value_before": before["value_text"], "bytes_before": before["value"],
         "type_after": rows.column("value_type"), "value_after": rows.column("value_text"),
-        "bytes_after": rows.column("value"), "seq": rows.column("seq"),
+        "bytes_after": rows.column("value"), "seq": rows.column("seq"), "history": pa.nulls(n, _STR),
     }, schema=STATE_CHANGES_SCHEMA)
     # The new last values: each state's final row here, over the earlier ones.
     is_last = np.ones(n, dtype=bool)
@@ -666,6 +712,17 @@ def _timeline(cands: pa.Table, owners: pa.Table, last: pa.Table) -> tuple[pa.Tab
         "peer_name": pa.array([nm for _, nm in owner.values()], _STR),
     }, schema=OWNER_SCHEMA)
     return out, new_owners, new_last
+
+
+def with_history(rows: pa.Table, notes: dict[int, str]) -> pa.Table:
+    """``rows`` (of :data:`STATE_CHANGES_SCHEMA` or :data:`CONNECTIONS_SCHEMA`) with
+    ``history`` set from ``notes`` (run_ns -> note; runs without one: null)."""
+    if not notes or not rows.num_rows:
+        return rows
+    runs = pa.array(sorted(notes), _I64)
+    at = pc.index_in(rows.column("run_ns"), value_set=runs)
+    column = pa.array([notes[r] for r in sorted(notes)], _STR).take(at)
+    return rows.set_column(rows.schema.get_field_index("history"), "history", column)
 
 
 def _owner_at(points: pa.Table, events: pa.Table) -> np.ndarray:
@@ -729,6 +786,7 @@ def _connections(total: pa.Table) -> pa.Table:
         "duration_s": pc.divide(pc.cast(pc.subtract(c_us, o_us), pa.float64()), 1e6),
         "frames_in": total.column("frames_in"), "frames_out": total.column("frames_out"),
         "bytes_in": total.column("bytes_in"), "bytes_out": total.column("bytes_out"),
+        "history": pa.nulls(total.num_rows, _STR),
     }, schema=CONNECTIONS_SCHEMA)
 
 

@@ -52,14 +52,18 @@ __all__ = [
     "SPARK_SCHEMA",
     "TRUNCATED",
     "JetlogError",
+    "PlannedSegment",
     "ScanResult",
+    "SegmentChanged",
     "SegmentHeader",
     "SegmentIdentity",
     "batch_rows",
+    "check_segment",
     "find_boundary",
     "infer_runs",
     "open_segment",
     "parse_batch",
+    "plan_segment",
     "read_file_header",
     "read_header",
     "read_segment",
@@ -591,6 +595,127 @@ def resume_offset(path: str, start: int, limit: int, chunk: int, *, max_record: 
             if begin < size:
                 return scan_records(mm, begin, max_record=max_record).end
         return max(start, header.size)
+
+
+class SegmentChanged(JetlogError):
+    """A segment file is not what the driver planned to read: shorter, another segment
+    (its header), or other bytes at the last planned record. The executors may see
+    another copy than the driver (a stale network-filesystem or object-store cache), or
+    the file was replaced after planning; reading what is there would lose records
+    silently (issue 27)."""
+
+
+@dataclass(frozen=True)
+class PlannedSegment:
+    """What the driver saw of a segment when it planned a read of its first ``size``
+    bytes: the header's identity (None: no valid header then), and ``last``, the offset
+    and CRC field of the last complete record that ends within ``size`` (None: none).
+    ``size`` None: a gzip-compressed segment (read whole; only its header is checked)."""
+
+    identity: Optional[tuple[str, int, int, int]]
+    size: Optional[int]
+    last: Optional[tuple[int, int]]
+
+
+_LAST_WINDOW = 64 << 10  # bytes before the planned end searched for its last record first
+
+
+def _head_identity(buf: bytes | mmap.mmap) -> Optional[tuple[str, int, int, int]]:
+    try:
+        header = read_header(buf[:_HEADER_READ])
+    except JetlogError:
+        return None
+    return tuple(header.identity) if header is not None else None  # type: ignore[return-value]
+
+
+def _cut_header(head: bytes) -> bool:
+    """``head`` ends inside a header that is valid so far."""
+    try:
+        return read_header(head) is None
+    except JetlogError:
+        return False
+
+
+def _gzip_head(path: str) -> bytes:
+    with gzip.open(path, "rb") as gz:
+        try:
+            return gz.read(_HEADER_READ)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise JetlogError(f"{path}: gzip-compressed segment cannot be read: {exc}") from None
+
+
+def plan_segment(path: str, size: Optional[int], *, max_record: int = DEFAULT_MAX_RECORD) -> PlannedSegment:
+    """What a task must find in ``path`` to read its first ``size`` bytes as the driver
+    planned (:func:`check_segment`). ``size`` None: a gzip-compressed segment.
+
+    Only the end of the planned bytes is scanned: from a sync point 64 KiB before it
+    (further back if no complete record starts there).
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    if size is None:
+        return PlannedSegment(_head_identity(_gzip_head(path)), None, None)
+    with open_segment(path, size) as mm:
+        identity = _head_identity(mm)
+        header = read_header(mm) if identity is not None else None
+        if header is None or len(mm) <= header.size:
+            return PlannedSegment(identity, size, None)
+        window = _LAST_WINDOW
+        while True:
+            begin = find_boundary(mm, max(header.size, len(mm) - window), max_record, header_size=header.size)
+            starts = scan_records(mm, begin, max_record=max_record).starts
+            if len(starts) or begin <= header.size:
+                break
+            window *= 4
+        if not len(starts):
+            return PlannedSegment(identity, size, None)
+        last = int(starts[-1])
+        (crc,) = _LEN.unpack_from(mm, last + 6)
+        return PlannedSegment(identity, size, (last, crc))
+
+
+def check_segment(path: str, planned: PlannedSegment, *, max_record: int = DEFAULT_MAX_RECORD) -> None:
+    """Check that ``path`` is the segment the driver planned to read (:func:`plan_segment`):
+    at least as long, the same header, and the last planned record there with its CRC.
+    A segment that grew since is fine (only the planned bytes are read).
+
+    Raises:
+        SegmentChanged: it is not; the message names the file and both sizes.
+        OSError: the file cannot be read (FileNotFoundError: it is gone).
+    """
+    if planned.size is None:
+        if _head_identity(_gzip_head(path)) != planned.identity:
+            raise SegmentChanged(f"{path}: the gzip-compressed segment here has another header than the one the "
+                                 "driver planned to read: it was replaced, or this node sees another copy")
+        return
+    with open(path, "rb") as fh:
+        have = os.fstat(fh.fileno()).st_size
+        sizes = f"{have:,} bytes here, {planned.size:,} planned by the driver"
+        if have < planned.size:
+            raise SegmentChanged(f"{path}: shorter than the driver planned to read ({sizes}): this node sees "
+                                 "another copy of the file (a stale cache?) or it was truncated; nothing read")
+        head = fh.read(_HEADER_READ)
+        now = _head_identity(head)
+        # A header the driver saw incomplete (a segment being created) is planned as no
+        # bytes to read; complete now, that is no change.
+        header_was_cut = planned.identity is None and now is not None and _cut_header(head[: planned.size])
+        if now != planned.identity and not header_was_cut:
+            raise SegmentChanged(f"{path}: another segment than the driver planned to read (its header differs; "
+                                 f"{sizes}): it was replaced, or this node sees another file at this path")
+        if planned.last is None:
+            return
+        offset, crc = planned.last
+        fh.seek(offset)
+        top = fh.read(_HEAD_SIZE)
+        ok = len(top) == _HEAD_SIZE and top[:2] == _MARKER_BYTES and _LEN.unpack_from(top, 6)[0] == crc
+        if ok:
+            (length,) = _LEN.unpack_from(top, 2)
+            body = fh.read(length) if length <= max_record else b""
+            ok = len(body) == length and zlib.crc32(body, zlib.crc32(top[2:6])) == crc
+    if not ok:
+        raise SegmentChanged(f"{path}: the last record the driver planned to read (at offset {offset:,}) is not "
+                             f"there with its CRC ({sizes}): the file changed, or this node sees another copy")
 
 
 # --- vectorised field extraction ------------------------------------------------------

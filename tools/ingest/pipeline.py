@@ -53,6 +53,8 @@ class TaskSpec:
     since_ns: Optional[int] = None
     mode: str = "PERMISSIVE"
     resume: dict[str, int] = field(default_factory=dict)  # file -> the offset its range starts at
+    # file -> what the driver saw of it (tools.ingest.parse.PlannedSegment), checked by each task
+    planned: dict[str, Any] = field(default_factory=dict)
 
 
 def spark_ddl(schema: pa.Schema) -> str:
@@ -99,33 +101,58 @@ def _settle(table: pa.Table, staging: Path, name: str, written: Optional[dict[st
     return int(table.num_rows)
 
 
+def planned_gzip(path: str, spec: TaskSpec) -> bool:
+    """``path`` was planned as a gzip-compressed segment (read whole)."""
+    planned = spec.planned.get(path)
+    if planned is not None:
+        return bool(planned.size is None)
+    with open(path, "rb") as fh:
+        return fh.read(2) == b"\x1f\x8b"
+
+
 def run_task(index: int, ranges: list[tuple[str, int, Optional[int], int]], spec: TaskSpec) -> dict[str, Any]:
     """A batch task: parse ``ranges`` and settle each. Returns its report for the
     driver's checks (:func:`check_reports`): ``task``, ``rows`` written, ``files``
-    ({table: {file: rows}} as :func:`_settle` gives), and ``missing``: the ranges whose
-    file this task could not open."""
-    from tools.ingest.parse import read_segment
+    ({table: {file: rows}} as :func:`_settle` gives), ``missing``: the ranges whose
+    file this task could not open, and ``verified``: [file, start, limit] of each range
+    read after checking that the file is the one the driver planned (``spec.planned``).
+
+    Raises:
+        SegmentChanged: a file is shorter than planned, another segment, or lacks the
+            last planned record (the executor sees another copy, or it was replaced).
+        JetlogError: damage, in FAILFAST mode.
+    """
+    from tools.ingest.parse import check_segment, read_segment
 
     rows = 0
     files: dict[str, dict[str, int]] = {}
     missing: list[str] = []
+    verified: list[tuple[str, int, int]] = []
     for i, (path, start, stop, limit) in enumerate(ranges):
         try:
+            if path in spec.planned:
+                check_segment(path, spec.planned[path])
             # A range's first chunk starts exactly where the manifest says the last run
             # ended (a record boundary, or a record cut short that is now final); a
             # truncated record is reported as a row (the live segment's cut tail is not
             # planned at all: cli._complete_live).
-            batches = list(read_segment(path, start, stop, mode=spec.mode, limit=limit,
+            # A gzip-compressed segment is read whole: its planned limit is the size of
+            # the compressed file, not of the segment (capping the decompressed bytes at
+            # it dropped the rest silently).
+            whole = planned_gzip(path, spec)
+            batches = list(read_segment(path, start, stop, mode=spec.mode, limit=None if whole else limit,
                                         exact_start=spec.resume.get(path) == start, truncated_row=True))
         except FileNotFoundError:
             # Rotated away since planning, or never visible here (an executor that does
             # not mount the log directory): only the driver can tell which.
             missing.append(path)
             continue
+        if path in spec.planned:
+            verified.append((path, start, limit))
         table = pa.Table.from_batches(batches, ARROW_SCHEMA)
         rows += _settle(_rows_of(table, spec), Path(spec.staging), f"part-{index:05d}-{i:04d}", files)
         del batches, table
-    return {"task": index, "rows": rows, "files": files, "missing": missing}
+    return {"task": index, "rows": rows, "files": files, "missing": missing, "verified": verified}
 
 
 class IngestError(RuntimeError):
@@ -269,10 +296,15 @@ def commit(manifest: Any, staging: Path, run_id: str, states: dict[str, Any],
                           _read_parts(parts / "candidates", derive.CANDIDATE_SCHEMA),
                           _read_parts(parts / "conns", derive.CONN_SCHEMA), set(latest.values()))
     derive.write_partitioned(merged.requests, merged.requests.column("ts_ns"), staging / "requests", "merged.parquet")
-    derive.write_partitioned(merged.state_changes, merged.state_changes.column("ts_ns"), staging / "state_changes",
-                             "merged.parquet")
+    from tools.ingest.warehouse import history_notes
+
+    # A run whose history is partial says so on each of its rows (issue 27).
+    notes = history_notes(files.values())
+    changes = derive.with_history(merged.state_changes, notes)
+    derive.write_partitioned(changes, changes.column("ts_ns"), staging / "state_changes", "merged.parquet")
     snap = staging / "_snapshot"
     for where, conns in ((staging, merged.connections), (snap, merged.open_connections)):
+        conns = derive.with_history(conns, notes)
         opened = pc.multiply(pc.cast(conns.column("opened"), pa.int64()), 1000)
         derive.write_partitioned(conns, opened, where / "connections", "merged.parquet")
     derive.write_partitioned(merged.pending, merged.pending.column("ts_ns"), snap / "requests", "pending.parquet")
@@ -334,7 +366,8 @@ def compact(manifest: Any, *, min_files: int = COMPACT_MIN_FILES, small: int = C
                 bins[-1].append(rel)
                 total += size
             for k, group in enumerate(b for b in bins if len(b) > 1):
-                merged = pa.concat_tables([pq.ParquetFile(snap / table / rel).read() for rel in group])
+                merged = pa.concat_tables([pq.ParquetFile(snap / table / rel).read() for rel in group],
+                                         promote_options="default")  # files from before a column was added
                 if merged.num_rows != sum(files[rel] for rel in group):
                     raise IngestError(f"compacting {table}/{part}: {merged.num_rows} rows read, "
                                       f"{sum(files[rel] for rel in group)} committed")

@@ -41,6 +41,8 @@ class Summary:
     damage_examples: pd.DataFrame = field(default_factory=pd.DataFrame)  # file, offset, corrupt (TOP)
     restarts: pd.DataFrame = field(default_factory=pd.DataFrame)  # daemon, run_ns, started (runs after the first)
     runs: int = 0
+    # runs whose history the warehouse holds only in part (tools.ingest.warehouse.history_notes)
+    history: list[str] = field(default_factory=list)
 
     @property
     def damaged(self) -> bool:
@@ -51,9 +53,11 @@ def _pandas(df: DataFrame) -> pd.DataFrame:
     return cast(pd.DataFrame, df.toPandas())
 
 
-def collect_summary(tables: dict[str, DataFrame], *, top: int = TOP, source: str = "") -> Summary:
+def collect_summary(tables: dict[str, DataFrame], *, top: int = TOP, source: str = "",
+                    history: Optional[list[str]] = None) -> Summary:
     """Aggregate the tables with Spark and collect the (small) results. ``source``: the
-    log directory, shown in the report's header."""
+    log directory, shown in the report's header; ``history``: a line per daemon run whose
+    history is partial (:func:`tools.ingest.warehouse.history_notes`), shown first."""
     rows = {name: df.count() for name, df in tables.items()}
     frames, changes, reqs, conns = (tables[t] for t in ("frames", "state_changes", "requests", "connections"))
     top_keys = _pandas(
@@ -133,7 +137,8 @@ def collect_summary(tables: dict[str, DataFrame], *, top: int = TOP, source: str
         .select("run_ns", "conn_id", "name", "address", "frames", "bytes")
     )
     return Summary(rows, top_keys, latency, errors, per_second, latencies, talkers, source=source, first=first,
-                   last=last, damage=damage, damage_examples=examples, restarts=restarts, runs=len(runs))
+                   last=last, damage=damage, damage_examples=examples, restarts=restarts, runs=len(runs),
+                   history=list(history or []))
 
 
 def _table(title: str, df: pd.DataFrame, floats: str = "{:.3f}") -> Table:
@@ -155,6 +160,10 @@ def print_summary(summary: Summary, console: Console | None = None) -> None:
     """Print the damage found first, then rows per table, top keys, latency percentiles
     by status and error counts."""
     console = console or Console()
+    from rich.text import Text
+
+    for note in summary.history:  # first: it says how to read everything below
+        console.print(Text(note, style="bold yellow"), soft_wrap=True)
     console.print(f"source: {summary.source or '?'}; records from {_span(summary)}; "
                   f"{summary.runs} daemon run(s)", highlight=False)
     if summary.damaged:
@@ -236,6 +245,8 @@ def write_report(summary: Summary, path: Path) -> None:
         "<!doctype html><html><head><meta charset='utf-8'><title>jet ingest report</title>",
         f"<style>{_STYLE}</style></head><body>",
         "<header><h1>jet event-log ingest</h1>",
+        *(["<section class='damage' id='history'><h2>Partial history</h2>",
+            *[f"<p>{esc(note)}</p>" for note in summary.history], "</section>"] if summary.history else []),
         f"<p id='source'>source: <code>{esc(summary.source or '?')}</code></p>",
         f"<p id='range'>records from {esc(_span(summary))}; {summary.runs} daemon run(s), "
         f"{len(summary.restarts)} restart(s)</p></header>",

@@ -16,6 +16,10 @@ Options (all optional except the path):
   record boundaries; ``groupSize`` (default 32 MiB): smaller files share a partition
   of at most this many bytes.
 - ``maxRecordSize``: the largest record length accepted (JETLOG.md 3).
+- ``since`` / ``until``: only the records with ``since <= ts_ns < until`` (ns since the
+  epoch, or an ISO 8601 time with its zone); only the byte ranges of that time are
+  read (bisection over offsets). Query filters are never pushed into the reader: Spark
+  reuses a planned reader for later queries of the same DataFrame or view.
 - ``ranges``: JSON list of ``[file, start, limit]`` to read exactly those byte ranges
   (``jet-ingest`` uses it to resume where its manifest says).
 - streaming only: ``startingOffsets`` JSON ``{file: offset}`` for files seen before.
@@ -31,7 +35,7 @@ import glob
 import json
 import logging
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -40,7 +44,7 @@ from pyspark.sql.types import StructType
 
 from jetwire.log import DEFAULT_MAX_RECORD, MAGIC
 
-__all__ = ["JetlogDataSource", "expand_paths", "plan_ranges", "register", "segment_runs"]
+__all__ = ["JetlogDataSource", "expand_paths", "plan_files", "plan_ranges", "register", "segment_runs"]
 
 DEFAULT_CHUNK = 32 << 20
 DEFAULT_GROUP = 32 << 20
@@ -202,14 +206,18 @@ class JetlogPartition(InputPartition):
     """Byte ranges of one or more segment files read by one task.
 
     ``runs``: file -> run_ns (for version-1 headers); ``starts``: file -> the start of
-    its range, a position an earlier read ended at (read from exactly there).
+    its range, a position an earlier read ended at (read from exactly there);
+    ``planned``: file -> what the driver saw of it (:class:`tools.ingest.parse.PlannedSegment`:
+    header, size, last planned record), which the task checks before it reads.
     """
 
-    def __init__(self, ranges: list[Range], runs: dict[str, int], starts: dict[str, int]) -> None:
+    def __init__(self, ranges: list[Range], runs: dict[str, int], starts: dict[str, int],
+                 planned: Optional[dict[str, Any]] = None) -> None:
         super().__init__(ranges)
         self.ranges = ranges
         self.runs = runs
         self.starts = starts
+        self.planned = planned or {}
 
 
 def _partitions(ranges: list[tuple[str, int, Optional[int]]], options: dict[str, str],
@@ -240,10 +248,32 @@ def _partitions(ranges: list[tuple[str, int, Optional[int]]], options: dict[str,
         planned += plan_ranges([(path, start, limit)], -(-size // pieces), group)
     parts = planned + plan_ranges(small, chunk, group) + parts
     starts = {path: start for path, start, _ in ranges}
-    out = [JetlogPartition(p, {f: runs[f] for f, *_ in p if f in runs}, {f: starts[f] for f, *_ in p})
+    seen = plan_files(ranges, int(options.get("maxrecordsize", DEFAULT_MAX_RECORD)))
+    out = [JetlogPartition(p, {f: runs[f] for f, *_ in p if f in runs}, {f: starts[f] for f, *_ in p},
+                           {f: seen[f] for f, *_ in p if f in seen})
            for p in parts]
     # Spark needs at least one partition: an empty directory is an empty DataFrame.
     return out or [JetlogPartition([], {}, {})]
+
+
+def plan_files(ranges: Sequence[tuple[str, int, Optional[int]]], max_record: int = DEFAULT_MAX_RECORD) -> dict[str, Any]:
+    """What the driver sees of each file of ``(file, start, limit)`` ranges (limit None:
+    a gzip-compressed segment, read whole), for the tasks to check
+    (:func:`tools.ingest.parse.check_segment`): file -> :class:`~tools.ingest.parse.PlannedSegment`
+    for its furthest limit. A file the driver cannot read is left out (the task says so)."""
+    from tools.ingest.parse import plan_segment
+
+    limits: dict[str, Optional[int]] = {}
+    for path, _, limit in ranges:
+        old = limits.get(path, 0)
+        limits[path] = None if limit is None or old is None else max(old, limit)
+    out: dict[str, Any] = {}
+    for path, limit in limits.items():
+        try:
+            out[path] = plan_segment(path, None if _is_gzip(path) else limit, max_record=max_record)
+        except OSError:
+            continue
+    return out
 
 
 def _missing(path: str, exc: OSError) -> str:
@@ -257,122 +287,83 @@ _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 _US = datetime.timedelta(microseconds=1)
 
 
-@dataclass
-class Pushed:
-    """The filters the batch reader uses to skip work (all ANDed). Spark evaluates every
-    filter again after the scan, so these only ever skip what cannot match."""
+def _time_option(options: dict[str, str], name: str) -> Optional[int]:
+    """Option ``name`` (``since``/``until``) in ns since the epoch: an integer (ns) or an
+    ISO 8601 time with its zone (``2026-11-27T10:00:00Z``, ``...+01:00``).
 
-    lo_ns: Optional[int] = None  # ts_ns >= lo_ns
-    hi_ns: Optional[int] = None  # ts_ns <= hi_ns
-    kinds: Optional[frozenset[str]] = None
-    conns: Optional[frozenset[int]] = None
-    keys: Optional[frozenset[str]] = None
-    key_prefix: Optional[str] = None
+    Raises:
+        ValueError: neither, or a time without a zone (whose instant is unknown).
+    """
+    text = options.get(name.lower())
+    if text is None:
+        return None
+    text = text.strip()
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"jetlog: option {name} must be ns since the epoch or an ISO 8601 time with a zone, "
+                         f"not {text!r}") from None
+    if moment.tzinfo is None:
+        raise ValueError(f"jetlog: option {name}={text!r} has no zone (add Z or +HH:MM)")
+    return (moment - _EPOCH) // _US * 1000
+
+
+@dataclass(frozen=True)
+class TimeWindow:
+    """The ``since`` / ``until`` options: records with ``since <= ts_ns < until`` (either
+    bound may be absent). Part of the DataFrame's definition, like its path, so every
+    query of it reads the same rows (PySpark 4.3 reuses one planned reader for later
+    scans of a DataFrame or view: a window taken from one query's filters would leak
+    into the next, see :class:`JetlogReader`)."""
+
+    since: Optional[int] = None
+    until: Optional[int] = None
+
+    @classmethod
+    def of(cls, options: dict[str, str]) -> TimeWindow:
+        """The window the options set.
+
+        Raises:
+            ValueError: a bound is not a time, or ``until`` is not after ``since``.
+        """
+        window = cls(_time_option(options, "since"), _time_option(options, "until"))
+        if window.since is not None and window.until is not None and window.until <= window.since:
+            raise ValueError(f"jetlog: until ({window.until}) must be after since ({window.since})")
+        return window
 
     def any(self) -> bool:
-        return any(v is not None for v in (self.lo_ns, self.hi_ns, self.kinds, self.conns, self.keys,
-                                            self.key_prefix))
-
-    def _bound(self, lo: Optional[int] = None, hi: Optional[int] = None) -> None:
-        if lo is not None:
-            self.lo_ns = lo if self.lo_ns is None else max(self.lo_ns, lo)
-        if hi is not None:
-            self.hi_ns = hi if self.hi_ns is None else min(self.hi_ns, hi)
-
-    def add(self, flt: Any) -> bool:
-        """Take ``flt`` into account if it is on a column this reader can use; True if so."""
-        from pyspark.sql.datasource import (
-            EqualTo,
-            GreaterThan,
-            GreaterThanOrEqual,
-            In,
-            LessThan,
-            LessThanOrEqual,
-            StringStartsWith,
-        )
-
-        col = ".".join(getattr(flt, "attribute", ()))
-        value = getattr(flt, "value", None)
-        if col in ("ts", "ts_ns"):
-            # ts is ts_ns // 1000 as a UTC timestamp (microseconds): bounds in ns, inclusive.
-            def ns(v: Any) -> Optional[tuple[int, int]]:
-                """(first ns, last ns) that the literal ``v`` stands for."""
-                if col == "ts_ns":
-                    return (v, v) if isinstance(v, int) and not isinstance(v, bool) else None
-                if isinstance(v, datetime.datetime) and v.tzinfo is not None:
-                    us = (v - _EPOCH) // _US
-                    return us * 1000, us * 1000 + 999
-                return None  # a naive time: its zone is unknown here, so never skip by it
-
-            got = None if isinstance(flt, In) else ns(value)
-            if got is None:
-                return False
-            first, last = got
-            if isinstance(flt, EqualTo):
-                self._bound(first, last)
-            elif isinstance(flt, GreaterThan):
-                self._bound(lo=last + 1)
-            elif isinstance(flt, GreaterThanOrEqual):
-                self._bound(lo=first)
-            elif isinstance(flt, LessThan):
-                self._bound(hi=first - 1)
-            elif isinstance(flt, LessThanOrEqual):
-                self._bound(hi=last)
-            else:
-                return False
-            return True
-        values: Optional[frozenset[Any]] = None
-        if isinstance(flt, EqualTo):
-            values = frozenset([value])
-        elif isinstance(flt, In):
-            values = frozenset(value or ())
-        if col == "key" and isinstance(flt, StringStartsWith) and isinstance(value, str):
-            if self.key_prefix is None or value.startswith(self.key_prefix):
-                self.key_prefix = value  # the stricter of two prefixes (both must hold)
-            return True
-        if values is None:
-            return False
-        if col == "kind" and all(isinstance(v, str) for v in values):
-            self.kinds = values if self.kinds is None else self.kinds & values
-        elif col == "conn_id" and all(isinstance(v, int) for v in values):
-            self.conns = values if self.conns is None else self.conns & values
-        elif col == "key" and all(isinstance(v, str) for v in values):
-            self.keys = values if self.keys is None else self.keys & values
-        else:
-            return False
-        return True
+        return self.since is not None or self.until is not None
 
     def mask(self, batch: Any) -> Any:
-        """The rows of ``batch`` that can match (pyarrow boolean array)."""
+        """The rows of ``batch`` inside the window (pyarrow boolean array); rows without
+        a time (damage found in the byte ranges read) are kept."""
+        import numpy as np
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        keep = pa.array([True] * batch.num_rows)
+        keep = pa.array(np.ones(batch.num_rows, dtype=bool))
         ts = batch.column("ts_ns")
-        if self.lo_ns is not None:
-            keep = pc.and_(keep, pc.greater_equal(ts, pa.scalar(self.lo_ns, pa.int64())))
-        if self.hi_ns is not None:
-            keep = pc.and_(keep, pc.less_equal(ts, pa.scalar(self.hi_ns, pa.int64())))
-        if self.kinds is not None:
-            keep = pc.and_(keep, pc.is_in(batch.column("kind"), pa.array(sorted(self.kinds), pa.string())))
-        if self.conns is not None:
-            keep = pc.and_(keep, pc.is_in(batch.column("conn_id"), pa.array(sorted(self.conns), pa.int64())))
-        if self.keys is not None:
-            keep = pc.and_(keep, pc.is_in(batch.column("key"), pa.array(sorted(self.keys), pa.string())))
-        if self.key_prefix is not None:
-            keep = pc.and_(keep, pc.starts_with(batch.column("key"), self.key_prefix))
-        return pc.fill_null(keep, False)
+        if self.since is not None:
+            keep = pc.and_(keep, pc.greater_equal(ts, pa.scalar(self.since, pa.int64())))
+        if self.until is not None:
+            keep = pc.and_(keep, pc.less(ts, pa.scalar(self.until, pa.int64())))
+        return pc.fill_null(keep, True)
 
 
-def _read_ranges(partition: JetlogPartition, options: dict[str, str], pushed: Optional[Pushed] = None) -> Iterator[Any]:
+def _read_ranges(partition: JetlogPartition, options: dict[str, str]) -> Iterator[Any]:
     # Imported here: this runs in the Python worker, which has numpy/pyarrow.
     import pyarrow as pa
 
-    from tools.ingest.parse import CORRUPT, SOURCE_SCHEMA, read_segment
+    from tools.ingest.parse import CORRUPT, SOURCE_SCHEMA, check_segment, read_segment
 
-    if pushed is not None and pushed.any():
-        for batch in _read_ranges(partition, options):
-            batch = batch.filter(pushed.mask(batch))
+    window = TimeWindow.of(options)
+    if window.any():
+        for batch in _read_ranges(partition, {k: v for k, v in options.items() if k not in ("since", "until")}):
+            batch = batch.filter(window.mask(batch))
             if batch.num_rows:
                 yield batch
         return
@@ -382,6 +373,8 @@ def _read_ranges(partition: JetlogPartition, options: dict[str, str], pushed: Op
     ignore_missing = _opt_true(options, "ignoreMissingFiles")
     for path, start, stop, limit in partition.ranges:
         try:
+            if path in partition.planned:
+                check_segment(path, partition.planned[path], max_record=max_record)
             yield from read_segment(
                 path, start, stop, mode=mode, max_record=max_record, limit=limit, add_run=True,
                 run_ns=partition.runs.get(path), exact_start=start == partition.starts.get(path),
@@ -412,77 +405,65 @@ def _check_mode(options: dict[str, str]) -> None:
 
 
 class JetlogReader(DataSourceReader):
-    """Batch reader: plans partitions on the driver, parses in the workers."""
+    """Batch reader: plans partitions on the driver, parses in the workers.
+
+    It keeps no state but its options: PySpark 4.3 plans a DataFrame's (or view's) scan
+    once and reuses the planned reader and partitions for later queries of it (it plans
+    again only for a query that pushes filters, and keeps that plan for the queries
+    after it). So this reader takes no filters from queries (no ``pushFilters``: a
+    filter of one query would decide the rows of the next); what it skips is set by
+    the DataFrame's own options: ``since`` / ``until`` (:class:`TimeWindow`) read only
+    the byte ranges of those times (``ts_ns`` never decreases within a segment,
+    JETLOG.md 3: bisection over offsets, :func:`tools.ingest.parse.time_range`).
+    """
 
     def __init__(self, options: dict[str, str]) -> None:
         self.options = options
         _check_mode(options)
+        TimeWindow.of(options)  # a bad since/until fails at load, on the driver
 
     def partitions(self) -> Sequence[InputPartition]:
         opts = self.options
         ranges: list[tuple[str, int, Optional[int]]]
+        window = TimeWindow.of(opts)
         if opts.get("ranges"):
             ranges = [(str(p), int(s), int(lim)) for p, s, lim in json.loads(opts["ranges"])]
+            files = list(dict.fromkeys(f for f, _, _ in ranges))
         else:
-            ranges = [(f, 0, None if _is_gzip(f) else os.path.getsize(f)) for f in expand_paths(opts)]
-        runs = segment_runs(list(dict.fromkeys(f for f, _, _ in ranges)))
-        return _partitions(ranges, opts, runs)
+            files = expand_paths(opts)
+            if window.any():
+                ranges = _window_ranges(files, window, int(opts.get("maxrecordsize", DEFAULT_MAX_RECORD)))
+            else:
+                ranges = [(f, 0, None if _is_gzip(f) else os.path.getsize(f)) for f in files]
+        return _partitions(ranges, opts, segment_runs(files))
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, JetlogPartition)
         return _read_ranges(partition, self.options)
 
 
-class JetlogPushdownReader(JetlogReader):
-    """The batch reader with filter pushdown (``pushFilters``, pyspark 4.1+): filters on
-    ``ts``/``ts_ns`` skip whole files and byte ranges (``ts_ns`` never decreases within a
-    segment, JETLOG.md 3: bisection over offsets, :func:`tools.ingest.parse.time_range`);
-    those and filters on ``kind``, ``conn_id`` and ``key`` drop rows in the workers. Every
-    filter is still handed back to Spark, which evaluates it again.
+def _window_ranges(files: list[str], window: TimeWindow, max_record: int) -> list[tuple[str, int, Optional[int]]]:
+    """The byte ranges of ``files`` that hold the records of ``window`` (a gzip segment
+    is read whole; a file whose header is bad is left out: that row has no time)."""
+    from tools.ingest.parse import JetlogError, open_segment, read_header, time_range
 
-    Only used when ``spark.sql.python.filterPushdown.enabled`` is true (Spark refuses a
-    reader with ``pushFilters`` otherwise): :func:`register` sets it.
-    """
-
-    def __init__(self, options: dict[str, str]) -> None:
-        super().__init__(options)
-        self.pushed = Pushed()
-
-    def pushFilters(self, filters: list[Any]) -> Iterable[Any]:
-        for flt in filters:
-            self.pushed.add(flt)
-            yield flt  # Spark evaluates it again: pushing only skips work
-
-    def partitions(self) -> Sequence[InputPartition]:
-        pushed = self.pushed
-        if pushed.lo_ns is None and pushed.hi_ns is None:
-            return super().partitions()
-        from tools.ingest.parse import JetlogError, open_segment, read_header, time_range
-
-        opts = self.options
-        max_record = int(opts.get("maxrecordsize", DEFAULT_MAX_RECORD))
-        files = expand_paths(opts)
-        ranges: list[tuple[str, int, Optional[int]]] = []
-        for f in files:
-            if _is_gzip(f):
-                ranges.append((f, 0, None))
+    hi = None if window.until is None else window.until - 1
+    ranges: list[tuple[str, int, Optional[int]]] = []
+    for f in files:
+        if _is_gzip(f):
+            ranges.append((f, 0, None))
+            continue
+        with open_segment(f) as buf:
+            try:
+                header = read_header(buf)
+            except JetlogError:
+                header = None
+            if header is None:
                 continue
-            with open_segment(f) as buf:
-                try:
-                    header = read_header(buf)
-                except JetlogError:
-                    header = None  # reported as a row (a time filter drops it: it has no ts)
-                if header is None:
-                    continue
-                start, stop = time_range(buf, header.size, pushed.lo_ns, pushed.hi_ns, max_record=max_record)
-            if stop > start:
-                ranges.append((f, start, stop))
-        runs = segment_runs(files)
-        return _partitions(ranges, opts, runs)
-
-    def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, JetlogPartition)
-        return _read_ranges(partition, self.options, self.pushed)
+            start, stop = time_range(buf, header.size, window.since, hi, max_record=max_record)
+        if stop > start:
+            ranges.append((f, start, stop))
+    return ranges
 
 
 def _read_limit(options: dict[str, str]) -> Any:
@@ -638,20 +619,12 @@ class JetlogDataSource(DataSource):
         return JetlogStreamReader(_options(self.options))
 
 
-class JetlogPushdownDataSource(JetlogDataSource):
-    """``format("jetlog")`` with filter pushdown (:class:`JetlogPushdownReader`)."""
-
-    def reader(self, schema: StructType) -> DataSourceReader:
-        return JetlogPushdownReader(_options(self.options))
-
-
 def register(spark: Any) -> None:
-    """Register the ``jetlog`` data source with ``spark`` (a SparkSession), with filter
-    pushdown: this turns on ``spark.sql.python.filterPushdown.enabled`` in the session
-    (Spark refuses a Python reader that pushes filters while it is off).
+    """Register the ``jetlog`` data source with ``spark`` (a SparkSession).
 
     Afterwards ``spark.read.format("jetlog")``, ``spark.readStream.format("jetlog")``
-    and ``CREATE TEMPORARY VIEW ... USING jetlog`` work in that session.
+    and ``CREATE TEMPORARY VIEW ... USING jetlog`` work in that session. (It no longer
+    turns on ``spark.sql.python.filterPushdown.enabled``: the reader takes no filters
+    from queries, see :class:`JetlogReader`.)
     """
-    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
-    spark.dataSource.register(JetlogPushdownDataSource)
+    spark.dataSource.register(JetlogDataSource)

@@ -48,7 +48,7 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,6 +62,7 @@ __all__ = [
     "Manifest",
     "WarehouseError",
     "crash_point",
+    "history_notes",
     "locked",
     "new_run_id",
     "segment_key",
@@ -143,6 +144,8 @@ class FileState:
     segment: int
     run_ns: int
     done: int  # offset after the last record ingested
+    # --since when the segment was first read: its records before then were skipped for good
+    since_ns: Optional[int] = None
 
     @property
     def key(self) -> str:
@@ -151,6 +154,58 @@ class FileState:
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+
+def _spans(numbers: list[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``0-2, 5``."""
+    out: list[str] = []
+    for n in numbers:
+        if out and int(out[-1].split("-")[-1]) == n - 1:
+            out[-1] = f"{out[-1].split('-')[0]}-{n}"
+        else:
+            out.append(str(n))
+    return ", ".join(out)
+
+
+def history_notes(files: Iterable[FileState]) -> dict[int, str]:
+    """run_ns -> what is missing from the history of that daemon run, for the runs
+    whose history the warehouse holds only in part: segments of the run (JETLOG.md 2:
+    numbered from 0) never read, or records before a ``--since`` that cut into it.
+    Those say what a state's owner, name and first value were: the note says what
+    cannot be derived. Runs read whole have no note."""
+    import datetime
+
+    segments: dict[int, set[int]] = {}
+    daemon: dict[int, str] = {}
+    started: dict[int, int] = {}
+    since: dict[int, int] = {}
+    for s in files:
+        if not s.daemon:
+            continue  # a bad header: reported as damage
+        segments.setdefault(s.run_ns, set()).add(s.segment)
+        daemon[s.run_ns] = s.daemon
+        started[s.run_ns] = min(started.get(s.run_ns, s.created_ns), s.created_ns)
+        if s.since_ns is not None:
+            since[s.run_ns] = max(since.get(s.run_ns, s.since_ns), s.since_ns)
+    notes = {}
+    for run, segs in sorted(segments.items()):
+        parts = []
+        missing = sorted(set(range(max(segs) + 1)) - segs)
+        if missing:
+            parts.append(f"segment(s) {_spans(missing)} of {max(segs) + 1} not read (deleted, or not in the log "
+                         "directory)")
+        if run in since and since[run] > started[run]:
+            at = datetime.datetime.fromtimestamp(since[run] / 1e9, datetime.UTC)
+            parts.append(f"records before {at:%Y-%m-%d %H:%M:%S} UTC skipped (--since)")
+        if parts:
+            at = datetime.datetime.fromtimestamp(run / 1e9, datetime.UTC)
+            notes[run] = (f"partial history of daemon {daemon[run]!r}, run of {at:%Y-%m-%d %H:%M:%S} UTC "
+                          f"(run_ns {run}): {'; '.join(parts)}. Not derived for it: the owner (and owner name) "
+                          "of a state added before, until a routed set or a notify shows it; DISCONNECT rows of "
+                          "such states; each state's value before its first change here (type/value_before "
+                          "null); the names and open times of connections opened before (unless a segment's "
+                          "CONN_SNAPSHOT gives the name)")
+    return notes
 
 
 def _fsync_dir(path: Path) -> None:
