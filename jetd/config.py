@@ -194,7 +194,7 @@ class Config:
             if origin != "*" and not origin.startswith(("http://", "https://")):
                 raise ConfigError(f"http_origins: {origin!r} is not an origin like http://host:port or *")
         for entry in self.allowed_hosts():
-            if entry != "*" and host_name(f"[{entry}]" if entry.count(":") > 1 else entry) is None:
+            if entry != "*" and entry_host_name(entry) is None:
                 raise ConfigError(f"http_hosts: {entry!r} is not a host name or address like jet.lan, 10.0.0.5 or [::1]")
         if not 16 <= self.max_body <= 0xFFFF_FFFF:
             raise ConfigError(f"max_body must be 16..4294967295, got {self.max_body}")
@@ -295,6 +295,14 @@ def host_name(authority: str) -> Optional[str]:
     if rest and (not rest.startswith(":") or not rest[1:].isdigit() or int(rest[1:]) > 65535):
         return None
     return name
+
+
+def entry_host_name(entry: str) -> Optional[str]:
+    """The host of an ``--http-hosts`` entry or a listen address, as :func:`host_name`
+    reads it; a bare IPv6 address (``::1``) may also be given without its brackets."""
+    text = entry.strip()
+    bare_ipv6 = not text.startswith("[") and text.count(":") > 1
+    return host_name(f"[{text}]" if bare_ipv6 else text)
 
 
 _FIELDS = {f.name: f for f in fields(Config)}

@@ -39,7 +39,7 @@ from websockets.typing import Subprotocol
 
 from jetwire import Status
 
-from .config import Config, host_name
+from .config import Config, entry_host_name, host_name
 from .connection import Connection
 from .server import FLUSH_AFTER_READ, PeerShell, Server
 
@@ -586,7 +586,7 @@ def allowed_hosts(config: Config) -> frozenset[str]:
         if entry == "*":
             names.add("*")
             continue
-        name = host_name(f"[{entry}]" if entry.count(":") > 1 else entry)
+        name = entry_host_name(entry)
         if name is not None:
             names.add(name)
     for origin in config.allowed_origins():

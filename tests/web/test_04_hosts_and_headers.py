@@ -106,6 +106,18 @@ def test_any_host_with_star_and_the_listen_address(start_jetd):
     assert http_get(other.web, "/", "evil.test")[0] == 403
 
 
+def test_http_hosts_takes_ipv6_in_brackets_as_its_help_shows(start_jetd):
+    """The refusal says an entry is 'like jet.lan, 10.0.0.5 or [::1]': that form (with or
+    without a port) must be accepted and allowed, as must a bare IPv6 address."""
+    daemon = start_web_jetd(start_jetd, "--http-hosts", "[fd00::5], [FD00::6]:8080, fd00::7")
+    _, port = daemon.web
+    for host in ("[fd00::5]", f"[fd00::5]:{port}", "[fd00::6]", "[fd00::7]:1"):
+        status, _, body = http_get(daemon.web, "/", host)
+        assert status == 200, (host, status, body)
+    status, _, body = http_get(daemon.web, "/", "[fd00::8]")
+    assert status == 403 and b"is not allowed" in body, (status, body)
+
+
 @pytest.mark.parametrize("value", ["http://jet.lan", "jet.lan/x", "a b", "jet.lan:99999"])
 def test_bad_http_hosts_is_a_config_error(start_jetd, value):
     import subprocess
