@@ -42,3 +42,18 @@ def test_web_cases_catch_a_daemon_that_checks_no_host(start_jetd, tmp_path):
     assert result.returncode == 1
     failed = {c["id"] for c in json.loads(report.read_text())["cases"] if c["outcome"] == "FAILED"}
     assert failed == {"web.host-foreign-handshake", "web.host-foreign-handshake-no-origin", "web.host-foreign-page"}
+
+
+def test_web_cases_against_a_port_that_is_not_http_fail_without_a_traceback(start_jetd, tmp_path):
+    """--web given the jet TCP port by mistake: the server answers no HTTP (jetd sends INFO
+    and closes on the request). Each case fails (NON-STRICT for a SHOULD) saying so; no traceback."""
+    daemon = start_web_jetd(start_jetd)
+    report = tmp_path / "web.json"
+    result = _run(f"{daemon.host}:{daemon.port}", "--web", f"{daemon.host}:{daemon.port}", "--cases", "web.*",
+                  "--json", str(report))
+    assert "Traceback" not in result.stderr + result.stdout, result.stderr[-4000:]
+    assert result.returncode == 1, result.stdout[-4000:] + result.stderr
+    cases = json.loads(report.read_text())["cases"]
+    outcomes = {c["outcome"] for c in cases}  # NON-STRICT: a SHOULD case that failed
+    assert "FAILED" in outcomes and outcomes <= {"FAILED", "NON-STRICT"}, [(c["id"], c["outcome"]) for c in cases]
+    assert "no HTTP response" in result.stdout, result.stdout[-4000:]

@@ -400,6 +400,12 @@ class CaseExecution:
         try:
             writer.write(data)
             head, body = await asyncio.wait_for(_read_http_response(reader), timeout)
+        except asyncio.IncompleteReadError as exc:
+            # Not an HTTP server (the jet port given as --web, say): it closed first.
+            raise StepFailed(f"no HTTP response: the server closed after {len(exc.partial)} bytes "
+                             f"without an HTTP head ({exc.partial[:16]!r})") from None
+        except asyncio.LimitOverrunError:
+            raise StepFailed("no HTTP response: no end of an HTTP head in the first 64 KiB") from None
         except (OSError, TimeoutError, ValueError) as exc:
             raise StepFailed(f"no HTTP response: {exc!r}") from None
         finally:
