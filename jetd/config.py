@@ -292,7 +292,9 @@ def host_name(authority: str) -> Optional[str]:
         name = name[:-1] if name.endswith(".") else name
         if not name or not all(c.isascii() and (c.isalnum() or c in "-._") for c in name):
             return None
-    if rest and (not rest.startswith(":") or not rest[1:].isdigit() or int(rest[1:]) > 65535):
+    # isdigit() alone takes '¹' (a latin-1 header byte) for a digit, which int() refuses.
+    port_text = rest[1:]
+    if rest and (not rest.startswith(":") or not (port_text.isascii() and port_text.isdigit()) or int(port_text) > 65535):
         return None
     return name
 

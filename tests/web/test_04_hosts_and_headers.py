@@ -118,6 +118,23 @@ def test_http_hosts_takes_ipv6_in_brackets_as_its_help_shows(start_jetd):
     assert status == 403 and b"is not allowed" in body, (status, body)
 
 
+def test_a_host_port_of_non_ascii_digits_is_a_bad_request_not_a_traceback(start_jetd):
+    """HTTP headers arrive as latin-1: the byte 0xB9 is '¹', which str.isdigit() takes for
+    a digit and int() refuses. Such a Host is malformed (400), not an error on the
+    transport that drops the connection and logs a traceback."""
+    daemon = start_web_jetd(start_jetd)
+    for port_bytes in (b"\xb9", b"1\xb2", b"\xb3\xb3"):
+        with socket.create_connection(daemon.web, timeout=TIMEOUT) as sock:
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: localhost:" + port_bytes + b"\r\nConnection: close\r\n\r\n")
+            data = b""
+            while chunk := sock.recv(65536):
+                data += chunk
+        assert data.startswith(b"HTTP/1.1 400 "), (port_bytes, data[:200])
+    daemon.stop()
+    log = daemon.stderr()
+    assert "Traceback" not in log and "Fatal error" not in log, log
+
+
 @pytest.mark.parametrize("value", ["http://jet.lan", "jet.lan/x", "a b", "jet.lan:99999"])
 def test_bad_http_hosts_is_a_config_error(start_jetd, value):
     import subprocess
