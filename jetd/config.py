@@ -191,7 +191,10 @@ class Config:
         if not self.http_handshake_timeout > 0:
             raise ConfigError(f"http_handshake_timeout must be positive, got {self.http_handshake_timeout}")
         for origin in self.allowed_origins():
-            if origin != "*" and not origin.startswith(("http://", "https://")):
+            # A browser's Origin is scheme://host[:port], nothing more: an entry with a path,
+            # userinfo or no host could never match, and its host would not join the Host list.
+            if origin != "*" and (not origin.startswith(("http://", "https://"))
+                                  or host_name(origin.partition("://")[2]) is None):
                 raise ConfigError(f"http_origins: {origin!r} is not an origin like http://host:port or *")
         for entry in self.allowed_hosts():
             if entry != "*" and entry_host_name(entry) is None:

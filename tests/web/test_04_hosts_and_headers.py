@@ -146,6 +146,19 @@ def test_bad_http_hosts_is_a_config_error(start_jetd, value):
     assert result.returncode == 2 and "http_hosts" in result.stderr, result.stderr
 
 
+@pytest.mark.parametrize("value", ["http://app.test:3000/app", "http://", "https://user@app.test", "http://app.test:x"])
+def test_an_origin_that_no_browser_sends_is_a_config_error(value):
+    """--http-origins takes what a browser sends as Origin (scheme://host[:port]); an
+    entry with a path or userinfo would silently match nothing (a trailing / is fine)."""
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "jetd", "--port", "0", "--http-port", "0", "--http-origins", value],
+                            capture_output=True, text=True, timeout=30,
+                            env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert result.returncode == 2 and "http_origins" in result.stderr, result.stderr
+
+
 def _security_headers(fields: dict[str, str]) -> None:
     csp = [d.strip() for d in fields.get("content-security-policy", "").split(";")]
     assert "frame-ancestors 'none'" in csp and "default-src 'self'" in csp, fields
