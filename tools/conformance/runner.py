@@ -414,7 +414,7 @@ class CaseExecution:
         self.log.add("http", "recv", head + ("\n\n" + body[:300].decode("utf-8", "replace") if body else ""))
         parts = status_line.split(" ", 2)
         received = [{"decoded": {"status_line": status_line, "headers": header_lines}}]
-        if len(parts) < 2 or not parts[1].isdigit():
+        if len(parts) < 2 or not (parts[1].isascii() and parts[1].isdigit()):
             raise StepFailed(f"not an HTTP response: {status_line!r}", [expect], received)
         fields: dict[str, list[str]] = {}
         for line in header_lines:
