@@ -361,7 +361,7 @@ class WebProtocol(PeerShell):
             status, reason = host_error
             log.info("web %s: refused: %s", self.address, reason)
             phrase = "Forbidden" if status == 403 else "Bad Request"
-            ws.send_response(_plain(status, phrase, f"{phrase}: {reason}\n"))
+            self._send_response(_plain(status, phrase, f"{phrase}: {reason}\n"))
             self._close_soon()
             return
         if path == WS_PATH:
@@ -369,11 +369,13 @@ class WebProtocol(PeerShell):
             if origin_error is not None:
                 log.info("web %s: refused: %s", self.address, origin_error)
                 response = ws.reject(403, f"Forbidden: {origin_error}\n")
+            elif ws.eof_sent:
+                response = ws.reject(400, "Bad Request: bytes after the handshake that are not WebSocket frames\n")
             else:
                 response = ws.accept(request)
             if response.status_code != 101:
                 _secure(response.headers)
-            ws.send_response(response)
+            self._send_response(response)
             self._write_ws_output()
             if response.status_code == 101:
                 self._open()
@@ -382,8 +384,18 @@ class WebProtocol(PeerShell):
                 log.info("web %s: handshake refused: %s", self.address, ws.handshake_exc)
             self._close_soon()
             return
-        ws.send_response(self.listener.static_response(request, path))
+        self._send_response(self.listener.static_response(request, path))
         self._close_soon()
+
+    def _send_response(self, response: Response) -> None:
+        """Send the answer to the request. websockets parses what follows a request as
+        WebSocket frames: bytes that are not (a pipelined second request) make it give
+        up and end the output before the answer, and its send_response would then fail
+        an assertion. The answer is written ahead of that end instead."""
+        if not self.ws.eof_sent:
+            self.ws.send_response(response)
+        elif self.raw is not None and not self.raw.is_closing():
+            self.raw.write(response.serialize())
 
     def _close_soon(self) -> None:
         """After a plain HTTP response (or a refused handshake) the connection ends: a

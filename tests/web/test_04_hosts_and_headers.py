@@ -135,6 +135,35 @@ def test_a_host_port_of_non_ascii_digits_is_a_bad_request_not_a_traceback(start_
     assert "Traceback" not in log and "Fatal error" not in log, log
 
 
+def test_pipelined_requests_get_the_first_answer_and_no_traceback(start_jetd):
+    """Two requests in one write (HTTP/1.1 pipelining): jetd answers the first and closes
+    (Connection: close); the second, whatever its Host, is not served. websockets hands
+    over both requests: answering the second raised AssertionError on the transport
+    ('Fatal error', a traceback in the log per request) and the first answer was lost."""
+    daemon = start_web_jetd(start_jetd)
+    host, port = daemon.web
+    for first, second in (("/nope", "/registry.json"), ("/", "/")):
+        with socket.create_connection(daemon.web, timeout=TIMEOUT) as sock:
+            sock.sendall(f"GET {first} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n"
+                         f"GET {second} HTTP/1.1\r\nHost: evil.test\r\n\r\n".encode())
+            data = b""
+            while chunk := sock.recv(65536):
+                data += chunk
+        assert data.startswith(b"HTTP/1.1 404 " if first == "/nope" else b"HTTP/1.1 200 "), (first, data[:200])
+        assert data.count(b"HTTP/1.1 ") == 1, data[:400]
+    # A handshake followed by bytes that are no WebSocket frame: refused, not upgraded.
+    with socket.create_connection(daemon.web, timeout=TIMEOUT) as sock:
+        head = "\r\n".join(("GET /jet HTTP/1.1", f"Host: {host}:{port}", *ws_upgrade()))
+        sock.sendall(f"{head}\r\n\r\nGET / HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    assert data.startswith(b"HTTP/1.1 400 ") and b"not WebSocket frames" in data, data[:400]
+    daemon.stop()
+    log = daemon.stderr()
+    assert "Traceback" not in log and "Fatal error" not in log, log
+
+
 @pytest.mark.parametrize("value", ["http://jet.lan", "jet.lan/x", "a b", "jet.lan:99999"])
 def test_bad_http_hosts_is_a_config_error(start_jetd, value):
     import subprocess
