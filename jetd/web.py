@@ -538,11 +538,11 @@ class WebListener:
             # PROTOCOL.md 13.3: pages of the allowed origins may import the library from
             # jetd (a module script is fetched with CORS); no other file is for them.
             response.headers["Vary"] = "Origin"
-            origin = request.headers.get("Origin")
+            origins = request.headers.get_all("Origin")  # a browser sends one; two: none allowed
             if "*" in self.origins:
                 response.headers["Access-Control-Allow-Origin"] = "*"
-            elif origin is not None and origin.rstrip("/").lower() in self.origins:
-                response.headers["Access-Control-Allow-Origin"] = origin
+            elif len(origins) == 1 and origins[0].rstrip("/").lower() in self.origins:
+                response.headers["Access-Control-Allow-Origin"] = origins[0]
         return response
 
     def registry_json(self) -> bytes:

@@ -238,6 +238,21 @@ def test_cors_on_jet_js_for_the_allowed_origins_only(start_jetd):
     assert fields.get("access-control-allow-origin") == "*"
 
 
+def test_jet_js_with_two_origin_headers_gets_no_cors_and_no_traceback(start_jetd):
+    """Two Origin headers on /jet.js: no browser sends that, so no CORS header (one of
+    them may be allowed); the library is still served. It raised MultipleValuesError on
+    the transport: no answer and a traceback in the log."""
+    daemon = start_web_jetd(start_jetd, "--http-origins", "http://app.example:8000")
+    host, port = daemon.web
+    status, fields, body = http_get(daemon.web, "/jet.js", f"{host}:{port}", "Origin: http://app.example:8000",
+                                    "Origin: http://evil.example")
+    assert status == 200 and b"export" in body, (status, body[:200])
+    assert "access-control-allow-origin" not in fields, fields
+    daemon.stop()
+    log = daemon.stderr()
+    assert "Traceback" not in log and "Fatal error" not in log, log
+
+
 # --- in Chromium ------------------------------------------------------------------------
 
 def _needs_browser() -> Any:
