@@ -170,7 +170,7 @@ class WebProtocol(PeerShell):
     def __init__(self, listener: WebListener) -> None:
         super().__init__(listener.server)
         self.listener = listener
-        self.ws = ServerProtocol(
+        self.ws = _SecureServerProtocol(
             subprotocols=[SUBPROTOCOL], max_size=(None, WS_FRAME_LIMIT), logger=_ws_log
         )
         self.text_message = False  # a fragmented text message is being received
@@ -586,6 +586,17 @@ def _secure(headers: Headers) -> None:
     """Add the headers every page of jetd carries (PROTOCOL.md 13.3)."""
     for name, value in SECURITY_HEADERS:
         headers[name] = value
+
+
+class _SecureServerProtocol(ServerProtocol):
+    """websockets' server side, whose own refusals (414, 431: a line over its limit,
+    answered before jetd sees a request) carry the headers of every page as well
+    (PROTOCOL.md 13.3)."""
+
+    def send_response(self, response: Response) -> None:
+        if response.status_code != 101 and "X-Frame-Options" not in response.headers:
+            _secure(response.headers)
+        super().send_response(response)
 
 
 def allowed_hosts(config: Config) -> frozenset[str]:

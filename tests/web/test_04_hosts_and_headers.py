@@ -216,6 +216,18 @@ def test_every_page_has_the_security_headers(start_jetd):
         _security_headers(fields)
 
 
+def test_websockets_own_refusals_carry_the_security_headers_too(start_jetd):
+    """PROTOCOL.md 13.3: every response, refusals included. A header line or a request
+    line over websockets' 8 KiB line limit is answered by websockets itself (431, 414),
+    before jetd sees a request."""
+    daemon = start_web_jetd(start_jetd)
+    host, port = daemon.web
+    for path, headers, expected in (("/", (f"X-Long: {'a' * 9000}",), 431), ("/" + "a" * 9000, (), 414)):
+        status, fields, _ = http_get(daemon.web, path, f"{host}:{port}", *headers)
+        assert status == expected, (expected, status)
+        _security_headers(fields)
+
+
 def test_cors_on_jet_js_for_the_allowed_origins_only(start_jetd):
     daemon = start_web_jetd(start_jetd, "--http-origins", "http://app.example:8000")
     host, port = daemon.web
