@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Optional, cast
 
 from websockets.datastructures import Headers
+from websockets.exceptions import InvalidMessage
 from websockets.frames import Opcode
 from websockets.http11 import Request, Response
 from websockets.protocol import OPEN, SEND_EOF
@@ -178,6 +179,7 @@ class WebProtocol(PeerShell):
         self.address = "?"
         self.refused = False  # answered 503 on arrival: nothing it sends is read
         self.request_bytes = 0  # received before the request was complete
+        self.answered_invalid = False  # a request websockets could not parse was answered 400
 
     # --- asyncio.Protocol ---------------------------------------------------------------
 
@@ -216,6 +218,8 @@ class WebProtocol(PeerShell):
         events = ws.events_received()
         if events:
             self._handle(events, len(data))
+        elif self.conn is None and isinstance(ws.handshake_exc, InvalidMessage) and not self.answered_invalid:
+            self._invalid_request(ws.handshake_exc)
         self._write_ws_output()
         if ws.parser_exc is not None and self.conn is not None and not self.conn.closing:
             # Bad WebSocket framing or a frame above the bound: websockets closed the
@@ -396,6 +400,16 @@ class WebProtocol(PeerShell):
             self.ws.send_response(response)
         elif self.raw is not None and not self.raw.is_closing():
             self.raw.write(response.serialize())
+
+    def _invalid_request(self, exc: InvalidMessage) -> None:
+        """websockets gave up on the request (a body, HTTP/2, not HTTP at all) and only
+        ends the output: say why with a 400 before that end (a clear error, not silence)."""
+        self.answered_invalid = True
+        why = str(exc.__cause__ or exc)[:200]
+        log.info("web %s: refused: not a valid HTTP request: %s", self.address, why)
+        raw = self.raw
+        if raw is not None and not raw.is_closing():
+            raw.write(_plain(400, "Bad Request", f"Bad Request: not a valid HTTP request ({why})\n").serialize())
 
     def _close_soon(self) -> None:
         """After a plain HTTP response (or a refused handshake) the connection ends: a

@@ -228,6 +228,28 @@ def test_websockets_own_refusals_carry_the_security_headers_too(start_jetd):
         _security_headers(fields)
 
 
+def test_a_request_websockets_cannot_parse_gets_a_400_not_silence(start_jetd):
+    """A request line that is not HTTP/1.1, or a GET with a body: websockets gives up on
+    the request and would close without a word; the client gets a 400 that says why."""
+    daemon = start_web_jetd(start_jetd)
+    host, port = daemon.web
+    for raw in (f"GET / HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Length: 5\r\n\r\nhello",
+                f"GET / HTTP/2.0\r\nHost: {host}:{port}\r\n\r\n",
+                "GARBAGE\r\n\r\n"):
+        with socket.create_connection(daemon.web, timeout=TIMEOUT) as sock:
+            sock.sendall(raw.encode())
+            data = b""
+            while chunk := sock.recv(65536):
+                data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 400 ") and b"not a valid HTTP request" in body, (raw, data[:300])
+        fields = {line.partition(":")[0].strip().lower(): line.partition(":")[2].strip()
+                  for line in head.decode("latin-1").split("\r\n")[1:]}
+        _security_headers(fields)
+    daemon.stop()
+    assert "Traceback" not in daemon.stderr()
+
+
 def test_cors_on_jet_js_for_the_allowed_origins_only(start_jetd):
     daemon = start_web_jetd(start_jetd, "--http-origins", "http://app.example:8000")
     host, port = daemon.web
