@@ -24,6 +24,7 @@ import email.utils
 import json
 import logging
 import mimetypes
+import re
 import struct
 import sys
 from collections.abc import Iterable
@@ -63,6 +64,7 @@ CLOSE_NORMAL = 1000
 CLOSE_UNSUPPORTED_DATA = 1003
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
+_HTTP_REQUEST_LINE = re.compile(rb"[A-Z]+ \S")  # a method and a target: an HTTP request's start
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")  # PROTOCOL.md 13.3: always allowed as Host
 # PROTOCOL.md 13.3: on every response. The console loads only its own files (no inline
 # script or style) and talks to its own listener; no page of jetd may be framed.
@@ -180,6 +182,7 @@ class WebProtocol(PeerShell):
         self.refused = False  # answered 503 on arrival: nothing it sends is read
         self.request_bytes = 0  # received before the request was complete
         self.answered_invalid = False  # a request websockets could not parse was answered 400
+        self.request_start = b""  # the first bytes received (is it HTTP at all?)
 
     # --- asyncio.Protocol ---------------------------------------------------------------
 
@@ -205,6 +208,8 @@ class WebProtocol(PeerShell):
             return
         if self.abort_handle is not None and self.conn is None and not self.hung_up:
             # Still waiting for the whole request (the handshake timer runs).
+            if not self.request_start:
+                self.request_start = data[:16]
             self.request_bytes += len(data)
             if self.request_bytes > MAX_HTTP_REQUEST:
                 self.abort_handle.cancel()
@@ -218,7 +223,8 @@ class WebProtocol(PeerShell):
         events = ws.events_received()
         if events:
             self._handle(events, len(data))
-        elif self.conn is None and isinstance(ws.handshake_exc, InvalidMessage) and not self.answered_invalid:
+        elif (self.conn is None and isinstance(ws.handshake_exc, InvalidMessage) and not self.answered_invalid
+              and _HTTP_REQUEST_LINE.match(self.request_start)):
             self._invalid_request(ws.handshake_exc)
         self._write_ws_output()
         if ws.parser_exc is not None and self.conn is not None and not self.conn.closing:
@@ -402,8 +408,9 @@ class WebProtocol(PeerShell):
             self.raw.write(response.serialize())
 
     def _invalid_request(self, exc: InvalidMessage) -> None:
-        """websockets gave up on the request (a body, HTTP/2, not HTTP at all) and only
-        ends the output: say why with a 400 before that end (a clear error, not silence)."""
+        """websockets gave up on a request that began like HTTP (a GET with a body,
+        HTTP/2.0) and only ends the output: say why with a 400 before that end. Bytes
+        that are not HTTP at all (a TLS ClientHello) still get only the close."""
         self.answered_invalid = True
         why = str(exc.__cause__ or exc)[:200]
         log.info("web %s: refused: not a valid HTTP request: %s", self.address, why)
