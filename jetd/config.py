@@ -191,10 +191,13 @@ class Config:
         if not self.http_handshake_timeout > 0:
             raise ConfigError(f"http_handshake_timeout must be positive, got {self.http_handshake_timeout}")
         for origin in self.allowed_origins():
-            if origin != "*" and not origin.startswith(("http://", "https://")):
+            # A browser's Origin is scheme://host[:port], nothing more: an entry with a path,
+            # userinfo or no host could never match, and its host would not join the Host list.
+            if origin != "*" and (not origin.startswith(("http://", "https://"))
+                                  or host_name(origin.partition("://")[2]) is None):
                 raise ConfigError(f"http_origins: {origin!r} is not an origin like http://host:port or *")
         for entry in self.allowed_hosts():
-            if entry != "*" and host_name(f"[{entry}]" if entry.count(":") > 1 else entry) is None:
+            if entry != "*" and entry_host_name(entry) is None:
                 raise ConfigError(f"http_hosts: {entry!r} is not a host name or address like jet.lan, 10.0.0.5 or [::1]")
         if not 16 <= self.max_body <= 0xFFFF_FFFF:
             raise ConfigError(f"max_body must be 16..4294967295, got {self.max_body}")
@@ -292,9 +295,19 @@ def host_name(authority: str) -> Optional[str]:
         name = name[:-1] if name.endswith(".") else name
         if not name or not all(c.isascii() and (c.isalnum() or c in "-._") for c in name):
             return None
-    if rest and (not rest.startswith(":") or not rest[1:].isdigit() or int(rest[1:]) > 65535):
+    # isdigit() alone takes '¹' (a latin-1 header byte) for a digit, which int() refuses.
+    port_text = rest[1:]
+    if rest and (not rest.startswith(":") or not (port_text.isascii() and port_text.isdigit()) or int(port_text) > 65535):
         return None
     return name
+
+
+def entry_host_name(entry: str) -> Optional[str]:
+    """The host of an ``--http-hosts`` entry or a listen address, as :func:`host_name`
+    reads it; a bare IPv6 address (``::1``) may also be given without its brackets."""
+    text = entry.strip()
+    bare_ipv6 = not text.startswith("[") and text.count(":") > 1
+    return host_name(f"[{text}]" if bare_ipv6 else text)
 
 
 _FIELDS = {f.name: f for f in fields(Config)}

@@ -24,6 +24,7 @@ import email.utils
 import json
 import logging
 import mimetypes
+import re
 import struct
 import sys
 from collections.abc import Iterable
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any, Optional, cast
 
 from websockets.datastructures import Headers
+from websockets.exceptions import InvalidMessage
 from websockets.frames import Opcode
 from websockets.http11 import Request, Response
 from websockets.protocol import OPEN, SEND_EOF
@@ -39,7 +41,7 @@ from websockets.typing import Subprotocol
 
 from jetwire import Status
 
-from .config import Config, host_name
+from .config import Config, entry_host_name, host_name
 from .connection import Connection
 from .server import FLUSH_AFTER_READ, PeerShell, Server
 
@@ -62,6 +64,7 @@ CLOSE_NORMAL = 1000
 CLOSE_UNSUPPORTED_DATA = 1003
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
+_HTTP_REQUEST_LINE = re.compile(rb"[A-Z]+ \S")  # a method and a target: an HTTP request's start
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")  # PROTOCOL.md 13.3: always allowed as Host
 # PROTOCOL.md 13.3: on every response. The console loads only its own files (no inline
 # script or style) and talks to its own listener; no page of jetd may be framed.
@@ -170,7 +173,7 @@ class WebProtocol(PeerShell):
     def __init__(self, listener: WebListener) -> None:
         super().__init__(listener.server)
         self.listener = listener
-        self.ws = ServerProtocol(
+        self.ws = _SecureServerProtocol(
             subprotocols=[SUBPROTOCOL], max_size=(None, WS_FRAME_LIMIT), logger=_ws_log
         )
         self.text_message = False  # a fragmented text message is being received
@@ -178,6 +181,8 @@ class WebProtocol(PeerShell):
         self.address = "?"
         self.refused = False  # answered 503 on arrival: nothing it sends is read
         self.request_bytes = 0  # received before the request was complete
+        self.answered_invalid = False  # a request websockets could not parse was answered 400
+        self.request_start = b""  # the first bytes received (is it HTTP at all?)
 
     # --- asyncio.Protocol ---------------------------------------------------------------
 
@@ -203,6 +208,8 @@ class WebProtocol(PeerShell):
             return
         if self.abort_handle is not None and self.conn is None and not self.hung_up:
             # Still waiting for the whole request (the handshake timer runs).
+            if not self.request_start:
+                self.request_start = data[:16]
             self.request_bytes += len(data)
             if self.request_bytes > MAX_HTTP_REQUEST:
                 self.abort_handle.cancel()
@@ -216,6 +223,9 @@ class WebProtocol(PeerShell):
         events = ws.events_received()
         if events:
             self._handle(events, len(data))
+        elif (self.conn is None and isinstance(ws.handshake_exc, InvalidMessage) and not self.answered_invalid
+              and _HTTP_REQUEST_LINE.match(self.request_start)):
+            self._invalid_request(ws.handshake_exc)
         self._write_ws_output()
         if ws.parser_exc is not None and self.conn is not None and not self.conn.closing:
             # Bad WebSocket framing or a frame above the bound: websockets closed the
@@ -361,7 +371,7 @@ class WebProtocol(PeerShell):
             status, reason = host_error
             log.info("web %s: refused: %s", self.address, reason)
             phrase = "Forbidden" if status == 403 else "Bad Request"
-            ws.send_response(_plain(status, phrase, f"{phrase}: {reason}\n"))
+            self._send_response(_plain(status, phrase, f"{phrase}: {reason}\n"))
             self._close_soon()
             return
         if path == WS_PATH:
@@ -369,11 +379,13 @@ class WebProtocol(PeerShell):
             if origin_error is not None:
                 log.info("web %s: refused: %s", self.address, origin_error)
                 response = ws.reject(403, f"Forbidden: {origin_error}\n")
+            elif ws.eof_sent:
+                response = ws.reject(400, "Bad Request: bytes after the handshake that are not WebSocket frames\n")
             else:
                 response = ws.accept(request)
             if response.status_code != 101:
                 _secure(response.headers)
-            ws.send_response(response)
+            self._send_response(response)
             self._write_ws_output()
             if response.status_code == 101:
                 self._open()
@@ -382,8 +394,29 @@ class WebProtocol(PeerShell):
                 log.info("web %s: handshake refused: %s", self.address, ws.handshake_exc)
             self._close_soon()
             return
-        ws.send_response(self.listener.static_response(request, path))
+        self._send_response(self.listener.static_response(request, path))
         self._close_soon()
+
+    def _send_response(self, response: Response) -> None:
+        """Send the answer to the request. websockets parses what follows a request as
+        WebSocket frames: bytes that are not (a pipelined second request) make it give
+        up and end the output before the answer, and its send_response would then fail
+        an assertion. The answer is written ahead of that end instead."""
+        if not self.ws.eof_sent:
+            self.ws.send_response(response)
+        elif self.raw is not None and not self.raw.is_closing():
+            self.raw.write(response.serialize())
+
+    def _invalid_request(self, exc: InvalidMessage) -> None:
+        """websockets gave up on a request that began like HTTP (a GET with a body,
+        HTTP/2.0) and only ends the output: say why with a 400 before that end. Bytes
+        that are not HTTP at all (a TLS ClientHello) still get only the close."""
+        self.answered_invalid = True
+        why = str(exc.__cause__ or exc)[:200]
+        log.info("web %s: refused: not a valid HTTP request: %s", self.address, why)
+        raw = self.raw
+        if raw is not None and not raw.is_closing():
+            raw.write(_plain(400, "Bad Request", f"Bad Request: not a valid HTTP request ({why})\n").serialize())
 
     def _close_soon(self) -> None:
         """After a plain HTTP response (or a refused handshake) the connection ends: a
@@ -526,11 +559,11 @@ class WebListener:
             # PROTOCOL.md 13.3: pages of the allowed origins may import the library from
             # jetd (a module script is fetched with CORS); no other file is for them.
             response.headers["Vary"] = "Origin"
-            origin = request.headers.get("Origin")
+            origins = request.headers.get_all("Origin")  # a browser sends one; two: none allowed
             if "*" in self.origins:
                 response.headers["Access-Control-Allow-Origin"] = "*"
-            elif origin is not None and origin.rstrip("/").lower() in self.origins:
-                response.headers["Access-Control-Allow-Origin"] = origin
+            elif len(origins) == 1 and origins[0].rstrip("/").lower() in self.origins:
+                response.headers["Access-Control-Allow-Origin"] = origins[0]
         return response
 
     def registry_json(self) -> bytes:
@@ -576,6 +609,17 @@ def _secure(headers: Headers) -> None:
         headers[name] = value
 
 
+class _SecureServerProtocol(ServerProtocol):
+    """websockets' server side, whose own refusals (414, 431: a line over its limit,
+    answered before jetd sees a request) carry the headers of every page as well
+    (PROTOCOL.md 13.3)."""
+
+    def send_response(self, response: Response) -> None:
+        if response.status_code != 101 and "X-Frame-Options" not in response.headers:
+            _secure(response.headers)
+        super().send_response(response)
+
+
 def allowed_hosts(config: Config) -> frozenset[str]:
     """PROTOCOL.md 13.3: the names a request's ``Host`` may give: the listen address, the
     localhost names, ``--http-hosts`` and the hosts of ``--http-origins`` (``*`` in
@@ -586,7 +630,7 @@ def allowed_hosts(config: Config) -> frozenset[str]:
         if entry == "*":
             names.add("*")
             continue
-        name = host_name(f"[{entry}]" if entry.count(":") > 1 else entry)
+        name = entry_host_name(entry)
         if name is not None:
             names.add(name)
     for origin in config.allowed_origins():

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 from jdhelpers import REPO
 
 from jetwire import AddState, Decoder, GetState, Info, Message, Response, Status, Value, encode
@@ -161,6 +162,19 @@ def test_tap_usage_errors() -> None:
         capture_output=True, text=True, env=env, cwd=REPO, timeout=30,
     )
     assert result.returncode == 2 and "expected HOST:PORT" in result.stderr
+
+
+@pytest.mark.parametrize("upstream", ["127.0.0.1:\u00b9", "127.0.0.1:99999", "127.0.0.1:0"])
+def test_tap_upstream_port_out_of_range_is_a_usage_error(upstream: str) -> None:
+    # '¹' passes str.isdigit() and fails int(); 99999 is no port: exit 2, not a traceback
+    # or a tap that listens and then cannot connect anyone.
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    result = subprocess.run(
+        [sys.executable, "-m", "tools.jetdump", "tap", "--listen", "0", "--upstream", upstream],
+        capture_output=True, text=True, env=env, cwd=REPO, timeout=30,
+    )
+    assert result.returncode == 2 and "expected HOST:PORT" in result.stderr, (result.returncode, result.stderr)
+    assert "Traceback" not in result.stderr
 
 
 def test_a_stalled_terminal_never_stalls_the_bus(start_jetd: Callable[..., Any]) -> None:

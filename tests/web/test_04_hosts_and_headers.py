@@ -104,6 +104,64 @@ def test_any_host_with_star_and_the_listen_address(start_jetd):
     assert http_get(other.web, "/", "evil.test")[0] == 403
 
 
+def test_http_hosts_takes_ipv6_in_brackets_as_its_help_shows(start_jetd):
+    """The refusal says an entry is 'like jet.lan, 10.0.0.5 or [::1]': that form (with or
+    without a port) must be accepted and allowed, as must a bare IPv6 address."""
+    daemon = start_web_jetd(start_jetd, "--http-hosts", "[fd00::5], [FD00::6]:8080, fd00::7")
+    _, port = daemon.web
+    for host in ("[fd00::5]", f"[fd00::5]:{port}", "[fd00::6]", "[fd00::7]:1"):
+        status, _, body = http_get(daemon.web, "/", host)
+        assert status == 200, (host, status, body)
+    status, _, body = http_get(daemon.web, "/", "[fd00::8]")
+    assert status == 403 and b"is not allowed" in body, (status, body)
+
+
+def test_a_host_port_of_non_ascii_digits_is_a_bad_request_not_a_traceback(start_jetd):
+    """HTTP headers arrive as latin-1: the byte 0xB9 is '¹', which str.isdigit() takes for
+    a digit and int() refuses. Such a Host is malformed (400), not an error on the
+    transport that drops the connection and logs a traceback."""
+    daemon = start_web_jetd(start_jetd)
+    for port_bytes in (b"\xb9", b"1\xb2", b"\xb3\xb3"):
+        with socket.create_connection(daemon.web, timeout=TIMEOUT) as sock:
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: localhost:" + port_bytes + b"\r\nConnection: close\r\n\r\n")
+            data = b""
+            while chunk := sock.recv(65536):
+                data += chunk
+        assert data.startswith(b"HTTP/1.1 400 "), (port_bytes, data[:200])
+    daemon.stop()
+    log = daemon.stderr()
+    assert "Traceback" not in log and "Fatal error" not in log, log
+
+
+def test_pipelined_requests_get_the_first_answer_and_no_traceback(start_jetd):
+    """Two requests in one write (HTTP/1.1 pipelining): jetd answers the first and closes
+    (Connection: close); the second, whatever its Host, is not served. websockets hands
+    over both requests: answering the second raised AssertionError on the transport
+    ('Fatal error', a traceback in the log per request) and the first answer was lost."""
+    daemon = start_web_jetd(start_jetd)
+    host, port = daemon.web
+    for first, second in (("/nope", "/registry.json"), ("/", "/")):
+        with socket.create_connection(daemon.web, timeout=TIMEOUT) as sock:
+            sock.sendall(f"GET {first} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n"
+                         f"GET {second} HTTP/1.1\r\nHost: evil.test\r\n\r\n".encode())
+            data = b""
+            while chunk := sock.recv(65536):
+                data += chunk
+        assert data.startswith(b"HTTP/1.1 404 " if first == "/nope" else b"HTTP/1.1 200 "), (first, data[:200])
+        assert data.count(b"HTTP/1.1 ") == 1, data[:400]
+    # A handshake followed by bytes that are no WebSocket frame: refused, not upgraded.
+    with socket.create_connection(daemon.web, timeout=TIMEOUT) as sock:
+        head = "\r\n".join(("GET /jet HTTP/1.1", f"Host: {host}:{port}", *ws_upgrade()))
+        sock.sendall(f"{head}\r\n\r\nGET / HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    assert data.startswith(b"HTTP/1.1 400 ") and b"not WebSocket frames" in data, data[:400]
+    daemon.stop()
+    log = daemon.stderr()
+    assert "Traceback" not in log and "Fatal error" not in log, log
+
+
 @pytest.mark.parametrize("value", ["http://jet.lan", "jet.lan/x", "a b", "jet.lan:99999"])
 def test_bad_http_hosts_is_a_config_error(start_jetd, value):
     import subprocess
@@ -113,6 +171,19 @@ def test_bad_http_hosts_is_a_config_error(start_jetd, value):
                             capture_output=True, text=True, timeout=30,
                             env={**os.environ, "PYTHONPATH": os.getcwd()})
     assert result.returncode == 2 and "http_hosts" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("value", ["http://app.test:3000/app", "http://", "https://user@app.test", "http://app.test:x"])
+def test_an_origin_that_no_browser_sends_is_a_config_error(value):
+    """--http-origins takes what a browser sends as Origin (scheme://host[:port]); an
+    entry with a path or userinfo would silently match nothing (a trailing / is fine)."""
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "jetd", "--port", "0", "--http-port", "0", "--http-origins", value],
+                            capture_output=True, text=True, timeout=30,
+                            env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert result.returncode == 2 and "http_origins" in result.stderr, result.stderr
 
 
 def _security_headers(fields: dict[str, str]) -> None:
@@ -143,6 +214,40 @@ def test_every_page_has_the_security_headers(start_jetd):
         _security_headers(fields)
 
 
+def test_websockets_own_refusals_carry_the_security_headers_too(start_jetd):
+    """PROTOCOL.md 13.3: every response, refusals included. A header line or a request
+    line over websockets' 8 KiB line limit is answered by websockets itself (431, 414),
+    before jetd sees a request."""
+    daemon = start_web_jetd(start_jetd)
+    host, port = daemon.web
+    for path, headers, expected in (("/", (f"X-Long: {'a' * 9000}",), 431), ("/" + "a" * 9000, (), 414)):
+        status, fields, _ = http_get(daemon.web, path, f"{host}:{port}", *headers)
+        assert status == expected, (expected, status)
+        _security_headers(fields)
+
+
+def test_a_request_websockets_cannot_parse_gets_a_400_not_silence(start_jetd):
+    """A request line that is not HTTP/1.1, or a GET with a body: websockets gives up on
+    the request and would close without a word; the client gets a 400 that says why.
+    (Bytes that are not HTTP at all still get only the close: test_01_websocket.)"""
+    daemon = start_web_jetd(start_jetd)
+    host, port = daemon.web
+    for raw in (f"GET / HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Length: 5\r\n\r\nhello",
+                f"GET / HTTP/2.0\r\nHost: {host}:{port}\r\n\r\n"):
+        with socket.create_connection(daemon.web, timeout=TIMEOUT) as sock:
+            sock.sendall(raw.encode())
+            data = b""
+            while chunk := sock.recv(65536):
+                data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 400 ") and b"not a valid HTTP request" in body, (raw, data[:300])
+        fields = {line.partition(":")[0].strip().lower(): line.partition(":")[2].strip()
+                  for line in head.decode("latin-1").split("\r\n")[1:]}
+        _security_headers(fields)
+    daemon.stop()
+    assert "Traceback" not in daemon.stderr()
+
+
 def test_cors_on_jet_js_for_the_allowed_origins_only(start_jetd):
     daemon = start_web_jetd(start_jetd, "--http-origins", "http://app.example:8000")
     host, port = daemon.web
@@ -163,6 +268,21 @@ def test_cors_on_jet_js_for_the_allowed_origins_only(start_jetd):
     anyone = start_web_jetd(start_jetd, "--http-origins", "*")
     _, fields, _ = http_get(anyone.web, "/jet.js", f"{anyone.web[0]}:{anyone.web[1]}", "Origin: http://x.example")
     assert fields.get("access-control-allow-origin") == "*"
+
+
+def test_jet_js_with_two_origin_headers_gets_no_cors_and_no_traceback(start_jetd):
+    """Two Origin headers on /jet.js: no browser sends that, so no CORS header (one of
+    them may be allowed); the library is still served. It raised MultipleValuesError on
+    the transport: no answer and a traceback in the log."""
+    daemon = start_web_jetd(start_jetd, "--http-origins", "http://app.example:8000")
+    host, port = daemon.web
+    status, fields, body = http_get(daemon.web, "/jet.js", f"{host}:{port}", "Origin: http://app.example:8000",
+                                    "Origin: http://evil.example")
+    assert status == 200 and b"export" in body, (status, body[:200])
+    assert "access-control-allow-origin" not in fields, fields
+    daemon.stop()
+    log = daemon.stderr()
+    assert "Traceback" not in log and "Fatal error" not in log, log
 
 
 # --- in Chromium ------------------------------------------------------------------------

@@ -400,6 +400,12 @@ class CaseExecution:
         try:
             writer.write(data)
             head, body = await asyncio.wait_for(_read_http_response(reader), timeout)
+        except asyncio.IncompleteReadError as exc:
+            # Not an HTTP server (the jet port given as --web, say): it closed first.
+            raise StepFailed(f"no HTTP response: the server closed after {len(exc.partial)} bytes "
+                             f"without an HTTP head ({exc.partial[:16]!r})") from None
+        except asyncio.LimitOverrunError:
+            raise StepFailed("no HTTP response: no end of an HTTP head in the first 64 KiB") from None
         except (OSError, TimeoutError, ValueError) as exc:
             raise StepFailed(f"no HTTP response: {exc!r}") from None
         finally:
@@ -408,7 +414,7 @@ class CaseExecution:
         self.log.add("http", "recv", head + ("\n\n" + body[:300].decode("utf-8", "replace") if body else ""))
         parts = status_line.split(" ", 2)
         received = [{"decoded": {"status_line": status_line, "headers": header_lines}}]
-        if len(parts) < 2 or not parts[1].isdigit():
+        if len(parts) < 2 or not (parts[1].isascii() and parts[1].isdigit()):
             raise StepFailed(f"not an HTTP response: {status_line!r}", [expect], received)
         fields: dict[str, list[str]] = {}
         for line in header_lines:

@@ -507,7 +507,8 @@ def run_tap(args: argparse.Namespace, stdout: IO[str], stderr: IO[str]) -> int:
         stderr.write(f"jetdump: {exc}\n")
         return EXIT_USAGE
     host, sep, port_text = args.upstream.rpartition(":")
-    if not sep or not port_text.isdigit():
+    # isascii: '¹' passes isdigit() and fails int(); a port is 1..65535.
+    if not sep or not (port_text.isascii() and port_text.isdigit()) or not 0 < int(port_text) < 65536:
         stderr.write(f"jetdump: --upstream {args.upstream}: expected HOST:PORT\n")
         return EXIT_USAGE
     dissector = Dissector(keep_raw=args.verbose or args.hexdump or args.json, max_body=args.max_body)
