@@ -286,7 +286,7 @@ def test_queries_are_filtered_by_read(start_jetd: Callable[..., DaemonProcess], 
 
 def test_sighup_reload_applies_without_dropping(start_jetd: Callable[..., DaemonProcess], tmp_path: Path) -> None:
     path = write_users(tmp_path / "u.toml", {
-        "owner": {"password": "o", "own": ["plant/"]},
+        "owner": {"password": "o", "own": ["plant/"], "read": ["plant/"]},
         "viewer": {"password": "v", "read": ["plant/a/", "plant/b/"]},
     })
     daemon = start_jetd("--auth", str(path))
@@ -305,7 +305,7 @@ def test_sighup_reload_applies_without_dropping(start_jetd: Callable[..., Daemon
         # viewer loses plant/a/, gains plant/c/.
         path.write_text(good)
         write_users(path, {
-            "owner": {"password": "o", "own": ["plant/"]},
+            "owner": {"password": "o", "own": ["plant/"], "read": ["plant/"]},
             "viewer": {"password": "v", "read": ["plant/b/", "plant/c/"]},
         })
         daemon.proc.send_signal(signal.SIGHUP)
