@@ -171,7 +171,27 @@ class Access:
 
     @classmethod
     def load(cls, path: str) -> Access:
-        return cls(UsersFile.load(path), path)
+        """Load and compile the users file at ``path``; warns (log) about every ``own``
+        or ``write`` prefix that ``read`` does not cover, since it takes effect only
+        where ``read`` does (PROTOCOL.md 15.3)."""
+        access = cls(UsersFile.load(path), path)
+        for line in access.partly_ineffective():
+            log.warning("users file %s: %s", path, line)
+        return access
+
+    def partly_ineffective(self) -> list[str]:
+        """One line per granted ``own``/``write`` prefix not covered by its holder's
+        ``read`` (the anonymous entry and every user)."""
+        lines = []
+        holders: list[tuple[str, Permissions]] = [("anonymous entry", self.anonymous)]
+        holders += [(f"user {name}", self.permissions(name)) for name in sorted(self.users.users)]
+        for who, perms in holders:
+            for permission, granted in (("own", perms.granted_own), ("write", perms.granted_write)):
+                for prefix in sorted(granted.prefixes):
+                    if not perms.read.matches(prefix):
+                        shown = prefix.decode("utf-8", "replace")
+                        lines.append(f"{who}: {permission} {shown!r} takes effect only on keys it may also read")
+        return lines
 
     def _compile(self, name: Optional[str]) -> Permissions:
         grants = self.users.grants_of(name)

@@ -143,3 +143,10 @@ def test_a_reload_fails_the_checks_in_flight_of_a_changed_user() -> None:
     assert changed.user is None and removed.user is None and kept.user == "blind"
     # The new password works.
     h.login(changed, "owner", "new")
+
+
+def test_own_and_write_outside_read_are_named_when_the_file_loads() -> None:
+    assert _access().partly_ineffective() == [
+        "user blind: own 'secret/' takes effect only on keys it may also read",
+        "user blind: write 'secret/' takes effect only on keys it may also read",
+    ]
