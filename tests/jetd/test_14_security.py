@@ -804,7 +804,7 @@ def test_a_password_replaced_while_its_check_is_queued_fails(start_jetd: Callabl
         "victim": {"password": "old", "read": ["pub/"]},
     })
     users = UsersFile.load(path)
-    users.users["slow"].password = PasswordHasher(time_cost=20, memory_cost=65536, parallelism=1).hash("s")
+    users.users["slow"].password = PasswordHasher(time_cost=12, memory_cost=65536, parallelism=1).hash("s")
     users.save(path)
     daemon = start_jetd("--auth", str(path), "--auth-failure-delay", "0.1", "--log-level", "INFO")
     blockers = [RawPeer(daemon.address) for _ in range(4)]
@@ -818,7 +818,7 @@ def test_a_password_replaced_while_its_check_is_queued_fails(start_jetd: Callabl
         users.users["victim"].read = ["pub/", "more/"]
         users.save(path)
         daemon.proc.send_signal(signal.SIGHUP)
-        _wait_for(daemon, "loaded: 2 users")
+        _wait_for(daemon, "loaded: 2 users", timeout=30)
         answers = [peer.recv(timeout=60) for peer in victims]
         assert [peer.recv(timeout=60) for peer in blockers] == [Response(1)] * 4  # unchanged user
         log = daemon.stderr()
