@@ -48,6 +48,7 @@ __all__ = [
     "Offload",
     "Permissions",
     "PrefixSet",
+    "intersect",
     "mask_authenticate",
 ]
 
@@ -110,19 +111,48 @@ class PrefixSet:
         return tuple(sorted(p for p in self.prefixes if p.startswith(prefix)))
 
 
-class Permissions:
-    """One connection's compiled permissions (PROTOCOL.md 15.1)."""
+def intersect(a: PrefixSet, b: PrefixSet) -> PrefixSet:
+    """The keys that match both ``a`` and ``b``, as a PrefixSet: of two prefixes where one
+    starts with the other, the longer one (prefixes that do not nest share no key)."""
+    both: list[bytes] = []
+    for p in a.prefixes:
+        for q in b.prefixes:
+            if q.startswith(p):
+                both.append(q)
+            elif p.startswith(q):
+                both.append(p)
+    return PrefixSet(both)
 
-    __slots__ = ("nothing", "own", "read", "user", "write")
+
+class Permissions:
+    """One connection's compiled permissions (PROTOCOL.md 15.1).
+
+    ``own`` and ``write`` are what takes effect: the granted lists narrowed to the keys
+    that ``read`` allows too (PROTOCOL.md 15.3, so that no answer tells anything about
+    a key the connection may not read); ``granted_own`` and ``granted_write`` are the
+    lists as granted, for naming the missing permission in a refusal."""
+
+    __slots__ = ("granted_own", "granted_write", "nothing", "own", "read", "user", "write")
 
     def __init__(self, user: Optional[str], own: Iterable[str], read: Iterable[str], write: Iterable[str]) -> None:
         self.user = user
-        self.own = PrefixSet(p.encode("utf-8") for p in own)
+        self.granted_own = PrefixSet(p.encode("utf-8") for p in own)
         self.read = PrefixSet(p.encode("utf-8") for p in read)
-        self.write = PrefixSet(p.encode("utf-8") for p in write)
+        self.granted_write = PrefixSet(p.encode("utf-8") for p in write)
+        self.own = intersect(self.granted_own, self.read)
+        self.write = intersect(self.granted_write, self.read)
         # PROTOCOL.md 15.2: a connection without any permission gets NOT_AUTHORIZED for
         # every function but AUTHENTICATE.
-        self.nothing = self.own.empty and self.read.empty and self.write.empty
+        self.nothing = self.granted_own.empty and self.read.empty and self.granted_write.empty
+
+    def missing(self, permission: str, key: bytes) -> str:
+        """The permission to name when ``permission`` (``own``, ``read``, ``write``) of
+        ``key`` is refused: ``read`` when it was granted but ``read`` was not."""
+        if permission == "own" and self.granted_own.matches(key):
+            return "read"
+        if permission == "write" and self.granted_write.matches(key):
+            return "read"
+        return permission
 
 
 class Access:
@@ -141,7 +171,27 @@ class Access:
 
     @classmethod
     def load(cls, path: str) -> Access:
-        return cls(UsersFile.load(path), path)
+        """Load and compile the users file at ``path``; warns (log) about every ``own``
+        or ``write`` prefix that ``read`` does not cover, since it takes effect only
+        where ``read`` does (PROTOCOL.md 15.3)."""
+        access = cls(UsersFile.load(path), path)
+        for line in access.partly_ineffective():
+            log.warning("users file %s: %s", path, line)
+        return access
+
+    def partly_ineffective(self) -> list[str]:
+        """One line per granted ``own``/``write`` prefix not covered by its holder's
+        ``read`` (the anonymous entry and every user)."""
+        lines = []
+        holders: list[tuple[str, Permissions]] = [("anonymous entry", self.anonymous)]
+        holders += [(f"user {name}", self.permissions(name)) for name in sorted(self.users.users)]
+        for who, perms in holders:
+            for permission, granted in (("own", perms.granted_own), ("write", perms.granted_write)):
+                for prefix in sorted(granted.prefixes):
+                    if not perms.read.matches(prefix):
+                        shown = prefix.decode("utf-8", "replace")
+                        lines.append(f"{who}: {permission} {shown!r} takes effect only on keys it may also read")
+        return lines
 
     def _compile(self, name: Optional[str]) -> Permissions:
         grants = self.users.grants_of(name)
@@ -156,6 +206,11 @@ class Access:
 
     def knows(self, name: str) -> bool:
         return name in self.users.users
+
+    def password_of(self, name: str) -> Optional[str]:
+        """The stored hash of user ``name`` (None: no such user, or no password)."""
+        user = self.users.users.get(name)
+        return user.password if user is not None else None
 
     def verify(self, name: str, password: str) -> bool:
         """True if ``name`` is a user with a password and ``password`` is it (argon2id;
@@ -227,14 +282,27 @@ class AccessControl:
 
     def not_authorized(self, conn: Connection, rid: Optional[int], permission: str, key: bytes) -> None:
         """Answer NOT_AUTHORIZED naming the permission and the key (MALFORMED for a key
-        that is not UTF-8: PROTOCOL.md 15.3 checks the form first)."""
+        that is not UTF-8: PROTOCOL.md 15.3 checks the form first). ``own`` or ``write``
+        granted without ``read`` is named ``read`` (:class:`Permissions`)."""
         if not is_utf8(key):
             if rid is not None:
                 self.out.reply(conn, rid, Status.MALFORMED, "key is not valid UTF-8")
             return
+        perms = conn.perms
+        if perms is not None:
+            permission = perms.missing(permission, key)
         message = f"not authorized: {permission} {key.decode('utf-8')}"
         if rid is not None:
             self.out.reply(conn, rid, Status.NOT_AUTHORIZED, message)
+
+    def hides(self, conn: Connection, key: bytes) -> bool:
+        """PROTOCOL.md 15.3: True if ``conn`` may learn nothing about ``key``: it may not
+        read it and owns no state or method of that key. A request on such a key is
+        answered NOT_AUTHORIZED (``read``) whether the key is a state, a method or
+        missing. Asked only off the owner's own path (a request by a non-owner)."""
+        perms = conn.perms
+        return (perms is not None and not perms.read.matches(key)
+                and key not in conn.states and key not in conn.methods)
 
     def may_write(self, conn: Connection, key: bytes) -> bool:
         """PROTOCOL.md 15.3 ``write``, cached per connection for the keys it may write
@@ -278,9 +346,10 @@ class AccessControl:
         # PROTOCOL.md 15.2: nothing more is read from the connection until it is answered.
         conn.held = True
         user, password = message.user, message.password
+        checked = access.password_of(user)  # what the check compares with (see _auth_done)
 
         def done(ok: bool, now: float) -> None:
-            self._auth_done(conn, rid, user, ok, now, frame)
+            self._auth_done(conn, rid, user, ok, now, frame, checked)
 
         if self.offload is not None:
             self.offload(lambda: access.verify(user, password), done)
@@ -292,11 +361,19 @@ class AccessControl:
         if self._log is not None:
             self._log(conn.conn_id, FRAME_IN, frame)
 
-    def _auth_done(self, conn: Connection, rid: int, user: str, ok: bool, now: float, frame: bytes) -> None:
+    def _auth_done(self, conn: Connection, rid: int, user: str, ok: bool, now: float, frame: bytes,
+                   checked: Optional[str]) -> None:
         self.clock.now = now
-        if conn.closing or self.access is None:
+        access = self.access
+        if conn.closing or access is None:
             conn.held = False
             return
+        if ok and access.password_of(user) != checked:
+            # PROTOCOL.md 15.2: checked against the users file in force now; a reload
+            # while the check was queued or running changed or removed this user.
+            log.info("authentication of %s as %r failed: the users file changed the user during the check",
+                     conn.label, user)
+            ok = False
         if not ok:
             conn.auth_failures += 1
             log.info("authentication failed on %s for user %r (%d)", conn.label, user, conn.auth_failures)

@@ -234,8 +234,12 @@ class Registry:
         return None
 
     def _removable(self, conn: Connection, key: bytes, rid: int, owners: dict[bytes, Connection], kind: str) -> bool:
-        """True if ``conn`` owns ``key`` in ``owners``; else answers NOT_FOUND or NOT_OWNER."""
+        """True if ``conn`` owns ``key`` in ``owners``; else answers NOT_FOUND or NOT_OWNER,
+        or NOT_AUTHORIZED for a key it may not read (PROTOCOL.md 15.3)."""
         owner = owners.get(key)
+        if owner is not conn and self.access.hides(conn, key):
+            self.access.not_authorized(conn, rid, "read", key)  # PROTOCOL.md 15.3
+            return False
         if owner is None:
             self.unknown_key(conn, key, rid, kind)
             return False
@@ -276,6 +280,8 @@ class Registry:
             return self.out.malformed(conn, buf, pos, end, rid)
         key = buf[pos + 12 : kend]
         owner = self.states.get(key)
+        if owner is not conn and self.access.hides(conn, key):
+            return self.access.not_authorized(conn, rid, "read", key)  # PROTOCOL.md 15.3
         if owner is None:
             self.unknown_key(conn, key, rid, "state")
             return None

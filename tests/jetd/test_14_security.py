@@ -31,6 +31,8 @@ from jetwire import (
     GetState,
     Info,
     NotifyState,
+    RemoveMethod,
+    RemoveState,
     Response,
     SetState,
     Status,
@@ -286,7 +288,7 @@ def test_queries_are_filtered_by_read(start_jetd: Callable[..., DaemonProcess], 
 
 def test_sighup_reload_applies_without_dropping(start_jetd: Callable[..., DaemonProcess], tmp_path: Path) -> None:
     path = write_users(tmp_path / "u.toml", {
-        "owner": {"password": "o", "own": ["plant/"]},
+        "owner": {"password": "o", "own": ["plant/"], "read": ["plant/"]},
         "viewer": {"password": "v", "read": ["plant/a/", "plant/b/"]},
     })
     daemon = start_jetd("--auth", str(path))
@@ -305,7 +307,7 @@ def test_sighup_reload_applies_without_dropping(start_jetd: Callable[..., Daemon
         # viewer loses plant/a/, gains plant/c/.
         path.write_text(good)
         write_users(path, {
-            "owner": {"password": "o", "own": ["plant/"]},
+            "owner": {"password": "o", "own": ["plant/"], "read": ["plant/"]},
             "viewer": {"password": "v", "read": ["plant/b/", "plant/c/"]},
         })
         daemon.proc.send_signal(signal.SIGHUP)
@@ -753,3 +755,84 @@ def test_the_registry_is_not_served_with_auth(start_jetd: Callable[..., DaemonPr
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(f"http://{host}:{port}/registry.json", timeout=10)
     assert refused.value.code == 403
+
+
+# --- issue 30: keys a peer may not read, passwords replaced during their check ------------
+
+
+def test_unreadable_keys_tell_nothing_over_tcp(start_jetd: Callable[..., DaemonProcess], tmp_path: Path) -> None:
+    """PROTOCOL.md 15.3 through a real jetd: anonymous (with some permissions) and logged
+    in, every function gets one NOT_AUTHORIZED for a state, a missing key and a method it
+    may not read; own/write without read likewise, and the owner's value never comes back."""
+    path = write_users(tmp_path / "u.toml", {
+        "owner": {"password": "o", "own": [""], "read": [""], "write": [""]},
+        "viewer": {"password": "v", "read": ["pub/"]},
+        "blind": {"password": "b", "own": ["secret/"], "read": ["pub/"], "write": ["secret/"]},
+    }, anonymous={"read": ["pub/"]})
+    daemon = start_jetd("--auth", str(path))
+    keys = ("secret/a", "secret/nope", "secret/m")
+    value_functions = (NotifyState, SetState, CallMethod, AddState)
+    with login(daemon, "owner", "o") as owner, RawPeer(daemon.address) as anonymous, \
+            login(daemon, "viewer", "v") as viewer, login(daemon, "blind", "b") as blind:
+        assert owner.request(lambda i: AddState(i, "secret/a", f64(42))).status == Status.OK
+        assert owner.request(lambda i: AddMethod(i, "secret/m")).status == Status.OK
+        for who, peer in (("anonymous", anonymous), ("viewer", viewer), ("blind", blind)):
+            for make in (NotifyState, RemoveState, RemoveMethod, SetState, CallMethod, GetState, AddState, AddMethod):
+                seen = set()
+                for key in keys:
+                    answer = peer.request(_maker(make, key, f64(1) if make in value_functions else None))
+                    assert answer.status == Status.NOT_AUTHORIZED and answer.value is None, (who, make, key, answer)
+                    seen.add(answer.message.replace(key, "KEY"))
+                assert len(seen) == 1, (who, make.__name__, seen)
+        owner.nothing_within(0.3)  # nothing was routed to it
+
+
+def _maker(make: type[Any], key: str, value: Value | None) -> Callable[[int], Any]:
+    """``id -> make(id, key[, value])`` for RawPeer.request."""
+    return (lambda i: make(i, key, value)) if value is not None else (lambda i: make(i, key))
+
+
+def test_a_password_replaced_while_its_check_is_queued_fails(start_jetd: Callable[..., DaemonProcess],
+                                                             tmp_path: Path) -> None:
+    """PROTOCOL.md 15.2 (issue 30): AUTHENTICATEs whose checks wait behind slow ones (argon2
+    at a high cost, two check threads) when a SIGHUP replaces the user's password are
+    AUTH_FAILED, not OK with the new file's permissions; an unchanged user still logs in."""
+    from argon2 import PasswordHasher
+
+    path = write_users(tmp_path / "u.toml", {
+        "slow": {"password": "s", "read": ["pub/"]},
+        "victim": {"password": "old", "read": ["pub/"]},
+    })
+    users = UsersFile.load(path)
+    users.users["slow"].password = PasswordHasher(time_cost=12, memory_cost=65536, parallelism=1).hash("s")
+    users.save(path)
+    daemon = start_jetd("--auth", str(path), "--auth-failure-delay", "0.1", "--log-level", "INFO")
+    blockers = [RawPeer(daemon.address) for _ in range(4)]
+    victims = [RawPeer(daemon.address) for _ in range(3)]
+    try:
+        for peer in blockers:
+            peer.send(Authenticate(1, "slow", "s"))
+        for peer in victims:
+            peer.send(Authenticate(1, "victim", "old"))
+        users.users["victim"].password = cheap_hash("new")
+        users.users["victim"].read = ["pub/", "more/"]
+        users.save(path)
+        daemon.proc.send_signal(signal.SIGHUP)
+        _wait_for(daemon, "loaded: 2 users", timeout=30)
+        answers = [peer.recv(timeout=60) for peer in victims]
+        assert [peer.recv(timeout=60) for peer in blockers] == [Response(1)] * 4  # unchanged user
+        log = daemon.stderr()
+        reloaded = log.index("loaded: 2 users")
+        # A check that finished before the reload was rightly OK; every later one must fail.
+        late_oks = log[reloaded:].count("as 'victim' (password)")
+        assert late_oks == 0, answers
+        in_flight = log[reloaded:].count("failed: the users file changed the user during the check")
+        if in_flight == 0:
+            pytest.skip("every victim's check finished before the reload: the race was not exercised")
+        assert answers.count(Response(1, Status.AUTH_FAILED, message="authentication failed")) == in_flight
+        assert answers.count(Response(1)) == len(victims) - in_flight
+    finally:
+        for peer in blockers + victims:
+            peer.close()
+    with login(daemon, "victim", "new") as victim:
+        assert victim.request(lambda i: GetState(i, "more/x")).status == Status.NOT_FOUND
