@@ -35,7 +35,7 @@ import random
 import ssl as ssl_module
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator
-from typing import Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, TypedDict, Union
 
 from jetwire import (
     DEFAULT_MAX_BODY,
@@ -57,7 +57,6 @@ from jetwire import (
     LocalProtocolError,
     Message,
     NotifyState,
-    PathMatcher,
     Query,
     QueryEntry,
     QueryOnce,
@@ -69,7 +68,6 @@ from jetwire import (
     Status,
     Unfetch,
     Value,
-    ValueFilter,
     encode,
 )
 from jetwire.values import PythonValue
@@ -110,9 +108,12 @@ from .errors import (
     describe_tls_failure,
     error_for_status,
 )
-from .query import Matcher, build_query, is_plain_prefix
+from .query import QueryOptions, build_query, is_plain_prefix
 from .tiny import INFO as INFO_FRAME
 from .tiny import closed_without_a_word, describe_first_bytes
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack from Python 3.12
 
 __all__ = [
     "DEFAULT_FETCH_QUEUE",
@@ -120,6 +121,7 @@ __all__ = [
     "DEFAULT_RECONNECT_MAX_DELAY",
     "DEFAULT_RECONNECT_MIN_DELAY",
     "DEFAULT_TIMEOUT",
+    "ConnectOptions",
     "EventKind",
     "Fetch",
     "FetchEvent",
@@ -140,6 +142,25 @@ DEFAULT_RECONNECT_MIN_DELAY = 0.05
 DEFAULT_RECONNECT_MAX_DELAY = 2.0
 DEFAULT_FETCH_QUEUE = 100_000  # events an `async for` consumer may fall behind
 DEFAULT_WRITE_HIGH_WATER = 4 * 1024 * 1024
+
+
+
+class ConnectOptions(TypedDict, total=False):
+    """The keyword arguments of :meth:`PeerAsync.connect` and :class:`peer.Peer`
+    (documented at :meth:`PeerAsync.connect`; defaults in :class:`PeerAsync`)."""
+
+    name: Optional[str]
+    timeout: float
+    reconnect: bool
+    reconnect_min_delay: float
+    reconnect_max_delay: float
+    max_body: int
+    fetch_queue: int
+    user: Optional[str]
+    password: Optional[str]
+    ssl: Union[ssl_module.SSLContext, bool, None]
+    info_timeout: Optional[float]
+
 
 OnSet = Callable[[Any], Any]
 MethodHandler = Callable[[Any], Any]
@@ -614,25 +635,12 @@ class PeerAsync:
 
     @classmethod
     async def connect(
-        cls,
-        host: str = "127.0.0.1",
-        port: int = DEFAULT_PORT,
-        *,
-        name: Optional[str] = None,
-        timeout: float = DEFAULT_TIMEOUT,
-        reconnect: bool = False,
-        reconnect_min_delay: float = DEFAULT_RECONNECT_MIN_DELAY,
-        reconnect_max_delay: float = DEFAULT_RECONNECT_MAX_DELAY,
-        max_body: int = DEFAULT_MAX_BODY,
-        fetch_queue: int = DEFAULT_FETCH_QUEUE,
-        user: Optional[str] = None,
-        password: Optional[str] = None,
-        ssl: Union[ssl_module.SSLContext, bool, None] = None,
-        info_timeout: Optional[float] = None,
+        cls, host: str = "127.0.0.1", port: int = DEFAULT_PORT, **options: Unpack[ConnectOptions]
     ) -> PeerAsync:
         """Connect to a daemon, send this peer's INFO and wait for the daemon's.
 
-        Args:
+        Args (all but ``host`` and ``port`` keyword-only; the defaults are those of
+        :class:`PeerAsync`'s constructor):
             host, port: the daemon's address.
             name: this peer's name in the daemon's logs (default ``"peer"``).
             timeout: seconds for the connection and the default for every request.
@@ -669,21 +677,7 @@ class PeerAsync:
             AuthFailed: unknown user or wrong password.
             UnknownFunction: ``user`` given, and the daemon speaks protocol 1.0.
         """
-        peer = cls(
-            host,
-            port,
-            name=name,
-            timeout=timeout,
-            reconnect=reconnect,
-            reconnect_min_delay=reconnect_min_delay,
-            reconnect_max_delay=reconnect_max_delay,
-            max_body=max_body,
-            fetch_queue=fetch_queue,
-            user=user,
-            password=password,
-            ssl=ssl,
-            info_timeout=info_timeout,
-        )
+        peer = cls(host, port, **options)
         await peer._open()
         return peer
 
@@ -963,15 +957,8 @@ class PeerAsync:
         prefix: str = "",
         on_event: Optional[OnEvent] = None,
         *,
-        match: tuple[Matcher | PathMatcher, ...] | list[Matcher | PathMatcher] = (),
-        where: tuple[ValueFilter, ...] | list[ValueFilter] = (),
-        sort_by: Optional[str] = None,
-        descending: bool = False,
-        top: Optional[int] = None,
-        window: Optional[tuple[int, int]] = None,
-        methods: bool = False,
-        nodes: bool = False,
         timeout: Optional[float] = None,
+        **query_options: Unpack[QueryOptions],
     ) -> Fetch:
         """Fetch every state whose key starts with ``prefix`` (PROTOCOL.md 6.8), or, with
         any query argument, a query fetch (FETCH_QUERY, protocol 1.1, PROTOCOL.md 14.3).
@@ -994,17 +981,7 @@ class PeerAsync:
             PeerError: (when awaited or iterated) LimitExceeded, Timeout,
                 ConnectionClosed.
         """
-        query = build_query(
-            prefix,
-            match=match,
-            where=where,
-            sort_by=sort_by,
-            descending=descending,
-            top=top,
-            window=window,
-            methods=methods,
-            nodes=nodes,
-        )
+        query = build_query(prefix, **query_options)
         fetch = Fetch(self, prefix, on_event, self.fetch_queue, None if is_plain_prefix(query) else query)
         self._start_fetch(fetch, timeout)
         return fetch
@@ -1013,15 +990,8 @@ class PeerAsync:
         self,
         prefix: str = "",
         *,
-        match: tuple[Matcher | PathMatcher, ...] | list[Matcher | PathMatcher] = (),
-        where: tuple[ValueFilter, ...] | list[ValueFilter] = (),
-        sort_by: Optional[str] = None,
-        descending: bool = False,
-        top: Optional[int] = None,
-        window: Optional[tuple[int, int]] = None,
-        methods: bool = False,
-        nodes: bool = False,
         timeout: Optional[float] = None,
+        **query_options: Unpack[QueryOptions],
     ) -> asyncio.Future[list[QueryResult]]:
         """Answer a query once (QUERY_ONCE, PROTOCOL.md 14.4): the matching entries in
         order (byte order of key, or the sort's window). Arguments as :meth:`fetch`.
@@ -1030,17 +1000,7 @@ class PeerAsync:
             PeerError: (when awaited) InvalidQuery, LimitExceeded, TooLarge, Malformed,
                 Timeout, ConnectionClosed.
         """
-        query = build_query(
-            prefix,
-            match=match,
-            where=where,
-            sort_by=sort_by,
-            descending=descending,
-            top=top,
-            window=window,
-            methods=methods,
-            nodes=nodes,
-        )
+        query = build_query(prefix, **query_options)
         results = self._query_results
 
         def collect(response: Response) -> list[QueryResult]:
