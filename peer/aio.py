@@ -35,6 +35,7 @@ import random
 import ssl as ssl_module
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator
+from functools import partial
 from typing import TYPE_CHECKING, Any, Optional, TypedDict, Union
 
 from jetwire import (
@@ -1201,25 +1202,31 @@ class PeerAsync:
         if handler is None:
             self._answer_error(link, rid, Rejected(f"state {request.key!r} is read-only"))
             return
+        self._run_handler(link, rid, handler, request.value, partial(self._finish_set, link, rid, state, request.value))
+
+    def _run_handler(
+        self, link: _Link, rid: Optional[int], handler: Any, value: Value, finish: Callable[[Any, Any], None]
+    ) -> None:
+        """Call a set or method handler; ``finish(outcome, handler)`` answers its result."""
         try:
-            result = handler(to_python(request.value))
+            result = handler(to_python(value))
         except Exception as exc:
             self._answer_error(link, rid, exc, handler)
             return
         if inspect.isawaitable(result):
-            self._spawn(self._finish_set_async(link, rid, state, request.value, result, handler))
+            self._spawn(self._finish_async(link, rid, result, handler, finish))
         else:
-            self._finish_set(link, rid, state, request.value, result, handler)
+            finish(result, handler)
 
-    async def _finish_set_async(
-        self, link: _Link, rid: Optional[int], state: State, requested: Value, result: Awaitable[Any], handler: Any
+    async def _finish_async(
+        self, link: _Link, rid: Optional[int], result: Awaitable[Any], handler: Any, finish: Callable[[Any, Any], None]
     ) -> None:
         try:
             outcome = await result
         except Exception as exc:
             self._answer_error(link, rid, exc, handler)
             return
-        self._finish_set(link, rid, state, requested, outcome, handler)
+        finish(outcome, handler)
 
     def _finish_set(
         self, link: _Link, rid: Optional[int], state: State, requested: Value, outcome: Any, handler: Any
@@ -1247,24 +1254,7 @@ class PeerAsync:
         if method is None:
             self._answer_error(link, rid, NotFound(f"this peer owns no method {request.key!r}"))
             return
-        handler = method.handler
-        try:
-            result = handler(to_python(request.value))
-        except Exception as exc:
-            self._answer_error(link, rid, exc, handler)
-            return
-        if inspect.isawaitable(result):
-            self._spawn(self._finish_call_async(link, rid, result, handler))
-        else:
-            self._finish_call(link, rid, result, handler)
-
-    async def _finish_call_async(self, link: _Link, rid: Optional[int], result: Awaitable[Any], handler: Any) -> None:
-        try:
-            outcome = await result
-        except Exception as exc:
-            self._answer_error(link, rid, exc, handler)
-            return
-        self._finish_call(link, rid, outcome, handler)
+        self._run_handler(link, rid, method.handler, request.value, partial(self._finish_call, link, rid))
 
     def _finish_call(self, link: _Link, rid: Optional[int], outcome: Any, handler: Any) -> None:
         if rid is None or link.closed:

@@ -185,16 +185,10 @@ def check_key(key: str, what: str = "KEY") -> str:
     """
     if not key:
         raise UsageError(f"{what} is empty: it must be 1 to {MAX_KEY_BYTES} UTF-8 bytes")
-    try:
-        size = len(key.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise UsageError(f"{what} {short_key(key)!r} is not valid UTF-8") from None
-    if size > MAX_KEY_BYTES:
-        raise UsageError(f"{what} {key[:60]}… is {size} bytes long; a key is at most {MAX_KEY_BYTES}")
-    return key
+    return check_text(key, what, "a key is at most")
 
 
-def check_text(text: str, what: str) -> str:
+def check_text(text: str, what: str, limit: str = "at most") -> str:
     """A prefix, name or field argument: UTF-8, at most 65535 bytes (PROTOCOL.md 5.1).
 
     Raises:
@@ -205,7 +199,7 @@ def check_text(text: str, what: str) -> str:
     except UnicodeEncodeError:
         raise UsageError(f"{what} {short_key(text)!r} is not valid UTF-8") from None
     if size > MAX_KEY_BYTES:
-        raise UsageError(f"{what} {text[:60]}… is {size} bytes long; at most {MAX_KEY_BYTES}")
+        raise UsageError(f"{what} {text[:60]}… is {size} bytes long; {limit} {MAX_KEY_BYTES}")
     return text
 
 
