@@ -107,21 +107,29 @@ def to_python(raw: Value) -> PythonValue:
         raise Malformed(exc.message) from None
 
 
+class _HasRaw:
+    """What the events below share: ``raw`` as received, ``value`` its Python form."""
+
+    __slots__ = ()
+    raw: Value
+
+    @property
+    def value(self) -> PythonValue:
+        """The Python form of ``raw`` (:class:`Malformed` for JSON that does not parse)."""
+        return to_python(self.raw)
+
+
 @dataclass(frozen=True, slots=True)
-class WindowRow:
+class WindowRow(_HasRaw):
     """One row of a sorted fetch's window: its 1-based ``index`` in the whole order."""
 
     index: int
     key: str
     raw: Value
 
-    @property
-    def value(self) -> PythonValue:
-        return to_python(self.raw)
-
 
 @dataclass(frozen=True, slots=True)
-class QueryResult:
+class QueryResult(_HasRaw):
     """One entry of a one-shot query (PROTOCOL.md 14.4): ``kind`` is ``state``,
     ``method`` or ``node``; ``raw`` is NONE for methods and nodes."""
 
@@ -129,13 +137,9 @@ class QueryResult:
     key: str
     raw: Value
 
-    @property
-    def value(self) -> PythonValue:
-        return to_python(self.raw)
-
 
 @dataclass(frozen=True, slots=True)
-class FetchEvent:
+class FetchEvent(_HasRaw):
     """One fetch event: ``kind``, ``key``, and the value as received (``raw``).
 
     ``value`` maps ``raw`` to Python when read (see :func:`jetwire.to_python`); for a
@@ -146,11 +150,6 @@ class FetchEvent:
     key: str
     raw: Value
     rows: tuple[WindowRow, ...] = ()  # WINDOW: the whole window after the update, in order
-
-    @property
-    def value(self) -> PythonValue:
-        """The Python form of ``raw``."""
-        return to_python(self.raw)
 
 
 _INT64 = struct.Struct(">q").pack

@@ -23,56 +23,39 @@ from jetwire import (
     WindowEntry,
 )
 from jetwire.codes import Action, EntryKind
-from peer.core import (
-    MAX_ERROR_MESSAGE,
-    NONE,
-    EventKind,
-    KnownEntries,
-    QueryResult,
-    RequestTable,
-    SortedWindow,
-    WindowRow,
-    as_value,
-    convert_empty,
-    convert_fetch_id,
-    convert_raw,
-    convert_value,
-    error_answer,
-    fetch_event,
-    query_result,
-)
+from peer import core
 from peer.errors import Malformed, NotFound, PeerError, Rejected, Timeout
 
 # --- RequestTable: ids ------------------------------------------------------------------
 
 
 def test_ids_count_up_wrap_at_u32_and_skip_requests_in_flight() -> None:
-    table: RequestTable[str] = RequestTable(10.0)
+    table: core.RequestTable[str] = core.RequestTable(10.0)
     assert [table.next_id() for _ in range(3)] == [1, 2, 3]
     assert table.last_id == 3
     table._last_id = 0xFFFF_FFFE
     rid = table.next_id()
     assert rid == 0xFFFF_FFFF
-    table.add(rid, "a", convert_empty, 0.0)
-    table.add(0, "b", convert_empty, 0.0)  # PROTOCOL.md 5: 0 is a valid id once wrapped
-    table.add(1, "c", convert_empty, 0.0)
+    table.add(rid, "a", core.convert_empty, 0.0)
+    table.add(0, "b", core.convert_empty, 0.0)  # PROTOCOL.md 5: 0 is a valid id once wrapped
+    table.add(1, "c", core.convert_empty, 0.0)
     assert table.next_id() == 2  # 0xFFFF_FFFF, 0 and 1 are in flight
     assert len(table) == 3 and 1 in table and 2 not in table
 
 
 def test_a_timeout_that_is_not_positive_is_refused() -> None:
     with pytest.raises(ValueError):
-        RequestTable(0.0)
+        core.RequestTable(0.0)
 
 
-# --- RequestTable: deadlines ------------------------------------------------------------
+# --- core.RequestTable: deadlines ------------------------------------------------------------
 
 
 def test_default_timeout_arms_the_timer_once_and_expires_in_order() -> None:
-    table: RequestTable[str] = RequestTable(5.0)
-    assert table.add(1, "first", convert_empty, 100.0) == 105.0  # arm the timer
-    assert table.add(2, "second", convert_empty, 101.0) is None  # later: already armed
-    assert table.add(3, "third", convert_empty, 102.0) is None
+    table: core.RequestTable[str] = core.RequestTable(5.0)
+    assert table.add(1, "first", core.convert_empty, 100.0) == 105.0  # arm the timer
+    assert table.add(2, "second", core.convert_empty, 101.0) is None  # later: already armed
+    assert table.add(3, "third", core.convert_empty, 102.0) is None
     assert table.expire(104.9) == ([], 105.0)
     expired, next_at = table.expire(106.0)
     assert [waiter for waiter, _ in expired] == ["first", "second"]
@@ -83,23 +66,23 @@ def test_default_timeout_arms_the_timer_once_and_expires_in_order() -> None:
 
 
 def test_answered_requests_do_not_expire_and_do_not_hold_the_timer() -> None:
-    table: RequestTable[str] = RequestTable(5.0)
-    table.add(1, "first", convert_empty, 0.0)
-    table.add(2, "second", convert_empty, 1.0)
+    table: core.RequestTable[str] = core.RequestTable(5.0)
+    table.add(1, "first", core.convert_empty, 0.0)
+    table.add(2, "second", core.convert_empty, 1.0)
     assert table.answer(Response(1)) == ("first", True, None)
     # The timer fires at 5.0 for an answered request: nothing fails, it moves on to 6.0.
     assert table.expire(5.0) == ([], 6.0)
     expired, next_at = table.expire(6.0)
     assert [waiter for waiter, _ in expired] == ["second"] and next_at is None
     assert table.timer_at is None
-    assert table.add(3, "third", convert_empty, 7.0) == 12.0  # no timer armed: arm again
+    assert table.add(3, "third", core.convert_empty, 7.0) == 12.0  # no timer armed: arm again
 
 
 def test_an_own_timeout_earlier_than_the_timer_rearms_it_and_names_its_delay() -> None:
-    table: RequestTable[str] = RequestTable(30.0)
-    assert table.add(1, "default", convert_empty, 0.0) == 30.0
-    assert table.add(2, "short", convert_empty, 0.0, timeout=0.25) == 0.25
-    assert table.add(3, "long", convert_empty, 0.0, timeout=60.0) is None
+    table: core.RequestTable[str] = core.RequestTable(30.0)
+    assert table.add(1, "default", core.convert_empty, 0.0) == 30.0
+    assert table.add(2, "short", core.convert_empty, 0.0, timeout=0.25) == 0.25
+    assert table.add(3, "long", core.convert_empty, 0.0, timeout=60.0) is None
     expired, next_at = table.expire(0.5)
     assert [(waiter, error.message) for waiter, error in expired] == [
         ("short", "no response within 0.25 s (peer timeout)")
@@ -111,43 +94,43 @@ def test_an_own_timeout_earlier_than_the_timer_rearms_it_and_names_its_delay() -
 
 
 def test_answered_own_timeout_requests_do_not_pile_up() -> None:
-    table: RequestTable[int] = RequestTable(5.0)
+    table: core.RequestTable[int] = core.RequestTable(5.0)
     for number in range(10_000):
         rid = table.next_id()
-        table.add(rid, number, convert_empty, float(number), timeout=1000.0)
+        table.add(rid, number, core.convert_empty, float(number), timeout=1000.0)
         table.answer(Response(rid))
     assert len(table) == 0
     assert len(table._by_time) <= 64 + 2  # compacted as it grew
 
 
 def test_a_reused_id_expires_the_new_request_not_the_old_deadline() -> None:
-    table: RequestTable[str] = RequestTable(5.0)
-    table.add(7, "old", convert_empty, 0.0)
+    table: core.RequestTable[str] = core.RequestTable(5.0)
+    table.add(7, "old", core.convert_empty, 0.0)
     assert table.pop(7) is not None
-    table.add(7, "new", convert_empty, 4.0)
+    table.add(7, "new", core.convert_empty, 4.0)
     assert table.expire(5.0) == ([], 9.0)  # the old deadline of id 7 fails nothing
     assert [waiter for waiter, _ in table.expire(9.0)[0]] == ["new"]
 
 
 def test_take_all_empties_the_table_and_disarms() -> None:
-    table: RequestTable[str] = RequestTable(5.0)
-    table.add(1, "a", convert_empty, 0.0)
-    table.add(2, "b", convert_empty, 0.0, timeout=1.0)
+    table: core.RequestTable[str] = core.RequestTable(5.0)
+    table.add(1, "a", core.convert_empty, 0.0)
+    table.add(2, "b", core.convert_empty, 0.0, timeout=1.0)
     assert sorted(table.take_all()) == ["a", "b"]
     assert len(table) == 0 and table.timer_at is None
     assert table.expire(100.0) == ([], None)
 
 
-# --- RequestTable: answers --------------------------------------------------------------
+# --- core.RequestTable: answers --------------------------------------------------------------
 
 
 def test_answers_decode_to_results_or_typed_errors() -> None:
-    table: RequestTable[str] = RequestTable(5.0)
-    table.add(1, "set", convert_value, 0.0)
-    table.add(2, "set2", convert_value, 0.0)
-    table.add(3, "add", convert_empty, 0.0)
-    table.add(4, "fetch", convert_fetch_id, 0.0)
-    table.add(5, "get", convert_raw, 0.0)
+    table: core.RequestTable[str] = core.RequestTable(5.0)
+    table.add(1, "set", core.convert_value, 0.0)
+    table.add(2, "set2", core.convert_value, 0.0)
+    table.add(3, "add", core.convert_empty, 0.0)
+    table.add(4, "fetch", core.convert_fetch_id, 0.0)
+    table.add(5, "get", core.convert_raw, 0.0)
     assert table.answer(Response(1, value=Value.of(21.5))) == ("set", True, 21.5)
     waiter, ok, error = table.answer(Response(2, Status.NOT_FOUND, message="no state x")) or (None, None, None)
     assert waiter == "set2" and ok is False
@@ -162,16 +145,16 @@ def test_answers_decode_to_results_or_typed_errors() -> None:
 
 def test_converters_refuse_the_wrong_shape() -> None:
     with pytest.raises(Malformed):
-        convert_value(Response(1, fetch_id=3))
+        core.convert_value(Response(1, fetch_id=3))
     with pytest.raises(Malformed):
-        convert_raw(Response(1, fetch_id=3))
+        core.convert_raw(Response(1, fetch_id=3))
     with pytest.raises(Malformed):
-        convert_fetch_id(Response(1))
+        core.convert_fetch_id(Response(1))
     with pytest.raises(Malformed):
-        convert_fetch_id(Response(1, value=Value.of(1), fetch_id=3))
-    assert convert_value(Response(1)) is None  # PROTOCOL.md 6.3: empty OK to a set is NONE
+        core.convert_fetch_id(Response(1, value=Value.of(1), fetch_id=3))
+    assert core.convert_value(Response(1)) is None  # PROTOCOL.md 6.3: empty OK to a set is core.NONE
     with pytest.raises(Malformed):  # a JSON value that does not parse
-        convert_value(Response(1, value=Value(0x05, b"{nope")))
+        core.convert_value(Response(1, value=Value(0x05, b"{nope")))
 
 
 # --- messages into events ---------------------------------------------------------------
@@ -179,48 +162,48 @@ def test_converters_refuse_the_wrong_shape() -> None:
 
 def test_fetch_events_name_their_fetch_kind_key_and_value() -> None:
     one = Value.of(1)
-    assert fetch_event(FetchAdd(4, "a", one)) == (4, EventKind.ADD, "a", one)
-    assert fetch_event(FetchChange(4, "a", one)) == (4, EventKind.CHANGE, "a", one)
-    assert fetch_event(FetchRemove(4, "a", one)) == (4, EventKind.REMOVE, "a", one)
-    assert fetch_event(FetchMethod(5, Action.ADD, "m")) == (5, EventKind.METHOD_ADD, "m", NONE)
-    assert fetch_event(FetchNode(5, Action.REMOVE, "n/")) == (5, EventKind.NODE_REMOVE, "n/", NONE)
-    assert fetch_event(SetState(1, "a", one)) is None
-    assert fetch_event(FetchWindow(4, 0)) is None
-    entry = QueryEntry(9, EntryKind.METHOD, "m", NONE)
-    assert query_result(entry) == QueryResult("method", "m", NONE)
+    assert core.fetch_event(FetchAdd(4, "a", one)) == (4, core.EventKind.ADD, "a", one)
+    assert core.fetch_event(FetchChange(4, "a", one)) == (4, core.EventKind.CHANGE, "a", one)
+    assert core.fetch_event(FetchRemove(4, "a", one)) == (4, core.EventKind.REMOVE, "a", one)
+    assert core.fetch_event(FetchMethod(5, Action.ADD, "m")) == (5, core.EventKind.METHOD_ADD, "m", core.NONE)
+    assert core.fetch_event(FetchNode(5, Action.REMOVE, "n/")) == (5, core.EventKind.NODE_REMOVE, "n/", core.NONE)
+    assert core.fetch_event(SetState(1, "a", one)) is None
+    assert core.fetch_event(FetchWindow(4, 0)) is None
+    entry = QueryEntry(9, EntryKind.METHOD, "m", core.NONE)
+    assert core.query_result(entry) == core.QueryResult("method", "m", core.NONE)
 
 
 def test_a_sorted_window_grows_updates_and_shrinks() -> None:
-    window = SortedWindow(start=3)
+    window = core.SortedWindow(start=3)
     a, b, c = Value.of("a"), Value.of("b"), Value.of("c")
     rows = window.apply(FetchWindow(1, 2, (WindowEntry(3, "k/a", a), WindowEntry(4, "k/b", b))))
-    assert rows == (WindowRow(3, "k/a", a), WindowRow(4, "k/b", b))
+    assert rows == (core.WindowRow(3, "k/a", a), core.WindowRow(4, "k/b", b))
     # Only index 4 changes; an index outside the window is ignored, never a crash.
     rows = window.apply(FetchWindow(1, 2, (WindowEntry(4, "k/c", c), WindowEntry(99, "k/x", a))))
-    assert rows == (WindowRow(3, "k/a", a), WindowRow(4, "k/c", c))
-    assert window.apply(FetchWindow(1, 1)) == (WindowRow(3, "k/a", a),)
+    assert rows == (core.WindowRow(3, "k/a", a), core.WindowRow(4, "k/c", c))
+    assert window.apply(FetchWindow(1, 1)) == (core.WindowRow(3, "k/a", a),)
     grown = window.apply(FetchWindow(1, 3))
-    assert grown[1:] == (WindowRow(4, "", NONE), WindowRow(5, "", NONE))  # not yet listed
+    assert grown[1:] == (core.WindowRow(4, "", core.NONE), core.WindowRow(5, "", core.NONE))  # not yet listed
     window.clear()
     assert window.rows == []
 
 
 def test_known_entries_report_only_the_difference_after_a_restore() -> None:
-    known = KnownEntries()
+    known = core.KnownEntries()
     one, two = Value.of(1), Value.of(2)
-    assert known.note(EventKind.ADD, "a", one) is EventKind.ADD
-    assert known.note(EventKind.ADD, "b", one) is EventKind.ADD
-    assert known.note(EventKind.ADD, "c", one) is EventKind.ADD
-    assert known.note(EventKind.REMOVE, "c", one) is EventKind.REMOVE
+    assert known.note(core.EventKind.ADD, "a", one) is core.EventKind.ADD
+    assert known.note(core.EventKind.ADD, "b", one) is core.EventKind.ADD
+    assert known.note(core.EventKind.ADD, "c", one) is core.EventKind.ADD
+    assert known.note(core.EventKind.REMOVE, "c", one) is core.EventKind.REMOVE
     assert known.end_restore() == []  # no restore under way
     known.begin_restore()
-    assert known.note(EventKind.ADD, "a", one) is None  # known, unchanged: say nothing
-    assert known.note(EventKind.ADD, "b", two) is EventKind.CHANGE
-    assert known.note(EventKind.ADD, "d", one) is EventKind.ADD
-    assert known.note(EventKind.WINDOW, "", NONE) is EventKind.WINDOW
+    assert known.note(core.EventKind.ADD, "a", one) is None  # known, unchanged: say nothing
+    assert known.note(core.EventKind.ADD, "b", two) is core.EventKind.CHANGE
+    assert known.note(core.EventKind.ADD, "d", one) is core.EventKind.ADD
+    assert known.note(core.EventKind.WINDOW, "", core.NONE) is core.EventKind.WINDOW
     assert known.end_restore() == []  # a, b, d were all announced again
     known.begin_restore()
-    known.note(EventKind.ADD, "b", two)
+    known.note(core.EventKind.ADD, "b", two)
     assert known.end_restore() == [("a", one), ("d", one)]
 
 
@@ -232,22 +215,22 @@ def handler_that_refuses(value: object) -> None:
 
 
 def test_error_answers(caplog: pytest.LogCaptureFixture) -> None:
-    assert error_answer(7, Rejected("too hot")) == Response(7, Status.REJECTED, message="too hot")
+    assert core.error_answer(7, Rejected("too hot")) == Response(7, Status.REJECTED, message="too hot")
     with caplog.at_level(logging.ERROR, logger="peer"):
-        answer = error_answer(8, ZeroDivisionError("x" * 5000), handler_that_refuses)
+        answer = core.error_answer(8, ZeroDivisionError("x" * 5000), handler_that_refuses)
     assert answer is not None and answer.status is Status.INTERNAL
     assert answer.message.startswith("handler_that_refuses failed: ZeroDivisionError: xxx")
-    assert len(answer.message) == MAX_ERROR_MESSAGE
+    assert len(answer.message) == core.MAX_ERROR_MESSAGE
     assert "handler_that_refuses failed" in caplog.text
     # A PeerError that carries OK is no answer to an error: INTERNAL.
     ok_error = PeerError("odd", Status.OK)
-    assert (error_answer(9, ok_error) or Response(0)).status is Status.INTERNAL
-    assert error_answer(None, Rejected("no")) is None  # PROTOCOL.md 7.1: an EVENT gets nothing
+    assert (core.error_answer(9, ok_error) or Response(0)).status is Status.INTERNAL
+    assert core.error_answer(None, Rejected("no")) is None  # PROTOCOL.md 7.1: an EVENT gets nothing
 
 
 @pytest.mark.parametrize("obj", [0, -1, 2**63 - 1, -(2**63), 1.5, float("inf"), "s", None, True, [1]])
 def test_as_value_fast_path_equals_value_of(obj: Any) -> None:
-    assert as_value(obj) == Value.of(obj)
+    assert core.as_value(obj) == Value.of(obj)
 
 
 @pytest.mark.parametrize("obj", [2**63, -(2**63) - 1, object(), {"x": float("nan")}])
@@ -255,4 +238,4 @@ def test_as_value_refuses_what_has_no_mapping_with_a_typed_error(obj: Any) -> No
     with pytest.raises(LocalProtocolError):
         Value.of(obj)
     with pytest.raises(LocalProtocolError):
-        as_value(obj)
+        core.as_value(obj)
