@@ -2,8 +2,11 @@
 
 A thin :class:`asyncio.Protocol` feeds received bytes to :class:`jetwire.Decoder` and
 writes frames built by :func:`jetwire.encode`; everything else is bookkeeping of
-requests in flight, owned states and methods, and fetches. It runs on whatever event
-loop the application runs (uvloop included); it never installs one itself.
+requests in flight, owned states and methods, and fetches, most of it in the sans-IO
+:mod:`peer.core` (request ids and deadlines, responses into results, fetch events,
+sorted windows, restore bookkeeping). This module adds the futures, the one timer, the
+tasks of async handlers and the reconnect loop. It runs on whatever event loop the
+application runs (uvloop included); it never installs one itself.
 
 Example::
 
