@@ -45,3 +45,16 @@ async def two_peers(daemon: Any, **options: Any) -> AsyncIterator[tuple[PeerAsyn
         daemon.host, daemon.port, **options
     ) as second:
         yield first, second
+
+
+async def add_stuck_state(owner: PeerAsync, key: str) -> asyncio.Event:
+    """Add state ``key`` to ``owner`` with a set handler that never answers; the event
+    is set once a set has reached the handler."""
+    started = asyncio.Event()
+
+    async def never(value: Any) -> None:
+        started.set()
+        await asyncio.sleep(30)
+
+    await owner.add_state(key, 0, on_set=never)
+    return started

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from peer_testlib import eventually, run, two_peers
+from peer_testlib import add_stuck_state, eventually, run, two_peers
 
 from jetwire import JetError, LocalProtocolError, Status, Value, ValueType
 from peer import (
@@ -289,13 +289,7 @@ def test_timeouts_daemon_and_peer(start_jetd):
 def test_owner_gone_during_set(jetd):
     async def body():
         owner = await PeerAsync.connect(jetd.host, jetd.port)
-        started = asyncio.Event()
-
-        async def never(value):
-            started.set()
-            await asyncio.sleep(30)
-
-        await owner.add_state("gone", 0, on_set=never)
+        started = await add_stuck_state(owner, "gone")
         async with await PeerAsync.connect(jetd.host, jetd.port) as client:
             pending = client.set("gone", 1)
             await started.wait()
@@ -314,13 +308,7 @@ def test_daemon_shutdown_fails_pending_and_ends_iterators(start_jetd):
     async def body():
         owner = await PeerAsync.connect(daemon.host, daemon.port)
         client = await PeerAsync.connect(daemon.host, daemon.port)
-        started = asyncio.Event()
-
-        async def never(value):
-            started.set()
-            await asyncio.sleep(30)
-
-        await owner.add_state("k", 0, on_set=never)
+        started = await add_stuck_state(owner, "k")
         fetch = await client.fetch("k")
         assert (await fetch.__anext__()).kind is EventKind.ADD
         pending = client.set("k", 1)
