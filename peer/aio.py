@@ -44,8 +44,6 @@ from typing import TYPE_CHECKING, Any, Optional, TypedDict, Union
 from jetwire import (
     DEFAULT_MAX_BODY,
     FEATURE_LIMITS,
-    HEADER_SIZE,
-    PROTOCOL_MAJOR,
     AddMethod,
     AddState,
     Authenticate,
@@ -87,16 +85,21 @@ from .core import (
     RequestTable,
     SortedWindow,
     WindowRow,
+    answer_bad_request,
     as_value,
     convert_empty,
     convert_fetch_id,
     convert_raw,
     convert_value,
+    encode_checked,
     error_answer,
     fetch_event,
+    limits_follow,
     query_result,
+    refuse_unexpected,
     to_python,
     unmappable_result,
+    unsupported_version,
 )
 from .errors import (
     ConnectionClosed,
@@ -108,7 +111,6 @@ from .errors import (
     PeerError,
     Rejected,
     Timeout,
-    TooLarge,
     describe_tls_failure,
     error_for_status,
 )
@@ -822,12 +824,7 @@ class PeerAsync:
         return ConnectionClosed(error.message, error.status)
 
     def _frame(self, message: Message) -> bytes:
-        frame = encode(message)
-        info = self._info
-        if info is not None and len(frame) - HEADER_SIZE > info.max_body:
-            # PROTOCOL.md 3: never send a body above the receiver's announced max_body.
-            raise TooLarge(f"body of {len(frame) - HEADER_SIZE} bytes exceeds the daemon's max_body {info.max_body}")
-        return frame
+        return encode_checked(message, self._info)
 
     def _request(
         self,
@@ -1156,16 +1153,14 @@ class PeerAsync:
         elif isinstance(message, CallMethod):
             self._serve_call(link, message)
         elif isinstance(message, Info):
-            if message.major != PROTOCOL_MAJOR:
-                # PROTOCOL.md 2: another major version is fatal.
-                text = f"unsupported protocol version {message.major}.{message.minor}"
+            text = unsupported_version(message)
+            if text is not None:
                 link.close(Close(Status.MALFORMED, text))
                 if not link.info.done():
                     link.info.set_exception(Malformed(text))
             elif not link.info.done():
-                if not (message.features & FEATURE_LIMITS and message.max_key_length is None):
+                if not limits_follow(message):
                     link.info.set_result(message)
-                # else PROTOCOL.md 4.4.1: the daemon's answer to our INFO, with its limits, follows.
             else:
                 self._info = message
         elif isinstance(message, Close):
@@ -1174,9 +1169,9 @@ class PeerAsync:
         else:
             # PROTOCOL.md 6: a daemon routes only SET_STATE and CALL_METHOD to owners.
             log.warning("unexpected %s from the daemon", type(message).__name__)
-            rid = getattr(message, "id", None)
-            if rid is not None:
-                link.send(encode(Response(rid, Status.UNKNOWN_FUNCTION, message="a peer serves only set and call")))
+            refusal = refuse_unexpected(message)
+            if refusal is not None:
+                link.send(encode(refusal))
 
     def _on_bad_frame(self, link: _Link, exc: RemoteProtocolError) -> None:
         if exc.fatal or exc.request_id is None:
@@ -1191,9 +1186,10 @@ class PeerAsync:
             entry = self._requests.pop(exc.request_id)
             if entry is not None and not entry[0].done():
                 entry[0].set_exception(Malformed(f"malformed response: {exc.message}"))
-        elif exc.frame_type == FrameType.REQUEST:
-            # PROTOCOL.md 9.1, from the owner's side: answer and keep going.
-            link.send(encode(Response(exc.request_id, exc.status, message=exc.message[:MAX_ERROR_MESSAGE])))
+            return
+        answer = answer_bad_request(exc)
+        if answer is not None:
+            link.send(encode(answer))
 
     def _serve_set(self, link: _Link, request: SetState) -> None:
         state = self._states.get(request.key)

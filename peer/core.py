@@ -13,7 +13,10 @@ on a loop thread) keeps here everything that is bookkeeping rather than I/O:
 - :class:`SortedWindow`: the window of a sorted fetch, kept from FETCH_WINDOW;
 - :class:`KnownEntries`: what a fetch has told the application, so that a fetch restored
   after a reconnect reports only the difference;
-- :func:`error_answer`: the RESPONSE an owner sends when its handler refuses or fails.
+- :func:`error_answer`: the RESPONSE an owner sends when its handler refuses or fails;
+- what a peer accepts from the daemon and what it answers to the rest
+  (:func:`unsupported_version`, :func:`limits_follow`, :func:`refuse_unexpected`,
+  :func:`answer_bad_request`), and :func:`encode_checked` for what it sends.
 
 Waiters (what the shell resolves when a request ends: an ``asyncio.Future`` in
 :mod:`peer.aio`) are opaque here. ``peer/tiny.py`` keeps its own copy of the little of
@@ -32,6 +35,9 @@ from enum import StrEnum
 from typing import Any, Generic, Optional, TypeVar
 
 from jetwire import (
+    FEATURE_LIMITS,
+    HEADER_SIZE,
+    PROTOCOL_MAJOR,
     FetchAdd,
     FetchChange,
     FetchMethod,
@@ -39,6 +45,8 @@ from jetwire import (
     FetchRemove,
     FetchUnmatch,
     FetchWindow,
+    FrameType,
+    Info,
     LocalProtocolError,
     Message,
     QueryEntry,
@@ -47,11 +55,12 @@ from jetwire import (
     Status,
     Value,
     ValueType,
+    encode,
 )
 from jetwire.codes import Action, EntryKind
 from jetwire.values import PythonValue
 
-from .errors import Internal, Malformed, PeerError, Timeout, error_for_status
+from .errors import Internal, Malformed, PeerError, Timeout, TooLarge, error_for_status
 
 __all__ = [
     "MAX_ERROR_MESSAGE",
@@ -64,17 +73,22 @@ __all__ = [
     "RequestTable",
     "SortedWindow",
     "WindowRow",
+    "answer_bad_request",
     "as_value",
     "convert_empty",
     "convert_fetch_id",
     "convert_raw",
     "convert_value",
+    "encode_checked",
     "error_answer",
     "fetch_event",
     "handler_name",
+    "limits_follow",
     "query_result",
+    "refuse_unexpected",
     "to_python",
     "unmappable_result",
+    "unsupported_version",
 ]
 
 log = logging.getLogger("peer")
@@ -480,6 +494,54 @@ class KnownEntries:
         if seen is None:
             return []
         return [(key, raw) for key, raw in self.values.items() if key not in seen]
+
+
+# --- the daemon's frames: what a peer accepts ------------------------------------------
+
+
+def encode_checked(message: Message, info: Optional[Info]) -> bytes:
+    """``message`` encoded, if its body fits the daemon's announced ``max_body``.
+
+    Raises:
+        TooLarge: PROTOCOL.md 3: never send a body above the receiver's max_body.
+        LocalProtocolError: the message cannot be encoded (jetwire's checks).
+    """
+    frame = encode(message)
+    if info is not None and len(frame) - HEADER_SIZE > info.max_body:
+        raise TooLarge(f"body of {len(frame) - HEADER_SIZE} bytes exceeds the daemon's max_body {info.max_body}")
+    return frame
+
+
+def unsupported_version(info: Info) -> Optional[str]:
+    """Why the link must close for this INFO (PROTOCOL.md 2: another major version is
+    fatal), or None."""
+    if info.major != PROTOCOL_MAJOR:
+        return f"unsupported protocol version {info.major}.{info.minor}"
+    return None
+
+
+def limits_follow(info: Info) -> bool:
+    """True for a 1.2 daemon's first INFO, sent before it read ours: its answer to our
+    FEATURE_LIMITS, with the limits, follows (PROTOCOL.md 4.4.1)."""
+    return bool(info.features & FEATURE_LIMITS) and info.max_key_length is None
+
+
+def refuse_unexpected(message: Message) -> Optional[Response]:
+    """The answer to a request a peer does not serve (PROTOCOL.md 6: a daemon routes
+    only SET_STATE and CALL_METHOD to owners); None when it is no request."""
+    rid = getattr(message, "id", None)
+    if rid is None:
+        return None
+    return Response(rid, Status.UNKNOWN_FUNCTION, message="a peer serves only set and call")
+
+
+def answer_bad_request(exc: RemoteProtocolError) -> Optional[Response]:
+    """The answer to a REQUEST the decoder refused but could read the id of
+    (PROTOCOL.md 9.1: answer it and keep going); None when the link must close instead
+    (9.2, 9.3) or the bad frame is no request."""
+    if exc.fatal or exc.request_id is None or exc.frame_type != FrameType.REQUEST:
+        return None
+    return Response(exc.request_id, exc.status, message=exc.message[:MAX_ERROR_MESSAGE])
 
 
 # --- owner answers ---------------------------------------------------------------------

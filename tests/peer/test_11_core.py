@@ -8,14 +8,21 @@ from typing import Any
 import pytest
 
 from jetwire import (
+    FEATURE_LIMITS,
+    HEADER_SIZE,
+    PROTOCOL_MAJOR,
     FetchAdd,
     FetchChange,
     FetchMethod,
     FetchNode,
     FetchRemove,
     FetchWindow,
+    FrameType,
+    GetState,
+    Info,
     LocalProtocolError,
     QueryEntry,
+    RemoteProtocolError,
     Response,
     SetState,
     Status,
@@ -24,7 +31,7 @@ from jetwire import (
 )
 from jetwire.codes import Action, EntryKind
 from peer import core
-from peer.errors import Malformed, NotFound, PeerError, Rejected, Timeout
+from peer.errors import Malformed, NotFound, PeerError, Rejected, Timeout, TooLarge
 
 # --- RequestTable: ids ------------------------------------------------------------------
 
@@ -239,3 +246,39 @@ def test_as_value_refuses_what_has_no_mapping_with_a_typed_error(obj: Any) -> No
         Value.of(obj)
     with pytest.raises(LocalProtocolError):
         core.as_value(obj)
+
+
+# --- the daemon's frames ----------------------------------------------------------------
+
+
+def test_info_checks() -> None:
+    assert core.unsupported_version(Info("jetd")) is None
+    assert core.unsupported_version(Info("jetd", major=PROTOCOL_MAJOR + 1, minor=3)) == (
+        f"unsupported protocol version {PROTOCOL_MAJOR + 1}.3"
+    )
+    # PROTOCOL.md 4.4.1: a 1.2 daemon's first INFO has FEATURE_LIMITS but no limits yet.
+    assert core.limits_follow(Info("jetd", features=FEATURE_LIMITS))
+    assert not core.limits_follow(Info("jetd", features=FEATURE_LIMITS, max_key_length=1024, route_timeout_ms=5000))
+    assert not core.limits_follow(Info("jetd"))  # a 1.0/1.1 daemon: this INFO is all there is
+
+
+def test_what_a_peer_answers_to_frames_it_does_not_serve() -> None:
+    refusal = core.refuse_unexpected(GetState(5, "x"))
+    assert refusal == Response(5, Status.UNKNOWN_FUNCTION, message="a peer serves only set and call")
+    assert core.refuse_unexpected(FetchAdd(1, "a", core.NONE)) is None  # no id: nothing to answer
+    bad = RemoteProtocolError("x" * 3000, Status.MALFORMED, request_id=9, frame_type=FrameType.REQUEST)
+    answer = core.answer_bad_request(bad)
+    assert answer is not None and answer.id == 9 and answer.status is Status.MALFORMED
+    assert len(answer.message) == core.MAX_ERROR_MESSAGE
+    fatal = RemoteProtocolError("short", request_id=9, frame_type=FrameType.REQUEST, fatal=True)
+    assert core.answer_bad_request(fatal) is None  # PROTOCOL.md 9.2: the link closes instead
+    response = RemoteProtocolError("bad", request_id=9, frame_type=FrameType.RESPONSE)
+    assert core.answer_bad_request(response) is None  # 9.3: a bad RESPONSE is not answered
+
+
+def test_a_body_above_the_daemons_max_body_is_refused_before_sending() -> None:
+    message = SetState(1, "k", Value.of("x" * 100))
+    frame = core.encode_checked(message, None)  # no INFO yet: nothing to check against
+    assert core.encode_checked(message, Info("jetd", max_body=len(frame) - HEADER_SIZE)) == frame
+    with pytest.raises(TooLarge, match="exceeds the daemon's max_body"):
+        core.encode_checked(message, Info("jetd", max_body=len(frame) - HEADER_SIZE - 1))
