@@ -7,28 +7,7 @@ from typing import Any
 
 import pytest
 
-from jetwire import (
-    FEATURE_LIMITS,
-    HEADER_SIZE,
-    PROTOCOL_MAJOR,
-    FetchAdd,
-    FetchChange,
-    FetchMethod,
-    FetchNode,
-    FetchRemove,
-    FetchWindow,
-    FrameType,
-    GetState,
-    Info,
-    LocalProtocolError,
-    QueryEntry,
-    RemoteProtocolError,
-    Response,
-    SetState,
-    Status,
-    Value,
-    WindowEntry,
-)
+import jetwire
 from jetwire.codes import Action, EntryKind
 from peer import core
 from peer.errors import Malformed, NotFound, PeerError, Rejected, Timeout, TooLarge
@@ -76,7 +55,7 @@ def test_answered_requests_do_not_expire_and_do_not_hold_the_timer() -> None:
     table: core.RequestTable[str] = core.RequestTable(5.0)
     table.add(1, "first", core.convert_empty, 0.0)
     table.add(2, "second", core.convert_empty, 1.0)
-    assert table.answer(Response(1)) == ("first", True, None)
+    assert table.answer(jetwire.Response(1)) == ("first", True, None)
     # The timer fires at 5.0 for an answered request: nothing fails, it moves on to 6.0.
     assert table.expire(5.0) == ([], 6.0)
     expired, next_at = table.expire(6.0)
@@ -105,7 +84,7 @@ def test_answered_own_timeout_requests_do_not_pile_up() -> None:
     for number in range(10_000):
         rid = table.next_id()
         table.add(rid, number, core.convert_empty, float(number), timeout=1000.0)
-        table.answer(Response(rid))
+        table.answer(jetwire.Response(rid))
     assert len(table) == 0
     assert len(table._by_time) <= 64 + 2  # compacted as it grew
 
@@ -138,58 +117,58 @@ def test_answers_decode_to_results_or_typed_errors() -> None:
     table.add(3, "add", core.convert_empty, 0.0)
     table.add(4, "fetch", core.convert_fetch_id, 0.0)
     table.add(5, "get", core.convert_raw, 0.0)
-    assert table.answer(Response(1, value=Value.of(21.5))) == ("set", True, 21.5)
-    waiter, ok, error = table.answer(Response(2, Status.NOT_FOUND, message="no state x")) or (None, None, None)
+    assert table.answer(jetwire.Response(1, value=jetwire.Value.of(21.5))) == ("set", True, 21.5)
+    waiter, ok, error = table.answer(jetwire.Response(2, jetwire.Status.NOT_FOUND, message="no state x")) or (None, None, None)
     assert waiter == "set2" and ok is False
     assert isinstance(error, NotFound) and error.message == "no state x"
-    waiter, ok, error = table.answer(Response(3, value=Value.of(1))) or (None, None, None)
+    waiter, ok, error = table.answer(jetwire.Response(3, value=jetwire.Value.of(1))) or (None, None, None)
     assert ok is False and isinstance(error, Malformed)  # PROTOCOL.md 11.1: wrong shape
-    assert table.answer(Response(4, fetch_id=9)) == ("fetch", True, 9)
-    assert table.answer(Response(5)) == ("get", True, Value.of(None))
-    assert table.answer(Response(5)) is None  # late: unknown id
+    assert table.answer(jetwire.Response(4, fetch_id=9)) == ("fetch", True, 9)
+    assert table.answer(jetwire.Response(5)) == ("get", True, jetwire.Value.of(None))
+    assert table.answer(jetwire.Response(5)) is None  # late: unknown id
     assert len(table) == 0
 
 
 def test_converters_refuse_the_wrong_shape() -> None:
     with pytest.raises(Malformed):
-        core.convert_value(Response(1, fetch_id=3))
+        core.convert_value(jetwire.Response(1, fetch_id=3))
     with pytest.raises(Malformed):
-        core.convert_raw(Response(1, fetch_id=3))
+        core.convert_raw(jetwire.Response(1, fetch_id=3))
     with pytest.raises(Malformed):
-        core.convert_fetch_id(Response(1))
+        core.convert_fetch_id(jetwire.Response(1))
     with pytest.raises(Malformed):
-        core.convert_fetch_id(Response(1, value=Value.of(1), fetch_id=3))
-    assert core.convert_value(Response(1)) is None  # PROTOCOL.md 6.3: empty OK to a set is core.NONE
+        core.convert_fetch_id(jetwire.Response(1, value=jetwire.Value.of(1), fetch_id=3))
+    assert core.convert_value(jetwire.Response(1)) is None  # PROTOCOL.md 6.3: empty OK to a set is core.NONE
     with pytest.raises(Malformed):  # a JSON value that does not parse
-        core.convert_value(Response(1, value=Value(0x05, b"{nope")))
+        core.convert_value(jetwire.Response(1, value=jetwire.Value(0x05, b"{nope")))
 
 
 # --- messages into events ---------------------------------------------------------------
 
 
 def test_fetch_events_name_their_fetch_kind_key_and_value() -> None:
-    one = Value.of(1)
-    assert core.fetch_event(FetchAdd(4, "a", one)) == (4, core.EventKind.ADD, "a", one)
-    assert core.fetch_event(FetchChange(4, "a", one)) == (4, core.EventKind.CHANGE, "a", one)
-    assert core.fetch_event(FetchRemove(4, "a", one)) == (4, core.EventKind.REMOVE, "a", one)
-    assert core.fetch_event(FetchMethod(5, Action.ADD, "m")) == (5, core.EventKind.METHOD_ADD, "m", core.NONE)
-    assert core.fetch_event(FetchNode(5, Action.REMOVE, "n/")) == (5, core.EventKind.NODE_REMOVE, "n/", core.NONE)
-    assert core.fetch_event(SetState(1, "a", one)) is None
-    assert core.fetch_event(FetchWindow(4, 0)) is None
-    entry = QueryEntry(9, EntryKind.METHOD, "m", core.NONE)
+    one = jetwire.Value.of(1)
+    assert core.fetch_event(jetwire.FetchAdd(4, "a", one)) == (4, core.EventKind.ADD, "a", one)
+    assert core.fetch_event(jetwire.FetchChange(4, "a", one)) == (4, core.EventKind.CHANGE, "a", one)
+    assert core.fetch_event(jetwire.FetchRemove(4, "a", one)) == (4, core.EventKind.REMOVE, "a", one)
+    assert core.fetch_event(jetwire.FetchMethod(5, Action.ADD, "m")) == (5, core.EventKind.METHOD_ADD, "m", core.NONE)
+    assert core.fetch_event(jetwire.FetchNode(5, Action.REMOVE, "n/")) == (5, core.EventKind.NODE_REMOVE, "n/", core.NONE)
+    assert core.fetch_event(jetwire.SetState(1, "a", one)) is None
+    assert core.fetch_event(jetwire.FetchWindow(4, 0)) is None
+    entry = jetwire.QueryEntry(9, EntryKind.METHOD, "m", core.NONE)
     assert core.query_result(entry) == core.QueryResult("method", "m", core.NONE)
 
 
 def test_a_sorted_window_grows_updates_and_shrinks() -> None:
     window = core.SortedWindow(start=3)
-    a, b, c = Value.of("a"), Value.of("b"), Value.of("c")
-    rows = window.apply(FetchWindow(1, 2, (WindowEntry(3, "k/a", a), WindowEntry(4, "k/b", b))))
+    a, b, c = jetwire.Value.of("a"), jetwire.Value.of("b"), jetwire.Value.of("c")
+    rows = window.apply(jetwire.FetchWindow(1, 2, (jetwire.WindowEntry(3, "k/a", a), jetwire.WindowEntry(4, "k/b", b))))
     assert rows == (core.WindowRow(3, "k/a", a), core.WindowRow(4, "k/b", b))
     # Only index 4 changes; an index outside the window is ignored, never a crash.
-    rows = window.apply(FetchWindow(1, 2, (WindowEntry(4, "k/c", c), WindowEntry(99, "k/x", a))))
+    rows = window.apply(jetwire.FetchWindow(1, 2, (jetwire.WindowEntry(4, "k/c", c), jetwire.WindowEntry(99, "k/x", a))))
     assert rows == (core.WindowRow(3, "k/a", a), core.WindowRow(4, "k/c", c))
-    assert window.apply(FetchWindow(1, 1)) == (core.WindowRow(3, "k/a", a),)
-    grown = window.apply(FetchWindow(1, 3))
+    assert window.apply(jetwire.FetchWindow(1, 1)) == (core.WindowRow(3, "k/a", a),)
+    grown = window.apply(jetwire.FetchWindow(1, 3))
     assert grown[1:] == (core.WindowRow(4, "", core.NONE), core.WindowRow(5, "", core.NONE))  # not yet listed
     window.clear()
     assert window.rows == []
@@ -197,7 +176,7 @@ def test_a_sorted_window_grows_updates_and_shrinks() -> None:
 
 def test_known_entries_report_only_the_difference_after_a_restore() -> None:
     known = core.KnownEntries()
-    one, two = Value.of(1), Value.of(2)
+    one, two = jetwire.Value.of(1), jetwire.Value.of(2)
     assert known.note(core.EventKind.ADD, "a", one) is core.EventKind.ADD
     assert known.note(core.EventKind.ADD, "b", one) is core.EventKind.ADD
     assert known.note(core.EventKind.ADD, "c", one) is core.EventKind.ADD
@@ -222,29 +201,29 @@ def handler_that_refuses(value: object) -> None:
 
 
 def test_error_answers(caplog: pytest.LogCaptureFixture) -> None:
-    assert core.error_answer(7, Rejected("too hot")) == Response(7, Status.REJECTED, message="too hot")
+    assert core.error_answer(7, Rejected("too hot")) == jetwire.Response(7, jetwire.Status.REJECTED, message="too hot")
     with caplog.at_level(logging.ERROR, logger="peer"):
         answer = core.error_answer(8, ZeroDivisionError("x" * 5000), handler_that_refuses)
-    assert answer is not None and answer.status is Status.INTERNAL
+    assert answer is not None and answer.status is jetwire.Status.INTERNAL
     assert answer.message.startswith("handler_that_refuses failed: ZeroDivisionError: xxx")
     assert len(answer.message) == core.MAX_ERROR_MESSAGE
     assert "handler_that_refuses failed" in caplog.text
     # A PeerError that carries OK is no answer to an error: INTERNAL.
-    ok_error = PeerError("odd", Status.OK)
-    assert (core.error_answer(9, ok_error) or Response(0)).status is Status.INTERNAL
+    ok_error = PeerError("odd", jetwire.Status.OK)
+    assert (core.error_answer(9, ok_error) or jetwire.Response(0)).status is jetwire.Status.INTERNAL
     assert core.error_answer(None, Rejected("no")) is None  # PROTOCOL.md 7.1: an EVENT gets nothing
 
 
 @pytest.mark.parametrize("obj", [0, -1, 2**63 - 1, -(2**63), 1.5, float("inf"), "s", None, True, [1]])
 def test_as_value_fast_path_equals_value_of(obj: Any) -> None:
-    assert core.as_value(obj) == Value.of(obj)
+    assert core.as_value(obj) == jetwire.Value.of(obj)
 
 
 @pytest.mark.parametrize("obj", [2**63, -(2**63) - 1, object(), {"x": float("nan")}])
 def test_as_value_refuses_what_has_no_mapping_with_a_typed_error(obj: Any) -> None:
-    with pytest.raises(LocalProtocolError):
-        Value.of(obj)
-    with pytest.raises(LocalProtocolError):
+    with pytest.raises(jetwire.LocalProtocolError):
+        jetwire.Value.of(obj)
+    with pytest.raises(jetwire.LocalProtocolError):
         core.as_value(obj)
 
 
@@ -252,33 +231,33 @@ def test_as_value_refuses_what_has_no_mapping_with_a_typed_error(obj: Any) -> No
 
 
 def test_info_checks() -> None:
-    assert core.unsupported_version(Info("jetd")) is None
-    assert core.unsupported_version(Info("jetd", major=PROTOCOL_MAJOR + 1, minor=3)) == (
-        f"unsupported protocol version {PROTOCOL_MAJOR + 1}.3"
+    assert core.unsupported_version(jetwire.Info("jetd")) is None
+    assert core.unsupported_version(jetwire.Info("jetd", major=jetwire.PROTOCOL_MAJOR + 1, minor=3)) == (
+        f"unsupported protocol version {jetwire.PROTOCOL_MAJOR + 1}.3"
     )
-    # PROTOCOL.md 4.4.1: a 1.2 daemon's first INFO has FEATURE_LIMITS but no limits yet.
-    assert core.limits_follow(Info("jetd", features=FEATURE_LIMITS))
-    assert not core.limits_follow(Info("jetd", features=FEATURE_LIMITS, max_key_length=1024, route_timeout_ms=5000))
-    assert not core.limits_follow(Info("jetd"))  # a 1.0/1.1 daemon: this INFO is all there is
+    # PROTOCOL.md 4.4.1: a 1.2 daemon's first INFO has jetwire.FEATURE_LIMITS but no limits yet.
+    assert core.limits_follow(jetwire.Info("jetd", features=jetwire.FEATURE_LIMITS))
+    assert not core.limits_follow(jetwire.Info("jetd", features=jetwire.FEATURE_LIMITS, max_key_length=1024, route_timeout_ms=5000))
+    assert not core.limits_follow(jetwire.Info("jetd"))  # a 1.0/1.1 daemon: this INFO is all there is
 
 
 def test_what_a_peer_answers_to_frames_it_does_not_serve() -> None:
-    refusal = core.refuse_unexpected(GetState(5, "x"))
-    assert refusal == Response(5, Status.UNKNOWN_FUNCTION, message="a peer serves only set and call")
-    assert core.refuse_unexpected(FetchAdd(1, "a", core.NONE)) is None  # no id: nothing to answer
-    bad = RemoteProtocolError("x" * 3000, Status.MALFORMED, request_id=9, frame_type=FrameType.REQUEST)
+    refusal = core.refuse_unexpected(jetwire.GetState(5, "x"))
+    assert refusal == jetwire.Response(5, jetwire.Status.UNKNOWN_FUNCTION, message="a peer serves only set and call")
+    assert core.refuse_unexpected(jetwire.FetchAdd(1, "a", core.NONE)) is None  # no id: nothing to answer
+    bad = jetwire.RemoteProtocolError("x" * 3000, jetwire.Status.MALFORMED, request_id=9, frame_type=jetwire.FrameType.REQUEST)
     answer = core.answer_bad_request(bad)
-    assert answer is not None and answer.id == 9 and answer.status is Status.MALFORMED
+    assert answer is not None and answer.id == 9 and answer.status is jetwire.Status.MALFORMED
     assert len(answer.message) == core.MAX_ERROR_MESSAGE
-    fatal = RemoteProtocolError("short", request_id=9, frame_type=FrameType.REQUEST, fatal=True)
+    fatal = jetwire.RemoteProtocolError("short", request_id=9, frame_type=jetwire.FrameType.REQUEST, fatal=True)
     assert core.answer_bad_request(fatal) is None  # PROTOCOL.md 9.2: the link closes instead
-    response = RemoteProtocolError("bad", request_id=9, frame_type=FrameType.RESPONSE)
+    response = jetwire.RemoteProtocolError("bad", request_id=9, frame_type=jetwire.FrameType.RESPONSE)
     assert core.answer_bad_request(response) is None  # 9.3: a bad RESPONSE is not answered
 
 
 def test_a_body_above_the_daemons_max_body_is_refused_before_sending() -> None:
-    message = SetState(1, "k", Value.of("x" * 100))
+    message = jetwire.SetState(1, "k", jetwire.Value.of("x" * 100))
     frame = core.encode_checked(message, None)  # no INFO yet: nothing to check against
-    assert core.encode_checked(message, Info("jetd", max_body=len(frame) - HEADER_SIZE)) == frame
+    assert core.encode_checked(message, jetwire.Info("jetd", max_body=len(frame) - jetwire.HEADER_SIZE)) == frame
     with pytest.raises(TooLarge, match="exceeds the daemon's max_body"):
-        core.encode_checked(message, Info("jetd", max_body=len(frame) - HEADER_SIZE - 1))
+        core.encode_checked(message, jetwire.Info("jetd", max_body=len(frame) - jetwire.HEADER_SIZE - 1))
