@@ -841,7 +841,7 @@ class PeerAsync:
             raise self._copy_closed_error()
         requests = self._requests
         rid = requests.next_id()
-        frame = self._frame(cls(rid, *fields))
+        frame = encode_checked(cls(rid, *fields), self._info)
         loop = self._loop
         future: asyncio.Future[Any] = loop.create_future()
         link = self._link
