@@ -621,7 +621,8 @@ class PeerAsync:
         self._loop = asyncio.get_running_loop()
         self._link: Optional[_Link] = None
         self._info: Optional[Info] = None
-        self._sweeper: Optional[asyncio.TimerHandle] = None  # fires at self._requests.timer_at
+        self._sweeper: Optional[asyncio.TimerHandle] = None  # the one timer of self._requests
+        self._sweep_at: Optional[float] = None  # when it fires
         self._states: dict[str, State] = {}
         self._methods: dict[str, Method] = {}
         self._fetches: dict[int, Fetch] = {}
@@ -780,9 +781,6 @@ class PeerAsync:
                     link.transport.abort()
         self._fail_pending(self._closed_error)
         self._backlog.clear()  # their futures were in _requests, failed just above
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            self._sweeper = None
         for fetch in list(self._fetch_objects):
             fetch._finish(StopAsyncIteration())
         self._fetch_objects.clear()
@@ -839,11 +837,15 @@ class PeerAsync:
         the future of its converted result."""
         if self._closing:
             raise self._copy_closed_error()
-        requests = self._requests
-        rid = requests.next_id()
-        frame = encode_checked(cls(rid, *fields), self._info)
         loop = self._loop
         future: asyncio.Future[Any] = loop.create_future()
+        requests = self._requests
+        rid = requests.open(future, convert, loop.time(), timeout)
+        try:
+            frame = encode_checked(cls(rid, *fields), self._info)
+        except BaseException:
+            requests.pop(rid)
+            raise
         link = self._link
         if (restoring or self._ready) and link is not None and not link.closed:
             link.send(frame)
@@ -851,16 +853,20 @@ class PeerAsync:
             # Made while reconnecting: sent after the restore, if still pending then.
             self._backlog.append((rid, frame))
         else:
+            requests.pop(rid)
             raise self._copy_closed_error()
-        timer_at = requests.add(rid, future, convert, loop.time(), timeout)
-        if timer_at is not None:
-            self._arm(timer_at)
+        if requests.timer_at != self._sweep_at:
+            self._arm(requests.timer_at)
         return future
 
-    def _arm(self, when: float) -> None:
+    def _arm(self, when: Optional[float]) -> None:
+        """Have the one timer fire at ``when`` (None: not at all)."""
         if self._sweeper is not None:
             self._sweeper.cancel()
-        self._sweeper = self._loop.call_at(when, self._sweep)
+            self._sweeper = None
+        self._sweep_at = when
+        if when is not None:
+            self._sweeper = self._loop.call_at(when, self._sweep)
 
     def _sweep(self) -> None:
         """Fail the requests whose deadline passed; re-arm the timer."""
@@ -869,8 +875,7 @@ class PeerAsync:
         for future, error in expired:
             if not future.done():
                 future.set_exception(error)
-        if timer_at is not None:
-            self._sweeper = self._loop.call_at(timer_at, self._sweep)
+        self._arm(timer_at)
 
     def _send_event(self, message: Message) -> None:
         if self._closing:
@@ -899,10 +904,9 @@ class PeerAsync:
             future.set_exception(outcome)
 
     def _fail_pending(self, error: PeerError) -> None:
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            self._sweeper = None
-        for future in self._requests.take_all():
+        waiting = self._requests.take_all()
+        self._arm(None)
+        for future in waiting:
             if not future.done():
                 future.set_exception(type(error)(error.message, error.status))
 

@@ -248,9 +248,9 @@ _Entry = tuple[W, Converter, Optional[float]]  # waiter, converter, own timeout 
 class RequestTable(Generic[W]):
     """Requests in flight: ids, waiters, deadlines, answers. No clock of its own.
 
-    The shell keeps one timer. :meth:`add` and :meth:`expire` return the time at which
-    that timer must (re)fire whenever it changes, else None; when it fires, the shell
-    calls :meth:`expire` with the current time and fails the waiters it returns.
+    The shell keeps one timer, armed at :attr:`timer_at` (which :meth:`open` may move
+    earlier and :meth:`expire` returns); when it fires, the shell calls :meth:`expire`
+    with the current time and fails the waiters it returns.
 
     Requests with the default timeout have deadlines in request order, so a deque
     serves them (a timer per request costs more than the rest of a request's
@@ -276,11 +276,17 @@ class RequestTable(Generic[W]):
 
     @property
     def last_id(self) -> int:
-        """The id :meth:`next_id` returned last."""
+        """The id :meth:`open` gave last."""
         return self._last_id
 
-    def next_id(self) -> int:
-        """A request id not in flight (PROTOCOL.md 5: ids are u32 and wrap)."""
+    def open(self, waiter: W, convert: Converter, now: float, timeout: Optional[float] = None) -> int:
+        """Record a request sent at ``now`` under a new id, and return the id (PROTOCOL.md
+        5: ids are u32 and wrap; one still in flight is skipped). None for ``timeout``
+        is the default.
+
+        When the shell's one timer must fire earlier, :attr:`timer_at` changed: the
+        shell compares it with the time it armed.
+        """
         pending = self.pending
         rid = self._last_id
         while True:
@@ -288,15 +294,6 @@ class RequestTable(Generic[W]):
             if rid not in pending:
                 break
         self._last_id = rid
-        return rid
-
-    def add(self, rid: int, waiter: W, convert: Converter, now: float, timeout: Optional[float] = None) -> Optional[float]:
-        """Record request ``rid`` sent at ``now``; None for ``timeout`` is the default.
-
-        Returns:
-            The time the shell's timer must fire at, when that changed; else None.
-        """
-        pending = self.pending
         pending[rid] = (waiter, convert, timeout)
         if timeout is None:
             deadline = now + self.default_timeout
@@ -316,8 +313,7 @@ class RequestTable(Generic[W]):
         at = self.timer_at
         if at is None or deadline < at:
             self.timer_at = deadline
-            return deadline
-        return None
+        return rid
 
     def pop(self, rid: int) -> Optional[_Entry[W]]:
         """Forget request ``rid``; its entry (waiter, converter, timeout), or None."""

@@ -17,16 +17,15 @@ from peer.errors import Malformed, NotFound, PeerError, Rejected, Timeout, TooLa
 
 def test_ids_count_up_wrap_at_u32_and_skip_requests_in_flight() -> None:
     table: core.RequestTable[str] = core.RequestTable(10.0)
-    assert [table.next_id() for _ in range(3)] == [1, 2, 3]
+    assert [table.open(name, core.convert_empty, 0.0) for name in "abc"] == [1, 2, 3]
     assert table.last_id == 3
+    table.pop(2)
     table._last_id = 0xFFFF_FFFE
-    rid = table.next_id()
-    assert rid == 0xFFFF_FFFF
-    table.add(rid, "a", core.convert_empty, 0.0)
-    table.add(0, "b", core.convert_empty, 0.0)  # PROTOCOL.md 5: 0 is a valid id once wrapped
-    table.add(1, "c", core.convert_empty, 0.0)
-    assert table.next_id() == 2  # 0xFFFF_FFFF, 0 and 1 are in flight
-    assert len(table) == 3 and 1 in table and 2 not in table
+    assert table.open("d", core.convert_empty, 0.0) == 0xFFFF_FFFF
+    assert table.open("e", core.convert_empty, 0.0) == 0  # PROTOCOL.md 5: 0 is valid once wrapped
+    assert table.open("f", core.convert_empty, 0.0) == 2  # 1 and 3 are still in flight
+    assert table.open("g", core.convert_empty, 0.0) == 4
+    assert len(table) == 6 and 1 in table and 5 not in table
 
 
 def test_a_timeout_that_is_not_positive_is_refused() -> None:
@@ -34,14 +33,17 @@ def test_a_timeout_that_is_not_positive_is_refused() -> None:
         core.RequestTable(0.0)
 
 
-# --- core.RequestTable: deadlines ------------------------------------------------------------
+# --- RequestTable: deadlines ------------------------------------------------------------
 
 
-def test_default_timeout_arms_the_timer_once_and_expires_in_order() -> None:
+def test_default_timeout_sets_the_timer_once_and_expires_in_order() -> None:
     table: core.RequestTable[str] = core.RequestTable(5.0)
-    assert table.add(1, "first", core.convert_empty, 100.0) == 105.0  # arm the timer
-    assert table.add(2, "second", core.convert_empty, 101.0) is None  # later: already armed
-    assert table.add(3, "third", core.convert_empty, 102.0) is None
+    assert table.timer_at is None
+    table.open("first", core.convert_empty, 100.0)
+    assert table.timer_at == 105.0  # the shell arms its timer
+    table.open("second", core.convert_empty, 101.0)
+    table.open("third", core.convert_empty, 102.0)
+    assert table.timer_at == 105.0  # later deadlines: the timer stays
     assert table.expire(104.9) == ([], 105.0)
     expired, next_at = table.expire(106.0)
     assert [waiter for waiter, _ in expired] == ["first", "second"]
@@ -53,22 +55,26 @@ def test_default_timeout_arms_the_timer_once_and_expires_in_order() -> None:
 
 def test_answered_requests_do_not_expire_and_do_not_hold_the_timer() -> None:
     table: core.RequestTable[str] = core.RequestTable(5.0)
-    table.add(1, "first", core.convert_empty, 0.0)
-    table.add(2, "second", core.convert_empty, 1.0)
+    table.open("first", core.convert_empty, 0.0)
+    table.open("second", core.convert_empty, 1.0)
     assert table.answer(jetwire.Response(1)) == ("first", True, None)
     # The timer fires at 5.0 for an answered request: nothing fails, it moves on to 6.0.
     assert table.expire(5.0) == ([], 6.0)
     expired, next_at = table.expire(6.0)
     assert [waiter for waiter, _ in expired] == ["second"] and next_at is None
     assert table.timer_at is None
-    assert table.add(3, "third", core.convert_empty, 7.0) == 12.0  # no timer armed: arm again
+    table.open("third", core.convert_empty, 7.0)
+    assert table.timer_at == 12.0  # no timer armed: arm again
 
 
-def test_an_own_timeout_earlier_than_the_timer_rearms_it_and_names_its_delay() -> None:
+def test_an_own_timeout_earlier_than_the_timer_moves_it_and_names_its_delay() -> None:
     table: core.RequestTable[str] = core.RequestTable(30.0)
-    assert table.add(1, "default", core.convert_empty, 0.0) == 30.0
-    assert table.add(2, "short", core.convert_empty, 0.0, timeout=0.25) == 0.25
-    assert table.add(3, "long", core.convert_empty, 0.0, timeout=60.0) is None
+    table.open("default", core.convert_empty, 0.0)
+    assert table.timer_at == 30.0
+    table.open("short", core.convert_empty, 0.0, timeout=0.25)
+    assert table.timer_at == 0.25
+    table.open("long", core.convert_empty, 0.0, timeout=60.0)
+    assert table.timer_at == 0.25
     expired, next_at = table.expire(0.5)
     assert [(waiter, error.message) for waiter, error in expired] == [
         ("short", "no response within 0.25 s (peer timeout)")
@@ -82,8 +88,7 @@ def test_an_own_timeout_earlier_than_the_timer_rearms_it_and_names_its_delay() -
 def test_answered_own_timeout_requests_do_not_pile_up() -> None:
     table: core.RequestTable[int] = core.RequestTable(5.0)
     for number in range(10_000):
-        rid = table.next_id()
-        table.add(rid, number, core.convert_empty, float(number), timeout=1000.0)
+        rid = table.open(number, core.convert_empty, float(number), timeout=1000.0)
         table.answer(jetwire.Response(rid))
     assert len(table) == 0
     assert len(table._by_time) <= 64 + 2  # compacted as it grew
@@ -91,32 +96,33 @@ def test_answered_own_timeout_requests_do_not_pile_up() -> None:
 
 def test_a_reused_id_expires_the_new_request_not_the_old_deadline() -> None:
     table: core.RequestTable[str] = core.RequestTable(5.0)
-    table.add(7, "old", core.convert_empty, 0.0)
-    assert table.pop(7) is not None
-    table.add(7, "new", core.convert_empty, 4.0)
-    assert table.expire(5.0) == ([], 9.0)  # the old deadline of id 7 fails nothing
+    rid = table.open("old", core.convert_empty, 0.0)
+    assert table.pop(rid) is not None
+    table._last_id = rid - 1
+    assert table.open("new", core.convert_empty, 4.0) == rid
+    assert table.expire(5.0) == ([], 9.0)  # the old deadline of this id fails nothing
     assert [waiter for waiter, _ in table.expire(9.0)[0]] == ["new"]
 
 
 def test_take_all_empties_the_table_and_disarms() -> None:
     table: core.RequestTable[str] = core.RequestTable(5.0)
-    table.add(1, "a", core.convert_empty, 0.0)
-    table.add(2, "b", core.convert_empty, 0.0, timeout=1.0)
+    table.open("a", core.convert_empty, 0.0)
+    table.open("b", core.convert_empty, 0.0, timeout=1.0)
     assert sorted(table.take_all()) == ["a", "b"]
     assert len(table) == 0 and table.timer_at is None
     assert table.expire(100.0) == ([], None)
 
 
-# --- core.RequestTable: answers --------------------------------------------------------------
+# --- RequestTable: answers --------------------------------------------------------------
 
 
 def test_answers_decode_to_results_or_typed_errors() -> None:
     table: core.RequestTable[str] = core.RequestTable(5.0)
-    table.add(1, "set", core.convert_value, 0.0)
-    table.add(2, "set2", core.convert_value, 0.0)
-    table.add(3, "add", core.convert_empty, 0.0)
-    table.add(4, "fetch", core.convert_fetch_id, 0.0)
-    table.add(5, "get", core.convert_raw, 0.0)
+    assert table.open("set", core.convert_value, 0.0) == 1
+    assert table.open("set2", core.convert_value, 0.0) == 2
+    assert table.open("add", core.convert_empty, 0.0) == 3
+    assert table.open("fetch", core.convert_fetch_id, 0.0) == 4
+    assert table.open("get", core.convert_raw, 0.0) == 5
     assert table.answer(jetwire.Response(1, value=jetwire.Value.of(21.5))) == ("set", True, 21.5)
     waiter, ok, error = table.answer(jetwire.Response(2, jetwire.Status.NOT_FOUND, message="no state x")) or (None, None, None)
     assert waiter == "set2" and ok is False
