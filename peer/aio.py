@@ -2,8 +2,11 @@
 
 A thin :class:`asyncio.Protocol` feeds received bytes to :class:`jetwire.Decoder` and
 writes frames built by :func:`jetwire.encode`; everything else is bookkeeping of
-requests in flight, owned states and methods, and fetches. It runs on whatever event
-loop the application runs (uvloop included); it never installs one itself.
+requests in flight, owned states and methods, and fetches, most of it in the sans-IO
+:mod:`peer.core` (request ids and deadlines, responses into results, fetch events,
+sorted windows, restore bookkeeping). This module adds the futures, the one timer, the
+tasks of async handlers and the reconnect loop. It runs on whatever event loop the
+application runs (uvloop included); it never installs one itself.
 
 Example::
 
@@ -33,32 +36,22 @@ import inspect
 import logging
 import random
 import ssl as ssl_module
-import struct
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator
-from dataclasses import dataclass
-from enum import StrEnum
-from typing import Any, Optional, Union
+from functools import partial
+from typing import TYPE_CHECKING, Any, Optional, TypedDict, Union
 
 from jetwire import (
     DEFAULT_MAX_BODY,
     FEATURE_LIMITS,
-    HEADER_SIZE,
-    PROTOCOL_MAJOR,
     AddMethod,
     AddState,
     Authenticate,
     CallMethod,
     Close,
     Decoder,
-    FetchAdd,
-    FetchChange,
-    FetchMethod,
-    FetchNode,
     FetchQuery,
-    FetchRemove,
     FetchStates,
-    FetchUnmatch,
     FetchWindow,
     FrameType,
     GetState,
@@ -66,7 +59,6 @@ from jetwire import (
     LocalProtocolError,
     Message,
     NotifyState,
-    PathMatcher,
     Query,
     QueryEntry,
     QueryOnce,
@@ -78,16 +70,39 @@ from jetwire import (
     Status,
     Unfetch,
     Value,
-    ValueFilter,
-    ValueType,
     encode,
 )
-from jetwire.codes import Action, EntryKind
 from jetwire.values import PythonValue
 
+from .core import (
+    MAX_ERROR_MESSAGE,
+    NONE,
+    Converter,
+    EventKind,
+    FetchEvent,
+    KnownEntries,
+    QueryResult,
+    RequestTable,
+    SortedWindow,
+    WindowRow,
+    answer_bad_request,
+    as_value,
+    convert_empty,
+    convert_fetch_id,
+    convert_raw,
+    convert_value,
+    encode_checked,
+    error_answer,
+    fetch_event,
+    limits_follow,
+    query_result,
+    refuse_unexpected,
+    to_python,
+    unmappable_result,
+    unsupported_version,
+)
 from .errors import (
     ConnectionClosed,
-    Internal,
     Malformed,
     NotAuthorized,
     NotFound,
@@ -96,13 +111,15 @@ from .errors import (
     PeerError,
     Rejected,
     Timeout,
-    TooLarge,
     describe_tls_failure,
     error_for_status,
 )
-from .query import Matcher, build_query, is_plain_prefix
+from .query import QueryOptions, build_query, is_plain_prefix
 from .tiny import INFO as INFO_FRAME
 from .tiny import closed_without_a_word, describe_first_bytes
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack from Python 3.12
 
 __all__ = [
     "DEFAULT_FETCH_QUEUE",
@@ -110,6 +127,7 @@ __all__ = [
     "DEFAULT_RECONNECT_MAX_DELAY",
     "DEFAULT_RECONNECT_MIN_DELAY",
     "DEFAULT_TIMEOUT",
+    "ConnectOptions",
     "EventKind",
     "Fetch",
     "FetchEvent",
@@ -130,14 +148,32 @@ DEFAULT_RECONNECT_MIN_DELAY = 0.05
 DEFAULT_RECONNECT_MAX_DELAY = 2.0
 DEFAULT_FETCH_QUEUE = 100_000  # events an `async for` consumer may fall behind
 DEFAULT_WRITE_HIGH_WATER = 4 * 1024 * 1024
-MAX_ERROR_MESSAGE = 1000  # characters of a handler's error message sent on the wire
+
+
+
+class ConnectOptions(TypedDict, total=False):
+    """The keyword arguments of :meth:`PeerAsync.connect` and :class:`peer.Peer`
+    (documented at :meth:`PeerAsync.connect`; defaults in :class:`PeerAsync`)."""
+
+    name: Optional[str]
+    timeout: float
+    reconnect: bool
+    reconnect_min_delay: float
+    reconnect_max_delay: float
+    max_body: int
+    fetch_queue: int
+    user: Optional[str]
+    password: Optional[str]
+    ssl: Union[ssl_module.SSLContext, bool, None]
+    info_timeout: Optional[float]
+
 
 OnSet = Callable[[Any], Any]
 MethodHandler = Callable[[Any], Any]
 OnEvent = Callable[["FetchEvent"], Any]
 
 _BARRIER_KEY = "\x00peer/restore-barrier"
-_MISSING: tuple[None, None, None] = (None, None, None)
+_as_value = as_value  # the name tests and tools knew it by
 
 
 def _connect_error(exc: OSError, host: str = "") -> str:
@@ -147,117 +183,6 @@ def _connect_error(exc: OSError, host: str = "") -> str:
     if isinstance(exc, ssl_module.SSLError):
         return describe_tls_failure(exc, host)
     return exc.strerror or str(exc)
-
-
-class EventKind(StrEnum):
-    """What a fetch event says happened to a state (PROTOCOL.md 7.2, 10.5)."""
-
-    ADD = "add"
-    CHANGE = "change"
-    REMOVE = "remove"
-    UNMATCH = "unmatch"  # PROTOCOL.md 14.2: still there, no longer matching the query
-    WINDOW = "window"  # a sorted fetch's window changed: see FetchEvent.rows
-    METHOD_ADD = "method_add"
-    METHOD_REMOVE = "method_remove"
-    NODE_ADD = "node_add"
-    NODE_REMOVE = "node_remove"
-
-
-@dataclass(frozen=True, slots=True)
-class WindowRow:
-    """One row of a sorted fetch's window: its 1-based ``index`` in the whole order."""
-
-    index: int
-    key: str
-    raw: Value
-
-    @property
-    def value(self) -> PythonValue:
-        return _to_python(self.raw)
-
-
-@dataclass(frozen=True, slots=True)
-class QueryResult:
-    """One entry of a one-shot query (PROTOCOL.md 14.4): ``kind`` is ``state``,
-    ``method`` or ``node``; ``raw`` is NONE for methods and nodes."""
-
-    kind: str
-    key: str
-    raw: Value
-
-    @property
-    def value(self) -> PythonValue:
-        return _to_python(self.raw)
-
-
-@dataclass(frozen=True, slots=True)
-class FetchEvent:
-    """One fetch event: ``kind``, ``key``, and the value as received (``raw``).
-
-    ``value`` maps ``raw`` to Python when read (see :func:`jetwire.to_python`); for a
-    JSON value that does not parse, reading ``value`` raises :class:`Malformed`.
-    """
-
-    kind: EventKind
-    key: str
-    raw: Value
-    rows: tuple[WindowRow, ...] = ()  # WINDOW: the whole window after the update, in order
-
-    @property
-    def value(self) -> PythonValue:
-        """The Python form of ``raw``."""
-        return _to_python(self.raw)
-
-
-def _to_python(raw: Value) -> PythonValue:
-    try:
-        return raw.to_python()
-    except RemoteProtocolError as exc:
-        raise Malformed(exc.message) from None
-
-
-_INT64 = struct.Struct(">q").pack
-_FLOAT64 = struct.Struct(">d").pack
-_new_value = object.__new__
-_set_vtype = Value.__dict__["vtype"].__set__  # the slot descriptors
-_set_data = Value.__dict__["data"].__set__
-
-
-def _as_value(obj: Any) -> Value:
-    """Value.of, with a fast path for the scalars a hot loop sends.
-
-    ``Value.of`` re-validates data it just produced (about 3 us for an int here); for
-    int, float and str the bytes are valid by construction, so the slots are filled
-    directly, as jetwire's own decoder does. Everything else goes through Value.of.
-    """
-    kind = type(obj)
-    if kind is Value:
-        return obj  # type: ignore[no-any-return]
-    if kind is float:
-        vtype, data = ValueType.FLOAT64, _FLOAT64(obj)
-    elif kind is int and -(2**63) <= obj < 2**63:
-        vtype, data = ValueType.INT64, _INT64(obj)
-    else:
-        return Value.of(obj)
-    value = _new_value(Value)
-    _set_vtype(value, vtype)
-    _set_data(value, data)
-    return value
-
-
-_KINDS: dict[type, EventKind] = {
-    FetchAdd: EventKind.ADD,
-    FetchChange: EventKind.CHANGE,
-    FetchRemove: EventKind.REMOVE,
-    FetchUnmatch: EventKind.UNMATCH,
-}
-_KEY_EVENT_KINDS = {
-    (FetchMethod, Action.ADD): EventKind.METHOD_ADD,
-    (FetchMethod, Action.REMOVE): EventKind.METHOD_REMOVE,
-    (FetchNode, Action.ADD): EventKind.NODE_ADD,
-    (FetchNode, Action.REMOVE): EventKind.NODE_REMOVE,
-}
-_NONE = Value(ValueType.NONE)
 
 
 class State:
@@ -280,7 +205,7 @@ class State:
     @property
     def value(self) -> PythonValue:
         """The current value (as last added or notified), mapped to Python."""
-        return _to_python(self.raw)
+        return to_python(self.raw)
 
     def notify(self, value: Any, *, timeout: Optional[float] = None) -> asyncio.Future[None]:
         """Announce a new complete value (NOTIFY_STATE request, PROTOCOL.md 6.4).
@@ -292,15 +217,15 @@ class State:
             LocalProtocolError: if ``value`` has no jet mapping (raised at once).
             PeerError: (from the future) NotFound, NotOwner, Timeout, ConnectionClosed.
         """
-        raw = _as_value(value)
+        raw = as_value(value)
         self._check_live()
         self.raw = raw
-        return self._peer._request(NotifyState, (self.key, raw), _convert_empty, timeout)
+        return self._peer._request(NotifyState, (self.key, raw), convert_empty, timeout)
 
     def notify_nowait(self, value: Any) -> None:
         """Announce a new value as a fire-and-forget EVENT (PROTOCOL.md 7.1); no error is
         ever reported for it."""
-        raw = _as_value(value)
+        raw = as_value(value)
         self._check_live()
         self.raw = raw
         self._peer._send_event(NotifyState(None, self.key, raw))
@@ -315,7 +240,7 @@ class State:
         self.removed = True
         if self._peer._states.get(self.key) is self:
             del self._peer._states[self.key]
-        await self._peer._request(RemoveState, (self.key,), _convert_empty, timeout)
+        await self._peer._request(RemoveState, (self.key,), convert_empty, timeout)
 
     def _check_live(self) -> None:
         if self.removed:
@@ -347,7 +272,7 @@ class Method:
         self.removed = True
         if self._peer._methods.get(self.key) is self:
             del self._peer._methods[self.key]
-        await self._peer._request(RemoveMethod, (self.key,), _convert_empty, timeout)
+        await self._peer._request(RemoveMethod, (self.key,), convert_empty, timeout)
 
     def __repr__(self) -> str:
         return f"<Method {self.key!r}{' removed' if self.removed else ''}>"
@@ -375,7 +300,8 @@ class Fetch:
         self._peer = peer
         self.prefix = prefix
         self.query = query  # None: FETCH_STATES of ``prefix``; else FETCH_QUERY (PROTOCOL.md 14.3)
-        self.rows: list[WindowRow] = []  # a sorted fetch's window, kept from FETCH_WINDOW
+        self._sorted = SortedWindow(query.window_from if query is not None else 1)
+        self.rows: list[WindowRow] = self._sorted.rows  # a sorted fetch's window, kept from FETCH_WINDOW
         self.window: tuple[WindowRow, ...] = ()  # the same, as of its last complete update
         self.on_event = on_event
         self.fetch_id: Optional[int] = None
@@ -390,8 +316,7 @@ class Fetch:
         # Kept only with reconnect=True: what the application has been told, so that a
         # restored fetch reports the difference (PROTOCOL.md gives no end marker for
         # the initial adds; a barrier request does, see PeerAsync._restore).
-        self._known: Optional[dict[str, Value]] = {} if peer.reconnect else None
-        self._restore_seen: Optional[set[str]] = None
+        self._known: Optional[KnownEntries] = KnownEntries() if peer.reconnect else None
 
     def __await__(self) -> Generator[Any, None, Fetch]:
         return self._ready.__await__()
@@ -450,42 +375,21 @@ class Fetch:
         self._finish(StopAsyncIteration())
         if fetch_id is not None and self._peer._fetches.get(fetch_id) is self:
             del self._peer._fetches[fetch_id]
-            await self._peer._request(Unfetch, (fetch_id,), _convert_empty, timeout)
+            await self._peer._request(Unfetch, (fetch_id,), convert_empty, timeout)
 
     def _apply_window(self, message: FetchWindow) -> None:
-        """PROTOCOL.md 14.2: set the listed positions, cut to ``size``; deliver the
-        whole window."""
-        assert self.query is not None
-        start = self.query.window_from
-        rows = self.rows
-        if len(rows) < message.size:
-            rows.extend(WindowRow(start + i, "", _NONE) for i in range(len(rows), message.size))
-        for entry in message.entries:
-            position = entry.index - start
-            if 0 <= position < message.size:
-                rows[position] = WindowRow(entry.index, entry.key, entry.value)
-        del rows[message.size :]
-        window = tuple(rows)
+        """PROTOCOL.md 14.2: deliver the whole window after ``message``."""
+        window = self._sorted.apply(message)
         self.window = window  # one assignment: other threads (peer.sync) see a whole window
-        self._deliver(EventKind.WINDOW, "", _NONE, window)
+        self._deliver(EventKind.WINDOW, "", NONE, window)
 
     def _deliver(self, kind: EventKind, key: str, raw: Value, rows: tuple[WindowRow, ...] = ()) -> None:
         known = self._known
-        if kind is EventKind.WINDOW:
-            known = None
         if known is not None:
-            if self._restore_seen is not None and kind is EventKind.ADD:
-                # A restored fetch re-announces what the application already knows.
-                self._restore_seen.add(key)
-                old = known.get(key)
-                if old == raw:
-                    return
-                if old is not None:
-                    kind = EventKind.CHANGE
-            if kind in (EventKind.REMOVE, EventKind.UNMATCH, EventKind.METHOD_REMOVE, EventKind.NODE_REMOVE):
-                known.pop(key, None)
-            else:
-                known[key] = raw
+            noted = known.note(kind, key, raw)
+            if noted is None:
+                return  # a restored fetch re-announced what the application knows
+            kind = noted
         event = FetchEvent(kind, key, raw, rows)
         callback = self.on_event
         if (callback is None or self._async_callback) and len(self._queue) >= self._max_queue:
@@ -535,30 +439,6 @@ class Fetch:
     def __repr__(self) -> str:
         return f"<Fetch {self.prefix!r} id={self.fetch_id} {'active' if self.active else 'ended'}>"
 
-
-def _convert_empty(response: Response) -> None:
-    if response.value is not None or response.fetch_id is not None:
-        # PROTOCOL.md 11.1: a RESPONSE of the wrong shape fails the request.
-        raise Malformed("an OK with a payload where the function calls for an empty one")
-    return None
-
-
-def _convert_value(response: Response) -> PythonValue:
-    if response.fetch_id is not None:
-        raise Malformed("an OK with a fetch_id where the function calls for a value")  # PROTOCOL.md 11.1
-    if response.value is None:
-        # PROTOCOL.md 6.3: an empty OK to a set means NONE.
-        return None
-    return _to_python(response.value)
-
-
-def _convert_fetch_id(response: Response) -> int:
-    if response.fetch_id is None or response.value is not None:
-        raise Malformed("FETCH_STATES answered OK without a fetch_id")
-    return response.fetch_id
-
-
-Converter = Callable[[Response], Any]
 
 
 class _Link(asyncio.Protocol):
@@ -724,8 +604,7 @@ class PeerAsync:
         ssl: Union[ssl_module.SSLContext, bool, None] = None,
         info_timeout: Optional[float] = None,
     ) -> None:
-        if timeout <= 0:
-            raise ValueError("timeout must be positive")
+        self._requests: RequestTable[asyncio.Future[Any]] = RequestTable(timeout)  # ValueError for timeout <= 0
         self.info_timeout = info_timeout
         self.host = host
         self.port = port
@@ -742,10 +621,8 @@ class PeerAsync:
         self._loop = asyncio.get_running_loop()
         self._link: Optional[_Link] = None
         self._info: Optional[Info] = None
-        self._pending: dict[int, tuple[asyncio.Future[Any], Converter, Optional[asyncio.TimerHandle]]] = {}
-        self._deadlines: deque[tuple[float, int, asyncio.Future[Any]]] = deque()
-        self._sweeper: Optional[asyncio.TimerHandle] = None
-        self._next_id = 0
+        self._sweeper: Optional[asyncio.TimerHandle] = None  # the one timer of self._requests
+        self._sweep_at: Optional[float] = None  # when it fires
         self._states: dict[str, State] = {}
         self._methods: dict[str, Method] = {}
         self._fetches: dict[int, Fetch] = {}
@@ -765,25 +642,12 @@ class PeerAsync:
 
     @classmethod
     async def connect(
-        cls,
-        host: str = "127.0.0.1",
-        port: int = DEFAULT_PORT,
-        *,
-        name: Optional[str] = None,
-        timeout: float = DEFAULT_TIMEOUT,
-        reconnect: bool = False,
-        reconnect_min_delay: float = DEFAULT_RECONNECT_MIN_DELAY,
-        reconnect_max_delay: float = DEFAULT_RECONNECT_MAX_DELAY,
-        max_body: int = DEFAULT_MAX_BODY,
-        fetch_queue: int = DEFAULT_FETCH_QUEUE,
-        user: Optional[str] = None,
-        password: Optional[str] = None,
-        ssl: Union[ssl_module.SSLContext, bool, None] = None,
-        info_timeout: Optional[float] = None,
+        cls, host: str = "127.0.0.1", port: int = DEFAULT_PORT, **options: Unpack[ConnectOptions]
     ) -> PeerAsync:
         """Connect to a daemon, send this peer's INFO and wait for the daemon's.
 
-        Args:
+        Args (all but ``host`` and ``port`` keyword-only; the defaults are those of
+        :class:`PeerAsync`'s constructor):
             host, port: the daemon's address.
             name: this peer's name in the daemon's logs (default ``"peer"``).
             timeout: seconds for the connection and the default for every request.
@@ -820,21 +684,7 @@ class PeerAsync:
             AuthFailed: unknown user or wrong password.
             UnknownFunction: ``user`` given, and the daemon speaks protocol 1.0.
         """
-        peer = cls(
-            host,
-            port,
-            name=name,
-            timeout=timeout,
-            reconnect=reconnect,
-            reconnect_min_delay=reconnect_min_delay,
-            reconnect_max_delay=reconnect_max_delay,
-            max_body=max_body,
-            fetch_queue=fetch_queue,
-            user=user,
-            password=password,
-            ssl=ssl,
-            info_timeout=info_timeout,
-        )
+        peer = cls(host, port, **options)
         await peer._open()
         return peer
 
@@ -856,7 +706,7 @@ class PeerAsync:
                 if self.user is not None:
                     # PROTOCOL.md 15.2: before anything that needs the permissions.
                     await self._request(
-                        Authenticate, (self.user, self._password or ""), _convert_empty, None, restoring=True
+                        Authenticate, (self.user, self._password or ""), convert_empty, None, restoring=True
                     )
         except TimeoutError:
             self._abort_link()
@@ -930,10 +780,7 @@ class PeerAsync:
                 if link.transport is not None:
                     link.transport.abort()
         self._fail_pending(self._closed_error)
-        self._backlog.clear()  # their futures were in _pending, failed just above
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            self._sweeper = None
+        self._backlog.clear()  # their futures were in _requests, failed just above
         for fetch in list(self._fetch_objects):
             fetch._finish(StopAsyncIteration())
         self._fetch_objects.clear()
@@ -975,12 +822,7 @@ class PeerAsync:
         return ConnectionClosed(error.message, error.status)
 
     def _frame(self, message: Message) -> bytes:
-        frame = encode(message)
-        info = self._info
-        if info is not None and len(frame) - HEADER_SIZE > info.max_body:
-            # PROTOCOL.md 3: never send a body above the receiver's announced max_body.
-            raise TooLarge(f"body of {len(frame) - HEADER_SIZE} bytes exceeds the daemon's max_body {info.max_body}")
-        return frame
+        return encode_checked(message, self._info)
 
     def _request(
         self,
@@ -995,16 +837,15 @@ class PeerAsync:
         the future of its converted result."""
         if self._closing:
             raise self._copy_closed_error()
-        pending = self._pending
-        rid = self._next_id
-        while True:
-            rid = (rid + 1) & 0xFFFF_FFFF
-            if rid not in pending:
-                break
-        self._next_id = rid
-        frame = self._frame(cls(rid, *fields))
         loop = self._loop
         future: asyncio.Future[Any] = loop.create_future()
+        requests = self._requests
+        rid = requests.open(future, convert, loop.time(), timeout)
+        try:
+            frame = encode_checked(cls(rid, *fields), self._info)
+        except BaseException:
+            requests.pop(rid)
+            raise
         link = self._link
         if (restoring or self._ready) and link is not None and not link.closed:
             link.send(frame)
@@ -1012,41 +853,29 @@ class PeerAsync:
             # Made while reconnecting: sent after the restore, if still pending then.
             self._backlog.append((rid, frame))
         else:
+            requests.pop(rid)
             raise self._copy_closed_error()
-        if timeout is None:
-            # The default timeout is the same for every request, so deadlines in
-            # request order are sorted: one deque and one timer serve them all (a
-            # timer per request costs more than the rest of a request's bookkeeping).
-            pending[rid] = (future, convert, None)
-            deadlines = self._deadlines
-            deadlines.append((loop.time() + self.timeout, rid, future))
-            while pending.get(deadlines[0][1], _MISSING)[0] is not deadlines[0][2]:
-                deadlines.popleft()  # answered already
-            if self._sweeper is None:
-                self._sweeper = loop.call_at(deadlines[0][0], self._sweep)
-        else:
-            pending[rid] = (future, convert, loop.call_later(timeout, self._expire, rid, timeout))
+        if requests.timer_at != self._sweep_at:
+            self._arm(requests.timer_at)
         return future
 
+    def _arm(self, when: Optional[float]) -> None:
+        """Have the one timer fire at ``when`` (None: not at all)."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+        self._sweep_at = when
+        if when is not None:
+            self._sweeper = self._loop.call_at(when, self._sweep)
+
     def _sweep(self) -> None:
-        """Fail the default-timeout requests whose deadline passed; re-arm the timer."""
+        """Fail the requests whose deadline passed; re-arm the timer."""
         self._sweeper = None
-        deadlines = self._deadlines
-        pending = self._pending
-        now = self._loop.time()
-        while deadlines:
-            deadline, rid, future = deadlines[0]
-            entry = pending.get(rid)
-            if entry is None or entry[0] is not future:
-                deadlines.popleft()
-            elif deadline <= now:
-                deadlines.popleft()
-                del pending[rid]
-                if not future.done():
-                    future.set_exception(Timeout(f"no response within {self.timeout:g} s (peer timeout)"))
-            else:
-                self._sweeper = self._loop.call_at(deadline, self._sweep)
-                break
+        expired, timer_at = self._requests.expire(self._loop.time())
+        for future, error in expired:
+            if not future.done():
+                future.set_exception(error)
+        self._arm(timer_at)
 
     def _send_event(self, message: Message) -> None:
         if self._closing:
@@ -1061,36 +890,23 @@ class PeerAsync:
             return
         link.send(frame)
 
-    def _expire(self, rid: int, delay: float) -> None:
-        entry = self._pending.pop(rid, None)
-        if entry is not None and not entry[0].done():
-            entry[0].set_exception(Timeout(f"no response within {delay:g} s (peer timeout)"))
-
     def _on_response(self, response: Response) -> None:
-        entry = self._pending.pop(response.id, None)
-        if entry is None:
+        answered = self._requests.answer(response)
+        if answered is None:
             log.debug("response to unknown request %d dropped (late after a timeout?)", response.id)
             return
-        future, convert, handle = entry
-        if handle is not None:
-            handle.cancel()
+        future, ok, outcome = answered
         if future.done():
             return
-        if response.status is Status.OK:
-            try:
-                future.set_result(convert(response))
-            except PeerError as exc:
-                future.set_exception(exc)
+        if ok:
+            future.set_result(outcome)
         else:
-            future.set_exception(error_for_status(response.status, response.message))
+            future.set_exception(outcome)
 
     def _fail_pending(self, error: PeerError) -> None:
-        pending = self._pending
-        self._pending = {}
-        self._deadlines.clear()
-        for future, _convert, handle in pending.values():
-            if handle is not None:
-                handle.cancel()
+        waiting = self._requests.take_all()
+        self._arm(None)
+        for future in waiting:
             if not future.done():
                 future.set_exception(type(error)(error.message, error.status))
 
@@ -1107,11 +923,11 @@ class PeerAsync:
             PeerError: (from the future) NotFound, WrongKind, Rejected (or any status the
                 owner answered), Timeout, OwnerGone, LimitExceeded, ConnectionClosed.
         """
-        return self._request(SetState, (key, _as_value(value)), _convert_value, timeout)
+        return self._request(SetState, (key, as_value(value)), convert_value, timeout)
 
     def set_nowait(self, key: str, value: Any) -> None:
         """Fire-and-forget set (EVENT form, PROTOCOL.md 7.1): nothing reports the outcome."""
-        self._send_event(SetState(None, key, _as_value(value)))
+        self._send_event(SetState(None, key, as_value(value)))
 
     def call(self, key: str, args: Any = None, *, timeout: Optional[float] = None) -> asyncio.Future[PythonValue]:
         """Call method ``key`` with ``args`` (CALL_METHOD, PROTOCOL.md 6.5).
@@ -1123,11 +939,11 @@ class PeerAsync:
             PeerError: (from the future) NotFound, WrongKind, Rejected (or any status the
                 owner answered), Timeout, OwnerGone, LimitExceeded, ConnectionClosed.
         """
-        return self._request(CallMethod, (key, _as_value(args)), _convert_value, timeout)
+        return self._request(CallMethod, (key, as_value(args)), convert_value, timeout)
 
     def call_nowait(self, key: str, args: Any = None) -> None:
         """Fire-and-forget call (EVENT form, PROTOCOL.md 7.1)."""
-        self._send_event(CallMethod(None, key, _as_value(args)))
+        self._send_event(CallMethod(None, key, as_value(args)))
 
     def get(self, key: str, *, timeout: Optional[float] = None) -> asyncio.Future[PythonValue]:
         """Read the daemon's cached value of state ``key`` (GET_STATE, PROTOCOL.md 6.10).
@@ -1135,26 +951,19 @@ class PeerAsync:
         Raises:
             PeerError: (from the future) NotFound, WrongKind, Timeout, ConnectionClosed.
         """
-        return self._request(GetState, (key,), _convert_value, timeout)
+        return self._request(GetState, (key,), convert_value, timeout)
 
     def get_raw(self, key: str, *, timeout: Optional[float] = None) -> asyncio.Future[Value]:
         """Like :meth:`get`, but the future yields the :class:`jetwire.Value` unmapped."""
-        return self._request(GetState, (key,), _convert_raw, timeout)
+        return self._request(GetState, (key,), convert_raw, timeout)
 
     def fetch(
         self,
         prefix: str = "",
         on_event: Optional[OnEvent] = None,
         *,
-        match: tuple[Matcher | PathMatcher, ...] | list[Matcher | PathMatcher] = (),
-        where: tuple[ValueFilter, ...] | list[ValueFilter] = (),
-        sort_by: Optional[str] = None,
-        descending: bool = False,
-        top: Optional[int] = None,
-        window: Optional[tuple[int, int]] = None,
-        methods: bool = False,
-        nodes: bool = False,
         timeout: Optional[float] = None,
+        **query_options: Unpack[QueryOptions],
     ) -> Fetch:
         """Fetch every state whose key starts with ``prefix`` (PROTOCOL.md 6.8), or, with
         any query argument, a query fetch (FETCH_QUERY, protocol 1.1, PROTOCOL.md 14.3).
@@ -1177,17 +986,7 @@ class PeerAsync:
             PeerError: (when awaited or iterated) LimitExceeded, Timeout,
                 ConnectionClosed.
         """
-        query = build_query(
-            prefix,
-            match=match,
-            where=where,
-            sort_by=sort_by,
-            descending=descending,
-            top=top,
-            window=window,
-            methods=methods,
-            nodes=nodes,
-        )
+        query = build_query(prefix, **query_options)
         fetch = Fetch(self, prefix, on_event, self.fetch_queue, None if is_plain_prefix(query) else query)
         self._start_fetch(fetch, timeout)
         return fetch
@@ -1196,15 +995,8 @@ class PeerAsync:
         self,
         prefix: str = "",
         *,
-        match: tuple[Matcher | PathMatcher, ...] | list[Matcher | PathMatcher] = (),
-        where: tuple[ValueFilter, ...] | list[ValueFilter] = (),
-        sort_by: Optional[str] = None,
-        descending: bool = False,
-        top: Optional[int] = None,
-        window: Optional[tuple[int, int]] = None,
-        methods: bool = False,
-        nodes: bool = False,
         timeout: Optional[float] = None,
+        **query_options: Unpack[QueryOptions],
     ) -> asyncio.Future[list[QueryResult]]:
         """Answer a query once (QUERY_ONCE, PROTOCOL.md 14.4): the matching entries in
         order (byte order of key, or the sort's window). Arguments as :meth:`fetch`.
@@ -1213,24 +1005,14 @@ class PeerAsync:
             PeerError: (when awaited) InvalidQuery, LimitExceeded, TooLarge, Malformed,
                 Timeout, ConnectionClosed.
         """
-        query = build_query(
-            prefix,
-            match=match,
-            where=where,
-            sort_by=sort_by,
-            descending=descending,
-            top=top,
-            window=window,
-            methods=methods,
-            nodes=nodes,
-        )
+        query = build_query(prefix, **query_options)
         results = self._query_results
 
         def collect(response: Response) -> list[QueryResult]:
             return results.pop(response.id, [])
 
         future = self._request(QueryOnce, (query,), collect, timeout)
-        rid = self._next_id
+        rid = self._requests.last_id
         results[rid] = []
         future.add_done_callback(lambda _: results.pop(rid, None))
         return future
@@ -1240,7 +1022,7 @@ class PeerAsync:
             # Runs inside the data_received call that carries the OK: registering the
             # fetch id here is what makes the initial adds that follow it impossible
             # to miss (PROTOCOL.md 10.5: OK first, then the initial adds).
-            fetch_id = _convert_fetch_id(response)
+            fetch_id = convert_fetch_id(response)
             fetch.fetch_id = fetch_id
             if fetch._end is None:
                 fetch.active = True
@@ -1252,7 +1034,7 @@ class PeerAsync:
             return fetch_id
 
         if fetch.query is not None:
-            fetch.rows.clear()  # a restored sorted fetch starts with its whole window again
+            fetch._sorted.clear()  # a restored sorted fetch starts with its whole window again
             fetch.window = ()
             future = self._request(FetchQuery, (fetch.query,), activate, timeout, restoring=restoring)
         else:
@@ -1277,7 +1059,7 @@ class PeerAsync:
         if fetch.fetch_id is not None and self._fetches.get(fetch.fetch_id) is fetch:
             del self._fetches[fetch.fetch_id]
             if self._link is not None and not self._link.closed:
-                self._request(Unfetch, (fetch.fetch_id,), _convert_empty, None).add_done_callback(_ignore)
+                self._request(Unfetch, (fetch.fetch_id,), convert_empty, None).add_done_callback(_ignore)
         if fetch in self._fetch_objects:
             self._fetch_objects.remove(fetch)
 
@@ -1312,13 +1094,13 @@ class PeerAsync:
         Raises:
             PeerError: AlreadyExists, TooLarge, LimitExceeded, Timeout, ConnectionClosed.
         """
-        raw = _as_value(value)
+        raw = as_value(value)
         if key in self._states or key in self._methods:
             raise LocalProtocolError(f"this peer already owns {key!r}")
         state = State(self, key, raw, on_set)
         self._states[key] = state
         try:
-            await self._request(AddState, (key, raw), _convert_empty, timeout)
+            await self._request(AddState, (key, raw), convert_empty, timeout)
         except BaseException:
             if self._states.get(key) is state:
                 del self._states[key]
@@ -1344,7 +1126,7 @@ class PeerAsync:
         method = Method(self, key, handler)
         self._methods[key] = method
         try:
-            await self._request(AddMethod, (key,), _convert_empty, timeout)
+            await self._request(AddMethod, (key,), convert_empty, timeout)
         except BaseException:
             if self._methods.get(key) is method:
                 del self._methods[key]
@@ -1354,42 +1136,35 @@ class PeerAsync:
     # --- receiving --------------------------------------------------------------------
 
     def _on_message(self, link: _Link, message: Message) -> None:
-        kind = _KINDS.get(type(message))
-        if kind is not None:
-            fetch = self._fetches.get(message.fetch_id)  # type: ignore[attr-defined]
+        event = fetch_event(message)
+        if event is not None:
+            fetch = self._fetches.get(event[0])
             if fetch is not None:
-                fetch._deliver(kind, message.key, message.value)  # type: ignore[attr-defined]
+                fetch._deliver(event[1], event[2], event[3])
             return
         if isinstance(message, FetchWindow):
             fetch = self._fetches.get(message.fetch_id)
             if fetch is not None and fetch.query is not None:
                 fetch._apply_window(message)
             return
-        if isinstance(message, (FetchMethod, FetchNode)):
-            fetch = self._fetches.get(message.fetch_id)
-            if fetch is not None:
-                fetch._deliver(_KEY_EVENT_KINDS[type(message), message.action], message.key, _NONE)
-            return
         if isinstance(message, QueryEntry):
             collected = self._query_results.get(message.id)
             if collected is not None:
-                collected.append(QueryResult(EntryKind(message.kind).name.lower(), message.key, message.value))
+                collected.append(query_result(message))
             return
         if isinstance(message, SetState):
             self._serve_set(link, message)
         elif isinstance(message, CallMethod):
             self._serve_call(link, message)
         elif isinstance(message, Info):
-            if message.major != PROTOCOL_MAJOR:
-                # PROTOCOL.md 2: another major version is fatal.
-                text = f"unsupported protocol version {message.major}.{message.minor}"
+            text = unsupported_version(message)
+            if text is not None:
                 link.close(Close(Status.MALFORMED, text))
                 if not link.info.done():
                     link.info.set_exception(Malformed(text))
             elif not link.info.done():
-                if not (message.features & FEATURE_LIMITS and message.max_key_length is None):
+                if not limits_follow(message):
                     link.info.set_result(message)
-                # else PROTOCOL.md 4.4.1: the daemon's answer to our INFO, with its limits, follows.
             else:
                 self._info = message
         elif isinstance(message, Close):
@@ -1398,9 +1173,9 @@ class PeerAsync:
         else:
             # PROTOCOL.md 6: a daemon routes only SET_STATE and CALL_METHOD to owners.
             log.warning("unexpected %s from the daemon", type(message).__name__)
-            rid = getattr(message, "id", None)
-            if rid is not None:
-                link.send(encode(Response(rid, Status.UNKNOWN_FUNCTION, message="a peer serves only set and call")))
+            refusal = refuse_unexpected(message)
+            if refusal is not None:
+                link.send(encode(refusal))
 
     def _on_bad_frame(self, link: _Link, exc: RemoteProtocolError) -> None:
         if exc.fatal or exc.request_id is None:
@@ -1412,15 +1187,13 @@ class PeerAsync:
             link.close(Close(exc.status, exc.message[:MAX_ERROR_MESSAGE]))
             return
         if exc.frame_type == FrameType.RESPONSE:
-            entry = self._pending.pop(exc.request_id, None)
-            if entry is not None:
-                if entry[2] is not None:
-                    entry[2].cancel()
-                if not entry[0].done():
-                    entry[0].set_exception(Malformed(f"malformed response: {exc.message}"))
-        elif exc.frame_type == FrameType.REQUEST:
-            # PROTOCOL.md 9.1, from the owner's side: answer and keep going.
-            link.send(encode(Response(exc.request_id, exc.status, message=exc.message[:MAX_ERROR_MESSAGE])))
+            entry = self._requests.pop(exc.request_id)
+            if entry is not None and not entry[0].done():
+                entry[0].set_exception(Malformed(f"malformed response: {exc.message}"))
+            return
+        answer = answer_bad_request(exc)
+        if answer is not None:
+            link.send(encode(answer))
 
     def _serve_set(self, link: _Link, request: SetState) -> None:
         state = self._states.get(request.key)
@@ -1432,33 +1205,39 @@ class PeerAsync:
         if handler is None:
             self._answer_error(link, rid, Rejected(f"state {request.key!r} is read-only"))
             return
+        self._run_handler(link, rid, handler, request.value, partial(self._finish_set, link, rid, state, request.value))
+
+    def _run_handler(
+        self, link: _Link, rid: Optional[int], handler: Any, value: Value, finish: Callable[[Any, Any], None]
+    ) -> None:
+        """Call a set or method handler; ``finish(outcome, handler)`` answers its result."""
         try:
-            result = handler(_to_python(request.value))
+            result = handler(to_python(value))
         except Exception as exc:
             self._answer_error(link, rid, exc, handler)
             return
         if inspect.isawaitable(result):
-            self._spawn(self._finish_set_async(link, rid, state, request.value, result, handler))
+            self._spawn(self._finish_async(link, rid, result, handler, finish))
         else:
-            self._finish_set(link, rid, state, request.value, result, handler)
+            finish(result, handler)
 
-    async def _finish_set_async(
-        self, link: _Link, rid: Optional[int], state: State, requested: Value, result: Awaitable[Any], handler: Any
+    async def _finish_async(
+        self, link: _Link, rid: Optional[int], result: Awaitable[Any], handler: Any, finish: Callable[[Any, Any], None]
     ) -> None:
         try:
             outcome = await result
         except Exception as exc:
             self._answer_error(link, rid, exc, handler)
             return
-        self._finish_set(link, rid, state, requested, outcome, handler)
+        finish(outcome, handler)
 
     def _finish_set(
         self, link: _Link, rid: Optional[int], state: State, requested: Value, outcome: Any, handler: Any
     ) -> None:
         try:
-            new = requested if outcome is None else _as_value(outcome)
+            new = requested if outcome is None else as_value(outcome)
         except LocalProtocolError as exc:
-            self._answer_error(link, rid, Internal(f"{_name(handler)} returned an unmappable value: {exc.message}"))
+            self._answer_error(link, rid, unmappable_result(handler, exc))
             return
         if state.removed:
             self._answer_error(link, rid, NotFound(f"state {state.key!r} was removed"))
@@ -1478,49 +1257,22 @@ class PeerAsync:
         if method is None:
             self._answer_error(link, rid, NotFound(f"this peer owns no method {request.key!r}"))
             return
-        handler = method.handler
-        try:
-            result = handler(_to_python(request.value))
-        except Exception as exc:
-            self._answer_error(link, rid, exc, handler)
-            return
-        if inspect.isawaitable(result):
-            self._spawn(self._finish_call_async(link, rid, result, handler))
-        else:
-            self._finish_call(link, rid, result, handler)
-
-    async def _finish_call_async(self, link: _Link, rid: Optional[int], result: Awaitable[Any], handler: Any) -> None:
-        try:
-            outcome = await result
-        except Exception as exc:
-            self._answer_error(link, rid, exc, handler)
-            return
-        self._finish_call(link, rid, outcome, handler)
+        self._run_handler(link, rid, method.handler, request.value, partial(self._finish_call, link, rid))
 
     def _finish_call(self, link: _Link, rid: Optional[int], outcome: Any, handler: Any) -> None:
         if rid is None or link.closed:
             return
         try:
-            value = _as_value(outcome)
+            value = as_value(outcome)
         except LocalProtocolError as exc:
-            self._answer_error(link, rid, Internal(f"{_name(handler)} returned an unmappable value: {exc.message}"))
+            self._answer_error(link, rid, unmappable_result(handler, exc))
             return
         link.send(encode(Response(rid, Status.OK, value)))
 
     def _answer_error(self, link: _Link, rid: Optional[int], exc: Exception, handler: Any = None) -> None:
-        if isinstance(exc, PeerError) and exc.status is not None and exc.status is not Status.OK:
-            status, text = exc.status, exc.message
-        else:
-            # Our documented choice: a handler that crashes is INTERNAL (a bug at the
-            # owner), distinct from REJECTED (the owner refused on purpose).
-            status = Status.INTERNAL
-            text = f"{_name(handler)} failed: {type(exc).__name__}: {exc}"
-            log.error("%s", text, exc_info=exc)
-        if rid is None:
-            log.info("fire-and-forget request failed: %s %s", status.name, text)
-            return
-        if not link.closed:
-            link.send(encode(Response(rid, status, message=text[:MAX_ERROR_MESSAGE])))
+        answer = error_answer(rid, exc, handler)
+        if answer is not None and not link.closed:
+            link.send(encode(answer))
 
     def _spawn(self, coro: Any) -> None:
         task = self._loop.create_task(coro)
@@ -1569,7 +1321,7 @@ class PeerAsync:
             self._restored.set()
             backlog, self._backlog = self._backlog, []
             for rid, frame in backlog:
-                if rid < 0 or rid in self._pending:
+                if rid < 0 or rid in self._requests:
                     link.send(frame)
             log.info("reconnected to %s:%d and restored", self.host, self.port)
             return
@@ -1579,18 +1331,19 @@ class PeerAsync:
         waits: list[asyncio.Future[Any]] = []
         lost: list[tuple[str, asyncio.Future[Any]]] = []
         for state in list(self._states.values()):
-            future = self._request(AddState, (state.key, state.raw), _convert_empty, None, restoring=True)
+            future = self._request(AddState, (state.key, state.raw), convert_empty, None, restoring=True)
             lost.append((state.key, future))
         for method in list(self._methods.values()):
-            future = self._request(AddMethod, (method.key,), _convert_empty, None, restoring=True)
+            future = self._request(AddMethod, (method.key,), convert_empty, None, restoring=True)
             lost.append((method.key, future))
         self._fetches.clear()
         for fetch in list(self._fetch_objects):
-            fetch._restore_seen = set() if fetch._known is not None else None
+            if fetch._known is not None:
+                fetch._known.begin_restore()
             waits.append(self._start_fetch(fetch, None, restoring=True))
         # The barrier's answer comes after every initial FETCH_ADD of the fetches above
         # (PROTOCOL.md 10.1: one connection's frames are processed and answered in order).
-        barrier = self._request(GetState, (_BARRIER_KEY,), _convert_raw, None, restoring=True)
+        barrier = self._request(GetState, (_BARRIER_KEY,), convert_raw, None, restoring=True)
         results = await asyncio.gather(*(f for _, f in lost), *waits, return_exceptions=True)
         with contextlib.suppress(NotFound, NotAuthorized):  # NOT_AUTHORIZED: no read of the key
             await barrier
@@ -1609,25 +1362,9 @@ class PeerAsync:
             if isinstance(result, ConnectionClosed):
                 raise result
         for fetch in list(self._fetch_objects):
-            seen, fetch._restore_seen = fetch._restore_seen, None
-            if fetch._known is None or seen is None:
-                continue
-            for key in [k for k in fetch._known if k not in seen]:
-                fetch._deliver(EventKind.REMOVE, key, fetch._known[key])
-
-
-def _convert_raw(response: Response) -> Value:
-    if response.fetch_id is not None:
-        raise Malformed("an OK with a fetch_id where the function calls for a value")  # PROTOCOL.md 11.1
-    if response.value is None:
-        return Value.of(None)
-    return response.value
-
-
-def _name(handler: Any) -> str:
-    if handler is None:
-        return "handler"
-    return str(getattr(handler, "__qualname__", None) or getattr(handler, "__name__", None) or "handler")
+            if fetch._known is not None:
+                for key, raw in fetch._known.end_restore():
+                    fetch._deliver(EventKind.REMOVE, key, raw)
 
 
 def _ignore(future: asyncio.Future[Any]) -> None:

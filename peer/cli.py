@@ -25,9 +25,9 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import FrameType
-from typing import TYPE_CHECKING, Any, NoReturn, Optional, TextIO, Union
+from typing import TYPE_CHECKING, Any, NoReturn, Optional, TextIO, TypeVar, Union
 
 from .defaults import DEFAULT_PORT, DEFAULT_TIMEOUT
 
@@ -185,16 +185,10 @@ def check_key(key: str, what: str = "KEY") -> str:
     """
     if not key:
         raise UsageError(f"{what} is empty: it must be 1 to {MAX_KEY_BYTES} UTF-8 bytes")
-    try:
-        size = len(key.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise UsageError(f"{what} {short_key(key)!r} is not valid UTF-8") from None
-    if size > MAX_KEY_BYTES:
-        raise UsageError(f"{what} {key[:60]}… is {size} bytes long; a key is at most {MAX_KEY_BYTES}")
-    return key
+    return check_text(key, what, "a key is at most")
 
 
-def check_text(text: str, what: str) -> str:
+def check_text(text: str, what: str, limit: str = "at most") -> str:
     """A prefix, name or field argument: UTF-8, at most 65535 bytes (PROTOCOL.md 5.1).
 
     Raises:
@@ -205,7 +199,7 @@ def check_text(text: str, what: str) -> str:
     except UnicodeEncodeError:
         raise UsageError(f"{what} {short_key(text)!r} is not valid UTF-8") from None
     if size > MAX_KEY_BYTES:
-        raise UsageError(f"{what} {text[:60]}… is {size} bytes long; at most {MAX_KEY_BYTES}")
+        raise UsageError(f"{what} {text[:60]}… is {size} bytes long; {limit} {MAX_KEY_BYTES}")
     return text
 
 
@@ -486,34 +480,28 @@ def _connection_arguments(parser: argparse.ArgumentParser, *, command: bool, tim
     security.add_argument("--key", dest="tls_key", metavar="FILE", default=default(None), help="PEM private key of --cert")
 
 
-def _port_number(text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        port = -1
-    if not 1 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"not a port number (1-65535): {text!r}")
-    return port
+_N = TypeVar("_N", int, float)
 
 
-def _seconds(text: str) -> float:
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = math.nan
-    if not (seconds > 0 and math.isfinite(seconds)):
-        raise argparse.ArgumentTypeError(f"not a positive number of seconds: {text!r}")
-    return seconds
+def _number(convert: Callable[[str], _N], accept: Callable[[_N], bool], what: str) -> Callable[[str], _N]:
+    """An argparse ``type`` that reads a number and refuses it, naming ``what``, unless
+    ``accept`` takes it."""
+
+    def parse(text: str) -> _N:
+        try:
+            number = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not {what}: {text!r}") from None
+        if not accept(number):
+            raise argparse.ArgumentTypeError(f"not {what}: {text!r}")
+        return number
+
+    return parse
 
 
-def _at_least_one(text: str) -> int:
-    try:
-        number = int(text)
-    except ValueError:
-        number = 0
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"not a whole number of at least 1: {text!r}")
-    return number
+_port_number = _number(int, lambda port: 1 <= port <= 65535, "a port number (1-65535)")
+_seconds = _number(float, lambda seconds: seconds > 0 and math.isfinite(seconds), "a positive number of seconds")
+_at_least_one = _number(int, lambda number: number >= 1, "a whole number of at least 1")
 
 
 def _query_arguments(parser: argparse.ArgumentParser) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Optional, Union
+from typing import Any, Optional, TypedDict, Union
 
 from jetwire import (
     MATCH_IGNORE_CASE,
@@ -34,7 +34,7 @@ from jetwire import (
     ValueFilter,
 )
 
-__all__ = ["Field", "Matcher", "build_query", "field", "key", "value"]
+__all__ = ["Field", "Matcher", "QueryOptions", "build_query", "field", "key", "value"]
 
 
 @dataclass(frozen=True)
@@ -130,6 +130,20 @@ def field(path: str) -> Field:
 
 
 value = Field("")
+
+
+class QueryOptions(TypedDict, total=False):
+    """The query keyword arguments of the peers' ``fetch`` and ``query`` (see
+    :func:`build_query`)."""
+
+    match: Iterable[Union[Matcher, PathMatcher]]
+    where: Iterable[ValueFilter]
+    sort_by: Optional[str]
+    descending: bool
+    top: Optional[int]
+    window: Optional[Sequence[int]]
+    methods: bool
+    nodes: bool
 
 
 def build_query(

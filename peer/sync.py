@@ -28,20 +28,17 @@ import asyncio
 import concurrent.futures
 import contextlib
 import queue
-import ssl as ssl_module
 import threading
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Optional, TypeVar, Union
 
-from jetwire import DEFAULT_MAX_BODY, Info, LocalProtocolError, Value
+from jetwire import Info, LocalProtocolError, Value
 from jetwire.values import PythonValue
 
 from .aio import (
-    DEFAULT_FETCH_QUEUE,
     DEFAULT_PORT,
-    DEFAULT_RECONNECT_MAX_DELAY,
-    DEFAULT_RECONNECT_MIN_DELAY,
     DEFAULT_TIMEOUT,
+    ConnectOptions,
     Fetch,
     FetchEvent,
     Method,
@@ -54,6 +51,10 @@ from .aio import (
     WindowRow,
 )
 from .errors import ConnectionClosed
+from .query import QueryOptions
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack from Python 3.12
 
 __all__ = ["Peer", "SyncFetch", "SyncMethod", "SyncState"]
 
@@ -74,13 +75,34 @@ async def _cancel_all_tasks() -> None:
     await asyncio.gather(*tasks, return_exceptions=True)
 
 
-class SyncState:
+class _SyncOwned:
+    """A state or method owned by a :class:`Peer`: what removing one takes."""
+
+    def __init__(self, peer: Peer, owned: Union[State, Method]) -> None:
+        self._peer = peer
+        self._owned = owned
+        self.key = owned.key
+
+    def remove(self, *, timeout: Optional[float] = None) -> None:
+        """Remove it (REMOVE_STATE or REMOVE_METHOD, PROTOCOL.md 6.2, 6.7); it is not
+        restored after a reconnect.
+
+        Raises:
+            PeerError: NotFound, NotOwner, Timeout, ConnectionClosed.
+        """
+        self._peer._wait(self.remove_future(timeout=timeout), timeout)
+
+    def remove_future(self, *, timeout: Optional[float] = None) -> concurrent.futures.Future[None]:
+        """Like :meth:`remove`, returning a future at once."""
+        return self._peer._submit(self._owned.remove, timeout=timeout)
+
+
+class SyncState(_SyncOwned):
     """A state owned by a :class:`Peer` (see :class:`peer.State`)."""
 
     def __init__(self, peer: Peer, state: State) -> None:
-        self._peer = peer
+        super().__init__(peer, state)
         self._state = state
-        self.key = state.key
 
     @property
     def value(self) -> PythonValue:
@@ -113,41 +135,12 @@ class SyncState:
         Value.of(value)  # refuse unmappable values here, in the caller's thread
         self._peer._submit(self._state.notify_nowait, value)
 
-    def remove(self, *, timeout: Optional[float] = None) -> None:
-        """Remove the state (PROTOCOL.md 6.2).
-
-        Raises:
-            PeerError: NotFound, NotOwner, Timeout, ConnectionClosed.
-        """
-        self._peer._wait(self.remove_future(timeout=timeout), timeout)
-
-    def remove_future(self, *, timeout: Optional[float] = None) -> concurrent.futures.Future[None]:
-        """Like :meth:`remove`, returning a future at once."""
-        return self._peer._submit(self._state.remove, timeout=timeout)
-
     def __repr__(self) -> str:
         return repr(self._state).replace("<State", "<SyncState", 1)
 
 
-class SyncMethod:
+class SyncMethod(_SyncOwned):
     """A method owned by a :class:`Peer` (see :class:`peer.Method`)."""
-
-    def __init__(self, peer: Peer, method: Method) -> None:
-        self._peer = peer
-        self._method = method
-        self.key = method.key
-
-    def remove(self, *, timeout: Optional[float] = None) -> None:
-        """Remove the method (PROTOCOL.md 6.7).
-
-        Raises:
-            PeerError: NotFound, NotOwner, Timeout, ConnectionClosed.
-        """
-        self._peer._wait(self.remove_future(timeout=timeout), timeout)
-
-    def remove_future(self, *, timeout: Optional[float] = None) -> concurrent.futures.Future[None]:
-        """Like :meth:`remove`, returning a future at once."""
-        return self._peer._submit(self._method.remove, timeout=timeout)
 
 
 class SyncFetch:
@@ -260,24 +253,9 @@ class Peer:
     Use it as a context manager, or call :meth:`close`, which joins the thread.
     """
 
-    def __init__(
-        self,
-        host: str = "127.0.0.1",
-        port: int = DEFAULT_PORT,
-        *,
-        name: Optional[str] = None,
-        timeout: float = DEFAULT_TIMEOUT,
-        reconnect: bool = False,
-        reconnect_min_delay: float = DEFAULT_RECONNECT_MIN_DELAY,
-        reconnect_max_delay: float = DEFAULT_RECONNECT_MAX_DELAY,
-        max_body: int = DEFAULT_MAX_BODY,
-        fetch_queue: int = DEFAULT_FETCH_QUEUE,
-        user: Optional[str] = None,
-        password: Optional[str] = None,
-        ssl: Union[ssl_module.SSLContext, bool, None] = None,
-        info_timeout: Optional[float] = None,
-    ) -> None:
-        self.timeout = timeout
+    def __init__(self, host: str = "127.0.0.1", port: int = DEFAULT_PORT, **options: Unpack[ConnectOptions]) -> None:
+        self.timeout = options.get("timeout", DEFAULT_TIMEOUT)
+        name = options.get("name")
         self.closed = False
         self._close_lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
@@ -287,24 +265,7 @@ class Peer:
         )
         self._thread.start()
         started.get()
-        connecting = asyncio.run_coroutine_threadsafe(
-            PeerAsync.connect(
-                host,
-                port,
-                name=name,
-                timeout=timeout,
-                reconnect=reconnect,
-                reconnect_min_delay=reconnect_min_delay,
-                reconnect_max_delay=reconnect_max_delay,
-                max_body=max_body,
-                fetch_queue=fetch_queue,
-                user=user,
-                password=password,
-                ssl=ssl,
-                info_timeout=info_timeout,
-            ),
-            self._loop,
-        )
+        connecting = asyncio.run_coroutine_threadsafe(PeerAsync.connect(host, port, **options), self._loop)
         try:
             self._aio: PeerAsync = connecting.result()
         except BaseException:
@@ -318,7 +279,7 @@ class Peer:
             raise
 
     @classmethod
-    def connect(cls, host: str = "127.0.0.1", port: int = DEFAULT_PORT, **options: Any) -> Peer:
+    def connect(cls, host: str = "127.0.0.1", port: int = DEFAULT_PORT, **options: Unpack[ConnectOptions]) -> Peer:
         """Same as ``Peer(host, port, **options)``, for symmetry with PeerAsync."""
         return cls(host, port, **options)
 
@@ -535,7 +496,7 @@ class Peer:
         return self._submit(self._aio.get_raw, key, timeout=timeout)
 
     def fetch(
-        self, prefix: str = "", on_event: Optional[OnEvent] = None, *, timeout: Optional[float] = None, **query: Any
+        self, prefix: str = "", on_event: Optional[OnEvent] = None, *, timeout: Optional[float] = None, **query: Unpack[QueryOptions]
     ) -> SyncFetch:
         """Fetch the states whose key starts with ``prefix`` (PROTOCOL.md 6.8), or a query
         fetch with the query arguments of :meth:`peer.PeerAsync.fetch` (``match``,
@@ -552,14 +513,14 @@ class Peer:
         return self._wait(self.fetch_future(prefix, on_event, timeout=timeout, **query), timeout)
 
     def fetch_future(
-        self, prefix: str = "", on_event: Optional[OnEvent] = None, *, timeout: Optional[float] = None, **query: Any
+        self, prefix: str = "", on_event: Optional[OnEvent] = None, *, timeout: Optional[float] = None, **query: Unpack[QueryOptions]
     ) -> concurrent.futures.Future[SyncFetch]:
         """Like :meth:`fetch`, returning a future at once."""
         return self._submit(
             self._aio.fetch, prefix, on_event, timeout=timeout, wrap=lambda fetch: SyncFetch(self, fetch), **query
         )
 
-    def query(self, prefix: str = "", *, timeout: Optional[float] = None, **query: Any) -> list[QueryResult]:
+    def query(self, prefix: str = "", *, timeout: Optional[float] = None, **query: Unpack[QueryOptions]) -> list[QueryResult]:
         """Answer a query once (QUERY_ONCE, PROTOCOL.md 14.4); arguments as
         :meth:`peer.PeerAsync.query`. Returns the entries in order.
 

@@ -1,7 +1,9 @@
 """A tiny jet peer: one module, standard library only, no threads, no asyncio.
 
 It shares no code with ``jetwire`` on purpose: copy this one file to a device and it
-speaks the jet wire protocol v1 (spec/PROTOCOL.md) by itself. Everything happens in the
+speaks the jet wire protocol v1 (spec/PROTOCOL.md) by itself. For the same reason it
+keeps its own small copy of what :mod:`peer.core` does for the other two peers (request
+ids, pending requests, answers to handler errors). Everything happens in the
 caller's thread: a request blocks until its response arrives, and while it waits (or
 in :meth:`TinyPeer.poll`) incoming frames are processed: routed sets and calls are
 answered by your handlers, fetch events go to your callbacks.

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Coroutine
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
+
+from peer import PeerAsync
 
 T = TypeVar("T")
 
@@ -33,3 +36,25 @@ async def eventually(check: Callable[[], bool], timeout: float = 5.0, what: str 
 
 async def settle(awaitable: Awaitable[T]) -> T:
     return await awaitable
+
+
+@contextlib.asynccontextmanager
+async def two_peers(daemon: Any, **options: Any) -> AsyncIterator[tuple[PeerAsync, PeerAsync]]:
+    """Two PeerAsync connected to ``daemon`` (an owner and a client), closed on exit."""
+    async with await PeerAsync.connect(daemon.host, daemon.port, **options) as first, await PeerAsync.connect(
+        daemon.host, daemon.port, **options
+    ) as second:
+        yield first, second
+
+
+async def add_stuck_state(owner: PeerAsync, key: str) -> asyncio.Event:
+    """Add state ``key`` to ``owner`` with a set handler that never answers; the event
+    is set once a set has reached the handler."""
+    started = asyncio.Event()
+
+    async def never(value: Any) -> None:
+        started.set()
+        await asyncio.sleep(30)
+
+    await owner.add_state(key, 0, on_set=never)
+    return started

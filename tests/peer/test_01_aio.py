@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from peer_testlib import eventually, run
+from peer_testlib import add_stuck_state, eventually, run, two_peers
 
 from jetwire import JetError, LocalProtocolError, Status, Value, ValueType
 from peer import (
@@ -66,9 +66,7 @@ def test_owner_adapts_value_notify_before_ok(jetd):
     """PROTOCOL.md 10.3: the requester's fetch sees the change before the set's OK."""
 
     async def body():
-        async with await PeerAsync.connect(jetd.host, jetd.port) as owner, await PeerAsync.connect(
-            jetd.host, jetd.port
-        ) as client:
+        async with two_peers(jetd) as (owner, client):
             seen_by_owner = []
 
             def clamp(value):
@@ -102,9 +100,7 @@ def test_owner_adapts_value_notify_before_ok(jetd):
 
 def test_rejections_and_handler_failures(jetd):
     async def body():
-        async with await PeerAsync.connect(jetd.host, jetd.port) as owner, await PeerAsync.connect(
-            jetd.host, jetd.port
-        ) as client:
+        async with two_peers(jetd) as (owner, client):
             await owner.add_state("ro", 1)
 
             def refuse(value):
@@ -141,9 +137,7 @@ def test_rejections_and_handler_failures(jetd):
 
 def test_methods_and_kinds(jetd):
     async def body():
-        async with await PeerAsync.connect(jetd.host, jetd.port) as owner, await PeerAsync.connect(
-            jetd.host, jetd.port
-        ) as client:
+        async with two_peers(jetd) as (owner, client):
             await owner.add_method("math/double", lambda x: x * 2)
 
             async def join(args):
@@ -205,9 +199,7 @@ def test_value_mapping_round_trip(jetd):
 
 def test_many_requests_in_flight(jetd):
     async def body():
-        async with await PeerAsync.connect(jetd.host, jetd.port) as owner, await PeerAsync.connect(
-            jetd.host, jetd.port
-        ) as client:
+        async with two_peers(jetd) as (owner, client):
             await owner.add_state("n", 0, on_set=lambda v: v + 1)
             results = await asyncio.gather(*(client.set("n", i) for i in range(2000)))
             assert results == [i + 1 for i in range(2000)]
@@ -219,9 +211,7 @@ def test_many_requests_in_flight(jetd):
 
 def test_fetch_iterator_initial_adds_live_and_removes(jetd):
     async def body():
-        async with await PeerAsync.connect(jetd.host, jetd.port) as owner, await PeerAsync.connect(
-            jetd.host, jetd.port
-        ) as client:
+        async with two_peers(jetd) as (owner, client):
             for i in range(200):
                 await owner.add_state(f"f/{i:03d}", i)
             await owner.add_state("other", 0)
@@ -252,9 +242,7 @@ def test_fetch_iterator_initial_adds_live_and_removes(jetd):
 
 def test_async_fetch_callback_and_fire_and_forget(jetd):
     async def body():
-        async with await PeerAsync.connect(jetd.host, jetd.port) as owner, await PeerAsync.connect(
-            jetd.host, jetd.port
-        ) as client:
+        async with two_peers(jetd) as (owner, client):
             calls = []
             await owner.add_state("ff/s", 0, on_set=lambda v: v)
             await owner.add_method("ff/m", calls.append)
@@ -301,13 +289,7 @@ def test_timeouts_daemon_and_peer(start_jetd):
 def test_owner_gone_during_set(jetd):
     async def body():
         owner = await PeerAsync.connect(jetd.host, jetd.port)
-        started = asyncio.Event()
-
-        async def never(value):
-            started.set()
-            await asyncio.sleep(30)
-
-        await owner.add_state("gone", 0, on_set=never)
+        started = await add_stuck_state(owner, "gone")
         async with await PeerAsync.connect(jetd.host, jetd.port) as client:
             pending = client.set("gone", 1)
             await started.wait()
@@ -326,13 +308,7 @@ def test_daemon_shutdown_fails_pending_and_ends_iterators(start_jetd):
     async def body():
         owner = await PeerAsync.connect(daemon.host, daemon.port)
         client = await PeerAsync.connect(daemon.host, daemon.port)
-        started = asyncio.Event()
-
-        async def never(value):
-            started.set()
-            await asyncio.sleep(30)
-
-        await owner.add_state("k", 0, on_set=never)
+        started = await add_stuck_state(owner, "k")
         fetch = await client.fetch("k")
         assert (await fetch.__anext__()).kind is EventKind.ADD
         pending = client.set("k", 1)

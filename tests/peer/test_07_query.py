@@ -11,18 +11,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from peer_testlib import run
+from peer_testlib import run, two_peers
 
-from peer import EventKind, InvalidQuery, Peer, PeerAsync, field, key, value
+from peer import EventKind, InvalidQuery, Peer, field, key, value
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_scoreboard_top_three_stays_live(jetd):
     async def body():
-        async with await PeerAsync.connect(jetd.host, jetd.port) as owner, await PeerAsync.connect(
-            jetd.host, jetd.port
-        ) as fan:
+        async with two_peers(jetd) as (owner, fan):
             players = {}
             for i in range(8):
                 players[i] = await owner.add_state(
@@ -45,9 +43,7 @@ def test_scoreboard_top_three_stays_live(jetd):
 
 def test_filter_holds_for_the_life_of_the_fetch(jetd):
     async def body():
-        async with await PeerAsync.connect(jetd.host, jetd.port) as owner, await PeerAsync.connect(
-            jetd.host, jetd.port
-        ) as fan:
+        async with two_peers(jetd) as (owner, fan):
             temp = await owner.add_state("plant/temp", 10)
             hot = fan.fetch(match=[key.ends_with("/temp")], where=[value > 30])
             await hot
