@@ -719,7 +719,11 @@ class Server:
             if policy == "continue":
                 self._release(actions, set())
             else:
-                self._drop_lost(actions)
+                # Output the core produced and nobody flushed yet (a read earlier in this
+                # loop iteration), or queued for a slow peer, followed records that are
+                # lost just the same: dropped with the held output.
+                unsent = [(proto, b"", False) for proto in self.protocols if proto.conn is not None and (proto.conn.out or proto.conn.pending)]
+                self._drop_lost(actions + unsent)
                 self.daemon.refusing = f"event log cannot be written: {failed}"
             self._held_bytes = 0
             self.flush()
