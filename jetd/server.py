@@ -694,7 +694,10 @@ class Server:
         elif in_flight is not None and eventlog.lost >= in_flight[0]:
             self._in_flight = None
             self._durable_mark = in_flight[1]
-            self._drop_lost(in_flight[2])
+            if self.on_log_error == "continue":
+                self._release(in_flight[2], in_flight[3])
+            else:
+                self._drop_lost(in_flight[2])
             self._commit()
         if self.input_paused or self._over_backlog():
             self.check_backlog()
@@ -715,15 +718,17 @@ class Server:
             if policy == "stop":
                 self._stop_for_log(actions, failed)
                 return
+            was_gated = self.gated
             self.gated = False  # meanwhile nothing is durable: nothing waits to be
             if policy == "continue":
                 self._release(actions, set())
             else:
-                # Output the core produced and nobody flushed yet (a read earlier in this
-                # loop iteration), or queued for a slow peer, followed records that are
-                # lost just the same: dropped with the held output.
-                unsent = [(proto, b"", False) for proto in self.protocols if proto.conn is not None and (proto.conn.out or proto.conn.pending)]
-                self._drop_lost(actions + unsent)
+                # With always, output the core produced and nobody flushed yet (a read
+                # earlier in this loop iteration), or queued for a slow peer, followed
+                # records that are lost just the same: dropped with the held output.
+                if was_gated:
+                    actions += [(p, b"", False) for p in self.protocols if p.conn is not None and (p.conn.out or p.conn.pending)]
+                self._drop_lost(actions)
                 self.daemon.refusing = f"event log cannot be written: {failed}"
             self._held_bytes = 0
             self.flush()
