@@ -41,7 +41,9 @@ DEFAULT_HARD_LIMIT = 64 * 1024 * 1024  # PROTOCOL.md 10.8: CLOSE OVERLOADED abov
 DEFAULT_SLOW_DEADLINE = 30.0  # PROTOCOL.md 10.8: seconds above the soft limit
 DEFAULT_LOG_FSYNC = "interval"  # JETLOG.md 6
 DEFAULT_LOG_ROTATE_SIZE = 64 * 1024 * 1024  # JETLOG.md 1
-DEFAULT_LOG_MAX_BYTES = 0  # JETLOG.md 6.4: 0 keeps every segment
+# JETLOG.md 6.4: None (the default) keeps half the space free at start, at least one
+# segment (jetd.eventlog.auto_max_bytes); 0 keeps every segment.
+DEFAULT_LOG_MAX_BYTES: Optional[int] = None
 DEFAULT_LOG_MAX_AGE = 0.0  # JETLOG.md 6.4: seconds; 0 keeps every segment
 DEFAULT_LOG_WRITER_BACKLOG = 64 * 1024 * 1024  # JETLOG.md 6.3: input pauses above it
 DEFAULT_SHUTDOWN_GRACE = 3.0  # seconds peers get to take their CLOSE before we hang up
@@ -60,6 +62,7 @@ DEFAULT_AUTH_TIMEOUT = 10.0  # PROTOCOL.md 15.2: seconds to authenticate (no ano
 DEFAULT_AUTH_FAILURE_DELAY = 0.5  # PROTOCOL.md 15.2: seconds before each AUTH_FAILED
 
 FSYNC_POLICIES = ("always", "interval", "never")
+LOG_ERROR_POLICIES = ("stop", "refuse", "continue")  # JETLOG.md 6.5
 LOOPS = ("auto", "uvloop", "asyncio")
 
 
@@ -91,7 +94,11 @@ class Config:
         log_events: also record the fetch events sent (off by default: JETLOG.md 4).
         log_rotate_size: segment size that starts a new segment (JETLOG.md 1).
         log_max_bytes: delete the oldest segments while the log directory holds more
-            bytes (JETLOG.md 6.4); 0: no limit. At least ``log_rotate_size``.
+            bytes (JETLOG.md 6.4); 0: no limit; None (default): the segments already
+            there plus half the space free at start. At least ``log_rotate_size``.
+        log_on_error: ``stop``, ``refuse`` or ``continue`` while the event log cannot be
+            written (JETLOG.md 6.5); None (default): ``refuse`` with ``always``, else
+            ``continue``.
         log_max_age: delete segments last written more than this many seconds ago
             (JETLOG.md 6.4); 0: no limit.
         log_writer_backlog: bytes of records not yet written (and output held for
@@ -150,7 +157,8 @@ class Config:
     log_fsync: str = DEFAULT_LOG_FSYNC
     log_events: bool = False
     log_rotate_size: int = DEFAULT_LOG_ROTATE_SIZE
-    log_max_bytes: int = DEFAULT_LOG_MAX_BYTES
+    log_max_bytes: Optional[int] = DEFAULT_LOG_MAX_BYTES
+    log_on_error: Optional[str] = None
     log_max_age: float = DEFAULT_LOG_MAX_AGE
     log_writer_backlog: int = DEFAULT_LOG_WRITER_BACKLOG
     log_level: str = "INFO"
@@ -251,15 +259,17 @@ class Config:
         # The event log's retention and backlog (JETLOG.md 6.3, 6.4).
         if self.log_writer_backlog < 1:
             raise ConfigError(f"log_writer_backlog must be at least 1, got {self.log_writer_backlog}")
-        if self.log_max_bytes < 0:
+        if self.log_max_bytes is not None and self.log_max_bytes < 0:
             raise ConfigError(f"log_max_bytes must not be negative (0: no limit), got {self.log_max_bytes}")
-        if 0 < self.log_max_bytes < self.log_rotate_size:
+        if self.log_max_bytes is not None and 0 < self.log_max_bytes < self.log_rotate_size:
             raise ConfigError(
                 f"log_max_bytes ({self.log_max_bytes}) must be 0 (no limit) or at least "
                 f"log_rotate_size ({self.log_rotate_size}): the segment being written is never deleted"
             )
         if not self.log_max_age >= 0:
             raise ConfigError(f"log_max_age must not be negative (0: no limit), got {self.log_max_age}")
+        if self.log_on_error is not None and self.log_on_error not in LOG_ERROR_POLICIES:
+            raise ConfigError(f"log_on_error must be one of {', '.join(LOG_ERROR_POLICIES)}, got {self.log_on_error!r}")
         if self.log_fsync not in FSYNC_POLICIES:
             raise ConfigError(f"log_fsync must be one of {', '.join(FSYNC_POLICIES)}, got {self.log_fsync!r}")
         if self.loop not in LOOPS:
@@ -267,6 +277,15 @@ class Config:
         if len(self.name.encode("utf-8")) > 0xFFFF:
             raise ConfigError("name is longer than 65535 UTF-8 bytes")
         return self
+
+    def log_error_policy(self) -> str:
+        """JETLOG.md 6.5: ``log_on_error``, or its default for ``log_fsync``: ``refuse``
+        with ``always`` (its answers promise durability: none may go out without it),
+        ``continue`` otherwise (their answers never waited for the log: a disk problem
+        should not become an outage for a setting that chose availability)."""
+        if self.log_on_error is not None:
+            return self.log_on_error
+        return "refuse" if self.log_fsync == "always" else "continue"
 
     def allowed_origins(self) -> list[str]:
         """``http_origins`` as a list (no trailing slashes, lower case)."""
@@ -333,7 +352,16 @@ _HELP = {
     ),
     "log_events": "also record the fetch events sent in the event log",
     "log_rotate_size": f"event-log segment size that starts a new segment (default {DEFAULT_LOG_ROTATE_SIZE})",
-    "log_max_bytes": "delete the oldest event-log segments while the directory holds more bytes (default 0: no limit)",
+    "log_max_bytes": (
+        "delete the oldest event-log segments while the directory holds more bytes; 0: no limit "
+        "(default: the segments already there plus half the space free on its file system at start, "
+        "at least --log-rotate-size, so that peers' traffic cannot fill the disk)"
+    ),
+    "log_on_error": (
+        "when the event log cannot be written (disk full, directory removed): refuse (every request "
+        "answered INTERNAL), continue (without the log) or stop (exit 1); jetd retries the log every "
+        "2 s and logs when it stops and resumes (default: refuse with --log-fsync always, else continue)"
+    ),
     "log_max_age": "delete event-log segments last written more than this many seconds ago (default 0: no limit)",
     "log_writer_backlog": (
         f"bytes of event-log records not yet written above which jetd stops reading from peers "
@@ -409,7 +437,7 @@ def build_parser() -> argparse.ArgumentParser:
             parser.add_argument(flag, action="store_true", default=None, help=_HELP[name])
             continue
         kind: Any = {"int": int, "Optional[int]": int, "float": float}.get(str(f.type), str)
-        choices = {"log_fsync": FSYNC_POLICIES, "loop": LOOPS}.get(name)
+        choices = {"log_fsync": FSYNC_POLICIES, "log_on_error": LOG_ERROR_POLICIES, "loop": LOOPS}.get(name)
         parser.add_argument(flag, type=kind, default=None, choices=choices, metavar=name.upper(), help=_HELP[name])
     return parser
 

@@ -163,6 +163,9 @@ class Daemon:
         self.connections: dict[int, Connection] = {}
         self._log = log_hook
         self._log_events = log_hook is not None and config.log_events
+        # JETLOG.md 6.5 (--log-on-error refuse): while the event log cannot be written,
+        # the message every request is answered INTERNAL with; None: work as usual.
+        self.refusing: Optional[str] = None
         self._next_conn_id = 1
         features = FEATURE_CONFLATION | FEATURE_QUERIES | FEATURE_LIMITS
         features |= FEATURE_AUTH_REQUIRED if access is not None else 0
@@ -260,11 +263,12 @@ class Daemon:
                 self.out.close_with(conn, Status.OK, "shutting down", self._shutdown_frame)
         self._finish_closes()
 
-    def internal_error(self, conn: Connection, now: float) -> None:
-        """A bug surfaced while handling ``conn``'s bytes: CLOSE (INTERNAL) it."""
+    def internal_error(self, conn: Connection, now: float, message: str = "internal error") -> None:
+        """A bug surfaced while handling ``conn``'s bytes (or, JETLOG.md 6.5, its answers
+        were lost with the event log): CLOSE (INTERNAL) it."""
         self.clock.now = now
         self._drop_input(conn)
-        self.out.close_with(conn, Status.INTERNAL, "internal error", close_frame(Status.INTERNAL, "internal error"))
+        self.out.close_with(conn, Status.INTERNAL, message, close_frame(Status.INTERNAL, message))
         self._finish_closes()
 
     def protocol_error(self, conn: Connection, status: Status, message: str, now: float) -> None:
@@ -450,7 +454,7 @@ class Daemon:
         else:
             buf = data
         n = len(buf)
-        pos = self._frames(conn, buf, now)
+        pos = self._frames(conn, buf, now) if self.refusing is None else self._refuse_frames(conn, buf)
         if pos < n and not conn.closing:
             # PROTOCOL.md 10.7: the rest (an incomplete frame, or input held back) counts
             # against max_input_buffer.
@@ -674,6 +678,38 @@ class Daemon:
         self.stats.routed += routed
         if frames:
             conn.heard = True
+        return pos
+
+    def _refuse_frames(self, conn: Connection, buf: bytes) -> int:
+        """JETLOG.md 6.5, while ``refusing``: every REQUEST is answered INTERNAL and
+        nothing is carried out (events and answers are dropped: a routed request whose
+        answer is dropped gets TIMEOUT); an INFO is taken as usual (it changes nothing
+        but the connection). Returns where the unprocessed rest starts."""
+        n = len(buf)
+        pos = 0
+        message = self.refusing or ""
+        while n - pos >= 5:
+            ftype, length = HDR_FROM(buf, pos)
+            if not 1 <= ftype <= 4 or length > self.out.max_body:
+                self._bad_header(conn, buf, pos, ftype, length)
+                break
+            end = pos + 5 + length
+            if end > n:
+                conn.need = 5 + length
+                break
+            self._log_frame_in(conn, buf, pos, end)
+            if ftype == REQUEST:
+                if length < 4:
+                    self.out.fatal(conn, Status.MALFORMED, f"REQUEST body of {length} bytes has no readable id")
+                    break
+                self.out.reply(conn, U32_FROM(buf, pos + 5)[0], Status.INTERNAL, message)
+            elif ftype == INFO:
+                self._info(conn, buf, pos, end)
+            pos = end
+            if conn.closing:
+                break
+        else:
+            conn.need = 5
         return pos
 
     def _finish_closes(self) -> None:

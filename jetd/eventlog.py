@@ -18,8 +18,15 @@ server's thread-safe wake-up of its loop), which then sends the output held back
 The loop never waits for the writer. :attr:`EventLog.backlog` is the bytes encoded and not
 yet written; the server stops reading from peers while it is above ``max_backlog``
 (JETLOG.md 6.3) and sets :attr:`EventLog.notify_below` to be signalled when the writer has
-brought it down. Records are never dropped, except after a write error (the log then
-turns itself off, once, with an ERROR line).
+brought it down. Records are never dropped, except while the log cannot be written.
+
+Write errors (JETLOG.md 6.5): a failed write, create or fsync, or a segment whose file
+was deleted, puts the log in :attr:`EventLog.failed` with one ERROR line; a group commit
+that covered records lost so is reported in :attr:`EventLog.lost` instead of
+:attr:`EventLog.durable`. From then on records are dropped until the loop's
+:meth:`EventLog.retry` (the server calls it every ``RETRY_INTERVAL`` seconds) succeeds in
+beginning a new segment, which is logged too. What the daemon does meanwhile is the
+server's business (``--log-on-error``).
 
 Retention (JETLOG.md 6.4): with ``max_bytes`` or ``max_age``, the writer deletes the
 oldest segments of the directory, never the one it writes, after each new segment and
@@ -28,6 +35,8 @@ once a second, logging each deletion.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import os
 import struct
@@ -57,6 +66,7 @@ __all__ = [
     "DEFAULT_MAX_BACKLOG",
     "EventLog",
     "EventLogStats",
+    "auto_max_bytes",
     "repair_segment",
 ]
 
@@ -67,6 +77,13 @@ DEFAULT_MAX_BACKLOG = 64 * 1024 * 1024  # JETLOG.md 6.3: bytes not yet written a
 FSYNC_INTERVAL = 1.0  # JETLOG.md 6.2: "interval" syncs at most a second after a write
 RETENTION_INTERVAL = 1.0  # JETLOG.md 6.4: seconds between checks of max_bytes and max_age
 SEGMENT_GLOB = "jet-*.jetlog"  # JETLOG.md 1
+RETRY_INTERVAL = 2.0  # JETLOG.md 6.5: seconds between attempts to write again after an error
+# JETLOG.md 6.5: free bytes the log's file system must have before writing resumes, so
+# that a disk freed by a few KiB does not start and stop the log every retry.
+DEFAULT_RESUME_FREE = 1024 * 1024
+# JETLOG.md 6.4: without --log-max-bytes, the log keeps at most this fraction of the
+# space free at start (plus the segments already there), and at least one segment.
+AUTO_MAX_BYTES_FRACTION = 0.5
 
 # JETLOG.md 3: the CRC covers the 4 length bytes and the body; the body starts with
 # ts_ns:u64 | conn_id:u32 | kind:u8. _CRC_PART packs length and those 13 bytes so that
@@ -118,6 +135,23 @@ def repair_segment(path: Path) -> Optional[Union[Truncation, Corruption]]:
 
 
 
+def auto_max_bytes(directory: Path, rotate_size: int) -> int:
+    """JETLOG.md 6.4: the default ``log_max_bytes`` for ``directory`` (which must exist):
+    the segments already there plus half the space free on its file system now, at least
+    ``rotate_size``.
+
+    Raises:
+        OSError: if the file system cannot be asked.
+    """
+    st = os.statvfs(directory)
+    free = st.f_bavail * st.f_frsize
+    held = 0
+    for path in directory.glob(SEGMENT_GLOB):
+        with contextlib.suppress(OSError):
+            held += path.stat().st_size
+    return max(rotate_size, held + int(free * AUTO_MAX_BYTES_FRACTION))
+
+
 @dataclass
 class EventLogStats:
     """What the event log did, for the shutdown log line and benchmarks."""
@@ -130,7 +164,9 @@ class EventLogStats:
     peak_backlog: int = 0  # most bytes handed over and not yet written, seen at a hand-over
     deleted_segments: int = 0  # segments deleted by retention (JETLOG.md 6.4)
     deleted_bytes: int = 0
-    dropped_bytes: int = 0  # bytes discarded after a write error turned the log off
+    dropped_bytes: int = 0  # bytes discarded while the log could not be written (JETLOG.md 6.5)
+    failures: int = 0  # times the log stopped on an error (JETLOG.md 6.5)
+    resumes: int = 0  # times it began writing again
 
     def summary(self) -> str:
         """One log line: ``name=value`` for every counter."""
@@ -155,8 +191,11 @@ class EventLog:
             :attr:`over_backlog` is true: the caller stops producing records (the server
             pauses input, JETLOG.md 6.3). The log itself never blocks nor drops.
         max_bytes: delete the oldest segments while the directory's segments total more
-            (JETLOG.md 6.4); 0: no limit.
+            (JETLOG.md 6.4); 0: no limit; None: :func:`auto_max_bytes` at :meth:`open`.
         max_age: delete segments last written more than this many seconds ago; 0: no limit.
+        resume_free: free bytes the file system must have for writing to resume after an
+            error (JETLOG.md 6.5).
+        on_error: what the daemon does while the log cannot be written, for the ERROR line.
 
     Raises:
         OSError: from :meth:`open` if the directory or first segment cannot be created.
@@ -171,8 +210,10 @@ class EventLog:
         rotate_size: int = 64 * 1024 * 1024,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         max_backlog: int = DEFAULT_MAX_BACKLOG,
-        max_bytes: int = 0,
+        max_bytes: Optional[int] = 0,
         max_age: float = 0.0,
+        resume_free: int = DEFAULT_RESUME_FREE,
+        on_error: str = "",
     ) -> None:
         self.directory = Path(directory)
         self.name = name
@@ -180,12 +221,18 @@ class EventLog:
         self.rotate_size = rotate_size
         self.chunk_size = chunk_size
         self.max_backlog = max_backlog
-        self.max_bytes = max_bytes
+        self.max_bytes = max_bytes or 0
+        self._auto_max_bytes = max_bytes is None
         self.max_age = max_age
+        self.resume_free = resume_free
+        self.on_error = on_error
         self.started = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
         self.segment = -1
         self.path: Optional[Path] = None
+        # JETLOG.md 6.5, set by the writer thread: why the log cannot be written, or None.
         self.failed: Optional[str] = None
+        self._failed_at = 0.0
+        self._dropped_at_failure = 0
         self.stats = EventLogStats()
         # The IO layer sets this to the time of a read while the core handles it, and 0
         # after: the frames of one read were all received then, so their FRAME_IN
@@ -208,8 +255,10 @@ class EventLog:
         self._stop = False
         self._thread: Optional[threading.Thread] = None
         self._commit_seq = 0  # loop side: the last commit handed over
+        self._dropped = False  # loop side: records dropped since the last commit
         # Written by the writer thread, read by the loop (plain int stores are atomic).
         self.durable = 0  # the last commit whose records are written (and synced with always)
+        self.lost = 0  # the last commit some of whose records were lost to a write error
         # Called from the writer thread after a commit, and when the backlog drops to
         # notify_below (which it then resets to -1); set by the server.
         self.signal: Optional[Callable[[], None]] = None
@@ -220,12 +269,16 @@ class EventLog:
         self._unsynced = False
         self._last_sync = 0.0
         self._last_retention = 0.0
+        self._batch_lost = False  # records of the coming commit were dropped or failed
 
     # --- lifecycle -----------------------------------------------------------------------
 
     def open(self) -> None:
         """Repair the newest old segment if needed, start segment 0 and the writer thread."""
         self.directory.mkdir(parents=True, exist_ok=True)
+        if self._auto_max_bytes:
+            self.max_bytes = auto_max_bytes(self.directory, self.rotate_size)
+            log.info("event log: keeping at most %d bytes in %s (half the free space at start; --log-max-bytes)", self.max_bytes, self.directory)
         old = sorted(self.directory.glob(SEGMENT_GLOB))
         if old:
             cut = repair_segment(old[-1])
@@ -267,6 +320,22 @@ class EventLog:
         else:
             self._hand_over(None, b"", self._commit_seq)
         return self._commit_seq
+
+    def retry(self) -> None:
+        """While :attr:`failed`: drop what the loop holds and queue the beginning of a new
+        segment, which the writer tries to create; if it can, the log resumes with it
+        (JETLOG.md 6.5). The server calls this every ``RETRY_INTERVAL`` seconds."""
+        if not self.failed or self._thread is None:
+            return
+        self.flush()
+        path, data = self._begin_segment()
+        self._hand_over(path, data)
+        self._segment_size = len(data)
+        self._set_limit()
+
+    def forget_losses(self) -> None:
+        """The server saw the log resume: the next commit covers only what follows."""
+        self._dropped = False
 
     @property
     def pending(self) -> bool:
@@ -353,11 +422,15 @@ class EventLog:
     def _hand_over(self, path: Optional[Path], data: Union[bytes, bytearray], commit: int = 0) -> None:
         """Queue ``data`` for the writer (never waits: JETLOG.md 6.3)."""
         size = len(data)
-        if self.failed:
+        if self.failed and path is None:  # a new segment goes through: it is how the log resumes
             self.stats.dropped_bytes += size
+            self._dropped = True
             if not commit:
                 return
             data, size = b"", 0  # the commit still goes through: held output must not wait forever
+        if commit and self._dropped:
+            commit = -commit  # the writer reports it lost, whatever happens to the rest
+            self._dropped = False
         with self._lock:
             self._queued += size
             queued = self._queued
@@ -406,7 +479,8 @@ class EventLog:
         interval = self.fsync == "interval"
         always = self.fsync == "always"
         retention = bool(self.max_bytes or self.max_age)
-        timeout = FSYNC_INTERVAL if interval or retention else None
+        # Once a second at least: retention, and the check that the segment still exists.
+        timeout = FSYNC_INTERVAL
         queue = self._queue
         lock = self._lock
         while True:
@@ -417,14 +491,20 @@ class EventLog:
             # handed over while the previous fsync ran share the next (group commit).
             while queue:
                 path, data, seq = queue[0]
-                if path is not None:
-                    self._begin(path)
-                if data:
-                    self._write(data)
+                if path is not None and self.failed:
+                    self._recover(path, data)  # JETLOG.md 6.5: its header is the test write
+                else:
+                    if path is not None:
+                        self._begin(path)
+                    if data:
+                        self._write(data)
                 with lock:
                     queue.popleft()
                     self._queued -= len(data)
                     queued = self._queued
+                if seq < 0:
+                    self._batch_lost = True  # the loop dropped some of its records
+                    seq = -seq
                 if seq:
                     commit = seq
                 below = self.notify_below
@@ -432,15 +512,26 @@ class EventLog:
                     self.notify_below = -1
                     self._signal()
             if commit:
-                if always and self._unsynced and not self.failed:
-                    self._try_sync()
-                self.durable = commit
+                if always and not self.failed:
+                    self._check_linked()
+                    if self._unsynced:
+                        self._try_sync()
+                if self.failed or self._batch_lost:
+                    self.lost = commit  # JETLOG.md 6.5: never reported durable
+                else:
+                    self.durable = commit
+                self._batch_lost = False
                 self._signal()
             now = time.monotonic()
             if interval and self._unsynced and now - self._last_sync >= FSYNC_INTERVAL:
                 self._try_sync()
-            if retention and now - self._last_retention >= RETENTION_INTERVAL:
-                self._retain()
+            if now - self._last_retention >= RETENTION_INTERVAL:
+                if not self.failed:
+                    self._check_linked()
+                if retention:
+                    self._retain()
+                else:
+                    self._last_retention = now
             if self._stop and not queue:
                 return
 
@@ -472,11 +563,11 @@ class EventLog:
 
     def _write(self, data: Union[bytes, bytearray]) -> None:
         """Write one handed-over buffer (``write`` and ``fsync`` release the GIL)."""
-        if self.failed:
+        if self.failed or self._file is None:
             self.stats.dropped_bytes += len(data)
+            self._batch_lost = True
             return
         try:
-            assert self._file is not None
             self._file.write(data)
             self._file.flush()
             self._unsynced = True
@@ -540,9 +631,79 @@ class EventLog:
         except OSError as exc:
             self._fail(exc)
 
+    def _check_linked(self) -> None:
+        """JETLOG.md 6.5: a segment whose file was deleted (its directory removed) still
+        takes writes and fsyncs, into a file nobody can read: that is a failure too."""
+        if self._file is None:
+            return
+        try:
+            linked = os.fstat(self._file.fileno()).st_nlink > 0
+        except OSError as exc:
+            self._fail(exc)
+            return
+        if not linked:
+            self._fail(OSError(errno.ENOENT, f"segment {self._file_path} was deleted"))
+
     def _fail(self, exc: OSError) -> None:
+        """Stop writing (once per outage, with one ERROR line) and wake the loop."""
+        self._batch_lost = True
+        if self.failed:
+            return
         self.failed = f"{exc.strerror or exc}"
-        log.error("event log %s: write failed (%s); the event log is off from here", self.path, self.failed)
+        self._failed_at = time.monotonic()
+        self._dropped_at_failure = self.stats.dropped_bytes
+        self.stats.failures += 1
+        if self._file is not None:
+            with contextlib.suppress(OSError):
+                self._file.close()  # what its buffer still holds is lost with the rest
+            self._file = None
+        self._unsynced = False
+        log.error(
+            "event log %s: cannot write (%s); retrying every %g s%s",
+            self.path,
+            self.failed,
+            RETRY_INTERVAL,
+            f"; meanwhile {self.on_error}" if self.on_error else "",
+        )
+        self._signal()
+
+    def _recover(self, path: Path, data: Union[bytes, bytearray]) -> None:
+        """JETLOG.md 6.5: create ``path`` (the directory too, if it was removed), write
+        its header and sync it; on success the log writes again, into it."""
+        stream: Optional[BinaryIO] = None
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            st = os.statvfs(self.directory)
+            free = st.f_bavail * st.f_frsize
+            if free < self.resume_free:
+                raise OSError(errno.ENOSPC, f"{free} bytes free, {self.resume_free} needed to resume")
+            stream = open(path, "xb")  # noqa: SIM115 - lives until rotation or close
+            stream.write(data)
+            stream.flush()
+            if self.fsync != "never":
+                os.fsync(stream.fileno())
+                self._sync_directory()
+        except OSError as exc:
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+                with contextlib.suppress(OSError):
+                    path.unlink()
+            log.debug("event log: still cannot write: %s", exc.strerror or exc)
+            return
+        self._file = stream
+        self._file_path = path
+        self._unsynced = False
+        self._last_sync = time.monotonic()
+        self.failed = None
+        self.stats.resumes += 1
+        log.warning(
+            "event log: writing again, into %s, after %.1f s (%d bytes of records lost meanwhile)",
+            path,
+            time.monotonic() - self._failed_at,
+            self.stats.dropped_bytes - self._dropped_at_failure,
+        )
+        self._signal()
 
     def _sync(self) -> None:
         if self._file is None:

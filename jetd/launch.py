@@ -30,6 +30,13 @@ __all__ = ["serve"]
 
 log = logging.getLogger("jetd")
 
+# JETLOG.md 6.5: the end of the event log's ERROR line, per --log-on-error.
+_ON_ERROR_TEXT = {
+    "refuse": "every request is answered INTERNAL (--log-on-error refuse)",
+    "continue": "jetd goes on without it, nothing is durable (--log-on-error continue)",
+    "stop": "jetd stops (--log-on-error stop)",
+}
+
 
 async def serve(config: Config, ready: Optional[asyncio.Future[tuple[str, int]]] = None) -> int:
     """Run jetd until SIGTERM or SIGINT; returns the exit code.
@@ -54,9 +61,19 @@ async def serve(config: Config, ready: Optional[asyncio.Future[tuple[str, int]]]
             max_backlog=config.log_writer_backlog,
             max_bytes=config.log_max_bytes,
             max_age=config.log_max_age,
+            on_error=_ON_ERROR_TEXT[config.log_error_policy()],
         )
         eventlog.open()
     server = Server(config, loop, eventlog, access, ssl_context)
+    stop = asyncio.Event()
+    exit_code = 0
+
+    def stop_for_log() -> None:  # JETLOG.md 6.5: --log-on-error stop
+        nonlocal exit_code
+        exit_code = 1
+        stop.set()
+
+    server.stop_for_log = stop_for_log
     if eventlog is not None:
         eventlog.signal = _threadsafe(loop, server.log_progress)
     try:
@@ -80,7 +97,6 @@ async def serve(config: Config, ready: Optional[asyncio.Future[tuple[str, int]]]
             where = f"{config.http_host or config.host}:{config.http_port}"
             print(f"jetd: cannot listen on {where}: {exc.strerror or exc}", file=sys.stderr)
             return 1
-    stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGUSR1, lambda: log.info("stats: %s", server.daemon.stats.summary()))
@@ -109,4 +125,4 @@ async def serve(config: Config, ready: Optional[asyncio.Future[tuple[str, int]]]
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGHUP):
         loop.remove_signal_handler(sig)
     log.info("stopped; stats: %s", server.daemon.stats.summary())
-    return 0
+    return exit_code

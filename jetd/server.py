@@ -21,6 +21,13 @@ one commit is in flight at a time, so the output of the turns that run meanwhile
 the next one. The loop never waits for the writer: when the bytes not yet written (and
 the output held for them) pass ``log_writer_backlog``, reading from every peer pauses
 until the writer has brought them below half of it.
+
+When the log cannot be written (JETLOG.md 6.5), ``--log-on-error`` decides: ``refuse``
+answers every request INTERNAL until the log writes again (the core's ``refusing``),
+``continue`` goes on without it, ``stop`` closes every peer and makes jetd exit 1. With
+``always``, output held for records that were lost is never sent: its connections are
+closed INTERNAL instead (continue: it is sent, as promised by that setting). The server
+asks the log to try again every ``RETRY_INTERVAL`` seconds.
 """
 
 from __future__ import annotations
@@ -48,7 +55,7 @@ from jetwire import Status
 from .access import Access
 from .config import Config
 from .core import Connection, Daemon
-from .eventlog import EventLog
+from .eventlog import RETRY_INTERVAL, EventLog
 from .frames import close_frame
 from .tls import certificate_user
 from .users import UsersFileError
@@ -411,6 +418,12 @@ class Server:
         self._pause_logged = False  # this pause's line was logged: log its end too
         self._backlog_check_scheduled = False
         self._backlog_limit = config.log_writer_backlog
+        # JETLOG.md 6.5: the log cannot be written (seen by the loop), and what to do then.
+        self.on_log_error = config.log_error_policy()
+        self.log_down = False
+        self._retry_at = 0.0
+        # Set by jetd.launch: ends the daemon (exit 1) for --log-on-error stop.
+        self.stop_for_log: Optional[Callable[[], None]] = None
 
     async def start(self) -> tuple[str, int]:
         """Listen; returns the (host, port) actually bound."""
@@ -670,14 +683,103 @@ class Server:
         eventlog = self.eventlog
         if eventlog is None:
             return
+        if (eventlog.failed is not None) != self.log_down:
+            self._log_health(eventlog)
         in_flight = self._in_flight
         if in_flight is not None and eventlog.durable >= in_flight[0]:
             self._in_flight = None
             self._durable_mark = in_flight[1]
             self._release(in_flight[2], in_flight[3])
             self._commit()
+        elif in_flight is not None and eventlog.lost >= in_flight[0]:
+            self._in_flight = None
+            self._durable_mark = in_flight[1]
+            if self.on_log_error == "continue":
+                self._release(in_flight[2], in_flight[3])
+            else:
+                self._drop_lost(in_flight[2])
+            self._commit()
         if self.input_paused or self._over_backlog():
             self.check_backlog()
+
+    def _log_health(self, eventlog: EventLog) -> None:
+        """JETLOG.md 6.5: the log stopped or resumed (the writer logged it): act on
+        ``--log-on-error``."""
+        failed = eventlog.failed
+        policy = self.on_log_error
+        if failed is not None:
+            self.log_down = True
+            self._retry_at = self.loop.time() + RETRY_INTERVAL
+            actions = self._held
+            self._held, self._held_drains = [], set()
+            if self._in_flight is not None:
+                actions = self._in_flight[2] + actions
+                self._in_flight = None
+            if policy == "stop":
+                self._stop_for_log(actions, failed)
+                return
+            was_gated = self.gated
+            self.gated = False  # meanwhile nothing is durable: nothing waits to be
+            if policy == "continue":
+                self._release(actions, set())
+            else:
+                # With always, output the core produced and nobody flushed yet (a read
+                # earlier in this loop iteration), or queued for a slow peer, followed
+                # records that are lost just the same: dropped with the held output.
+                if was_gated:
+                    actions += [(p, b"", False) for p in self.protocols if p.conn is not None and (p.conn.out or p.conn.pending)]
+                self._drop_lost(actions)
+                self.daemon.refusing = f"event log cannot be written: {failed}"
+            self._held_bytes = 0
+            self.flush()
+        else:
+            self.log_down = False
+            self.daemon.refusing = None
+            self.gated = eventlog.fsync == "always"
+            eventlog.forget_losses()
+            self._durable_mark = self._commit_mark = eventlog.appended
+            self._held_bytes = 0
+
+    def _drop_lost(self, actions: list[_Action]) -> None:
+        """JETLOG.md 6.5: output whose records were lost is never sent; its connections
+        are closed INTERNAL (their peers cannot know what became of their requests)."""
+        now = self.loop.time()
+        seen: set[PeerShell] = set()
+        for proto, data, _hang_up in actions:
+            self._held_bytes -= len(data)
+            if proto in seen:
+                continue
+            seen.add(proto)
+            conn = proto.conn
+            if conn is not None and not conn.closed:
+                conn.out.clear()
+                conn.take_pending(1 << 62)
+                self.daemon.internal_error(conn, now, "event log cannot be written: answers lost")
+            elif proto.transport is not None and not proto.transport.is_closing():
+                proto.hang_up()
+        self.schedule_flush()
+
+    def _stop_for_log(self, actions: list[_Action], failed: str) -> None:
+        """--log-on-error stop: nothing held is sent; every peer gets CLOSE (INTERNAL) and
+        jetd exits 1."""
+        self._held_bytes = 0
+        self.gated = False
+        now = self.loop.time()
+        message = f"event log cannot be written: {failed}"
+        for proto in list(self.protocols):
+            conn = proto.conn
+            if conn is not None and not conn.closed:
+                conn.out.clear()
+                conn.take_pending(1 << 62)
+                self.daemon.internal_error(conn, now, message)
+        log.error("event log cannot be written: stopping (--log-on-error stop)")
+        if self.stop_for_log is not None:
+            self.stop_for_log()
+        self.flush()
+        # Connections closed before, whose CLOSE was in the output dropped: hang up.
+        for proto, _data, _hang_up in actions:
+            if (proto.conn is None or proto.conn.closed) and proto.transport is not None and not proto.transport.is_closing():
+                proto.hang_up()
 
     def _release(self, actions: list[_Action], drains: set[PeerShell]) -> None:
         """Write durable output to the transports, in the order it was produced; the
@@ -810,6 +912,11 @@ class Server:
                     self._commit()
                 else:
                     eventlog.flush()
+                if (eventlog.failed is not None) != self.log_down:
+                    self._log_health(eventlog)
+                if self.log_down and self.loop.time() >= self._retry_at:
+                    self._retry_at = self.loop.time() + RETRY_INTERVAL
+                    eventlog.retry()  # JETLOG.md 6.5
                 if self.input_paused or self._over_backlog():
                     self.check_backlog()
         except Exception:  # a bug here must not stop the clock for everyone

@@ -241,3 +241,79 @@ def test_rotation_in_process_keeps_order_and_snapshots(tmp_path):
             snapshots[record.conn_id] = parse_record_data(record.kind, record.data)["name"]
         assert snapshots.get(1) == "one"
     assert [r.data for r in _all_records(tmp_path) if r.kind == LogKind.FRAME_IN] == frames
+
+
+def _wait(condition, what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} did not happen within {timeout} s"
+        time.sleep(0.01)
+
+
+def test_removed_directory_loses_commits_then_the_log_resumes(tmp_path, caplog):
+    """JETLOG.md 6.5, in process: a segment deleted under the writer is a failure (one
+    ERROR line); commits from then on are reported lost, never durable; retry() makes the
+    directory again and resumes (one line), with a snapshot naming the open connection;
+    later commits are durable and their records are in the new segment."""
+    import logging
+    import shutil
+
+    from jetd.eventlog import EventLog
+    from jetwire.log import conn_name_data, conn_open_data
+
+    caplog.set_level(logging.INFO, "jetd.eventlog")
+    logdir = tmp_path / "log"
+    eventlog = EventLog(logdir, fsync="always", on_error="testing")
+    eventlog.open()
+    eventlog.append(1, LogKind.CONN_OPEN, conn_open_data("127.0.0.1:1"))
+    eventlog.append(1, LogKind.CONN_NAME, conn_name_data("one"))
+    first = eventlog.commit()
+    _wait(lambda: eventlog.durable >= first, "the first commit")
+    shutil.rmtree(logdir)
+    eventlog.append(1, LogKind.FRAME_IN, bytes([1, 0, 0, 0, 4, 0, 0, 0, 1]))
+    lost = eventlog.commit()
+    _wait(lambda: eventlog.lost >= lost, "the lost commit")
+    assert eventlog.durable < lost and eventlog.failed and "was deleted" in eventlog.failed
+    eventlog.append(1, LogKind.FRAME_IN, bytes([1, 0, 0, 0, 4, 0, 0, 0, 2]))  # dropped: still failed
+    also_lost = eventlog.commit()
+    _wait(lambda: eventlog.lost >= also_lost, "the second lost commit")
+    assert eventlog.durable < also_lost
+    eventlog.retry()
+    _wait(lambda: eventlog.failed is None, "the resume")
+    eventlog.forget_losses()
+    eventlog.append(1, LogKind.FRAME_IN, bytes([1, 0, 0, 0, 4, 0, 0, 0, 3]))
+    durable = eventlog.commit()
+    _wait(lambda: eventlog.durable >= durable, "a durable commit after the resume")
+    eventlog.close()
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "testing" in errors[0].getMessage()
+    assert sum("writing again" in r.getMessage() for r in caplog.records) == 1
+    assert eventlog.stats.failures == 1 and eventlog.stats.resumes == 1
+    (segment,) = _segments(logdir)
+    _header, records, problems = _read(segment)
+    assert problems == []
+    assert records[0].kind == LogKind.CONN_SNAPSHOT and parse_record_data(records[0].kind, records[0].data)["name"] == "one"
+    assert [r.data[-1] for r in records if r.kind == LogKind.FRAME_IN] == [3]
+
+
+def test_retry_waits_for_free_space(tmp_path):
+    """JETLOG.md 6.5: the log resumes only with resume_free bytes free on the file system."""
+    import shutil
+
+    from jetd.eventlog import EventLog
+
+    logdir = tmp_path / "log"
+    eventlog = EventLog(logdir, fsync="always", resume_free=1 << 62)
+    eventlog.open()
+    shutil.rmtree(logdir)
+    seq = eventlog.commit()
+    _wait(lambda: eventlog.lost >= seq, "the lost commit")
+    eventlog.retry()
+    seq = eventlog.commit()  # queued after the retry: done once the retry was tried
+    _wait(lambda: eventlog.lost >= seq, "the commit after the retry")
+    assert eventlog.failed is not None and eventlog.stats.resumes == 0
+    assert _segments(logdir) == []  # the attempt's file is removed again
+    eventlog.resume_free = 0
+    eventlog.retry()
+    _wait(lambda: eventlog.failed is None, "the resume")
+    eventlog.close()

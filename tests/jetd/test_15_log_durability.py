@@ -414,6 +414,7 @@ def test_retention_by_age_keeps_the_quiet_current_segment(start_jetd, tmp_path):
         (["--log-max-bytes", "1000", "--log-rotate-size", "4096"], "log_max_bytes (1000) must be 0 (no limit) or at least log_rotate_size"),
         (["--log-max-age", "-1"], "log_max_age must not be negative"),
         (["--log-writer-backlog", "0"], "log_writer_backlog must be at least 1"),
+        (["--log-on-error", "ignore"], "argument --log-on-error: invalid choice: 'ignore'"),
     ],
 )
 def test_log_limits_are_validated(tmp_path, args, message):
