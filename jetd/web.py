@@ -27,16 +27,17 @@ import mimetypes
 import re
 import struct
 import sys
-from collections.abc import Iterable
+from collections.abc import Generator, Iterable
 from pathlib import Path
 from typing import Any, Optional, cast
 
 from websockets.datastructures import Headers
 from websockets.exceptions import InvalidMessage
-from websockets.frames import Opcode
+from websockets.frames import Frame, Opcode
 from websockets.http11 import Request, Response
 from websockets.protocol import OPEN, SEND_EOF
 from websockets.server import ServerProtocol
+from websockets.streams import StreamReader
 from websockets.typing import Subprotocol
 
 from jetwire import Status
@@ -61,6 +62,7 @@ MAX_HTTP_REQUEST = 32 * 1024
 TIMEOUT_LOG_INTERVAL = 1.0  # seconds between two log lines about handshake timeouts
 TEXT_MESSAGE = "text messages are not jet: frames travel in binary messages"  # PROTOCOL.md 13.4
 CLOSE_NORMAL = 1000
+MAX_CONTROL_FRAME = 2 + 4 + 125  # RFC 6455 5.5: header, mask, at most 125 bytes of payload
 CLOSE_UNSUPPORTED_DATA = 1003
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
@@ -183,6 +185,8 @@ class WebProtocol(PeerShell):
         self.request_bytes = 0  # received before the request was complete
         self.answered_invalid = False  # a request websockets could not parse was answered 400
         self.request_start = b""  # the first bytes received (is it HTTP at all?)
+        self.held = 0  # bytes of a WebSocket frame under assembly, charged to the core
+        self.discarding = False  # closed mid-frame: what the peer still sends is dropped unparsed
 
     # --- asyncio.Protocol ---------------------------------------------------------------
 
@@ -218,11 +222,32 @@ class WebProtocol(PeerShell):
                 return
         if self.hung_up:
             self.heard = True
+        if self.discarding:
+            return
         ws = self.ws
         ws.receive_data(data)
         events = ws.events_received()
+        conn = self.conn
+        if conn is not None and conn.closing and ws.held > MAX_CONTROL_FRAME:
+            # The core is done with this peer: the data frame it is still sending would
+            # be dropped once complete, so it is dropped now, and all that follows it
+            # (a WebSocket frame is at most 1 MiB: PROTOCOL.md 13.2; lingering peers
+            # must not hold that each). PeerShell.linger ends the connection.
+            self.discarding = True
+            ws.reader.buffer.clear()
+            return
+        # PROTOCOL.md 10.7, 13.2: the bytes of a WebSocket frame still incomplete count
+        # against the input budget and the frame timeout like an incomplete jet frame.
+        # Charged before the complete frames are fed, so that no byte counts twice.
+        held = ws.held if conn is not None and not conn.closing else 0
+        if held or self.held:
+            self._hold(held)
         if events:
             self._handle(events, len(data))
+        if held and self.held and conn is not None and not conn.closing:
+            # Feeding may have finished a jet frame and stopped the frame clock; the
+            # WebSocket frame under assembly keeps it running.
+            self.server.daemon.transport_holds(conn, held, self.server.loop.time())
         elif (self.conn is None and isinstance(ws.handshake_exc, InvalidMessage) and not self.answered_invalid
               and _HTTP_REQUEST_LINE.match(self.request_start)):
             self._invalid_request(ws.handshake_exc)
@@ -307,6 +332,17 @@ class WebProtocol(PeerShell):
         if nbytes >= FLUSH_AFTER_READ:
             server.flush_after_read(self)
         else:
+            server.schedule_flush()
+
+    def _hold(self, held: int) -> None:
+        """Tell the core how many bytes websockets holds in an incomplete frame; past the
+        input budget the core closes the peer (CLOSE LIMIT_EXCEEDED, PROTOCOL.md 13.4)."""
+        conn = self.conn
+        assert conn is not None
+        server = self.server
+        self.held = held
+        if not server.daemon.transport_holds(conn, held, server.loop.time()):
+            self.held = 0
             server.schedule_flush()
 
     def _feed(self, stream: list[bytes]) -> None:
@@ -430,6 +466,7 @@ class WebProtocol(PeerShell):
         raw = self.raw
         assert raw is not None
         self.server.http_waiting.discard(self)  # counted as a peer from now on
+        self.ws.reader.frame_bytes = 0  # what the handshake took is no frame's
         self.transport = cast(asyncio.Transport, WebSocketTransport(self, raw))
         self.attach(f"ws:{self.address}")
 
@@ -609,10 +646,43 @@ def _secure(headers: Headers) -> None:
         headers[name] = value
 
 
+class _FrameReader(StreamReader):
+    """websockets' stream reader, also counting the bytes the parser has taken of the
+    frame it is parsing (its header, read piece by piece: a frame whose header alone has
+    arrived leaves the buffer empty, but it has begun)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.frame_bytes = 0
+
+    def read_exact(self, n: int) -> Generator[None, None, bytearray]:
+        data = yield from super().read_exact(n)
+        self.frame_bytes += n
+        return data
+
+
 class _SecureServerProtocol(ServerProtocol):
     """websockets' server side, whose own refusals (414, 431: a line over its limit,
     answered before jetd sees a request) carry the headers of every page as well
-    (PROTOCOL.md 13.3)."""
+    (PROTOCOL.md 13.3), and which tells how many bytes of an incomplete WebSocket frame
+    it holds (:attr:`held`, PROTOCOL.md 10.7, 13.2)."""
+
+    reader: _FrameReader
+
+    def parse(self) -> Generator[None]:
+        # Runs first inside ServerProtocol.__init__, before any byte is fed.
+        self.reader = _FrameReader()
+        yield from super().parse()
+
+    def recv_frame(self, frame: Frame) -> None:
+        self.reader.frame_bytes = 0  # the frame is complete: the next one has not begun
+        super().recv_frame(frame)
+
+    @property
+    def held(self) -> int:
+        """Bytes received of WebSocket frames not yet complete (header included)."""
+        reader = self.reader
+        return reader.frame_bytes + len(reader.buffer)
 
     def send_response(self, response: Response) -> None:
         if response.status_code != 101 and "X-Frame-Options" not in response.headers:
