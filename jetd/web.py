@@ -228,13 +228,7 @@ class WebProtocol(PeerShell):
         ws.receive_data(data)
         events = ws.events_received()
         conn = self.conn
-        if conn is not None and conn.closing and ws.held > MAX_CONTROL_FRAME:
-            # The core is done with this peer: the data frame it is still sending would
-            # be dropped once complete, so it is dropped now, and all that follows it
-            # (a WebSocket frame is at most 1 MiB: PROTOCOL.md 13.2; lingering peers
-            # must not hold that each). PeerShell.linger ends the connection.
-            self.discarding = True
-            ws.reader.buffer.clear()
+        if conn is not None and conn.closing and self._drop_frame_under_assembly():
             return
         # PROTOCOL.md 10.7, 13.2: the bytes of a WebSocket frame still incomplete count
         # against the input budget and the frame timeout like an incomplete jet frame.
@@ -286,6 +280,8 @@ class WebProtocol(PeerShell):
         if raw is None or raw.is_closing() or self.hung_up:
             return
         self.hung_up = True
+        if self.conn is not None:
+            self._drop_frame_under_assembly()
         ws = self.ws
         if ws.state is OPEN:
             ws.send_close(self.close_code)
@@ -333,6 +329,18 @@ class WebProtocol(PeerShell):
             server.flush_after_read(self)
         else:
             server.schedule_flush()
+
+    def _drop_frame_under_assembly(self) -> bool:
+        """The core is done with this peer: a data frame it is still sending would be
+        dropped once complete, so drop it now, and all the peer sends after it (a frame
+        is up to 1 MiB, PROTOCOL.md 13.2: lingering peers must not hold that each).
+        PeerShell.linger ends the connection. True if there was such a frame."""
+        ws = self.ws
+        if ws.held <= MAX_CONTROL_FRAME:
+            return False  # nothing, or what may be the peer's close frame
+        self.discarding = True
+        ws.reader.buffer.clear()
+        return True
 
     def _hold(self, held: int) -> None:
         """Tell the core how many bytes websockets holds in an incomplete frame; past the
