@@ -180,3 +180,68 @@ def test_large_messages_within_the_budget_pass(start_jetd):
     got = ws.recv(WAIT)
     assert isinstance(got, Response) and got.status == Status.OK and got.value == v(value)
     ws.close()
+
+
+# --- the dispatcher's side, without sockets (Daemon.transport_holds) -----------------
+
+
+class _Core:
+    """A Daemon with in-memory peers; what it queues for a peer is decoded by ``recv``."""
+
+    def __init__(self, **settings: object) -> None:
+        from jetd.config import Config
+        from jetd.core import Daemon
+
+        self.daemon = Daemon(Config(**settings))  # type: ignore[arg-type]
+        self.decoders: dict[int, Decoder] = {}
+
+    def connect(self):  # type: ignore[no-untyped-def]
+        conn = self.daemon.connect("mem:ws", 0.0)
+        self.decoders[conn.conn_id] = Decoder(max_body=1 << 30)
+        assert isinstance(self.recv(conn)[0], Info)
+        return conn
+
+    def recv(self, conn) -> list[object]:  # type: ignore[no-untyped-def]
+        for dirty in self.daemon.take_dirty():
+            self.decoders[dirty.conn_id].receive_data(b"".join(dirty.out))
+            dirty.out.clear()
+        return list(self.decoders[conn.conn_id].messages())
+
+
+def test_transport_holds_is_charged_like_an_incomplete_frame():
+    core = _Core(max_body=1000, max_input_buffer=3000, frame_timeout=5.0)
+    daemon = core.daemon
+    a, b = core.connect(), core.connect()
+    daemon.receive_data(a, encode(GetState(1, "k"))[:7], 0.0)  # a jet frame begun: 7 bytes
+    assert daemon.input_buffered == 7
+    assert daemon.transport_holds(a, 1000, 1.0) and daemon.transport_holds(b, 1500, 1.0)
+    assert daemon.input_buffered == 2507
+    assert daemon.transport_holds(b, 1400, 2.0) and daemon.input_buffered == 2407  # less held
+    # b's frame grows past the budget: b is closed as a TCP peer would be, its bytes freed.
+    assert not daemon.transport_holds(b, 2000, 3.0)
+    closes = [m for m in core.recv(b) if isinstance(m, Close)]
+    assert [c.status for c in closes] == [Status.LIMIT_EXCEEDED]
+    assert "input buffer limit reached" in closes[0].message
+    assert daemon.input_buffered == 1007 and b.closing
+    assert not daemon.transport_holds(b, 10, 3.0)  # a closed peer is charged nothing more
+    assert daemon.input_buffered == 1007
+    # a's frame clock started with its jet frame at 0.0: the WebSocket frame keeps it.
+    daemon.tick(4.9)
+    assert not a.closing
+    daemon.tick(5.1)
+    assert [m.status for m in core.recv(a) if isinstance(m, Close)] == [Status.TIMEOUT]
+    assert daemon.input_buffered == 0
+
+
+def test_a_complete_websocket_frame_stops_its_clock():
+    core = _Core(frame_timeout=5.0)
+    daemon = core.daemon
+    conn = core.connect()
+    assert daemon.transport_holds(conn, 14, 0.0)  # a header alone
+    assert daemon.transport_holds(conn, 0, 4.0)  # complete (and fed: nothing left)
+    daemon.tick(100.0)
+    assert not conn.closing and daemon.input_buffered == 0
+    assert daemon.transport_holds(conn, 50, 100.0)
+    daemon.tick(105.1)
+    assert [m.status for m in core.recv(conn) if isinstance(m, Close)] == [Status.TIMEOUT]
+    assert daemon.input_buffered == 0
