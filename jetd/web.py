@@ -238,10 +238,12 @@ class WebProtocol(PeerShell):
             self._hold(held)
         if events:
             self._handle(events, len(data))
-        if held and self.held and conn is not None and not conn.closing:
-            # Feeding may have finished a jet frame and stopped the frame clock; the
-            # WebSocket frame under assembly keeps it running.
-            self.server.daemon.transport_holds(conn, held, self.server.loop.time())
+            conn = self.conn
+            if conn is not None and not conn.closing and (self.held or ws.held):
+                # Feeding may have finished a jet frame and stopped the frame clock: the
+                # WebSocket frame under assembly keeps it running. And a frame that came
+                # with the handshake is charged from the upgrade on.
+                self._hold(ws.held)
         elif (self.conn is None and isinstance(ws.handshake_exc, InvalidMessage) and not self.answered_invalid
               and _HTTP_REQUEST_LINE.match(self.request_start)):
             self._invalid_request(ws.handshake_exc)
@@ -474,7 +476,6 @@ class WebProtocol(PeerShell):
         raw = self.raw
         assert raw is not None
         self.server.http_waiting.discard(self)  # counted as a peer from now on
-        self.ws.reader.frame_bytes = 0  # what the handshake took is no frame's
         self.transport = cast(asyncio.Transport, WebSocketTransport(self, raw))
         self.attach(f"ws:{self.address}")
 

@@ -39,12 +39,13 @@ _MASKED_BINARY_64 = struct.Struct(">BBQ4s")
 class RawWsPeer:
     """A WebSocket jet peer whose frames are written by hand."""
 
-    def __init__(self, web: tuple[str, int]) -> None:
+    def __init__(self, web: tuple[str, int], early: bytes = b"") -> None:
+        """Upgrade; ``early``: bytes sent right behind the request, in the same write."""
         self.sock = socket.create_connection(web, timeout=WAIT)
         self.proto = ClientProtocol(parse_uri(f"ws://{web[0]}:{web[1]}/jet"), subprotocols=[Subprotocol("jet")],
                                     max_size=None)
         self.proto.send_request(self.proto.connect())
-        self.sock.sendall(b"".join(self.proto.data_to_send()))
+        self.sock.sendall(b"".join(self.proto.data_to_send()) + early)
         self.decoder = Decoder(max_body=64 * MiB)
         self.messages: list[object] = []
         self.eof = False
@@ -148,6 +149,9 @@ def test_frames_under_assembly_are_charged_to_the_input_budget(start_jetd):
 def test_a_frame_not_completed_within_the_frame_timeout_closes(start_jetd):
     daemon = start_web_jetd(start_jetd, "--frame-timeout", "1")
     peers = [RawWsPeer(daemon.web) for _ in range(3)]
+    # A frame begun in the same write as the handshake (its header alone, and more).
+    peers += [RawWsPeer(daemon.web, _MASKED_BINARY_64.pack(0x82, 0x80 | 127, 1000, b"\0\0\0\0") + bytes(n))
+              for n in (0, 10)]
     try:
         peers[0].send_frame_start(64 * 1024, 1000)  # a frame begun
         peers[1].send_frame_start(MiB, 0)  # only its header
@@ -156,7 +160,7 @@ def test_a_frame_not_completed_within_the_frame_timeout_closes(start_jetd):
         header = _MASKED_BINARY_64.pack(0x82, 0x80 | 127, len(frame), b"\0\0\0\0")
         peers[2].sock.sendall(header + frame)
         peers[2].send_frame_start(100, 10)
-        assert settle(peers, 3) == [Status.TIMEOUT] * 3
+        assert settle(peers, 5) == [Status.TIMEOUT] * 5
         assert isinstance(peers[2].messages[0], Response) and peers[2].messages[0].status == Status.NOT_FOUND
     finally:
         for peer in peers:
