@@ -117,11 +117,11 @@ class Config:
         http_handshake_timeout: seconds a connection to the HTTP port has to send its
             whole request; until it is a peer it counts against ``max_connections``.
         max_input_buffer: bytes of received input not yet processed (incomplete frames,
-            and frames held back while a peer's output drains), all connections
-            together; the connection whose bytes would pass it is closed
-            LIMIT_EXCEEDED (PROTOCOL.md 10.7).
-        frame_timeout: seconds a peer has to complete a frame it has begun sending;
-            then it is closed TIMEOUT (PROTOCOL.md 10.7).
+            frames held back while a peer's output drains, and WebSocket frames under
+            assembly), all connections together; the connection whose bytes would pass
+            it is closed LIMIT_EXCEEDED (PROTOCOL.md 10.7, 13.2).
+        frame_timeout: seconds a peer has to complete a frame it has begun sending (a
+            WebSocket frame too); then it is closed TIMEOUT (PROTOCOL.md 10.7, 13.2).
         first_frame_timeout: seconds a new connection may stay without sending a
             whole frame before it is closed TIMEOUT; 0 means no limit.
         max_query_size: largest FETCH_QUERY / QUERY_ONCE payload, bytes (TOO_LARGE above).
@@ -380,8 +380,9 @@ _HELP = {
     "http_handshake_timeout": (
         f"seconds a connection to the HTTP port has to send its request (default {DEFAULT_HTTP_HANDSHAKE_TIMEOUT:g})"
     ),
-    "max_input_buffer": f"bytes of unprocessed input, all connections together (default {DEFAULT_MAX_INPUT_BUFFER})",
-    "frame_timeout": f"seconds a peer has to complete a frame it began (default {DEFAULT_FRAME_TIMEOUT:g})",
+    "max_input_buffer": ("bytes of unprocessed input, WebSocket frames under assembly included, all connections "
+                         f"together (default {DEFAULT_MAX_INPUT_BUFFER})"),
+    "frame_timeout": f"seconds a peer has to complete a frame it began, jet or WebSocket (default {DEFAULT_FRAME_TIMEOUT:g})",
     "first_frame_timeout": "seconds a new connection may go without a whole frame (default 0: no limit)",
     "max_query_size": f"largest query payload, bytes (default {DEFAULT_MAX_QUERY_SIZE})",
     "max_query_terms": f"matchers, operands, filters and sort of one query (default {DEFAULT_MAX_QUERY_TERMS})",

@@ -159,6 +159,9 @@ class Daemon:
         # yet to send a first frame (by deadline: the same timeout for all).
         self.input_buffered = 0
         self.partial: dict[Connection, float] = {}
+        # Bytes a transport holds for a connection before they are jet bytes (a WebSocket
+        # frame under assembly): in input_buffered too (transport_holds).
+        self.transport_held: dict[Connection, int] = {}
         self._silent: deque[tuple[float, Connection]] = deque()
         self.connections: dict[int, Connection] = {}
         self._log = log_hook
@@ -334,7 +337,7 @@ class Daemon:
             self.receive_data(conn, b"", now)
             if conn.closing or conn.stalled:
                 return False
-            if conn.rest:
+            if conn.rest or conn in self.transport_held:
                 self.partial[conn] = now  # an incomplete frame: its clock starts now
         if conn.at_eof:
             self.disconnect(conn, now, "peer closed its side")
@@ -373,11 +376,42 @@ class Daemon:
         arrived meanwhile, and the end of input, if the peer closed its side meanwhile."""
         if conn.rest and not conn.closing:
             self.receive_data(conn, b"", now)
+        if conn in self.transport_held and not (conn.closing or conn.stalled or conn.held):
+            self.partial.setdefault(conn, now)  # PROTOCOL.md 10.7: read again, so clocked again
         if conn.at_eof and not (conn.closing or conn.stalled or conn.held):
             self.disconnect(conn, now, "peer closed its side")
 
+    def transport_holds(self, conn: Connection, held: int, now: float) -> bool:
+        """The IO layer holds ``held`` bytes of ``conn``'s input that are not jet bytes yet
+        (a WebSocket frame under assembly, PROTOCOL.md 13.2). They are charged to the
+        same budget as an incomplete frame over TCP (PROTOCOL.md 10.7): they count against
+        ``max_input_buffer``, and while there are any the ``frame_timeout`` clock runs
+        (from when they began, unless the connection is stalled or held, when nothing is
+        read from it). Call it after each read with what is held then, 0 included.
+
+        Returns False if ``conn`` is closing: already, or now because ``held`` would pass
+        the budget (CLOSE LIMIT_EXCEEDED, as a TCP peer's input would)."""
+        if conn.closing:
+            return False
+        transport_held = self.transport_held
+        more = held - transport_held.get(conn, 0)
+        if more > 0 and self.input_buffered + more > self.config.max_input_buffer:
+            self._input_overflow(conn, more)
+            self._finish_closes()
+            return False
+        self.input_buffered += more
+        if held:
+            transport_held[conn] = held
+            if not (conn.stalled or conn.held or conn in self.partial):
+                self.partial[conn] = now  # PROTOCOL.md 10.7: frame_timeout from its first bytes
+        elif more:
+            del transport_held[conn]
+            if not conn.rest:
+                self.partial.pop(conn, None)
+        return True
+
     def _drop_input(self, conn: Connection) -> None:
-        self.input_buffered -= len(conn.rest)
+        self.input_buffered -= len(conn.rest) + self.transport_held.pop(conn, 0)
         conn.rest = bytearray()
         self.partial.pop(conn, None)
 

@@ -27,16 +27,17 @@ import mimetypes
 import re
 import struct
 import sys
-from collections.abc import Iterable
+from collections.abc import Generator, Iterable
 from pathlib import Path
 from typing import Any, Optional, cast
 
 from websockets.datastructures import Headers
 from websockets.exceptions import InvalidMessage
-from websockets.frames import Opcode
+from websockets.frames import Frame, Opcode
 from websockets.http11 import Request, Response
 from websockets.protocol import OPEN, SEND_EOF
 from websockets.server import ServerProtocol
+from websockets.streams import StreamReader
 from websockets.typing import Subprotocol
 
 from jetwire import Status
@@ -61,6 +62,7 @@ MAX_HTTP_REQUEST = 32 * 1024
 TIMEOUT_LOG_INTERVAL = 1.0  # seconds between two log lines about handshake timeouts
 TEXT_MESSAGE = "text messages are not jet: frames travel in binary messages"  # PROTOCOL.md 13.4
 CLOSE_NORMAL = 1000
+MAX_CONTROL_FRAME = 2 + 4 + 125  # RFC 6455 5.5: header, mask, at most 125 bytes of payload
 CLOSE_UNSUPPORTED_DATA = 1003
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
@@ -183,6 +185,8 @@ class WebProtocol(PeerShell):
         self.request_bytes = 0  # received before the request was complete
         self.answered_invalid = False  # a request websockets could not parse was answered 400
         self.request_start = b""  # the first bytes received (is it HTTP at all?)
+        self.held = 0  # bytes of a WebSocket frame under assembly, charged to the core
+        self.discarding = False  # closed mid-frame: what the peer still sends is dropped unparsed
 
     # --- asyncio.Protocol ---------------------------------------------------------------
 
@@ -218,11 +222,28 @@ class WebProtocol(PeerShell):
                 return
         if self.hung_up:
             self.heard = True
+        if self.discarding:
+            return
         ws = self.ws
         ws.receive_data(data)
         events = ws.events_received()
+        conn = self.conn
+        if conn is not None and conn.closing and self._drop_frame_under_assembly():
+            return
+        # PROTOCOL.md 10.7, 13.2: the bytes of a WebSocket frame still incomplete count
+        # against the input budget and the frame timeout like an incomplete jet frame.
+        # Charged before the complete frames are fed, so that no byte counts twice.
+        held = ws.held if conn is not None and not conn.closing else 0
+        if held or self.held:
+            self._hold(held)
         if events:
             self._handle(events, len(data))
+            conn = self.conn
+            if conn is not None and not conn.closing and (self.held or ws.held):
+                # Feeding may have finished a jet frame and stopped the frame clock: the
+                # WebSocket frame under assembly keeps it running. And a frame that came
+                # with the handshake is charged from the upgrade on.
+                self._hold(ws.held)
         elif (self.conn is None and isinstance(ws.handshake_exc, InvalidMessage) and not self.answered_invalid
               and _HTTP_REQUEST_LINE.match(self.request_start)):
             self._invalid_request(ws.handshake_exc)
@@ -261,6 +282,8 @@ class WebProtocol(PeerShell):
         if raw is None or raw.is_closing() or self.hung_up:
             return
         self.hung_up = True
+        if self.conn is not None:
+            self._drop_frame_under_assembly()
         ws = self.ws
         if ws.state is OPEN:
             ws.send_close(self.close_code)
@@ -307,6 +330,29 @@ class WebProtocol(PeerShell):
         if nbytes >= FLUSH_AFTER_READ:
             server.flush_after_read(self)
         else:
+            server.schedule_flush()
+
+    def _drop_frame_under_assembly(self) -> bool:
+        """The core is done with this peer: a data frame it is still sending would be
+        dropped once complete, so drop it now, and all the peer sends after it (a frame
+        is up to 1 MiB, PROTOCOL.md 13.2: lingering peers must not hold that each).
+        PeerShell.linger ends the connection. True if there was such a frame."""
+        ws = self.ws
+        if ws.held <= MAX_CONTROL_FRAME:
+            return False  # nothing, or what may be the peer's close frame
+        self.discarding = True
+        ws.reader.buffer.clear()
+        return True
+
+    def _hold(self, held: int) -> None:
+        """Tell the core how many bytes websockets holds in an incomplete frame; past the
+        input budget the core closes the peer (CLOSE LIMIT_EXCEEDED, PROTOCOL.md 13.4)."""
+        conn = self.conn
+        assert conn is not None
+        server = self.server
+        self.held = held
+        if not server.daemon.transport_holds(conn, held, server.loop.time()):
+            self.held = 0
             server.schedule_flush()
 
     def _feed(self, stream: list[bytes]) -> None:
@@ -609,10 +655,43 @@ def _secure(headers: Headers) -> None:
         headers[name] = value
 
 
+class _FrameReader(StreamReader):
+    """websockets' stream reader, also counting the bytes the parser has taken of the
+    frame it is parsing (its header, read piece by piece: a frame whose header alone has
+    arrived leaves the buffer empty, but it has begun)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.frame_bytes = 0
+
+    def read_exact(self, n: int) -> Generator[None, None, bytearray]:
+        data = yield from super().read_exact(n)
+        self.frame_bytes += n
+        return data
+
+
 class _SecureServerProtocol(ServerProtocol):
     """websockets' server side, whose own refusals (414, 431: a line over its limit,
     answered before jetd sees a request) carry the headers of every page as well
-    (PROTOCOL.md 13.3)."""
+    (PROTOCOL.md 13.3), and which tells how many bytes of an incomplete WebSocket frame
+    it holds (:attr:`held`, PROTOCOL.md 10.7, 13.2)."""
+
+    reader: _FrameReader
+
+    def parse(self) -> Generator[None]:
+        # Runs first inside ServerProtocol.__init__, before any byte is fed.
+        self.reader = _FrameReader()
+        yield from super().parse()
+
+    def recv_frame(self, frame: Frame) -> None:
+        self.reader.frame_bytes = 0  # the frame is complete: the next one has not begun
+        super().recv_frame(frame)
+
+    @property
+    def held(self) -> int:
+        """Bytes received of WebSocket frames not yet complete (header included)."""
+        reader = self.reader
+        return reader.frame_bytes + len(reader.buffer)
 
     def send_response(self, response: Response) -> None:
         if response.status_code != 101 and "X-Frame-Options" not in response.headers:

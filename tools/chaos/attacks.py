@@ -49,6 +49,7 @@ from .harness import (
     wait_until,
     watched,
 )
+from .websocket import RawWsPeer, web_address, ws_closures
 
 Row = dict[str, object]
 
@@ -155,6 +156,45 @@ def partial_frames(run: Run) -> Row:
         finally:
             close_all(peers)
     row["outcome"] = f"{sent} of {count} frames held 1 byte short; after the wait: {describe(ends)}"
+    return row
+
+
+def ws_partial_frames(run: Run) -> Row:
+    """Issue 29: 100 upgraded WebSocket connections each announce a 1 MiB WebSocket
+    frame and send all of it but one byte, then wait 30 s (default flags: the 64 MiB
+    input budget, the 10 s frame timeout)."""
+    row: Row = {}
+    count = run.n(100)
+    peers: list[RawWsPeer] = []
+    # Scaled down, the frame timeout is too (the wait must pass it); at full size jetd's 10 s.
+    flags = ["--http-port", "0"]
+    if run.scale < 1:
+        flags += ["--frame-timeout", f"{max(1.0, 10 * run.scale):g}"]
+    wait = run.seconds(30, 3)
+    with run.target.daemon(*flags, own=True) as daemon:
+        web = web_address(daemon)
+        try:
+            with watched(daemon, row):
+                sent = 0
+                deadline = time.monotonic() + run.seconds(60, 5)
+                for _ in range(count):
+                    if time.monotonic() > deadline:
+                        break
+                    try:
+                        peer = RawWsPeer(web)
+                    except (OSError, ConnectionError):  # a daemon that refuses more of them
+                        continue
+                    peers.append(peer)
+                    if peer.send_frame_start(MiB, MiB - 1, timeout=max(0.1, min(2.0, deadline - time.monotonic()))):
+                        sent += 1
+                early = ws_closures(peers, run.seconds(1, 0.5))
+                early_text = describe(early)
+                ends = ws_closures(peers, wait)  # 30 s as in the issue
+        finally:
+            for peer in peers:
+                peer.close()
+    row["outcome"] = (f"{sent} of {count} WebSocket frames held 1 byte short; within 1 s: {early_text}; "
+                      f"after {wait:g} s: {describe(ends)}")
     return row
 
 
@@ -567,6 +607,8 @@ ATTACKS: dict[str, tuple[str, Callable[[Run], Row]]] = {
     "fetch-100": ('100 FETCH_STATES("") over 2,000 states of 4 KiB in one write, never read', fetch_flood),
     "partial-400": ("400 connections each send all but the last byte of a 1 MiB frame", partial_frames),
     "trickle": ("frames trickled in 2-byte writes, 20 connections", trickle),
+    "ws-partial-100": ("100 WebSocket connections each send all but the last byte of a 1 MiB WebSocket frame",
+                       ws_partial_frames),
     "fsync-always": ("--log-fsync always: routed sets of 4 KiB, SIGKILL, acknowledged ids missing from the log",
                      fsync_always),
     "log-growth": ("--log-events: a 64 KiB state notified flat out to 10 fetchers", log_growth),

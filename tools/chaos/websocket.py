@@ -1,0 +1,122 @@
+"""WebSocket attackers for chaos (issue 29): peers that upgrade on jetd's HTTP listener
+and then write WebSocket frames by hand, so that they can stop in the middle of one."""
+
+from __future__ import annotations
+
+import os
+import select
+import selectors
+import socket
+import struct
+import time
+from collections import Counter
+from collections.abc import Sequence
+from typing import Optional
+
+from websockets.client import ClientProtocol
+from websockets.frames import Frame, Opcode
+from websockets.http11 import Response as HttpResponse
+from websockets.protocol import CONNECTING
+from websockets.typing import Subprotocol
+from websockets.uri import parse_uri
+
+from jetwire import Close, Decoder
+
+from .harness import Daemon, NeedsOwnDaemon
+
+WEB_LINE_TIMEOUT = 15.0
+_MASKED_BINARY_64 = struct.Struct(">BBQ4s")  # FIN + binary, mask bit + 64-bit length, mask key
+
+
+def web_address(daemon: Daemon) -> tuple[str, int]:
+    """The HTTP listener of a daemon chaos started with ``--http-port 0``: its second
+    stdout line, ``web on http://HOST:PORT/``."""
+    proc = daemon.proc
+    if proc is None or proc.stdout is None:
+        raise NeedsOwnDaemon("needs a daemon chaos starts (its HTTP port)")
+    line = b""
+    deadline = time.monotonic() + WEB_LINE_TIMEOUT
+    with selectors.DefaultSelector() as selector:
+        selector.register(proc.stdout, selectors.EVENT_READ)
+        while not line.endswith(b"\n"):
+            remaining = deadline - time.monotonic()
+            chunk = os.read(proc.stdout.fileno(), 1) if remaining > 0 and selector.select(remaining) else b""
+            if not chunk:
+                raise RuntimeError("jetd printed no 'web on' line")
+            line += chunk
+    text = line.decode().strip()
+    host, _, port = text.removeprefix("web on http://").rstrip("/").rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+class RawWsPeer:
+    """A jet peer over WebSocket whose frames are written by hand. What the daemon sends
+    is parsed by websockets' sans-IO client and the jet CLOSE, if any, is kept."""
+
+    def __init__(self, web: tuple[str, int], timeout: float = 10.0) -> None:
+        self.sock = socket.create_connection(web, timeout=timeout)
+        self.proto = ClientProtocol(parse_uri(f"ws://{web[0]}:{web[1]}/jet"), subprotocols=[Subprotocol("jet")],
+                                    max_size=None)
+        self.proto.send_request(self.proto.connect())
+        self.sock.sendall(b"".join(self.proto.data_to_send()))
+        self.decoder = Decoder(max_body=64 << 20)
+        self.close_frame: Optional[Close] = None
+        self.eof = False
+        while self.proto.state is CONNECTING:
+            if not self.read():
+                raise ConnectionError("no answer to the WebSocket handshake")
+
+    def read(self) -> bool:
+        """One read (blocking up to the socket's timeout); False at the end."""
+        try:
+            data = self.sock.recv(1 << 16)
+        except (ConnectionResetError, BrokenPipeError):
+            data = b""
+        if not data:
+            self.eof = True
+            return False
+        self.proto.receive_data(data)
+        for event in self.proto.events_received():
+            if isinstance(event, HttpResponse):
+                if event.status_code != 101:
+                    raise ConnectionError(f"handshake refused: HTTP {event.status_code}")
+            elif isinstance(event, Frame) and event.opcode in (Opcode.BINARY, Opcode.CONT):
+                self.decoder.receive_data(bytes(event.data))
+                for message in self.decoder.messages():
+                    if isinstance(message, Close):
+                        self.close_frame = message
+        return True
+
+    def send_frame_start(self, announced: int, sent: int, timeout: float) -> bool:
+        """A binary frame header announcing ``announced`` payload bytes, then ``sent`` of
+        them (mask 0). False if the daemon hung up or did not take them in time."""
+        header = _MASKED_BINARY_64.pack(0x82, 0x80 | 127, announced, b"\0\0\0\0")
+        self.sock.settimeout(timeout)
+        try:
+            self.sock.sendall(header + bytes(sent))
+        except OSError:
+            return False
+        return True
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def ws_closures(peers: Sequence[RawWsPeer], timeout: float) -> Counter[str]:
+    """Read what the daemon sends for ``timeout`` (or until every connection ended);
+    how each ended: ``CLOSE <STATUS>``, ``EOF without CLOSE`` or ``still open``."""
+    deadline = time.monotonic() + timeout
+    for peer in peers:
+        peer.sock.settimeout(1.0)
+    while time.monotonic() < deadline:
+        live = [peer.sock for peer in peers if not peer.eof]
+        if not live:
+            break
+        ready = select.select(live, [], [], min(0.2, max(0.0, deadline - time.monotonic())))[0]
+        for peer in peers:
+            if peer.sock in ready:
+                peer.read()
+    return Counter(
+        (f"CLOSE {p.close_frame.status.name}" if p.close_frame else "EOF without CLOSE") if p.eof else "still open"
+        for p in peers
+    )
