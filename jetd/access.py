@@ -71,6 +71,7 @@ AUTHENTICATE = Function.AUTHENTICATE.value  # a plain int for the dispatcher's c
 # PROTOCOL.md 15.3: refused to a connection that may not read every key.
 QUERY_FUNCTIONS = frozenset({Function.FETCH_QUERY.value, Function.QUERY_ONCE.value})
 MAX_AUTH_FAILURES = 5  # PROTOCOL.md 15.2: CLOSE after the 5th AUTH_FAILED
+AUTH_BUSY = "too many authentications waiting, try again later"  # PROTOCOL.md 15.2, with OVERLOADED
 WRITABLE_CACHE_MAX = 4096  # keys cached per connection; a peer probing many keys resets it
 # PROTOCOL.md 15.2: password checks run at once (as many as the IO layer's threads: jetd.server).
 CHECKS_AT_ONCE = 2
@@ -407,14 +408,16 @@ class PasswordChecks:
         return min((self.blocked_until(q[0], now) for q in self.waiting.values()), default=now)
 
     def blocked_until(self, check: PasswordCheck, now: float) -> float:
-        """The time before which ``check`` may not start: the later ``until`` of its
-        source's and its user's failure records (0 if neither is delayed)."""
-        until = 0.0
-        for key in ("s" + check.source, "u" + check.user):
-            record = self.records.get(key)
-            if record is not None and record.until > until:
-                until = record.until
-        return until
+        """The time before which ``check`` may not start: its source's ``until``, and
+        its user's when its source has failed too (0 if not delayed). A source without
+        recent failures is not held back by its user's: so a user being guessed at
+        from elsewhere can still log in, while each guessing address gets at most
+        one check past the user's delay before its own count holds it too."""
+        source = self.records.get("s" + check.source)
+        if source is None or now - source.last > FAILURE_MEMORY:
+            return 0.0
+        user = self.records.get("u" + check.user)
+        return max(source.until, user.until if user is not None else 0.0)
 
     def failed(self, source: str, user: str, now: float) -> float:
         """Count an AUTH_FAILED for ``source`` and ``user``; returns the delay before it
@@ -483,7 +486,8 @@ class AccessControl:
         self.resume: Callable[[Connection, float], None] = _no_resume
         self.peer_gone: Callable[[Connection], bool] = _never_gone
         # Delayed AUTH_FAILED answers: a heap by due time (delays differ, PROTOCOL.md 15.2).
-        self._auth_answers: list[tuple[float, int, Connection, int, bytes]] = []
+        # (due, seq, conn, rid, frame, refused): refused is an OVERLOADED answer, else AUTH_FAILED.
+        self._auth_answers: list[tuple[float, int, Connection, int, bytes, bool]] = []
         self._answer_seq = 0
         self.checks = PasswordChecks(config.auth_queue, config.auth_failure_delay, config.auth_failure_delay_max)
         self._pumping = False
@@ -557,12 +561,16 @@ class AccessControl:
         user = message.user
         check = PasswordCheck(conn, rid, user, message.password, frame,
                               access.password_of(user), source_of(conn.address))
-        if not self.checks.offer(check):
-            # PROTOCOL.md 15.2: a full queue answers at once; nothing is checked or counted.
-            self._log_request(conn, frame)
-            return self.out.reply(conn, rid, Status.OVERLOADED, "too many authentications waiting, try again later")
         # PROTOCOL.md 15.2: nothing more is read from the connection until it is answered.
         conn.held = True
+        if not self.checks.offer(check):
+            # PROTOCOL.md 15.2: a full queue answers OVERLOADED, unchecked and not counted
+            # as a failure, after the failure delay (unread meanwhile, so that a flood
+            # of refusals does not become a flood of cheap requests).
+            self._answer_seq += 1
+            heapq.heappush(self._auth_answers, (self.clock.now + self.config.auth_failure_delay, self._answer_seq,
+                                                conn, rid, frame, True))
+            return None
         self._pump(self.clock.now)
         return None
 
@@ -633,7 +641,7 @@ class AccessControl:
             log.info("authentication failed on %s for user %r (%d), answered in %g s",
                      conn.label, user, conn.auth_failures, delay)
             self._answer_seq += 1
-            heapq.heappush(self._auth_answers, (now + delay, self._answer_seq, conn, rid, frame))
+            heapq.heappush(self._auth_answers, (now + delay, self._answer_seq, conn, rid, frame, False))
             return
         self.checks.succeeded(user)
         self._log_request(conn, frame)
@@ -669,10 +677,14 @@ class AccessControl:
         """Delayed AUTH_FAILED answers and the auth timeout (PROTOCOL.md 15.2)."""
         answers = self._auth_answers
         while answers and answers[0][0] <= now:
-            _, _, conn, rid, frame = heapq.heappop(answers)
+            _, _, conn, rid, frame, refused = heapq.heappop(answers)
             if conn.closing:
                 continue
             self._log_request(conn, frame)
+            if refused:
+                self.out.reply(conn, rid, Status.OVERLOADED, AUTH_BUSY)
+                self._release(conn, now)
+                continue
             self.out.reply(conn, rid, Status.AUTH_FAILED, "authentication failed")
             if conn.auth_failures >= MAX_AUTH_FAILURES:
                 message = "too many failed authentications"

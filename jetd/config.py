@@ -386,7 +386,7 @@ _HELP = {
     ),
     "auth_queue": (
         f"password checks that may wait to run (default {DEFAULT_AUTH_QUEUE}; one source address may hold "
-        "a quarter); an AUTHENTICATE beyond that is answered OVERLOADED at once, unchecked"
+        "a quarter); an AUTHENTICATE beyond that is answered OVERLOADED after --auth-failure-delay, unchecked"
     ),
     "tls_cert": "PEM certificate (chain) of the listener: TLS on (with --tls-key)",
     "tls_key": "PEM private key of --tls-cert",

@@ -112,23 +112,27 @@ def test_checks_of_closed_connections_are_not_run() -> None:
     assert checks.records["ualice"].failures == CHECKS_AT_ONCE
 
 
-def test_a_full_queue_answers_overloaded_at_once() -> None:
-    core = Core(auth_queue=4)  # a source may hold 1 waiting check
+def test_a_full_queue_answers_overloaded_unqueued() -> None:
+    core = Core(auth_queue=4, auth_failure_delay=0.5)  # a source may hold 1 waiting check
     same = [core.connect(f"10.0.0.1:{i}") for i in range(4)]
     for conn in same:
         core.send(conn, Authenticate(7, "alice", "wrong"))
-    # CHECKS_AT_ONCE run, one waits, the 4th from that address is refused unchecked.
-    assert core.recv(same[3]) == [Response(7, Status.OVERLOADED, message=BUSY)]
-    assert [core.recv(c) for c in same[:3]] == [[], [], []]
+    # CHECKS_AT_ONCE run, one waits, the 4th from that address is refused unchecked ...
+    assert core.daemon.auth.checks.refused == 1 and len(core.jobs) == CHECKS_AT_ONCE
     others = [core.connect(f"10.0.1.{i}:1") for i in range(4)]
     for conn in others:
         core.send(conn, Authenticate(8, "bob", "wrong"))
-    # 4 wait now: the queue is full for every address.
-    assert [core.recv(c) for c in others] == [[], [], [], [Response(8, Status.OVERLOADED, message=BUSY)]]
-    assert core.daemon.auth.checks.queued == 4
-    assert len(core.jobs) == CHECKS_AT_ONCE
-    # A refused connection is not held: it may try again.
-    assert not same[3].held and not same[3].closing
+    # ... and with 4 waiting the queue is full for every address.
+    assert core.daemon.auth.checks.refused == 2 and core.daemon.auth.checks.queued == 4
+    # The refusals are answered after the failure delay, the connection unread meanwhile.
+    assert [core.recv(c) for c in [*same, *others]] == [[]] * 8
+    core.tick(0.5)
+    assert core.recv(same[3]) == [Response(7, Status.OVERLOADED, message=BUSY)]
+    assert core.recv(others[3]) == [Response(8, Status.OVERLOADED, message=BUSY)]
+    assert [core.recv(c) for c in [*same[:3], *others[:3]]] == [[]] * 6
+    assert len(core.jobs) == CHECKS_AT_ONCE  # nothing more was checked
+    # A refused connection is released, not counted as failing: it may try again.
+    assert not same[3].held and not same[3].closing and same[3].auth_failures == 0
 
 
 def test_another_address_goes_before_a_flooding_one() -> None:
@@ -176,19 +180,28 @@ def test_the_delay_grows_per_user_and_holds_back_its_next_check() -> None:
     guesser = core.connect("10.0.2.99:1")
     core.send(guesser, Authenticate(3, "alice", "wrong"))
     assert core.finish_checks() == 1
-    # ... and no check for alice starts before then, from any address, even the right password.
-    conn = core.connect("10.0.3.1:1")
-    core.send(conn, Authenticate(4, "alice", "a"))
-    assert core.jobs == []
-    core.tick(1.875)
-    assert core.jobs == [] and core.recv(guesser) == []
-    core.tick(0.125)
-    assert core.recv(guesser) == [Response(3, Status.AUTH_FAILED, message=FAILED)]
+    # ... and no check for alice starts before then from an address that has failed,
+    # even with the right password (a guesser cannot tell) ...
+    held = core.connect("10.0.2.0:2")
+    core.send(held, Authenticate(4, "alice", "a"))
+    core.tick(1.0)
+    assert core.jobs == [] and core.recv(held) == []
+    # ... while alice logs in at once from an address that has not failed.
+    real = core.connect("10.0.3.1:1")
+    core.send(real, Authenticate(5, "alice", "a"))
+    assert len(core.jobs) == 1
     assert core.finish_checks() == 1
-    assert core.recv(conn) == [Response(4, Status.OK)]
-    # A login clears the user's record; its addresses keep theirs.
+    assert core.recv(real) == [Response(5, Status.OK)]
+    # Her login clears the user's record (so the held check starts); addresses keep theirs.
     assert "ualice" not in core.daemon.auth.checks.records
     assert "s10.0.2.99" in core.daemon.auth.checks.records
+    assert core.finish_checks() == 1
+    assert core.recv(held) == [Response(4, Status.OK)]
+    # The guesser's answer still comes when due.
+    core.tick(0.875)
+    assert core.recv(guesser) == []
+    core.tick(0.125)
+    assert core.recv(guesser) == [Response(3, Status.AUTH_FAILED, message=FAILED)]
     # bob is not delayed by alice's failures.
     assert _fail_and_time(core, "10.0.4.1:1", "bob") == 0.5
 
@@ -268,7 +281,7 @@ def test_tcp_flood_of_closed_connections_runs_few_checks(start_jetd: Callable[..
 def test_tcp_full_queue_answers_overloaded(start_jetd: Callable[..., DaemonProcess], slow_users: Path) -> None:
     """60 connections from one address each send a wrong AUTHENTICATE and wait: those
     beyond what runs and what may wait (a quarter of --auth-queue for one address) are
-    answered OVERLOADED at once, unchecked; every one gets exactly one answer."""
+    answered OVERLOADED, unchecked; every one gets exactly one answer."""
     daemon = start_jetd("--auth", str(slow_users), "--auth-queue", "8", "--auth-failure-delay", "0.2",
                         "--log-level", "INFO")
     peers = [RawPeer(daemon.address) for _ in range(60)]
