@@ -306,10 +306,11 @@ def _never_gone(conn: Connection) -> bool:
 class PasswordCheck:
     """One AUTHENTICATE waiting for, or undergoing, its password check."""
 
-    __slots__ = ("checked", "conn", "frame", "password", "rid", "source", "user")
+    __slots__ = ("access", "checked", "conn", "frame", "password", "rid", "source", "user")
 
-    def __init__(self, conn: Connection, rid: int, user: str, password: str, frame: bytes,
+    def __init__(self, access: Access, conn: Connection, rid: int, user: str, password: str, frame: bytes,
                  checked: Optional[str], source: str) -> None:
+        self.access = access  # the users file in force when it was asked
         self.conn = conn
         self.rid = rid
         self.user = user
@@ -559,7 +560,7 @@ class AccessControl:
             self._log_request(conn, frame)
             return self.out.reply(conn, rid, Status.NOT_AUTHORIZED, f"already authenticated as {conn.user}")
         user = message.user
-        check = PasswordCheck(conn, rid, user, message.password, frame,
+        check = PasswordCheck(access, conn, rid, user, message.password, frame,
                               access.password_of(user), source_of(conn.address))
         # PROTOCOL.md 15.2: nothing more is read from the connection until it is answered.
         conn.held = True
@@ -596,8 +597,8 @@ class AccessControl:
             self._pumping = False
 
     def _start(self, check: PasswordCheck, now: float) -> None:
-        access = self.access
-        assert access is not None
+        # Against the file it was asked under; _auth_done compares with the one in force.
+        access = check.access
         user, password = check.user, check.password
         check.password = ""  # held no longer than needed
 
