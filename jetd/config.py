@@ -378,8 +378,9 @@ _HELP = {
     "auth_timeout": f"seconds to authenticate when anonymous peers may do nothing (default {DEFAULT_AUTH_TIMEOUT:g})",
     "auth_failure_delay": (
         f"seconds before each AUTH_FAILED answer (default {DEFAULT_AUTH_FAILURE_DELAY:g}); after the 5th "
-        "failure within 10 minutes from one source address, or for one user, it doubles with each "
-        "further failure, and no password of that address or user is checked before it has passed"
+        "failure within 10 minutes from one source address (IPv6: /64), or for one user, it doubles with "
+        "each further failure, and until it has passed no password of that address is checked, nor one "
+        "of that user from an address that has failed too (PROTOCOL.md 15.2)"
     ),
     "auth_failure_delay_max": (
         f"the most that growing delay reaches, seconds (default {DEFAULT_AUTH_FAILURE_DELAY_MAX:g})"
