@@ -25,6 +25,7 @@ Every cache is dropped when permissions change (:meth:`AccessControl.set_access`
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import ipaddress
 import logging
@@ -79,6 +80,7 @@ CHECKS_AT_ONCE = 2
 FREE_FAILURES = MAX_AUTH_FAILURES
 FAILURE_MEMORY = 600.0  # seconds after its last failure that a source or user is forgotten
 FAILURE_RECORDS_MAX = 100_000  # sources and users remembered; the oldest go first
+USER_KEY_MAX = 64  # longer user names are remembered by a digest (user_key)
 AUTH_BY_PASSWORD = 1  # JETLOG.md 4 CONN_AUTH method
 AUTH_BY_CERTIFICATE = 2
 
@@ -288,6 +290,14 @@ def source_of(address: str) -> str:
     return host
 
 
+def user_key(user: str) -> str:
+    """The failure-record key of ``user``: the name, or a digest of a long one (a guesser
+    may send names of up to 64 KiB; what the daemon remembers per name stays small)."""
+    if len(user) <= USER_KEY_MAX:
+        return "u" + user
+    return "U" + hashlib.blake2b(user.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
 class FailureRecord:
     """Recent AUTH_FAILED answers of one source address or one user (PROTOCOL.md 15.2)."""
 
@@ -417,7 +427,7 @@ class PasswordChecks:
         source = self.records.get("s" + check.source)
         if source is None or now - source.last > FAILURE_MEMORY:
             return 0.0
-        user = self.records.get("u" + check.user)
+        user = self.records.get(user_key(check.user))
         return max(source.until, user.until if user is not None else 0.0)
 
     def failed(self, source: str, user: str, now: float) -> float:
@@ -427,7 +437,7 @@ class PasswordChecks:
         after those first ones, no check of that source or user starts before the answer
         is due."""
         failures = 0
-        for key in ("s" + source, "u" + user):
+        for key in ("s" + source, user_key(user)):
             record = self.records.pop(key, None)
             if record is None or now - record.last > FAILURE_MEMORY:
                 record = FailureRecord()
@@ -437,7 +447,7 @@ class PasswordChecks:
             failures = max(failures, record.failures)
         delay = self.delay_for(failures)
         if failures > FREE_FAILURES:
-            for key in ("s" + source, "u" + user):
+            for key in ("s" + source, user_key(user)):
                 record = self.records[key]
                 record.until = max(record.until, now + delay)
         while len(self.records) > FAILURE_RECORDS_MAX:
@@ -453,7 +463,7 @@ class PasswordChecks:
     def succeeded(self, user: str) -> None:
         """A user who logs in is no longer delayed (its source still is: one address may
         hold both an attacker and a user with a password)."""
-        self.records.pop("u" + user, None)
+        self.records.pop(user_key(user), None)
 
 
 class AccessControl:

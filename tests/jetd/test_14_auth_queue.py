@@ -206,6 +206,15 @@ def test_the_delay_grows_per_user_and_holds_back_its_next_check() -> None:
     assert _fail_and_time(core, "10.0.4.1:1", "bob") == 0.5
 
 
+def test_long_user_names_are_remembered_small() -> None:
+    core = Core(auth_failure_delay=0.5)
+    name = "x" * 60_000
+    assert _fail_and_time(core, "10.0.5.1:1", name) == 0.5
+    keys = list(core.daemon.auth.checks.records)
+    assert keys[0] == "s10.0.5.1" and len(keys) == 2 and len(keys[1]) <= 33
+    assert core.daemon.auth.checks.records[keys[1]].failures == 1
+
+
 def test_the_fifth_failure_on_one_connection_still_closes() -> None:
     core = Core(auth_failure_delay=0.1)
     conn = core.connect("10.0.0.8:1")
