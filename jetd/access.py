@@ -9,6 +9,11 @@ the daemon's side of authentication.
 - :class:`AccessControl` is the access part of :class:`jetd.core.Daemon`: AUTHENTICATE, the
   per-failure delay, the failure limit and the auth timeout, the checks the handlers
   call, and applying new permissions to a connection (on authentication and on SIGHUP).
+- :class:`FailureRecord` and :class:`PasswordChecks` keep password checks cheap to attack
+  (PROTOCOL.md 15.2): at most :data:`CHECKS_AT_ONCE` run, the rest wait in a bounded
+  queue taken round-robin by source address, a waiting check whose connection closed is
+  dropped unrun, and a source address or user with many recent failures waits a growing
+  delay before its next check may start.
 
 What the hot paths pay: without ``--auth`` a connection's ``perms`` and ``writable`` are
 None and nothing is checked. With it, ``read`` costs nothing per event: a fetch is
@@ -20,6 +25,9 @@ Every cache is dropped when permissions change (:meth:`AccessControl.set_access`
 
 from __future__ import annotations
 
+import hashlib
+import heapq
+import ipaddress
 import logging
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -41,15 +49,21 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AUTHENTICATE",
+    "CHECKS_AT_ONCE",
+    "FREE_FAILURES",
     "MAX_AUTH_FAILURES",
     "QUERY_FUNCTIONS",
     "Access",
     "AccessControl",
+    "FailureRecord",
     "Offload",
+    "PasswordCheck",
+    "PasswordChecks",
     "Permissions",
     "PrefixSet",
     "intersect",
     "mask_authenticate",
+    "source_of",
 ]
 
 log = logging.getLogger("jetd")
@@ -58,7 +72,15 @@ AUTHENTICATE = Function.AUTHENTICATE.value  # a plain int for the dispatcher's c
 # PROTOCOL.md 15.3: refused to a connection that may not read every key.
 QUERY_FUNCTIONS = frozenset({Function.FETCH_QUERY.value, Function.QUERY_ONCE.value})
 MAX_AUTH_FAILURES = 5  # PROTOCOL.md 15.2: CLOSE after the 5th AUTH_FAILED
+AUTH_BUSY = "too many authentications waiting, try again later"  # PROTOCOL.md 15.2, with OVERLOADED
 WRITABLE_CACHE_MAX = 4096  # keys cached per connection; a peer probing many keys resets it
+# PROTOCOL.md 15.2: password checks run at once (as many as the IO layer's threads: jetd.server).
+CHECKS_AT_ONCE = 2
+# PROTOCOL.md 15.2: failures of one source address or user before its delay starts to grow.
+FREE_FAILURES = MAX_AUTH_FAILURES
+FAILURE_MEMORY = 600.0  # seconds after its last failure that a source or user is forgotten
+FAILURE_RECORDS_MAX = 100_000  # sources and users remembered; the oldest go first
+USER_KEY_MAX = 64  # longer user names are remembered by a digest (user_key)
 AUTH_BY_PASSWORD = 1  # JETLOG.md 4 CONN_AUTH method
 AUTH_BY_CERTIFICATE = 2
 
@@ -250,6 +272,200 @@ def mask_authenticate(frame: bytes) -> bytes:
     return bytes((REQUEST,)) + len(body).to_bytes(4, "big") + body
 
 
+def source_of(address: str) -> str:
+    """The source a connection's failures are counted under (PROTOCOL.md 15.2): the host
+    of ``address`` (``host:port``), an IPv6 host narrowed to its /64 (one machine usually
+    holds a whole /64). An address without a port (a Unix socket, an in-memory peer)
+    is its own source."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        return address
+    host = host.strip("[]")
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    if ip.version == 6:
+        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    return host
+
+
+def user_key(user: str) -> str:
+    """The failure-record key of ``user``: the name, or a digest of a long one (a guesser
+    may send names of up to 64 KiB; what the daemon remembers per name stays small)."""
+    if len(user) <= USER_KEY_MAX:
+        return "u" + user
+    return "U" + hashlib.blake2b(user.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+class FailureRecord:
+    """Recent AUTH_FAILED answers of one source address or one user (PROTOCOL.md 15.2)."""
+
+    __slots__ = ("failures", "last", "until")
+
+    def __init__(self) -> None:
+        self.failures = 0
+        self.last = 0.0  # when the last failure was counted
+        self.until = 0.0  # no check of this source or user starts before then
+
+
+def _never_gone(conn: Connection) -> bool:
+    return False
+
+
+class PasswordCheck:
+    """One AUTHENTICATE waiting for, or undergoing, its password check."""
+
+    __slots__ = ("access", "checked", "conn", "frame", "password", "rid", "source", "user")
+
+    def __init__(self, access: Access, conn: Connection, rid: int, user: str, password: str, frame: bytes,
+                 checked: Optional[str], source: str) -> None:
+        self.access = access  # the users file in force when it was asked
+        self.conn = conn
+        self.rid = rid
+        self.user = user
+        self.password = password
+        self.frame = frame
+        self.checked = checked  # the stored hash when it was asked (see AccessControl._auth_done)
+        self.source = source
+
+
+class PasswordChecks:
+    """The bounded queue of password checks (PROTOCOL.md 15.2), sans-IO.
+
+    Waiting checks are kept per source address and taken round-robin across sources, so
+    a flood from one address delays another address's login by at most the checks
+    already running. A source holds at most a quarter of ``limit``. The failure records
+    per source and per user decide when a check may start (:meth:`blocked_until`).
+
+    Attributes:
+        run, dropped, refused: counters: checks started, checks dropped because their
+            connection closed while they waited, AUTHENTICATEs refused with a full queue.
+    """
+
+    def __init__(self, limit: int, delay: float, delay_max: float) -> None:
+        self.limit = limit
+        self.per_source = max(1, limit // 4)
+        self.delay = delay
+        self.delay_max = delay_max
+        self.waiting: dict[str, deque[PasswordCheck]] = {}  # by source, in round-robin order
+        self.queued = 0
+        self.running = 0
+        self.records: dict[str, FailureRecord] = {}  # "s" + source or "u" + user, oldest first
+        self.run = 0
+        self.dropped = 0
+        self.refused = 0
+        self.busy = False  # offered a check since the queue was last idle
+
+    def offer(self, check: PasswordCheck) -> bool:
+        """Queue ``check``; False (not queued) when the queue or its source's share is full."""
+        self.busy = True
+        self.purge()
+        mine = self.waiting.get(check.source)
+        if self.queued >= self.limit or (mine is not None and len(mine) >= self.per_source):
+            self.refused += 1
+            return False
+        if mine is None:
+            mine = self.waiting[check.source] = deque()
+        mine.append(check)
+        self.queued += 1
+        return True
+
+    def purge(self, gone: Callable[[Connection], bool] = _never_gone) -> int:
+        """Drop the waiting checks of closed connections, unrun (``gone(conn)``: the IO
+        layer's word that a peer whose reading is paused has gone); returns how many."""
+        dropped = 0
+        # The IO layer closes a gone peer's connection; its disconnect comes later.
+        dead = {id(c.conn) for q in self.waiting.values() for c in q if c.conn.closing or gone(c.conn)}
+        for source in [s for s, q in self.waiting.items() if any(id(c.conn) in dead for c in q)]:
+            checks = self.waiting[source]
+            kept = deque(c for c in checks if id(c.conn) not in dead)
+            for check in checks:
+                if id(check.conn) in dead:
+                    check.conn.held = False
+            dropped += len(checks) - len(kept)
+            if kept:
+                self.waiting[source] = kept
+            else:
+                del self.waiting[source]
+        self.queued -= dropped
+        self.dropped += dropped
+        return dropped
+
+    def take(self, now: float) -> Optional[PasswordCheck]:
+        """The next check allowed to start now (round-robin by source), or None: none
+        waits, :data:`CHECKS_AT_ONCE` run, or every waiting source or user is delayed."""
+        if self.running >= CHECKS_AT_ONCE or not self.queued:
+            return None
+        for source in list(self.waiting):
+            checks = self.waiting[source]
+            if self.blocked_until(checks[0], now) > now:
+                continue
+            check = checks.popleft()
+            del self.waiting[source]  # to the end of the round
+            if checks:
+                self.waiting[source] = checks
+            self.queued -= 1
+            self.running += 1
+            self.run += 1
+            return check
+        return None
+
+    def finished(self) -> None:
+        self.running -= 1
+
+    def next_start(self, now: float) -> float:
+        """When a delayed waiting check may start (``now`` or earlier when one can)."""
+        return min((self.blocked_until(q[0], now) for q in self.waiting.values()), default=now)
+
+    def blocked_until(self, check: PasswordCheck, now: float) -> float:
+        """The time before which ``check`` may not start: its source's ``until``, and
+        its user's when its source has failed too (0 if not delayed). A source without
+        recent failures is not held back by its user's: so a user being guessed at
+        from elsewhere can still log in, while each guessing address gets at most
+        one check past the user's delay before its own count holds it too."""
+        source = self.records.get("s" + check.source)
+        if source is None or now - source.last > FAILURE_MEMORY:
+            return 0.0
+        user = self.records.get(user_key(check.user))
+        return max(source.until, user.until if user is not None else 0.0)
+
+    def failed(self, source: str, user: str, now: float) -> float:
+        """Count an AUTH_FAILED for ``source`` and ``user``; returns the delay before it
+        is answered: ``delay`` for each of the first :data:`FREE_FAILURES` (within
+        :data:`FAILURE_MEMORY` seconds), then doubling per failure up to ``delay_max``;
+        after those first ones, no check of that source or user starts before the answer
+        is due."""
+        failures = 0
+        for key in ("s" + source, user_key(user)):
+            record = self.records.pop(key, None)
+            if record is None or now - record.last > FAILURE_MEMORY:
+                record = FailureRecord()
+            record.failures += 1
+            record.last = now
+            self.records[key] = record  # the newest last: the oldest are forgotten first
+            failures = max(failures, record.failures)
+        delay = self.delay_for(failures)
+        if failures > FREE_FAILURES:
+            for key in ("s" + source, user_key(user)):
+                record = self.records[key]
+                record.until = max(record.until, now + delay)
+        while len(self.records) > FAILURE_RECORDS_MAX:
+            del self.records[next(iter(self.records))]
+        return delay
+
+    def delay_for(self, failures: int) -> float:
+        """The delay of the ``failures``-th recent failure (see :meth:`failed`)."""
+        if failures <= FREE_FAILURES:
+            return self.delay
+        return min(self.delay_max, self.delay * 2.0 ** min(failures - FREE_FAILURES, 64))
+
+    def succeeded(self, user: str) -> None:
+        """A user who logs in is no longer delayed (its source still is: one address may
+        hold both an attacker and a user with a password)."""
+        self.records.pop(user_key(user), None)
+
+
 class AccessControl:
     """The access part: authentication and the permission checks (PROTOCOL.md 15).
 
@@ -261,6 +477,10 @@ class AccessControl:
             :data:`Offload`); None runs them inline.
         resume: set by the dispatcher: reads on a connection whose AUTHENTICATE was
             answered (the frames that arrived meanwhile, then its end of input).
+        peer_gone: set by the IO layer: ``peer_gone(conn)`` is True when the peer of a
+            connection whose reading is paused has ended its input (its FIN waits
+            unread); the IO layer then closes it. The queue asks it before a check
+            starts (PROTOCOL.md 15.2: such a check is dropped unrun).
     """
 
     subscriptions: Subscriptions  # wired by jetd.core.Daemon: fetches under new permissions
@@ -275,7 +495,13 @@ class AccessControl:
         self.access = access
         self.offload: Optional[Offload] = None
         self.resume: Callable[[Connection, float], None] = _no_resume
-        self._auth_answers: deque[tuple[float, Connection, int, bytes]] = deque()  # delayed AUTH_FAILED
+        self.peer_gone: Callable[[Connection], bool] = _never_gone
+        # Delayed AUTH_FAILED answers: a heap by due time (delays differ, PROTOCOL.md 15.2).
+        # (due, seq, conn, rid, frame, refused): refused is an OVERLOADED answer, else AUTH_FAILED.
+        self._auth_answers: list[tuple[float, int, Connection, int, bytes, bool]] = []
+        self._answer_seq = 0
+        self.checks = PasswordChecks(config.auth_queue, config.auth_failure_delay, config.auth_failure_delay_max)
+        self._pumping = False
         self._auth_deadlines: deque[tuple[float, Connection]] = deque()  # auth timeout, in connect order
 
     # --- the checks the handlers call -------------------------------------------------
@@ -343,29 +569,68 @@ class AccessControl:
         if conn.user is not None:
             self._log_request(conn, frame)
             return self.out.reply(conn, rid, Status.NOT_AUTHORIZED, f"already authenticated as {conn.user}")
+        user = message.user
+        check = PasswordCheck(access, conn, rid, user, message.password, frame,
+                              access.password_of(user), source_of(conn.address))
         # PROTOCOL.md 15.2: nothing more is read from the connection until it is answered.
         conn.held = True
-        user, password = message.user, message.password
-        checked = access.password_of(user)  # what the check compares with (see _auth_done)
+        if not self.checks.offer(check):
+            # PROTOCOL.md 15.2: a full queue answers OVERLOADED, unchecked and not counted
+            # as a failure, after the failure delay (unread meanwhile, so that a flood
+            # of refusals does not become a flood of cheap requests).
+            self._answer_seq += 1
+            heapq.heappush(self._auth_answers, (self.clock.now + self.config.auth_failure_delay, self._answer_seq,
+                                                conn, rid, frame, True))
+            return None
+        self._pump(self.clock.now)
+        return None
 
-        def done(ok: bool, now: float) -> None:
-            self._auth_done(conn, rid, user, ok, now, frame, checked)
+    def _pump(self, now: float) -> None:
+        """Start the waiting checks that may start (PROTOCOL.md 15.2)."""
+        if self._pumping:
+            return  # an inline check finished inside the loop below: it goes on
+        self._pumping = True
+        try:
+            checks = self.checks
+            checks.purge(self.peer_gone)
+            while True:
+                check = checks.take(now)
+                if check is None:
+                    break
+                self._start(check, now)
+            if checks.busy and not checks.queued and not checks.running:
+                # One line per burst, with the totals (tests and tools.chaos read them).
+                checks.busy = False
+                log.info("password checks idle: %d run, %d dropped (connection closed), %d refused (queue full) "
+                         "since start", checks.run, checks.dropped, checks.refused)
+        finally:
+            self._pumping = False
+
+    def _start(self, check: PasswordCheck, now: float) -> None:
+        # Against the file it was asked under; _auth_done compares with the one in force.
+        access = check.access
+        user, password = check.user, check.password
+        check.password = ""  # held no longer than needed
+
+        def done(ok: bool, when: float) -> None:
+            self.checks.finished()
+            self._auth_done(check.conn, check.rid, user, ok, when, check.frame, check.checked, check.source)
+            self._pump(when)
 
         if self.offload is not None:
             self.offload(lambda: access.verify(user, password), done)
         else:
-            done(access.verify(user, password), self.clock.now)
-        return None
+            done(access.verify(user, password), now)
 
     def _log_request(self, conn: Connection, frame: bytes) -> None:
         if self._log is not None:
             self._log(conn.conn_id, FRAME_IN, frame)
 
     def _auth_done(self, conn: Connection, rid: int, user: str, ok: bool, now: float, frame: bytes,
-                   checked: Optional[str]) -> None:
+                   checked: Optional[str], source: str) -> None:
         self.clock.now = now
         access = self.access
-        if conn.closing or access is None:
+        if access is None:
             conn.held = False
             return
         if ok and access.password_of(user) != checked:
@@ -374,11 +639,22 @@ class AccessControl:
             log.info("authentication of %s as %r failed: the users file changed the user during the check",
                      conn.label, user)
             ok = False
+        if conn.closing:
+            conn.held = False
+            if not ok:
+                # PROTOCOL.md 15.2: a failure counts for its source and user even when
+                # the peer did not wait for the answer (else closing would dodge the delay).
+                self.checks.failed(source, user, now)
+            return
         if not ok:
             conn.auth_failures += 1
-            log.info("authentication failed on %s for user %r (%d)", conn.label, user, conn.auth_failures)
-            self._auth_answers.append((now + self.config.auth_failure_delay, conn, rid, frame))
+            delay = self.checks.failed(source, user, now)
+            log.info("authentication failed on %s for user %r (%d), answered in %g s",
+                     conn.label, user, conn.auth_failures, delay)
+            self._answer_seq += 1
+            heapq.heappush(self._auth_answers, (now + delay, self._answer_seq, conn, rid, frame, False))
             return
+        self.checks.succeeded(user)
         self._log_request(conn, frame)
         self._authenticated(conn, user, AUTH_BY_PASSWORD)
         self.out.send(conn, ok_frame(rid))
@@ -412,10 +688,14 @@ class AccessControl:
         """Delayed AUTH_FAILED answers and the auth timeout (PROTOCOL.md 15.2)."""
         answers = self._auth_answers
         while answers and answers[0][0] <= now:
-            _, conn, rid, frame = answers.popleft()
+            _, _, conn, rid, frame, refused = heapq.heappop(answers)
             if conn.closing:
                 continue
             self._log_request(conn, frame)
+            if refused:
+                self.out.reply(conn, rid, Status.OVERLOADED, AUTH_BUSY)
+                self._release(conn, now)
+                continue
             self.out.reply(conn, rid, Status.AUTH_FAILED, "authentication failed")
             if conn.auth_failures >= MAX_AUTH_FAILURES:
                 message = "too many failed authentications"
@@ -423,6 +703,9 @@ class AccessControl:
                 self.out.close_with(conn, Status.AUTH_FAILED, message, close_frame(Status.AUTH_FAILED, message))
             else:
                 self._release(conn, now)
+        # Checks wait for closed connections to be dropped and for delays to pass.
+        if self.checks.queued:
+            self._pump(now)
         deadlines = self._auth_deadlines
         while deadlines and deadlines[0][0] <= now:
             _, conn = deadlines.popleft()

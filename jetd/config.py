@@ -60,6 +60,8 @@ DEFAULT_MAX_WINDOW = 1000
 DEFAULT_MAX_FIELD_DEPTH = 16
 DEFAULT_AUTH_TIMEOUT = 10.0  # PROTOCOL.md 15.2: seconds to authenticate (no anonymous permissions)
 DEFAULT_AUTH_FAILURE_DELAY = 0.5  # PROTOCOL.md 15.2: seconds before each AUTH_FAILED
+DEFAULT_AUTH_FAILURE_DELAY_MAX = 30.0  # PROTOCOL.md 15.2: the growing delay per source and user stops here
+DEFAULT_AUTH_QUEUE = 64  # PROTOCOL.md 15.2: password checks waiting to run, all connections together
 
 FSYNC_POLICIES = ("always", "interval", "never")
 LOG_ERROR_POLICIES = ("stop", "refuse", "continue")  # JETLOG.md 6.5
@@ -133,6 +135,10 @@ class Config:
         auth_timeout: seconds a connection may stay unauthenticated when the
             anonymous entry grants nothing (PROTOCOL.md 15.2).
         auth_failure_delay: seconds before each AUTH_FAILED answer (PROTOCOL.md 15.2).
+        auth_failure_delay_max: the most the delay grows to for a source address or a
+            user with many recent failures (PROTOCOL.md 15.2).
+        auth_queue: password checks that may wait to run, all connections together; a
+            source address may hold a quarter of them (PROTOCOL.md 15.2).
         tls_cert: PEM certificate chain of the listener; with ``tls_key`` turns on TLS.
         tls_key: PEM private key of ``tls_cert``.
         tls_client_ca: PEM CA bundle: peers may present a client certificate signed by
@@ -182,6 +188,8 @@ class Config:
     auth: Optional[str] = None
     auth_timeout: float = DEFAULT_AUTH_TIMEOUT
     auth_failure_delay: float = DEFAULT_AUTH_FAILURE_DELAY
+    auth_failure_delay_max: float = DEFAULT_AUTH_FAILURE_DELAY_MAX
+    auth_queue: int = DEFAULT_AUTH_QUEUE
     tls_cert: Optional[str] = None
     tls_key: Optional[str] = None
     tls_client_ca: Optional[str] = None
@@ -248,6 +256,13 @@ class Config:
             raise ConfigError(f"auth_timeout must be above 0 seconds, got {self.auth_timeout}")
         if self.auth_failure_delay < 0:
             raise ConfigError(f"auth_failure_delay must not be negative, got {self.auth_failure_delay}")
+        if self.auth_failure_delay_max < self.auth_failure_delay:
+            raise ConfigError(
+                f"auth_failure_delay_max ({self.auth_failure_delay_max}) must not be below "
+                f"auth_failure_delay ({self.auth_failure_delay})"
+            )
+        if self.auth_queue < 1:
+            raise ConfigError(f"auth_queue must be at least 1, got {self.auth_queue}")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ConfigError(
                 "--tls-cert and --tls-key go together (tls_cert and tls_key in a --config file): give both, or neither"
@@ -390,7 +405,19 @@ _HELP = {
     "max_field_depth": f"segments of one field path (default {DEFAULT_MAX_FIELD_DEPTH})",
     "auth": "users file: require authentication and enforce permissions (re-read on SIGHUP)",
     "auth_timeout": f"seconds to authenticate when anonymous peers may do nothing (default {DEFAULT_AUTH_TIMEOUT:g})",
-    "auth_failure_delay": f"seconds before each AUTH_FAILED answer (default {DEFAULT_AUTH_FAILURE_DELAY:g})",
+    "auth_failure_delay": (
+        f"seconds before each AUTH_FAILED answer (default {DEFAULT_AUTH_FAILURE_DELAY:g}); after the 5th "
+        "failure within 10 minutes from one source address (IPv6: /64), or for one user, it doubles with "
+        "each further failure, and until it has passed no password of that address is checked, nor one "
+        "of that user from an address that has failed too (PROTOCOL.md 15.2)"
+    ),
+    "auth_failure_delay_max": (
+        f"the most that growing delay reaches, seconds (default {DEFAULT_AUTH_FAILURE_DELAY_MAX:g})"
+    ),
+    "auth_queue": (
+        f"password checks that may wait to run (default {DEFAULT_AUTH_QUEUE}; one source address may hold "
+        "a quarter); an AUTHENTICATE beyond that is answered OVERLOADED after --auth-failure-delay, unchecked"
+    ),
     "tls_cert": "PEM certificate (chain) of the listener: TLS on (with --tls-key)",
     "tls_key": "PEM private key of --tls-cert",
     "tls_client_ca": "PEM CA bundle for client certificates; a verified certificate's CN is the user",

@@ -41,6 +41,7 @@ import ipaddress
 import logging
 import os
 import resource
+import select
 import socket
 import ssl
 import struct
@@ -69,6 +70,7 @@ LINGER_MAX = 60.0  # hang_up: seconds a peer that still reads its last bytes is 
 # Password checks (argon2id: ~64 MiB and a fraction of a second each) run on this many
 # threads at most, which bounds their memory and leaves the loop its core.
 PASSWORD_CHECK_THREADS = 2
+POLL_GONE = getattr(select, "POLLRDHUP", 0) | select.POLLHUP | select.POLLERR  # jetd.access peer_gone
 DRAIN_CHUNK = 256 * 1024  # bytes handed to a paused transport per write while draining
 # libuv reads up to 32 times per readiness event, so one loop turn can bring megabytes;
 # after a read this large we flush at once, which bounds what one turn queues per peer
@@ -363,6 +365,26 @@ class PeerProtocol(PeerShell):
                 self.abort_handle = self.server.loop.call_later(self.server.config.shutdown_grace, transport.abort)
 
 
+def peer_gone(conn: Connection) -> bool:
+    """PROTOCOL.md 15.2: True (and the connection aborted) when the peer of ``conn``, whose
+    reading is paused behind its AUTHENTICATE, has ended its input: its FIN waits unread,
+    which poll's POLLRDHUP sees behind any unread bytes."""
+    transport = getattr(conn.io, "raw", None)
+    if transport is None:
+        return False
+    if transport.is_closing():
+        return True
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return False
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLIN | POLL_GONE)
+    if not any(events & POLL_GONE for _fd, events in poller.poll(0)):
+        return False
+    transport.abort()
+    return True
+
+
 class Server:
     """The listening socket, the core, the per-turn flush and the clock."""
 
@@ -381,6 +403,7 @@ class Server:
         self.ssl_context = ssl_context
         self.daemon = Daemon(config, eventlog.append if eventlog is not None else None, access)
         self.daemon.auth.offload = self._offload
+        self.daemon.auth.peer_gone = peer_gone
         # PeerShells whose reading is paused while their AUTHENTICATE is answered.
         self.held: set[Any] = set()
         self._checks: Optional[concurrent.futures.ThreadPoolExecutor] = None

@@ -31,6 +31,7 @@ from jetwire import (
 )
 from jetwire.log import LogKind, LogRecord, iter_log
 
+from .auth import auth_close, auth_flood
 from .harness import (
     HEADER,
     Daemon,
@@ -618,6 +619,11 @@ ATTACKS: dict[str, tuple[str, Callable[[Run], Row]]] = {
     "shutdown-close": ("pipelining peers at SIGTERM: do they get CLOSE?", shutdown_close),
     "notify-edge": ("NOTIFY_STATE event within 4 bytes of max_body, no fetcher", notify_edge),
     "fd-limit": ("RLIMIT_NOFILE 64 < max_connections: 100 connections", fd_limit),
+    # Issue 29: authentication that cannot be starved (PROTOCOL.md 15.2; tools/chaos/auth.py).
+    "auth-close": ("60 connections each send one wrong AUTHENTICATE and close; then a real login",
+                   lambda r: auth_close(r.target, r.n(60))),
+    "auth-flood": ("60 connections repeat wrong AUTHENTICATEs for 30 s; a real login from another address every 2 s",
+                   lambda r: auth_flood(r.target, r.n(60), r.seconds(30.0, 3.0))),
 }
 
 
