@@ -74,7 +74,7 @@ QUERY_FUNCTIONS = frozenset({Function.FETCH_QUERY.value, Function.QUERY_ONCE.val
 MAX_AUTH_FAILURES = 5  # PROTOCOL.md 15.2: CLOSE after the 5th AUTH_FAILED
 AUTH_BUSY = "too many authentications waiting, try again later"  # PROTOCOL.md 15.2, with OVERLOADED
 WRITABLE_CACHE_MAX = 4096  # keys cached per connection; a peer probing many keys resets it
-# PROTOCOL.md 15.2: password checks run at once (as many as the IO layer's threads: jetd.server).
+# PROTOCOL.md 15.2: password checks run at once (the IO layer runs them on as many threads).
 CHECKS_AT_ONCE = 2
 # PROTOCOL.md 15.2: failures of one source address or user before its delay starts to grow.
 FREE_FAILURES = MAX_AUTH_FAILURES

@@ -53,7 +53,7 @@ from typing import Any, Optional, cast
 
 from jetwire import Status
 
-from .access import Access
+from .access import CHECKS_AT_ONCE, Access
 from .config import Config
 from .core import Connection, Daemon
 from .eventlog import RETRY_INTERVAL, EventLog
@@ -67,9 +67,9 @@ log = logging.getLogger("jetd")
 
 LINGER_QUIET = 0.2  # hang_up: seconds without input after which the socket is closed
 LINGER_MAX = 60.0  # hang_up: seconds a peer that still reads its last bytes is given at most
-# Password checks (argon2id: ~64 MiB and a fraction of a second each) run on this many
-# threads at most, which bounds their memory and leaves the loop its core.
-PASSWORD_CHECK_THREADS = 2
+# Password checks (argon2id: ~64 MiB and a fraction of a second each) run on as many
+# threads as the access part lets run at once, which bounds their memory.
+PASSWORD_CHECK_THREADS = CHECKS_AT_ONCE
 POLL_GONE = getattr(select, "POLLRDHUP", 0) | select.POLLHUP | select.POLLERR  # jetd.access peer_gone
 DRAIN_CHUNK = 256 * 1024  # bytes handed to a paused transport per write while draining
 # libuv reads up to 32 times per readiness event, so one loop turn can bring megabytes;
