@@ -121,6 +121,9 @@ class Daemon:
             (JETLOG.md 4), or None when no event log is kept.
         access: the loaded users file when authentication is on (PROTOCOL.md 15), else
             None: then nothing is checked.
+        clock: the IO layer's monotonic time source, on the time base of the ``now`` it
+            passes in; the scheduler reads it to end slices of work after about 1 ms
+            (:mod:`jetd.scheduler`). None: slices are counted in items only.
 
     Attributes:
         registry, router, subscriptions, queries, auth, scheduler, out: the parts
@@ -128,12 +131,13 @@ class Daemon:
             password checks off the loop (:data:`jetd.access.Offload`).
     """
 
-    def __init__(self, config: Config, log_hook: Optional[LogHook] = None, access: Optional[Access] = None) -> None:
+    def __init__(self, config: Config, log_hook: Optional[LogHook] = None, access: Optional[Access] = None,
+                 clock: Optional[Callable[[], float]] = None) -> None:
         self.config = config
         self.stats = DaemonStats()
         self.clock = Clock()
         self.out = Output(config, self.stats, log_hook)
-        self.scheduler = Scheduler()
+        self.scheduler = Scheduler(clock=clock)
         self.registry = Registry(config, self.out)
         self.subscriptions = Subscriptions(config, self.out, self.clock, self.stats, log_hook, self.registry,
                                            self.scheduler)
@@ -296,14 +300,25 @@ class Daemon:
         next slice of initial adds of each ready connection, then its held input.
         Returns the connections that caught up: the IO layer may read them again."""
         self.clock.now = now
+        scheduler = self.scheduler
+        scheduler.begin(now)
         if self.router.expiring:
             self.router.expire(now)
-        ready = self.scheduler.take()
+        ready = scheduler.take()
         resumed: list[Connection] = []
         budget = self.out.out_budget
-        for conn in ready:
+        # One turn lasts about a slice (jetd.scheduler): the connections not reached go
+        # first in the next turn, after the IO layer has served the sockets.
+        turn_end = now + scheduler.slice_seconds
+        served = False
+        for index, conn in enumerate(ready):
             if conn.closing or not conn.stalled or conn.paused or conn.out_size > budget:
                 continue  # a write, drained() or take_dirty() brings it back
+            if served and scheduler.over(turn_end):
+                scheduler.put_back(ready[index:])
+                break
+            served = True
+            scheduler.restart()
             try:
                 if self._go_on(conn, now):
                     resumed.append(conn)
@@ -383,6 +398,7 @@ class Daemon:
         """Expire routes (PROTOCOL.md 10.3 route timeout) and slow consumers stuck past
         the deadline (PROTOCOL.md 10.8)."""
         self.clock.now = now
+        self.scheduler.begin(now)
         self.router.expire(now)
         if self.partial:
             limit = self.config.frame_timeout
@@ -427,6 +443,7 @@ class Daemon:
         if conn.closing:
             return
         self.clock.now = now
+        self.scheduler.begin(now)
         rest = conn.rest
         had_rest = bool(rest)
         # PROTOCOL.md 15.2: while its AUTHENTICATE is being answered (``held``) a

@@ -259,7 +259,7 @@ class Queries:
         fetch = delivery.fetch
         if group.seeding:
             group.seed(self.registry.matching_after(group.compiled.prefix, group.seed_cursor),
-                       self.scheduler.seed_slice)
+                       self.scheduler.seed_slice, self.scheduler.spent)
             if group.seeding:
                 return self._query_later(conn)
         query = group.compiled.query
@@ -355,14 +355,16 @@ class Queries:
         the start), as (kind, key, Key-Value payload) in byte order of key, a node before
         a state or method of the same key (PROTOCOL.md 14.3, 14.4); method and node
         entries carry a NONE value. Also the last key the slice covers, or None if it
-        is the last slice. At most SLICE states, plus the methods and nodes between."""
+        is the last slice. At most a slice of states (by the clock, at most ``delivery_slice``,
+        jetd.scheduler), plus the methods and nodes between."""
         compiled = group.compiled
         matched = group.matched
         entries: list[tuple[int, bytes, int, bytes]] = []
         upto: Optional[bytes] = None
-        limit = self.scheduler.delivery_slice
+        scheduler = self.scheduler
+        limit = scheduler.delivery_slice
         for taken, (key, kv) in enumerate(self.registry.matching_after(compiled.prefix, after)):
-            if taken == limit:
+            if taken == limit or (taken and scheduler.spent()):
                 break
             upto = key
             if key in matched:

@@ -128,15 +128,17 @@ class Router:
 
     def expire(self, now: float) -> None:
         """PROTOCOL.md 10.3: answer TIMEOUT for the routes past their deadline, at most a
-        slice of them (Scheduler.expire_slice); ``expiring`` says whether more are due:
+        slice of them (by the clock, at most Scheduler.expire_slice); ``expiring`` says
+        whether more are due:
         between slices the loop serves other peers (Daemon.work goes on with the rest)."""
-        limit = self.scheduler.expire_slice
+        scheduler = self.scheduler
+        limit = scheduler.expire_slice
         for expired, route in enumerate(self.table.expired(now), 1):
             requester = route.requester
             self.out.violation(route.owner, f"routed request id {route.oid} not answered within the route timeout")
             if not requester.closed:
                 self.out.send(requester, response_frame(route.rid, Status.TIMEOUT, "the owner did not answer in time"))
-            if expired >= limit:
+            if expired >= limit or scheduler.spent():
                 self.expiring = True
                 return
         self.expiring = False
