@@ -153,6 +153,7 @@ class Daemon:
         self.queries.subscriptions = self.subscriptions
         self.queries.access = self.auth
         self.router.subscriptions = self.subscriptions
+        self.router.queries = self.queries
         self.router.access = self.auth
         self.auth.subscriptions = self.subscriptions
         self.auth.queries = self.queries
@@ -293,12 +294,14 @@ class Daemon:
     @property
     def has_work(self) -> bool:
         """True while :meth:`work` has something to do."""
-        return self.scheduler.has_work or self.router.expiring
+        return self.scheduler.has_work or self.router.expiring or bool(self.queries.stale)
 
     def work(self, now: float) -> list[Connection]:
-        """One slice of the pending work: route timeouts beyond the last slice, the
-        next slice of initial adds of each ready connection, then its held input.
-        Returns the connections that caught up: the IO layer may read them again."""
+        """One turn of the pending work: route timeouts beyond the last slice, the
+        next slice of initial adds of each ready connection (then its held input),
+        round-robin until the turn's time is up, then a slice of deferred window updates
+        of sorted query fetches. Returns the connections that caught up: the IO layer
+        may read them again."""
         self.clock.now = now
         scheduler = self.scheduler
         scheduler.begin(now)
@@ -326,6 +329,10 @@ class Daemon:
                 # As in the IO layer: a bug must cost one connection, never the daemon.
                 log.exception("internal error on %s", conn.label)
                 self.internal_error(conn, now)
+        if self.queries.stale:
+            # Window updates deferred by full slices (PROTOCOL.md 14.5): one slice a turn.
+            scheduler.restart()
+            self.queries.refresh_windows()
         self._finish_closes()
         return resumed
 
@@ -443,7 +450,7 @@ class Daemon:
         if conn.closing:
             return
         self.clock.now = now
-        self.scheduler.begin(now)
+        self.scheduler.begin(now, conn)  # its own window updates are not deferred
         rest = conn.rest
         had_rest = bool(rest)
         # PROTOCOL.md 15.2: while its AUTHENTICATE is being answered (``held``) a
@@ -523,6 +530,9 @@ class Daemon:
         delivering = subscriptions.delivering_count
         # PROTOCOL.md 14: the query groups (a dict: its truth test is no call per frame).
         query_groups = self.queries.index.by_signature
+        # Connections with window updates waiting (issue 29): their answers go the careful
+        # way, after those updates (Router.response). A dict mutated in place: no call.
+        stale_windows = self.queries.stale
         fast_route = logger is None  # logged (ROUTE, FRAME_OUT records): the careful way
         open_route = self.router.table.open
         max_pending = self.config.max_pending_per_owner
@@ -652,7 +662,8 @@ class Daemon:
                 answered = conn.routes.get(oid)
                 if answered is not None:
                     requester = answered.requester
-                    if not requester.paused and not requester.closed and length <= requester.max_body:
+                    if (not requester.paused and not requester.closed and length <= requester.max_body
+                            and not (stale_windows and requester in stale_windows)):
                         del conn.routes[oid]
                         answered.done = True
                         out = requester.out

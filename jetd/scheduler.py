@@ -70,9 +70,11 @@ class Scheduler:
     __slots__ = (
         "_count",
         "_deadline",
+        "_over",
         "_ready",
         "check_every",
         "clock",
+        "current",
         "delivery_slice",
         "expire_slice",
         "seed_slice",
@@ -94,6 +96,8 @@ class Scheduler:
         self.check_every = check_every
         self._deadline = _NEVER
         self._count = 0
+        self._over = False
+        self.current: Optional[Connection] = None  # whose frames the slice handles
         self.slices_cut = 0  # slices ended by the clock (a counter for tests and stats)
 
     # --- the queue ----------------------------------------------------------------------
@@ -122,21 +126,34 @@ class Scheduler:
 
     # --- the clock ------------------------------------------------------------------------
 
-    def begin(self, now: float) -> None:
-        """A slice starts at ``now`` (the time the IO layer passed to the core)."""
+    def begin(self, now: float, conn: Optional[Connection] = None) -> None:
+        """A slice starts at ``now`` (the time the IO layer passed to the core), for
+        the frames of ``conn`` if given: work its own requests cause is not deferred
+        (``current``), so that it precedes their answers (PROTOCOL.md 10.8)."""
+        self.current = conn
         self._count = 0
+        self._over = False
         self._deadline = now + self.slice_seconds if self.clock is not None else _NEVER
 
     def restart(self) -> None:
         """A new slice starts now, by the clock (between two connections' slices)."""
+        self.current = None
         clock = self.clock
         self._count = 0
+        self._over = False
         self._deadline = clock() + self.slice_seconds if clock is not None else _NEVER
 
     def spent(self) -> bool:
-        """One more item of work was done in this slice; True once the slice is over.
-        Reads the clock only every ``check_every`` items."""
-        count = self._count + 1
+        """One more item of work was done in this slice; True once the slice is over
+        (and until the next one begins). Reads the clock only every ``check_every`` items."""
+        return self.spend(1)
+
+    def spend(self, items: int) -> bool:
+        """``items`` more items of work were done in this slice (a window of many
+        entries counts each); True once the slice is over, and until the next begins."""
+        if self._over:
+            return True
+        count = self._count + items
         if count < self.check_every:
             self._count = count
             return False
@@ -144,6 +161,7 @@ class Scheduler:
         clock = self.clock
         if clock is None or clock() < self._deadline:
             return False
+        self._over = True
         self.slices_cut += 1
         return True
 
