@@ -368,6 +368,7 @@ class Daemon:
 
     def drained(self, conn: Connection) -> bool:
         """The transport drained: see :meth:`jetd.subscriptions.Subscriptions.drained`."""
+        self.scheduler.restart()  # the catch-up's whole windows are sliced work (issue 29)
         live = self.subscriptions.drained(conn)
         self._finish_closes()
         return live

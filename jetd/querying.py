@@ -763,7 +763,8 @@ class Queries:
 
     def catch_up(self, conn: Connection) -> bool:
         """Queue what ``conn``'s query fetches held while it was paused; True if anything
-        was queued (the connection then stays paused until that is written)."""
+        was queued (the connection then stays paused until that is written). Whole
+        windows past the slice wait for :meth:`refresh_windows` (issue 29)."""
         queued = False
         registry = self.registry
         for fetch in list(conn.query_fetches.values()):
@@ -780,9 +781,11 @@ class Queries:
                         queued = True
             if fetch.dirty:
                 fetch.dirty = False
-                self._unstale(fetch)  # the whole window covers what waited
-                self._send_window(fetch, fetch.low, fetch.low + fetch.size - 1)
-                queued = True
+                if fetch.stale_first is None and not self.scheduler.spend(fetch.size):
+                    self._send_window(fetch, fetch.low, fetch.low + fetch.size - 1)
+                    queued = True
+                else:  # the slice is over: the whole window waits for a later one
+                    self._defer_window(fetch, fetch.low, fetch.low + fetch.size - 1)
         self.stats.caught_up += queued
         return queued
 

@@ -404,3 +404,34 @@ def test_an_owners_own_request_sees_its_windows_before_its_answer() -> None:
     assert [type(e) for e in events] == [FetchWindow, Response]
     view.apply(events[0])  # type: ignore[arg-type]
     assert view.rows == oracle_window(states, 3, 62)
+
+
+def test_a_drained_connections_whole_windows_go_out_in_slices() -> None:
+    h = ClockHarness(0.0004)
+    owner, states, conns, views = _scoreboard(h, fans=1, per_fan=8)
+    [fan] = conns
+    h.daemon.pause(fan, 5 << 20)  # a slow reader (above the soft limit): its windows become dirty
+    for i in range(20):
+        key = f"players/{(i * 53) % 400:05d}"
+        states[key] = player("female", 3000 + i)
+        h.send(owner, NotifyState(None, key, states[key]))
+    h.recv(owner)
+    assert h.recv(fan) == []
+    rounds = 0
+    while True:
+        # The IO layer: the connection drained; it writes what was queued, and calls again.
+        live = h.daemon.drained(fan)
+        decoder = h.decoders[fan.conn_id]
+        decoder.receive_data(b"".join(fan.take_pending(1 << 30)))
+        for event in decoder.messages():
+            assert isinstance(event, FetchWindow)
+            views[event.fetch_id].apply(event)
+        while h.daemon.has_work:
+            h.work()
+        _apply(h, conns, views)
+        rounds += 1
+        if live:
+            break
+    assert rounds >= 3  # 8 whole windows of 60 entries take several slices
+    expected = oracle_window(states, 3, 62)
+    assert all(view.rows == expected for view in views.values())
