@@ -268,7 +268,7 @@ class Queries:
         fetch = delivery.fetch
         if group.seeding:
             group.seed(self.registry.matching_after(group.compiled.prefix, group.seed_cursor),
-                       self.scheduler.seed_slice, self.scheduler.spent)
+                       self.scheduler.seed_slice, self.scheduler.spend)
             if group.seeding:
                 return self._query_later(conn)
         query = group.compiled.query
@@ -373,7 +373,7 @@ class Queries:
         scheduler = self.scheduler
         limit = scheduler.delivery_slice
         for taken, (key, kv) in enumerate(self.registry.matching_after(compiled.prefix, after)):
-            if taken == limit or (taken and scheduler.spent()):
+            if taken == limit or (taken and not taken & 15 and scheduler.spend(16)):
                 break
             upto = key
             if key in matched:
