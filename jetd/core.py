@@ -121,6 +121,9 @@ class Daemon:
             (JETLOG.md 4), or None when no event log is kept.
         access: the loaded users file when authentication is on (PROTOCOL.md 15), else
             None: then nothing is checked.
+        clock: the IO layer's monotonic time source, on the time base of the ``now`` it
+            passes in; the scheduler reads it to end slices of work after about 1 ms
+            (:mod:`jetd.scheduler`). None: slices are counted in items only.
 
     Attributes:
         registry, router, subscriptions, queries, auth, scheduler, out: the parts
@@ -128,12 +131,13 @@ class Daemon:
             password checks off the loop (:data:`jetd.access.Offload`).
     """
 
-    def __init__(self, config: Config, log_hook: Optional[LogHook] = None, access: Optional[Access] = None) -> None:
+    def __init__(self, config: Config, log_hook: Optional[LogHook] = None, access: Optional[Access] = None,
+                 clock: Optional[Callable[[], float]] = None) -> None:
         self.config = config
         self.stats = DaemonStats()
         self.clock = Clock()
         self.out = Output(config, self.stats, log_hook)
-        self.scheduler = Scheduler()
+        self.scheduler = Scheduler(clock=clock)
         self.registry = Registry(config, self.out)
         self.subscriptions = Subscriptions(config, self.out, self.clock, self.stats, log_hook, self.registry,
                                            self.scheduler)
@@ -149,6 +153,7 @@ class Daemon:
         self.queries.subscriptions = self.subscriptions
         self.queries.access = self.auth
         self.router.subscriptions = self.subscriptions
+        self.router.queries = self.queries
         self.router.access = self.auth
         self.auth.subscriptions = self.subscriptions
         self.auth.queries = self.queries
@@ -296,21 +301,34 @@ class Daemon:
     @property
     def has_work(self) -> bool:
         """True while :meth:`work` has something to do."""
-        return self.scheduler.has_work or self.router.expiring
+        return self.scheduler.has_work or self.router.expiring or bool(self.queries.stale)
 
     def work(self, now: float) -> list[Connection]:
-        """One slice of the pending work: route timeouts beyond the last slice, the
-        next slice of initial adds of each ready connection, then its held input.
-        Returns the connections that caught up: the IO layer may read them again."""
+        """One turn of the pending work: route timeouts beyond the last slice, the
+        next slice of initial adds of each ready connection (then its held input),
+        round-robin until the turn's time is up, then a slice of deferred window updates
+        of sorted query fetches. Returns the connections that caught up: the IO layer
+        may read them again."""
         self.clock.now = now
+        scheduler = self.scheduler
+        scheduler.begin(now)
         if self.router.expiring:
             self.router.expire(now)
-        ready = self.scheduler.take()
+        ready = scheduler.take()
         resumed: list[Connection] = []
         budget = self.out.out_budget
-        for conn in ready:
+        # One turn lasts about a slice (jetd.scheduler): the connections not reached go
+        # first in the next turn, after the IO layer has served the sockets.
+        turn_end = now + scheduler.slice_seconds
+        served = False
+        for index, conn in enumerate(ready):
             if conn.closing or not conn.stalled or conn.paused or conn.out_size > budget:
                 continue  # a write, drained() or take_dirty() brings it back
+            if served and scheduler.over(turn_end):
+                scheduler.put_back(ready[index:])
+                break
+            served = True
+            scheduler.restart()
             try:
                 if self._go_on(conn, now):
                     resumed.append(conn)
@@ -318,6 +336,10 @@ class Daemon:
                 # As in the IO layer: a bug must cost one connection, never the daemon.
                 log.exception("internal error on %s", conn.label)
                 self.internal_error(conn, now)
+        if self.queries.stale:
+            # Window updates deferred by full slices (PROTOCOL.md 14.5): one slice a turn.
+            scheduler.restart()
+            self.queries.refresh_windows()
         self._finish_closes()
         return resumed
 
@@ -353,6 +375,7 @@ class Daemon:
 
     def drained(self, conn: Connection) -> bool:
         """The transport drained: see :meth:`jetd.subscriptions.Subscriptions.drained`."""
+        self.scheduler.restart()  # the catch-up's whole windows are sliced work (issue 29)
         live = self.subscriptions.drained(conn)
         self._finish_closes()
         return live
@@ -421,6 +444,7 @@ class Daemon:
         """Expire routes (PROTOCOL.md 10.3 route timeout) and slow consumers stuck past
         the deadline (PROTOCOL.md 10.8)."""
         self.clock.now = now
+        self.scheduler.begin(now)
         self.router.expire(now)
         if self.partial:
             limit = self.config.frame_timeout
@@ -465,6 +489,7 @@ class Daemon:
         if conn.closing:
             return
         self.clock.now = now
+        self.scheduler.begin(now, conn)  # its own window updates are not deferred
         rest = conn.rest
         had_rest = bool(rest)
         # PROTOCOL.md 15.2: while its AUTHENTICATE is being answered (``held``) a
@@ -544,6 +569,9 @@ class Daemon:
         delivering = subscriptions.delivering_count
         # PROTOCOL.md 14: the query groups (a dict: its truth test is no call per frame).
         query_groups = self.queries.index.by_signature
+        # Connections with window updates waiting (issue 29): their answers go the careful
+        # way, after those updates (Router.response). A dict mutated in place: no call.
+        stale_windows = self.queries.stale
         fast_route = logger is None  # logged (ROUTE, FRAME_OUT records): the careful way
         open_route = self.router.table.open
         max_pending = self.config.max_pending_per_owner
@@ -673,7 +701,8 @@ class Daemon:
                 answered = conn.routes.get(oid)
                 if answered is not None:
                     requester = answered.requester
-                    if not requester.paused and not requester.closed and length <= requester.max_body:
+                    if (not requester.paused and not requester.closed and length <= requester.max_body
+                            and not (stale_windows and requester in stale_windows)):
                         del conn.routes[oid]
                         answered.done = True
                         out = requester.out

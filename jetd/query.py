@@ -632,18 +632,21 @@ class QueryGroup:
         heapify(self._tail)
         self._tail_count = len(live)
 
-    def seed(self, states: Iterable[tuple[bytes, bytes]], limit: int = 1 << 62) -> bool:
+    def seed(self, states: Iterable[tuple[bytes, bytes]], limit: int = 1 << 62,
+             spend: Optional[Callable[[int], bool]] = None) -> bool:
         """Take up to ``limit`` more states from (key, Key-Value payload) pairs in byte
         order of key, those above ``seed_cursor`` (what
-        :meth:`jetd.registry.StateRegistry.matching_after` yields); True once there are
-        no more, and the group is seeded."""
+        :meth:`jetd.registry.StateRegistry.matching_after` yields), and stop earlier
+        once ``spend(16)``, called every 16 states, says the slice is over
+        (:meth:`jetd.scheduler.Scheduler.spend`); True once there are no more, and the
+        group is seeded."""
         compiled = self.compiled
         match_key = compiled.match_key
         evaluate = compiled.evaluate
         needs_value = compiled.needs_value
         update = self.update
         for taken, (key, kv) in enumerate(states):
-            if taken == limit:
+            if taken == limit or (taken and not taken & 15 and spend is not None and spend(16)):
                 return False
             self.seed_cursor = key
             if match_key(key):

@@ -104,6 +104,8 @@ class QueryFetch:
         "low",
         "pending",
         "size",
+        "stale_first",
+        "stale_last",
     )
 
     def __init__(self, fid: int, conn: Connection, group: QueryGroup) -> None:
@@ -117,6 +119,10 @@ class QueryFetch:
         self.size = 0
         self.held: dict[bytes, None] = {}  # unsorted, paused: keys whose FETCH_CHANGE is held
         self.dirty = False  # sorted, paused: the window changed since it was last sent
+        # Sorted, its window updates deferred to a later slice (Queries.refresh_windows):
+        # the positions they touched (first > last: the size alone); None: none deferred.
+        self.stale_first: Optional[int] = None
+        self.stale_last = -1
         # Until its initial entries are out (QueryDelivery) the fetch is ``pending``: an
         # unsorted one has delivered the keys up to ``cursor`` (None: none yet), and the
         # events of those keys wait in ``backlog`` (PROTOCOL.md 10.5, 14.3).
@@ -166,6 +172,9 @@ class Queries:
         self.scheduler = scheduler
         self.index = QueryIndex()  # PROTOCOL.md 14: the query groups
         self.nodes: Optional[NodeIndex] = None  # counted only while a fetch asks for nodes
+        # Sorted fetches whose window updates wait for a slice (issue 29), per connection,
+        # both in the order they became stale: refresh_windows takes them round-robin.
+        self.stale: dict[Connection, dict[QueryFetch, None]] = {}
 
     def teardown(self, conn: Connection) -> None:
         """A closing connection's query fetches end (PROTOCOL.md 10.6)."""
@@ -259,7 +268,7 @@ class Queries:
         fetch = delivery.fetch
         if group.seeding:
             group.seed(self.registry.matching_after(group.compiled.prefix, group.seed_cursor),
-                       self.scheduler.seed_slice)
+                       self.scheduler.seed_slice, self.scheduler.spend)
             if group.seeding:
                 return self._query_later(conn)
         query = group.compiled.query
@@ -355,14 +364,16 @@ class Queries:
         the start), as (kind, key, Key-Value payload) in byte order of key, a node before
         a state or method of the same key (PROTOCOL.md 14.3, 14.4); method and node
         entries carry a NONE value. Also the last key the slice covers, or None if it
-        is the last slice. At most SLICE states, plus the methods and nodes between."""
+        is the last slice. At most a slice of states (by the clock, at most ``delivery_slice``,
+        jetd.scheduler), plus the methods and nodes between."""
         compiled = group.compiled
         matched = group.matched
         entries: list[tuple[int, bytes, int, bytes]] = []
         upto: Optional[bytes] = None
-        limit = self.scheduler.delivery_slice
+        scheduler = self.scheduler
+        limit = scheduler.delivery_slice
         for taken, (key, kv) in enumerate(self.registry.matching_after(compiled.prefix, after)):
-            if taken == limit:
+            if taken == limit or (taken and not taken & 15 and scheduler.spend(16)):
                 break
             upto = key
             if key in matched:
@@ -401,6 +412,7 @@ class Queries:
         return True
 
     def _query_drop(self, fetch: QueryFetch) -> None:
+        self._unstale(fetch)
         group = fetch.group
         del group.fetches[fetch.fid]
         if group.order is not None:
@@ -418,6 +430,7 @@ class Queries:
         for fetch in conn.query_fetches.values():
             self._query_drop(fetch)
         conn.query_fetches.clear()
+        self.stale.pop(conn, None)
 
     # --- changes of permissions (PROTOCOL.md 15.5) -----------------------------------------
 
@@ -459,6 +472,7 @@ class Queries:
                 continue  # nothing sent yet: its initial entries come from the new group
             if group.order is not None:
                 fetch.size = max(0, min(fetch.high, len(group) - 1) - fetch.low + 1)
+                self._unstale(fetch)  # the whole window follows
                 if conn.paused:
                     fetch.dirty = True
                 else:
@@ -568,6 +582,7 @@ class Queries:
         cached = queries.cache.get(key)
         groups = cached[1] if cached is not None and cached[0] == queries.generation else queries.targets(key)
         extractor: Optional[Extractor] = None
+        scheduler = self.scheduler
         for group in groups:
             if group.seeding:
                 cursor = group.seed_cursor
@@ -605,6 +620,12 @@ class Queries:
                     fetch.size = update[2]
                     if fetch.conn.paused:
                         fetch.dirty = True  # PROTOCOL.md 14.3: sent whole on draining
+                    elif fetch.stale_first is not None or (
+                        # Never the windows of the connection whose request this is: they
+                        # precede its answer (PROTOCOL.md 10.8).
+                        fetch.conn is not scheduler.current and scheduler.spend(update[1] - update[0] + 1)
+                    ):
+                        self._defer_window(fetch, update[0], update[1])  # PROTOCOL.md 14.5
                     else:
                         self._send_window(fetch, update[0], update[1])
         if code == FETCH_REMOVE:
@@ -612,6 +633,73 @@ class Queries:
             if nodes is not None:
                 for node in nodes.remove(key):
                     self._query_key_event(self.index.node_groups, FETCH_NODE, REMOVE, node)
+
+    # --- window updates in slices (PROTOCOL.md 14.5, issue 29) --------------------------
+
+    def _defer_window(self, fetch: QueryFetch, first: int, last: int) -> None:
+        """The slice is over: ``fetch``'s update of positions first..last waits for
+        :meth:`refresh_windows`, joined to those already waiting."""
+        if fetch.stale_first is None:
+            fetch.stale_first = 1 << 62
+            fetch.stale_last = -1
+            conn = fetch.conn
+            waiting = self.stale.get(conn)
+            if waiting is None:
+                waiting = self.stale[conn] = {}
+            waiting[fetch] = None
+        if first <= last:
+            fetch.stale_first = min(fetch.stale_first, first)
+            fetch.stale_last = max(fetch.stale_last, last)
+        if fetch.conn is self.scheduler.current:
+            self._flush_window(fetch)
+
+    def _unstale(self, fetch: QueryFetch) -> None:
+        """``fetch`` no longer waits (sent whole, or gone)."""
+        if fetch.stale_first is None:
+            return
+        fetch.stale_first = None
+        waiting = self.stale.get(fetch.conn)
+        if waiting is not None:
+            waiting.pop(fetch, None)
+            if not waiting:
+                del self.stale[fetch.conn]
+
+    def _flush_window(self, fetch: QueryFetch) -> None:
+        """Send ``fetch``'s waiting update: the positions it touched, with the values
+        and size of now (PROTOCOL.md 14.5)."""
+        first = fetch.stale_first
+        last = fetch.stale_last
+        self._unstale(fetch)
+        if first is None or fetch.conn.closing:
+            return
+        if fetch.conn.paused:
+            fetch.dirty = True  # PROTOCOL.md 14.3: sent whole on draining
+            return
+        self._send_window(fetch, first, min(last, fetch.low + fetch.size - 1))
+
+    def flush_windows(self, conn: Connection) -> None:
+        """Before a response to ``conn``: its waiting window updates go first
+        (PROTOCOL.md 10.8: the events a request causes precede its response)."""
+        waiting = self.stale.get(conn)
+        if waiting is not None:
+            for fetch in list(waiting):
+                self._flush_window(fetch)
+
+    def refresh_windows(self) -> None:
+        """One slice of waiting window updates, a fetch at a time, round-robin across
+        connections (from :meth:`jetd.core.Daemon.work`)."""
+        stale = self.stale
+        scheduler = self.scheduler
+        while stale:
+            conn = next(iter(stale))
+            waiting = stale.pop(conn)
+            fetch = next(iter(waiting))
+            if len(waiting) > 1:
+                stale[conn] = waiting  # behind the other connections
+            cost = fetch.stale_last - (fetch.stale_first or 0) + 1
+            self._flush_window(fetch)
+            if scheduler.spend(max(1, cost)):
+                return
 
     def _query_kv_event(self, fetch: QueryFetch, event: int, head: bytes, key: bytes, kv: bytes) -> None:
         conn = fetch.conn
@@ -675,7 +763,8 @@ class Queries:
 
     def catch_up(self, conn: Connection) -> bool:
         """Queue what ``conn``'s query fetches held while it was paused; True if anything
-        was queued (the connection then stays paused until that is written)."""
+        was queued (the connection then stays paused until that is written). Whole
+        windows past the slice wait for :meth:`refresh_windows` (issue 29)."""
         queued = False
         registry = self.registry
         for fetch in list(conn.query_fetches.values()):
@@ -692,8 +781,11 @@ class Queries:
                         queued = True
             if fetch.dirty:
                 fetch.dirty = False
-                self._send_window(fetch, fetch.low, fetch.low + fetch.size - 1)
-                queued = True
+                if fetch.stale_first is None and not self.scheduler.spend(fetch.size):
+                    self._send_window(fetch, fetch.low, fetch.low + fetch.size - 1)
+                    queued = True
+                else:  # the slice is over: the whole window waits for a later one
+                    self._defer_window(fetch, fetch.low, fetch.low + fetch.size - 1)
         self.stats.caught_up += queued
         return queued
 
@@ -708,6 +800,7 @@ class Queries:
                     self._query_emit(conn, EVT_HEAD_PACK(EVENT, 5 + len(kv), FETCH_CHANGE) + fetch.fid_bytes + kv)
             if fetch.dirty and key in fetch.group.matched:
                 fetch.dirty = False
+                self._unstale(fetch)
                 self._send_window(fetch, fetch.low, fetch.low + fetch.size - 1)
 
 

@@ -38,6 +38,7 @@ from .scheduler import Scheduler
 
 if TYPE_CHECKING:
     from .access import AccessControl
+    from .querying import Queries
     from .registry import Registry
     from .subscriptions import Subscriptions
 
@@ -112,6 +113,7 @@ class Router:
     """The routes part (see the module docstring)."""
 
     subscriptions: Subscriptions  # wired by jetd.core.Daemon: catch-up before an answer
+    queries: Queries  # wired by jetd.core.Daemon: waiting window updates before an answer
     access: AccessControl  # write (PROTOCOL.md 15.3)
 
     def __init__(self, config: Config, out: Output, clock: Clock, stats: DaemonStats, log_hook: Optional[LogHook],
@@ -128,15 +130,17 @@ class Router:
 
     def expire(self, now: float) -> None:
         """PROTOCOL.md 10.3: answer TIMEOUT for the routes past their deadline, at most a
-        slice of them (Scheduler.expire_slice); ``expiring`` says whether more are due:
+        slice of them (by the clock, at most Scheduler.expire_slice); ``expiring`` says
+        whether more are due:
         between slices the loop serves other peers (Daemon.work goes on with the rest)."""
-        limit = self.scheduler.expire_slice
+        scheduler = self.scheduler
+        limit = scheduler.expire_slice
         for expired, route in enumerate(self.table.expired(now), 1):
             requester = route.requester
             self.out.violation(route.owner, f"routed request id {route.oid} not answered within the route timeout")
             if not requester.closed:
                 self.out.send(requester, response_frame(route.rid, Status.TIMEOUT, "the owner did not answer in time"))
-            if expired >= limit:
+            if expired >= limit or scheduler.spent():
                 self.expiring = True
                 return
         self.expiring = False
@@ -217,6 +221,8 @@ class Router:
         if requester.closed:
             return  # PROTOCOL.md 10.3: requester gone, the answer is dropped
         rid = route.rid
+        if requester in self.queries.stale:
+            self.queries.flush_windows(requester)  # PROTOCOL.md 10.8: the events before the answer
         if requester.parked and route.function == SET_STATE:
             # PROTOCOL.md 10.5: the change its set caused before the answer.
             kv = self.registry.value(route.key)

@@ -401,7 +401,8 @@ class Server:
         self.eventlog = eventlog
         # PROTOCOL.md 15.6: one SSLContext (jetd.tls) for the TCP and WebSocket listeners.
         self.ssl_context = ssl_context
-        self.daemon = Daemon(config, eventlog.append if eventlog is not None else None, access)
+        # The scheduler ends slices of work by the loop's clock (jetd.scheduler, issue 29).
+        self.daemon = Daemon(config, eventlog.append if eventlog is not None else None, access, clock=loop.time)
         self.daemon.auth.offload = self._offload
         self.daemon.auth.peer_gone = peer_gone
         # PeerShells whose reading is paused while their AUTHENTICATE is answered.

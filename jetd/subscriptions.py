@@ -502,11 +502,15 @@ class Subscriptions:
         fid_bytes = delivery.fetch.fid_bytes
         log_out = self._log if self._log_events else None
         budget = self.out.out_budget
-        limit = self.scheduler.delivery_slice
+        scheduler = self.scheduler
+        limit = scheduler.delivery_slice
         out = conn.out
         added = 0
         for sent, (key, kv) in enumerate(delivery.source(delivery.cursor)):
-            if sent >= limit or conn.paused or conn.out_size > budget:
+            # The slice ends by the clock or the count (jetd.scheduler), checked every 16
+            # states (a call per state would cost more than the check).
+            if sent >= limit or conn.paused or conn.out_size > budget or (
+                    sent and not sent & 15 and scheduler.spend(16)):
                 self.stats.initial_adds += sent
                 conn.stalled = True
                 return
