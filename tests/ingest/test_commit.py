@@ -1,10 +1,10 @@
-"""JVM-free tests of jet-ingest's commit: snapshots published by one rename, crashes at
-every step of it, segments known by their header identity, the checks of what tasks
-report, compaction, and the command line that needs no JVM.
+"""JVM-free tests of jet-ingest's commit: Delta Lake commits decided by one rename and
+finished by whoever comes next, crashes at every step of it, segments known by their
+header identity, the checks of what tasks report, compaction, and the command line
+that needs no JVM.
 
 The ingest runs its tasks in this process (``ingest_once(None, ...)``); what readers see
-is read with pyarrow's dataset reader, which skips ``_``/``.`` files as Spark does
-(test_spark.py reads a crashed warehouse with Spark itself).
+is read with delta-rs (``deltalake``), as any Delta Lake reader would.
 """
 
 from __future__ import annotations
@@ -17,15 +17,15 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 import pytest
+from deltalake import DeltaTable
 from rich.console import Console
 
 from tools.ingest.cli import ingest_once
 from tools.ingest.pipeline import IngestError, check_reports, compact
 from tools.ingest.session import REPO_ROOT
 from tools.ingest.synth import BASE_NS, write_synthetic_log
-from tools.ingest.warehouse import CRASH_ENV, TABLES, Manifest, WarehouseError
+from tools.ingest.warehouse import COMMIT_ORDER, CRASH_ENV, TABLES, Manifest, WarehouseError
 
 QUIET = Console(file=open(os.devnull, "w"))  # noqa: SIM115 (lives as long as the module)
 
@@ -37,10 +37,19 @@ def _segments(logs: Path, first: int, last: int, records: int = 100) -> None:
 
 
 def visible(warehouse: Path, table: str = "frames") -> pa.Table:
-    """What a reader of ``WAREHOUSE/<table>`` sees (Spark's rules: ``_``/``.`` hidden)."""
-    if not (warehouse / table).exists():
+    """What a Delta Lake reader of ``WAREHOUSE/<table>`` sees (its latest version)."""
+    if not (warehouse / table / "_delta_log").exists():
         return pa.table({"file": pa.array([], pa.string()), "offset": pa.array([], pa.int64())})
-    return ds.dataset(warehouse / table, format="parquet", partitioning="hive").to_table()
+    return DeltaTable(str(warehouse / table)).to_pyarrow_table()
+
+
+def live_files(warehouse: Path, table: str) -> list[str]:
+    """The Parquet files of the latest version of ``table``."""
+    return files_of(DeltaTable(str(warehouse / table)))
+
+
+def files_of(dt: DeltaTable) -> list[str]:
+    return list(pa.table(dt.get_add_actions()).column("path").to_pylist())
 
 
 def frame_keys(warehouse: Path) -> list[tuple[str, int]]:
@@ -90,8 +99,12 @@ def test_a_segment_that_shrank_is_an_error(tmp_path: Path) -> None:
         ingest_once(None, str(logs), wh, console=QUIET)
 
 
-CRASH_POINTS = ["staged", "merged", "linked", "published", "committed",
-                "compact-staged", "compact-linked", "compact-published", "compact-committed"]
+# Before the run is decided (staged, merged), once it is (planned), after each of its
+# Delta commits (frames last), after the progress commit; then the same for the
+# compaction that follows it.
+CRASH_POINTS = ["staged", "merged", "planned", *[f"committed-{t}" for t in COMMIT_ORDER], "committed",
+                "compact-staged", "compact-planned", "compact-committed-requests", "compact-committed-frames",
+                "compact-committed"]
 _INGEST = "import sys; from pathlib import Path; from tools.ingest.cli import ingest_once; " \
           "ingest_once(None, sys.argv[1], Path(sys.argv[2]))"
 
@@ -141,9 +154,12 @@ def frame_keys_of_logs(logs: Path) -> list[tuple[str, int]]:
 def test_a_crash_at_any_point_shows_readers_only_committed_rows(tmp_path: Path, one_run: tuple[Path, int],
                                                                point: str) -> None:
     logs, wh, first, total = crashed_warehouse(tmp_path, one_run, point)
-    committed = point == "committed" or point.startswith("compact-")
+    # Each table alone shows whole versions: frames has the run once its own commit is made.
+    committed = point in ("committed-frames", "committed") or point.startswith("compact-")
     keys = frame_keys(wh)
     assert len(keys) == len(set(keys)) == (total if committed else first), point
+    decided = point not in ("staged", "merged", "compact-staged")
+    assert (wh / "_jet_ingest" / "commit.json").exists() == (decided and not point.endswith("committed")), point
     # Every table a reader can reach is one snapshot: the derived rows match the frames.
     requests = visible(wh, "requests")
     ids = list(zip(requests.column("run_ns").to_pylist(), requests.column("requester_conn").to_pylist(),
@@ -154,9 +170,27 @@ def test_a_crash_at_any_point_shows_readers_only_committed_rows(tmp_path: Path, 
     keys = frame_keys(wh)
     assert len(keys) == len(set(keys)) == total
     assert set(keys) == set(frame_keys_of_logs(logs))
-    assert len(list((wh / "frames").rglob("*.parquet"))) <= 3  # compacted
+    assert len(live_files(wh, "frames")) <= 3  # compacted
     assert not (wh / "_jet_ingest" / "staging").exists() or not any((wh / "_jet_ingest" / "staging").iterdir())
-    assert not [d for d in (wh / "_jet_ingest" / "snapshots").iterdir() if d.name.startswith(".")]
+    assert not (wh / "_jet_ingest" / "commit.json").exists()
+    # Every table and the progress hold the second run's transaction, made once: no
+    # table has two commits of it.
+    m = Manifest.load(wh)
+    assert m.version == 2 and m.rows("frames") == total
+    for table in TABLES:
+        dt = DeltaTable(str(wh / table))
+        assert dt.transaction_version(m.app_id) == 2, table
+        runs = [h.get("jet.run") for h in dt.history() if h.get("jet.operation") == "ingest"]
+        assert len(runs) == len(set(runs)), (table, runs)
+    # Nothing of a run is on disk that no version of its table names (a crash before the
+    # run was decided leaves its files in staging only).
+    for table in TABLES:
+        on_disk = {str(p.relative_to(wh / table)) for p in (wh / table).rglob("*.parquet")}
+        named = set()
+        dt = DeltaTable(str(wh / table))
+        for v in range(dt.version() + 1):
+            named.update(files_of(DeltaTable(str(wh / table), version=v)))
+        assert on_disk == named, table
 
 
 def test_check_reports_refuses_what_the_driver_cannot_see(tmp_path: Path) -> None:
@@ -197,12 +231,16 @@ def test_compaction_keeps_follow_from_leaving_many_small_files(tmp_path: Path) -
     keys = frame_keys(wh)
     assert len(keys) == len(set(keys)) == n
     for table in TABLES:
-        files = list((wh / table).rglob("*.parquet"))
+        files = live_files(wh, table)
         assert len(files) < 10, (table, len(files))
     m = Manifest.load(wh)
     assert m.rows("frames") == n
     assert compact(m) == 0  # nothing left to compact
-    assert len(list((wh / "_jet_ingest" / "snapshots").iterdir())) <= 3 + 12 * 2  # superseded ones within RETAIN_S
+    # A compaction changes no data: its commits say so, and no run's transaction moves.
+    frames = DeltaTable(str(wh / "frames"))
+    assert frames.transaction_version(m.app_id) == m.version
+    compactions = [h for h in frames.history() if h.get("jet.operation") == "compact"]
+    assert compactions and all(h["jet.files_removed"] > 1 for h in compactions)
 
 
 def _python_m_ingest(*argv: str, env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess[str], float]:

@@ -349,38 +349,64 @@ def ingest_once(spark: Any, logdir: str, warehouse: Path, *, since_ns: Optional[
 
 
 def load_tables(spark: Any, warehouse: Path) -> dict[str, Any]:
-    """Every table of ``warehouse``'s current snapshot as a DataFrame (``frames`` and
-    the derived ones), all pinned to that one snapshot."""
-    from tools.ingest.warehouse import TABLES, snapshot_path
+    """Every table of ``warehouse`` (``frames`` and the derived ones) as a DataFrame of
+    its latest version, each resolved once."""
+    from tools.ingest.warehouse import TABLES
 
-    snapshot = snapshot_path(warehouse)
-    return {name: _read(spark, snapshot / name, name) for name in TABLES}
-
-
-def _read(spark: Any, directory: Path, name: str) -> Any:
-    from tools.ingest.derive import CONNECTIONS_SCHEMA, REQUESTS_SCHEMA, STATE_CHANGES_SCHEMA, TRAFFIC_SCHEMA
-    from tools.ingest.pipeline import FRAMES_SCHEMA, spark_ddl
-
-    schema = {"frames": FRAMES_SCHEMA, "state_changes": STATE_CHANGES_SCHEMA, "requests": REQUESTS_SCHEMA,
-              "connections": CONNECTIONS_SCHEMA, "traffic": TRAFFIC_SCHEMA}[name]
-    return spark.read.schema(spark_ddl(schema)).parquet(str(directory))
+    return {name: read_table(spark, warehouse, name) for name in TABLES}
 
 
-def read_table(spark: Any, warehouse: str | Path, name: str) -> Any:
-    """``name`` (frames, requests, state_changes, connections, traffic) of the
-    warehouse's current snapshot: the one way to read a warehouse that is being
-    written. The snapshot is resolved once, so the DataFrame keeps reading it while
-    later ones are committed (for :data:`tools.ingest.warehouse.RETAIN_S` at least).
+def table_files(warehouse: str | Path, name: str, *, version: Optional[int] = None,
+                timestamp: Any = None) -> list[str]:
+    """The Parquet files of Delta table ``name`` of ``warehouse`` at ``version`` (a Delta
+    version of that table), or as of ``timestamp`` (a ``datetime`` with a zone, or ISO
+    8601 text), else of its latest version.
 
     Raises:
         FileNotFoundError: nothing was ingested into ``warehouse`` yet.
-        ValueError: no such table.
+        ValueError: no such table, both ``version`` and ``timestamp``, or no such
+            version (before the first commit, or newer than the latest).
     """
+    from deltalake import DeltaTable
+
     from tools.ingest.warehouse import TABLES, table_path
 
     if name not in TABLES:
         raise ValueError(f"no table {name!r}: one of {', '.join(TABLES)}")
-    return _read(spark, table_path(Path(warehouse), name), name)
+    if version is not None and timestamp is not None:
+        raise ValueError("give a version or a timestamp, not both")
+    path = table_path(Path(warehouse), name)
+    try:
+        dt = DeltaTable(str(path), version=version)
+        if timestamp is not None:
+            dt.load_as_version(timestamp)
+    except Exception as exc:  # deltalake's own errors: no such version or time
+        raise ValueError(f"{path}: {exc}") from None
+    return [str(u) for u in dt.file_uris()]
+
+
+def read_table(spark: Any, warehouse: str | Path, name: str, *, version: Optional[int] = None,
+               timestamp: Any = None) -> Any:
+    """``name`` (frames, requests, state_changes, connections, traffic) of the
+    warehouse, a Delta Lake table, as a Spark DataFrame: at ``version`` (that table's
+    Delta version, see ``jet-ingest history``), as of ``timestamp``, else its latest
+    version. The version's files are resolved once (with delta-rs) and read with
+    ``spark.read.parquet``, so the DataFrame keeps reading that version while later
+    ones are committed; no Delta jars are needed.
+
+    Raises:
+        FileNotFoundError: nothing was ingested into ``warehouse`` yet.
+        ValueError: no such table, or no such version or time.
+    """
+    from tools.ingest.pipeline import spark_ddl
+    from tools.ingest.warehouse import table_schema
+
+    files = table_files(warehouse, name, version=version, timestamp=timestamp)
+    schema = table_schema(name)
+    ddl = spark_ddl(schema.remove(schema.get_field_index("date")))
+    if not files:
+        return spark.createDataFrame([], ddl)
+    return spark.read.schema(ddl).option("basePath", str(Path(warehouse) / name)).parquet(*files)
 
 
 def commit_micro_batch(manifest: Any, listed: dict[str, Any], settled: list[dict[str, Any]], staging: Path,

@@ -340,8 +340,7 @@ def compact(manifest: Any, *, min_files: int = COMPACT_MIN_FILES, small: int = C
     """
     from tools.ingest.warehouse import crash_point, new_run_id
 
-    snap = manifest.snapshot_dir
-    if snap is None:
+    if not manifest.tables:
         return 0
     run_id = new_run_id()
     staging = manifest.meta / "staging" / run_id
@@ -351,7 +350,7 @@ def compact(manifest: Any, *, min_files: int = COMPACT_MIN_FILES, small: int = C
         for rel in files:
             if Path(rel).name.startswith("snap-"):
                 continue  # replaced by every commit anyway
-            size = (snap / table / rel).stat().st_size
+            size = (manifest.root / table / rel).stat().st_size
             if size < small:
                 by_part.setdefault(str(Path(rel).parent), []).append((rel, size))
         for part, found in sorted(by_part.items()):
@@ -366,7 +365,7 @@ def compact(manifest: Any, *, min_files: int = COMPACT_MIN_FILES, small: int = C
                 bins[-1].append(rel)
                 total += size
             for k, group in enumerate(b for b in bins if len(b) > 1):
-                merged = pa.concat_tables([pq.ParquetFile(snap / table / rel).read() for rel in group],
+                merged = pa.concat_tables([pq.ParquetFile(manifest.root / table / rel).read() for rel in group],
                                          promote_options="default")  # files from before a column was added
                 if merged.num_rows != sum(files[rel] for rel in group):
                     raise IngestError(f"compacting {table}/{part}: {merged.num_rows} rows read, "
