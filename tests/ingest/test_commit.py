@@ -317,3 +317,23 @@ def test_an_older_segments_cut_tail_is_reported_once_the_daemon_moved_on(tmp_pat
     rows = [(Path(f).name, k) for f, k in zip(t.column("file").to_pylist(), t.column("kind").to_pylist(), strict=True)]
     assert rows.count(("jet-000.jetlog", TRUNCATED)) == 1
     assert sum(1 for f, k in rows if f == "jet-000.jetlog" and k != TRUNCATED) == n - 1
+
+
+def test_history_lists_each_runs_commits_with_what_they_added(tmp_path: Path) -> None:
+    logs, wh = tmp_path / "logs", tmp_path / "wh"
+    _segments(logs, 0, 2)
+    first = ingest_once(None, str(logs), wh, console=QUIET)
+    _segments(logs, 2, 3)
+    second = ingest_once(None, str(logs), wh, console=QUIET)
+    from tools.ingest.warehouse import history
+
+    commits = [c for c in history(wh) if c["table"] == "frames"]
+    assert [(c["operation"], c["records"], c["files_added"]) for c in commits] == [
+        ("ingest", first, commits[0]["files_added"]), ("ingest", second, commits[1]["files_added"])]
+    assert commits[0]["version"] < commits[1]["version"] and commits[0]["files_added"] >= 1
+    assert sorted(Path(s.split(":")[0]).name for s in commits[1]["segments"]) == ["jet-002.jetlog"]
+    done, _ = _python_m_ingest("history", str(wh))
+    assert done.returncode == 0, done
+    assert "ingest" in done.stdout and f"{second:,}" in done.stdout and "jet-002.jetlog" in done.stdout
+    done, _ = _python_m_ingest("history", str(tmp_path / "nothing"))
+    assert done.returncode == 2 and "not a jet warehouse" in done.stdout, done

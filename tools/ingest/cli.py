@@ -518,8 +518,10 @@ then print a summary and write WAREHOUSE/report.html. Run it again to add what i
 nothing is ingested twice, and readers see each run whole or not at all."""
 
 _EPILOG = """\
-read the tables with tools.ingest.read_table(spark, WAREHOUSE, "frames") (or
-spark.read.parquet("WAREHOUSE/frames")); layout and clusters: tools/ingest/README.md.
+the tables are Delta Lake tables: read them with tools.ingest.read_table(spark,
+WAREHOUSE, "frames", version=N) or any Delta Lake reader (deltalake, polars);
+jet-ingest history WAREHOUSE lists their commits; layout and clusters:
+tools/ingest/README.md.
 
 exit status: 0 done (or nothing new), 1 the ingest failed and nothing was committed
 (damage with --mode FAILFAST, executors that cannot see the files), 2 bad arguments
@@ -577,8 +579,40 @@ def _failure(exc: BaseException) -> Optional[str]:
     return None
 
 
+def history_main(argv: list[str]) -> int:
+    """``jet-ingest history WAREHOUSE``: every commit of the warehouse's tables, with what
+    each added; returns the exit status (2: not a warehouse)."""
+    from tools.ingest.warehouse import WarehouseError, history
+
+    parser = argparse.ArgumentParser(prog="jet-ingest history",
+                                     description="Every Delta Lake commit of a jet-ingest warehouse's tables, "
+                                                 "oldest first: version, time, what it added and removed, and "
+                                                 "the log segments each run read (path:offset reached); "
+                                                 "tables are versioned each on its own (Delta Lake).")
+    parser.add_argument("warehouse", metavar="WAREHOUSE")
+    args = parser.parse_args(argv)
+    try:
+        commits = history(Path(args.warehouse))
+    except WarehouseError as exc:
+        print(f"jet-ingest: {exc}")
+        return 2
+    for c in commits:
+        records = "" if c["records"] is None else f" {c['records']:,} record(s)"
+        files = f" files +{c['files_added'] or 0} -{c['files_removed'] or 0}" if c["files_added"] is not None else ""
+        run = f" run {c['run']}" if c["run"] else ""
+        print(f"{c['time']:%Y-%m-%d %H:%M:%S} {c['table']} v{c['version']} {c['operation']}{run}{records}{files}")
+        for segment in c["segments"]:
+            print(f"    {segment}")
+    if not commits:
+        print("no commits yet")
+    return 0
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     """Entry point of ``jet-ingest``; returns the exit status."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["history"] and "--out" not in argv:
+        return history_main(argv[1:])
     args = _parser().parse_args(argv)
     console = Console()
     if not Path(args.logdir.split("*")[0] or ".").exists():

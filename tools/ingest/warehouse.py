@@ -58,6 +58,7 @@ __all__ = [
     "Manifest",
     "WarehouseError",
     "crash_point",
+    "history",
     "history_notes",
     "locked",
     "new_run_id",
@@ -411,7 +412,8 @@ class Manifest:
                     # A new carry is moved in; the current one is kept by hard links.
                     plan["moves"].append([str(f), str(carry_to / f.name), "move" if carry is not None else "link"])
             plan["carry"] = carried is not None
-            plan["segments"] = [f"{s.path}:{s.done}" for s in states.values()]
+            # The segments this run read further (or found moved): what its commits cover.
+            plan["segments"] = [f"{s.path}:{s.done}" for k, s in sorted(states.items()) if self.files.get(k) != s]
         tmp = self.meta / f".commit.{run_id}.tmp"
         with open(tmp, "w") as fh:
             json.dump(plan, fh)
@@ -534,6 +536,38 @@ def _live_files(dt: Any) -> dict[str, int]:
     paths = actions.column("path").to_pylist()
     rows = actions.column("num_records").to_pylist() if "num_records" in actions.column_names else [0] * len(paths)
     return {p: int(n or 0) for p, n in zip(paths, rows, strict=True)}
+
+
+def history(root: Path) -> list[dict[str, Any]]:
+    """Every commit of ``root``'s tables, oldest first: ``table``, its Delta
+    ``version``, ``time`` (UTC ``datetime``), ``operation`` (``ingest``, ``compact``, or
+    Delta's own name for a commit jet did not make), ``run`` id, ``records`` and
+    ``files_added`` / ``files_removed``, and for frames commits ``segments``: each log
+    segment the run read, as ``path:offset reached``.
+
+    Raises:
+        WarehouseError: ``root`` holds no jet warehouse.
+    """
+    import datetime
+
+    from deltalake import DeltaTable
+
+    if not (root / "_jet_ingest" / "progress" / "_delta_log").exists():
+        raise WarehouseError(f"{root}: not a jet warehouse (nothing ingested yet?)")
+    rows: list[dict[str, Any]] = []
+    for table in TABLES:
+        if not (root / table / "_delta_log").exists():
+            continue
+        for h in DeltaTable(str(root / table)).history():
+            if h.get("operation") == "CREATE TABLE":
+                continue
+            rows.append({"table": table, "version": int(h["version"]),
+                         "time": datetime.datetime.fromtimestamp(h["timestamp"] / 1000, datetime.UTC),
+                         "operation": h.get("jet.operation", h.get("operation")), "run": h.get("jet.run"),
+                         "records": h.get("jet.records"), "files_added": h.get("jet.files_added"),
+                         "files_removed": h.get("jet.files_removed"), "segments": list(h.get("jet.segments", []))})
+    rows.sort(key=lambda r: (r["time"], TABLES.index(r["table"])))
+    return rows
 
 
 def table_path(root: Path, table: str) -> Path:
