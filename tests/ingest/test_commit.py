@@ -337,3 +337,48 @@ def test_history_lists_each_runs_commits_with_what_they_added(tmp_path: Path) ->
     assert "ingest" in done.stdout and f"{second:,}" in done.stdout and "jet-002.jetlog" in done.stdout
     done, _ = _python_m_ingest("history", str(tmp_path / "nothing"))
     assert done.returncode == 2 and "not a jet warehouse" in done.stdout, done
+
+
+@pytest.mark.parametrize("crash", [None, "migrate-planned", "migrate-committed-traffic", "migrate-committed-frames",
+                                   "migrate-committed"])
+def test_migrate_converts_a_warehouse_of_the_snapshot_layout_in_place(tmp_path: Path, crash: str | None) -> None:
+    """tests/ingest/data/snapshot-layout-warehouse.tar.gz: what jet-ingest wrote before
+    Delta Lake (82ce793) from ``_segments(logs, 0, 2, 40)``. The ingest refuses it with
+    the hint; ``migrate`` converts it (also when a first try was killed at ``crash``);
+    the next ingest adds only what is new."""
+    import tarfile
+
+    with tarfile.open(Path(__file__).parent / "data" / "snapshot-layout-warehouse.tar.gz") as tar:
+        tar.extractall(tmp_path, filter="tar")
+    wh, logs = tmp_path / "wh", tmp_path / "logs"
+    _segments(logs, 0, 2, 40)  # the same segments (known by their headers), elsewhere
+    old = visible_old(wh)
+    with pytest.raises(WarehouseError, match=f"convert it in place with: jet-ingest migrate {wh}"):
+        ingest_once(None, str(logs), wh, console=QUIET)
+    if crash:
+        done = subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; "
+                               "from tools.ingest.warehouse import migrate; migrate(Path(sys.argv[1]))", str(wh)],
+                              env={**os.environ, "PYTHONPATH": REPO_ROOT, CRASH_ENV: crash}, capture_output=True,
+                              text=True, timeout=120, check=False)
+        assert done.returncode == 86, done
+    done, _ = _python_m_ingest("migrate", str(wh))
+    assert done.returncode == 0 and "Delta Lake tables" in done.stdout, done
+    assert not (wh / "_jet_ingest" / "current").exists() and not (wh / "_jet_ingest" / "snapshots").exists()
+    for table in TABLES:
+        assert sorted(visible(wh, table).drop_columns(["date"]).to_pylist(), key=repr) == \
+            sorted(old[table].to_pylist(), key=repr), table
+    assert _python_m_ingest("migrate", str(wh))[0].stdout.strip().endswith("already Delta Lake tables")
+    assert ingest_once(None, str(logs), wh, console=QUIET) == 0  # nothing new: the progress came along
+    _segments(logs, 2, 3, 40)
+    added = ingest_once(None, str(logs), wh, console=QUIET)
+    keys = frame_keys(wh)
+    assert len(keys) == len(set(keys)) == old["frames"].num_rows + added
+    assert set(keys) == set(frame_keys_of_logs(logs))
+
+
+def visible_old(wh: Path) -> dict[str, pa.Table]:
+    """Every table of a snapshot-layout warehouse, as its current snapshot holds it."""
+    import pyarrow.dataset as ds
+
+    snap = wh / "_jet_ingest" / "current"
+    return {t: ds.dataset(snap / t, format="parquet").to_table() for t in TABLES}

@@ -170,7 +170,7 @@ def test_cli_rejects_bad_arguments_before_starting_spark(tmp_path: Path, argv: l
 @pytest.mark.parametrize(("manifest", "message"), [
     ('{"version": 1, "files": {}, "runs": []}', "ingest into a new warehouse"),
     ('{"version": 2, "files": {}, "runs": ["r1"], "carry": "r1"}', "ingest into a new warehouse"),
-    ("snapshot:{", "ingest into a new warehouse"),
+    ("snapshot:{", "convert it in place with: jet-ingest migrate"),
 ])
 def test_cli_refuses_a_warehouse_it_cannot_continue(tmp_path: Path, manifest: str, message: str) -> None:
     import os

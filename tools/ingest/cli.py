@@ -520,7 +520,8 @@ nothing is ingested twice, and readers see each run whole or not at all."""
 _EPILOG = """\
 the tables are Delta Lake tables: read them with tools.ingest.read_table(spark,
 WAREHOUSE, "frames", version=N) or any Delta Lake reader (deltalake, polars);
-jet-ingest history WAREHOUSE lists their commits; layout and clusters:
+jet-ingest history WAREHOUSE lists their commits; jet-ingest migrate WAREHOUSE
+converts a warehouse of the older snapshot layout in place; layout and clusters:
 tools/ingest/README.md.
 
 exit status: 0 done (or nothing new), 1 the ingest failed and nothing was committed
@@ -608,11 +609,37 @@ def history_main(argv: list[str]) -> int:
     return 0
 
 
+def migrate_main(argv: list[str]) -> int:
+    """``jet-ingest migrate WAREHOUSE``: convert a warehouse of the snapshot layout to
+    Delta Lake tables in place; returns the exit status (2: not such a warehouse)."""
+    from tools.ingest.warehouse import WarehouseError, locked, migrate
+
+    parser = argparse.ArgumentParser(prog="jet-ingest migrate",
+                                     description="Convert a warehouse written by a jet-ingest before Delta Lake "
+                                                 "(snapshot directories and _manifest.json) in place: its current "
+                                                 "snapshot becomes version 1 of each Delta table, its files moved, "
+                                                 "not rewritten. Safe to run again if it was interrupted.")
+    parser.add_argument("warehouse", metavar="WAREHOUSE")
+    args = parser.parse_args(argv)
+    root = Path(args.warehouse).resolve()
+    try:
+        with locked(root):
+            files = migrate(root)
+    except (WarehouseError, OSError) as exc:
+        print(f"jet-ingest: {exc}")
+        return 2
+    print(f"{root}: converted to Delta Lake tables ({files} file(s))" if files else
+          f"{root}: already Delta Lake tables")
+    return 0
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     """Entry point of ``jet-ingest``; returns the exit status."""
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["history"] and "--out" not in argv:
         return history_main(argv[1:])
+    if argv[:1] == ["migrate"] and "--out" not in argv:
+        return migrate_main(argv[1:])
     args = _parser().parse_args(argv)
     console = Console()
     if not Path(args.logdir.split("*")[0] or ".").exists():

@@ -61,6 +61,7 @@ __all__ = [
     "history",
     "history_notes",
     "locked",
+    "migrate",
     "new_run_id",
     "segment_key",
     "table_schema",
@@ -321,9 +322,17 @@ class Manifest:
                 snapshot layout), or a table is unreadable.
         """
         m = cls(root)
-        if (m.meta / "manifest.json").exists() or os.path.lexists(m.meta / "current"):
+        if (m.meta / "manifest.json").exists():
+            raise WarehouseError(f"{root}: made by an older jet-ingest (before snapshots); ingest into a new "
+                                 "warehouse")
+        if os.path.lexists(m.meta / "current"):
             raise WarehouseError(f"{root}: made by an older jet-ingest (its own snapshot layout, not Delta Lake "
-                                 "tables); ingest into a new warehouse")
+                                 f"tables); convert it in place with: jet-ingest migrate {root}")
+        return cls._load_delta(root)
+
+    @classmethod
+    def _load_delta(cls, root: Path) -> Manifest:
+        m = cls(root)
         if not (m.progress / "_delta_log").exists():
             return m
         from deltalake import DeltaTable
@@ -484,7 +493,7 @@ class Manifest:
         self.plan_path.unlink(missing_ok=True)
         _fsync_dir(self.meta)
         crash_point(f"{point}committed")
-        fresh = Manifest.load(self.root)
+        fresh = Manifest._load_delta(self.root)
         self.files, self.tables, self.version, self.has_carry, self.app_id = (
             fresh.files, fresh.tables, fresh.version, fresh.has_carry, fresh.app_id)
         self._remove_old_carry()
@@ -536,6 +545,52 @@ def _live_files(dt: Any) -> dict[str, int]:
     paths = actions.column("path").to_pylist()
     rows = actions.column("num_records").to_pylist() if "num_records" in actions.column_names else [0] * len(paths)
     return {p: int(n or 0) for p, n in zip(paths, rows, strict=True)}
+
+
+SNAPSHOT_MANIFEST_VERSION = 3  # the last layout before Delta Lake (migrate converts it)
+
+
+def migrate(root: Path) -> int:
+    """Convert a warehouse of the snapshot layout (``_jet_ingest/current`` ->
+    ``snapshots/N`` with ``_manifest.json``) in place: the current snapshot's files,
+    carry and segment states become one ingest run committed to the five Delta tables
+    (no data rewritten: the files are moved), then the old layout is deleted. Safe to
+    run again after it was killed. Returns the number of files converted (0: nothing
+    left to convert).
+
+    Raises:
+        WarehouseError: ``root`` is not a warehouse of that layout, or its manifest is
+            unreadable or of another version.
+    """
+    meta = root / "_jet_ingest"
+    current = meta / "current"
+    if not os.path.lexists(current):
+        if (meta / "progress" / "_delta_log").exists():
+            return 0  # converted already
+        raise WarehouseError(f"{root}: not a warehouse of the snapshot layout (no _jet_ingest/current)")
+    snapshot = meta / "snapshots" / Path(os.readlink(current)).name
+    m = Manifest._load_delta(root)
+    m.recover()  # a migration killed after it was decided is finished
+    converted = 0
+    if not m.version:
+        try:
+            doc = json.loads((snapshot / "_manifest.json").read_text())
+        except (OSError, ValueError) as exc:
+            raise WarehouseError(f"{snapshot}: not a readable snapshot ({exc})") from None
+        if doc.get("version") != SNAPSHOT_MANIFEST_VERSION:
+            raise WarehouseError(f"{snapshot}: unknown manifest version {doc.get('version')!r}")
+        for table in TABLES:
+            if os.path.islink(root / table):
+                (root / table).unlink()  # pointed into the snapshots
+        states = {k: FileState(**v) for k, v in doc["files"].items()}
+        carry = snapshot / "_carry" if doc.get("carry") else root / "_jet_ingest" / "no-carry"
+        rows = {t: dict(v) for t, v in doc["tables"].items()}
+        converted = m.publish([(snapshot, "migrated")], "migrated", states, added_rows=rows, carry=carry,
+                              point="migrate-")
+    shutil.rmtree(meta / "snapshots", ignore_errors=True)
+    current.unlink()
+    _fsync_dir(meta)
+    return converted
 
 
 def history(root: Path) -> list[dict[str, Any]]:
