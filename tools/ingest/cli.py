@@ -279,8 +279,9 @@ def ingest_once(spark: Any, logdir: str, warehouse: Path, *, since_ns: Optional[
     process (no JVM: tests, tiny logs).
 
     What the tasks report is checked against what is staged before anything is
-    committed (:func:`tools.ingest.pipeline.check_reports`); then the run is published
-    as one snapshot, and partitions with many small files are compacted in a second one.
+    committed (:func:`tools.ingest.pipeline.check_reports`); then the run is committed
+    to every Delta table with its application transaction, and partitions with many
+    small files are compacted in commits of their own.
 
     Raises:
         IngestError: the executors could not see the log files or the warehouse.
