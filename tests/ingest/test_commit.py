@@ -382,3 +382,18 @@ def visible_old(wh: Path) -> dict[str, pa.Table]:
 
     snap = wh / "_jet_ingest" / "current"
     return {t: ds.dataset(snap / t, format="parquet").to_table() for t in TABLES}
+
+
+def test_the_run_says_each_tables_version_and_what_it_added(tmp_path: Path) -> None:
+    from tools.ingest.cli import _table_versions, _versions_line
+
+    logs, wh = tmp_path / "logs", tmp_path / "wh"
+    _segments(logs, 0, 1)
+    assert _versions_line(wh, _table_versions(wh)) == "tables: none yet"
+    ingest_once(None, str(logs), wh, console=QUIET)
+    before = _table_versions(wh)
+    _segments(logs, 1, 2)
+    added = ingest_once(None, str(logs), wh, console=QUIET)
+    line = _versions_line(wh, before)
+    assert line.startswith(f"tables: frames v{before['frames'] + 1} (+{added:,}), requests v"), line
+    assert _versions_line(wh, _table_versions(wh)).startswith(f"tables: frames v{before['frames'] + 1} (+0)")

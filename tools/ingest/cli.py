@@ -581,6 +581,31 @@ def _failure(exc: BaseException) -> Optional[str]:
     return None
 
 
+def _table_versions(warehouse: Path) -> dict[str, int]:
+    """table -> its latest Delta version (-1: not created yet)."""
+    from deltalake import DeltaTable
+
+    from tools.ingest.warehouse import TABLES
+
+    return {t: DeltaTable(str(warehouse / t)).version() if (warehouse / t / "_delta_log").exists() else -1
+            for t in TABLES}
+
+
+def _versions_line(warehouse: Path, before: dict[str, int]) -> str:
+    """Each table's version now and the records this invocation's commits added to it,
+    e.g. ``frames v7 (+1,200), requests v7 (+40), ...``."""
+    from tools.ingest.warehouse import history
+
+    now = _table_versions(warehouse)
+    if all(v < 0 for v in now.values()):
+        return "tables: none yet"
+    added = {t: 0 for t in now}
+    for c in history(warehouse):
+        if c["version"] > before[c["table"]] and c["operation"] == "ingest":
+            added[c["table"]] += int(c["records"] or 0)
+    return "tables: " + ", ".join(f"{t} v{v} (+{added[t]:,})" for t, v in now.items() if v >= 0)
+
+
 def history_main(argv: list[str]) -> int:
     """``jet-ingest history WAREHOUSE``: every commit of the warehouse's tables, with what
     each added; returns the exit status (2: not a warehouse)."""
@@ -696,9 +721,11 @@ def run(spark: Any, args: argparse.Namespace, console: Console, *, started: Opti
     started = time.monotonic() if started is None else started
     warehouse = Path(args.out).resolve()
     warehouse.mkdir(parents=True, exist_ok=True)
+    before = _table_versions(warehouse)
     added = ingest_once(spark, args.logdir, warehouse, since_ns=args.since, console=console, mode=args.mode)
     if args.follow:
         added += _follow(spark, args, console)
+    console.print(_versions_line(warehouse, before), highlight=False)
     if not Manifest.load(warehouse).rows("frames"):
         console.print("no records ingested yet")
         return 0
