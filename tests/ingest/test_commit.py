@@ -397,3 +397,30 @@ def test_the_run_says_each_tables_version_and_what_it_added(tmp_path: Path) -> N
     line = _versions_line(wh, before)
     assert line.startswith(f"tables: frames v{before['frames'] + 1} (+{added:,}), requests v"), line
     assert _versions_line(wh, _table_versions(wh)).startswith(f"tables: frames v{before['frames'] + 1} (+0)")
+
+
+def test_optimize_compacts_and_vacuum_deletes_only_replaced_files(tmp_path: Path) -> None:
+    logs, wh = tmp_path / "logs", tmp_path / "wh"
+    for k in range(3):
+        _segments(logs, k, k + 1)
+        ingest_once(None, str(logs), wh, console=QUIET)
+    rows = {t: visible(wh, t).num_rows for t in TABLES}
+    assert len(live_files(wh, "frames")) == 3
+    done, _ = _python_m_ingest("optimize", str(wh))
+    assert done.returncode == 0 and "file(s) compacted" in done.stdout, done
+    assert len(live_files(wh, "frames")) == 1
+    assert {t: visible(wh, t).num_rows for t in TABLES} == rows
+    assert len(list((wh / "frames").rglob("*.parquet"))) == 4  # the replaced ones stay for old versions
+    done, _ = _python_m_ingest("vacuum", "--help")
+    assert "168 hours" in done.stdout and "time travel" in done.stdout
+    done, _ = _python_m_ingest("vacuum", str(wh))  # within the retention: nothing goes
+    assert done.returncode == 0 and "0 unreferenced" in done.stdout, done
+    done, _ = _python_m_ingest("vacuum", "--retention-hours", "0", str(wh))
+    assert done.returncode == 0, done
+    for table in TABLES:
+        on_disk = sorted(str(p.relative_to(wh / table)) for p in (wh / table).rglob("*.parquet"))
+        assert on_disk == sorted(live_files(wh, table)), table
+    assert {t: visible(wh, t).num_rows for t in TABLES} == rows
+    assert ingest_once(None, str(logs), wh, console=QUIET) == 0
+    done, _ = _python_m_ingest("vacuum", str(tmp_path / "none"))
+    assert done.returncode == 2 and "not a jet warehouse" in done.stdout, done

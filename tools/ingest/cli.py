@@ -522,7 +522,9 @@ _EPILOG = """\
 the tables are Delta Lake tables: read them with tools.ingest.read_table(spark,
 WAREHOUSE, "frames", version=N) or any Delta Lake reader (deltalake, polars);
 jet-ingest history WAREHOUSE lists their commits; jet-ingest migrate WAREHOUSE
-converts a warehouse of the older snapshot layout in place; layout and clusters:
+converts a warehouse of the older snapshot layout in place; jet-ingest optimize
+WAREHOUSE compacts small files, jet-ingest vacuum WAREHOUSE deletes replaced ones
+(after a retention, see its --help); layout and clusters:
 tools/ingest/README.md.
 
 exit status: 0 done (or nothing new), 1 the ingest failed and nothing was committed
@@ -659,9 +661,59 @@ def migrate_main(argv: list[str]) -> int:
     return 0
 
 
+VACUUM_RETENTION_HOURS = 168  # Delta Lake's default: a week of versions stays readable
+
+
+def maintain_main(command: str, argv: list[str]) -> int:
+    """``jet-ingest optimize|vacuum WAREHOUSE``; returns the exit status (2: not a
+    warehouse, or another jet-ingest holds it)."""
+    from tools.ingest.pipeline import compact
+    from tools.ingest.warehouse import TABLES, Manifest, WarehouseError, locked
+
+    if command == "optimize":
+        parser = argparse.ArgumentParser(prog="jet-ingest optimize",
+                                         description="Compact the small files of every partition that has two or "
+                                                     "more into larger ones, in commits that change no data "
+                                                     "(the replaced files stay for older versions until vacuum).")
+    else:
+        parser = argparse.ArgumentParser(
+            prog="jet-ingest vacuum",
+            description="Delete the files no version of a table newer than the retention still needs (files "
+                        "that compactions replaced). Versions older than the retention can no longer be read "
+                        f"(time travel). Retention: {VACUUM_RETENTION_HOURS} hours (7 days, Delta Lake's "
+                        "default) unless --retention-hours says otherwise.")
+        parser.add_argument("--retention-hours", type=int, default=VACUUM_RETENTION_HOURS, metavar="H",
+                            help=f"keep what versions of the last H hours need (default {VACUUM_RETENTION_HOURS})")
+    parser.add_argument("warehouse", metavar="WAREHOUSE")
+    args = parser.parse_args(argv)
+    root = Path(args.warehouse).resolve()
+    try:
+        with locked(root):
+            m = Manifest.load(root)
+            if not m.app_id:
+                raise WarehouseError(f"{root}: not a jet warehouse (nothing ingested yet?)")
+            m.recover()  # a killed run's decided commits first: their files are not garbage
+            if command == "optimize":
+                print(f"{root}: {compact(m, min_files=2)} file(s) compacted")
+                return 0
+            from deltalake import DeltaTable
+
+            deleted = 0
+            for table in TABLES:
+                deleted += len(DeltaTable(str(root / table)).vacuum(
+                    retention_hours=args.retention_hours, dry_run=False, enforce_retention_duration=False))
+            print(f"{root}: {deleted} unreferenced file(s) deleted")
+    except (WarehouseError, OSError) as exc:
+        print(f"jet-ingest: {exc}")
+        return 2
+    return 0
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     """Entry point of ``jet-ingest``; returns the exit status."""
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] in (["optimize"], ["vacuum"]) and "--out" not in argv:
+        return maintain_main(argv[0], argv[1:])
     if argv[:1] == ["history"] and "--out" not in argv:
         return history_main(argv[1:])
     if argv[:1] == ["migrate"] and "--out" not in argv:
