@@ -1,10 +1,10 @@
-"""JVM-free tests of jet-ingest's commit: snapshots published by one rename, crashes at
-every step of it, segments known by their header identity, the checks of what tasks
-report, compaction, and the command line that needs no JVM.
+"""JVM-free tests of jet-ingest's commit: Delta Lake commits decided by one rename and
+finished by whoever comes next, crashes at every step of it, segments known by their
+header identity, the checks of what tasks report, compaction, and the command line
+that needs no JVM.
 
 The ingest runs its tasks in this process (``ingest_once(None, ...)``); what readers see
-is read with pyarrow's dataset reader, which skips ``_``/``.`` files as Spark does
-(test_spark.py reads a crashed warehouse with Spark itself).
+is read with delta-rs (``deltalake``), as any Delta Lake reader would.
 """
 
 from __future__ import annotations
@@ -17,15 +17,15 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 import pytest
+from deltalake import DeltaTable
 from rich.console import Console
 
 from tools.ingest.cli import ingest_once
 from tools.ingest.pipeline import IngestError, check_reports, compact
 from tools.ingest.session import REPO_ROOT
 from tools.ingest.synth import BASE_NS, write_synthetic_log
-from tools.ingest.warehouse import CRASH_ENV, TABLES, Manifest, WarehouseError
+from tools.ingest.warehouse import COMMIT_ORDER, CRASH_ENV, TABLES, Manifest, WarehouseError
 
 QUIET = Console(file=open(os.devnull, "w"))  # noqa: SIM115 (lives as long as the module)
 
@@ -37,10 +37,19 @@ def _segments(logs: Path, first: int, last: int, records: int = 100) -> None:
 
 
 def visible(warehouse: Path, table: str = "frames") -> pa.Table:
-    """What a reader of ``WAREHOUSE/<table>`` sees (Spark's rules: ``_``/``.`` hidden)."""
-    if not (warehouse / table).exists():
+    """What a Delta Lake reader of ``WAREHOUSE/<table>`` sees (its latest version)."""
+    if not (warehouse / table / "_delta_log").exists():
         return pa.table({"file": pa.array([], pa.string()), "offset": pa.array([], pa.int64())})
-    return ds.dataset(warehouse / table, format="parquet", partitioning="hive").to_table()
+    return DeltaTable(str(warehouse / table)).to_pyarrow_table()
+
+
+def live_files(warehouse: Path, table: str) -> list[str]:
+    """The Parquet files of the latest version of ``table``."""
+    return files_of(DeltaTable(str(warehouse / table)))
+
+
+def files_of(dt: DeltaTable) -> list[str]:
+    return list(pa.table(dt.get_add_actions()).column("path").to_pylist())
 
 
 def frame_keys(warehouse: Path) -> list[tuple[str, int]]:
@@ -90,8 +99,12 @@ def test_a_segment_that_shrank_is_an_error(tmp_path: Path) -> None:
         ingest_once(None, str(logs), wh, console=QUIET)
 
 
-CRASH_POINTS = ["staged", "merged", "linked", "published", "committed",
-                "compact-staged", "compact-linked", "compact-published", "compact-committed"]
+# Before the run is decided (staged, merged), once it is (planned), after each of its
+# Delta commits (frames last), after the progress commit; then the same for the
+# compaction that follows it.
+CRASH_POINTS = ["staged", "merged", "planned", *[f"committed-{t}" for t in COMMIT_ORDER], "committed",
+                "compact-staged", "compact-planned", "compact-committed-requests", "compact-committed-frames",
+                "compact-committed"]
 _INGEST = "import sys; from pathlib import Path; from tools.ingest.cli import ingest_once; " \
           "ingest_once(None, sys.argv[1], Path(sys.argv[2]))"
 
@@ -141,9 +154,12 @@ def frame_keys_of_logs(logs: Path) -> list[tuple[str, int]]:
 def test_a_crash_at_any_point_shows_readers_only_committed_rows(tmp_path: Path, one_run: tuple[Path, int],
                                                                point: str) -> None:
     logs, wh, first, total = crashed_warehouse(tmp_path, one_run, point)
-    committed = point == "committed" or point.startswith("compact-")
+    # Each table alone shows whole versions: frames has the run once its own commit is made.
+    committed = point in ("committed-frames", "committed") or point.startswith("compact-")
     keys = frame_keys(wh)
     assert len(keys) == len(set(keys)) == (total if committed else first), point
+    decided = point not in ("staged", "merged", "compact-staged")
+    assert (wh / "_jet_ingest" / "commit.json").exists() == (decided and not point.endswith("committed")), point
     # Every table a reader can reach is one snapshot: the derived rows match the frames.
     requests = visible(wh, "requests")
     ids = list(zip(requests.column("run_ns").to_pylist(), requests.column("requester_conn").to_pylist(),
@@ -154,9 +170,27 @@ def test_a_crash_at_any_point_shows_readers_only_committed_rows(tmp_path: Path, 
     keys = frame_keys(wh)
     assert len(keys) == len(set(keys)) == total
     assert set(keys) == set(frame_keys_of_logs(logs))
-    assert len(list((wh / "frames").rglob("*.parquet"))) <= 3  # compacted
+    assert len(live_files(wh, "frames")) <= 3  # compacted
     assert not (wh / "_jet_ingest" / "staging").exists() or not any((wh / "_jet_ingest" / "staging").iterdir())
-    assert not [d for d in (wh / "_jet_ingest" / "snapshots").iterdir() if d.name.startswith(".")]
+    assert not (wh / "_jet_ingest" / "commit.json").exists()
+    # Every table and the progress hold the second run's transaction, made once: no
+    # table has two commits of it.
+    m = Manifest.load(wh)
+    assert m.version == 2 and m.rows("frames") == total
+    for table in TABLES:
+        dt = DeltaTable(str(wh / table))
+        assert dt.transaction_version(m.app_id) == 2, table
+        runs = [h.get("jet.run") for h in dt.history() if h.get("jet.operation") == "ingest"]
+        assert len(runs) == len(set(runs)), (table, runs)
+    # Nothing of a run is on disk that no version of its table names (a crash before the
+    # run was decided leaves its files in staging only).
+    for table in TABLES:
+        on_disk = {str(p.relative_to(wh / table)) for p in (wh / table).rglob("*.parquet")}
+        named = set()
+        dt = DeltaTable(str(wh / table))
+        for v in range(dt.version() + 1):
+            named.update(files_of(DeltaTable(str(wh / table), version=v)))
+        assert on_disk == named, table
 
 
 def test_check_reports_refuses_what_the_driver_cannot_see(tmp_path: Path) -> None:
@@ -197,12 +231,16 @@ def test_compaction_keeps_follow_from_leaving_many_small_files(tmp_path: Path) -
     keys = frame_keys(wh)
     assert len(keys) == len(set(keys)) == n
     for table in TABLES:
-        files = list((wh / table).rglob("*.parquet"))
+        files = live_files(wh, table)
         assert len(files) < 10, (table, len(files))
     m = Manifest.load(wh)
     assert m.rows("frames") == n
     assert compact(m) == 0  # nothing left to compact
-    assert len(list((wh / "_jet_ingest" / "snapshots").iterdir())) <= 3 + 12 * 2  # superseded ones within RETAIN_S
+    # A compaction changes no data: its commits say so, and no run's transaction moves.
+    frames = DeltaTable(str(wh / "frames"))
+    assert frames.transaction_version(m.app_id) == m.version
+    compactions = [h for h in frames.history() if h.get("jet.operation") == "compact"]
+    assert compactions and all(h["jet.files_removed"] > 1 for h in compactions)
 
 
 def _python_m_ingest(*argv: str, env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess[str], float]:
@@ -279,3 +317,110 @@ def test_an_older_segments_cut_tail_is_reported_once_the_daemon_moved_on(tmp_pat
     rows = [(Path(f).name, k) for f, k in zip(t.column("file").to_pylist(), t.column("kind").to_pylist(), strict=True)]
     assert rows.count(("jet-000.jetlog", TRUNCATED)) == 1
     assert sum(1 for f, k in rows if f == "jet-000.jetlog" and k != TRUNCATED) == n - 1
+
+
+def test_history_lists_each_runs_commits_with_what_they_added(tmp_path: Path) -> None:
+    logs, wh = tmp_path / "logs", tmp_path / "wh"
+    _segments(logs, 0, 2)
+    first = ingest_once(None, str(logs), wh, console=QUIET)
+    _segments(logs, 2, 3)
+    second = ingest_once(None, str(logs), wh, console=QUIET)
+    from tools.ingest.warehouse import history
+
+    commits = [c for c in history(wh) if c["table"] == "frames"]
+    assert [(c["operation"], c["records"], c["files_added"]) for c in commits] == [
+        ("ingest", first, commits[0]["files_added"]), ("ingest", second, commits[1]["files_added"])]
+    assert commits[0]["version"] < commits[1]["version"] and commits[0]["files_added"] >= 1
+    assert sorted(Path(s.split(":")[0]).name for s in commits[1]["segments"]) == ["jet-002.jetlog"]
+    done, _ = _python_m_ingest("history", str(wh))
+    assert done.returncode == 0, done
+    assert "ingest" in done.stdout and f"{second:,}" in done.stdout and "jet-002.jetlog" in done.stdout
+    done, _ = _python_m_ingest("history", str(tmp_path / "nothing"))
+    assert done.returncode == 2 and "not a jet warehouse" in done.stdout, done
+
+
+@pytest.mark.parametrize("crash", [None, "migrate-planned", "migrate-committed-traffic", "migrate-committed-frames",
+                                   "migrate-committed"])
+def test_migrate_converts_a_warehouse_of_the_snapshot_layout_in_place(tmp_path: Path, crash: str | None) -> None:
+    """tests/ingest/data/snapshot-layout-warehouse.tar.gz: what jet-ingest wrote before
+    Delta Lake (82ce793) from ``_segments(logs, 0, 2, 40)``. The ingest refuses it with
+    the hint; ``migrate`` converts it (also when a first try was killed at ``crash``);
+    the next ingest adds only what is new."""
+    import tarfile
+
+    with tarfile.open(Path(__file__).parent / "data" / "snapshot-layout-warehouse.tar.gz") as tar:
+        tar.extractall(tmp_path, filter="tar")
+    wh, logs = tmp_path / "wh", tmp_path / "logs"
+    _segments(logs, 0, 2, 40)  # the same segments (known by their headers), elsewhere
+    old = visible_old(wh)
+    with pytest.raises(WarehouseError, match=f"convert it in place with: jet-ingest migrate {wh}"):
+        ingest_once(None, str(logs), wh, console=QUIET)
+    if crash:
+        done = subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; "
+                               "from tools.ingest.warehouse import migrate; migrate(Path(sys.argv[1]))", str(wh)],
+                              env={**os.environ, "PYTHONPATH": REPO_ROOT, CRASH_ENV: crash}, capture_output=True,
+                              text=True, timeout=120, check=False)
+        assert done.returncode == 86, done
+    done, _ = _python_m_ingest("migrate", str(wh))
+    assert done.returncode == 0 and "Delta Lake tables" in done.stdout, done
+    assert not (wh / "_jet_ingest" / "current").exists() and not (wh / "_jet_ingest" / "snapshots").exists()
+    for table in TABLES:
+        assert sorted(visible(wh, table).drop_columns(["date"]).to_pylist(), key=repr) == \
+            sorted(old[table].to_pylist(), key=repr), table
+    assert _python_m_ingest("migrate", str(wh))[0].stdout.strip().endswith("already Delta Lake tables")
+    assert ingest_once(None, str(logs), wh, console=QUIET) == 0  # nothing new: the progress came along
+    _segments(logs, 2, 3, 40)
+    added = ingest_once(None, str(logs), wh, console=QUIET)
+    keys = frame_keys(wh)
+    assert len(keys) == len(set(keys)) == old["frames"].num_rows + added
+    assert set(keys) == set(frame_keys_of_logs(logs))
+
+
+def visible_old(wh: Path) -> dict[str, pa.Table]:
+    """Every table of a snapshot-layout warehouse, as its current snapshot holds it."""
+    import pyarrow.dataset as ds
+
+    snap = wh / "_jet_ingest" / "current"
+    return {t: ds.dataset(snap / t, format="parquet").to_table() for t in TABLES}
+
+
+def test_the_run_says_each_tables_version_and_what_it_added(tmp_path: Path) -> None:
+    from tools.ingest.cli import _table_versions, _versions_line
+
+    logs, wh = tmp_path / "logs", tmp_path / "wh"
+    _segments(logs, 0, 1)
+    assert _versions_line(wh, _table_versions(wh)) == "tables: none yet"
+    ingest_once(None, str(logs), wh, console=QUIET)
+    before = _table_versions(wh)
+    _segments(logs, 1, 2)
+    added = ingest_once(None, str(logs), wh, console=QUIET)
+    line = _versions_line(wh, before)
+    assert line.startswith(f"tables: frames v{before['frames'] + 1} (+{added:,}), requests v"), line
+    assert _versions_line(wh, _table_versions(wh)).startswith(f"tables: frames v{before['frames'] + 1} (+0)")
+
+
+def test_optimize_compacts_and_vacuum_deletes_only_replaced_files(tmp_path: Path) -> None:
+    logs, wh = tmp_path / "logs", tmp_path / "wh"
+    for k in range(3):
+        _segments(logs, k, k + 1)
+        ingest_once(None, str(logs), wh, console=QUIET)
+    rows = {t: visible(wh, t).num_rows for t in TABLES}
+    assert len(live_files(wh, "frames")) == 3
+    done, _ = _python_m_ingest("optimize", str(wh))
+    assert done.returncode == 0 and "file(s) compacted" in done.stdout, done
+    assert len(live_files(wh, "frames")) == 1
+    assert {t: visible(wh, t).num_rows for t in TABLES} == rows
+    assert len(list((wh / "frames").rglob("*.parquet"))) == 4  # the replaced ones stay for old versions
+    done, _ = _python_m_ingest("vacuum", "--help")
+    assert "168 hours" in done.stdout and "time travel" in done.stdout
+    done, _ = _python_m_ingest("vacuum", str(wh))  # within the retention: nothing goes
+    assert done.returncode == 0 and "0 unreferenced" in done.stdout, done
+    done, _ = _python_m_ingest("vacuum", "--retention-hours", "0", str(wh))
+    assert done.returncode == 0, done
+    for table in TABLES:
+        on_disk = sorted(str(p.relative_to(wh / table)) for p in (wh / table).rglob("*.parquet"))
+        assert on_disk == sorted(live_files(wh, table)), table
+    assert {t: visible(wh, t).num_rows for t in TABLES} == rows
+    assert ingest_once(None, str(logs), wh, console=QUIET) == 0
+    done, _ = _python_m_ingest("vacuum", str(tmp_path / "none"))
+    assert done.returncode == 2 and "not a jet warehouse" in done.stdout, done

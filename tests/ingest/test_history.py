@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pyarrow.dataset as ds
+from deltalake import DeltaTable
 
 from jetwire import AddState, Info, NotifyState, Response, SetState, Value, encode
 from jetwire.codes import Function
@@ -74,7 +74,7 @@ def _write_run(full: Path, later: Path) -> None:
 
 
 def _table(warehouse: Path, name: str) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = ds.dataset(warehouse / name, format="parquet", partitioning="hive").to_table().to_pylist()
+    rows: list[dict[str, Any]] = DeltaTable(str(warehouse / name)).to_pyarrow_table().to_pylist()
     return rows
 
 

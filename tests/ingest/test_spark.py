@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from deltalake import DeltaTable
 
 from jetwire import (
     AddMethod,
@@ -158,7 +159,7 @@ def assert_same_as_oracle(tables: dict[str, Any]) -> None:
 def test_scenario_tables_match(spark: Any, start_jetd: Callable[..., Any], tmp_path: Path) -> None:
     from pyspark.sql import functions as F
 
-    from tools.ingest.cli import ingest_once, load_tables
+    from tools.ingest.cli import ingest_once, load_tables, read_table
     from tools.ingest.report import collect_summary, write_report
 
     log_dir = tmp_path / "logs"
@@ -217,7 +218,7 @@ def test_scenario_tables_match(spark: Any, start_jetd: Callable[..., Any], tmp_p
 
     # Idempotent: a second run over the same logs adds nothing.
     assert ingest_once(spark, str(log_dir), warehouse) == 0
-    assert spark.read.parquet(str(warehouse / "frames")).count() == added
+    assert read_table(spark, warehouse, "frames").count() == added
 
     summary = collect_summary(tables)
     assert summary.rows == {"frames": added, "state_changes": 4, "requests": 5, "connections": 2,
@@ -353,7 +354,6 @@ def test_follow_ingests_a_live_log_exactly_once(spark: Any, start_jetd: Callable
     import io
     import threading
 
-    import pyarrow.parquet as pq
     from rich.console import Console
 
     from tools.ingest.cli import _parser, load_tables, run
@@ -404,7 +404,7 @@ def test_follow_ingests_a_live_log_exactly_once(spark: Any, start_jetd: Callable
     assert result == [0], (result, lines())
     assert any(ln.startswith("no new records") for ln in lines()), lines()
     logged = _log_records(log_dir)
-    table = pq.read_table(warehouse / "frames", columns=["file", "offset", "kind"])
+    table = DeltaTable(str(warehouse / "frames")).to_pyarrow_table(columns=["file", "offset", "kind"])
     got = list(zip(table.column("file").to_pylist(), table.column("offset").to_pylist(), strict=True))
     assert len(got) == len(set(got)) == len(logged) > 0  # every record, none twice
     assert set(got) == logged
@@ -423,7 +423,6 @@ def test_follow_skips_a_micro_batch_already_ingested(spark: Any, tmp_path: Path)
     import io
     import threading
 
-    import pyarrow.parquet as pq
     from rich.console import Console
 
     from jetwire.log import LogHeader, LogKind, conn_open_data, encode_header, encode_record
@@ -484,7 +483,7 @@ def test_follow_skips_a_micro_batch_already_ingested(spark: Any, tmp_path: Path)
         return batches()
 
     def ingested() -> list[tuple[str, int]]:
-        table = pq.read_table(warehouse / "frames", columns=["file", "offset"])
+        table = DeltaTable(str(warehouse / "frames")).to_pyarrow_table(columns=["file", "offset"])
         return list(zip(table.column("file").to_pylist(), table.column("offset").to_pylist(), strict=True))
 
     def assert_exactly_once(n: int) -> None:
@@ -559,10 +558,12 @@ def test_jet_ingest_failfast_fails_on_damage_quietly_and_commits_nothing(tmp_pat
     assert not (wh / "frames").exists()
 
 
-def test_spark_sees_only_committed_rows_after_a_crash_just_before_the_commit(spark: Any, tmp_path: Path) -> None:
-    """A run killed after its snapshot is complete but before ``current`` moves (the
-    last moment before the commit): ``spark.read.parquet`` on a table directory and
-    ``read_table`` both see the previous run's rows only; the next run adds the rest once."""
+def test_spark_reads_whole_versions_after_a_crash_and_travels_in_time(spark: Any, tmp_path: Path) -> None:
+    """A run killed after its derived tables' commits, before frames' (the run is
+    decided): ``read_table`` sees the previous version of frames; the next run finishes
+    the killed one (once) and then adds its own; every version and time stays readable."""
+    import datetime
+
     from test_commit import QUIET, _ingest_process, _segments
 
     from tools.ingest import read_table
@@ -571,11 +572,19 @@ def test_spark_sees_only_committed_rows_after_a_crash_just_before_the_commit(spa
     logs, wh = tmp_path / "logs", tmp_path / "wh"
     _segments(logs, 0, 2, 40)
     first = ingest_once(None, str(logs), wh, console=QUIET)
+    after_first = datetime.datetime.now(datetime.UTC)
     _segments(logs, 2, 5, 40)
-    assert _ingest_process(logs, wh, "published").returncode == 86
-    assert spark.read.parquet(str(wh / "frames")).count() == first
+    assert _ingest_process(logs, wh, "committed-traffic").returncode == 86
     assert read_table(spark, wh, "frames").count() == first
-    added = ingest_once(None, str(logs), wh, console=QUIET)
-    frames = spark.read.parquet(str(wh / "frames"))
-    assert frames.count() == frames.select("file", "offset").distinct().count() == first + added
-    assert read_table(spark, wh, "frames").count() == first + added
+    _segments(logs, 5, 6, 40)
+    added = ingest_once(None, str(logs), wh, console=QUIET)  # the killed run's rows came with the recovery
+    frames = read_table(spark, wh, "frames")
+    assert frames.count() == frames.select("file", "offset").distinct().count() == DeltaTable(
+        str(wh / "frames")).to_pyarrow_table().num_rows
+    assert added == first // 2 and frames.count() == 3 * first
+    versions = [h["version"] for h in DeltaTable(str(wh / "frames")).history() if h.get("jet.operation") == "ingest"]
+    counts = [read_table(spark, wh, "frames", version=v).count() for v in sorted(versions)]
+    assert counts == [first, 5 * first // 2, 3 * first]
+    assert read_table(spark, wh, "frames", timestamp=after_first).count() == first
+    with pytest.raises(ValueError, match="version"):
+        read_table(spark, wh, "frames", version=99)

@@ -1,68 +1,73 @@
-"""JVM-free tests of the warehouse manifest, partition planning and CLI argument parsing."""
+"""JVM-free tests of the warehouse's Delta Lake commits, partition planning and CLI argument parsing."""
 
 from __future__ import annotations
 
 import argparse
-import os
-import time
+import datetime
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from deltalake import DeltaTable
 
 from jetwire.log import LogHeader, encode_header
 from tools.ingest.cli import _parse_since, _plan
 from tools.ingest.source import DEFAULT_CHUNK, DEFAULT_GROUP, expand_paths, plan_ranges
 from tools.ingest.synth import BASE_NS, write_synthetic_log
-from tools.ingest.warehouse import RETAIN_S, FileState, Manifest
+from tools.ingest.warehouse import FileState, Manifest, table_schema
 
 
 def _stage(root: Path, files: dict[str, int]) -> None:
-    """Parquet files of ``rows`` rows each under ``root`` (relative names)."""
+    """Parquet files of ``rows`` rows each under ``root`` (``<table>/<partition>/<name>``),
+    with the table's columns."""
     for name, rows in files.items():
+        schema = table_schema(name.split("/")[0])
+        columns = {f.name: pa.array([7] * rows, f.type) if f.type == pa.int64() else pa.nulls(rows, f.type)
+                   for f in schema if f.name != "date"}
         (root / name).parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(pa.table({"x": pa.array(range(rows), pa.int64())}), root / name)
+        pq.write_table(pa.table(columns), root / name)
 
 
-def test_publish_is_one_rename_and_cleanup_removes_what_never_committed(tmp_path: Path) -> None:
+def _rows(root: Path, table: str, version: int | None = None) -> int:
+    return DeltaTable(str(root / table), version=version).to_pyarrow_table().num_rows
+
+
+def test_publish_commits_each_table_with_the_runs_transaction(tmp_path: Path) -> None:
     m = Manifest(tmp_path)
     _stage(tmp_path / "st1", {"frames/date=2026-01-01/a.parquet": 3, "requests/date=2026-01-01/b.parquet": 2})
     state = FileState("/x.jetlog", 123, "jetd", 5, 0, 5, 999)
     assert m.publish([(tmp_path / "st1", "run")], "r1", {state.key: state}) == 2
-    assert os.readlink(tmp_path / "_jet_ingest" / "current") == "snapshots/00000001"
     assert [p.name for p in (tmp_path / "frames").rglob("*.parquet")] == ["run-r1-a.parquet"]
     loaded = Manifest.load(tmp_path)
     assert loaded.files == {state.key: state} and loaded.rows("frames") == 3 and loaded.version == 1
-    # A second run dies after building its snapshot, before the pointer moves.
-    _stage(tmp_path / "st2", {"frames/date=2026-01-01/c.parquet": 4})
-    tmp = tmp_path / "_jet_ingest" / "snapshots" / "00000002" / "frames" / "date=2026-01-01"
-    tmp.mkdir(parents=True)
-    os.link(tmp_path / "st2/frames/date=2026-01-01/c.parquet", tmp / "run-r2-c.parquet")
-    (tmp_path / "_jet_ingest" / "staging" / "r2").mkdir(parents=True)
-    assert sorted(p.name for p in (tmp_path / "frames").rglob("*.parquet")) == ["run-r1-a.parquet"]  # unseen
-    assert Manifest.load(tmp_path).remove_uncommitted() == 2
-    assert sorted(p.name for p in (tmp_path / "_jet_ingest" / "snapshots").iterdir()) == ["00000001"]
+    frames = DeltaTable(str(tmp_path / "frames"))
+    assert frames.transaction_version(loaded.app_id) == 1 and _rows(tmp_path, "frames") == 3
+    (add,) = pa.table(frames.get_add_actions(flatten=True)).to_pylist()
+    assert add["num_records"] == 3 and add["min.offset"] == add["max.offset"] == 7
+    assert add["partition.date"] == datetime.date(2026, 1, 1)
+    # A second run dies after its files are staged, before it is decided: nothing seen,
+    # and the next writer deletes what it left.
+    _stage(tmp_path / "_jet_ingest" / "staging" / "r2", {"frames/date=2026-01-01/c.parquet": 4})
+    assert _rows(tmp_path, "frames") == 3
+    assert Manifest.load(tmp_path).recover() == 1
     assert not (tmp_path / "_jet_ingest" / "staging").exists()
+    assert Manifest.load(tmp_path).version == 1 and _rows(tmp_path, "frames") == 3
 
 
-def test_publish_drops_replaced_files_and_keeps_the_rest_by_hard_link(tmp_path: Path) -> None:
+def test_publish_removes_replaced_files_and_old_versions_stay_readable(tmp_path: Path) -> None:
     m = Manifest(tmp_path)
     _stage(tmp_path / "st1", {"requests/date=2026-01-01/a.parquet": 3})
     _stage(tmp_path / "sn1", {"requests/date=2026-01-01/open.parquet": 1})
-    m.publish([(tmp_path / "st1", "run"), (tmp_path / "sn1", "snap")], "r1", {})
+    m.publish([(tmp_path / "st1", "run"), (tmp_path / "sn1", "snap")], "r1", {}, carry=tmp_path / "no-carry")
     _stage(tmp_path / "sn2", {"requests/date=2026-01-01/open.parquet": 2})
-    m.publish([(tmp_path / "sn2", "snap")], "r2", {}, drop=lambda t, rel: "snap-" in rel)
+    m.publish([(tmp_path / "sn2", "snap")], "r2", {}, drop=lambda t, rel: "snap-" in rel, carry=tmp_path / "none")
     assert m.tables["requests"] == {"date=2026-01-01/run-r1-a.parquet": 3, "date=2026-01-01/snap-r2-open.parquet": 2}
-    old = tmp_path / "_jet_ingest/snapshots/00000001/requests/date=2026-01-01/run-r1-a.parquet"
-    assert (tmp_path / "requests/date=2026-01-01/run-r1-a.parquet").stat().st_ino == old.stat().st_ino
-    # A superseded snapshot stays readable for a while, then goes.
-    for _ in range(3):
-        m.publish([], "rx", {})
-    snaps = tmp_path / "_jet_ingest" / "snapshots"
-    assert len(list(snaps.iterdir())) == 5
-    m.remove_stale(now=time.time() + RETAIN_S + 1)
-    assert sorted(p.name for p in snaps.iterdir()) == ["00000003", "00000004", "00000005"]
+    assert m.version == 2 and _rows(tmp_path, "requests") == 5
+    history = DeltaTable(str(tmp_path / "requests")).history()
+    assert [h.get("jet.run") for h in history[:2]] == ["r2", "r1"]
+    # Time travel: the first run's version is still there, files and all.
+    assert _rows(tmp_path, "requests", version=history[1]["version"]) == 4
 
 
 def test_a_warehouse_of_an_older_jet_ingest_is_refused_with_a_reason(tmp_path: Path) -> None:
@@ -72,12 +77,11 @@ def test_a_warehouse_of_an_older_jet_ingest_is_refused_with_a_reason(tmp_path: P
         Manifest.load(tmp_path)
 
 
-def test_manifest_rejects_unknown_version(tmp_path: Path) -> None:
-    snap = tmp_path / "_jet_ingest" / "snapshots" / "00000001"
-    snap.mkdir(parents=True)
-    (snap / "_manifest.json").write_text('{"version": 99}')
-    os.symlink("snapshots/00000001", tmp_path / "_jet_ingest" / "current")
-    with pytest.raises(ValueError, match="unknown manifest version"):
+def test_a_damaged_progress_table_is_refused(tmp_path: Path) -> None:
+    log = tmp_path / "_jet_ingest" / "progress" / "_delta_log"
+    log.mkdir(parents=True)
+    (log / "00000000000000000000.json").write_text("{not json")
+    with pytest.raises(ValueError, match="not a readable jet warehouse"):
         Manifest.load(tmp_path)
 
 
@@ -166,7 +170,7 @@ def test_cli_rejects_bad_arguments_before_starting_spark(tmp_path: Path, argv: l
 @pytest.mark.parametrize(("manifest", "message"), [
     ('{"version": 1, "files": {}, "runs": []}', "ingest into a new warehouse"),
     ('{"version": 2, "files": {}, "runs": ["r1"], "carry": "r1"}', "ingest into a new warehouse"),
-    ("snapshot:{", "not a readable snapshot"),
+    ("snapshot:{", "convert it in place with: jet-ingest migrate"),
 ])
 def test_cli_refuses_a_warehouse_it_cannot_continue(tmp_path: Path, manifest: str, message: str) -> None:
     import os

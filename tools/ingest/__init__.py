@@ -3,7 +3,7 @@
 - :func:`register` adds the ``jetlog`` Python Data Source to a SparkSession.
 - :mod:`tools.ingest.parse` is the JVM-free vectorised parser the source runs.
 - :mod:`tools.ingest.cli` is ``jet-ingest LOGDIR --out WAREHOUSE``.
-- :func:`read_table` reads a table of a warehouse's current snapshot.
+- :func:`read_table` reads a table of a warehouse (Delta Lake), at a version or time if asked.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ def register(spark: Any) -> None:
     _register(spark)
 
 
-def read_table(spark: Any, warehouse: Any, name: str) -> Any:
-    """Table ``name`` of ``warehouse``'s current snapshot as a DataFrame (see
-    :func:`tools.ingest.cli.read_table`)."""
+def read_table(spark: Any, warehouse: Any, name: str, *, version: Any = None, timestamp: Any = None) -> Any:
+    """Table ``name`` of ``warehouse`` (a Delta Lake table) as a DataFrame, at a
+    ``version`` or ``timestamp`` or its latest (see :func:`tools.ingest.cli.read_table`)."""
     from .cli import read_table as _read_table
 
-    return _read_table(spark, warehouse, name)
+    return _read_table(spark, warehouse, name, version=version, timestamp=timestamp)

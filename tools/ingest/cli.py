@@ -279,8 +279,9 @@ def ingest_once(spark: Any, logdir: str, warehouse: Path, *, since_ns: Optional[
     process (no JVM: tests, tiny logs).
 
     What the tasks report is checked against what is staged before anything is
-    committed (:func:`tools.ingest.pipeline.check_reports`); then the run is published
-    as one snapshot, and partitions with many small files are compacted in a second one.
+    committed (:func:`tools.ingest.pipeline.check_reports`); then the run is committed
+    to every Delta table with its application transaction, and partitions with many
+    small files are compacted in commits of their own.
 
     Raises:
         IngestError: the executors could not see the log files or the warehouse.
@@ -349,38 +350,64 @@ def ingest_once(spark: Any, logdir: str, warehouse: Path, *, since_ns: Optional[
 
 
 def load_tables(spark: Any, warehouse: Path) -> dict[str, Any]:
-    """Every table of ``warehouse``'s current snapshot as a DataFrame (``frames`` and
-    the derived ones), all pinned to that one snapshot."""
-    from tools.ingest.warehouse import TABLES, snapshot_path
+    """Every table of ``warehouse`` (``frames`` and the derived ones) as a DataFrame of
+    its latest version, each resolved once."""
+    from tools.ingest.warehouse import TABLES
 
-    snapshot = snapshot_path(warehouse)
-    return {name: _read(spark, snapshot / name, name) for name in TABLES}
-
-
-def _read(spark: Any, directory: Path, name: str) -> Any:
-    from tools.ingest.derive import CONNECTIONS_SCHEMA, REQUESTS_SCHEMA, STATE_CHANGES_SCHEMA, TRAFFIC_SCHEMA
-    from tools.ingest.pipeline import FRAMES_SCHEMA, spark_ddl
-
-    schema = {"frames": FRAMES_SCHEMA, "state_changes": STATE_CHANGES_SCHEMA, "requests": REQUESTS_SCHEMA,
-              "connections": CONNECTIONS_SCHEMA, "traffic": TRAFFIC_SCHEMA}[name]
-    return spark.read.schema(spark_ddl(schema)).parquet(str(directory))
+    return {name: read_table(spark, warehouse, name) for name in TABLES}
 
 
-def read_table(spark: Any, warehouse: str | Path, name: str) -> Any:
-    """``name`` (frames, requests, state_changes, connections, traffic) of the
-    warehouse's current snapshot: the one way to read a warehouse that is being
-    written. The snapshot is resolved once, so the DataFrame keeps reading it while
-    later ones are committed (for :data:`tools.ingest.warehouse.RETAIN_S` at least).
+def table_files(warehouse: str | Path, name: str, *, version: Optional[int] = None,
+                timestamp: Any = None) -> list[str]:
+    """The Parquet files of Delta table ``name`` of ``warehouse`` at ``version`` (a Delta
+    version of that table), or as of ``timestamp`` (a ``datetime`` with a zone, or ISO
+    8601 text), else of its latest version.
 
     Raises:
         FileNotFoundError: nothing was ingested into ``warehouse`` yet.
-        ValueError: no such table.
+        ValueError: no such table, both ``version`` and ``timestamp``, or no such
+            version (before the first commit, or newer than the latest).
     """
+    from deltalake import DeltaTable
+
     from tools.ingest.warehouse import TABLES, table_path
 
     if name not in TABLES:
         raise ValueError(f"no table {name!r}: one of {', '.join(TABLES)}")
-    return _read(spark, table_path(Path(warehouse), name), name)
+    if version is not None and timestamp is not None:
+        raise ValueError("give a version or a timestamp, not both")
+    path = table_path(Path(warehouse), name)
+    try:
+        dt = DeltaTable(str(path), version=version)
+        if timestamp is not None:
+            dt.load_as_version(timestamp)
+    except Exception as exc:  # deltalake's own errors: no such version or time
+        raise ValueError(f"{path}: {exc}") from None
+    return [str(u) for u in dt.file_uris()]
+
+
+def read_table(spark: Any, warehouse: str | Path, name: str, *, version: Optional[int] = None,
+               timestamp: Any = None) -> Any:
+    """``name`` (frames, requests, state_changes, connections, traffic) of the
+    warehouse, a Delta Lake table, as a Spark DataFrame: at ``version`` (that table's
+    Delta version, see ``jet-ingest history``), as of ``timestamp``, else its latest
+    version. The version's files are resolved once (with delta-rs) and read with
+    ``spark.read.parquet``, so the DataFrame keeps reading that version while later
+    ones are committed; no Delta jars are needed.
+
+    Raises:
+        FileNotFoundError: nothing was ingested into ``warehouse`` yet.
+        ValueError: no such table, or no such version or time.
+    """
+    from tools.ingest.pipeline import spark_ddl
+    from tools.ingest.warehouse import table_schema
+
+    files = table_files(warehouse, name, version=version, timestamp=timestamp)
+    schema = table_schema(name)
+    ddl = spark_ddl(schema.remove(schema.get_field_index("date")))
+    if not files:
+        return spark.createDataFrame([], ddl)
+    return spark.read.schema(ddl).option("basePath", str(Path(warehouse) / name)).parquet(*files)
 
 
 def commit_micro_batch(manifest: Any, listed: dict[str, Any], settled: list[dict[str, Any]], staging: Path,
@@ -492,8 +519,13 @@ then print a summary and write WAREHOUSE/report.html. Run it again to add what i
 nothing is ingested twice, and readers see each run whole or not at all."""
 
 _EPILOG = """\
-read the tables with tools.ingest.read_table(spark, WAREHOUSE, "frames") (or
-spark.read.parquet("WAREHOUSE/frames")); layout and clusters: tools/ingest/README.md.
+the tables are Delta Lake tables: read them with tools.ingest.read_table(spark,
+WAREHOUSE, "frames", version=N) or any Delta Lake reader (deltalake, polars);
+jet-ingest history WAREHOUSE lists their commits; jet-ingest migrate WAREHOUSE
+converts a warehouse of the older snapshot layout in place; jet-ingest optimize
+WAREHOUSE compacts small files, jet-ingest vacuum WAREHOUSE deletes replaced ones
+(after a retention, see its --help); layout and clusters:
+tools/ingest/README.md.
 
 exit status: 0 done (or nothing new), 1 the ingest failed and nothing was committed
 (damage with --mode FAILFAST, executors that cannot see the files), 2 bad arguments
@@ -551,8 +583,141 @@ def _failure(exc: BaseException) -> Optional[str]:
     return None
 
 
+def _table_versions(warehouse: Path) -> dict[str, int]:
+    """table -> its latest Delta version (-1: not created yet)."""
+    from deltalake import DeltaTable
+
+    from tools.ingest.warehouse import TABLES
+
+    return {t: DeltaTable(str(warehouse / t)).version() if (warehouse / t / "_delta_log").exists() else -1
+            for t in TABLES}
+
+
+def _versions_line(warehouse: Path, before: dict[str, int]) -> str:
+    """Each table's version now and the records this invocation's commits added to it,
+    e.g. ``frames v7 (+1,200), requests v7 (+40), ...``."""
+    from tools.ingest.warehouse import history
+
+    now = _table_versions(warehouse)
+    if all(v < 0 for v in now.values()):
+        return "tables: none yet"
+    added = {t: 0 for t in now}
+    for c in history(warehouse):
+        if c["version"] > before[c["table"]] and c["operation"] == "ingest":
+            added[c["table"]] += int(c["records"] or 0)
+    return "tables: " + ", ".join(f"{t} v{v} (+{added[t]:,})" for t, v in now.items() if v >= 0)
+
+
+def history_main(argv: list[str]) -> int:
+    """``jet-ingest history WAREHOUSE``: every commit of the warehouse's tables, with what
+    each added; returns the exit status (2: not a warehouse)."""
+    from tools.ingest.warehouse import WarehouseError, history
+
+    parser = argparse.ArgumentParser(prog="jet-ingest history",
+                                     description="Every Delta Lake commit of a jet-ingest warehouse's tables, "
+                                                 "oldest first: version, time, what it added and removed, and "
+                                                 "the log segments each run read (path:offset reached); "
+                                                 "tables are versioned each on its own (Delta Lake).")
+    parser.add_argument("warehouse", metavar="WAREHOUSE")
+    args = parser.parse_args(argv)
+    try:
+        commits = history(Path(args.warehouse))
+    except WarehouseError as exc:
+        print(f"jet-ingest: {exc}")
+        return 2
+    for c in commits:
+        records = "" if c["records"] is None else f" {c['records']:,} record(s)"
+        files = f" files +{c['files_added'] or 0} -{c['files_removed'] or 0}" if c["files_added"] is not None else ""
+        run = f" run {c['run']}" if c["run"] else ""
+        print(f"{c['time']:%Y-%m-%d %H:%M:%S} {c['table']} v{c['version']} {c['operation']}{run}{records}{files}")
+        for segment in c["segments"]:
+            print(f"    {segment}")
+    if not commits:
+        print("no commits yet")
+    return 0
+
+
+def migrate_main(argv: list[str]) -> int:
+    """``jet-ingest migrate WAREHOUSE``: convert a warehouse of the snapshot layout to
+    Delta Lake tables in place; returns the exit status (2: not such a warehouse)."""
+    from tools.ingest.warehouse import WarehouseError, locked, migrate
+
+    parser = argparse.ArgumentParser(prog="jet-ingest migrate",
+                                     description="Convert a warehouse written by a jet-ingest before Delta Lake "
+                                                 "(snapshot directories and _manifest.json) in place: its current "
+                                                 "snapshot becomes version 1 of each Delta table, its files moved, "
+                                                 "not rewritten. Safe to run again if it was interrupted.")
+    parser.add_argument("warehouse", metavar="WAREHOUSE")
+    args = parser.parse_args(argv)
+    root = Path(args.warehouse).resolve()
+    try:
+        with locked(root):
+            files = migrate(root)
+    except (WarehouseError, OSError) as exc:
+        print(f"jet-ingest: {exc}")
+        return 2
+    print(f"{root}: converted to Delta Lake tables ({files} file(s))" if files else
+          f"{root}: already Delta Lake tables")
+    return 0
+
+
+VACUUM_RETENTION_HOURS = 168  # Delta Lake's default: a week of versions stays readable
+
+
+def maintain_main(command: str, argv: list[str]) -> int:
+    """``jet-ingest optimize|vacuum WAREHOUSE``; returns the exit status (2: not a
+    warehouse, or another jet-ingest holds it)."""
+    from tools.ingest.pipeline import compact
+    from tools.ingest.warehouse import TABLES, Manifest, WarehouseError, locked
+
+    if command == "optimize":
+        parser = argparse.ArgumentParser(prog="jet-ingest optimize",
+                                         description="Compact the small files of every partition that has two or "
+                                                     "more into larger ones, in commits that change no data "
+                                                     "(the replaced files stay for older versions until vacuum).")
+    else:
+        parser = argparse.ArgumentParser(
+            prog="jet-ingest vacuum",
+            description="Delete the files no version of a table newer than the retention still needs (files "
+                        "that compactions replaced). Versions older than the retention can no longer be read "
+                        f"(time travel). Retention: {VACUUM_RETENTION_HOURS} hours (7 days, Delta Lake's "
+                        "default) unless --retention-hours says otherwise.")
+        parser.add_argument("--retention-hours", type=int, default=VACUUM_RETENTION_HOURS, metavar="H",
+                            help=f"keep what versions of the last H hours need (default {VACUUM_RETENTION_HOURS})")
+    parser.add_argument("warehouse", metavar="WAREHOUSE")
+    args = parser.parse_args(argv)
+    root = Path(args.warehouse).resolve()
+    try:
+        with locked(root):
+            m = Manifest.load(root)
+            if not m.app_id:
+                raise WarehouseError(f"{root}: not a jet warehouse (nothing ingested yet?)")
+            m.recover()  # a killed run's decided commits first: their files are not garbage
+            if command == "optimize":
+                print(f"{root}: {compact(m, min_files=2)} file(s) compacted")
+                return 0
+            from deltalake import DeltaTable
+
+            deleted = 0
+            for table in TABLES:
+                deleted += len(DeltaTable(str(root / table)).vacuum(
+                    retention_hours=args.retention_hours, dry_run=False, enforce_retention_duration=False))
+            print(f"{root}: {deleted} unreferenced file(s) deleted")
+    except (WarehouseError, OSError) as exc:
+        print(f"jet-ingest: {exc}")
+        return 2
+    return 0
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     """Entry point of ``jet-ingest``; returns the exit status."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] in (["optimize"], ["vacuum"]) and "--out" not in argv:
+        return maintain_main(argv[0], argv[1:])
+    if argv[:1] == ["history"] and "--out" not in argv:
+        return history_main(argv[1:])
+    if argv[:1] == ["migrate"] and "--out" not in argv:
+        return migrate_main(argv[1:])
     args = _parser().parse_args(argv)
     console = Console()
     if not Path(args.logdir.split("*")[0] or ".").exists():
@@ -608,9 +773,11 @@ def run(spark: Any, args: argparse.Namespace, console: Console, *, started: Opti
     started = time.monotonic() if started is None else started
     warehouse = Path(args.out).resolve()
     warehouse.mkdir(parents=True, exist_ok=True)
+    before = _table_versions(warehouse)
     added = ingest_once(spark, args.logdir, warehouse, since_ns=args.since, console=console, mode=args.mode)
     if args.follow:
         added += _follow(spark, args, console)
+    console.print(_versions_line(warehouse, before), highlight=False)
     if not Manifest.load(warehouse).rows("frames"):
         console.print("no records ingested yet")
         return 0

@@ -273,8 +273,9 @@ def _read_parts(directory: Path, schema: pa.Schema) -> list[pa.Table]:
 def commit(manifest: Any, staging: Path, run_id: str, states: dict[str, Any],
            staged_rows: Optional[dict[str, dict[str, int]]] = None) -> int:
     """Merge what the tasks left in ``staging`` with the carry, write the rest, and
-    publish it all as the warehouse's next snapshot (:meth:`Manifest.publish
-    <tools.ingest.warehouse.Manifest.publish>`, one atomic step); deletes ``staging``.
+    commit it all as the warehouse's next run (:meth:`Manifest.publish
+    <tools.ingest.warehouse.Manifest.publish>`: decided in one atomic step, then one
+    Delta commit per table); deletes ``staging``.
     ``staged_rows``: the tasks' files as :func:`check_reports` checked them. Returns
     derived rows added.
 
@@ -317,8 +318,8 @@ def commit(manifest: Any, staging: Path, run_id: str, states: dict[str, Any],
 
 
 def _replaced_by_snapshot(table: str, rel: str) -> bool:
-    """The current snapshot files (requests still open, the connections table) that
-    every commit replaces with its own."""
+    """The files (requests still open, open connections) that every run replaces
+    with its own."""
     return table in ("requests", "connections") and Path(rel).name.startswith("snap-")
 
 
@@ -330,7 +331,7 @@ COMPACT_TARGET = 128 << 20  # bytes: the most one compacted file gathers
 def compact(manifest: Any, *, min_files: int = COMPACT_MIN_FILES, small: int = COMPACT_SMALL,
             target: int = COMPACT_TARGET) -> int:
     """Rewrite the small files of every partition that has at least ``min_files`` of
-    them into a few larger ones, committed as a snapshot of their own (``--follow``
+    them into a few larger ones, committed on their own with no data change (``--follow``
     writes a few files per micro-batch). Returns the number of files it replaced.
 
     Crash points: ``compact-staged``, then ``publish``'s prefixed ``compact-``.
@@ -340,8 +341,7 @@ def compact(manifest: Any, *, min_files: int = COMPACT_MIN_FILES, small: int = C
     """
     from tools.ingest.warehouse import crash_point, new_run_id
 
-    snap = manifest.snapshot_dir
-    if snap is None:
+    if not manifest.tables:
         return 0
     run_id = new_run_id()
     staging = manifest.meta / "staging" / run_id
@@ -351,7 +351,7 @@ def compact(manifest: Any, *, min_files: int = COMPACT_MIN_FILES, small: int = C
         for rel in files:
             if Path(rel).name.startswith("snap-"):
                 continue  # replaced by every commit anyway
-            size = (snap / table / rel).stat().st_size
+            size = (manifest.root / table / rel).stat().st_size
             if size < small:
                 by_part.setdefault(str(Path(rel).parent), []).append((rel, size))
         for part, found in sorted(by_part.items()):
@@ -366,7 +366,7 @@ def compact(manifest: Any, *, min_files: int = COMPACT_MIN_FILES, small: int = C
                 bins[-1].append(rel)
                 total += size
             for k, group in enumerate(b for b in bins if len(b) > 1):
-                merged = pa.concat_tables([pq.ParquetFile(snap / table / rel).read() for rel in group],
+                merged = pa.concat_tables([pq.ParquetFile(manifest.root / table / rel).read() for rel in group],
                                          promote_options="default")  # files from before a column was added
                 if merged.num_rows != sum(files[rel] for rel in group):
                     raise IngestError(f"compacting {table}/{part}: {merged.num_rows} rows read, "

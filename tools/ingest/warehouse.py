@@ -1,44 +1,41 @@
-"""The warehouse layout: immutable snapshots, published by one atomic rename.
+"""The warehouse: five Delta Lake tables, committed by the driver with delta-rs.
 
-    WAREHOUSE/<table> -> _jet_ingest/current/<table>        (symlinks, made once)
-    WAREHOUSE/_jet_ingest/current -> snapshots/00000042      (the commit point)
-    WAREHOUSE/_jet_ingest/snapshots/00000042/
-        {frames,requests,state_changes,connections,traffic}/date=YYYY-MM-DD/*.parquet
-        _carry/*.parquet                                     (handed to the next run)
-        _manifest.json                                       (what this snapshot holds)
-    WAREHOUSE/_jet_ingest/staging/<run id>/                  (a run's files before its commit)
+    WAREHOUSE/{frames,requests,state_changes,connections,traffic}/   Delta tables
+        _delta_log/00000000000000000042.json ...                      (the commits)
+        date=YYYY-MM-DD/*.parquet                                     (partitioned by UTC date)
+    WAREHOUSE/_jet_ingest/progress/      a Delta table: how far each log segment is ingested
+    WAREHOUSE/_jet_ingest/carry/<run>/   what run <run> handed to the next (open requests, owners)
+    WAREHOUSE/_jet_ingest/commit.json    a decided run while its commits are being made
+    WAREHOUSE/_jet_ingest/staging/<id>/  a run's files before it is decided
     WAREHOUSE/report.html
 
-Each commit builds a new snapshot directory beside the current one: it hard-links the
-current snapshot's Parquet files that stay (a link costs no data), moves the run's staged
-files in, adds the carry and a ``_manifest.json`` that lists every Parquet file of the
-snapshot with its rows, and renames the finished directory into place. Then it points
-``_jet_ingest/current`` at it by renaming a new symlink over the old one: that rename is
-the commit, the one step a reader sees or does not see. Until it happens every table
-directory a reader can reach (``WAREHOUSE/frames`` and the rest resolve through
-``current``) holds exactly the previous snapshot's files; uncommitted files only ever live
-under ``_jet_ingest/`` (``staging``, an unpublished snapshot), which no table path leads
-to. A run killed at any point leaves the previous snapshot current; the next run deletes
-what the dead one left (:meth:`Manifest.remove_uncommitted`) and reads its byte ranges
-again.
+Spark's executors write a run's Parquet files into staging; the driver checks them and
+decides the run: it writes ``commit.json`` (atomically, by a rename), which lists every
+file each table adds and removes, each with its rows and statistics, and the segment
+states the run reaches. From then on the run happens, whoever finishes it: the files are
+moved into the table directories (a file no Delta commit names is invisible to every
+reader), then each table gets one Delta commit (``create_write_transaction`` with add and
+remove actions) carrying the application transaction ``(app id of the warehouse, run
+number)``, ``frames`` last, then the ``progress`` table is overwritten with the new
+segment states under the same transaction. A run killed before ``commit.json`` exists
+left nothing a reader can see: the next run deletes its staging and reads those byte
+ranges again. A run killed after it is finished by the next one (:meth:`Manifest.recover`):
+a table whose transaction version already is the run's is not committed twice, so no
+record is lost or added twice. Delta Lake has no multi-table commit: for the moments
+between two of a run's commits a reader can see a run's rows in one table and not yet
+in another (each table alone is always a whole version).
 
-Readers: :func:`tools.ingest.read_table` (``read_table(spark, WAREHOUSE, "frames")``)
-resolves ``current`` once and reads that snapshot's directory, so a query is pinned to
-one snapshot even while later ones are committed. ``spark.read.parquet("WAREHOUSE/frames")``
-also sees only committed rows (it follows the symlinks at listing time); a query that
-runs across a later commit that compacts files may then fail to find a file (loudly,
-never with wrong rows). Superseded snapshots stay readable for :data:`RETAIN_S`.
+The application id is ``jet-ingest-<id of the progress table>``: one per warehouse.
 
-Each table of a snapshot is a plain Hive-partitioned Parquet directory, so moving to Delta
-Lake or Iceberg is a conversion of ``WAREHOUSE/_jet_ingest/current/<table>`` in place
-(``CONVERT TO DELTA parquet.`...` PARTITIONED BY (date DATE)``, Iceberg's ``migrate`` /
-``add_files``), not a rewrite.
+Readers: :func:`tools.ingest.read_table` (a version or a time, else the latest), any Delta
+Lake reader (delta-rs, polars, Spark with delta-spark, DuckDB). Files removed by a
+compaction stay on disk for older versions: a plain Parquet reader of a table directory
+would count them twice.
 
-The manifest keys every log segment by its identity from the header (daemon name,
+The progress table keys every log segment by its identity from the header (daemon name,
 ``created_ns``, segment number, header CRC), not by its path: a segment renamed or moved
-to an archive directory is known as the one already ingested. The warehouse needs a
-filesystem with hard links and symlinks (local disks, NFS), visible at the same path to
-the driver and every Spark executor.
+to an archive directory is known as the one already ingested. The warehouse must be
+visible at the same path to the driver and every Spark executor.
 """
 
 from __future__ import annotations
@@ -56,23 +53,25 @@ from typing import Any, Optional
 
 __all__ = [
     "CRASH_ENV",
-    "RETAIN_S",
     "TABLES",
     "FileState",
     "Manifest",
     "WarehouseError",
     "crash_point",
+    "history",
     "history_notes",
     "locked",
+    "migrate",
     "new_run_id",
     "segment_key",
+    "table_schema",
 ]
 
-MANIFEST_VERSION = 3
 TABLES = ("frames", "requests", "state_changes", "connections", "traffic")
-RETAIN_S = 600.0  # a superseded snapshot stays readable this long (queries in flight)
-KEEP_SUPERSEDED = 2  # ... and the newest superseded ones are kept whatever their age
+# The order of a run's commits: frames last, then progress (module docstring).
+COMMIT_ORDER = ("requests", "state_changes", "connections", "traffic", "frames")
 CRASH_ENV = "JET_INGEST_CRASH_AT"  # tests: os._exit(86) at the named point (crash_point)
+PLAN_VERSION = 1
 
 
 class WarehouseError(ValueError):
@@ -94,7 +93,7 @@ def crash_point(name: str) -> None:
 def locked(root: Path) -> Iterator[None]:
     """Hold ``root``'s lock (``_jet_ingest/lock``, an advisory ``flock``) while one
     jet-ingest writes it: two at once would delete each other's staged files and
-    publish over each other. No lock where ``fcntl`` is missing.
+    commit over each other. No lock where ``fcntl`` is missing.
 
     Raises:
         WarehouseError: another process holds it.
@@ -123,13 +122,13 @@ def new_run_id() -> str:
 
 
 def segment_key(daemon: str, created_ns: int, segment: int, header_crc: int) -> str:
-    """The manifest's key of a segment: its identity from the header (JETLOG.md 2),
+    """The progress key of a segment: its identity from the header (JETLOG.md 2),
     the same wherever the file is moved."""
     return f"{daemon}/{created_ns}/{segment}/{header_crc:08x}"
 
 
 def bad_header_key(path: str) -> str:
-    """The manifest's key of a file with an invalid header (no identity: by its path)."""
+    """The progress key of a file with an invalid header (no identity: by its path)."""
     return f"path:{path}"
 
 
@@ -221,104 +220,185 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def table_schema(name: str) -> Any:
+    """The Arrow schema of table ``name`` as Delta Lake holds it: its files' columns
+    plus the ``date`` partition column (UTC date)."""
+    import pyarrow as pa
+
+    from tools.ingest.derive import CONNECTIONS_SCHEMA, REQUESTS_SCHEMA, STATE_CHANGES_SCHEMA, TRAFFIC_SCHEMA
+    from tools.ingest.pipeline import FRAMES_SCHEMA
+
+    schema = {"frames": FRAMES_SCHEMA, "state_changes": STATE_CHANGES_SCHEMA, "requests": REQUESTS_SCHEMA,
+              "connections": CONNECTIONS_SCHEMA, "traffic": TRAFFIC_SCHEMA}[name]
+    return schema.append(pa.field("date", pa.date32()))
+
+
+def _progress_schema() -> Any:
+    import pyarrow as pa
+
+    i64, s = pa.int64(), pa.string()
+    return pa.schema([("key", s), ("path", s), ("header_crc", i64), ("daemon", s), ("created_ns", i64),
+                      ("segment", i64), ("run_ns", i64), ("done", i64), ("since_ns", i64)])
+
+
+def _file_action(table_dir: Path, rel: str, rows: int) -> dict[str, Any]:
+    """What a Delta add action of ``rel`` says: size, partition, time, and statistics
+    (numRecords; min, max and null count of the integer columns, from the footer)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tools.ingest.derive import NULL_PARTITION
+
+    path = table_dir / rel
+    st = path.stat()
+    part = Path(rel).parent.name
+    value: Optional[str] = part.split("=", 1)[1] if part.startswith("date=") else None
+    if value == NULL_PARTITION:
+        value = None
+    stats: dict[str, Any] = {"numRecords": rows}
+    meta = pq.read_metadata(path)
+    lows: dict[str, int] = {}
+    highs: dict[str, int] = {}
+    nulls: dict[str, int] = {}
+    schema = meta.schema.to_arrow_schema()
+    for col, fld in enumerate(schema):
+        if fld.type != pa.int64() or not meta.num_row_groups:
+            continue
+        per = [meta.row_group(g).column(col).statistics for g in range(meta.num_row_groups)]
+        if any(p is None or not p.has_null_count for p in per):
+            continue
+        nulls[fld.name] = sum(p.null_count for p in per)
+        bounded = [p for p in per if p.has_min_max]
+        if bounded:
+            lows[fld.name] = min(p.min for p in bounded)
+            highs[fld.name] = max(p.max for p in bounded)
+    stats.update(minValues=lows, maxValues=highs, nullCount=nulls)
+    return {"path": rel, "size": st.st_size, "date": value, "mtime": int(st.st_mtime * 1000), "rows": rows,
+            "stats": json.dumps(stats)}
+
+
 @dataclass
 class Manifest:
-    """The committed state of a warehouse: its current snapshot (module docstring)."""
+    """The committed state of a warehouse, read from its Delta tables (module docstring):
+    each table's files and rows, the segment states, the carry, and ``version``, the
+    number of the last run committed (its application transaction version; 0: none)."""
 
     root: Path
     files: dict[str, FileState] = field(default_factory=dict)  # segment_key -> state
     tables: dict[str, dict[str, int]] = field(default_factory=dict)  # table -> {relative file: rows}
-    version: int = 0  # snapshot number; 0: nothing committed yet
+    version: int = 0
     has_carry: bool = False
+    app_id: str = ""
 
     @property
     def meta(self) -> Path:
         return self.root / "_jet_ingest"
 
     @property
-    def snapshots(self) -> Path:
-        return self.meta / "snapshots"
+    def plan_path(self) -> Path:
+        return self.meta / "commit.json"
 
     @property
-    def current(self) -> Path:
-        """The commit point: a symlink to the current snapshot's directory."""
-        return self.meta / "current"
-
-    @property
-    def snapshot_dir(self) -> Optional[Path]:
-        return self.snapshots / f"{self.version:08d}" if self.version else None
+    def progress(self) -> Path:
+        return self.meta / "progress"
 
     @property
     def carry_dir(self) -> Optional[Path]:
-        return self.snapshot_dir / "_carry" if self.version and self.has_carry else None  # type: ignore[operator]
+        d = self.meta / "carry" / f"{self.version:08d}"
+        return d if self.version and self.has_carry else None
 
     def rows(self, table: str) -> int:
-        """Rows of ``table`` in this snapshot."""
+        """Rows of ``table`` in its latest version."""
         return sum(self.tables.get(table, {}).values())
 
     @classmethod
     def load(cls, root: Path) -> Manifest:
-        """The committed state of ``root`` (empty if nothing was committed yet).
+        """The committed state of ``root`` (empty if nothing was committed yet). A run
+        decided but not finished by a killed process shows as it was before that run
+        until a writer calls :meth:`recover`.
 
         Raises:
-            WarehouseError: the warehouse was made by an older jet-ingest, or its
-                current snapshot is unreadable.
+            WarehouseError: the warehouse was made by an older jet-ingest (its own
+                snapshot layout), or a table is unreadable.
         """
         m = cls(root)
         if (m.meta / "manifest.json").exists():
-            raise WarehouseError(f"{root}: made by an older jet-ingest (its tables are not published as "
-                                 "snapshots); ingest into a new warehouse")
-        if not os.path.lexists(m.current):
+            raise WarehouseError(f"{root}: made by an older jet-ingest (before snapshots); ingest into a new "
+                                 "warehouse")
+        if os.path.lexists(m.meta / "current"):
+            raise WarehouseError(f"{root}: made by an older jet-ingest (its own snapshot layout, not Delta Lake "
+                                 f"tables); convert it in place with: jet-ingest migrate {root}")
+        return cls._load_delta(root)
+
+    @classmethod
+    def _load_delta(cls, root: Path) -> Manifest:
+        m = cls(root)
+        if not (m.progress / "_delta_log").exists():
             return m
-        target = os.readlink(m.current)
+        from deltalake import DeltaTable
+
         try:
-            version = int(Path(target).name)
-            doc = json.loads((m.snapshots / Path(target).name / "_manifest.json").read_text())
-        except (ValueError, OSError) as exc:
-            raise WarehouseError(f"{m.current} -> {target}: not a readable snapshot ({exc})") from None
-        if doc.get("version") != MANIFEST_VERSION:
-            raise WarehouseError(f"{m.current}: unknown manifest version {doc.get('version')!r}")
-        m.version = version
-        m.files = {k: FileState(**s) for k, s in doc["files"].items()}
-        m.tables = {t: dict(v) for t, v in doc["tables"].items()}
-        m.has_carry = bool(doc.get("carry"))
+            progress = DeltaTable(str(m.progress))
+            m.app_id = f"jet-ingest-{progress.metadata().id}"
+            m.version = progress.transaction_version(m.app_id) or 0
+            rows = progress.to_pyarrow_table().to_pylist()
+            for table in TABLES:
+                if (root / table / "_delta_log").exists():
+                    m.tables[table] = _live_files(DeltaTable(str(root / table)))
+        except Exception as exc:  # deltalake raises its own errors, and OSError
+            raise WarehouseError(f"{root}: not a readable jet warehouse ({exc})") from None
+        for r in rows:
+            key = r.pop("key")
+            m.files[key] = FileState(**r)
+        m.has_carry = (m.meta / "carry" / f"{m.version:08d}").is_dir()
         return m
 
     # -- commit -------------------------------------------------------------------
+
+    def _create(self) -> None:
+        """Create the progress table and the five tables, empty (once)."""
+        from deltalake import DeltaTable
+
+        if not (self.progress / "_delta_log").exists():
+            self.progress.mkdir(parents=True, exist_ok=True)
+            DeltaTable.create(str(self.progress), _progress_schema(), mode="ignore")
+        self.app_id = f"jet-ingest-{DeltaTable(str(self.progress)).metadata().id}"
+        for table in TABLES:
+            if not (self.root / table / "_delta_log").exists():
+                (self.root / table).mkdir(parents=True, exist_ok=True)
+                DeltaTable.create(str(self.root / table), table_schema(table), partition_by=["date"], mode="ignore")
 
     def publish(self, staged: list[tuple[Path, str]], run_id: str, states: dict[str, FileState], *,
                 drop: Callable[[str, str], bool] = lambda table, rel: False,
                 added_rows: Optional[dict[str, dict[str, int]]] = None,
                 carry: Optional[Path] = None, point: str = "") -> int:
-        """Commit a new snapshot: the current one's files except those ``drop(table,
-        relative path)`` names, plus, for each ``(directory, prefix)`` of ``staged``,
-        the Parquet files under ``directory/<table>/`` (renamed ``<prefix>-<run
-        id>-<name>``), the carry directory ``carry`` (else the current one's), and the
-        segment ``states`` merged over the current ones. ``added_rows`` gives the rows
-        of files of the first staged directory ({table: {path relative to
-        ``directory/<table>``: rows}}) when the caller has checked them; other files'
-        footers are read. Returns the number of files added. On return the snapshot
-        is current and ``self`` describes it.
+        """Commit, per table, its current files except those ``drop(table, relative
+        path)`` names, plus, for each ``(directory, prefix)`` of ``staged``, the Parquet
+        files under ``directory/<table>/`` (renamed ``<prefix>-<run id>-<name>``).
+        With segment ``states`` or a ``carry`` directory it is an ingest run: its
+        commits carry the application transaction (app id, :attr:`version` + 1), the
+        progress table gets ``states`` merged over the current ones, and the carry
+        becomes ``carry`` (else stays). Without them (a compaction) the tables' commits
+        change no data and no progress. ``added_rows`` gives the rows of files of the
+        first staged directory ({table: {path relative to ``directory/<table>``: rows}})
+        when the caller has checked them; other files' footers are read. Returns the
+        number of files added. On return every commit is made and ``self`` describes
+        the warehouse.
 
-        Crash points (``point`` prefixes them): ``linked``, ``published``, ``committed``.
+        Crash points (``point`` prefixes them): ``planned`` (decided), then
+        ``committed-<table>`` after each table's commit, ``committed`` at the end.
         """
         import pyarrow.parquet as pq
 
-        self.snapshots.mkdir(parents=True, exist_ok=True)
-        version = self.version + 1
-        final = self.snapshots / f"{version:08d}"
-        tmp = self.snapshots / f".{version:08d}.{run_id}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tables: dict[str, dict[str, int]] = {}
-        old = self.snapshot_dir
+        self._create()
+        is_run = bool(states) or carry is not None
+        version = self.version + 1 if is_run else self.version
+        plan: dict[str, Any] = {"plan": PLAN_VERSION, "run": run_id, "version": version, "is_run": is_run,
+                                "moves": [], "tables": {}}
         added = 0
         for table in TABLES:
-            keep = {rel: n for rel, n in self.tables.get(table, {}).items() if not drop(table, rel)}
-            (tmp / table).mkdir(parents=True, exist_ok=True)
-            for rel in keep:
-                dest = tmp / table / rel
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                os.link(old / table / rel, dest)  # type: ignore[operator]
+            removes = [rel for rel in self.tables.get(table, {}) if drop(table, rel)]
+            adds: list[tuple[str, int]] = []
             for i, (staging, prefix) in enumerate(staged):
                 known = (added_rows or {}).get(table, {}) if i == 0 else {}
                 src_dir = staging / table
@@ -326,112 +406,232 @@ class Manifest:
                     rel_src = f.relative_to(src_dir)
                     rel = str(rel_src.parent / f"{prefix}-{run_id}-{f.name}")
                     rows = known.get(str(rel_src))
-                    keep[rel] = rows if rows is not None else pq.read_metadata(f).num_rows
-                    dest = tmp / table / rel
-                    dest.parent.mkdir(parents=True, exist_ok=True)
-                    os.replace(f, dest)
+                    adds.append((rel, rows if rows is not None else pq.read_metadata(f).num_rows))
+                    plan["moves"].append([str(f), str(self.root / table / rel)])
                     added += 1
-            tables[table] = dict(sorted(keep.items()))
-        carried = carry if carry is not None else self.carry_dir
-        if carried is not None and carried.exists():
-            (tmp / "_carry").mkdir()
-            for f in carried.iterdir():
-                if carry is not None:
-                    os.replace(f, tmp / "_carry" / f.name)
-                else:
-                    os.link(f, tmp / "_carry" / f.name)
-        files = dict(self.files)
-        files.update(states)
-        doc = {"version": MANIFEST_VERSION, "snapshot": version, "run": run_id, "committed_ns": time.time_ns(),
-               "carry": carried is not None, "files": {k: s.to_json() for k, s in sorted(files.items())},
-               "tables": tables}
-        with open(tmp / "_manifest.json", "w") as fh:
-            json.dump(doc, fh, indent=1)
+            plan["tables"][table] = {"add": adds, "remove": removes}
+        if is_run:
+            files = dict(self.files)
+            files.update(states)
+            plan["files"] = {k: s.to_json() for k, s in sorted(files.items())}
+            carry_to = self.meta / "carry" / f"{version:08d}"
+            carried = carry if carry is not None else self.carry_dir
+            if carried is not None and carried.exists():
+                for f in sorted(carried.iterdir()):
+                    # A new carry is moved in; the current one is kept by hard links.
+                    plan["moves"].append([str(f), str(carry_to / f.name), "move" if carry is not None else "link"])
+            plan["carry"] = carried is not None
+            # The segments this run read further (or found moved): what its commits cover.
+            plan["segments"] = [f"{s.path}:{s.done}" for k, s in sorted(states.items()) if self.files.get(k) != s]
+        tmp = self.meta / f".commit.{run_id}.tmp"
+        with open(tmp, "w") as fh:
+            json.dump(plan, fh)
             fh.flush()
             os.fsync(fh.fileno())
-        crash_point(f"{point}linked")
-        os.rename(tmp, final)
-        _fsync_dir(self.snapshots)
-        crash_point(f"{point}published")
-        pointer = self.meta / f".current.{run_id}"
-        if os.path.lexists(pointer):
-            pointer.unlink()
-        os.symlink(os.path.join("snapshots", final.name), pointer)
-        os.replace(pointer, self.current)  # the commit
+        os.replace(tmp, self.plan_path)  # the run is decided: from here on it happens
         _fsync_dir(self.meta)
-        crash_point(f"{point}committed")
-        self.version, self.files, self.tables, self.has_carry = version, files, tables, carried is not None
-        self._link_tables()
-        self.remove_stale()
+        crash_point(f"{point}planned")
+        self._apply(plan, point)
         return added
 
-    def _link_tables(self) -> None:
-        """``WAREHOUSE/<table>`` -> ``_jet_ingest/current/<table>`` (once)."""
-        for table in TABLES:
-            link = self.root / table
-            target = os.path.join("_jet_ingest", "current", table)
-            if os.path.islink(link) and os.readlink(link) == target:
+    def _apply(self, plan: dict[str, Any], point: str = "") -> None:
+        """Make the commits ``plan`` decided, skipping those already made (a killed run's
+        plan is applied again by the next one), then forget the plan."""
+        from deltalake import DeltaTable, Transaction
+        from deltalake.transaction import AddAction, CommitProperties, RemoveAction
+
+        self._create()
+        for move in plan["moves"]:
+            src, dest = Path(move[0]), Path(move[1])
+            if os.path.lexists(dest):
+                continue  # done before the crash
+            if not os.path.lexists(src):
+                raise WarehouseError(f"{src}: the decided run's file is gone; the warehouse cannot be completed")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if len(move) > 2 and move[2] == "link":
+                os.link(src, dest)
+            else:
+                os.replace(src, dest)
+        version, is_run, run_id = int(plan["version"]), bool(plan["is_run"]), str(plan["run"])
+        txn = [Transaction(self.app_id, version)] if is_run else None
+        for table in COMMIT_ORDER:
+            actions = plan["tables"][table]
+            if not actions["add"] and not actions["remove"]:
                 continue
-            if os.path.lexists(link):
-                raise WarehouseError(f"{link}: expected a symlink to {target}; move it away")
-            os.symlink(target, link)
+            dt = DeltaTable(str(self.root / table))
+            live = _live_files(dt)
+            if is_run:
+                if (dt.transaction_version(self.app_id) or 0) >= version:
+                    continue  # committed before the crash
+            elif all(rel in live for rel, _ in actions["add"]) and not any(rel in live for rel in actions["remove"]):
+                continue  # a compaction committed before the crash
+            now = int(time.time() * 1000)
+            adds = [_file_action(self.root / table, rel, rows) for rel, rows in actions["add"]]
+            add_actions: list[Any] = [AddAction(a["path"], a["size"], {"date": a["date"]}, a["mtime"], is_run,
+                                                a["stats"]) for a in adds]
+            removes = [RemoveAction(rel, is_run, now, partition_values={"date": _partition_of(rel)})
+                       for rel in actions["remove"] if rel in live]
+            metadata = {"jet.run": run_id, "jet.operation": "ingest" if is_run else "compact",
+                        "jet.records": sum(rows for _, rows in actions["add"]),
+                        "jet.files_added": len(adds), "jet.files_removed": len(removes)}
+            if is_run and table == "frames":
+                metadata["jet.segments"] = plan.get("segments", [])
+            dt.create_write_transaction(add_actions + removes, "append", dt.schema(), partition_by=["date"],
+                                        commit_properties=CommitProperties(custom_metadata=metadata,
+                                                                           app_transactions=txn))
+            crash_point(f"{point}committed-{table}")
+        if is_run:
+            import pyarrow as pa
+            from deltalake import write_deltalake
 
-    # -- cleanup ------------------------------------------------------------------
+            progress = DeltaTable(str(self.progress))
+            if (progress.transaction_version(self.app_id) or 0) < version:
+                rows = [{"key": k, **s} for k, s in plan["files"].items()]
+                write_deltalake(progress, pa.Table.from_pylist(rows, _progress_schema()), mode="overwrite",
+                                commit_properties=CommitProperties(custom_metadata={"jet.run": run_id},
+                                                                   app_transactions=txn))
+        self.plan_path.unlink(missing_ok=True)
+        _fsync_dir(self.meta)
+        crash_point(f"{point}committed")
+        fresh = Manifest._load_delta(self.root)
+        self.files, self.tables, self.version, self.has_carry, self.app_id = (
+            fresh.files, fresh.tables, fresh.version, fresh.has_carry, fresh.app_id)
+        self._remove_old_carry()
 
-    def remove_uncommitted(self) -> int:
-        """Delete what runs that never committed left (staging, unpublished snapshots);
-        returns how many directories went."""
-        removed = 0
+    def _remove_old_carry(self) -> None:
+        carry = self.meta / "carry"
+        if carry.exists():
+            for d in carry.iterdir():
+                if d.name != f"{self.version:08d}":
+                    shutil.rmtree(d, ignore_errors=True)
+
+    # -- recovery -----------------------------------------------------------------
+
+    def recover(self) -> int:
+        """Finish a run a killed process decided (its ``commit.json``), and delete what
+        runs that were never decided left (staging); returns how many runs' leftovers
+        were dealt with. Only a writer holding the lock calls this."""
+        dealt = 0
+        if self.plan_path.exists():
+            plan = json.loads(self.plan_path.read_text())
+            if plan.get("plan") != PLAN_VERSION:
+                raise WarehouseError(f"{self.plan_path}: unknown plan version {plan.get('plan')!r}")
+            self._apply(plan)
+            dealt += 1
         staging = self.meta / "staging"
         if staging.exists():
-            removed += sum(1 for _ in staging.iterdir())
+            dealt += sum(1 for _ in staging.iterdir())
             shutil.rmtree(staging, ignore_errors=True)
-        if self.snapshots.exists():
-            for d in self.snapshots.iterdir():
-                if d.name.startswith(".") or (d.name.isdigit() and int(d.name) > self.version):
-                    shutil.rmtree(d, ignore_errors=True)
-                    removed += 1
-        for p in self.meta.glob(".current.*") if self.meta.exists() else []:
+        for p in self.meta.glob(".commit.*.tmp") if self.meta.exists() else []:
             p.unlink(missing_ok=True)
-        if self.version:
-            self._link_tables()
-        self.remove_stale()
-        return removed
+        return dealt
 
-    def remove_stale(self, now: Optional[float] = None) -> None:
-        """Delete superseded snapshots older than :data:`RETAIN_S` (keeping the
-        :data:`KEEP_SUPERSEDED` newest), and the staging directory."""
-        if not self.snapshots.exists():
-            return
-        now = time.time() if now is None else now
-        versions = sorted(int(d.name) for d in self.snapshots.iterdir() if d.name.isdigit())
-        superseded = [v for v in versions if v < self.version]
-        for i, v in enumerate(superseded[:-KEEP_SUPERSEDED] if KEEP_SUPERSEDED else superseded):
-            successor = self.snapshots / f"{superseded[i + 1] if i + 1 < len(superseded) else self.version:08d}"
-            try:
-                replaced_at = successor.stat().st_mtime
-            except OSError:
-                continue
-            if now - replaced_at >= RETAIN_S:
-                shutil.rmtree(self.snapshots / f"{v:08d}", ignore_errors=True)
+    remove_uncommitted = recover  # the name the callers of the snapshot layout used
 
 
-def snapshot_path(root: Path) -> Path:
-    """The directory of ``root``'s current snapshot, resolved (pinned).
+def _partition_of(rel: str) -> Optional[str]:
+    from tools.ingest.derive import NULL_PARTITION
+
+    part = Path(rel).parent.name
+    value = part.split("=", 1)[1] if part.startswith("date=") else None
+    return None if value == NULL_PARTITION else value
+
+
+def _live_files(dt: Any) -> dict[str, int]:
+    """{relative path: rows} of the files of ``dt``'s version."""
+    import pyarrow as pa
+
+    actions = pa.table(dt.get_add_actions(flatten=True))
+    paths = actions.column("path").to_pylist()
+    rows = actions.column("num_records").to_pylist() if "num_records" in actions.column_names else [0] * len(paths)
+    return {p: int(n or 0) for p, n in zip(paths, rows, strict=True)}
+
+
+SNAPSHOT_MANIFEST_VERSION = 3  # the last layout before Delta Lake (migrate converts it)
+
+
+def migrate(root: Path) -> int:
+    """Convert a warehouse of the snapshot layout (``_jet_ingest/current`` ->
+    ``snapshots/N`` with ``_manifest.json``) in place: the current snapshot's files,
+    carry and segment states become one ingest run committed to the five Delta tables
+    (no data rewritten: the files are moved), then the old layout is deleted. Safe to
+    run again after it was killed. Returns the number of files converted (0: nothing
+    left to convert).
 
     Raises:
-        FileNotFoundError: nothing was committed yet.
+        WarehouseError: ``root`` is not a warehouse of that layout, or its manifest is
+            unreadable or of another version.
     """
-    current = root / "_jet_ingest" / "current"
+    meta = root / "_jet_ingest"
+    current = meta / "current"
     if not os.path.lexists(current):
-        raise FileNotFoundError(f"{root}: nothing ingested yet")
-    return Path(os.path.realpath(current))
+        if (meta / "progress" / "_delta_log").exists():
+            return 0  # converted already
+        raise WarehouseError(f"{root}: not a warehouse of the snapshot layout (no _jet_ingest/current)")
+    snapshot = meta / "snapshots" / Path(os.readlink(current)).name
+    m = Manifest._load_delta(root)
+    m.recover()  # a migration killed after it was decided is finished
+    converted = 0
+    if not m.version:
+        try:
+            doc = json.loads((snapshot / "_manifest.json").read_text())
+        except (OSError, ValueError) as exc:
+            raise WarehouseError(f"{snapshot}: not a readable snapshot ({exc})") from None
+        if doc.get("version") != SNAPSHOT_MANIFEST_VERSION:
+            raise WarehouseError(f"{snapshot}: unknown manifest version {doc.get('version')!r}")
+        for table in TABLES:
+            if os.path.islink(root / table):
+                (root / table).unlink()  # pointed into the snapshots
+        states = {k: FileState(**v) for k, v in doc["files"].items()}
+        carry = snapshot / "_carry" if doc.get("carry") else root / "_jet_ingest" / "no-carry"
+        rows = {t: dict(v) for t, v in doc["tables"].items()}
+        converted = m.publish([(snapshot, "migrated")], "migrated", states, added_rows=rows, carry=carry,
+                              point="migrate-")
+    shutil.rmtree(meta / "snapshots", ignore_errors=True)
+    current.unlink()
+    _fsync_dir(meta)
+    return converted
+
+
+def history(root: Path) -> list[dict[str, Any]]:
+    """Every commit of ``root``'s tables, oldest first: ``table``, its Delta
+    ``version``, ``time`` (UTC ``datetime``), ``operation`` (``ingest``, ``compact``, or
+    Delta's own name for a commit jet did not make), ``run`` id, ``records`` and
+    ``files_added`` / ``files_removed``, and for frames commits ``segments``: each log
+    segment the run read, as ``path:offset reached``.
+
+    Raises:
+        WarehouseError: ``root`` holds no jet warehouse.
+    """
+    import datetime
+
+    from deltalake import DeltaTable
+
+    if not (root / "_jet_ingest" / "progress" / "_delta_log").exists():
+        raise WarehouseError(f"{root}: not a jet warehouse (nothing ingested yet?)")
+    rows: list[dict[str, Any]] = []
+    for table in TABLES:
+        if not (root / table / "_delta_log").exists():
+            continue
+        for h in DeltaTable(str(root / table)).history():
+            if h.get("operation") == "CREATE TABLE":
+                continue
+            rows.append({"table": table, "version": int(h["version"]),
+                         "time": datetime.datetime.fromtimestamp(h["timestamp"] / 1000, datetime.UTC),
+                         "operation": h.get("jet.operation", h.get("operation")), "run": h.get("jet.run"),
+                         "records": h.get("jet.records"), "files_added": h.get("jet.files_added"),
+                         "files_removed": h.get("jet.files_removed"), "segments": list(h.get("jet.segments", []))})
+    rows.sort(key=lambda r: (r["time"], TABLES.index(r["table"])))
+    return rows
 
 
 def table_path(root: Path, table: str) -> Path:
-    """The directory of ``table`` in ``root``'s current snapshot, resolved (pinned).
+    """The directory of Delta table ``table`` of ``root``.
 
     Raises:
         FileNotFoundError: nothing was committed yet.
     """
-    return snapshot_path(root) / table
+    path = root / table
+    if not (path / "_delta_log").exists():
+        raise FileNotFoundError(f"{root}: nothing ingested yet")
+    return path
