@@ -47,6 +47,7 @@ from .chain import HEAD_SIZE as _HEAD_SIZE
 __all__ = [
     "ARROW_SCHEMA",
     "CORRUPT",
+    "FRAMES_SCHEMA",
     "MODES",
     "SOURCE_SCHEMA",
     "SPARK_SCHEMA",
@@ -120,6 +121,8 @@ ARROW_SCHEMA = pa.schema(
         ("corrupt", pa.string()),
     ]
 )
+# The frames table: the rows above and the run they belong to (tools.ingest.pipeline).
+FRAMES_SCHEMA = ARROW_SCHEMA.append(pa.field("run_ns", pa.int64()))
 # What the ``jetlog`` source yields: the records plus the daemon run (JETLOG.md 2), which
 # with ``conn_id`` identifies a connection across restarts.
 SOURCE_SCHEMA = ARROW_SCHEMA.append(pa.field("run_ns", pa.int64()))

@@ -36,12 +36,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tools.ingest import derive
-from tools.ingest.parse import ARROW_SCHEMA
+from tools.ingest.parse import ARROW_SCHEMA, FRAMES_SCHEMA
 
 __all__ = ["FRAMES_SCHEMA", "IngestError", "TaskSpec", "check_reports", "commit", "compact", "follow_task", "run_task",
            "spark_ddl"]
-
-FRAMES_SCHEMA = ARROW_SCHEMA.append(pa.field("run_ns", pa.int64()))
 
 
 @dataclass(frozen=True)

@@ -226,7 +226,7 @@ def table_schema(name: str) -> Any:
     import pyarrow as pa
 
     from tools.ingest.derive import CONNECTIONS_SCHEMA, REQUESTS_SCHEMA, STATE_CHANGES_SCHEMA, TRAFFIC_SCHEMA
-    from tools.ingest.pipeline import FRAMES_SCHEMA
+    from tools.ingest.parse import FRAMES_SCHEMA
 
     schema = {"frames": FRAMES_SCHEMA, "state_changes": STATE_CHANGES_SCHEMA, "requests": REQUESTS_SCHEMA,
               "connections": CONNECTIONS_SCHEMA, "traffic": TRAFFIC_SCHEMA}[name]
