@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 from tools.chaos.attacks import ATTACKS
@@ -15,27 +16,29 @@ from tools.chaos.attacks import ATTACKS
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _jetd_processes() -> set[int]:
-    """Pids of the `python -m jetd` processes running in this worktree."""
+def _jetd_processes(marker: str) -> set[int]:
+    """Pids of the `python -m jetd` processes whose environment carries ``marker`` (the
+    daemons of this test's chaos run, not those of tests running beside it)."""
     pids = set()
+    tag = f"JET_CHAOS_SMOKE={marker}".encode()
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 cmdline = (entry / "cmdline").read_bytes().split(b"\0")
-                cwd = os.readlink(entry / "cwd")
+                environ = (entry / "environ").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if cmdline[1:3] == [b"-m", b"jetd"] and cwd == str(REPO):
+            if cmdline[1:3] == [b"-m", b"jetd"] and tag in environ:
                 pids.add(int(entry.name))
     return pids
 
 
 def test_every_attack_prints_a_row_and_exits_0() -> None:
-    before = _jetd_processes()
+    marker = uuid.uuid4().hex  # the chaos harness passes its environment to its daemons
     result = subprocess.run(
         [sys.executable, "-m", "tools.chaos", "--scale", "0.01", "--json"],
         capture_output=True, text=True, timeout=120, cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+        env={**os.environ, "PYTHONPATH": str(REPO), "JET_CHAOS_SMOKE": marker},
     )
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [json.loads(line) for line in result.stdout.splitlines()]
@@ -46,7 +49,7 @@ def test_every_attack_prints_a_row_and_exits_0() -> None:
     watched = [row for row in rows if row["attack"] not in ("shutdown-close", "fd-limit")]
     assert all(isinstance(row["health_max_ms"], float) for row in watched), watched
     assert "%" in next(row["log_lost"] for row in rows if row["attack"] == "fsync-always")
-    assert _jetd_processes() <= before  # every daemon it started has been stopped
+    assert not _jetd_processes(marker)  # every daemon it started has been stopped
 
 
 def test_connect_mode_skips_what_needs_its_own_daemon(start_jetd) -> None:  # type: ignore[no-untyped-def]
