@@ -54,11 +54,12 @@ class Harness:
         self.daemon = Daemon(Config(**settings), access=access)  # type: ignore[arg-type]
         self.jobs: list[tuple[Callable[[], bool], Callable[[bool, float], None]]] = []
         self.daemon.auth.offload = lambda job, done: self.jobs.append((job, done))
+        self.run = 0  # checks run by finish_checks
         self.now = 0.0
         self.decoders: dict[int, Decoder] = {}
 
-    def connect(self) -> Connection:
-        conn = self.daemon.connect("mem", self.now)
+    def connect(self, address: str = "mem") -> Connection:
+        conn = self.daemon.connect(address, self.now)
         self.decoders[conn.conn_id] = Decoder(max_body=1 << 30)
         assert isinstance(self.recv(conn)[0], Info)
         return conn
@@ -74,10 +75,13 @@ class Harness:
         decoder.receive_data(out)
         return list(decoder.messages())
 
-    def finish_checks(self) -> None:
+    def finish_checks(self) -> int:
+        """Run the checks started so far (not those they start in turn); how many."""
         jobs, self.jobs = self.jobs, []
         for job, done in jobs:
+            self.run += 1
             done(job(), self.now)
+        return len(jobs)
 
     def tick(self, seconds: float) -> None:
         self.now += seconds

@@ -17,22 +17,14 @@ from pathlib import Path
 import pytest
 
 from jetd.access import CHECKS_AT_ONCE, FREE_FAILURES, Access, source_of
-from jetd.config import Config
-from jetd.connection import Connection
-from jetd.core import Daemon
 from jetd.users import User, UsersFile
-from jetwire import Authenticate, Close, Decoder, Info, Message, Response, Status, encode
+from jetwire import Authenticate, Close, Message, Response, Status, encode
 from tests.conftest import DaemonProcess
 from tests.jetd.jetd_testlib import RawPeer
+from tests.jetd.test_14_access_core import Harness, cheap_hash
 
 BUSY = "too many authentications waiting, try again later"
 FAILED = "authentication failed"
-
-
-def cheap_hash(password: str) -> str:
-    from argon2 import PasswordHasher
-
-    return PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1).hash(password)
 
 
 def make_access() -> Access:
@@ -42,46 +34,12 @@ def make_access() -> Access:
     return Access(users)
 
 
-class Core:
-    """A Daemon with in-memory peers at chosen addresses; password checks are deferred
-    and counted (``run``) until :meth:`finish_checks`."""
+class Core(Harness):
+    """The access tests' in-memory daemon, with alice and bob; password checks are
+    deferred and counted (``run``) until :meth:`finish_checks`."""
 
     def __init__(self, **settings: object) -> None:
-        self.daemon = Daemon(Config(**settings), access=make_access())  # type: ignore[arg-type]
-        self.jobs: list[tuple[Callable[[], bool], Callable[[bool, float], None]]] = []
-        self.daemon.auth.offload = lambda job, done: self.jobs.append((job, done))
-        self.run = 0
-        self.now = 0.0
-        self.decoders: dict[int, Decoder] = {}
-
-    def connect(self, address: str) -> Connection:
-        conn = self.daemon.connect(address, self.now)
-        self.decoders[conn.conn_id] = Decoder(max_body=1 << 30)
-        assert isinstance(self.recv(conn)[0], Info)
-        return conn
-
-    def send(self, conn: Connection, *messages: Message) -> None:
-        self.daemon.receive_data(conn, b"".join(encode(m) for m in messages), self.now)
-
-    def recv(self, conn: Connection) -> list[Message]:
-        self.daemon.take_dirty()
-        out = b"".join(conn.out) + b"".join(conn.take_pending(1 << 40))
-        conn.out.clear()
-        decoder = self.decoders[conn.conn_id]
-        decoder.receive_data(out)
-        return list(decoder.messages())
-
-    def finish_checks(self) -> int:
-        """Run the checks started so far (not those they start in turn); how many."""
-        jobs, self.jobs = self.jobs, []
-        for job, done in jobs:
-            self.run += 1
-            done(job(), self.now)
-        return len(jobs)
-
-    def tick(self, seconds: float) -> None:
-        self.now += seconds
-        self.daemon.tick(self.now)
+        super().__init__(make_access(), **settings)
 
 
 def test_source_of_groups_by_host_and_ipv6_slash_64() -> None:
