@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import socket
+import struct
 import time
+from collections import defaultdict
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Optional
 
 from jetwire import (
@@ -18,6 +21,7 @@ from jetwire import (
     Value,
     encode,
 )
+from jetwire.log import LogHeader, LogKind, LogRecord, iter_log, parse_record_data
 
 DEFAULT_TIMEOUT = 5.0
 
@@ -153,3 +157,44 @@ def rss_kib(pid: int) -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     raise AssertionError("no VmRSS")
+
+
+_U32 = struct.Struct(">I")
+_REQUEST, _RESPONSE = 1, 2
+
+
+def log_records(*directories: Path) -> list[LogRecord]:
+    """Every record of every segment of ``directories``, in order (a truncated last
+    record is allowed: a SIGKILL or a failed write ends a segment in one)."""
+    records: list[LogRecord] = []
+    for directory in directories:
+        for path in sorted(directory.glob("jet-*.jetlog")):
+            with open(path, "rb") as stream:
+                items = list(iter_log(stream))
+            assert isinstance(items[0], LogHeader)
+            records.extend(i for i in items[1:] if isinstance(i, LogRecord))
+    return records
+
+
+def logged_ids(*directories: Path) -> tuple[dict[str, set[int]], dict[str, set[int]]]:
+    """Per peer name: the ids of the REQUEST frames logged as received from it, and of
+    the RESPONSE frames logged as sent to it, over every segment of ``directories``. A
+    connection's name comes from its CONN_NAME or a segment's CONN_SNAPSHOT."""
+    records = log_records(*directories)
+    names: dict[int, str] = {}
+    for r in records:
+        if r.kind in (LogKind.CONN_NAME, LogKind.CONN_SNAPSHOT):
+            name = str(parse_record_data(r.kind, r.data)["name"])
+            if name:
+                names[r.conn_id] = name
+    requests: dict[str, set[int]] = defaultdict(set)
+    responses: dict[str, set[int]] = defaultdict(set)
+    for record in records:
+        name = names.get(record.conn_id)
+        if name is None or len(record.data) < 9:
+            continue
+        if record.kind == LogKind.FRAME_IN and record.data[0] == _REQUEST:
+            requests[name].add(_U32.unpack_from(record.data, 5)[0])
+        elif record.kind == LogKind.FRAME_OUT and record.data[0] == _RESPONSE:
+            responses[name].add(_U32.unpack_from(record.data, 5)[0])
+    return requests, responses

@@ -9,14 +9,12 @@
 from __future__ import annotations
 
 import os
-import struct
 import threading
 import time
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from jetd_testlib import RawPeer, rss_kib, v
+from jetd_testlib import RawPeer, log_records, logged_ids, rss_kib, v
 
 from jetwire import (
     AddMethod,
@@ -31,43 +29,11 @@ from jetwire import (
     Status,
     encode,
 )
-from jetwire.log import LogHeader, LogKind, LogRecord, iter_log, parse_record_data
-
-_U32 = struct.Struct(">I")
-_REQUEST, _RESPONSE = 1, 2
+from jetwire.log import LogKind, LogRecord, iter_log, parse_record_data
 
 
 def _segments(directory: Path) -> list[Path]:
     return sorted(directory.glob("jet-*.jetlog"))
-
-
-def _log_records(directory: Path) -> list[LogRecord]:
-    """Every record of every segment (a truncated last record is allowed: SIGKILL)."""
-    records: list[LogRecord] = []
-    for path in _segments(directory):
-        with open(path, "rb") as stream:
-            items = list(iter_log(stream))
-        assert isinstance(items[0], LogHeader)
-        records.extend(i for i in items[1:] if isinstance(i, LogRecord))
-    return records
-
-
-def _logged_ids(directory: Path) -> tuple[dict[str, set[int]], dict[str, set[int]]]:
-    """Per peer name: the ids of the REQUEST frames logged as received from it, and of
-    the RESPONSE frames logged as sent to it."""
-    records = _log_records(directory)
-    names = {r.conn_id: str(parse_record_data(r.kind, r.data)["name"]) for r in records if r.kind == LogKind.CONN_NAME}
-    requests: dict[str, set[int]] = defaultdict(set)
-    responses: dict[str, set[int]] = defaultdict(set)
-    for record in records:
-        name = names.get(record.conn_id)
-        if name is None or len(record.data) < 9:
-            continue
-        if record.kind == LogKind.FRAME_IN and record.data[0] == _REQUEST:
-            requests[name].add(_U32.unpack_from(record.data, 5)[0])
-        elif record.kind == LogKind.FRAME_OUT and record.data[0] == _RESPONSE:
-            responses[name].add(_U32.unpack_from(record.data, 5)[0])
-    return requests, responses
 
 
 class _Owner(threading.Thread):
@@ -178,7 +144,7 @@ def test_always_every_answer_received_is_in_the_log_after_sigkill(start_jetd, tm
     log, with its answer, even when the daemon is killed without warning."""
     logdir = tmp_path / "log"
     answered, _ = _run_and_kill(start_jetd, logdir, "always", 1.5)
-    requests, responses = _logged_ids(logdir)
+    requests, responses = logged_ids(logdir)
     total = sum(len(ids) for ids in answered.values())
     assert total > 1000, f"too little traffic to test anything: {total} answers"
     for name, ids in answered.items():
@@ -203,7 +169,7 @@ def test_always_a_close_received_is_in_the_log_after_sigkill(start_jetd, tmp_pat
     daemon.proc.wait(10)
     bad.close()
     assert isinstance(closing, Close), closing
-    records = _log_records(logdir)
+    records = log_records(logdir)
     names = {r.conn_id: parse_record_data(r.kind, r.data)["name"] for r in records if r.kind == LogKind.CONN_NAME}
     conn_id = next((c for c, n in names.items() if n == "bad"), None)
     assert conn_id is not None, f"the peer that got a CLOSE is not in the log at all ({len(records)} records)"
@@ -221,7 +187,7 @@ def test_interval_and_never_lose_at_most_the_documented_tail(start_jetd, tmp_pat
     test allows 0.4 s more for scheduling on a loaded machine."""
     logdir = tmp_path / "log"
     answered, killed_at = _run_and_kill(start_jetd, logdir, fsync, 1.5)
-    requests, responses = _logged_ids(logdir)
+    requests, responses = logged_ids(logdir)
     bound = 0.1 + 0.4
     for name, ids in answered.items():
         assert len(ids) > 100, f"{name}: too little traffic ({len(ids)} answers)"
@@ -348,7 +314,7 @@ def test_writer_backlog_pauses_input_and_resumes(start_jetd, tmp_path):
     # 100 MiB went through; what the daemon held at once is a few reads (libuv reads a
     # socket up to 8 MiB per loop iteration) and their records, not the burst.
     assert growth_mib < 48, f"peak RSS grew by {growth_mib:.0f} MiB"
-    requests, _ = _logged_ids(logdir)
+    requests, _ = logged_ids(logdir)
     assert set(range(100, 100 + count)) <= requests["bulk"]
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import struct
 import subprocess
 import sys
 import threading
@@ -21,44 +20,11 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from jetd_testlib import PeerClosed, RawPeer, v
+from jetd_testlib import PeerClosed, RawPeer, logged_ids, v
 
 from jetwire import AddState, Close, GetState, Response, Status
-from jetwire.log import LogHeader, LogKind, LogRecord, iter_log, parse_record_data
 
-_U32 = struct.Struct(">I")
-_REQUEST, _RESPONSE = 1, 2
 WAIT = 60.0  # seconds allowed for anything to happen on a busy machine
-
-
-def _logged_ids(*directories: Path) -> tuple[dict[str, set[int]], dict[str, set[int]]]:
-    """Per peer name: ids of the REQUEST frames logged as received and of the RESPONSE
-    frames logged as sent, over every segment of ``directories`` (a truncated last record
-    is allowed: a write failed in it)."""
-    records: list[LogRecord] = []
-    for directory in directories:
-        for path in sorted(directory.glob("jet-*.jetlog")):
-            with open(path, "rb") as stream:
-                items = list(iter_log(stream))
-            assert isinstance(items[0], LogHeader)
-            records.extend(i for i in items[1:] if isinstance(i, LogRecord))
-    names: dict[int, str] = {}
-    for r in records:
-        if r.kind in (LogKind.CONN_NAME, LogKind.CONN_SNAPSHOT):
-            name = str(parse_record_data(r.kind, r.data)["name"])
-            if name:
-                names[r.conn_id] = name
-    requests: dict[str, set[int]] = defaultdict(set)
-    responses: dict[str, set[int]] = defaultdict(set)
-    for record in records:
-        name = names.get(record.conn_id)
-        if name is None or len(record.data) < 9:
-            continue
-        if record.kind == LogKind.FRAME_IN and record.data[0] == _REQUEST:
-            requests[name].add(_U32.unpack_from(record.data, 5)[0])
-        elif record.kind == LogKind.FRAME_OUT and record.data[0] == _RESPONSE:
-            responses[name].add(_U32.unpack_from(record.data, 5)[0])
-    return requests, responses
 
 
 class _Getter(threading.Thread):
@@ -155,7 +121,7 @@ def _stop(getters: list[_Getter]) -> None:
 
 
 def _assert_every_ok_is_logged(getters: list[_Getter], *directories: Path) -> int:
-    requests, responses = _logged_ids(*directories)
+    requests, responses = logged_ids(*directories)
     total = 0
     for g in getters:
         for name, ids in g.ok.items():
@@ -222,7 +188,7 @@ def test_always_directory_removed_refuses_then_resumes(start_jetd, tmp_path):
         _stop(getters)
         owner.close()
     assert daemon.stop() == 0
-    requests, responses = _logged_ids(logdir)
+    requests, responses = logged_ids(logdir)
     for g in getters:
         for name, ids in g.ok_after_refusal.items():
             assert set(ids) <= requests[name] and set(ids) <= responses[name], name
