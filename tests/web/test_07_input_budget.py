@@ -10,19 +10,11 @@ what the daemon sends, raw bytes for the frame they never finish), against a rea
 from __future__ import annotations
 
 import select
-import socket
 import struct
 import sys
 import time
 from pathlib import Path
 from typing import Union
-
-from websockets.client import ClientProtocol
-from websockets.frames import Opcode
-from websockets.http11 import Response as HttpResponse
-from websockets.protocol import CONNECTING
-from websockets.typing import Subprotocol
-from websockets.uri import parse_uri
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "jetd"))
 
@@ -30,69 +22,29 @@ from jetd_testlib import rss_kib, v
 from webtest import WsPeer, start_web_jetd
 
 from jetwire import AddState, Close, Decoder, GetState, Info, Response, Status, encode
+from tools.chaos.websocket import RawWsPeer
 
 MiB = 1 << 20
 WAIT = 30.0  # generous: the machine is shared
 _MASKED_BINARY_64 = struct.Struct(">BBQ4s")
 
 
-class RawWsPeer:
-    """A WebSocket jet peer whose frames are written by hand."""
+def open_peer(web: tuple[str, int], early: bytes = b"") -> RawWsPeer:
+    """A hand-written WebSocket peer (tools.chaos's) that has read the daemon's INFO;
+    ``early``: bytes sent right behind the upgrade request, in the same write."""
+    peer = RawWsPeer(web, WAIT, early)
+    while not peer.messages:
+        assert peer.read(), "no INFO"
+    assert isinstance(peer.messages.pop(0), Info)
+    return peer
 
-    def __init__(self, web: tuple[str, int], early: bytes = b"") -> None:
-        """Upgrade; ``early``: bytes sent right behind the request, in the same write."""
-        self.sock = socket.create_connection(web, timeout=WAIT)
-        self.proto = ClientProtocol(parse_uri(f"ws://{web[0]}:{web[1]}/jet"), subprotocols=[Subprotocol("jet")],
-                                    max_size=None)
-        self.proto.send_request(self.proto.connect())
-        self.sock.sendall(b"".join(self.proto.data_to_send()) + early)
-        self.decoder = Decoder(max_body=64 * MiB)
-        self.messages: list[object] = []
-        self.eof = False
-        while self.proto.state is CONNECTING:
-            assert self._read(), "no handshake answer"
-        while not self.messages:
-            assert self._read(), "no INFO"
-        assert isinstance(self.messages.pop(0), Info)
 
-    def _read(self) -> bool:
-        """One read; False at the end of the connection."""
-        try:
-            data = self.sock.recv(1 << 16)
-        except (ConnectionResetError, BrokenPipeError):
-            data = b""
-        if not data:
-            self.eof = True
-            return False
-        self.proto.receive_data(data)
-        for event in self.proto.events_received():
-            if isinstance(event, HttpResponse):
-                assert event.status_code == 101, event
-            elif event.opcode is Opcode.BINARY or event.opcode is Opcode.CONT:
-                self.decoder.receive_data(bytes(event.data))
-                self.messages.extend(self.decoder.messages())
-        return True
-
-    def send_frame_start(self, announced: int, sent: int) -> bool:
-        """A binary frame header announcing ``announced`` bytes, then ``sent`` of them
-        (mask 0: the bytes travel as they are). False if the daemon hung up first."""
-        header = _MASKED_BINARY_64.pack(0x82, 0x80 | 127, announced, b"\0\0\0\0")
-        try:
-            self.sock.sendall(header + b"\0" * sent)
-        except OSError:
-            return False
-        return True
-
-    def status(self) -> Union[str, Status]:
-        """The CLOSE status the daemon sent, or "open"."""
-        for message in self.messages:
-            if isinstance(message, Close):
-                return message.status
-        assert not self.eof, f"the connection ended without CLOSE: {self.messages}"
-        return "open"
-
-    def close(self) -> None:
-        self.sock.close()
+def status(peer: RawWsPeer) -> Union[str, Status]:
+    """The CLOSE status the daemon sent, or "open"."""
+    if peer.close_frame is not None:
+        return peer.close_frame.status
+    assert not peer.eof, f"the connection ended without CLOSE: {peer.messages}"
+    return "open"
 
 
 def settle(peers: list[RawWsPeer], ended: int, timeout: float = WAIT) -> list[Union[str, Status]]:
@@ -103,8 +55,8 @@ def settle(peers: list[RawWsPeer], ended: int, timeout: float = WAIT) -> list[Un
         ready = select.select([peer.sock for peer in peers if not peer.eof], [], [], 0.2)[0]
         for peer in peers:
             if peer.sock in ready:
-                peer._read()
-    return [peer.status() for peer in peers]
+                peer.read()
+    return [status(peer) for peer in peers]
 
 
 def test_frames_under_assembly_are_charged_to_the_input_budget(start_jetd):
@@ -114,11 +66,11 @@ def test_frames_under_assembly_are_charged_to_the_input_budget(start_jetd):
     count, budget = 16, 5 * MiB // 2
     daemon = start_web_jetd(start_jetd, "--max-input-buffer", str(budget), "--frame-timeout", "600",
                             "--shutdown-grace", "1")
-    peers = [RawWsPeer(daemon.web) for _ in range(count)]
+    peers = [open_peer(daemon.web) for _ in range(count)]
     before = rss_kib(daemon.proc.pid)
     try:
         for peer in peers:
-            peer.send_frame_start(MiB, MiB - 1)
+            peer.send_frame_start(MiB, MiB - 1, WAIT)
         outcomes = settle(peers, count - 2)
         closed = [o for o in outcomes if o != "open"]
         assert set(closed) == {Status.LIMIT_EXCEEDED}, outcomes
@@ -148,18 +100,18 @@ def test_frames_under_assembly_are_charged_to_the_input_budget(start_jetd):
 
 def test_a_frame_not_completed_within_the_frame_timeout_closes(start_jetd):
     daemon = start_web_jetd(start_jetd, "--frame-timeout", "1")
-    peers = [RawWsPeer(daemon.web) for _ in range(3)]
+    peers = [open_peer(daemon.web) for _ in range(3)]
     # A frame begun in the same write as the handshake (its header alone, and more).
-    peers += [RawWsPeer(daemon.web, _MASKED_BINARY_64.pack(0x82, 0x80 | 127, 1000, b"\0\0\0\0") + bytes(n))
+    peers += [open_peer(daemon.web, _MASKED_BINARY_64.pack(0x82, 0x80 | 127, 1000, b"\0\0\0\0") + bytes(n))
               for n in (0, 10)]
     try:
-        peers[0].send_frame_start(64 * 1024, 1000)  # a frame begun
-        peers[1].send_frame_start(MiB, 0)  # only its header
+        peers[0].send_frame_start(64 * 1024, 1000, WAIT)  # a frame begun
+        peers[1].send_frame_start(MiB, 0, WAIT)  # only its header
         # A whole jet frame, then a WebSocket frame that carries the next jet frame's start.
         frame = encode(GetState(1, "k"))
         header = _MASKED_BINARY_64.pack(0x82, 0x80 | 127, len(frame), b"\0\0\0\0")
         peers[2].sock.sendall(header + frame)
-        peers[2].send_frame_start(100, 10)
+        peers[2].send_frame_start(100, 10, WAIT)
         assert settle(peers, 5) == [Status.TIMEOUT] * 5
         assert isinstance(peers[2].messages[0], Response) and peers[2].messages[0].status == Status.NOT_FOUND
     finally:

@@ -20,7 +20,7 @@ from websockets.protocol import CONNECTING
 from websockets.typing import Subprotocol
 from websockets.uri import parse_uri
 
-from jetwire import Close, Decoder
+from jetwire import Close, Decoder, Message
 
 from .harness import Daemon, NeedsOwnDaemon
 
@@ -51,15 +51,18 @@ def web_address(daemon: Daemon) -> tuple[str, int]:
 
 class RawWsPeer:
     """A jet peer over WebSocket whose frames are written by hand. What the daemon sends
-    is parsed by websockets' sans-IO client and the jet CLOSE, if any, is kept."""
+    is parsed by websockets' sans-IO client; the jet messages are kept in ``messages``
+    and the jet CLOSE, if any, in ``close_frame``."""
 
-    def __init__(self, web: tuple[str, int], timeout: float = 10.0) -> None:
+    def __init__(self, web: tuple[str, int], timeout: float = 10.0, early: bytes = b"") -> None:
+        """Upgrade; ``early``: bytes sent right behind the request, in the same write."""
         self.sock = socket.create_connection(web, timeout=timeout)
         self.proto = ClientProtocol(parse_uri(f"ws://{web[0]}:{web[1]}/jet"), subprotocols=[Subprotocol("jet")],
                                     max_size=None)
         self.proto.send_request(self.proto.connect())
-        self.sock.sendall(b"".join(self.proto.data_to_send()))
+        self.sock.sendall(b"".join(self.proto.data_to_send()) + early)
         self.decoder = Decoder(max_body=64 << 20)
+        self.messages: list[Message] = []
         self.close_frame: Optional[Close] = None
         self.eof = False
         while self.proto.state is CONNECTING:
@@ -83,6 +86,7 @@ class RawWsPeer:
             elif isinstance(event, Frame) and event.opcode in (Opcode.BINARY, Opcode.CONT):
                 self.decoder.receive_data(bytes(event.data))
                 for message in self.decoder.messages():
+                    self.messages.append(message)
                     if isinstance(message, Close):
                         self.close_frame = message
         return True
