@@ -52,18 +52,15 @@ from jetwire import (
 )
 from jetwire.errors import RemoteProtocolError
 
+from .agents.script import METHOD_KEY, SET_VALUE, STATE_KEY
 from .cases import Case, describe_message
 from .report import add_report_options, write_case_list, write_console, write_report_files
 from .runner import FAILED, NON_STRICT, OK, CaseLog, CaseResult, RunConfig, StepFailed
 
 __all__ = ["PEER_CASES", "PeerCase", "PeerRunConfig", "main", "run_peer_cases"]
 
-# PEER.md: the agent's script, fixed so that every case knows what to expect.
-STATE_KEY = "agent/state"
-METHOD_KEY = "agent/echo"
-FETCH_PREFIX = "data/"
-SET_KEY, SET_VALUE = "data/x", 7
-CALL_KEY, CALL_ARG = "data/echo", "x" * 100
+# PEER.md: the agent's script (agents/script.py) is fixed so that every case knows what
+# to expect.
 DAEMON_MAX_BODY = 1 << 20
 LIMITS_KEY_LENGTH, LIMITS_ROUTE_TIMEOUT_MS = 200, 2500  # announced by peer.info.limits
 FIRST_FETCH_ID = 3

@@ -2,17 +2,10 @@
 
 from __future__ import annotations
 
-import json
-import sys
-from collections.abc import Callable
-from typing import Any
-
 from peer import Peer
 from peer.errors import PeerError
 
-
-def say(line: str) -> None:
-    print(line, flush=True)
+from .script import FETCH_PREFIX, METHOD_KEY, STATE_KEY, TIMEOUT, run_agent, run_requests, say, say_event
 
 
 def status_of(exc: PeerError) -> str:
@@ -20,19 +13,13 @@ def status_of(exc: PeerError) -> str:
 
 
 def main(host: str, port: int) -> int:
-    peer = Peer.connect(host, port, name="agent-sync", timeout=10)
+    peer = Peer.connect(host, port, name="agent-sync", timeout=TIMEOUT)
     try:
-        peer.add_state("agent/state", 0, on_set=lambda value: value)
-        peer.add_method("agent/echo", lambda args: args)
-        peer.fetch("data/", lambda event: say(f"event {event.kind} {event.key} {json.dumps(event.value)}"))
+        peer.add_state(STATE_KEY, 0, on_set=lambda value: value)
+        peer.add_method(METHOD_KEY, lambda args: args)
+        peer.fetch(FETCH_PREFIX, lambda event: say_event(event.kind, event.key, event.value))
         say("ready")
-        requests: list[tuple[str, Callable[[], Any]]] = [("set", lambda: peer.set("data/x", 7)),
-                                                         ("call", lambda: peer.call("data/echo", "x" * 100))]
-        for name, start in requests:
-            try:
-                say(f"{name} ok {json.dumps(start())}")
-            except PeerError as exc:
-                say(f"{name} error {status_of(exc)}")
+        run_requests(peer, PeerError, status_of)
         peer.wait_closed()
         say("closed")
     finally:
@@ -41,8 +28,4 @@ def main(host: str, port: int) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main(sys.argv[1], int(sys.argv[2])))
-    except PeerError as exc:
-        say(f"error {status_of(exc)} {exc}")
-        sys.exit(1)
+    run_agent(main, PeerError, status_of)

@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import sys
-from collections.abc import Callable
-from typing import Any
 
 from peer.tiny import STATUS_NAMES, TinyError, TinyPeer
 
-
-def say(line: str) -> None:
-    print(line, flush=True)
+from .script import FETCH_PREFIX, METHOD_KEY, STATE_KEY, TIMEOUT, run_requests, say, say_event
 
 
 def status_of(exc: TinyError) -> str:
@@ -19,17 +14,11 @@ def status_of(exc: TinyError) -> str:
 
 
 def run(peer: TinyPeer) -> int:
-    peer.add_state("agent/state", 0, on_set=lambda value: value)
-    peer.add_method("agent/echo", lambda args: args)
-    peer.fetch("data/", lambda kind, key, value: say(f"event {kind} {key} {json.dumps(value)}"))
+    peer.add_state(STATE_KEY, 0, on_set=lambda value: value)
+    peer.add_method(METHOD_KEY, lambda args: args)
+    peer.fetch(FETCH_PREFIX, say_event)
     say("ready")
-    requests: list[tuple[str, Callable[[], Any]]] = [("set", lambda: peer.set("data/x", 7)),
-                                                     ("call", lambda: peer.call("data/echo", "x" * 100))]
-    for name, start in requests:
-        try:
-            say(f"{name} ok {json.dumps(start())}")
-        except TinyError as exc:
-            say(f"{name} error {status_of(exc)}")
+    run_requests(peer, TinyError, status_of)
     while not peer.closed:
         try:
             peer.poll(1.0)
@@ -41,7 +30,7 @@ def run(peer: TinyPeer) -> int:
 
 def main(host: str, port: int, peer_class: type[TinyPeer] = TinyPeer) -> int:
     try:
-        peer = peer_class(host, port, name="agent-tiny", timeout=10)
+        peer = peer_class(host, port, name="agent-tiny", timeout=TIMEOUT)
     except (TinyError, OSError) as exc:
         say(f"error {exc}")
         return 1
