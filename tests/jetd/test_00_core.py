@@ -8,6 +8,7 @@ import struct
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from inmemory import MemoryPeers
 
 from jetd.config import Config
 from jetd.core import (
@@ -45,23 +46,19 @@ from jetwire import (
 from jetwire.codec import is_utf8
 
 
-class Harness:
-    """A Daemon with in-memory peers: ``send(conn, *msgs)`` then ``recv(conn)``."""
+class Harness(MemoryPeers):
+    """A Daemon with in-memory peers whose IO layer runs the pending work after every
+    read: ``send(conn, *msgs)`` then ``recv(conn)``."""
 
     def __init__(self, **settings: object) -> None:
-        self.daemon = Daemon(Config(**settings))  # type: ignore[arg-type]
-        self.now = 0.0
-        self.decoders: dict[int, Decoder] = {}
+        super().__init__(Daemon(Config(**settings)))  # type: ignore[arg-type]
         self.written: dict[int, list[bytes]] = {}  # what the "IO layer" wrote per connection
 
-    def connect(self, name: str = "") -> Connection:
-        conn = self.daemon.connect(f"mem:{name}", self.now)
-        self.decoders[conn.conn_id] = Decoder(max_body=1 << 30)
-        assert isinstance(self.recv(conn)[0], Info)
-        return conn
+    def connect(self, name: str = "") -> Connection:  # type: ignore[override]
+        return super().connect(f"mem:{name}")
 
     def send(self, conn: Connection, *messages: Message) -> None:
-        self.daemon.receive_data(conn, b"".join(encode(m) for m in messages), self.now)
+        super().send(conn, *messages)
         self.pump()
 
     def pump(self) -> None:
@@ -78,17 +75,9 @@ class Harness:
             self.written.setdefault(conn.conn_id, []).extend(conn.out)
             conn.out.clear()
 
-    def recv(self, conn: Connection) -> list[Message]:
-        """Everything queued for ``conn`` (the output of this 'loop turn')."""
+    def output(self, conn: Connection) -> bytes:
         self.pump()
-        data = b"".join(self.written.pop(conn.conn_id, []))
-        decoder = self.decoders[conn.conn_id]
-        decoder.receive_data(data)
-        return list(decoder.messages())
-
-    def tick(self, seconds: float) -> None:
-        self.now += seconds
-        self.daemon.tick(self.now)
+        return b"".join(self.written.pop(conn.conn_id, []))
 
 
 def v(x: object) -> Value:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from inmemory import MemoryPeers
+
 from jetd.access import Access
 from jetd.config import Config
 from jetd.connection import Connection
@@ -15,20 +17,17 @@ from jetwire import (
     AddState,
     Authenticate,
     Close,
-    Decoder,
     FetchAdd,
     FetchChange,
     FetchRemove,
     FetchStates,
     GetState,
-    Info,
     Message,
     NotifyState,
     Response,
     SetState,
     Status,
     Value,
-    encode,
 )
 
 
@@ -46,34 +45,18 @@ def make_access(viewer_read: list[str], anonymous: Grants | None = None) -> Acce
     return Access(users)
 
 
-class Harness:
+class Harness(MemoryPeers):
     """A Daemon with in-memory peers; password checks are deferred until ``finish_checks``
     (as the IO layer runs them in a thread)."""
 
     def __init__(self, access: Access | None, **settings: object) -> None:
-        self.daemon = Daemon(Config(**settings), access=access)  # type: ignore[arg-type]
+        super().__init__(Daemon(Config(**settings), access=access))  # type: ignore[arg-type]
         self.jobs: list[tuple[Callable[[], bool], Callable[[bool, float], None]]] = []
         self.daemon.auth.offload = lambda job, done: self.jobs.append((job, done))
         self.run = 0  # checks run by finish_checks
-        self.now = 0.0
-        self.decoders: dict[int, Decoder] = {}
 
-    def connect(self, address: str = "mem") -> Connection:
-        conn = self.daemon.connect(address, self.now)
-        self.decoders[conn.conn_id] = Decoder(max_body=1 << 30)
-        assert isinstance(self.recv(conn)[0], Info)
-        return conn
-
-    def send(self, conn: Connection, *messages: Message) -> None:
-        self.daemon.receive_data(conn, b"".join(encode(m) for m in messages), self.now)
-
-    def recv(self, conn: Connection) -> list[Message]:
-        self.daemon.take_dirty()
-        out = b"".join(conn.out) + b"".join(conn.take_pending(1 << 40))
-        conn.out.clear()
-        decoder = self.decoders[conn.conn_id]
-        decoder.receive_data(out)
-        return list(decoder.messages())
+    def output(self, conn: Connection) -> bytes:
+        return super().output(conn) + b"".join(conn.take_pending(1 << 40))
 
     def finish_checks(self) -> int:
         """Run the checks started so far (not those they start in turn); how many."""
@@ -82,10 +65,6 @@ class Harness:
             self.run += 1
             done(job(), self.now)
         return len(jobs)
-
-    def tick(self, seconds: float) -> None:
-        self.now += seconds
-        self.daemon.tick(self.now)
 
     def login(self, conn: Connection, user: str, password: str) -> None:
         self.send(conn, Authenticate(999, user, password))

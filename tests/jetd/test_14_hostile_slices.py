@@ -40,10 +40,10 @@ def _slice(h: Harness) -> None:
 
 
 def _recv(h: Harness, conn: Connection) -> list[Message]:
+    """What was written to ``conn``, without running the pending work (unlike
+    Harness.recv)."""
     h._write()
-    decoder = h.decoders[conn.conn_id]
-    decoder.receive_data(b"".join(h.written.pop(conn.conn_id, [])))
-    return list(decoder.messages())
+    return h.decode(conn, b"".join(h.written.pop(conn.conn_id, [])))
 
 
 def test_changes_during_a_sliced_fetch_keep_its_order():

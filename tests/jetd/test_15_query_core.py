@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from inmemory import MemoryPeers
 
 from jetd.config import Config
 from jetd.core import Connection, Daemon
@@ -22,7 +23,6 @@ from jetwire import (
     Action,
     AddMethod,
     AddState,
-    Decoder,
     EntryKind,
     FetchAdd,
     FetchChange,
@@ -34,7 +34,6 @@ from jetwire import (
     FetchUnmatch,
     FetchWindow,
     FilterOp,
-    Info,
     Message,
     NotifyState,
     PathMatcher,
@@ -55,30 +54,17 @@ from jetwire import (
 )
 
 
-class Harness:
-    """A Daemon with in-memory peers (as tests/jetd/test_00_core.py)."""
+class Harness(MemoryPeers):
+    """A Daemon with in-memory peers that announces queries (INFO minor 2)."""
 
     def __init__(self, **settings: object) -> None:
-        self.daemon = Daemon(Config(**settings))  # type: ignore[arg-type]
-        self.decoders: dict[int, Decoder] = {}
+        super().__init__(Daemon(Config(**settings)))  # type: ignore[arg-type]
 
-    def connect(self) -> Connection:
-        conn = self.daemon.connect("mem", 0.0)
-        self.decoders[conn.conn_id] = Decoder(max_body=1 << 30)
-        info = self.recv(conn)[0]
-        assert isinstance(info, Info) and info.features & FEATURE_QUERIES and info.minor == 2
+    def connect(self, address: str = "mem") -> Connection:
+        conn = super().connect(address)
+        info = self.infos[conn.conn_id]
+        assert info.features & FEATURE_QUERIES and info.minor == 2
         return conn
-
-    def send(self, conn: Connection, *messages: Message) -> None:
-        self.daemon.receive_data(conn, b"".join(encode(m) for m in messages), 0.0)
-
-    def recv(self, conn: Connection) -> list[Message]:
-        self.daemon.take_dirty()
-        data = b"".join(conn.out)
-        conn.out.clear()
-        decoder = self.decoders[conn.conn_id]
-        decoder.receive_data(data)
-        return list(decoder.messages())
 
     def drain(self, conn: Connection) -> list[Message]:
         decoder = self.decoders[conn.conn_id]

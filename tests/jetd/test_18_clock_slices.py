@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from inmemory import MemoryPeers
 from test_15_query_core import PLAYERS, WindowView, oracle_window, player, top
 
 from jetd.config import Config
@@ -17,20 +18,17 @@ from jetd.core import Daemon
 from jetd.scheduler import DEFAULT_CHECK_EVERY, Scheduler
 from jetwire import (
     AddState,
-    Decoder,
     FetchAdd,
     FetchQuery,
     FetchStates,
     FetchWindow,
     GetState,
-    Message,
     NotifyState,
     Query,
     Response,
     SetState,
     Status,
     Value,
-    encode,
 )
 
 
@@ -49,33 +47,23 @@ class FakeClock:
         return now
 
 
-class ClockHarness:
-    """A Daemon driven by a fake clock, with in-memory peers (as test_15's Harness)."""
+class ClockHarness(MemoryPeers):
+    """A Daemon driven by a fake clock, with in-memory peers; ``now`` is the clock's time."""
 
     def __init__(self, step: float, **settings: object) -> None:
         self.clock = FakeClock(step)
-        self.daemon = Daemon(Config(**settings), clock=self.clock)  # type: ignore[arg-type]
-        self.decoders: dict[int, Decoder] = {}
+        super().__init__(Daemon(Config(**settings), clock=self.clock), self.clock.t)  # type: ignore[arg-type]
 
-    def connect(self) -> Connection:
-        conn = self.daemon.connect("mem", self.clock.t)
-        self.decoders[conn.conn_id] = Decoder(max_body=1 << 30)
-        self.recv(conn)
-        return conn
+    @property  # type: ignore[override]
+    def now(self) -> float:
+        return self.clock.t
 
-    def send(self, conn: Connection, *messages: Message) -> None:
-        self.daemon.receive_data(conn, b"".join(encode(m) for m in messages), self.clock.t)
+    @now.setter
+    def now(self, value: float) -> None:
+        self.clock.t = value
 
     def work(self) -> None:
-        self.daemon.work(self.clock.t)
-
-    def recv(self, conn: Connection) -> list[Message]:
-        self.daemon.take_dirty()
-        data = b"".join(conn.out)
-        conn.out.clear()
-        decoder = self.decoders[conn.conn_id]
-        decoder.receive_data(data)
-        return list(decoder.messages())
+        self.daemon.work(self.now)
 
 
 def v(i: int) -> Value:
