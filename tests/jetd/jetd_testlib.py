@@ -30,27 +30,26 @@ class PeerClosed(Exception):
     """The daemon closed the connection (EOF or reset)."""
 
 
-class RawPeer:
-    """One connection to jetd on 127.0.0.1; reads the daemon's INFO at once."""
+class FramedPeer:
+    """What the tests' jet peers share, whatever carries their bytes: request ids, the
+    INFO exchange, reading the next message and waiting for one. A subclass says how
+    bytes go out (``write``) and come in (``read``)."""
 
-    def __init__(
-        self,
-        address: tuple[str, int],
-        name: Optional[str] = None,
-        *,
-        rcvbuf: Optional[int] = None,
-        read_info: bool = True,
-    ) -> None:
-        assert address[0] == "127.0.0.1"
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        if rcvbuf is not None:
-            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-        self.sock.settimeout(DEFAULT_TIMEOUT)
-        self.sock.connect(address)
+    def __init__(self) -> None:
         self.decoder = Decoder(max_body=64 * 1024 * 1024)
-        self.eof = False
         self._next_id = 1
         self.info: Optional[Info] = None
+
+    def write(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    def read(self, deadline: float, timeout: float) -> Optional[bytes]:
+        """Bytes from the daemon until ``deadline`` (``time.monotonic()``), None if none
+        came yet; raises at the end of the connection or once the deadline passed."""
+        raise NotImplementedError
+
+    def start(self, name: Optional[str], read_info: bool) -> None:
+        """Read the daemon's INFO (PROTOCOL.md 4) if ``read_info``; send ours if named."""
         if read_info:
             first = self.recv()
             assert isinstance(first, Info), first
@@ -64,36 +63,18 @@ class RawPeer:
         return rid
 
     def send(self, *messages: Message) -> None:
-        self.sock.sendall(b"".join(encode(m) for m in messages))
-
-    def send_raw(self, data: bytes) -> None:
-        self.sock.sendall(data)
+        self.write(b"".join(encode(m) for m in messages))
 
     def recv(self, timeout: float = DEFAULT_TIMEOUT) -> Message:
-        """The next message; raises PeerClosed at EOF, AssertionError on timeout."""
+        """The next message; what ``read`` raises at the end or on timeout."""
         deadline = time.monotonic() + timeout
         while True:
             message = self.decoder.next_message()
             if message is not None:
                 return message
-            if self.eof:
-                raise PeerClosed("daemon closed the connection")
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise AssertionError(f"no message from jetd within {timeout} s")
-            self.sock.settimeout(remaining)
-            try:
-                data = self.sock.recv(1 << 20)
-            except TimeoutError:
-                continue
-            except ConnectionResetError:
-                data = b""
-            if not data:
-                self.eof = True
-            self.decoder.receive_data(data)
-
-    def recv_n(self, n: int, timeout: float = DEFAULT_TIMEOUT) -> list[Message]:
-        return [self.recv(timeout) for _ in range(n)]
+            data = self.read(deadline, timeout)
+            if data is not None:
+                self.decoder.receive_data(data)
 
     def recv_until(self, match: Callable[[Message], bool], timeout: float = DEFAULT_TIMEOUT) -> tuple[Message, list[Message]]:
         """Read until ``match``; returns the match and the messages before it."""
@@ -105,14 +86,6 @@ class RawPeer:
                 return message, skipped
             skipped.append(message)
 
-    def nothing_within(self, seconds: float) -> None:
-        """Assert that no message arrives within ``seconds``."""
-        try:
-            message = self.recv(seconds)
-        except AssertionError:
-            return
-        raise AssertionError(f"unexpected message {message}")
-
     def request(self, make: Callable[[int], Request], timeout: float = DEFAULT_TIMEOUT) -> Response:
         """Send ``make(id)`` and return its response (it must be the next message)."""
         rid = self.next_id()
@@ -120,6 +93,63 @@ class RawPeer:
         message = self.recv(timeout)
         assert isinstance(message, Response) and message.id == rid, message
         return message
+
+
+class RawPeer(FramedPeer):
+    """One connection to jetd on 127.0.0.1; reads the daemon's INFO at once. ``recv``
+    raises PeerClosed at EOF, AssertionError on timeout."""
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        name: Optional[str] = None,
+        *,
+        rcvbuf: Optional[int] = None,
+        read_info: bool = True,
+    ) -> None:
+        assert address[0] == "127.0.0.1"
+        super().__init__()
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if rcvbuf is not None:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        self.sock.settimeout(DEFAULT_TIMEOUT)
+        self.sock.connect(address)
+        self.eof = False
+        self.start(name, read_info)
+
+    def write(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def send_raw(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def read(self, deadline: float, timeout: float) -> Optional[bytes]:
+        if self.eof:
+            raise PeerClosed("daemon closed the connection")
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise AssertionError(f"no message from jetd within {timeout} s")
+        self.sock.settimeout(remaining)
+        try:
+            data = self.sock.recv(1 << 20)
+        except TimeoutError:
+            return None
+        except ConnectionResetError:
+            data = b""
+        if not data:
+            self.eof = True
+        return data
+
+    def recv_n(self, n: int, timeout: float = DEFAULT_TIMEOUT) -> list[Message]:
+        return [self.recv(timeout) for _ in range(n)]
+
+    def nothing_within(self, seconds: float) -> None:
+        """Assert that no message arrives within ``seconds``."""
+        try:
+            message = self.recv(seconds)
+        except AssertionError:
+            return
+        raise AssertionError(f"unexpected message {message}")
 
     def expect_close(self, status: Status, timeout: float = DEFAULT_TIMEOUT) -> Close:
         """The next message is CLOSE with ``status``, then EOF."""

@@ -16,7 +16,8 @@ from typing import Any, Optional
 import pytest
 from websockets.sync.client import ClientConnection, connect
 
-from jetwire import Close, Decoder, Info, Message, Request, Response, encode
+from jetwire import Close
+from tests.jetd.jetd_testlib import FramedPeer
 
 TIMEOUT = 5.0
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -105,58 +106,25 @@ def start_web_jetd(start_jetd: Callable[..., Any], *args: str, env: Optional[dic
     return daemon
 
 
-class WsPeer:
-    """A jet peer over WebSocket (the websockets sync client); reads the daemon's INFO."""
+class WsPeer(FramedPeer):
+    """A jet peer over WebSocket (the websockets sync client); reads the daemon's INFO.
+    ``recv`` raises ConnectionClosed at the end, TimeoutError on timeout."""
 
     def __init__(self, web: tuple[str, int], name: Optional[str] = None, *, read_info: bool = True,
                  **kwargs: Any) -> None:
+        super().__init__()
         kwargs.setdefault("subprotocols", ["jet"])
         self.ws: ClientConnection = connect(f"ws://{web[0]}:{web[1]}/jet", open_timeout=TIMEOUT, **kwargs).__enter__()
-        self.decoder = Decoder(max_body=64 * 1024 * 1024)
-        self._next_id = 1
-        self.info: Optional[Info] = None
         self.closed = False
-        if read_info:
-            first = self.recv()
-            assert isinstance(first, Info), first
-            self.info = first
-        if name is not None:
-            self.send(Info(name))
+        self.start(name, read_info)
 
-    def next_id(self) -> int:
-        rid = self._next_id
-        self._next_id += 1
-        return rid
+    def write(self, data: bytes) -> None:
+        self.ws.send(data)
 
-    def send(self, *messages: Message) -> None:
-        self.ws.send(b"".join(encode(m) for m in messages))
-
-    def recv(self, timeout: float = TIMEOUT) -> Message:
-        """The next jet message; raises ConnectionClosed at the end, TimeoutError on timeout."""
-        deadline = time.monotonic() + timeout
-        while True:
-            message = self.decoder.next_message()
-            if message is not None:
-                return message
-            data = self.ws.recv(max(0.0, deadline - time.monotonic()))
-            assert isinstance(data, bytes), f"text message from jetd: {data!r}"
-            self.decoder.receive_data(data)
-
-    def recv_until(self, match: Callable[[Message], bool], timeout: float = TIMEOUT) -> tuple[Message, list[Message]]:
-        skipped: list[Message] = []
-        deadline = time.monotonic() + timeout
-        while True:
-            message = self.recv(max(0.01, deadline - time.monotonic()))
-            if match(message):
-                return message, skipped
-            skipped.append(message)
-
-    def request(self, make: Callable[[int], Request], timeout: float = TIMEOUT) -> Response:
-        rid = self.next_id()
-        self.send(make(rid))
-        message = self.recv(timeout)
-        assert isinstance(message, Response) and message.id == rid, message
-        return message
+    def read(self, deadline: float, timeout: float) -> Optional[bytes]:
+        data = self.ws.recv(max(0.0, deadline - time.monotonic()))
+        assert isinstance(data, bytes), f"text message from jetd: {data!r}"
+        return data
 
     def expect_close(self, status: Any, timeout: float = TIMEOUT) -> Close:
         message = self.recv(timeout)
