@@ -47,6 +47,17 @@ class MemoryPeers:
         """Everything queued for ``conn`` (the output of this 'loop turn')."""
         return self.decode(conn, self.output(conn))
 
+    def drain(self, conn: Connection) -> list[Message]:
+        """The IO layer's drain (jetd.server.PeerProtocol.drain): write the frames parked
+        behind the budget, call drained() until it says the connection is live (it may
+        queue the held-back changes first), then flush."""
+        messages: list[Message] = []
+        while True:
+            messages += self.decode(conn, b"".join(conn.take_pending(1 << 30)))
+            if conn.closing or self.daemon.drained(conn):
+                break
+        return messages + self.recv(conn)
+
     def tick(self, seconds: float) -> None:
         self.now += seconds
         self.daemon.tick(self.now)

@@ -180,20 +180,6 @@ def test_fetch_registry_visits_only_matching_prefixes():
     assert registry.lengths == [0, 6, 12]
 
 
-def _drain(h: Harness, conn: Connection) -> list[Message]:
-    """The IO layer's drain (jetd.server.PeerProtocol.drain): write the local queue, call
-    drained() until it says the connection is live (it may queue the held-back changes
-    first), then flush."""
-    decoder = h.decoders[conn.conn_id]
-    messages: list[Message] = []
-    while True:
-        decoder.receive_data(b"".join(conn.take_pending(1 << 30)))
-        messages += decoder.messages()
-        if conn.closing or h.daemon.drained(conn):
-            break
-    return messages + h.recv(conn)
-
-
 def test_parked_fetches_get_latest_values_in_order():
     # PROTOCOL.md 10.8: changes held back per (fetch, key), latest value, never reordered
     # against ADD/REMOVE of the same key, nor after a response they precede (10.5).
@@ -211,7 +197,7 @@ def test_parked_fetches_get_latest_values_in_order():
     h.send(owner, AddState(4, "k", v(5)), NotifyState(None, "k", v(6)), NotifyState(None, "k", v(7)))
     h.send(slow, GetState(9, "j"))
     h.send(owner, NotifyState(None, "j", v(8)))
-    assert _drain(h, slow) == [
+    assert h.drain(slow) == [
         FetchChange(f7, "k", v(2)),  # the key's change before its REMOVE
         FetchChange(f8, "k", v(2)),
         FetchRemove(f7, "k", v(2)),
@@ -239,7 +225,7 @@ def test_paused_connection_conflates_and_hard_limit_overloads():
     fid = h.recv(slow)[0].fetch_id
     h.daemon.pause(slow, 150)
     h.send(owner, *(NotifyState(None, "a", v(i)) for i in range(100)), NotifyState(None, "b", v(7)))
-    assert _drain(h, slow) == [FetchChange(fid, "a", v(99)), FetchChange(fid, "b", v(7))]
+    assert h.drain(slow) == [FetchChange(fid, "a", v(99)), FetchChange(fid, "b", v(7))]
     assert h.daemon.stats.caught_up == 2
     # Non-conflatable events pile up until the hard limit: CLOSE OVERLOADED.
     h.daemon.pause(slow, 150)
@@ -274,7 +260,7 @@ def test_parked_peer_gets_the_change_it_caused_before_the_answer():
     decoder = Decoder()
     decoder.receive_data(b"".join(slow.take_pending(1 << 20)))
     assert list(decoder.messages()) == [FetchChange(fid, "k", v(3)), Response(5, Status.OK, v(3))]
-    assert _drain(h, slow) == [FetchChange(fid, "j", v(1)), FetchChange(fid, "k", v(4))]
+    assert h.drain(slow) == [FetchChange(fid, "j", v(1)), FetchChange(fid, "k", v(4))]
 
 
 def test_catch_up_on_drain_is_bounded_by_the_hard_limit():
@@ -306,7 +292,7 @@ def test_a_close_during_the_catch_up_tears_the_connection_down():
     assert not h.daemon.drained(slow)
     assert slow.closed
     # Still paused: the IO layer writes the queue, which ends with the CLOSE.
-    assert _drain(h, slow) == [Close(Status.TOO_LARGE, "a fetch event of 113 bytes exceeds your max_body 64")]
+    assert h.drain(slow) == [Close(Status.TOO_LARGE, "a fetch event of 113 bytes exceeds your max_body 64")]
     h.send(owner, NotifyState(None, "k", v(1)))
     assert slow.out == [] and not slow.pending
 
@@ -669,7 +655,7 @@ def test_paused_fetchers_always_end_up_with_the_latest_values(steps):
     truth: dict[str, Value] = {}
 
     def deliver(i: int) -> None:
-        messages = _drain(h, peers[i]) if peers[i].paused else h.recv(peers[i])
+        messages = h.drain(peers[i]) if peers[i].paused else h.recv(peers[i])
         for message in messages:
             views[i].apply(message)
 

@@ -34,7 +34,6 @@ from jetwire import (
     FetchUnmatch,
     FetchWindow,
     FilterOp,
-    Message,
     NotifyState,
     PathMatcher,
     PathOp,
@@ -65,16 +64,6 @@ class Harness(MemoryPeers):
         info = self.infos[conn.conn_id]
         assert info.features & FEATURE_QUERIES and info.minor == 2
         return conn
-
-    def drain(self, conn: Connection) -> list[Message]:
-        decoder = self.decoders[conn.conn_id]
-        messages: list[Message] = []
-        while True:
-            decoder.receive_data(b"".join(conn.take_pending(1 << 30)))
-            messages += decoder.messages()
-            if conn.closing or self.daemon.drained(conn):
-                break
-        return messages + self.recv(conn)
 
 
 def player(gender: str, score: Any) -> Value:
