@@ -180,13 +180,14 @@ def v(obj: Any) -> Value:
     return Value.of(obj)
 
 
-def rss_kib(pid: int) -> int:
-    """VmRSS of a process, KiB (from /proc)."""
+def rss_kib(pid: int, field: str = "VmRSS") -> int:
+    """A memory figure of a process from /proc, KiB: VmRSS (resident now), VmHWM (its
+    peak)."""
     with open(f"/proc/{pid}/status") as status:
         for line in status:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1])
-    raise AssertionError("no VmRSS")
+    raise AssertionError(f"no {field}")
 
 
 _U32 = struct.Struct(">I")

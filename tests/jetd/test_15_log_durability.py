@@ -36,6 +36,18 @@ def _segments(directory: Path) -> list[Path]:
     return sorted(directory.glob("jet-*.jetlog"))
 
 
+def _read(peer: RawPeer) -> bool:
+    """One blocking read into ``peer``'s decoder; False at the end of the connection."""
+    try:
+        data = peer.sock.recv(1 << 20)
+    except OSError:
+        return False
+    if not data:
+        return False
+    peer.decoder.receive_data(data)
+    return True
+
+
 class _Owner(threading.Thread):
     """Owns state "s" and method "m" and answers every routed request OK at once."""
 
@@ -48,14 +60,7 @@ class _Owner(threading.Thread):
 
     def run(self) -> None:
         sock, decoder = self.peer.sock, self.peer.decoder
-        while True:
-            try:
-                data = sock.recv(1 << 20)
-            except OSError:
-                return
-            if not data:
-                return
-            decoder.receive_data(data)
+        while _read(self.peer):
             answers = [encode(Response(m.id, Status.OK)) for m in decoder.messages() if isinstance(m, Request) and m.id is not None]
             if answers:
                 try:
@@ -102,14 +107,9 @@ class _Client(threading.Thread):
                 return
             waiting = self.window
             while waiting:
-                try:
-                    data = sock.recv(1 << 20)
-                except OSError:
-                    return
-                if not data:
+                if not _read(self.peer):
                     return
                 now = time.monotonic()
-                decoder.receive_data(data)
                 for message in decoder.messages():
                     if isinstance(message, Response):
                         self.answered[message.id] = now
@@ -281,15 +281,6 @@ def test_always_loop_does_not_stall_on_the_writer(start_jetd, tmp_path):
     assert logged > 1 << 20, f"{logged} bytes logged; {summary}"
 
 
-def _peak_rss_kib(pid: int) -> int:
-    """VmHWM (peak resident set) of a process, KiB."""
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmHWM")
-
-
 def test_writer_backlog_pauses_input_and_resumes(start_jetd, tmp_path):
     """JETLOG.md 6.3: above log_writer_backlog the daemon stops reading instead of
     buffering records; reading resumes when the writer catches up; nothing is lost and
@@ -306,7 +297,7 @@ def test_writer_backlog_pauses_input_and_resumes(start_jetd, tmp_path):
     answers = [peer.recv(30) for _ in range(count)]
     sender.join(30)
     assert [a.id for a in answers if isinstance(a, Response) and a.status == Status.OK] == list(range(100, 100 + count))
-    growth_mib = (_peak_rss_kib(daemon.proc.pid) - before) / 1024
+    growth_mib = (rss_kib(daemon.proc.pid, "VmHWM") - before) / 1024
     peer.close()
     daemon.stop()
     stderr = daemon.stderr()

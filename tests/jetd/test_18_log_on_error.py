@@ -17,12 +17,14 @@ import sys
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from jetd_testlib import PeerClosed, RawPeer, logged_ids, v
 
 from jetwire import AddState, Close, GetState, Response, Status
+from tests.conftest import DaemonProcess
 
 WAIT = 60.0  # seconds allowed for anything to happen on a busy machine
 
@@ -139,6 +141,26 @@ def _lines(stderr: str, text: str) -> list[str]:
     return [line for line in stderr.splitlines() if text in line]
 
 
+def _refused_then_resumed(daemon: DaemonProcess, break_log: Callable[[], object]) -> list[_Getter]:
+    """Three getters run against an owner; after 200 answers ``break_log()`` takes the
+    log directory away; waits for a refusal, then for 100 answers after the resume;
+    stops the getters and the daemon (which must exit 0)."""
+    owner = _owner(daemon.address)
+    getters = [_Getter(daemon.address, f"g{i}") for i in range(3)]
+    for g in getters:
+        g.start()
+    try:
+        _wait_for("200 answers", lambda: _ok_count(getters) > 200, daemon)
+        break_log()
+        _wait_for("a refusal", lambda: any(g.refusals for g in getters), daemon)
+        _wait_for("answers after the resume", lambda: _resumed_count(getters) > 100, daemon)
+    finally:
+        _stop(getters)
+        owner.close()
+    assert daemon.stop() == 0
+    return getters
+
+
 def test_always_directory_renamed_refuses_then_resumes(start_jetd, tmp_path):
     """The log directory disappears (renamed away, so what it held can still be read):
     the next segment cannot be created; jetd refuses (INTERNAL), makes the directory
@@ -147,19 +169,7 @@ def test_always_directory_renamed_refuses_then_resumes(start_jetd, tmp_path):
     logdir = tmp_path / "log"
     gone = tmp_path / "log.gone"
     daemon = start_jetd("--log-dir", str(logdir), "--log-fsync", "always", "--log-rotate-size", "65536")
-    owner = _owner(daemon.address)
-    getters = [_Getter(daemon.address, f"g{i}") for i in range(3)]
-    for g in getters:
-        g.start()
-    try:
-        _wait_for("200 answers", lambda: _ok_count(getters) > 200, daemon)
-        logdir.rename(gone)
-        _wait_for("a refusal", lambda: any(g.refusals for g in getters), daemon)
-        _wait_for("answers after the resume", lambda: _resumed_count(getters) > 100, daemon)
-    finally:
-        _stop(getters)
-        owner.close()
-    assert daemon.stop() == 0
+    getters = _refused_then_resumed(daemon, lambda: logdir.rename(gone))
     assert all(m.startswith("event log cannot be written") for g in getters for m in g.refusals)
     total = _assert_every_ok_is_logged(getters, gone, logdir)
     assert total > 300
@@ -175,19 +185,7 @@ def test_always_directory_removed_refuses_then_resumes(start_jetd, tmp_path):
     directory."""
     logdir = tmp_path / "log"
     daemon = start_jetd("--log-dir", str(logdir), "--log-fsync", "always")
-    owner = _owner(daemon.address)
-    getters = [_Getter(daemon.address, f"g{i}") for i in range(3)]
-    for g in getters:
-        g.start()
-    try:
-        _wait_for("200 answers", lambda: _ok_count(getters) > 200, daemon)
-        shutil.rmtree(logdir)
-        _wait_for("a refusal", lambda: any(g.refusals for g in getters), daemon)
-        _wait_for("answers after the resume", lambda: _resumed_count(getters) > 100, daemon)
-    finally:
-        _stop(getters)
-        owner.close()
-    assert daemon.stop() == 0
+    getters = _refused_then_resumed(daemon, lambda: shutil.rmtree(logdir))
     requests, responses = logged_ids(logdir)
     for g in getters:
         for name, ids in g.ok_after_refusal.items():
