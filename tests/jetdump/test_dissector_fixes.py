@@ -4,7 +4,9 @@ does not double when tshark dissects twice (-2)."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,17 @@ from tools.jetdump.synth import CaptureWriter, TcpSession
 pytestmark = [pytest.mark.tshark, pytest.mark.skipif(TSHARK is None, reason="tshark is not installed")]
 CLIENT = ("127.0.0.1", 40001)
 SERVER = ("127.0.0.1", 11124)
+
+
+@contextlib.contextmanager
+def session_capture(capture: Path) -> Iterator[TcpSession]:
+    """A pcap at ``capture`` with one TCP connection from CLIENT to SERVER: handshake
+    done on entry, closed (FIN) on exit."""
+    with open(capture, "wb") as f:
+        session = TcpSession(CaptureWriter(f), CLIENT, SERVER)
+        session.handshake()
+        yield session
+        session.close()
 
 
 def tshark_fields(capture: Path, *fields: str, extra: tuple[str, ...] = ()) -> list[list[str]]:
@@ -33,12 +46,9 @@ def test_info_of_another_major_version_is_malformed(tmp_path: Path) -> None:
     info2 = bytearray(encode(Info("jetd", features=1)))
     info2[5] = 2  # major 2 (PROTOCOL.md 2: fatal)
     capture = tmp_path / "major2.pcap"
-    with open(capture, "wb") as f:
-        session = TcpSession(CaptureWriter(f), CLIENT, SERVER)
-        session.handshake()
+    with session_capture(capture) as session:
         session.send(1, bytes(encode(Info("jetd", features=1))))
         session.send(1, bytes(info2))
-        session.close()
     rows = [row for row in tshark_fields(capture, "frame.number", "jet.malformed", "_ws.col.Info") if row[1] or "INFO" in row[2]]
     assert len(rows) == 2, rows
     assert rows[0][1] == "" and rows[1][1] != ""
@@ -70,12 +80,9 @@ def test_a_reused_four_tuple_decodes_again(tmp_path: Path) -> None:
 
 def test_info_column_is_not_doubled_by_two_passes(tmp_path: Path) -> None:
     capture = tmp_path / "two-pass.pcap"
-    with open(capture, "wb") as f:
-        session = TcpSession(CaptureWriter(f), CLIENT, SERVER)
-        session.handshake()
+    with session_capture(capture) as session:
         # One jet packet only: the last one pass 1 saw is the first one pass 2 sees.
         session.send(0, encode(SetState(1, "a", Value.of(1))) + encode(SetState(2, "b", Value.of(2))))
-        session.close()
     one = tshark_fields(capture, "frame.number", "_ws.col.Info")
     two = tshark_fields(capture, "frame.number", "_ws.col.Info", extra=("-2",))
     assert one == two
@@ -86,14 +93,11 @@ def test_info_column_is_not_doubled_by_two_passes(tmp_path: Path) -> None:
 def test_response_time_is_jet_time_in_seconds(tmp_path: Path) -> None:
     """As dns.time and http.time: `jet.time`, a relative time, next to jet.rtt_ms."""
     capture = tmp_path / "rtt.pcap"
-    with open(capture, "wb") as f:
-        session = TcpSession(CaptureWriter(f), CLIENT, SERVER)
-        session.handshake()
+    with session_capture(capture) as session:
         session.send(1, encode(Info("jetd", features=3)))
         session.send(0, encode(GetState(3, "k")))
         session.tick(0.25)
         session.send(1, encode(Response(3, Status.NOT_FOUND, message="no such state")))
-        session.close()
     rows = [row for row in tshark_fields(capture, "jet.time", "jet.rtt_ms") if row[0]]
     assert len(rows) == 1, rows
     assert abs(float(rows[0][0]) - float(rows[0][1]) / 1000) < 1e-6 and float(rows[0][0]) > 0.25
@@ -107,13 +111,10 @@ def test_colouring_rules_are_valid_display_filters(tmp_path: Path) -> None:
     rules = [line for line in rules if line.startswith("@")]
     assert len(rules) >= 5
     capture = tmp_path / "colours.pcap"
-    with open(capture, "wb") as f:
-        session = TcpSession(CaptureWriter(f), CLIENT, SERVER)
-        session.handshake()
+    with session_capture(capture) as session:
         session.send(1, encode(Info("jetd", features=3)))
         session.send(0, encode(GetState(3, "k")))
         session.send(1, encode(Response(3, Status.NOT_FOUND, message="no such state")))
-        session.close()
     matched = {}
     for rule in rules:
         _, name, expression, colours = rule.split("@")
@@ -126,9 +127,7 @@ def test_colouring_rules_are_valid_display_filters(tmp_path: Path) -> None:
 def test_srt_and_tree_statistics(tmp_path: Path) -> None:
     """`tshark -z jet,srt` (service response time per function) and `-z jet,tree`."""
     capture = tmp_path / "stats.pcap"
-    with open(capture, "wb") as f:
-        session = TcpSession(CaptureWriter(f), CLIENT, SERVER)
-        session.handshake()
+    with session_capture(capture) as session:
         session.send(1, encode(Info("jetd", features=3)))
         for rid, delay in ((1, 0.1), (2, 0.2)):
             session.send(0, encode(GetState(rid, "k")))
@@ -137,7 +136,6 @@ def test_srt_and_tree_statistics(tmp_path: Path) -> None:
         session.send(0, encode(SetState(3, "k", Value.of(1))))
         session.tick(0.3)
         session.send(1, encode(Response(3, Status.OK, Value.of(1))))
-        session.close()
     assert TSHARK is not None
     result = subprocess.run(
         [str(TSHARK), "-q", "-X", f"lua_script:{LUA}", "-z", "jet,srt", "-z", "jet,tree", "-r", str(capture)],
@@ -170,15 +168,12 @@ def test_every_truncated_body_is_malformed_never_a_lua_error(tmp_path: Path) -> 
         encode(FetchStates(5, "p/")),
     ]
     capture = tmp_path / "short.pcap"
-    with open(capture, "wb") as f:
-        session = TcpSession(CaptureWriter(f), CLIENT, SERVER)
-        session.handshake()
+    with session_capture(capture) as session:
         session.send(1, encode(Info("jetd", features=3)))
         for n, frame in enumerate(whole):
             for cut in range(5, len(frame)):
                 body = frame[5:cut]
                 session.send(n % 2, frame[:1] + len(body).to_bytes(4, "big") + body)
-        session.close()
     assert TSHARK is not None
     tree = subprocess.run([str(TSHARK), "-V", "-X", f"lua_script:{LUA}", "-r", str(capture)],
                           capture_output=True, text=True, timeout=60)
@@ -194,9 +189,7 @@ def test_protocol_violations_are_expert_warnings(tmp_path: Path) -> None:
     from jetwire import FetchAdd
 
     capture = tmp_path / "violations.pcap"
-    with open(capture, "wb") as f:
-        session = TcpSession(CaptureWriter(f), CLIENT, SERVER)
-        session.handshake()
+    with session_capture(capture) as session:
         session.send(1, encode(Info("jetd", features=3)))
         session.send(0, encode(Info("small-peer", max_body=64)))
         session.send(0, encode(GetState(1, "k")))
@@ -206,7 +199,6 @@ def test_protocol_violations_are_expert_warnings(tmp_path: Path) -> None:
         session.send(1, encode(SetState(9, "k", Value.of("x" * 100))))  # above the peer's 64
         session.send(0, encode(Response(9, Status.OK)))
         session.send(0, encode(FetchAdd(3, "k", Value.of(1))))  # only the daemon sends these
-        session.close()
     rows = tshark_fields(capture, "frame.number", "_ws.expert.message", extra=("-Y", "jet.violation"))
     texts = " | ".join(row[1] for row in rows)
     assert "duplicate request id 1" in texts, rows
@@ -234,14 +226,11 @@ def test_structured_values_go_to_wiresharks_own_dissectors(tmp_path: Path) -> No
         Value(ValueType.JSON, b'{"broken": '),
     ]
     capture = tmp_path / "structured.pcap"
-    with open(capture, "wb") as f:
-        session = TcpSession(CaptureWriter(f), CLIENT, SERVER)
-        session.handshake()
+    with session_capture(capture) as session:
         session.send(0, encode(Info("peer")))
         session.send(1, encode(Info("jetd", features=1)))
         for i, value in enumerate(values):
             session.send(0, encode(SetState(i + 1, f"plant/v{i}", value)))
-        session.close()
     rows = tshark_fields(capture, "jet.id", "json.value.number", "cbor.type.uint", "msgpack.string",
                          "_ws.col.Protocol", "_ws.col.Info")
     by_id = {row[0]: row for row in rows if row[0]}

@@ -30,22 +30,29 @@ OWNER_OK = encode(Response(1, Status.OK, Value.of(22.5)))
 REQUESTER_OK = encode(Response(5, Status.OK, Value.of(22.5)))
 
 
-def segment(segment_no: int = 0, *, t0: int = T0) -> bytes:
-    """conn 7 sets a state owned by conn 3; the daemon routes it and answers."""
-    records = [
-        (3, LogKind.CONN_OPEN, conn_open_data("127.0.0.1:50001")),
-        (7, LogKind.CONN_OPEN, conn_open_data("127.0.0.1:50002")),
-        (7, LogKind.FRAME_IN, SET),
-        (0, LogKind.ROUTE, route_data(7, 5, 3, 1, 0x03, "plant/temp")),
-        (3, LogKind.FRAME_OUT, ROUTED),
-        (3, LogKind.FRAME_IN, OWNER_OK),
-        (7, LogKind.FRAME_OUT, REQUESTER_OK),
-        (7, LogKind.CONN_CLOSE, conn_close_data(Status.OK, "peer closed")),
-    ]
+# conn 3 and conn 7 connect; conn 7 sets plant/temp, owned by conn 3: the daemon routes it.
+ROUTED_SET = [
+    (3, LogKind.CONN_OPEN, conn_open_data("127.0.0.1:50001")),
+    (7, LogKind.CONN_OPEN, conn_open_data("127.0.0.1:50002")),
+    (7, LogKind.FRAME_IN, SET),
+    (0, LogKind.ROUTE, route_data(7, 5, 3, 1, 0x03, "plant/temp")),
+    (3, LogKind.FRAME_OUT, ROUTED),
+]
+CLOSED = (7, LogKind.CONN_CLOSE, conn_close_data(Status.OK, "peer closed"))
+
+
+def log_segment(records: list[tuple[int, LogKind, bytes]], segment_no: int = 0, t0: int = T0) -> bytes:
+    """A segment of ``records`` (conn id, kind, data), one millisecond apart from ``t0``."""
     out = encode_header(LogHeader("jetd", t0, segment_no))
     for i, (conn, kind, data) in enumerate(records):
         out += encode_record(t0 + i * 1_000_000, conn, kind, data)
     return out
+
+
+def segment(segment_no: int = 0, *, t0: int = T0) -> bytes:
+    """conn 7 sets a state owned by conn 3; the daemon routes it and answers."""
+    records = [*ROUTED_SET, (3, LogKind.FRAME_IN, OWNER_OK), (7, LogKind.FRAME_OUT, REQUESTER_OK), CLOSED]
+    return log_segment(records, segment_no, t0)
 
 
 def test_log_segment_frames_notes_and_matching(tmp_path: Path) -> None:
@@ -181,11 +188,7 @@ def _two_keys_segment() -> bytes:
     other = encode(SetState(6, "plant/boiler", Value.of(1)))
     other_routed = encode(SetState(2, "plant/boiler", Value.of(1)))
     records = [
-        (3, LogKind.CONN_OPEN, conn_open_data("127.0.0.1:50001")),
-        (7, LogKind.CONN_OPEN, conn_open_data("127.0.0.1:50002")),
-        (7, LogKind.FRAME_IN, SET),
-        (0, LogKind.ROUTE, route_data(7, 5, 3, 1, 0x03, "plant/temp")),
-        (3, LogKind.FRAME_OUT, ROUTED),
+        *ROUTED_SET,
         (7, LogKind.FRAME_IN, other),
         (0, LogKind.ROUTE, route_data(7, 6, 3, 2, 0x03, "plant/boiler")),
         (3, LogKind.FRAME_OUT, other_routed),
@@ -193,12 +196,9 @@ def _two_keys_segment() -> bytes:
         (3, LogKind.FRAME_IN, encode(Response(2, Status.REJECTED, message="no"))),
         (7, LogKind.FRAME_OUT, REQUESTER_OK),
         (7, LogKind.FRAME_OUT, encode(Response(6, Status.REJECTED, message="no"))),
-        (7, LogKind.CONN_CLOSE, conn_close_data(Status.OK, "peer closed")),
+        CLOSED,
     ]
-    out = encode_header(LogHeader("jetd", T0, 0))
-    for i, (conn, kind, data) in enumerate(records):
-        out += encode_record(T0 + i * 1_000_000, conn, kind, data)
-    return out
+    return log_segment(records)
 
 
 def test_filters_keep_only_the_notes_about_selected_frames(tmp_path: Path) -> None:
