@@ -29,6 +29,13 @@ def _big_state(address: tuple[str, int]) -> RawPeer:
     return owner
 
 
+def _asks_300_big(address: tuple[str, int]) -> RawPeer:
+    """A peer with a 4 KiB receive buffer that sends 300 GETs of "big" in one write."""
+    slow = RawPeer(address, "slow", rcvbuf=4096)
+    slow.send_raw(b"".join(encode(GetState(i + 1, "big")) for i in range(300)))
+    return slow
+
+
 @pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
 def test_get_flood_is_bounded_by_the_output_budget(start_jetd, loop):
     # Issue 12 item 1: 400 GETs of a 1 MiB state in one 5 KB write, never read: 415 MB
@@ -78,9 +85,7 @@ def test_slow_reader_closed_overloaded_gets_its_close(start_jetd):
     # Issue 12 item 5: closed OVERLOADED (stuck past the deadline) behind hundreds of MB
     # in the transport, the CLOSE never arrived; now it follows at most the budget.
     daemon = start_jetd("--soft-limit", str(SOFT), "--slow-deadline", "0.5", "--shutdown-grace", "3")
-    owner = _big_state(daemon.address)
-    slow = RawPeer(daemon.address, "slow", rcvbuf=4096)
-    slow.send_raw(b"".join(encode(GetState(i + 1, "big")) for i in range(300)))
+    owner, slow = _big_state(daemon.address), _asks_300_big(daemon.address)
     time.sleep(1.5)  # stuck above the soft limit past the deadline
     close, read = read_slowly_until_close(slow, rate=16 * MIB, timeout=10)
     assert close is not None, f"no CLOSE after {read} bytes"
@@ -95,9 +100,7 @@ def test_a_reader_slower_than_the_grace_still_gets_its_close(start_jetd):
     # longer than the shutdown grace; the grace runs from its last progress, so the
     # CLOSE arrives (before: reset once the grace ran out, no CLOSE).
     daemon = start_jetd("--soft-limit", str(SOFT), "--slow-deadline", "0.5", "--shutdown-grace", "1")
-    owner = _big_state(daemon.address)
-    slow = RawPeer(daemon.address, "slow", rcvbuf=4096)
-    slow.send_raw(b"".join(encode(GetState(i + 1, "big")) for i in range(300)))
+    owner, slow = _big_state(daemon.address), _asks_300_big(daemon.address)
     started = time.monotonic()
     close, read = read_slowly_until_close(slow, rate=MIB // 2, timeout=30)
     assert close is not None, f"no CLOSE after {read} bytes"
@@ -110,9 +113,7 @@ def test_a_peer_that_stops_reading_is_aborted_after_the_grace(start_jetd):
     # PROTOCOL.md 7.3, 10.8: lingering is for peers that read; one that reads nothing
     # for the shutdown grace after its CLOSE was queued is cut off (its socket reset).
     daemon = start_jetd("--soft-limit", str(SOFT), "--slow-deadline", "0.5", "--shutdown-grace", "1")
-    owner = _big_state(daemon.address)
-    slow = RawPeer(daemon.address, "slow", rcvbuf=4096)
-    slow.send_raw(b"".join(encode(GetState(i + 1, "big")) for i in range(300)))
+    owner, slow = _big_state(daemon.address), _asks_300_big(daemon.address)
     time.sleep(3)  # closed OVERLOADED after 0.5 s, then 1 s of grace without reading
     close, read = read_slowly_until_close(slow, rate=16 * MIB, timeout=10)
     assert close is None and read < 8 * MIB, (close, read)
@@ -123,9 +124,7 @@ def test_pipelining_peer_gets_its_close_at_shutdown(start_jetd):
     # Issue 12 item 5: at shutdown the CLOSE waited behind the queued answers and the
     # socket was aborted when the grace ran out.
     daemon = start_jetd("--soft-limit", str(SOFT), "--shutdown-grace", "3")
-    owner = _big_state(daemon.address)
-    slow = RawPeer(daemon.address, "slow", rcvbuf=4096)
-    slow.send_raw(b"".join(encode(GetState(i + 1, "big")) for i in range(300)))
+    owner, slow = _big_state(daemon.address), _asks_300_big(daemon.address)
     time.sleep(0.5)
     daemon.proc.send_signal(signal.SIGTERM)
     close, read = read_slowly_until_close(slow, rate=16 * MIB, timeout=10)

@@ -134,14 +134,20 @@ def test_a_sliced_fetch_ends_with_the_exact_view(initial, steps):
     assert keys == sorted(set(keys)), keys
 
 
-def test_output_budget_stalls_a_pipelining_peer_within_one_read():
-    # PROTOCOL.md 10.8: 50 GETs of a 1 KiB state in one read, soft limit 4 KiB: the peer's
-    # input stops after about 4 answers, and goes on, in order, as its output is written.
+def _greedy(gets: int) -> tuple[Harness, Connection]:
+    """Soft limit 4 KiB: a peer sends ``gets`` GETs of a 1 KiB state in one read."""
     h = Harness(soft_limit=4096, hard_limit=65536)
     owner, greedy = h.connect("owner"), h.connect("greedy")
     h.send(owner, AddState(1, "big", v(b"x" * 1024)))
     h.recv(owner)
-    h.daemon.receive_data(greedy, b"".join(encode(GetState(i, "big")) for i in range(50)), h.now)
+    h.daemon.receive_data(greedy, b"".join(encode(GetState(i, "big")) for i in range(gets)), h.now)
+    return h, greedy
+
+
+def test_output_budget_stalls_a_pipelining_peer_within_one_read():
+    # PROTOCOL.md 10.8: 50 GETs of a 1 KiB state in one read, soft limit 4 KiB: the peer's
+    # input stops after about 4 answers, and goes on, in order, as its output is written.
+    h, greedy = _greedy(50)
     assert greedy.stalled and greedy.out_size <= 4096 + 1100
     assert len(greedy.rest) > 40 * len(encode(GetState(1, "big")))
     assert h.daemon.input_buffered == len(greedy.rest)
@@ -174,11 +180,7 @@ def test_route_timeouts_expire_in_slices():
 def test_end_of_input_while_stalled_waits_for_the_held_frames():
     # The peer shut down its sending side while its input was held: every frame it sent
     # is still answered, then it is gone (PROTOCOL.md 10.6).
-    h = Harness(soft_limit=4096, hard_limit=65536)
-    owner, greedy = h.connect("owner"), h.connect("greedy")
-    h.send(owner, AddState(1, "big", v(b"x" * 1024)))
-    h.recv(owner)
-    h.daemon.receive_data(greedy, b"".join(encode(GetState(i, "big")) for i in range(20)), h.now)
+    h, greedy = _greedy(20)
     assert greedy.stalled
     h.daemon.end_of_input(greedy, h.now)
     assert not greedy.closing

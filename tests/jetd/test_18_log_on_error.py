@@ -141,16 +141,23 @@ def _lines(stderr: str, text: str) -> list[str]:
     return [line for line in stderr.splitlines() if text in line]
 
 
-def _refused_then_resumed(daemon: DaemonProcess, break_log: Callable[[], object]) -> list[_Getter]:
-    """Three getters run against an owner; after 200 answers ``break_log()`` takes the
-    log directory away; waits for a refusal, then for 100 answers after the resume;
-    stops the getters and the daemon (which must exit 0)."""
+def _getters_running(daemon: DaemonProcess) -> tuple[RawPeer, list[_Getter]]:
+    """An owner and three getters that have had 200 answers between them; the caller
+    stops them (``_stop``, ``owner.close()``)."""
     owner = _owner(daemon.address)
     getters = [_Getter(daemon.address, f"g{i}") for i in range(3)]
     for g in getters:
         g.start()
+    _wait_for("200 answers", lambda: _ok_count(getters) > 200, daemon)
+    return owner, getters
+
+
+def _refused_then_resumed(daemon: DaemonProcess, break_log: Callable[[], object]) -> list[_Getter]:
+    """Three getters run against an owner; after 200 answers ``break_log()`` takes the
+    log directory away; waits for a refusal, then for 100 answers after the resume;
+    stops the getters and the daemon (which must exit 0)."""
+    owner, getters = _getters_running(daemon)
     try:
-        _wait_for("200 answers", lambda: _ok_count(getters) > 200, daemon)
         break_log()
         _wait_for("a refusal", lambda: any(g.refusals for g in getters), daemon)
         _wait_for("answers after the resume", lambda: _resumed_count(getters) > 100, daemon)
@@ -246,12 +253,8 @@ def test_full_disk(start_jetd, tmp_path, fsync, option, mode):
             *(["--log-on-error", option] if option else []),
         )  # fmt: skip
         try:
-            owner = _owner(daemon.address)
-            getters = [_Getter(daemon.address, f"g{i}") for i in range(3)]
-            for g in getters:
-                g.start()
+            owner, getters = _getters_running(daemon)
             try:
-                _wait_for("200 answers", lambda: _ok_count(getters) > 200, daemon)
                 _fill(disk / "filler")
                 _wait_for("the ERROR line", lambda: "cannot write (" in daemon.stderr(), daemon)
                 if mode == "refuse":
