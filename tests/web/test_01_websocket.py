@@ -422,9 +422,7 @@ def test_http_phase_connections_are_bounded(start_jetd):
             reply = _http_reply(endless)
         assert reply.startswith(b"HTTP/1.1 431 ") and b"HTTP request longer than 32768 bytes" in reply, reply
         # And the room is free again.
-        peer = WsPeer(daemon.web, "after")
-        assert peer.request(lambda rid: GetState(rid, "x")).status == Status.NOT_FOUND
-        peer.close()
+        _a_peer_gets_in(daemon.web)
     finally:
         for sock in idle:
             sock.close()
@@ -432,6 +430,13 @@ def test_http_phase_connections_are_bounded(start_jetd):
     log = daemon.stderr()
     assert "too many connections (max 3)" in log and "refused" in log
     assert "without a complete HTTP request within 1.5 s" in log
+
+
+def _a_peer_gets_in(web: tuple[str, int]) -> None:
+    """A WebSocket peer connects and is answered."""
+    peer = WsPeer(web, "after")
+    assert peer.request(lambda rid: GetState(rid, "x")).status == Status.NOT_FOUND
+    peer.close()
 
 
 def test_http_connections_beyond_the_fd_limit_get_503(start_jetd, tmp_path):
@@ -452,9 +457,7 @@ def test_http_connections_beyond_the_fd_limit_get_503(start_jetd, tmp_path):
         for sock in socks:
             sock.close()
         time.sleep(0.3)
-        peer = WsPeer(daemon.web, "after")
-        assert peer.request(lambda rid: GetState(rid, "x")).status == Status.NOT_FOUND
-        peer.close()
+        _a_peer_gets_in(daemon.web)
     finally:
         for sock in socks:
             sock.close()
