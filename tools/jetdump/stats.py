@@ -4,7 +4,8 @@ per peer, latency, routed legs and unanswered requests."""
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Optional
+from collections.abc import Callable
+from typing import Any, Optional, TypeVar
 
 from jetwire import Close, Info, Request, Response
 
@@ -59,6 +60,20 @@ def status_name(record: FrameRecord) -> Optional[str]:
 
 TOP = 20  # rows of the per-key and per-peer tables in the text report
 MAX_KEYS = 100_000  # keys tracked (later new keys are counted under "(other)")
+_Entry = TypeVar("_Entry")
+
+
+def bounded_entry(table: dict[str, _Entry], key: str, make: Callable[[], _Entry], other: str) -> _Entry:
+    """``table[key]``, made by ``make()`` if new; once ``table`` holds MAX_KEYS keys, a new
+    key is counted under ``other`` instead (memory stays bounded on any input)."""
+    entry = table.get(key)
+    if entry is None:
+        if len(table) >= MAX_KEYS:
+            key = other
+            entry = table.get(key)
+        if entry is None:
+            entry = table[key] = make()
+    return entry
 UNANSWERED_SHOWN = 20
 
 
@@ -111,14 +126,7 @@ class Stats:
         self.unanswered_count = 0
 
     def _key(self, key: str) -> _KeyStats:
-        entry = self.keys.get(key)
-        if entry is None:
-            if len(self.keys) >= MAX_KEYS:
-                key = "(other)"
-                entry = self.keys.get(key)
-            if entry is None:
-                entry = self.keys[key] = _KeyStats()
-        return entry
+        return bounded_entry(self.keys, key, _KeyStats, "(other)")
 
     def add(self, record: Record) -> None:
         if type(record) is NoteRecord:

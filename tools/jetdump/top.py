@@ -24,12 +24,11 @@ from typing import IO, Any, Optional
 
 from .dissector import OK, Dissector, FrameRecord, NoteRecord, Record
 from .events import Event, InputError
-from .stats import is_leg, percentile, status_name
+from .stats import bounded_entry, is_leg, percentile, status_name
 from .tap import DEFAULT_LISTEN_HOST, serve_tap
 
 WINDOW = 1000  # answers per key (and overall) the latency percentiles are taken over
 TOP = 10  # rows per table
-MAX_KEYS = 100_000
 
 
 class _Row:
@@ -65,14 +64,7 @@ class TopView:
         self.whole = False  # a finished input: rates over its whole time span
 
     def _key(self, key: str) -> _Row:
-        row = self.keys.get(key)
-        if row is None:
-            if len(self.keys) >= MAX_KEYS:
-                key = "(other keys)"
-                row = self.keys.get(key)
-            if row is None:
-                row = self.keys[key] = _Row()
-        return row
+        return bounded_entry(self.keys, key, _Row, "(other keys)")
 
     def add(self, records: list[Record]) -> None:
         with self.lock:
