@@ -11,12 +11,15 @@ from pathlib import Path
 from typing import Any, Optional
 
 from jetwire import (
+    AddState,
     Close,
     Decoder,
+    FetchStates,
     Info,
     Message,
     Request,
     Response,
+    SetState,
     Status,
     Value,
     encode,
@@ -178,6 +181,30 @@ class RawPeer(FramedPeer):
 
 def v(obj: Any) -> Value:
     return Value.of(obj)
+
+
+def routed_set(address: tuple[str, int]) -> tuple[RawPeer, RawPeer, Request]:
+    """An owner of state "k" (1) and a client whose SET_STATE id 1 of "k" to 2 has been
+    routed to it, not answered yet; returns (owner, client, the routed request)."""
+    owner = RawPeer(address)
+    client = RawPeer(address)
+    owner.request(lambda rid: AddState(rid, "k", v(1)))
+    client.send(SetState(1, "k", v(2)))
+    routed = owner.recv()
+    assert isinstance(routed, SetState), routed
+    return owner, client, routed
+
+
+def fetching(address: tuple[str, int], key: str, value: Any, prefix: str) -> tuple[RawPeer, RawPeer, int]:
+    """An owner of state ``key`` and a peer fetching ``prefix`` that has read the
+    initial add; returns (owner, fetcher, fetch id)."""
+    owner = RawPeer(address)
+    owner.request(lambda rid: AddState(rid, key, v(value)))
+    fetcher = RawPeer(address)
+    fetch_id = fetcher.request(lambda rid: FetchStates(rid, prefix)).fetch_id
+    assert fetch_id is not None
+    fetcher.recv()
+    return owner, fetcher, fetch_id
 
 
 def rss_kib(pid: int, field: str = "VmRSS") -> int:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from jetd_testlib import RawPeer, v
+from jetd_testlib import RawPeer, fetching, v
 
 from jetwire import (
     AddMethod,
     AddState,
     FetchChange,
-    FetchStates,
     GetState,
     NotifyState,
     RemoveMethod,
@@ -74,11 +73,7 @@ def test_ownership_and_statuses(jetd):
 
 
 def test_notify_same_value_still_changes(jetd):
-    owner = RawPeer(jetd.address)
-    owner.request(lambda rid: AddState(rid, "same", v(1)))
-    f = RawPeer(jetd.address)
-    fid = f.request(lambda rid: FetchStates(rid, "same")).fetch_id
-    f.recv()
+    owner, f, fid = fetching(jetd.address, "same", 1, "same")
     owner.send(NotifyState(None, "same", v(1)), NotifyState(None, "same", v(1)))
     assert f.recv_n(2) == [FetchChange(fid, "same", v(1))] * 2
 

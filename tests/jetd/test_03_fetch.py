@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jetd_testlib import RawPeer, v
+from jetd_testlib import RawPeer, fetching, v
 
 from jetwire import (
     AddMethod,
@@ -76,11 +76,7 @@ def test_fetch_ids_unique_and_overlapping_fetches(jetd):
 
 
 def test_unfetch_then_nothing(jetd):
-    owner = RawPeer(jetd.address)
-    owner.request(lambda rid: AddState(rid, "k", v(0)))
-    f = RawPeer(jetd.address)
-    fid = f.request(lambda rid: FetchStates(rid, "")).fetch_id
-    f.recv()
+    owner, f, fid = fetching(jetd.address, "k", 0, "")
     f.send(Unfetch(2, fid))
     owner.send(*(NotifyState(None, "k", v(i)) for i in range(100)))
     assert f.recv() == Response(2, Status.OK)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jetd_testlib import RawPeer, v
+from jetd_testlib import RawPeer, routed_set, v
 
 from jetwire import (
     AddMethod,
@@ -52,11 +52,7 @@ def test_owner_close_event_is_a_disconnect(jetd):
 
 
 def test_requester_gone_answer_dropped(jetd):
-    owner = RawPeer(jetd.address)
-    client = RawPeer(jetd.address)
-    owner.request(lambda rid: AddState(rid, "k", v(1)))
-    client.send(SetState(1, "k", v(2)))
-    routed = owner.recv()
+    owner, client, routed = routed_set(jetd.address)
     client.close()
     owner.send(Response(routed.id, Status.OK, v(2)))
     # The daemon drops the answer and goes on serving the owner.

@@ -7,9 +7,9 @@ import contextlib
 import struct
 
 import pytest
-from jetd_testlib import RawPeer, v
+from jetd_testlib import RawPeer, routed_set, v
 
-from jetwire import AddState, Close, Decoder, GetState, Info, Response, SetState, Status, encode
+from jetwire import AddState, Close, Decoder, GetState, Info, Response, Status, encode
 
 
 def _request(rid: int, function: int, payload: bytes) -> bytes:
@@ -87,11 +87,7 @@ def test_short_event_alone_in_a_read_is_malformed_not_internal(jetd, frame):
 
 
 def test_malformed_owner_response_and_unreadable_response(jetd):
-    owner = RawPeer(jetd.address)
-    client = RawPeer(jetd.address)
-    owner.request(lambda rid: AddState(rid, "k", v(1)))
-    client.send(SetState(1, "k", v(2)))
-    routed = owner.recv()
+    owner, client, routed = routed_set(jetd.address)
     # Bad status byte with readable id: the requester gets MALFORMED, the owner stays.
     owner.send_raw(struct.pack(">BIIB", 2, 7, routed.id, 0xEE) + b"\x00\x00")
     assert client.recv().status == Status.MALFORMED
