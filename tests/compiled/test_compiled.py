@@ -111,16 +111,23 @@ def test_version_tells_the_builds_apart(site: Path) -> None:
     assert pure.returncode == 0 and pure.stdout.strip().endswith("pure Python"), pure
 
 
-def test_pure_python_is_forced_by_the_environment(tmp_path: Path) -> None:
-    """``JET_PURE_PYTHON=1 pip install .`` builds no extension, saying so in one line."""
+def _pure_wheel(source: Path, out: Path, timeout: float, **env: str) -> str:
+    """``pip wheel -v`` of ``source`` into ``out`` (no build isolation) with ``env`` set;
+    asserts it built one wheel without an extension module; returns pip's output."""
     built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-v", "-w", str(tmp_path), str(REPO)],
-        capture_output=True, text=True, timeout=300, env=_clean_env(JET_PURE_PYTHON="1"),
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-v", "-w", str(out), str(source)],
+        capture_output=True, text=True, timeout=timeout, env=_clean_env(**env),
     )
     assert built.returncode == 0, built.stderr[-3000:]
-    [wheel] = tmp_path.glob("jet-*.whl")
+    [wheel] = out.glob("jet-*.whl")
     assert not [n for n in zipfile.ZipFile(wheel).namelist() if n.endswith(".so")]
-    assert "jet: JET_PURE_PYTHON is set: installing pure Python" in built.stdout + built.stderr
+    return built.stdout + built.stderr
+
+
+def test_pure_python_is_forced_by_the_environment(tmp_path: Path) -> None:
+    """``JET_PURE_PYTHON=1 pip install .`` builds no extension, saying so in one line."""
+    output = _pure_wheel(REPO, tmp_path, 300, JET_PURE_PYTHON="1")
+    assert "jet: JET_PURE_PYTHON is set: installing pure Python" in output
 
 
 def test_a_compiled_install_runs_its_source_with_jet_pure_python_set(site: Path) -> None:
@@ -163,14 +170,8 @@ def test_without_a_compiler_it_installs_pure_python_saying_so(tmp_path: Path) ->
     source = tmp_path / "src"
     shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
         ".git", ".venv", "node_modules", "build", "tests", "scratch", "*.so", "__pycache__", ".*_cache"))
-    built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-v", "-w", str(tmp_path), str(source)],
-        capture_output=True, text=True, timeout=600, env=_clean_env(CC="false"),
-    )
-    assert built.returncode == 0, built.stderr[-3000:]
-    [wheel] = tmp_path.glob("jet-*.whl")
-    assert not [n for n in zipfile.ZipFile(wheel).namelist() if n.endswith(".so")]
-    said = [line.strip() for line in (built.stdout + built.stderr).splitlines() if line.strip().startswith("jet: ")]
+    output = _pure_wheel(source, tmp_path, 600, CC="false")
+    said = [line.strip() for line in output.splitlines() if line.strip().startswith("jet: ")]
     # Progress lines, then one that says why; never a line claiming a compiled build.
     assert said and "could not be built" in said[-1] and "installing pure Python" in said[-1], said
     assert not [line for line in said if "compiled the hot path" in line], said
