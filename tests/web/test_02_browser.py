@@ -15,7 +15,17 @@ from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import pytest
-from webtest import ARTIFACTS, REPO, TIMEOUT_MS, chromium, needs_chromium, page_errors, start_web_jetd, until
+from webtest import (
+    ARTIFACTS,
+    REPO,
+    TIMEOUT_MS,
+    act_from_page,
+    chromium,
+    needs_chromium,
+    page_errors,
+    start_web_jetd,
+    until,
+)
 
 from peer import PeerAsync
 from tests.conftest import restartable_port
@@ -68,19 +78,12 @@ def test_console_shows_updates_and_sets_a_tcp_owners_state(start_jetd):
             await temp.notify(21.25)
             await until(page, "document.querySelector('.node[data-key=\"plant/line1/temp\"] .val')?.textContent === '21.25'")
             # Set from the page: routed to the TCP owner, which clamps it.
-            await row.click()
-            await page.fill("form.act input[name=text]", "33.5")
-            await page.click("form.act button")
-            await page.wait_for_selector(".answer.ok", timeout=TIMEOUT_MS)
-            assert (await page.text_content(".answer")) == "OK: 30"
+            assert await act_from_page(page, row, "33.5", "ok") == "OK: 30"
             assert asked == [33.5]
             await until(page, "document.querySelector('.node[data-key=\"plant/line1/temp\"] .val')?.textContent === '30'")
             # A set the owner refuses shows the typed error.
-            await page.locator('.node[data-key="plant/line1/mode"]').click()
-            await page.fill("form.act input[name=text]", '"manual"')
-            await page.click("form.act button")
-            await page.wait_for_selector(".answer.error", timeout=TIMEOUT_MS)
-            assert "REJECTED: state" in (await page.text_content(".answer") or "")
+            mode = page.locator('.node[data-key="plant/line1/mode"]')
+            assert "REJECTED: state" in await act_from_page(page, mode, '"manual"', "error")
             # Call a method from the page: the answer is the owner's result.
             await page.locator('.node[data-key="plant/reset"]').click()
             assert (await page.text_content("form.act button")) == "Call"
@@ -210,14 +213,19 @@ async def _live_todo_pages(browser: Any, url: str, errors: list[str]) -> tuple[A
     return pages[0], pages[1]
 
 
+async def _add_and_see(a: Any, b: Any, title: str) -> None:
+    """Page ``a`` adds a todo; page ``b`` shows it."""
+    await a.fill("input[name=title]", title)
+    await a.click("form#add button")
+    await b.locator("li .title", has_text=title).wait_for(timeout=TIMEOUT_MS)
+
+
 def test_todo_example_between_two_pages(todo):
     async def run() -> None:
         async with chromium() as browser:
             errors: list[str] = []
             a, b = await _live_todo_pages(browser, todo.url, errors)
-            await a.fill("input[name=title]", "buy milk")
-            await a.click("form#add button")
-            await b.locator("li .title", has_text="buy milk").wait_for(timeout=TIMEOUT_MS)
+            await _add_and_see(a, b, "buy milk")
             await b.fill("input[name=title]", "walk the dog")
             await b.press("input[name=title]", "Enter")
             await a.locator("li .title", has_text="walk the dog").wait_for(timeout=TIMEOUT_MS)
@@ -246,9 +254,7 @@ def test_todo_pages_survive_a_daemon_restart(start_jetd, todo):
         async with chromium() as browser:
             errors: list[str] = []
             a, b = await _live_todo_pages(browser, todo.url, errors)
-            await a.fill("input[name=title]", "before")
-            await a.click("form#add button")
-            await b.locator("li .title", has_text="before").wait_for(timeout=TIMEOUT_MS)
+            await _add_and_see(a, b, "before")
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(None, todo.daemon.stop)
             await until(a, "document.getElementById('status').textContent === 'reconnecting…'")

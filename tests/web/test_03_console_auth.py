@@ -11,6 +11,7 @@ import pytest
 from webtest import (
     ARTIFACTS,
     TIMEOUT_MS,
+    act_from_page,
     chromium,
     needs_chromium,
     page_errors,
@@ -63,11 +64,7 @@ def test_console_login_under_auth(start_jetd, tmp_path):
             await temp.notify(22.0)
             await until(page, "document.querySelector('.node[data-key=\"plant/temp\"] .val')?.textContent === '22'")
             # A set outside its write permission: the typed error, named plainly.
-            await row.click()
-            await page.fill("form.act input[name=text]", "25")
-            await page.click("form.act button")
-            await page.wait_for_selector(".answer.error", timeout=TIMEOUT_MS)
-            answer = await page.text_content(".answer") or ""
+            answer = await act_from_page(page, row, "25", "error")
             assert "NOT_AUTHORIZED" in answer and "write plant/temp" in answer and "viewer" in answer, answer
             ARTIFACTS.mkdir(exist_ok=True)
             await page.screenshot(path=str(ARTIFACTS / "console-auth.png"))

@@ -65,6 +65,16 @@ async def until(page: Any, predicate: str, timeout_ms: int = TIMEOUT_MS) -> None
     await page.wait_for_function(f"() => {predicate}", timeout=timeout_ms)
 
 
+async def act_from_page(page: Any, row: Any, text: str, outcome: str) -> str:
+    """On the console: click ``row`` of the tree, send ``text`` from its form (a set or a
+    call) and wait for the answer of class ``outcome`` ("ok" or "error"); its text."""
+    await row.click()
+    await page.fill("form.act input[name=text]", text)
+    await page.click("form.act button")
+    await page.wait_for_selector(f".answer.{outcome}", timeout=TIMEOUT_MS)
+    return await page.text_content(".answer") or ""  # type: ignore[no-any-return]
+
+
 def user_add(users: Path, name: str, password: str, *grants: str) -> None:
     """``jetd user add USERS NAME GRANTS... --password-stdin`` (PROTOCOL.md 15)."""
     done = subprocess.run(
