@@ -349,6 +349,14 @@ class Session:
                          f"the peer answers the routed request {rid}", f"RESPONSE id {rid}")
         return self.answers[rid]
 
+    async def expect_status(self, rid: int, status: Status, what: str) -> Response:
+        """The peer's answer to routed request ``rid`` (``what``, for the failure); the
+        step fails unless its status is ``status``."""
+        response = await self.expect_answer(rid)
+        if response.status is not status:
+            raise StepFailed(f"{what} was not answered {status.name}", [status.name], [describe_message(response)])
+        return response
+
     async def expect_end(self, timeout: Optional[float] = None) -> None:
         """The peer closes the connection; nothing but a CLOSE may come before."""
         deadline = time.monotonic() + (timeout or self.timeout)
@@ -504,10 +512,7 @@ async def case_other_function(s: Session) -> None:
     await s.start_and_handshake()
     await client_requests_answered(s)
     await s.send(GetState(0x30, STATE_KEY))
-    response = await s.expect_answer(0x30)
-    if response.status is not Status.UNKNOWN_FUNCTION:
-        raise StepFailed("a routed GET_STATE was not answered UNKNOWN_FUNCTION", ["UNKNOWN_FUNCTION"],
-                         [describe_message(response)])
+    await s.expect_status(0x30, Status.UNKNOWN_FUNCTION, "a routed GET_STATE")
     await routed_call(s, 0x31, "still-open")
     await s.finish()
 
@@ -521,10 +526,7 @@ async def case_malformed_request(s: Session) -> None:
     s.outstanding |= {0x40, 0x41}
     await s.send(raw=bad + unknown, text="REQUEST 0x40 SET_STATE with a lying key length; REQUEST 0x41 function 0x7E")
     for rid, status in ((0x40, Status.MALFORMED), (0x41, Status.UNKNOWN_FUNCTION)):
-        response = await s.expect_answer(rid)
-        if response.status is not status:
-            raise StepFailed(f"the bad routed request {rid} was not answered {status.name}", [status.name],
-                             [describe_message(response)])
+        await s.expect_status(rid, status, f"the bad routed request {rid}")
     await routed_call(s, 0x42, "still-open")
     await s.finish()
 
