@@ -64,6 +64,7 @@ from .brokers import (
     _read_until,
     build_compiled,
     jetd,
+    labelled_dir,
     nats,
 )
 from .daemon_procs import DaemonProcess
@@ -331,13 +332,6 @@ def spinners(count: int) -> Iterator[list[subprocess.Popen[bytes]]]:
                 proc.wait()
 
 
-def _labelled(text: str) -> tuple[str, Path]:
-    label, sep, path = text.partition("=")
-    if not sep or not label or not Path(path).is_dir():
-        raise argparse.ArgumentTypeError(f"{text!r}: expected LABEL=DIR with DIR a directory")
-    return label, Path(path).resolve()
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m tools.bench.latency", description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=5, help="interleaved runs per row (median; default 5)")
@@ -348,7 +342,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="jet's routed request: SET_STATE (default) or CALL_METHOD")
     parser.add_argument("--compiled", type=Path, help="directory with the compiled jetd (default: build one)")
     parser.add_argument("--no-pure", action="store_true", help="leave out the pure-Python jetd of this checkout")
-    parser.add_argument("--also", type=_labelled, action="append", default=[], metavar="LABEL=DIR",
+    parser.add_argument("--also", type=labelled_dir, action="append", default=[], metavar="LABEL=DIR",
                         help="one more jetd, run from DIR (repeatable)")
     parser.add_argument("--busy", action="store_true", help="two CPU spinners run for the whole run")
     return parser
