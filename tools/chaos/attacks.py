@@ -50,6 +50,7 @@ from .harness import (
     wait_until,
     watched,
 )
+from .together import all_at_once
 from .websocket import RawWsPeer, web_address, ws_closures
 
 Row = dict[str, object]
@@ -624,6 +625,10 @@ ATTACKS: dict[str, tuple[str, Callable[[Run], Row]]] = {
                    lambda r: auth_close(r.target, r.n(60))),
     "auth-flood": ("60 connections repeat wrong AUTHENTICATEs for 30 s; a real login from another address every 2 s",
                    lambda r: auth_flood(r.target, r.n(60), r.seconds(30.0, 3.0))),
+    # Issue 29's figure that matters (tools/chaos/together.py): sorted windows, a 1M-state
+    # seed, the auth flood and partial TCP and WebSocket frames together, probed.
+    "all-at-once": ("every issue-29 scenario at once; a probe's GET and routed SET p50/p99/max, PASS/FAIL per target",
+                    all_at_once),
 }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import shutil
 import sys
@@ -112,7 +113,33 @@ def print_table(rows: Sequence[Row], args: argparse.Namespace) -> None:
         if row.get("health_timeouts"):  # the health peer gave up waiting: the stall was longer
             cells["health_max_ms"] = "> " + cells["health_max_ms"]
         table.add_row(*cells.values())
-    Console(width=max(200, shutil.get_terminal_size().columns)).print(table)
+    console = Console(width=max(200, shutil.get_terminal_size().columns))
+    console.print(table)
+    for row in rows:
+        if isinstance(row.get("targets"), dict):
+            print_targets(row, console)
+
+
+def print_targets(row: Row, console: object) -> None:
+    """The probe's figures and issue 29's targets, PASS or FAIL (all-at-once)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    assert isinstance(console, Console)
+    table = Table(title=f"{row['attack']}: other peers' waits (ms) and the targets")
+    for heading in ("", "p50", "p99", "max"):
+        table.add_column(heading, justify="right" if heading else "left")
+    for kind in ("get", "set"):
+        table.add_row("GET" if kind == "get" else "routed SET",
+                      *(_cell(row.get(f"{kind}_{q}_ms")) for q in ("p50", "p99", "max")))
+    console.print(table)
+    console.print(f"RSS {_cell(row.get('rss_base_mb'))} MB before the attacks, peak {_cell(row.get('rss_peak_mb'))} "
+                  f"MB, growth {_cell(row.get('rss_growth_mb'))} MB (budget {_cell(row.get('rss_budget_mb'))} MB); "
+                  f"load average {os.getloadavg()[0]:.2f}")
+    targets = row["targets"]
+    assert isinstance(targets, dict)
+    for name, verdict in targets.items():
+        console.print(f"  {name}: {verdict}")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

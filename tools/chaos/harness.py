@@ -344,16 +344,20 @@ class _HealthLoop:
                 if self.stop.is_set():
                     return False
 
+    def result(self) -> dict[str, Any]:
+        """What the parent process gets back (picklable)."""
+        return {"waits": self.waits, "started": self.started, "timeouts": self.timeouts, "lost": self.lost}
 
-def _health_process(address: tuple[str, int], stop: Any, results: Any) -> None:
+
+def _health_process(address: tuple[str, int], stop: Any, results: Any, loop_class: type[_HealthLoop]) -> None:
     try:
-        loop = _HealthLoop(address, stop)
+        loop = loop_class(address, stop)
     except Exception as exc:
         results.send(f"health peer could not start: {type(exc).__name__}: {exc}")
         return
     results.send("ready")
     loop.run()
-    results.send((loop.waits, loop.started, loop.timeouts, loop.lost))
+    results.send(loop.result())
 
 
 class HealthPeer:
@@ -362,15 +366,17 @@ class HealthPeer:
 
     It runs in a process of its own, so that what the attack's own threads do in this
     one (encoding, counting frames: the GIL) never shows up as a stall of the daemon.
+    ``loop_class`` is the work done there (a :class:`_HealthLoop`; its ``result()``
+    lands in :attr:`result`).
     """
 
-    def __init__(self, address: tuple[str, int]) -> None:
+    def __init__(self, address: tuple[str, int], loop_class: type[_HealthLoop] = _HealthLoop) -> None:
         # fork: a spawned interpreter costs about a second per attack on a busy machine; the
         # child runs only _health_process (sockets, jetwire), no lock the parent's threads hold.
         context = multiprocessing.get_context("fork")
         self._stop = context.Event()
         self._results, child_end = context.Pipe(duplex=False)
-        self._process = context.Process(target=_health_process, args=(address, self._stop, child_end),
+        self._process = context.Process(target=_health_process, args=(address, self._stop, child_end, loop_class),
                                         name="chaos-health", daemon=True)
         self._process.start()
         child_end.close()
@@ -378,6 +384,7 @@ class HealthPeer:
         self.started: list[float] = []
         self.timeouts = 0
         self.lost = ""
+        self.result: dict[str, Any] = {}
         try:
             first = self._results.recv() if self._results.poll(STARTUP_TIMEOUT) else "health peer did not start"
         except EOFError:
@@ -405,7 +412,9 @@ class HealthPeer:
         try:
             if not self._results.poll(10):
                 raise EOFError
-            self.waits, self.started, self.timeouts, self.lost = self._results.recv()
+            self.result = self._results.recv()
+            self.waits, self.started = self.result["waits"], self.result["started"]
+            self.timeouts, self.lost = self.result["timeouts"], self.result["lost"]
         except EOFError:
             self.lost = "the health process sent no result"
         self._end()
