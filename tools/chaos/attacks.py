@@ -45,8 +45,10 @@ from .harness import (
     close_all,
     closures,
     describe,
+    open_and_send,
     owner_with_state,
     pump_all,
+    send_partial_frame,
     wait_until,
     watched,
 )
@@ -139,20 +141,8 @@ def partial_frames(run: Run) -> Row:
     with run.target.daemon() as daemon:
         try:
             with watched(daemon, row):
-                sent = 0
-                deadline = time.monotonic() + run.seconds(60, 5)
-                for _ in range(count):
-                    if time.monotonic() > deadline:
-                        break
-                    try:
-                        peer = RawPeer(daemon.address)
-                    except (OSError, PeerGone):  # a daemon that refuses more of them
-                        continue
-                    peers.append(peer)
-                    body = peer.max_body
-                    frame = HEADER.pack(FrameType.REQUEST, body) + b"\x00" * (body - 1)
-                    if peer.send_raw(frame, timeout=max(0.1, min(2.0, deadline - time.monotonic()))):
-                        sent += 1
+                sent = open_and_send(peers, count, run.seconds(60, 5), lambda: RawPeer(daemon.address),
+                                     send_partial_frame)
                 time.sleep(run.seconds(12))
                 ends = closures(peers, run.seconds(1, 0.2))
         finally:
@@ -177,18 +167,8 @@ def ws_partial_frames(run: Run) -> Row:
         web = web_address(daemon)
         try:
             with watched(daemon, row):
-                sent = 0
-                deadline = time.monotonic() + run.seconds(60, 5)
-                for _ in range(count):
-                    if time.monotonic() > deadline:
-                        break
-                    try:
-                        peer = RawWsPeer(web)
-                    except (OSError, ConnectionError):  # a daemon that refuses more of them
-                        continue
-                    peers.append(peer)
-                    if peer.send_frame_start(MiB, MiB - 1, timeout=max(0.1, min(2.0, deadline - time.monotonic()))):
-                        sent += 1
+                sent = open_and_send(peers, count, run.seconds(60, 5), lambda: RawWsPeer(web),
+                                     lambda peer, timeout: peer.send_frame_start(MiB, MiB - 1, timeout))
                 early = ws_closures(peers, run.seconds(1, 0.5))
                 early_text = describe(early)
                 ends = ws_closures(peers, wait)  # 30 s as in the issue

@@ -33,38 +33,22 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Optional
 
-from jetwire import (
-    SORT_DESCENDING,
-    AddState,
-    FetchQuery,
-    FilterOp,
-    FrameType,
-    GetState,
-    NotifyState,
-    PathMatcher,
-    PathOp,
-    Query,
-    Response,
-    SetState,
-    SortBy,
-    Status,
-    Value,
-    ValueFilter,
-    encode,
-)
+from jetwire import FrameType, Status, Value, encode
+from jetwire.messages import AddState, FetchQuery, NotifyState, Query, Response, SetState
+from peer.query import build_query, field
 
 from .auth import Flood, login_seconds, users_file
 from .harness import (
-    HEADER,
     Drainer,
     HealthPeer,
     MiB,
-    PeerGone,
     RawPeer,
     _HealthLoop,
     close_all,
     closures,
     describe,
+    open_and_send,
+    send_partial_frame,
     wait_until,
     watched,
 )
@@ -88,8 +72,7 @@ WINDOW = 1000
 def _sorted_query(prefix: str) -> Query:
     """PROTOCOL.md 14.1: keys under ``prefix`` whose ``kind`` is "a", by ``score``
     descending, rows 1..1000."""
-    return Query((PathMatcher(PathOp.STARTS_WITH, (prefix,)),), (ValueFilter(FilterOp.EQ, Value.of("a"), "kind"),),
-                 SortBy.FIELD, "score", SORT_DESCENDING, 1, WINDOW)
+    return build_query(prefix, where=[field("kind") == "a"], sort_by="score", descending=True, top=WINDOW)
 
 
 def _json_states(daemon_address: tuple[str, int], prefix: str, count: int, per_owner: int = 100_000) -> list[RawPeer]:
@@ -113,46 +96,23 @@ def _json_states(daemon_address: tuple[str, int], prefix: str, count: int, per_o
 
 class _ProbeLoop(_HealthLoop):
     """Another peer's view: a GET of one state and a SET of another, routed to the
-    connection that owns it (which answers at once), every 20 ms; waits per kind."""
+    connection that owns it (which answers at once), every 20 ms."""
+
+    KINDS = ("get", "set")
+    PERIOD = PROBE_PERIOD
+    ROUTED_KEY = "chaos/probe-routed"
 
     def __init__(self, address: tuple[str, int], stop: Any) -> None:
-        super().__init__(address, stop)  # self.peer owns chaos/health: the GET target
+        super().__init__(address, stop)  # self.peer owns KEY: the GET's state
         self.owner = RawPeer(address)
-        self.owner.send(AddState(1, "chaos/probe-routed", Value.of(0)))
+        self.owner.send(AddState(1, self.ROUTED_KEY, Value.of(0)))
         self.owner.answer(1)
-        self.kinds: list[str] = []
 
-    def run(self) -> None:
-        rid = 1
-        try:
-            while not self.stop.is_set():
-                cycle = time.monotonic()
-                for kind in ("get", "set"):
-                    rid += 1
-                    started = time.monotonic()
-                    if kind == "get":
-                        self.peer.send(GetState(rid, self.KEY))
-                        answered = self._wait_for(rid)
-                    else:
-                        self.peer.send(SetState(rid, "chaos/probe-routed", Value.of(rid)))
-                        answered = self._routed(rid)
-                    self.waits.append(time.monotonic() - started)
-                    self.started.append(started)
-                    self.kinds.append(kind)
-                    if not answered:
-                        self.timeouts += 1
-                        self.lost = "still waiting for an answer at the end"
-                        return
-                self.stop.wait(max(0.0, cycle + PROBE_PERIOD - time.monotonic()))
-        except (PeerGone, OSError) as exc:
-            self.lost = f"connection lost ({exc})"
-        finally:
-            self.peer.close()
-            self.owner.close()
-
-    def _routed(self, rid: int) -> bool:
-        """Answer the routed SET as its owner; wait for the setter's response."""
-        with selectors.DefaultSelector() as selector:
+    def ask(self, kind: str, rid: int) -> bool:
+        if kind == "get":
+            return super().ask(kind, rid)
+        self.peer.send(SetState(rid, self.ROUTED_KEY, Value.of(rid)))
+        with selectors.DefaultSelector() as selector:  # answer it as its owner; wait for the setter's answer
             selector.register(self.peer.sock, selectors.EVENT_READ, self.peer)
             selector.register(self.owner.sock, selectors.EVENT_READ, self.owner)
             while True:
@@ -167,8 +127,9 @@ class _ProbeLoop(_HealthLoop):
                 if self.stop.is_set():
                     return False
 
-    def result(self) -> dict[str, Any]:
-        return {**super().result(), "kinds": self.kinds}
+    def close(self) -> None:
+        super().close()
+        self.owner.close()
 
 
 def _quantiles(waits: Sequence[float]) -> tuple[Optional[float], Optional[float], Optional[float]]:
@@ -245,20 +206,10 @@ def all_at_once(run: Run) -> Row:
                                                       for i in range(fetches)))
                     changer = _Changer(owners[0], "q/", min(windowed, 100_000))
                     seed_peer.sock.sendall(encode(FetchQuery(1, _sorted_query("s/"))))
-                    for _ in range(ws_count):
-                        try:
-                            peer = RawWsPeer(web)
-                        except (OSError, ConnectionError):
-                            continue
-                        ws_peers.append(peer)
-                        peer.send_frame_start(MiB, MiB - 1, timeout=2.0)
-                    for _ in range(partial_count):
-                        try:
-                            tcp = RawPeer(daemon.address)
-                        except (OSError, PeerGone):
-                            continue
-                        tcp_peers.append(tcp)
-                        tcp.send_raw(HEADER.pack(FrameType.REQUEST, tcp.max_body) + bytes(tcp.max_body - 1), timeout=2.0)
+                    open_and_send(ws_peers, ws_count, seconds, lambda: RawWsPeer(web),
+                                  lambda peer, timeout: peer.send_frame_start(MiB, MiB - 1, timeout))
+                    open_and_send(tcp_peers, partial_count, seconds, lambda: RawPeer(daemon.address),
+                                  send_partial_frame)
                     end = started + seconds
                     while time.monotonic() < end:
                         logins.append(login_seconds(daemon.address))
