@@ -252,13 +252,14 @@ def targets(row: Row, all_answered: bool) -> dict[str, str]:
     """PASS or FAIL per target of issue 29, with the figure measured."""
     out: dict[str, str] = {}
 
-    def check(name: str, value: object, limit: float) -> None:
-        ok = isinstance(value, (int, float)) and value <= limit and not row.get("health_timeouts")
-        out[name] = f"{'PASS' if ok else 'FAIL'} ({value} <= {limit:g})"
+    def check(name: str, value: object, limit: float, waits: bool = False) -> None:
+        # A probe request still unanswered at the end waited longer than any figure says.
+        ok = isinstance(value, (int, float)) and value <= limit and not (waits and row.get("health_timeouts"))
+        out[name] = f"{'PASS' if ok else 'FAIL'} ({value}; target <= {limit:g})"
 
     for kind in ("get", "set"):
-        check(f"{kind.upper()} p99 ms", row.get(f"{kind}_p99_ms"), TARGET_P99_MS)
-        check(f"{kind.upper()} max ms", row.get(f"{kind}_max_ms"), TARGET_MAX_MS)
+        check(f"{kind.upper()} p99 ms", row.get(f"{kind}_p99_ms"), TARGET_P99_MS, waits=True)
+        check(f"{kind.upper()} max ms", row.get(f"{kind}_max_ms"), TARGET_MAX_MS, waits=True)
     check("RSS growth MB", row.get("rss_growth_mb"), float(str(row.get("rss_budget_mb"))))
     out["every fetch answered"] = f"{'PASS' if all_answered else 'FAIL'} ({row.get('fetches_answered')})"
     return out
