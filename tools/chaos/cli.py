@@ -140,6 +140,12 @@ def print_targets(row: Row, console: object) -> None:
     assert isinstance(targets, dict)
     for name, verdict in targets.items():
         console.print(f"  {name}: {verdict}")
+    # The same figures as one markdown row, for BENCHMARKS.md.
+    waits = [" / ".join(_cell(row.get(f"{kind}_{q}_ms")) for q in ("p50", "p99", "max")) for kind in ("get", "set")]
+    print("\n| GET p50 / p99 / max ms | routed SET p50 / p99 / max ms | RSS before → peak (growth) MB | "
+          "fetches answered | load |\n|---|---|---|---|---:|")
+    print(f"| {waits[0]} | {waits[1]} | {_cell(row.get('rss_base_mb'))} → {_cell(row.get('rss_peak_mb'))} "
+          f"({_cell(row.get('rss_growth_mb'))}) | {row.get('fetches_answered')} | {os.getloadavg()[0]:.2f} |")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
