@@ -38,3 +38,16 @@ def test_all_at_once_runs_and_reports_counts() -> None:
     assert row["targets"]["every fetch answered"].startswith("PASS")
     assert "CLOSE" in row["outcome"]  # the partial frames' connections were closed (TIMEOUT or LIMIT_EXCEEDED)
     assert not _jetd_processes(marker)
+
+
+def test_all_at_once_leaves_out_what_it_is_told() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "tools.chaos", "--attack", "all-at-once", "--scale", "0.01", "--json",
+         "--without", "auth", "--without", "seed"],
+        capture_output=True, text=True, timeout=300, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    [row] = [json.loads(line) for line in result.stdout.splitlines()]
+    assert row["outcome"].startswith("without auth, seed; "), row
+    assert row["fetches_answered"] == "1 of 1", row  # the window fetch only
+    assert "0 wrong AUTHENTICATE from 0 connections" in row["outcome"], row

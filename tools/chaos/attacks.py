@@ -64,6 +64,7 @@ class Run:
 
     target: Target
     scale: float = 1.0
+    without: frozenset[str] = frozenset()  # parts all-at-once leaves out (tools/chaos/together.py)
 
     def n(self, full: int, least: int = 1) -> int:
         """A count scaled down, never below ``least``."""

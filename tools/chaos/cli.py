@@ -16,6 +16,7 @@ from typing import Optional
 
 from .attacks import ATTACKS, Row, Run, iter_attacks
 from .harness import HOST, NeedsOwnDaemon, Target
+from .together import ALL_AT_ONCE_PARTS
 
 REPO = Path(__file__).resolve().parents[2]
 COLUMNS = [  # (key, heading)
@@ -52,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="attack this running daemon (127.0.0.1 only) instead; attacks that need flags, "
                         "signals or the event log are skipped")
     parser.add_argument("--pid", type=int, help="pid of the --connect daemon (for the memory columns)")
+    parser.add_argument("--without", action="append", default=[], choices=list(ALL_AT_ONCE_PARTS), metavar="PART",
+                        help="all-at-once: leave this part out (repeatable; " + ", ".join(ALL_AT_ONCE_PARTS) + ")")
     parser.add_argument("--json", action="store_true", help="one JSON object per attack instead of a table")
     return parser
 
@@ -68,7 +71,7 @@ def _target(args: argparse.Namespace) -> Target:
 
 def run_attacks(args: argparse.Namespace) -> tuple[list[Row], bool]:
     """Every selected attack's row, and whether any of them failed."""
-    run = Run(_target(args), args.scale)
+    run = Run(_target(args), args.scale, frozenset(args.without))
     rows: list[Row] = []
     failed = False
     try:
@@ -103,7 +106,8 @@ def print_table(rows: Sequence[Row], args: argparse.Namespace) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    title = f"python -m tools.chaos --scale {args.scale:g}" + (f" --connect {args.connect}" if args.connect else "")
+    title = (f"python -m tools.chaos --scale {args.scale:g}" + (f" --connect {args.connect}" if args.connect else "")
+             + "".join(f" --without {part}" for part in args.without))
     table = Table(title=title)
     for key, heading in COLUMNS:
         table.add_column(heading, justify="left" if key in ("attack", "outcome", "log_lost") else "right",

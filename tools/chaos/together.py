@@ -16,6 +16,9 @@ query. Then, all at the same time for ``seconds``:
 - a probe peer in its own process GETs a state and sets another one (routed to its owner,
   which answers) every 20 ms: p50, p99 and max of each.
 
+``--without PART`` (windows, seed, auth, ws, tcp) leaves a part out, to see which one
+costs the probe its waits.
+
 The row says whether the targets hold: probe p99 <= 20 ms and max <= 50 ms, the daemon's
 RSS growth during the attacks within its configured budgets (``max_input_buffer`` for
 every held input together, ``hard_limit`` of output for each of the two fetching
@@ -60,6 +63,7 @@ if TYPE_CHECKING:
 Row = dict[str, object]
 
 PROBE_PERIOD = 0.02
+ALL_AT_ONCE_PARTS = ("windows", "seed", "auth", "ws", "tcp")  # what --without can leave out
 TARGET_P99_MS = 20.0  # ISSUE 29, on 2 cores
 TARGET_MAX_MS = 50.0
 DEFAULT_MAX_INPUT_BUFFER = 64 * MiB  # jetd's defaults (jetd/config.py), which chaos does not change
@@ -173,8 +177,12 @@ def all_at_once(run: Run) -> Row:
     """Every scenario of issue 29 at once (see the module's docstring)."""
     row: Row = {}
     target = run.target
-    windowed, seeded = run.n(100_000, 100), run.n(1_000_000, 100)
-    fetches, attackers, ws_count, partial_count = run.n(100), run.n(60), run.n(100), run.n(400)
+    def part(name: str, count: int) -> int:
+        return 0 if name in run.without else count
+
+    windowed, seeded = part("windows", run.n(100_000, 100)), part("seed", run.n(1_000_000, 100))
+    fetches, attackers = part("windows", run.n(100)), part("auth", run.n(60))
+    ws_count, partial_count = part("ws", run.n(100)), part("tcp", run.n(400))
     seconds = run.seconds(30.0, 3.0)
     flags = ["--auth", str(users_file(target)), "--http-port", "0"]
     if run.scale < 1:  # the partial frames must outlive their timeout, as at full size
@@ -191,7 +199,7 @@ def all_at_once(run: Run) -> Row:
         logins: list[Optional[float]] = []
         flood = Flood(daemon.address, attackers, repeat=True)
         changer: Optional[_Changer] = None
-        wanted = fetches + 1
+        wanted = fetches + (1 if seeded else 0)
 
         def answered() -> int:
             return drainer.frames(window_peer, FrameType.RESPONSE) + drainer.frames(seed_peer, FrameType.RESPONSE)
@@ -201,18 +209,22 @@ def all_at_once(run: Run) -> Row:
                 probe = HealthPeer(daemon.address, _ProbeLoop)
                 try:
                     started = time.monotonic()
-                    flood.start()
-                    window_peer.sock.sendall(b"".join(encode(FetchQuery(i + 1, _sorted_query("q/")))
-                                                      for i in range(fetches)))
-                    changer = _Changer(owners[0], "q/", min(windowed, 100_000))
-                    seed_peer.sock.sendall(encode(FetchQuery(1, _sorted_query("s/"))))
+                    if attackers:
+                        flood.start()
+                    if fetches:
+                        window_peer.sock.sendall(b"".join(encode(FetchQuery(i + 1, _sorted_query("q/")))
+                                                          for i in range(fetches)))
+                        changer = _Changer(owners[0], "q/", min(windowed, 100_000))
+                    if seeded:
+                        seed_peer.sock.sendall(encode(FetchQuery(1, _sorted_query("s/"))))
                     open_and_send(ws_peers, ws_count, seconds, lambda: RawWsPeer(web),
                                   lambda peer, timeout: peer.send_frame_start(MiB, MiB - 1, timeout))
                     open_and_send(tcp_peers, partial_count, seconds, lambda: RawPeer(daemon.address),
                                   send_partial_frame)
                     end = started + seconds
                     while time.monotonic() < end:
-                        logins.append(login_seconds(daemon.address))
+                        if attackers:
+                            logins.append(login_seconds(daemon.address))
                         time.sleep(max(0.0, min(2.0, end - time.monotonic())))
                     wait_until(lambda: answered() >= wanted, 60.0, 0.05)  # returns once all are in
                 finally:
@@ -221,7 +233,8 @@ def all_at_once(run: Run) -> Row:
                     for kind in ("get", "set"):
                         waits = [w for k, w in zip(kinds, probe.waits, strict=False) if k == kind]
                         row[f"{kind}_p50_ms"], row[f"{kind}_p99_ms"], row[f"{kind}_max_ms"] = _quantiles(waits)
-                    flood.stop()
+                    if attackers:
+                        flood.stop()
                     if changer is not None:
                         changer.stop()
             ws_ends = ws_closures(ws_peers, 1.0)
@@ -240,7 +253,9 @@ def all_at_once(run: Run) -> Row:
     row["login_max_s"] = round(done[-1], 2) if done else None
     row["targets"] = targets(row, got == wanted)
     row["outcome"] = (
-        f"{windowed:,} + {seeded:,} JSON states; {fetches} window fetches + 1 seed: {got} of {wanted} answered; "
+        (f"without {', '.join(sorted(run.without))}; " if run.without else "")
+        + f"{windowed:,} + {seeded:,} JSON states; {fetches} window fetches + {1 if seeded else 0} seed: "
+        f"{got} of {wanted} answered; "
         f"{row['changes']:,} owner changes; {flood.sent} wrong AUTHENTICATE from {attackers} connections, "
         f"real logins {len(done)} of {len(logins)} OK (max {row['login_max_s']} s); "
         f"WebSocket partial frames: {describe(ws_ends)}; TCP partial frames: {describe(tcp_ends)}; "
