@@ -45,3 +45,4 @@ bench: venv
 	$(VPY) -m tools.bench.peer
 	$(VPY) -m tools.bench.jetdump
 	$(VPY) -m tools.bench.ingest
+	$(VPY) -m tools.bench.latency
