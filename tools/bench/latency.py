@@ -15,7 +15,9 @@ answer, for requests), both in this process; p50, p99 and max per run, and the b
 CPU per message (user + system from /proc over the paced phase). The broker runs pinned
 to CPU 0, this generator (owner, fetcher and client in one loop) to CPU 1, as in
 :mod:`tools.bench.brokers`. Rows are medians of ``--repeat`` interleaved runs. Every row
-carries the 1-minute load average at the end of its runs: the machine may be shared.
+carries the 1-minute load average at the end of its runs: the machine may be shared,
+and the generator's own CPU share over the paced phase (it should stay well below 100%,
+or the generator is what is measured).
 
 ``--busy``: two spinners (``yes > /dev/null``, unpinned) run for the whole run and are
 stopped at its end, so the brokers compete with other work for both cores.
