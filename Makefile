@@ -6,7 +6,7 @@ VENV ?= .venv
 VPY := $(VENV)/bin/python
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # command -> Debian package, for what the tests drive for real.
-SYSTEM_DEPS := tshark:tshark java:openjdk-17-jre-headless chromium:chromium node:nodejs npm:npm
+SYSTEM_DEPS := tshark:tshark java:openjdk-17-jre-headless chromium:chromium node:nodejs npm:npm nats-server:nats-server
 
 .PHONY: test lint bench system-deps venv
 
@@ -45,3 +45,4 @@ bench: venv
 	$(VPY) -m tools.bench.peer
 	$(VPY) -m tools.bench.jetdump
 	$(VPY) -m tools.bench.ingest
+	$(VPY) -m tools.bench.latency

@@ -308,11 +308,21 @@ def build_compiled(into: Path) -> Path:
     return site
 
 
+def labelled_dir(text: str) -> tuple[str, Path]:
+    """``LABEL=DIR`` of ``--also``: one more jetd, run from DIR."""
+    label, sep, path = text.partition("=")
+    if not sep or not label or not Path(path).is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected LABEL=DIR with DIR a directory")
+    return label, Path(path).resolve()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=5, help="interleaved runs per row (median)")
     parser.add_argument("--messages", type=int, default=1_000_000, help="deliveries per fan-out run (requests: a quarter)")
     parser.add_argument("--compiled", type=Path, help="directory with the compiled jetd (default: build one)")
+    parser.add_argument("--also", type=labelled_dir, action="append", default=[], metavar="LABEL=DIR",
+                        help="one more jetd, run from DIR (a checkout or an unpacked wheel; repeatable)")
     args = parser.parse_args(argv)
     if shutil.which("taskset"):
         os.sched_setaffinity(0, {GENERATOR_CPU})
@@ -320,6 +330,8 @@ def main(argv: list[str] | None = None) -> int:
         site = args.compiled or build_compiled(Path(tmp))
         brokers: dict[str, Callable[[], contextlib.AbstractContextManager[DaemonProcess]]] = {
             "jetd pure": lambda: jetd(REPO), "jetd compiled": lambda: jetd(site), "Python floor": floor}
+        for label, directory in args.also:
+            brokers[label] = lambda directory=directory: jetd(directory)  # type: ignore[misc]
         if shutil.which("nats-server"):
             brokers["nats-server"] = nats
         else:

@@ -3,6 +3,7 @@
     python -m tools.chaos                         # every attack, a fresh jetd for each
     python -m tools.chaos --attack get-400 --scale 0.1
     python -m tools.chaos --connect 127.0.0.1:11124 --pid 4242 --json
+    python -m tools.chaos --attack all-at-once --repo SITE   # issue 29: every scenario together, PASS/FAIL
 
 Prints one row per attack: the daemon's RSS before and at its peak (VmRSS from
 /proc/PID/status, sampled every 20 ms), the waits of a health peer that reads and sets

@@ -45,11 +45,14 @@ from .harness import (
     close_all,
     closures,
     describe,
+    open_and_send,
     owner_with_state,
     pump_all,
+    send_partial_frame,
     wait_until,
     watched,
 )
+from .together import all_at_once
 from .websocket import RawWsPeer, web_address, ws_closures
 
 Row = dict[str, object]
@@ -61,6 +64,7 @@ class Run:
 
     target: Target
     scale: float = 1.0
+    without: frozenset[str] = frozenset()  # parts all-at-once leaves out (tools/chaos/together.py)
 
     def n(self, full: int, least: int = 1) -> int:
         """A count scaled down, never below ``least``."""
@@ -138,20 +142,8 @@ def partial_frames(run: Run) -> Row:
     with run.target.daemon() as daemon:
         try:
             with watched(daemon, row):
-                sent = 0
-                deadline = time.monotonic() + run.seconds(60, 5)
-                for _ in range(count):
-                    if time.monotonic() > deadline:
-                        break
-                    try:
-                        peer = RawPeer(daemon.address)
-                    except (OSError, PeerGone):  # a daemon that refuses more of them
-                        continue
-                    peers.append(peer)
-                    body = peer.max_body
-                    frame = HEADER.pack(FrameType.REQUEST, body) + b"\x00" * (body - 1)
-                    if peer.send_raw(frame, timeout=max(0.1, min(2.0, deadline - time.monotonic()))):
-                        sent += 1
+                sent = open_and_send(peers, count, run.seconds(60, 5), lambda: RawPeer(daemon.address),
+                                     send_partial_frame)
                 time.sleep(run.seconds(12))
                 ends = closures(peers, run.seconds(1, 0.2))
         finally:
@@ -176,18 +168,8 @@ def ws_partial_frames(run: Run) -> Row:
         web = web_address(daemon)
         try:
             with watched(daemon, row):
-                sent = 0
-                deadline = time.monotonic() + run.seconds(60, 5)
-                for _ in range(count):
-                    if time.monotonic() > deadline:
-                        break
-                    try:
-                        peer = RawWsPeer(web)
-                    except (OSError, ConnectionError):  # a daemon that refuses more of them
-                        continue
-                    peers.append(peer)
-                    if peer.send_frame_start(MiB, MiB - 1, timeout=max(0.1, min(2.0, deadline - time.monotonic()))):
-                        sent += 1
+                sent = open_and_send(peers, count, run.seconds(60, 5), lambda: RawWsPeer(web),
+                                     lambda peer, timeout: peer.send_frame_start(MiB, MiB - 1, timeout))
                 early = ws_closures(peers, run.seconds(1, 0.5))
                 early_text = describe(early)
                 ends = ws_closures(peers, wait)  # 30 s as in the issue
@@ -624,6 +606,10 @@ ATTACKS: dict[str, tuple[str, Callable[[Run], Row]]] = {
                    lambda r: auth_close(r.target, r.n(60))),
     "auth-flood": ("60 connections repeat wrong AUTHENTICATEs for 30 s; a real login from another address every 2 s",
                    lambda r: auth_flood(r.target, r.n(60), r.seconds(30.0, 3.0))),
+    # Issue 29's figure that matters (tools/chaos/together.py): sorted windows, a 1M-state
+    # seed, the auth flood and partial TCP and WebSocket frames together, probed.
+    "all-at-once": ("every issue-29 scenario at once; a probe's GET and routed SET p50/p99/max, PASS/FAIL per target",
+                    all_at_once),
 }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import shutil
 import sys
@@ -15,6 +16,7 @@ from typing import Optional
 
 from .attacks import ATTACKS, Row, Run, iter_attacks
 from .harness import HOST, NeedsOwnDaemon, Target
+from .together import ALL_AT_ONCE_PARTS
 
 REPO = Path(__file__).resolve().parents[2]
 COLUMNS = [  # (key, heading)
@@ -51,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="attack this running daemon (127.0.0.1 only) instead; attacks that need flags, "
                         "signals or the event log are skipped")
     parser.add_argument("--pid", type=int, help="pid of the --connect daemon (for the memory columns)")
+    parser.add_argument("--without", action="append", default=[], choices=list(ALL_AT_ONCE_PARTS), metavar="PART",
+                        help="all-at-once: leave this part out (repeatable; " + ", ".join(ALL_AT_ONCE_PARTS) + ")")
     parser.add_argument("--json", action="store_true", help="one JSON object per attack instead of a table")
     return parser
 
@@ -67,7 +71,7 @@ def _target(args: argparse.Namespace) -> Target:
 
 def run_attacks(args: argparse.Namespace) -> tuple[list[Row], bool]:
     """Every selected attack's row, and whether any of them failed."""
-    run = Run(_target(args), args.scale)
+    run = Run(_target(args), args.scale, frozenset(args.without))
     rows: list[Row] = []
     failed = False
     try:
@@ -102,7 +106,8 @@ def print_table(rows: Sequence[Row], args: argparse.Namespace) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    title = f"python -m tools.chaos --scale {args.scale:g}" + (f" --connect {args.connect}" if args.connect else "")
+    title = (f"python -m tools.chaos --scale {args.scale:g}" + (f" --connect {args.connect}" if args.connect else "")
+             + "".join(f" --without {part}" for part in args.without))
     table = Table(title=title)
     for key, heading in COLUMNS:
         table.add_column(heading, justify="left" if key in ("attack", "outcome", "log_lost") else "right",
@@ -112,7 +117,39 @@ def print_table(rows: Sequence[Row], args: argparse.Namespace) -> None:
         if row.get("health_timeouts"):  # the health peer gave up waiting: the stall was longer
             cells["health_max_ms"] = "> " + cells["health_max_ms"]
         table.add_row(*cells.values())
-    Console(width=max(200, shutil.get_terminal_size().columns)).print(table)
+    console = Console(width=max(200, shutil.get_terminal_size().columns))
+    console.print(table)
+    for row in rows:
+        if isinstance(row.get("targets"), dict):
+            print_targets(row, console)
+
+
+def print_targets(row: Row, console: object) -> None:
+    """The probe's figures and issue 29's targets, PASS or FAIL (all-at-once)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    assert isinstance(console, Console)
+    table = Table(title=f"{row['attack']}: other peers' waits (ms) and the targets")
+    for heading in ("", "p50", "p99", "max"):
+        table.add_column(heading, justify="right" if heading else "left")
+    for kind in ("get", "set"):
+        table.add_row("GET" if kind == "get" else "routed SET",
+                      *(_cell(row.get(f"{kind}_{q}_ms")) for q in ("p50", "p99", "max")))
+    console.print(table)
+    console.print(f"RSS {_cell(row.get('rss_base_mb'))} MB before the attacks, peak {_cell(row.get('rss_peak_mb'))} "
+                  f"MB, growth {_cell(row.get('rss_growth_mb'))} MB (budget {_cell(row.get('rss_budget_mb'))} MB); "
+                  f"load average {os.getloadavg()[0]:.2f}")
+    targets = row["targets"]
+    assert isinstance(targets, dict)
+    for name, verdict in targets.items():
+        console.print(f"  {name}: {verdict}")
+    # The same figures as one markdown row, for BENCHMARKS.md.
+    waits = [" / ".join(_cell(row.get(f"{kind}_{q}_ms")) for q in ("p50", "p99", "max")) for kind in ("get", "set")]
+    print("\n| GET p50 / p99 / max ms | routed SET p50 / p99 / max ms | RSS before → peak (growth) MB | "
+          "fetches answered | load |\n|---|---|---|---|---:|")
+    print(f"| {waits[0]} | {waits[1]} | {_cell(row.get('rss_base_mb'))} → {_cell(row.get('rss_peak_mb'))} "
+          f"({_cell(row.get('rss_growth_mb'))}) | {row.get('fetches_answered')} | {os.getloadavg()[0]:.2f} |")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -20,9 +20,21 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, TypeVar
 
-from jetwire import AddState, Close, Decoder, GetState, Info, Message, NotifyState, Response, Value, encode
+from jetwire import (
+    AddState,
+    Close,
+    Decoder,
+    FrameType,
+    GetState,
+    Info,
+    Message,
+    NotifyState,
+    Response,
+    Value,
+    encode,
+)
 from tools.procs import stop_process
 
 HOST = "127.0.0.1"
@@ -123,23 +135,56 @@ class Target:
             shutil.rmtree(run_dir, ignore_errors=True)  # event logs of gigabytes
 
 
-def _listening_line(proc: subprocess.Popen[bytes], stderr_path: Path) -> tuple[str, int]:
-    """Wait for ``jetd listening on HOST:PORT``; kill the daemon if it does not come."""
+def stdout_line(proc: subprocess.Popen[bytes], timeout: float) -> bytes:
+    """The next line of ``proc``'s stdout (read a byte at a time, so nothing after it is
+    taken); what came before the end if it ends or ``timeout`` passes first."""
     assert proc.stdout is not None
     line = b""
-    deadline = time.monotonic() + STARTUP_TIMEOUT
+    deadline = time.monotonic() + timeout
     with selectors.DefaultSelector() as selector:
         selector.register(proc.stdout, selectors.EVENT_READ)
         while not line.endswith(b"\n"):
             remaining = deadline - time.monotonic()
             chunk = os.read(proc.stdout.fileno(), 1) if remaining > 0 and selector.select(remaining) else b""
             if not chunk:
-                proc.kill()
-                proc.wait()
-                raise RuntimeError(f"jetd did not start: {stderr_path.read_text(errors='replace')[-2000:].strip()}")
+                break
             line += chunk
+    return line
+
+
+def _listening_line(proc: subprocess.Popen[bytes], stderr_path: Path) -> tuple[str, int]:
+    """Wait for ``jetd listening on HOST:PORT``; kill the daemon if it does not come."""
+    line = stdout_line(proc, STARTUP_TIMEOUT)
+    if not line.endswith(b"\n"):
+        proc.kill()
+        proc.wait()
+        raise RuntimeError(f"jetd did not start: {stderr_path.read_text(errors='replace')[-2000:].strip()}")
     host, _, port = line.decode().strip().removeprefix("jetd listening on ").rpartition(":")
     return host, int(port)
+
+
+Conn = TypeVar("Conn")
+
+
+def open_and_send(conns: list[Conn], count: int, seconds: float, connect: Callable[[], Conn],
+                  send: Callable[[Conn, float], bool]) -> int:
+    """Open up to ``count`` connections within ``seconds`` (one the daemon refuses is
+    skipped), each appended to ``conns`` (the caller closes them, whatever happens), and
+    ``send`` on each, given how long it may block (at most 2 s); returns how many sends
+    went through."""
+    sent = 0
+    deadline = time.monotonic() + seconds
+    for _ in range(count):
+        if time.monotonic() > deadline:
+            break
+        try:
+            conn = connect()
+        except (OSError, ConnectionError, PeerGone):  # a daemon that refuses more of them
+            continue
+        conns.append(conn)
+        if send(conn, max(0.1, min(2.0, deadline - time.monotonic()))):
+            sent += 1
+    return sent
 
 
 class PeerGone(Exception):
@@ -281,6 +326,12 @@ class RawPeer:
             self.sock.close()
 
 
+def send_partial_frame(peer: RawPeer, timeout: float) -> bool:
+    """A frame of max_body bytes but its last (PROTOCOL.md 3: the header announces it
+    whole); False if the daemon closed or stopped reading."""
+    return peer.send_raw(HEADER.pack(FrameType.REQUEST, peer.max_body) + bytes(peer.max_body - 1), timeout=timeout)
+
+
 def pump_all(peers: Sequence[RawPeer], seconds: float) -> None:
     """Read whatever the daemon sends to ``peers`` for ``seconds``, or until all of them
     have reached EOF."""
@@ -297,9 +348,13 @@ def pump_all(peers: Sequence[RawPeer], seconds: float) -> None:
 
 
 class _HealthLoop:
-    """The health peer's work, in its own process (see :class:`HealthPeer`)."""
+    """The health peer's work, in its own process (see :class:`HealthPeer`): every
+    ``PERIOD`` seconds one request of each of ``KINDS``, made and awaited by :meth:`ask`.
+    A subclass changes what is asked."""
 
     KEY = "chaos/health"
+    KINDS: tuple[str, ...] = ("get", "notify")
+    PERIOD = HEALTH_PERIOD
 
     def __init__(self, address: tuple[str, int], stop: Any) -> None:
         self.peer = RawPeer(address)
@@ -308,30 +363,39 @@ class _HealthLoop:
         self.stop = stop  # a multiprocessing Event
         self.waits: list[float] = []
         self.started: list[float] = []  # monotonic time each request of ``waits`` was sent
+        self.kinds: list[str] = []  # the kind of each request of ``waits``
         self.timeouts = 0
         self.lost = ""  # why the health peer stopped early, if it did
+
+    def ask(self, kind: str, rid: int) -> bool:
+        """One request of ``kind``; False if the attack ended before its answer."""
+        self.peer.send(GetState(rid, self.KEY) if kind == "get" else NotifyState(rid, self.KEY, Value.of(rid)))
+        return self._wait_for(rid)
+
+    def close(self) -> None:
+        self.peer.close()
 
     def run(self) -> None:
         rid = 1
         try:
             while not self.stop.is_set():
                 cycle = time.monotonic()
-                for make in (lambda i: GetState(i, self.KEY), lambda i: NotifyState(i, self.KEY, Value.of(i))):
+                for kind in self.KINDS:
                     rid += 1
                     started = time.monotonic()
-                    self.peer.send(make(rid))
-                    answered = self._wait_for(rid)
+                    answered = self.ask(kind, rid)
                     self.waits.append(time.monotonic() - started)
                     self.started.append(started)
+                    self.kinds.append(kind)
                     if not answered:
                         self.timeouts += 1
                         self.lost = "still waiting for an answer at the end"
                         return
-                self.stop.wait(max(0.0, cycle + HEALTH_PERIOD - time.monotonic()))
+                self.stop.wait(max(0.0, cycle + self.PERIOD - time.monotonic()))
         except (PeerGone, OSError) as exc:
             self.lost = f"connection lost ({exc})"
         finally:
-            self.peer.close()
+            self.close()
 
     def _wait_for(self, rid: int) -> bool:
         """Wait for the answer to ``rid`` however long it takes; False if the attack
@@ -344,16 +408,21 @@ class _HealthLoop:
                 if self.stop.is_set():
                     return False
 
+    def result(self) -> dict[str, Any]:
+        """What the parent process gets back (picklable)."""
+        return {"waits": self.waits, "started": self.started, "kinds": self.kinds, "timeouts": self.timeouts,
+                "lost": self.lost}
 
-def _health_process(address: tuple[str, int], stop: Any, results: Any) -> None:
+
+def _health_process(address: tuple[str, int], stop: Any, results: Any, loop_class: type[_HealthLoop]) -> None:
     try:
-        loop = _HealthLoop(address, stop)
+        loop = loop_class(address, stop)
     except Exception as exc:
         results.send(f"health peer could not start: {type(exc).__name__}: {exc}")
         return
     results.send("ready")
     loop.run()
-    results.send((loop.waits, loop.started, loop.timeouts, loop.lost))
+    results.send(loop.result())
 
 
 class HealthPeer:
@@ -362,15 +431,17 @@ class HealthPeer:
 
     It runs in a process of its own, so that what the attack's own threads do in this
     one (encoding, counting frames: the GIL) never shows up as a stall of the daemon.
+    ``loop_class`` is the work done there (a :class:`_HealthLoop`; its ``result()``
+    lands in :attr:`result`).
     """
 
-    def __init__(self, address: tuple[str, int]) -> None:
+    def __init__(self, address: tuple[str, int], loop_class: type[_HealthLoop] = _HealthLoop) -> None:
         # fork: a spawned interpreter costs about a second per attack on a busy machine; the
         # child runs only _health_process (sockets, jetwire), no lock the parent's threads hold.
         context = multiprocessing.get_context("fork")
         self._stop = context.Event()
         self._results, child_end = context.Pipe(duplex=False)
-        self._process = context.Process(target=_health_process, args=(address, self._stop, child_end),
+        self._process = context.Process(target=_health_process, args=(address, self._stop, child_end, loop_class),
                                         name="chaos-health", daemon=True)
         self._process.start()
         child_end.close()
@@ -378,6 +449,7 @@ class HealthPeer:
         self.started: list[float] = []
         self.timeouts = 0
         self.lost = ""
+        self.result: dict[str, Any] = {}
         try:
             first = self._results.recv() if self._results.poll(STARTUP_TIMEOUT) else "health peer did not start"
         except EOFError:
@@ -405,7 +477,9 @@ class HealthPeer:
         try:
             if not self._results.poll(10):
                 raise EOFError
-            self.waits, self.started, self.timeouts, self.lost = self._results.recv()
+            self.result = self._results.recv()
+            self.waits, self.started = self.result["waits"], self.result["started"]
+            self.timeouts, self.lost = self.result["timeouts"], self.result["lost"]
         except EOFError:
             self.lost = "the health process sent no result"
         self._end()

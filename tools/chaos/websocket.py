@@ -3,9 +3,7 @@ and then write WebSocket frames by hand, so that they can stop in the middle of 
 
 from __future__ import annotations
 
-import os
 import select
-import selectors
 import socket
 import struct
 import time
@@ -22,7 +20,7 @@ from websockets.uri import parse_uri
 
 from jetwire import Close, Decoder, Message
 
-from .harness import Daemon, NeedsOwnDaemon
+from .harness import Daemon, NeedsOwnDaemon, stdout_line
 
 WEB_LINE_TIMEOUT = 15.0
 _MASKED_BINARY_64 = struct.Struct(">BBQ4s")  # FIN + binary, mask bit + 64-bit length, mask key
@@ -34,16 +32,9 @@ def web_address(daemon: Daemon) -> tuple[str, int]:
     proc = daemon.proc
     if proc is None or proc.stdout is None:
         raise NeedsOwnDaemon("needs a daemon chaos starts (its HTTP port)")
-    line = b""
-    deadline = time.monotonic() + WEB_LINE_TIMEOUT
-    with selectors.DefaultSelector() as selector:
-        selector.register(proc.stdout, selectors.EVENT_READ)
-        while not line.endswith(b"\n"):
-            remaining = deadline - time.monotonic()
-            chunk = os.read(proc.stdout.fileno(), 1) if remaining > 0 and selector.select(remaining) else b""
-            if not chunk:
-                raise RuntimeError("jetd printed no 'web on' line")
-            line += chunk
+    line = stdout_line(proc, WEB_LINE_TIMEOUT)
+    if not line.endswith(b"\n"):
+        raise RuntimeError("jetd printed no 'web on' line")
     text = line.decode().strip()
     host, _, port = text.removeprefix("web on http://").rstrip("/").rpartition(":")
     return host.strip("[]"), int(port)
