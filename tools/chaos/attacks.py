@@ -50,6 +50,7 @@ from .harness import (
     wait_until,
     watched,
 )
+from .tls import tls_handshakes
 from .websocket import RawWsPeer, web_address, ws_closures
 
 Row = dict[str, object]
@@ -624,6 +625,10 @@ ATTACKS: dict[str, tuple[str, Callable[[Run], Row]]] = {
                    lambda r: auth_close(r.target, r.n(60))),
     "auth-flood": ("60 connections repeat wrong AUTHENTICATEs for 30 s; a real login from another address every 2 s",
                    lambda r: auth_flood(r.target, r.n(60), r.seconds(30.0, 3.0))),
+    # Issue 29: a TLS handshake is a connection (PROTOCOL.md 15.6; tools/chaos/tls.py).
+    "tls-handshakes": ("300 idle TLS handshakes (no ClientHello) under RLIMIT_NOFILE 256; a real TLS peer tries",
+                       lambda r: tls_handshakes(r.target, r.n(300), r.seconds(20.0, 3.0),
+                                                handshake_timeout=r.seconds(10.0, 1.0))),
 }
 
 
