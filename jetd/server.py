@@ -566,20 +566,20 @@ class Server:
         ``connection_made``, or until it fails) within ``--tls-handshake-timeout``, on the
         loop's clock like every other timeout of jetd."""
         timeout = self.config.tls_handshake_timeout
-        started = self.loop.time()
         try:
             await self.loop.connect_accepted_socket(lambda: shell, sock, ssl=context, ssl_handshake_timeout=timeout)
         except OSError as exc:
-            # asyncio and uvloop both abort a late handshake with ConnectionAbortedError.
-            if isinstance(exc, ConnectionAbortedError) and self.loop.time() - started >= timeout:
-                self._tls_timed_out(sock)
+            # asyncio and uvloop both abort a late handshake with ConnectionAbortedError (a
+            # failed one raises ssl.SSLError, a lost one ConnectionResetError).
+            if isinstance(exc, ConnectionAbortedError):
+                self._tls_timed_out()
             else:
                 log.info("TLS handshake failed: %s", exc)
             sock.close()
         finally:
             self.handshaking.pop(shell, None)
 
-    def _tls_timed_out(self, sock: socket.socket) -> None:
+    def _tls_timed_out(self) -> None:
         """Log handshakes closed for ``--tls-handshake-timeout``: at most one line a
         second, with a count (a flood of idle connections must not flood the log)."""
         self.tls_timeouts_total += 1
