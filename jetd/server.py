@@ -93,6 +93,7 @@ OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 GATED_BACKLOG = 1024 * 1024
 BACKLOG_LOG_EVERY = 10.0  # JETLOG.md 6.3: seconds between log lines about input paused for the writer
 
+
 class Listening:
     """One listening socket and what becomes of a connection it accepts: ``make_shell``
     builds its :class:`PeerShell`, ``ssl_context`` turns TLS on, and ``refusal(reason)``

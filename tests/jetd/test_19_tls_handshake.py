@@ -155,6 +155,7 @@ def test_idle_handshakes_count_against_max_connections(start_jetd: Callable[...,
     assert daemon.stop() == 0
     log = daemon.stderr()
     assert logged_count(log, REFUSED) == 7, log
+    assert "refused=7 tls_handshake_timeouts=0" in log, log  # the exit line's counters
     assert f"too many connections (max {LIMIT})" in log, log
 
 
@@ -192,6 +193,7 @@ def test_idle_handshakes_time_out_and_a_real_peer_gets_in(start_jetd: Callable[.
     assert daemon.stop() == 0
     log = daemon.stderr()
     assert logged_count(log, r"closed (\d+) (?:more )?connection\(s\) whose TLS handshake") == LIMIT, log
+    assert f"tls_handshake_timeouts={LIMIT}" in log, log
 
 
 def test_tls_refusal_out_of_descriptors_is_never_plaintext(start_jetd: Callable[..., DaemonProcess],
