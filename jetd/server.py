@@ -171,7 +171,7 @@ class PeerShell(asyncio.Protocol):
     def prepare(self, transport: asyncio.BaseTransport) -> str:
         """Set up a new socket transport; returns the peer's ``host:port``."""
         # Its TLS handshake (if any) is done: from now on it counts as what it becomes.
-        self.server.handshaking.pop(self, None)
+        self.server.end_handshake(self)
         # uvloop's transports are not asyncio.Transport subclasses, but behave as one.
         self.raw = raw = cast(asyncio.Transport, transport)
         soft = self.server.config.soft_limit
@@ -430,8 +430,9 @@ class Server:
         self.all_closed = asyncio.Event()
         self.listeners: list[Listening] = []
         # PROTOCOL.md 10.7, 15.6: connections whose TLS handshake is in progress (either
-        # listener), with the task that runs it; they count like peers (over_limit).
-        self.handshaking: dict[PeerShell, asyncio.Task[Any]] = {}
+        # listener), with the task that runs it and its time-out; they count like peers
+        # (over_limit).
+        self.handshaking: dict[PeerShell, tuple[asyncio.Task[Any], asyncio.TimerHandle]] = {}
         self.refused_total = 0  # connections refused since start (any listener)
         self.tls_timeouts_total = 0  # TLS handshakes closed for --tls-handshake-timeout
         self._tls_timeouts = 0  # not logged yet
@@ -553,7 +554,11 @@ class Server:
                 self.refused(f"{address[0]}:{address[1]}", reason)
                 continue
             shell = listener.make_shell()
-            self.handshaking[shell] = self.loop.create_task(self._handshake(sock, shell, listener.ssl_context))
+            task = self.loop.create_task(self._handshake(sock, shell, listener.ssl_context))
+            # On the loop's clock, like every other timeout of jetd; the count lets go of
+            # the handshake at that very moment, not once the loop has closed its socket.
+            expiry = self.loop.call_later(self.config.tls_handshake_timeout, self._handshake_expired, shell)
+            self.handshaking[shell] = (task, expiry)
 
     async def _connect(self, sock: socket.socket, shell: PeerShell) -> None:
         try:
@@ -563,26 +568,35 @@ class Server:
             sock.close()
 
     async def _handshake(self, sock: socket.socket, shell: PeerShell, context: ssl.SSLContext) -> None:
-        """Run a TLS handshake for ``shell`` (counted in ``handshaking`` until the shell's
-        ``connection_made``, or until it fails) within ``--tls-handshake-timeout``, on the
-        loop's clock like every other timeout of jetd."""
-        timeout = self.config.tls_handshake_timeout
+        """Run a TLS handshake for ``shell``, counted in ``handshaking`` until the shell's
+        ``connection_made`` (:meth:`end_handshake`), its failure, or its time-out
+        (:meth:`_handshake_expired`, which cancels this)."""
+        # The loops' own handshake clock only backs ours up (both close the socket when
+        # the task is cancelled).
+        backstop = 2 * self.config.tls_handshake_timeout
         try:
-            await self.loop.connect_accepted_socket(lambda: shell, sock, ssl=context, ssl_handshake_timeout=timeout)
+            await self.loop.connect_accepted_socket(lambda: shell, sock, ssl=context, ssl_handshake_timeout=backstop)
         except OSError as exc:
-            # asyncio and uvloop both abort a late handshake with ConnectionAbortedError (a
-            # failed one raises ssl.SSLError, a lost one ConnectionResetError).
-            if isinstance(exc, ConnectionAbortedError):
-                self._tls_timed_out()
-            else:
-                log.info("TLS handshake failed: %s", exc)
+            log.info("TLS handshake failed: %s", exc)
             sock.close()
         finally:
-            self.handshaking.pop(shell, None)
+            self.end_handshake(shell)
 
-    def _tls_timed_out(self) -> None:
-        """Log handshakes closed for ``--tls-handshake-timeout``: at most one line a
-        second, with a count (a flood of idle connections must not flood the log)."""
+    def end_handshake(self, shell: PeerShell) -> None:
+        """``shell`` is no longer a handshake in progress (it is a connection now, or gone)."""
+        entry = self.handshaking.pop(shell, None)
+        if entry is not None:
+            entry[1].cancel()
+
+    def _handshake_expired(self, shell: PeerShell) -> None:
+        """PROTOCOL.md 15.6: a handshake not completed within ``--tls-handshake-timeout`` is
+        closed (cancelling its task closes its socket, in asyncio and uvloop alike). Logged
+        at most once a second, with a count (a flood of idle connections must not flood the
+        log)."""
+        entry = self.handshaking.pop(shell, None)
+        if entry is None:
+            return
+        entry[0].cancel()
         self.tls_timeouts_total += 1
         self._tls_timeouts += 1
         now = self.loop.time()
@@ -624,8 +638,9 @@ class Server:
             self.listeners.remove(listener)
         if sockets is not None:
             return
-        for task in self.handshaking.values():
+        for task, expiry in self.handshaking.values():
             task.cancel()
+            expiry.cancel()
         if self._tls_timeouts:
             log.warning("closed %d more connection(s) whose TLS handshake was not completed within %g s",
                         self._tls_timeouts, self.config.tls_handshake_timeout)
