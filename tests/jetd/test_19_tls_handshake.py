@@ -281,3 +281,14 @@ def test_a_tls_peer_beyond_a_limit_full_of_peers_is_told_inside_tls(start_jetd: 
         assert isinstance(got[1], Close) and got[1].status == Status.LIMIT_EXCEEDED, got
         assert "too many connections (max 2)" in got[1].message, got
     assert daemon.stop() == 0
+
+
+def test_the_flag_defaults_to_10_s_is_checked_and_documented() -> None:
+    from jetd.config import ConfigError, build_parser, config_from_args
+
+    assert config_from_args([]).tls_handshake_timeout == 10.0
+    assert config_from_args(["--tls-handshake-timeout", "0.5"]).tls_handshake_timeout == 0.5
+    for bad in ("0", "-1"):
+        with pytest.raises(ConfigError, match="tls_handshake_timeout must be positive"):
+            config_from_args(["--tls-handshake-timeout", bad])
+    assert "--tls-handshake-timeout" in build_parser().format_help()
