@@ -62,6 +62,7 @@ DEFAULT_AUTH_TIMEOUT = 10.0  # PROTOCOL.md 15.2: seconds to authenticate (no ano
 DEFAULT_AUTH_FAILURE_DELAY = 0.5  # PROTOCOL.md 15.2: seconds before each AUTH_FAILED
 DEFAULT_AUTH_FAILURE_DELAY_MAX = 30.0  # PROTOCOL.md 15.2: the growing delay per source and user stops here
 DEFAULT_AUTH_QUEUE = 64  # PROTOCOL.md 15.2: password checks waiting to run, all connections together
+DEFAULT_TLS_HANDSHAKE_TIMEOUT = 10.0  # PROTOCOL.md 15.6: seconds to complete a TLS handshake
 
 FSYNC_POLICIES = ("always", "interval", "never")
 LOG_ERROR_POLICIES = ("stop", "refuse", "continue")  # JETLOG.md 6.5
@@ -143,6 +144,8 @@ class Config:
         tls_key: PEM private key of ``tls_cert``.
         tls_client_ca: PEM CA bundle: peers may present a client certificate signed by
             it, whose CN is then their user (PROTOCOL.md 15.6).
+        tls_handshake_timeout: seconds a connection to a TLS listener has to complete its
+            handshake; until then it counts against ``max_connections`` (PROTOCOL.md 15.6).
     """
 
     host: str = DEFAULT_HOST
@@ -193,6 +196,7 @@ class Config:
     tls_cert: Optional[str] = None
     tls_key: Optional[str] = None
     tls_client_ca: Optional[str] = None
+    tls_handshake_timeout: float = DEFAULT_TLS_HANDSHAKE_TIMEOUT
 
     def validate(self) -> Config:
         """Check every value; returns self.
@@ -206,6 +210,8 @@ class Config:
             raise ConfigError(f"http_port must be 0..65535, got {self.http_port}")
         if not self.http_handshake_timeout > 0:
             raise ConfigError(f"http_handshake_timeout must be positive, got {self.http_handshake_timeout}")
+        if not self.tls_handshake_timeout > 0:
+            raise ConfigError(f"tls_handshake_timeout must be positive, got {self.tls_handshake_timeout}")
         for origin in self.allowed_origins():
             # A browser's Origin is scheme://host[:port], nothing more: an entry with a path,
             # userinfo or no host could never match, and its host would not join the Host list.
@@ -421,6 +427,10 @@ _HELP = {
     "tls_cert": "PEM certificate (chain) of the listener: TLS on (with --tls-key)",
     "tls_key": "PEM private key of --tls-cert",
     "tls_client_ca": "PEM CA bundle for client certificates; a verified certificate's CN is the user",
+    "tls_handshake_timeout": (
+        f"seconds a connection to a TLS port (jet or --http-port) has to complete its handshake; until then it "
+        f"counts against --max-connections, after it is closed (default {DEFAULT_TLS_HANDSHAKE_TIMEOUT:g})"
+    ),
 }
 
 

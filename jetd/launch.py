@@ -38,6 +38,13 @@ _ON_ERROR_TEXT = {
 }
 
 
+def _stats(server: Server) -> str:
+    """The counters of the SIGUSR1 and exit lines: the core's, then the listeners' (refused
+    connections, TLS handshakes closed for --tls-handshake-timeout, PROTOCOL.md 15.6)."""
+    return (f"{server.daemon.stats.summary()} refused={server.refused_total} "
+            f"tls_handshake_timeouts={server.tls_timeouts_total}")
+
+
 async def serve(config: Config, ready: Optional[asyncio.Future[tuple[str, int]]] = None) -> int:
     """Run jetd until SIGTERM or SIGINT; returns the exit code.
 
@@ -99,7 +106,7 @@ async def serve(config: Config, ready: Optional[asyncio.Future[tuple[str, int]]]
             return 1
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGUSR1, lambda: log.info("stats: %s", server.daemon.stats.summary()))
+    loop.add_signal_handler(signal.SIGUSR1, lambda: log.info("stats: %s", _stats(server)))
     loop.add_signal_handler(signal.SIGHUP, server.reload_access)
     print(f"jetd listening on {host}:{port}", flush=True)
     log.info(
@@ -124,5 +131,5 @@ async def serve(config: Config, ready: Optional[asyncio.Future[tuple[str, int]]]
         eventlog.close()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGHUP):
         loop.remove_signal_handler(sig)
-    log.info("stopped; stats: %s", server.daemon.stats.summary())
+    log.info("stopped; stats: %s", _stats(server))
     return exit_code

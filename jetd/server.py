@@ -80,6 +80,10 @@ FLUSH_AFTER_READ = 32 * 1024
 # connection that would eat into them is accepted only to be told CLOSE LIMIT_EXCEEDED.
 FD_MARGIN = 16
 REFUSED_LOG_INTERVAL = 1.0  # seconds between "refused" log lines (with a count)
+# PROTOCOL.md 15.6: a connection refused on a TLS listener before its handshake gets this
+# record, a fatal internal_error alert (type 21, version 3.3, length 2, level 2, code 80),
+# and a close: never jet bytes in plaintext, which a TLS client cannot read.
+TLS_REFUSAL_ALERT = b"\x15\x03\x03\x00\x02\x02\x50"
 ACCEPT_BATCH = 64  # connections accepted per readiness event of a listening socket
 OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 # JETLOG.md 6.3: with always, input pauses while the records appended since the commit in
@@ -88,6 +92,22 @@ OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 # then its own, each of about this size at most.
 GATED_BACKLOG = 1024 * 1024
 BACKLOG_LOG_EVERY = 10.0  # JETLOG.md 6.3: seconds between log lines about input paused for the writer
+
+
+class Listening:
+    """One listening socket and what becomes of a connection it accepts: ``make_shell``
+    builds its :class:`PeerShell`, ``ssl_context`` turns TLS on, and ``refusal(reason)``
+    is what a connection refused for lack of a descriptor is sent before its close."""
+
+    __slots__ = ("make_shell", "refusal", "sock", "ssl_context")
+
+    def __init__(self, sock: socket.socket, make_shell: Callable[[], PeerShell],
+                 ssl_context: Optional[ssl.SSLContext], refusal: Callable[[str], bytes]) -> None:
+        self.sock = sock
+        self.make_shell = make_shell
+        self.ssl_context = ssl_context
+        self.refusal = refusal
+
 
 # The durable gate's unit: one write to a transport, then maybe a hang-up (its CLOSE is in
 # the write). ``data`` may be empty.
@@ -150,6 +170,8 @@ class PeerShell(asyncio.Protocol):
 
     def prepare(self, transport: asyncio.BaseTransport) -> str:
         """Set up a new socket transport; returns the peer's ``host:port``."""
+        # Its TLS handshake (if any) is done: from now on it counts as what it becomes.
+        self.server.end_handshake(self)
         # uvloop's transports are not asyncio.Transport subclasses, but behave as one.
         self.raw = raw = cast(asyncio.Transport, transport)
         soft = self.server.config.soft_limit
@@ -165,17 +187,10 @@ class PeerShell(asyncio.Protocol):
     def attach(self, address: str) -> None:
         """The peer is a peer from now on: a Connection in the core, INFO queued."""
         server = self.server
+        # Beyond the limits (Server.over_limit, the one count): INFO, CLOSE LIMIT_EXCEEDED,
+        # rather than let accept() fail silently for the next ones (PROTOCOL.md 10.7).
+        refuse = server.over_limit(joining=1)
         server.protocols.add(self)
-        refuse = None
-        # Connections still in their HTTP phase (jetd.web) hold descriptors and count
-        # against max_connections like peers.
-        waiting = len(server.http_waiting)
-        if len(server.protocols) + waiting > server.fd_budget:
-            # Out of file descriptors soon: tell this one rather than let accept() fail
-            # silently for the next ones (PROTOCOL.md 10.7).
-            refuse = f"too many connections (out of file descriptors: limit {server.fd_limit})"
-        elif waiting and len(server.daemon.connections) + 1 + waiting > server.config.max_connections:
-            refuse = f"too many connections (max {server.config.max_connections})"
         self.conn = server.daemon.connect(address, server.loop.time(), refuse)
         self.conn.io = self
         if self.conn.closing:
@@ -413,7 +428,15 @@ class Server:
         self.http_waiting: set[Any] = set()
         self.flush_scheduled = False
         self.all_closed = asyncio.Event()
-        self.listeners: list[socket.socket] = []
+        self.listeners: list[Listening] = []
+        # PROTOCOL.md 10.7, 15.6: connections whose TLS handshake is in progress (either
+        # listener), with the task that runs it and its time-out; they count like peers
+        # (over_limit).
+        self.handshaking: dict[PeerShell, tuple[asyncio.Task[Any], asyncio.TimerHandle]] = {}
+        self.refused_total = 0  # connections refused since start (any listener)
+        self.tls_timeouts_total = 0  # TLS handshakes closed for --tls-handshake-timeout
+        self._tls_timeouts = 0  # not logged yet
+        self._tls_timeouts_logged = -REFUSED_LOG_INTERVAL
         # The classic trick: a descriptor held in reserve, closed to accept (and tell
         # CLOSE LIMIT_EXCEEDED) a connection when accept() fails for lack of one.
         self._reserve_fd = -1
@@ -461,20 +484,54 @@ class Server:
                 max(self.fd_budget, 0),
                 self.config.max_connections,
             )
-        self.listeners = listen(self.config.host, self.config.port)
-        for listener in self.listeners:
-            self.loop.add_reader(listener.fileno(), self._accept, listener)
+        sockets = self.add_listener(self.config.host, self.config.port, lambda: PeerProtocol(self),
+                                    self.ssl_context, self._jet_refusal)
         self._reserve_fd = _open_reserve()
-        port = self.listeners[0].getsockname()[1]
+        port = sockets[0].getsockname()[1]
         self._tick_handle = self.loop.call_later(self.tick_interval, self._tick)
         return self.config.host, port
 
-    def _accept(self, listener: socket.socket) -> None:
+    def add_listener(self, host: str, port: int, make_shell: Callable[[], PeerShell],
+                     ssl_context: Optional[ssl.SSLContext], refusal: Callable[[str], bytes]) -> list[socket.socket]:
+        """Listen on ``host:port`` (jetd.web's HTTP listener too): every listener accepts
+        through :meth:`_accept`, so that one count (:meth:`over_limit`) and one handshake
+        clock cover them all. ``refusal``: see :class:`Listening` (with TLS, the alert
+        instead: PROTOCOL.md 15.6). Returns the sockets.
+
+        Raises:
+            OSError: the address cannot be resolved or bound.
+        """
+        sockets = listen(host, port)
+        for sock in sockets:
+            entry = Listening(sock, make_shell, ssl_context, refusal if ssl_context is None else _tls_refusal)
+            self.listeners.append(entry)
+            self.loop.add_reader(sock.fileno(), self._accept, entry)
+        return sockets
+
+    def over_limit(self, joining: int = 0, one_through: bool = False) -> Optional[str]:
+        """PROTOCOL.md 10.7, 13.1, 15.6: why a connection is refused now, or None.
+
+        The one count of what connections hold, whatever their transport: peers (for
+        descriptors, those still lingering after their CLOSE too), connections in their
+        HTTP phase (jetd.web) and TLS handshakes in progress, plus ``joining`` not counted
+        in any of these yet. ``one_through``: a connection that is not a peer yet is let
+        through when it is the only one waiting and the peers alone fill
+        ``max_connections``, so that it learns of the limit as a peer (INFO, CLOSE
+        LIMIT_EXCEEDED); the descriptor budget lets nobody through.
+        """
+        waiting = len(self.http_waiting) + len(self.handshaking) + joining
+        if len(self.protocols) + waiting > self.fd_budget:
+            return f"too many connections (out of file descriptors: limit {self.fd_limit})"
+        if len(self.daemon.connections) + waiting > self.config.max_connections and not (one_through and waiting <= 1):
+            return f"too many connections (max {self.config.max_connections})"
+        return None
+
+    def _accept(self, listener: Listening) -> None:
         """Accept what is pending on ``listener`` (our own accept loop, so that running
         out of descriptors is seen: the loops' own drop such connections silently)."""
         for _ in range(ACCEPT_BATCH):
             try:
-                sock, _address = listener.accept()
+                sock, address = listener.sock.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
@@ -486,18 +543,76 @@ class Server:
                 log.warning("accept failed: %s", exc)
                 return
             sock.setblocking(False)
-            self.loop.create_task(self._connect(sock))
+            if listener.ssl_context is None:
+                self.loop.create_task(self._connect(sock, listener.make_shell()))
+                continue
+            # PROTOCOL.md 15.6: a TLS handshake is a connection from accept() on; beyond the
+            # limits it is refused before it begins, with an alert, not with jet bytes.
+            reason = self.over_limit(joining=1, one_through=True)
+            if reason is not None:
+                _refuse_socket(sock, TLS_REFUSAL_ALERT)
+                self.refused(f"{address[0]}:{address[1]}", reason)
+                continue
+            shell = listener.make_shell()
+            task = self.loop.create_task(self._handshake(sock, shell, listener.ssl_context))
+            # On the loop's clock, like every other timeout of jetd; the count lets go of
+            # the handshake at that very moment, not once the loop has closed its socket.
+            expiry = self.loop.call_later(self.config.tls_handshake_timeout, self._handshake_expired, shell)
+            self.handshaking[shell] = (task, expiry)
 
-    async def _connect(self, sock: socket.socket) -> None:
+    async def _connect(self, sock: socket.socket, shell: PeerShell) -> None:
         try:
-            await self.loop.connect_accepted_socket(lambda: PeerProtocol(self), sock, ssl=self.ssl_context)
+            await self.loop.connect_accepted_socket(lambda: shell, sock)
         except OSError as exc:
             log.info("accepted connection lost before it started: %s", exc)
             sock.close()
 
-    def _refuse_one(self, listener: socket.socket, exc: OSError) -> None:
+    async def _handshake(self, sock: socket.socket, shell: PeerShell, context: ssl.SSLContext) -> None:
+        """Run a TLS handshake for ``shell``, counted in ``handshaking`` until the shell's
+        ``connection_made`` (:meth:`end_handshake`), its failure, or its time-out
+        (:meth:`_handshake_expired`, which cancels this)."""
+        # The loops' own handshake clock only backs ours up (both close the socket when
+        # the task is cancelled).
+        backstop = 2 * self.config.tls_handshake_timeout
+        try:
+            await self.loop.connect_accepted_socket(lambda: shell, sock, ssl=context, ssl_handshake_timeout=backstop)
+        except OSError as exc:
+            log.info("TLS handshake failed: %s", exc)
+            sock.close()
+        finally:
+            self.end_handshake(shell)
+
+    def end_handshake(self, shell: PeerShell) -> None:
+        """``shell`` is no longer a handshake in progress (it is a connection now, or gone)."""
+        entry = self.handshaking.pop(shell, None)
+        if entry is not None:
+            entry[1].cancel()
+
+    def _handshake_expired(self, shell: PeerShell) -> None:
+        """PROTOCOL.md 15.6: a handshake not completed within ``--tls-handshake-timeout`` is
+        closed (cancelling its task closes its socket, in asyncio and uvloop alike). Logged
+        at most once a second, with a count (a flood of idle connections must not flood the
+        log)."""
+        entry = self.handshaking.pop(shell, None)
+        if entry is None:
+            return
+        entry[0].cancel()
+        self.tls_timeouts_total += 1
+        self._tls_timeouts += 1
+        now = self.loop.time()
+        if now - self._tls_timeouts_logged >= REFUSED_LOG_INTERVAL:
+            log.warning("closed %d connection(s) whose TLS handshake was not completed within %g s",
+                        self._tls_timeouts, self.config.tls_handshake_timeout)
+            self._tls_timeouts = 0
+            self._tls_timeouts_logged = now
+
+    def _jet_refusal(self, reason: str) -> bytes:
+        return self.daemon.info_frame + close_frame(Status.LIMIT_EXCEEDED, reason)
+
+    def _refuse_one(self, listener: Listening, exc: OSError) -> None:
         """accept() failed for lack of a descriptor: with the reserve one, accept the
-        connection, send INFO and CLOSE LIMIT_EXCEEDED, and close it (PROTOCOL.md 10.7)."""
+        connection, tell it (jet TCP: INFO and CLOSE LIMIT_EXCEEDED; TLS: an alert) and
+        close it (PROTOCOL.md 10.7, 15.6)."""
         reason = f"too many connections (out of file descriptors: limit {self.fd_limit})"
         if self._reserve_fd < 0:
             self._reserve_fd = _open_reserve()
@@ -506,22 +621,30 @@ class Server:
         os.close(self._reserve_fd)
         self._reserve_fd = -1
         try:
-            sock, address = listener.accept()
+            sock, address = listener.sock.accept()
         except OSError:
             pass
         else:
-            with contextlib.suppress(OSError):
-                sock.setblocking(False)
-                sock.send(self.daemon.info_frame + close_frame(Status.LIMIT_EXCEEDED, reason))
-            sock.close()
+            _refuse_socket(sock, listener.refusal(reason))
             self.refused(f"{address[0]}:{address[1]}", reason)
         self._reserve_fd = _open_reserve()
 
-    def stop_listening(self) -> None:
-        for listener in self.listeners:
-            self.loop.remove_reader(listener.fileno())
-            listener.close()
-        self.listeners = []
+    def stop_listening(self, sockets: Optional[list[socket.socket]] = None) -> None:
+        """Stop accepting on ``sockets`` (default: every listener); handshakes in progress
+        on them end too."""
+        for listener in [entry for entry in self.listeners if sockets is None or entry.sock in sockets]:
+            self.loop.remove_reader(listener.sock.fileno())
+            listener.sock.close()
+            self.listeners.remove(listener)
+        if sockets is not None:
+            return
+        for task, expiry in self.handshaking.values():
+            task.cancel()
+            expiry.cancel()
+        if self._tls_timeouts:
+            log.warning("closed %d more connection(s) whose TLS handshake was not completed within %g s",
+                        self._tls_timeouts, self.config.tls_handshake_timeout)
+            self._tls_timeouts = 0
         if self._refused:
             log.warning("refused %d more connection(s) since the last report", self._refused)
             self._refused = 0
@@ -531,6 +654,7 @@ class Server:
 
     def refused(self, address: str, reason: str) -> None:
         """Log a refused connection; at most one line a second, with a count."""
+        self.refused_total += 1
         self._refused += 1
         now = self.loop.time()
         if now - self._refused_logged >= REFUSED_LOG_INTERVAL:
@@ -996,6 +1120,24 @@ def _warn_exposed(config: Config) -> None:
             "(--tls-cert/--tls-key): data and passwords travel in clear text",
             file=sys.stderr,
         )
+
+
+def _tls_refusal(_reason: str) -> bytes:
+    return TLS_REFUSAL_ALERT
+
+
+def _refuse_socket(sock: socket.socket, data: bytes) -> None:
+    """Send ``data`` on a socket that never became a connection, and close it. What the
+    client sent already (a ClientHello) is read first: closing with unread input would
+    reset the connection, which can destroy ``data`` before the client reads it."""
+    with contextlib.suppress(OSError):
+        sock.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            sock.recv(1 << 16)
+        if data:
+            sock.send(data)
+        sock.shutdown(socket.SHUT_WR)
+    sock.close()
 
 
 def _open_reserve() -> int:

@@ -25,6 +25,7 @@ import json
 import logging
 import mimetypes
 import re
+import socket
 import struct
 import sys
 from collections.abc import Generator, Iterable
@@ -198,12 +199,11 @@ class WebProtocol(PeerShell):
         # (PROTOCOL.md 10.7, 13.1): max_connections and the file descriptors jetd can
         # hold. One is let through even when the peers alone fill the limit, so that a
         # WebSocket peer learns of it as a TCP peer does (INFO, CLOSE LIMIT_EXCEEDED).
+        # TLS handshakes in progress count too (Server.over_limit, the one count).
         server.http_waiting.add(self)
-        waiting = len(server.http_waiting)
-        if waiting > max(1, server.config.max_connections - len(server.daemon.connections)):
-            self._refuse(f"too many connections (max {server.config.max_connections})")
-        elif len(server.protocols) + waiting > server.fd_budget:
-            self._refuse(f"too many connections (out of file descriptors: limit {server.fd_limit})")
+        reason = server.over_limit(one_through=True)
+        if reason is not None:
+            self._refuse(reason)
         else:
             self.abort_handle = server.loop.call_later(server.config.http_handshake_timeout, self._handshake_timeout)
 
@@ -492,7 +492,7 @@ class WebListener:
         self.origins = self.config.allowed_origins()
         self.hosts = allowed_hosts(self.config)
         self.connections: set[WebProtocol] = set()
-        self.listening: Optional[asyncio.AbstractServer] = None
+        self.sockets: list[socket.socket] = []
         self._timeouts = 0  # handshake timeouts not logged yet
         self._timeouts_logged = -TIMEOUT_LOG_INTERVAL
         self.files: dict[str, Path] = {
@@ -514,16 +514,14 @@ class WebListener:
         config = self.config
         host = config.http_host if config.http_host is not None else config.host
         port = config.http_port if config.http_port is not None else 0
-        self.listening = await self.server.loop.create_server(
-            lambda: WebProtocol(self), host, port, backlog=1024, reuse_address=True, ssl=self.ssl
-        )
-        return host, self.listening.sockets[0].getsockname()[1]
+        # jetd.server's accept loop: the same connection count and TLS handshake clock.
+        self.sockets = self.server.add_listener(host, port, lambda: WebProtocol(self), self.ssl, _refusal)
+        return host, self.sockets[0].getsockname()[1]
 
     def close(self) -> None:
         """Stop accepting; drop connections still in their HTTP phase (peers are closed
         by ``Server.shutdown`` like every other peer)."""
-        if self.listening is not None:
-            self.listening.close()
+        self.server.stop_listening(self.sockets)
         if self._timeouts:
             log.warning(
                 "web: closed %d more connection(s) without a complete HTTP request since the last report",
@@ -647,6 +645,14 @@ def _response(status: int, phrase: str, kind: str, body: bytes, method: str = "G
     )
     _secure(headers)
     return Response(status, phrase, headers, b"" if method == "HEAD" else body)
+
+
+def _refusal(reason: str) -> bytes:
+    """Out of descriptors at accept (jetd.server): an HTTP 503 like :meth:`WebProtocol._refuse`."""
+    body = f"{reason}\n".encode()
+    return (b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nRetry-After: 1\r\n%s"
+            b"Content-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n\r\n%s"
+            % (_SECURITY_LINES, len(body), body))
 
 
 def _secure(headers: Headers) -> None:

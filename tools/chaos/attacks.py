@@ -53,6 +53,7 @@ from .harness import (
     watched,
 )
 from .together import all_at_once
+from .tls import tls_handshakes
 from .websocket import RawWsPeer, web_address, ws_closures
 
 Row = dict[str, object]
@@ -610,6 +611,10 @@ ATTACKS: dict[str, tuple[str, Callable[[Run], Row]]] = {
     # seed, the auth flood and partial TCP and WebSocket frames together, probed.
     "all-at-once": ("every issue-29 scenario at once; a probe's GET and routed SET p50/p99/max, PASS/FAIL per target",
                     all_at_once),
+    # Issue 29: a TLS handshake is a connection (PROTOCOL.md 15.6; tools/chaos/tls.py).
+    "tls-handshakes": ("300 idle TLS handshakes (no ClientHello) under RLIMIT_NOFILE 256; a real TLS peer tries",
+                       lambda r: tls_handshakes(r.target, r.n(300), r.seconds(20.0, 3.0),
+                                                handshake_timeout=r.seconds(10.0, 1.0))),
 }
 
 
