@@ -52,8 +52,8 @@ from .harness import (
     wait_until,
     watched,
 )
-from .together import all_at_once
 from .tls import tls_handshakes
+from .together import all_at_once
 from .websocket import RawWsPeer, web_address, ws_closures
 
 Row = dict[str, object]
