@@ -1,13 +1,14 @@
 """Area 14, latency (issue 12 item 4): one request must not stall the other peers. The
 initial adds of big fetches (PROTOCOL.md 10.5) and a burst of route timeouts (10.3) go
-out in slices; a health peer's set-and-get rounds never wait more than 250 ms."""
+out in slices; a health peer's set-and-get rounds never wait more than 250 ms (scaled
+by the load of a busy machine, hostile_lib.health_bound)."""
 
 from __future__ import annotations
 
 import signal
 import time
 
-from hostile_lib import HEALTH_BOUND, Discard, HealthPeer
+from hostile_lib import Discard, HealthPeer, health_bound
 from jetd_testlib import RawPeer, v
 
 from jetwire import AddState, FetchAdd, FetchStates, Response, SetState, Status, encode
@@ -37,7 +38,8 @@ def test_big_fetches_do_not_stall_other_peers(start_jetd):
     worst = health.finish()
     print(f"big fetches: health peer worst {worst * 1000:.0f} ms")
     assert reader.received == fetches * (per_ok + STATES * per_add), reader.received
-    assert worst < HEALTH_BOUND, f"the health peer waited {worst * 1000:.0f} ms"
+    bound = health_bound()
+    assert worst < bound, f"the health peer waited {worst * 1000:.0f} ms (bound {bound * 1000:.0f} ms at this load)"
     owner.close()
 
 
@@ -72,5 +74,6 @@ def test_route_timeout_burst_does_not_stall_other_peers(start_jetd):
     worst = health.finish()
     print(f"route timeout burst: health peer worst {worst * 1000:.0f} ms")
     assert requester_reader.received == routes * timeout_answer, requester_reader.received
-    assert worst < HEALTH_BOUND, f"the health peer waited {worst * 1000:.0f} ms"
+    bound = health_bound()
+    assert worst < bound, f"the health peer waited {worst * 1000:.0f} ms (bound {bound * 1000:.0f} ms at this load)"
     owner.close()
