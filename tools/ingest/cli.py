@@ -368,6 +368,12 @@ def table_files(warehouse: str | Path, name: str, *, version: Optional[int] = No
         ValueError: no such table, both ``version`` and ``timestamp``, or no such
             version (before the first commit, or newer than the latest).
     """
+    return [str(u) for u in _snapshot(warehouse, name, version, timestamp).file_uris()]
+
+
+def _snapshot(warehouse: str | Path, name: str, version: Optional[int], timestamp: Any) -> Any:
+    """The ``deltalake.DeltaTable`` of ``name`` at ``version`` or ``timestamp`` (see
+    :func:`table_files`, which raises the same)."""
     from deltalake import DeltaTable
 
     from tools.ingest.warehouse import TABLES, table_path
@@ -383,7 +389,7 @@ def table_files(warehouse: str | Path, name: str, *, version: Optional[int] = No
             dt.load_as_version(timestamp)
     except Exception as exc:  # deltalake's own errors: no such version or time
         raise ValueError(f"{path}: {exc}") from None
-    return [str(u) for u in dt.file_uris()]
+    return dt
 
 
 def read_table(spark: Any, warehouse: str | Path, name: str, *, version: Optional[int] = None,
@@ -393,17 +399,21 @@ def read_table(spark: Any, warehouse: str | Path, name: str, *, version: Optiona
     Delta version, see ``jet-ingest history``), as of ``timestamp``, else its latest
     version. The version's files are resolved once (with delta-rs) and read with
     ``spark.read.parquet``, so the DataFrame keeps reading that version while later
-    ones are committed; no Delta jars are needed.
+    ones are committed; no Delta jars are needed. Its columns are that version's
+    schema: a column added later (schema evolution) is not in an older version, and
+    reads as null in the rows of files written before it was added.
 
     Raises:
         FileNotFoundError: nothing was ingested into ``warehouse`` yet.
         ValueError: no such table, or no such version or time.
     """
-    from tools.ingest.pipeline import spark_ddl
-    from tools.ingest.warehouse import table_schema
+    import pyarrow as pa
 
-    files = table_files(warehouse, name, version=version, timestamp=timestamp)
-    schema = table_schema(name)
+    from tools.ingest.pipeline import spark_ddl
+
+    dt = _snapshot(warehouse, name, version, timestamp)
+    files = [str(u) for u in dt.file_uris()]
+    schema = pa.schema(dt.schema().to_arrow())
     ddl = spark_ddl(schema.remove(schema.get_field_index("date")))
     if not files:
         return spark.createDataFrame([], ddl)
@@ -632,6 +642,8 @@ def history_main(argv: list[str]) -> int:
         print(f"{c['time']:%Y-%m-%d %H:%M:%S} {c['table']} v{c['version']} {c['operation']}{run}{records}{files}")
         for segment in c["segments"]:
             print(f"    {segment}")
+        for column in c["columns"]:
+            print(f"    + column {column}")
     if not commits:
         print("no commits yet")
     return 0
