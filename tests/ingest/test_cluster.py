@@ -150,7 +150,7 @@ def test_on_a_cluster_tables_match_local_and_invisible_paths_fail_loudly(cluster
     from jetd_logs import RUN, JetdLog
 
     from tools.ingest.cli import ingest_once
-    from tools.ingest.warehouse import Manifest
+    from tools.ingest.warehouse import Warehouse
 
     shared = tmp_path / "logs"
     shared.mkdir()
@@ -176,22 +176,22 @@ def test_on_a_cluster_tables_match_local_and_invisible_paths_fail_loudly(cluster
     ingest_once(None, str(shared), local)
     for table in ("frames", "requests", "state_changes", "connections", "traffic"):
         assert _rows(tmp_path / "wh", table) == _rows(local, table), table
-    assert Manifest.load(tmp_path / "wh").rows("frames") > 0
+    assert Warehouse.load(tmp_path / "wh").rows("frames") > 0
 
     # 2. A log directory the executors cannot see: a clear message, nothing marked done.
     assert "could not open 2 log file(s) the driver sees" in out, out
     assert "log directory must be visible at the same path on every executor" in out
     assert "nothing of this run was committed" in out
     assert "no records ingested yet" not in out
-    assert Manifest.load(tmp_path / "wh-hidden-logs").version == 0
+    assert Warehouse.load(tmp_path / "wh-hidden-logs").version == 0
     # ... so a later run that can read them ingests everything.
     assert ingest_once(None, str(hidden_logs), tmp_path / "wh-hidden-logs") == \
-        Manifest.load(tmp_path / "wh").rows("frames")
+        Warehouse.load(tmp_path / "wh").rows("frames")
 
     # 3. A warehouse the executors cannot see: their Parquet files are not where the driver looks.
     assert "not in the warehouse as the driver sees it" in out, out
     assert "warehouse must be a path every executor and the driver share" in out
-    assert Manifest.load(cluster.hidden / "wh").version == 0
+    assert Warehouse.load(cluster.hidden / "wh").version == 0
     assert "Traceback" not in out + done.stderr
 
 
@@ -258,7 +258,7 @@ def test_on_a_cluster_an_executor_that_sees_a_shorter_copy_fails_the_run(cluster
     from jetd_logs import JetdLog
 
     from tools.ingest.cli import ingest_once
-    from tools.ingest.warehouse import Manifest
+    from tools.ingest.warehouse import Warehouse
 
     logs, copy = cluster.short / tmp_path.name, cluster.short_copy / tmp_path.name
     logs.mkdir()
@@ -281,10 +281,10 @@ def test_on_a_cluster_an_executor_that_sees_a_shorter_copy_fails_the_run(cluster
     assert (f"{logs / 'jetd-a.jetlog'}: shorter than the driver planned to read ({len(data) // 2:,} bytes here, "
             f"{len(data):,} planned by the driver)") in out, out
     assert "nothing of this run was committed" in out and "Traceback" not in out + done.stderr
-    assert Manifest.load(wh).version == 0
+    assert Warehouse.load(wh).version == 0
     # Nothing was marked done: once the executors see the whole file, all of it is ingested.
     assert ingest_once(None, str(logs), wh) > 0
-    assert Manifest.load(wh).rows("frames") == ingest_once(None, str(logs), tmp_path / "wh-local") > 0
+    assert Warehouse.load(wh).rows("frames") == ingest_once(None, str(logs), tmp_path / "wh-local") > 0
 
 
 def _start_jetd(where: Path, *args: str) -> tuple[subprocess.Popen[bytes], tuple[str, int]]:
@@ -361,7 +361,7 @@ def test_on_a_cluster_follow_killed_at_random_moments_ingests_each_record_once(c
     import random
 
     from jetwire.log import LogRecord, iter_log
-    from tools.ingest.warehouse import Manifest
+    from tools.ingest.warehouse import Warehouse
 
     seed = random.randrange(1 << 30)
     rnd = random.Random(seed)
@@ -400,7 +400,7 @@ def test_on_a_cluster_follow_killed_at_random_moments_ingests_each_record_once(c
                 proc.wait(30)
                 kills.append(round(time.monotonic() - started, 1))
             assert proc.returncode == -signal.SIGKILL, (seed, log.read_text()[-3000:])
-            commits.append(Manifest.load(wh).version)
+            commits.append(Warehouse.load(wh).version)
         if traffic is not None:
             traffic.stop()
             traffic = None
@@ -432,4 +432,4 @@ def test_on_a_cluster_follow_killed_at_random_moments_ingests_each_record_once(c
     assert len(got) == len(set(got)), (seed, "duplicates", len(got) - len(set(got)))
     assert set(got) == strict, (seed, kills, commits, len(strict - set(got)), len(set(got) - strict))
     assert commits[-1] > commits[0] > 0 or commits[-1] > 0, (seed, kills, commits)  # killed after commits too
-    assert Manifest.load(wh).rows("frames") == len(strict)
+    assert Warehouse.load(wh).rows("frames") == len(strict)

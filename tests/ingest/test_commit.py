@@ -25,7 +25,7 @@ from tools.ingest.cli import ingest_once
 from tools.ingest.pipeline import IngestError, check_reports, compact
 from tools.ingest.session import REPO_ROOT
 from tools.ingest.synth import BASE_NS, write_synthetic_log
-from tools.ingest.warehouse import COMMIT_ORDER, CRASH_ENV, TABLES, Manifest, WarehouseError
+from tools.ingest.warehouse import COMMIT_ORDER, CRASH_ENV, TABLES, Warehouse, WarehouseError
 
 QUIET = Console(file=open(os.devnull, "w"))  # noqa: SIM115 (lives as long as the module)
 
@@ -72,7 +72,7 @@ def test_a_renamed_or_archived_segment_is_not_ingested_again(tmp_path: Path) -> 
     for name in TABLES[1:]:
         t = visible(wh, name)
         assert t.num_rows == visible(wh, name).num_rows  # settles
-    paths = {s.path for s in Manifest.load(wh).files.values()}
+    paths = {s.path for s in Warehouse.load(wh).files.values()}
     assert str(logs / "jet-001.jetlog.1") in paths and str(logs / "jet-001.jetlog") not in paths
     # The renamed segment goes on growing (jetd still writes it): only the new bytes count.
     whole = tmp_path / "whole.jetlog"
@@ -175,7 +175,7 @@ def test_a_crash_at_any_point_shows_readers_only_committed_rows(tmp_path: Path, 
     assert not (wh / "_jet_ingest" / "commit.json").exists()
     # Every table and the progress hold the second run's transaction, made once: no
     # table has two commits of it.
-    m = Manifest.load(wh)
+    m = Warehouse.load(wh)
     assert m.version == 2 and m.rows("frames") == total
     for table in TABLES:
         dt = DeltaTable(str(wh / table))
@@ -233,7 +233,7 @@ def test_compaction_keeps_follow_from_leaving_many_small_files(tmp_path: Path) -
     for table in TABLES:
         files = live_files(wh, table)
         assert len(files) < 10, (table, len(files))
-    m = Manifest.load(wh)
+    m = Warehouse.load(wh)
     assert m.rows("frames") == n
     assert compact(m) == 0  # nothing left to compact
     # A compaction changes no data: its commits say so, and no run's transaction moves.
@@ -424,3 +424,17 @@ def test_optimize_compacts_and_vacuum_deletes_only_replaced_files(tmp_path: Path
     assert ingest_once(None, str(logs), wh, console=QUIET) == 0
     done, _ = _python_m_ingest("vacuum", str(tmp_path / "none"))
     assert done.returncode == 2 and "not a jet warehouse" in done.stdout, done
+
+
+@pytest.mark.parametrize("command", ["vacuum", "optimize", "migrate"])
+def test_maintenance_of_a_directory_that_is_not_a_warehouse_creates_nothing(tmp_path: Path, command: str) -> None:
+    """It refuses before the lock file (``_jet_ingest/lock``) is made, and makes no
+    directory that was not there."""
+    plain = tmp_path / "plain"
+    (plain / "data").mkdir(parents=True)
+    (plain / "data" / "x.parquet").write_bytes(b"not ours")
+    for target in (plain, tmp_path / "absent" / "wh"):
+        done, _ = _python_m_ingest(command, str(target))
+        assert done.returncode == 2 and "not a jet warehouse" in done.stdout, done
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == \
+        ["plain", "plain/data", "plain/data/x.parquet"]

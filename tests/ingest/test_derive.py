@@ -363,14 +363,14 @@ def test_follow_does_not_end_a_run_before_reading_its_tail(tmp_path: Path) -> No
 
     from tools.ingest.cli import _plan, commit_micro_batch
     from tools.ingest.pipeline import FRAMES_SCHEMA, follow_task
-    from tools.ingest.warehouse import Manifest, new_run_id
+    from tools.ingest.warehouse import Warehouse, new_run_id
 
     logdir, wh = tmp_path / "logs", tmp_path / "wh"
     logdir.mkdir()
 
     def micro_batch(ends: dict[str, int], batch_id: int) -> None:
         """What cli._follow's batch() does, with the stream's rows read up to ``ends``."""
-        m = Manifest.load(wh)
+        m = Warehouse.load(wh)
         _, listed = _plan(m, str(logdir))  # listed now, after the stream planned the batch
         by_path = {s.path: k for k, s in listed.items()}
         tables = []

@@ -26,7 +26,7 @@ from tools.ingest.cli import ingest_once
 from tools.ingest.derive import TEST_COLUMN_ENV
 from tools.ingest.session import REPO_ROOT
 from tools.ingest.synth import BASE_NS, write_synthetic_log
-from tools.ingest.warehouse import CRASH_ENV, TABLES, Manifest, SchemaChangeError, history
+from tools.ingest.warehouse import CRASH_ENV, TABLES, SchemaChangeError, Warehouse, history
 
 QUIET = Console(file=open(os.devnull, "w"))  # noqa: SIM115 (lives as long as the module)
 NOTE = "written by a newer jet"  # what with_test_column fills a new string column with
@@ -89,7 +89,7 @@ def test_a_new_nullable_column_is_added_and_older_rows_read_null(old_warehouse: 
     # A later run of the same (newer) jet appends as usual; a compaction keeps the nulls.
     _segment(logs, 3)
     third = ingest_once(None, str(logs), wh, console=QUIET)
-    m = Manifest.load(wh)
+    m = Warehouse.load(wh)
     from tools.ingest.pipeline import compact
 
     assert compact(m, min_files=2) > 0
@@ -103,13 +103,13 @@ def test_a_new_nullable_column_is_added_and_older_rows_read_null(old_warehouse: 
 def test_an_incompatible_change_names_table_and_column_and_commits_nothing(
         old_warehouse: tuple[Path, Path, int], monkeypatch: pytest.MonkeyPatch, change: str, column: str) -> None:
     logs, wh, first = old_warehouse
-    versions, progress = _versions(wh), Manifest.load(wh).files
+    versions, progress = _versions(wh), Warehouse.load(wh).files
     _segment(logs, 2)
     monkeypatch.setenv(TEST_COLUMN_ENV, change)
     table = change.split(":")[0]
     with pytest.raises(SchemaChangeError, match=rf"^{table}: column '{column}' .*Nothing of this run was committed"):
         ingest_once(None, str(logs), wh, console=QUIET)
-    assert _versions(wh) == versions and Manifest.load(wh).files == progress
+    assert _versions(wh) == versions and Warehouse.load(wh).files == progress
     assert not (wh / "_jet_ingest" / "commit.json").exists()
     assert _frames(wh).num_rows == first
     # The same jet as before goes on where the warehouse stands.

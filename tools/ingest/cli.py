@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 import threading
 import time
@@ -98,7 +99,7 @@ class _Progress:
                 last = files_done
 
 
-def _plan(manifest: Any, logdir: str) -> tuple[list[tuple[str, int, int]], dict[str, Any]]:
+def _plan(committed: Any, logdir: str) -> tuple[list[tuple[str, int, int]], dict[str, Any]]:
     """Byte ranges still to ingest per file, and the segment states to record (keyed by
     segment identity, :func:`tools.ingest.warehouse.segment_key`).
 
@@ -129,12 +130,12 @@ def _plan(manifest: Any, logdir: str) -> tuple[list[tuple[str, int, int]], dict[
         if h is None:
             continue
         key = key_of(h)
-        known = manifest.files.get(key)
+        known = committed.files.get(key)
         if key not in where or (known is not None and known.path == f):
             where[key] = f
 
     def known_run(path: str, header: Any) -> Optional[int]:
-        known = manifest.files.get(key_of(header))
+        known = committed.files.get(key_of(header))
         return known.run_ns if known is not None else None
 
     run_of = infer_runs({f: headers[f] for f in where.values()}, known_run)
@@ -144,14 +145,14 @@ def _plan(manifest: Any, logdir: str) -> tuple[list[tuple[str, int, int]], dict[
         size = Path(f).stat().st_size
         if h is None:
             key = bad_header_key(f)
-            if key not in manifest.files and not _header_incomplete(f):
+            if key not in committed.files and not _header_incomplete(f):
                 ranges.append((f, 0, size))  # a bad header: reported once as a corrupt row
                 states[key] = FileState(f, 0, "", 0, 0, 0, size)
             continue
         key = key_of(h)
         if where[key] != f:
             continue  # another copy of a segment read from elsewhere
-        known = manifest.files.get(key)
+        known = committed.files.get(key)
         start = known.done if known is not None else 0
         if f.endswith(".gz"):
             # Archived, so finished: read whole once (offsets are of the uncompressed bytes).
@@ -168,13 +169,13 @@ def _plan(manifest: Any, logdir: str) -> tuple[list[tuple[str, int, int]], dict[
         if size > max(start, h.size):
             ranges.append((f, start, size))
     for key, state in states.items():
-        if key in manifest.files:
-            state.since_ns = manifest.files[key].since_ns  # what the first read of it skipped stays said
+        if key in committed.files:
+            state.since_ns = committed.files[key].since_ns  # what the first read of it skipped stays said
     return ranges, states
 
 
-def _changed(manifest: Any, states: dict[str, Any]) -> bool:
-    return any(manifest.files.get(k) != s for k, s in states.items())
+def _changed(committed: Any, states: dict[str, Any]) -> bool:
+    return any(committed.files.get(k) != s for k, s in states.items())
 
 
 def _header_incomplete(path: str) -> bool:
@@ -260,16 +261,16 @@ def _execute(spark: Any, parts: list[Any], spec: Any, console: Console, files: i
                     .map(lambda task: run_task(task[0], task[1], spec)).collect())
 
 
-def _record(manifest: Any, states: dict[str, Any]) -> None:
+def _record(committed: Any, states: dict[str, Any]) -> None:
     """Commit segment states that changed (a moved segment's new path) without rows,
     and finish a compaction that a killed run left undone."""
     from tools.ingest.pipeline import compact
 
-    if _changed(manifest, states):
+    if _changed(committed, states):
         from tools.ingest.warehouse import new_run_id
 
-        manifest.publish([], new_run_id(), states)
-    compact(manifest)
+        committed.publish([], new_run_id(), states)
+    compact(committed)
 
 
 def ingest_once(spark: Any, logdir: str, warehouse: Path, *, since_ns: Optional[int] = None,
@@ -290,27 +291,27 @@ def ingest_once(spark: Any, logdir: str, warehouse: Path, *, since_ns: Optional[
     """
     from tools.ingest.pipeline import TaskSpec, check_reports, commit, compact
     from tools.ingest.source import DEFAULT_CHUNK, plan_files, plan_ranges
-    from tools.ingest.warehouse import Manifest, new_run_id
+    from tools.ingest.warehouse import Warehouse, new_run_id
 
     console = console or Console(stderr=True)
-    manifest = Manifest.load(warehouse)
-    removed = manifest.remove_uncommitted()
+    committed = Warehouse.load(warehouse)
+    removed = committed.recover()
     if removed:
         console.print(f"removed what {removed} ingest run(s) left that never committed")
-    ranges, states = _plan(manifest, logdir)
+    ranges, states = _plan(committed, logdir)
     if not ranges:
-        _record(manifest, states)
+        _record(committed, states)
         console.print("nothing new to ingest")
         return 0
     ranges = _complete_live(ranges, states)
     if not ranges:
-        _record(manifest, states)
+        _record(committed, states)
         console.print("nothing new to ingest")
         return 0
     parts = plan_ranges(ranges, DEFAULT_CHUNK, 0)
     console.print(f"ingesting {len(ranges)} file(s), {sum(lim - s for _, s, lim in ranges):,} bytes")
     run_id = new_run_id()
-    staging = manifest.meta / "staging" / run_id
+    staging = committed.meta / "staging" / run_id
     resume = {path: start for path, start, _ in ranges if start > 0}
     # Each task checks that the segment it reads is the one planned here (header, size,
     # last record): an executor that sees a shorter or other copy fails the run.
@@ -331,7 +332,7 @@ def ingest_once(spark: Any, logdir: str, warehouse: Path, *, since_ns: Optional[
     by_path = {s.path: k for k, s in states.items()}
     if since_ns is not None:
         for path, *_ in ranges:
-            if path in by_path and by_path[path] not in manifest.files:
+            if path in by_path and by_path[path] not in committed.files:
                 states[by_path[path]].since_ns = since_ns  # its records before then are skipped for good
     for path in gone:
         states.pop(by_path[path], None)
@@ -344,8 +345,8 @@ def ingest_once(spark: Any, logdir: str, warehouse: Path, *, since_ns: Optional[
     for path, end in ends.items():
         if path in by_path and by_path[path] in states and path in verified:
             states[by_path[path]].done = max(states[by_path[path]].done, min(end, verified[path]))
-    commit(manifest, staging, run_id, states, staged)
-    compact(manifest)
+    commit(committed, staging, run_id, states, staged)
+    compact(committed)
     return int(sum(r["rows"] for r in reports))
 
 
@@ -420,7 +421,7 @@ def read_table(spark: Any, warehouse: str | Path, name: str, *, version: Optiona
     return spark.read.schema(ddl).option("basePath", str(Path(warehouse) / name)).parquet(*files)
 
 
-def commit_micro_batch(manifest: Any, listed: dict[str, Any], settled: list[dict[str, Any]], staging: Path,
+def commit_micro_batch(committed: Any, listed: dict[str, Any], settled: list[dict[str, Any]], staging: Path,
                        run_id: str) -> int:
     """Commit a ``--follow`` micro-batch whose tasks (:func:`tools.ingest.pipeline.follow_task`)
     left ``staging`` and reported ``settled`` (file, end, rows, written); returns its rows.
@@ -436,7 +437,7 @@ def commit_micro_batch(manifest: Any, listed: dict[str, Any], settled: list[dict
     from tools.ingest.pipeline import check_reports, commit
 
     read = {r["file"] for r in settled if r["rows"]}
-    states = {k: s for k, s in listed.items() if k in manifest.files or s.path in read}
+    states = {k: s for k, s in listed.items() if k in committed.files or s.path in read}
     by_path = {s.path: s for s in states.values()}
     for r in settled:
         state = by_path.get(r["file"])
@@ -448,9 +449,9 @@ def commit_micro_batch(manifest: Any, listed: dict[str, Any], settled: list[dict
     staged = check_reports(staging, reports, len(reports))
     rows = sum(int(r["rows"]) for r in settled)
     if rows:
-        commit(manifest, staging, run_id, states, staged)
+        commit(committed, staging, run_id, states, staged)
     else:
-        _record(manifest, states)
+        _record(committed, states)
     return rows
 
 
@@ -459,12 +460,12 @@ def _follow(spark: Any, args: argparse.Namespace, console: Console) -> int:
     record arrived for ``--idle-exit`` seconds; returns the records added."""
     from pyspark.sql import functions as F
 
-    from tools.ingest.warehouse import Manifest, new_run_id
+    from tools.ingest.warehouse import Warehouse, new_run_id
 
     warehouse = Path(args.out)
-    manifest = Manifest.load(warehouse)
-    manifest.remove_uncommitted()
-    starting = {s.path: s.done for s in manifest.files.values()}
+    committed = Warehouse.load(warehouse)
+    committed.recover()
+    starting = {s.path: s.done for s in committed.files.values()}
     last_rows = [time.monotonic()]
     added, batches = [0], [0]
     # Held while a micro-batch commits, so stopping never cuts one in half.
@@ -474,9 +475,9 @@ def _follow(spark: Any, args: argparse.Namespace, console: Console) -> int:
         from tools.ingest.pipeline import compact, follow_task
 
         with committing:
-            m = Manifest.load(warehouse)
+            m = Warehouse.load(warehouse)
             _, states = _plan(m, args.logdir)
-            # The manifest is the truth: rows it already holds (from a batch run, or a
+            # The progress table is the truth: rows it already holds (from a batch run, or a
             # micro-batch replayed after a crash, or a segment since renamed) are
             # filtered out.
             done = _per_file({s.path: m.files[k].done for k, s in states.items() if k in m.files})
@@ -663,6 +664,8 @@ def migrate_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     root = Path(args.warehouse).resolve()
     try:
+        if not os.path.lexists(root / "_jet_ingest" / "current"):
+            _require_warehouse(root)  # (converted already) before the lock file is made
         with locked(root):
             files = migrate(root)
     except (WarehouseError, OSError) as exc:
@@ -673,6 +676,19 @@ def migrate_main(argv: list[str]) -> int:
     return 0
 
 
+def _require_warehouse(root: Path) -> None:
+    """Refuse ``root`` unless it holds a jet warehouse, before anything (the lock file)
+    is created in it.
+
+    Raises:
+        WarehouseError: it does not (no progress table).
+    """
+    from tools.ingest.warehouse import WarehouseError
+
+    if not (root / "_jet_ingest" / "progress" / "_delta_log").is_dir():
+        raise WarehouseError(f"{root}: not a jet warehouse (nothing ingested yet?); nothing done")
+
+
 VACUUM_RETENTION_HOURS = 168  # Delta Lake's default: a week of versions stays readable
 
 
@@ -680,7 +696,7 @@ def maintain_main(command: str, argv: list[str]) -> int:
     """``jet-ingest optimize|vacuum WAREHOUSE``; returns the exit status (2: not a
     warehouse, or another jet-ingest holds it)."""
     from tools.ingest.pipeline import compact
-    from tools.ingest.warehouse import TABLES, Manifest, WarehouseError, locked
+    from tools.ingest.warehouse import TABLES, Warehouse, WarehouseError, locked
 
     if command == "optimize":
         parser = argparse.ArgumentParser(prog="jet-ingest optimize",
@@ -700,10 +716,9 @@ def maintain_main(command: str, argv: list[str]) -> int:
     args = parser.parse_args(argv)
     root = Path(args.warehouse).resolve()
     try:
+        _require_warehouse(root)
         with locked(root):
-            m = Manifest.load(root)
-            if not m.app_id:
-                raise WarehouseError(f"{root}: not a jet warehouse (nothing ingested yet?)")
+            m = Warehouse.load(root)
             m.recover()  # a killed run's decided commits first: their files are not garbage
             if command == "optimize":
                 print(f"{root}: {compact(m, min_files=2)} file(s) compacted")
@@ -737,7 +752,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 2
     from contextlib import ExitStack
 
-    from tools.ingest.warehouse import Manifest, WarehouseError, locked
+    from tools.ingest.warehouse import Warehouse, WarehouseError, locked
 
     started = time.monotonic()
     warehouse = Path(args.out).resolve()
@@ -745,13 +760,13 @@ def main(argv: Optional[list[str]] = None) -> int:
         try:
             warehouse.mkdir(parents=True, exist_ok=True)
             stack.enter_context(locked(warehouse))
-            manifest = Manifest.load(warehouse)  # refuse a warehouse it cannot continue before starting Spark
+            committed = Warehouse.load(warehouse)  # refuse a warehouse it cannot continue before starting Spark
             if not args.follow:
-                # Decided from the headers and sizes against the manifest: no JVM.
-                manifest.remove_uncommitted()
-                ranges, states = _plan(manifest, args.logdir)
+                # Decided from the headers and sizes against the progress table: no JVM.
+                committed.recover()
+                ranges, states = _plan(committed, args.logdir)
                 if not _complete_live(ranges, states):
-                    _record(manifest, states)
+                    _record(committed, states)
                     report = warehouse / "report.html"
                     console.print("nothing new to ingest" + (f"; report: {report}" if report.exists() else ""))
                     return 0
@@ -780,7 +795,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 def run(spark: Any, args: argparse.Namespace, console: Console, *, started: Optional[float] = None) -> int:
     """What ``jet-ingest`` does with a SparkSession (``main`` creates and stops it, and
     holds the warehouse's lock around it)."""
-    from tools.ingest.warehouse import Manifest
+    from tools.ingest.warehouse import Warehouse
 
     started = time.monotonic() if started is None else started
     warehouse = Path(args.out).resolve()
@@ -790,7 +805,7 @@ def run(spark: Any, args: argparse.Namespace, console: Console, *, started: Opti
     if args.follow:
         added += _follow(spark, args, console)
     console.print(_versions_line(warehouse, before), highlight=False)
-    if not Manifest.load(warehouse).rows("frames"):
+    if not Warehouse.load(warehouse).rows("frames"):
         console.print("no records ingested yet")
         return 0
     tables = load_tables(spark, warehouse)
@@ -799,7 +814,7 @@ def run(spark: Any, args: argparse.Namespace, console: Console, *, started: Opti
         from tools.ingest.report import collect_summary, print_summary, write_report
         from tools.ingest.warehouse import history_notes
 
-        history = list(history_notes(Manifest.load(warehouse).files.values()).values())
+        history = list(history_notes(Warehouse.load(warehouse).files.values()).values())
         summary = collect_summary(tables, source=args.logdir, history=history)
         print_summary(summary, console)
         write_report(summary, warehouse / "report.html")

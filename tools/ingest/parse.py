@@ -253,7 +253,7 @@ def infer_runs(
     by its ``created_ns`` (JETLOG.md 1: a new segment on every start); the first file of
     a daemon starts a run too, so a run whose first segments are not among ``headers``
     is named by its earliest file here. ``known(path, header)``, if given, may return a
-    run recorded earlier for a file (a warehouse's manifest): it wins, and the
+    run recorded earlier for a file (a warehouse's progress table): it wins, and the
     segments after it in the same run follow it.
     """
     out: dict[str, int] = {}

@@ -19,7 +19,7 @@ remove actions) carrying the application transaction ``(app id of the warehouse,
 number)``, ``frames`` last, then the ``progress`` table is overwritten with the new
 segment states under the same transaction. A run killed before ``commit.json`` exists
 left nothing a reader can see: the next run deletes its staging and reads those byte
-ranges again. A run killed after it is finished by the next one (:meth:`Manifest.recover`):
+ranges again. A run killed after it is finished by the next one (:meth:`Warehouse.recover`):
 a table whose transaction version already is the run's is not committed twice, so no
 record is lost or added twice. Delta Lake has no multi-table commit: for the moments
 between two of a run's commits a reader can see a run's rows in one table and not yet
@@ -55,8 +55,8 @@ __all__ = [
     "CRASH_ENV",
     "TABLES",
     "FileState",
-    "Manifest",
     "SchemaChangeError",
+    "Warehouse",
     "WarehouseError",
     "crash_point",
     "history",
@@ -286,7 +286,7 @@ def _file_action(table_dir: Path, rel: str, rows: int) -> dict[str, Any]:
 
 
 @dataclass
-class Manifest:
+class Warehouse:
     """The committed state of a warehouse, read from its Delta tables (module docstring):
     each table's files and rows, the segment states, the carry, and ``version``, the
     number of the last run committed (its application transaction version; 0: none)."""
@@ -320,7 +320,7 @@ class Manifest:
         return sum(self.tables.get(table, {}).values())
 
     @classmethod
-    def load(cls, root: Path) -> Manifest:
+    def load(cls, root: Path) -> Warehouse:
         """The committed state of ``root`` (empty if nothing was committed yet). A run
         decided but not finished by a killed process shows as it was before that run
         until a writer calls :meth:`recover`.
@@ -339,7 +339,7 @@ class Manifest:
         return cls._load_delta(root)
 
     @classmethod
-    def _load_delta(cls, root: Path) -> Manifest:
+    def _load_delta(cls, root: Path) -> Warehouse:
         m = cls(root)
         if not (m.progress / "_delta_log").exists():
             return m
@@ -514,7 +514,7 @@ class Manifest:
         self.plan_path.unlink(missing_ok=True)
         _fsync_dir(self.meta)
         crash_point(f"{point}committed")
-        fresh = Manifest._load_delta(self.root)
+        fresh = Warehouse._load_delta(self.root)
         self.files, self.tables, self.version, self.has_carry, self.app_id = (
             fresh.files, fresh.tables, fresh.version, fresh.has_carry, fresh.app_id)
         self._remove_old_carry()
@@ -546,8 +546,6 @@ class Manifest:
         for p in self.meta.glob(".commit.*.tmp") if self.meta.exists() else []:
             p.unlink(missing_ok=True)
         return dealt
-
-    remove_uncommitted = recover  # the name the callers of the snapshot layout used
 
 
 def _type_name(delta_type: Any) -> str:
@@ -649,7 +647,7 @@ def migrate(root: Path) -> int:
             return 0  # converted already
         raise WarehouseError(f"{root}: not a warehouse of the snapshot layout (no _jet_ingest/current)")
     snapshot = meta / "snapshots" / Path(os.readlink(current)).name
-    m = Manifest._load_delta(root)
+    m = Warehouse._load_delta(root)
     m.recover()  # a migration killed after it was decided is finished
     converted = 0
     if not m.version:
