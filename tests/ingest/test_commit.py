@@ -10,6 +10,7 @@ is read with delta-rs (``deltalake``), as any Delta Lake reader would.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -384,19 +385,60 @@ def visible_old(wh: Path) -> dict[str, pa.Table]:
     return {t: ds.dataset(snap / t, format="parquet").to_table() for t in TABLES}
 
 
-def test_the_run_says_each_tables_version_and_what_it_added(tmp_path: Path) -> None:
-    from tools.ingest.cli import _table_versions, _versions_line
+def test_the_run_and_its_report_say_each_tables_version_and_what_it_added(tmp_path: Path) -> None:
+    """The console line and the report (text and HTML) show, per table, its Delta version
+    and the rows and files this run's commits added, checked against the Delta log."""
+    import pandas as pd
+
+    from tools.ingest.cli import _table_versions, _versions_line, table_changes
+    from tools.ingest.report import Summary, print_summary, write_report
 
     logs, wh = tmp_path / "logs", tmp_path / "wh"
     _segments(logs, 0, 1)
-    assert _versions_line(wh, _table_versions(wh)) == "tables: none yet"
+    assert _versions_line(table_changes(wh, _table_versions(wh))) == "tables: none yet"
     ingest_once(None, str(logs), wh, console=QUIET)
     before = _table_versions(wh)
-    _segments(logs, 1, 2)
+    _segments(logs, 1, 3)
     added = ingest_once(None, str(logs), wh, console=QUIET)
-    line = _versions_line(wh, before)
-    assert line.startswith(f"tables: frames v{before['frames'] + 1} (+{added:,}), requests v"), line
-    assert _versions_line(wh, _table_versions(wh)).startswith(f"tables: frames v{before['frames'] + 1} (+0)")
+    changes = table_changes(wh, before)
+    assert [c["table"] for c in changes] == list(TABLES)
+    for c in changes:
+        table = str(c["table"])
+        dt = DeltaTable(str(wh / table))
+        assert c["version"] == dt.version() > before[table]
+        old = set(files_of(DeltaTable(str(wh / table), version=before[table])))
+        new = set(files_of(dt)) - old
+        assert c["files"] == len(new) > 0, c
+        rows = pa.table(dt.get_add_actions(flatten=True))
+        by_path = dict(zip(rows.column("path").to_pylist(), rows.column("num_records").to_pylist(), strict=True))
+        assert c["rows"] == sum(by_path[f] for f in new), c
+    frames = changes[0]
+    assert frames["rows"] == added > 0
+    line = _versions_line(changes)
+    assert line.startswith(f"tables: frames v{frames['version']} (+{added:,} rows, +{frames['files']} files), "
+                           "requests v"), line
+    assert _versions_line(table_changes(wh, _table_versions(wh))).startswith(
+        f"tables: frames v{frames['version']} (+0 rows, +0 files)")
+
+    empty = pd.DataFrame()
+    summary = Summary({t: visible(wh, t).num_rows for t in TABLES}, empty, empty, empty, empty,
+                      pd.DataFrame({"status": [], "latency_ms": []}), pd.DataFrame({"name": [], "conn_id": [],
+                                                                                    "frames": []}),
+                      source=str(logs), versions=changes)
+    console = Console(record=True, width=200)
+    print_summary(summary, console)
+    text = console.export_text()
+    assert "version" in text and "rows added" in text and "files added" in text
+    row = next(line for line in text.splitlines() if line.startswith("│ frames "))
+    assert [str(frames["version"]), f"{added}", str(frames["files"])] == row.replace("│", " ").split()[-3:], row
+    write_report(summary, tmp_path / "report.html")
+    page = (tmp_path / "report.html").read_text()
+    html_table = page[page.index("<table id='tables'"):]
+    html_table = html_table[:html_table.index("</table>")]
+    assert re.findall(r"<th>(.*?)</th>", html_table) == ["table", "rows", "version", "rows added", "files added"]
+    first_row = re.findall(r"<td>(.*?)</td>", html_table)[:5]
+    assert first_row == ["frames", str(summary.rows["frames"]), str(frames["version"]), str(added),
+                         str(frames["files"])]
 
 
 def test_optimize_compacts_and_vacuum_deletes_only_replaced_files(tmp_path: Path) -> None:

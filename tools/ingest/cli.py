@@ -31,7 +31,7 @@ from typing import Any, Optional
 
 from rich.console import Console
 
-__all__ = ["commit_micro_batch", "ingest_once", "load_tables", "main", "read_table"]
+__all__ = ["commit_micro_batch", "ingest_once", "load_tables", "main", "read_table", "table_changes"]
 
 
 def _parse_since(text: str) -> int:
@@ -604,19 +604,31 @@ def _table_versions(warehouse: Path) -> dict[str, int]:
             for t in TABLES}
 
 
-def _versions_line(warehouse: Path, before: dict[str, int]) -> str:
-    """Each table's version now and the records this invocation's commits added to it,
-    e.g. ``frames v7 (+1,200), requests v7 (+40), ...``."""
+def table_changes(warehouse: Path, before: dict[str, int]) -> list[dict[str, int | str]]:
+    """Per table that exists: ``table``, its ``version`` now, and the ``rows`` and
+    ``files`` its ingest commits since the versions ``before`` (:func:`_table_versions`
+    when this invocation started) added: what this run (every micro-batch of ``--follow``
+    too) added. Compactions add no rows and are not counted."""
     from tools.ingest.warehouse import history
 
     now = _table_versions(warehouse)
-    if all(v < 0 for v in now.values()):
+    rows = {t: 0 for t in now}
+    files = {t: 0 for t in now}
+    if any(v >= 0 for v in now.values()):
+        for c in history(warehouse):
+            if c["version"] > before.get(c["table"], -1) and c["operation"] == "ingest":
+                rows[c["table"]] += int(c["records"] or 0)
+                files[c["table"]] += int(c["files_added"] or 0)
+    return [{"table": t, "version": v, "rows": rows[t], "files": files[t]} for t, v in now.items() if v >= 0]
+
+
+def _versions_line(changes: list[dict[str, int | str]]) -> str:
+    """``changes`` (:func:`table_changes`) on one line, e.g. ``frames v7 (+1,200 rows,
+    +3 files), requests v7 (+40 rows, +2 files), ...``."""
+    if not changes:
         return "tables: none yet"
-    added = {t: 0 for t in now}
-    for c in history(warehouse):
-        if c["version"] > before[c["table"]] and c["operation"] == "ingest":
-            added[c["table"]] += int(c["records"] or 0)
-    return "tables: " + ", ".join(f"{t} v{v} (+{added[t]:,})" for t, v in now.items() if v >= 0)
+    return "tables: " + ", ".join(f"{c['table']} v{c['version']} (+{c['rows']:,} rows, +{c['files']} files)"
+                                  for c in changes)
 
 
 def history_main(argv: list[str]) -> int:
@@ -804,7 +816,8 @@ def run(spark: Any, args: argparse.Namespace, console: Console, *, started: Opti
     added = ingest_once(spark, args.logdir, warehouse, since_ns=args.since, console=console, mode=args.mode)
     if args.follow:
         added += _follow(spark, args, console)
-    console.print(_versions_line(warehouse, before), highlight=False)
+    changes = table_changes(warehouse, before)
+    console.print(_versions_line(changes), highlight=False)
     if not Warehouse.load(warehouse).rows("frames"):
         console.print("no records ingested yet")
         return 0
@@ -815,7 +828,7 @@ def run(spark: Any, args: argparse.Namespace, console: Console, *, started: Opti
         from tools.ingest.warehouse import history_notes
 
         history = list(history_notes(Warehouse.load(warehouse).files.values()).values())
-        summary = collect_summary(tables, source=args.logdir, history=history)
+        summary = collect_summary(tables, source=args.logdir, history=history, versions=changes)
         print_summary(summary, console)
         write_report(summary, warehouse / "report.html")
         console.print(f"report: {warehouse / 'report.html'}")
