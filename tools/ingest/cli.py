@@ -317,6 +317,9 @@ def ingest_once(spark: Any, logdir: str, warehouse: Path, *, since_ns: Optional[
     # last record): an executor that sees a shorter or other copy fails the run.
     spec = TaskSpec(str(staging), {s.path: s.run_ns for s in states.values()}, since_ns, mode, resume,
                     plan_files(ranges))
+    from tools.ingest.warehouse import crash_point
+
+    crash_point("tasks")  # before the tasks write any Parquet file
     ends: dict[str, int] = {}
     # Where each file's next read resumes is computed while the tasks run.
     worker = threading.Thread(target=lambda: ends.update(_resume_offsets(ranges, DEFAULT_CHUNK)), daemon=True)
