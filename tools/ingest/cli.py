@@ -25,6 +25,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Optional
@@ -634,18 +635,25 @@ def _versions_line(changes: list[dict[str, int | str]]) -> str:
                                   for c in changes)
 
 
+def _warehouse_args(command: str, description: str, argv: list[str],
+                    options: Optional[Callable[[argparse.ArgumentParser], None]] = None) -> argparse.Namespace:
+    """``argv`` of ``jet-ingest COMMAND [options] WAREHOUSE``, parsed (``--help`` shows
+    ``description``; ``options`` adds the command's own)."""
+    parser = argparse.ArgumentParser(prog=f"jet-ingest {command}", description=description)
+    if options is not None:
+        options(parser)
+    parser.add_argument("warehouse", metavar="WAREHOUSE")
+    return parser.parse_args(argv)
+
+
 def history_main(argv: list[str]) -> int:
     """``jet-ingest history WAREHOUSE``: every commit of the warehouse's tables, with what
     each added; returns the exit status (2: not a warehouse)."""
     from tools.ingest.warehouse import WarehouseError, history
 
-    parser = argparse.ArgumentParser(prog="jet-ingest history",
-                                     description="Every Delta Lake commit of a jet-ingest warehouse's tables, "
-                                                 "oldest first: version, time, what it added and removed, and "
-                                                 "the log segments each run read (path:offset reached); "
-                                                 "tables are versioned each on its own (Delta Lake).")
-    parser.add_argument("warehouse", metavar="WAREHOUSE")
-    args = parser.parse_args(argv)
+    args = _warehouse_args("history", "Every Delta Lake commit of a jet-ingest warehouse's tables, oldest first: "
+                           "version, time, what it added and removed, and the log segments each run read "
+                           "(path:offset reached); tables are versioned each on its own (Delta Lake).", argv)
     try:
         commits = history(Path(args.warehouse))
     except WarehouseError as exc:
@@ -670,13 +678,10 @@ def migrate_main(argv: list[str]) -> int:
     Delta Lake tables in place; returns the exit status (2: not such a warehouse)."""
     from tools.ingest.warehouse import WarehouseError, locked, migrate
 
-    parser = argparse.ArgumentParser(prog="jet-ingest migrate",
-                                     description="Convert a warehouse written by a jet-ingest before Delta Lake "
-                                                 "(snapshot directories and _manifest.json) in place: its current "
-                                                 "snapshot becomes version 1 of each Delta table, its files moved, "
-                                                 "not rewritten. Safe to run again if it was interrupted.")
-    parser.add_argument("warehouse", metavar="WAREHOUSE")
-    args = parser.parse_args(argv)
+    args = _warehouse_args("migrate", "Convert a warehouse written by a jet-ingest before Delta Lake (snapshot "
+                           "directories and _manifest.json) in place: its current snapshot becomes version 1 of each "
+                           "Delta table, its files moved, not rewritten. Safe to run again if it was interrupted.",
+                           argv)
     root = Path(args.warehouse).resolve()
     try:
         if not os.path.lexists(root / "_jet_ingest" / "current"):
@@ -713,22 +718,19 @@ def maintain_main(command: str, argv: list[str]) -> int:
     from tools.ingest.pipeline import compact
     from tools.ingest.warehouse import TABLES, Warehouse, WarehouseError, locked
 
-    if command == "optimize":
-        parser = argparse.ArgumentParser(prog="jet-ingest optimize",
-                                         description="Compact the small files of every partition that has two or "
-                                                     "more into larger ones, in commits that change no data "
-                                                     "(the replaced files stay for older versions until vacuum).")
-    else:
-        parser = argparse.ArgumentParser(
-            prog="jet-ingest vacuum",
-            description="Delete the files no version of a table newer than the retention still needs (files "
-                        "that compactions replaced). Versions older than the retention can no longer be read "
-                        f"(time travel). Retention: {VACUUM_RETENTION_HOURS} hours (7 days, Delta Lake's "
-                        "default) unless --retention-hours says otherwise.")
+    def retention(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--retention-hours", type=int, default=VACUUM_RETENTION_HOURS, metavar="H",
                             help=f"keep what versions of the last H hours need (default {VACUUM_RETENTION_HOURS})")
-    parser.add_argument("warehouse", metavar="WAREHOUSE")
-    args = parser.parse_args(argv)
+
+    if command == "optimize":
+        args = _warehouse_args("optimize", "Compact the small files of every partition that has two or more into "
+                               "larger ones, in commits that change no data (the replaced files stay for older "
+                               "versions until vacuum).", argv)
+    else:
+        args = _warehouse_args("vacuum", "Delete the files no version of a table newer than the retention still "
+                               "needs (files that compactions replaced). Versions older than the retention can no "
+                               f"longer be read (time travel). Retention: {VACUUM_RETENTION_HOURS} hours (7 days, "
+                               "Delta Lake's default) unless --retention-hours says otherwise.", argv, retention)
     root = Path(args.warehouse).resolve()
     try:
         _require_warehouse(root)
