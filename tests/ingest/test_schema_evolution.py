@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -155,3 +156,38 @@ def test_a_crash_around_the_schema_change_adds_the_column_and_rows_once(
     assert len(keys) == len(set(keys))
     assert t.column("ingest_note").null_count == first and t.num_rows == first + second
     assert [c["columns"] for c in history(wh) if c["operation"] == "add columns"] == [["ingest_note string"]]
+
+
+@pytest.mark.spark
+def test_read_table_reads_each_version_with_its_own_schema(spark: Any, old_warehouse: tuple[Path, Path, int],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from tools.ingest import read_table
+
+    logs, wh, first = old_warehouse
+    before = DeltaTable(str(wh / "frames")).version()
+    second = _segment(logs, 2)
+    monkeypatch.setenv(TEST_COLUMN_ENV, "frames:ingest_note:string")
+    ingest_once(None, str(logs), wh, console=QUIET)
+    old = read_table(spark, wh, "frames", version=before)
+    assert "ingest_note" not in old.columns and old.count() == first
+    now = read_table(spark, wh, "frames")
+    notes = {r["ingest_note"]: r["n"] for r in now.groupBy("ingest_note").count().withColumnRenamed("count", "n")
+             .collect()}
+    assert notes == {None: first, NOTE: second}
+
+
+@pytest.mark.spark
+def test_jet_ingest_exits_1_naming_table_and_column_and_commits_nothing(old_warehouse: tuple[Path, Path, int]) -> None:
+    """The command line (Spark, local[1]) with a run whose ``frames`` files change a column's type."""
+    logs, wh, first = old_warehouse
+    versions = _versions(wh)
+    _segment(logs, 2)
+    env = {**os.environ, "PYTHONPATH": REPO_ROOT, "COLUMNS": "300", TEST_COLUMN_ENV: "frames:size:string",
+           "JET_INGEST_CDS": "0"}
+    done = subprocess.run([sys.executable, "-m", "tools.ingest", str(logs), "--out", str(wh), "--master", "local[1]",
+                           "--no-report"], env=env, capture_output=True, text=True, timeout=900, check=False)
+    out = " ".join(done.stdout.split())
+    assert done.returncode == 1, (out, done.stderr[-3000:])
+    assert "jet-ingest: frames: column 'size' is long in the table but string in this run's files" in out, out
+    assert "nothing of this run was committed" in out and "Traceback" not in out + done.stderr
+    assert _versions(wh) == versions and _frames(wh).num_rows == first
