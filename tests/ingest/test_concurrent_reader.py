@@ -2,7 +2,8 @@
 (issue 31): a thread reads the latest version of every table with delta-rs, again and
 again, while another thread ingests run after run (compactions included); every count
 it read is the count of a table after one of the runs, and no frames read holds a
-record twice.
+record twice. So is every version each table has, read afterwards: a read at the wrong
+moment would need luck to happen.
 
 The ingest runs its tasks in this process (``ingest_once(None, ...)``, no JVM); the
 cluster's runs are checked the same way in test_cluster.py.
@@ -10,10 +11,10 @@ cluster's runs are checked the same way in test_cluster.py.
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 from pathlib import Path
-from typing import Any
 
 from deltalake import DeltaTable
 from rich.console import Console
@@ -50,7 +51,8 @@ def read_whole_versions(wh: Path, stop: threading.Event, seen: list[tuple[str, i
 def test_a_concurrent_reader_sees_whole_versions_only(tmp_path: Path) -> None:
     logs, wh = tmp_path / "logs", tmp_path / "wh"
     logs.mkdir()
-    after_runs: dict[str, set[int]] = {t: {0} for t in TABLES}
+    # Per table: (its version, its rows) after each run, from (-1, 0) before the first.
+    marks: dict[str, list[tuple[int, int]]] = {t: [(-1, 0)] for t in TABLES}
     stop = threading.Event()
     seen: list[tuple[str, int, int, int]] = []
     errors: list[BaseException] = []
@@ -63,22 +65,28 @@ def test_a_concurrent_reader_sees_whole_versions_only(tmp_path: Path) -> None:
                                          start_ns=BASE_NS + run * 10**10)
             assert ingest_once(None, str(logs), wh, console=QUIET) > 0
             for table in TABLES:  # no other writer now: the table as this run left it
-                after_runs[table].add(DeltaTable(str(wh / table)).to_pyarrow_table().num_rows)
+                dt = DeltaTable(str(wh / table))
+                marks[table].append((dt.version(), dt.to_pyarrow_table().num_rows))
     finally:
         stop.set()
         reader.join(timeout=600)
     assert not reader.is_alive() and not errors, errors
-    assert max(after_runs["frames"]) == total
+    assert marks["frames"][-1][1] == total
     # Compactions ran (10 runs of small files): their commits change no counts either.
     assert any(h.get("jet.operation") == "compact" for h in DeltaTable(str(wh / "frames")).history())
-    by_table: dict[str, list[tuple[int, int, int]]] = {}
-    for table, version, rows, keys in seen:
-        by_table.setdefault(table, []).append((version, rows, keys))
-    assert set(by_table) == set(TABLES)
-    for table, reads in by_table.items():
-        torn: list[Any] = [r for r in reads if r[1] not in after_runs[table]]
-        assert not torn, (table, torn[:5], sorted(after_runs[table]))
-        assert all(rows == keys for _, rows, keys in reads), table  # no frames record twice in a read
-    # Every version the reader saw reads the same again: a version is immutable.
-    for version, rows, _ in set(by_table["frames"]):
-        assert DeltaTable(str(wh / "frames"), version=version).to_pyarrow_table().num_rows == rows
+
+    def whole(table: str, version: int) -> set[int]:
+        """The counts a version between two runs' ends may have: the first run's or the second's."""
+        pairs = itertools.pairwise(marks[table])
+        return next({before, after} for (v0, before), (v1, after) in pairs if v0 < version <= v1)
+
+    assert {table for table, *_ in seen} == set(TABLES)
+    torn = [r for r in seen if r[2] not in whole(r[0], r[1])]
+    assert not torn, (torn[:5], marks)
+    assert all(rows == keys for _, _, rows, keys in seen)  # no frames record twice in a read
+    # Whether the reader happened to read at the wrong moment is up to the scheduler: so
+    # every version ever committed, each of which a reader could have read, is checked too.
+    for table in TABLES:
+        for v in range(DeltaTable(str(wh / table)).version() + 1):
+            rows = DeltaTable(str(wh / table), version=v).to_pyarrow_table().num_rows
+            assert rows in whole(table, v), (table, v, rows, marks[table])
