@@ -150,7 +150,7 @@ def test_on_a_cluster_tables_match_local_and_invisible_paths_fail_loudly(cluster
     from jetd_logs import RUN, JetdLog
 
     from tools.ingest.cli import ingest_once
-    from tools.ingest.warehouse import Manifest
+    from tools.ingest.warehouse import Warehouse
 
     shared = tmp_path / "logs"
     shared.mkdir()
@@ -176,22 +176,22 @@ def test_on_a_cluster_tables_match_local_and_invisible_paths_fail_loudly(cluster
     ingest_once(None, str(shared), local)
     for table in ("frames", "requests", "state_changes", "connections", "traffic"):
         assert _rows(tmp_path / "wh", table) == _rows(local, table), table
-    assert Manifest.load(tmp_path / "wh").rows("frames") > 0
+    assert Warehouse.load(tmp_path / "wh").rows("frames") > 0
 
     # 2. A log directory the executors cannot see: a clear message, nothing marked done.
     assert "could not open 2 log file(s) the driver sees" in out, out
     assert "log directory must be visible at the same path on every executor" in out
     assert "nothing of this run was committed" in out
     assert "no records ingested yet" not in out
-    assert Manifest.load(tmp_path / "wh-hidden-logs").version == 0
+    assert Warehouse.load(tmp_path / "wh-hidden-logs").version == 0
     # ... so a later run that can read them ingests everything.
     assert ingest_once(None, str(hidden_logs), tmp_path / "wh-hidden-logs") == \
-        Manifest.load(tmp_path / "wh").rows("frames")
+        Warehouse.load(tmp_path / "wh").rows("frames")
 
     # 3. A warehouse the executors cannot see: their Parquet files are not where the driver looks.
     assert "not in the warehouse as the driver sees it" in out, out
     assert "warehouse must be a path every executor and the driver share" in out
-    assert Manifest.load(cluster.hidden / "wh").version == 0
+    assert Warehouse.load(cluster.hidden / "wh").version == 0
     assert "Traceback" not in out + done.stderr
 
 
@@ -258,7 +258,7 @@ def test_on_a_cluster_an_executor_that_sees_a_shorter_copy_fails_the_run(cluster
     from jetd_logs import JetdLog
 
     from tools.ingest.cli import ingest_once
-    from tools.ingest.warehouse import Manifest
+    from tools.ingest.warehouse import Warehouse
 
     logs, copy = cluster.short / tmp_path.name, cluster.short_copy / tmp_path.name
     logs.mkdir()
@@ -281,10 +281,10 @@ def test_on_a_cluster_an_executor_that_sees_a_shorter_copy_fails_the_run(cluster
     assert (f"{logs / 'jetd-a.jetlog'}: shorter than the driver planned to read ({len(data) // 2:,} bytes here, "
             f"{len(data):,} planned by the driver)") in out, out
     assert "nothing of this run was committed" in out and "Traceback" not in out + done.stderr
-    assert Manifest.load(wh).version == 0
+    assert Warehouse.load(wh).version == 0
     # Nothing was marked done: once the executors see the whole file, all of it is ingested.
     assert ingest_once(None, str(logs), wh) > 0
-    assert Manifest.load(wh).rows("frames") == ingest_once(None, str(logs), tmp_path / "wh-local") > 0
+    assert Warehouse.load(wh).rows("frames") == ingest_once(None, str(logs), tmp_path / "wh-local") > 0
 
 
 def _start_jetd(where: Path, *args: str) -> tuple[subprocess.Popen[bytes], tuple[str, int]]:
@@ -361,7 +361,7 @@ def test_on_a_cluster_follow_killed_at_random_moments_ingests_each_record_once(c
     import random
 
     from jetwire.log import LogRecord, iter_log
-    from tools.ingest.warehouse import Manifest
+    from tools.ingest.warehouse import Warehouse
 
     seed = random.randrange(1 << 30)
     rnd = random.Random(seed)
@@ -400,7 +400,7 @@ def test_on_a_cluster_follow_killed_at_random_moments_ingests_each_record_once(c
                 proc.wait(30)
                 kills.append(round(time.monotonic() - started, 1))
             assert proc.returncode == -signal.SIGKILL, (seed, log.read_text()[-3000:])
-            commits.append(Manifest.load(wh).version)
+            commits.append(Warehouse.load(wh).version)
         if traffic is not None:
             traffic.stop()
             traffic = None
@@ -432,4 +432,88 @@ def test_on_a_cluster_follow_killed_at_random_moments_ingests_each_record_once(c
     assert len(got) == len(set(got)), (seed, "duplicates", len(got) - len(set(got)))
     assert set(got) == strict, (seed, kills, commits, len(strict - set(got)), len(set(got) - strict))
     assert commits[-1] > commits[0] > 0 or commits[-1] > 0, (seed, kills, commits)  # killed after commits too
-    assert Manifest.load(wh).rows("frames") == len(strict)
+    assert Warehouse.load(wh).rows("frames") == len(strict)
+
+
+# Before the tasks write Parquet files, after they wrote them, once the run is decided,
+# after frames' commit, after the whole commit (tests/ingest/test_commit.py has every point,
+# JVM-free).
+CLUSTER_CRASH_POINTS = ["tasks", "staged", "planned", "committed-frames", "committed"]
+
+
+@pytest.mark.timeout(2400)  # six JVM starts on a busy 2-core machine
+def test_on_a_cluster_crashes_at_each_commit_point_lose_and_duplicate_nothing(cluster: Cluster,
+                                                                             tmp_path: Path) -> None:
+    """Issue 31: ``jet-ingest --master spark://...`` killed (``os._exit``, as SIGKILL) at
+    each commit point of its second run; then one driver finishes every warehouse on the
+    cluster while a reader thread reads every table's latest version with delta-rs. Each
+    warehouse ends with every record a strict whole-file read finds, once; every read
+    showed a whole version (the counts before the run or after it, nothing between)."""
+    import threading
+
+    from test_concurrent_reader import read_whole_versions
+
+    from tools.ingest.cli import ingest_once
+    from tools.ingest.parse import read_segment
+    from tools.ingest.synth import BASE_NS, write_synthetic_log
+    from tools.ingest.warehouse import CRASH_ENV, TABLES, Warehouse
+
+    base, logs = tmp_path / "base", tmp_path / "logs"
+    logs.mkdir()
+    for i in range(6):
+        if i == 3:  # a first run, committed before the crashes (JVM-free)
+            ingest_once(None, str(logs), base)
+        write_synthetic_log(str(logs / f"jet-{i:03d}.jetlog"), 300, segment=i, start_ns=BASE_NS + i * 10**10)
+    before = {t: DeltaTable(str(base / t)).to_pyarrow_table().num_rows for t in TABLES}
+    env = {**cluster.env, "PYTHONPATH": REPO_ROOT, "COLUMNS": "300"}
+    env.pop("PYSPARK_SUBMIT_ARGS", None)
+    warehouses = {point: tmp_path / f"wh-{point}" for point in CLUSTER_CRASH_POINTS}
+    for point, wh in warehouses.items():
+        shutil.copytree(base, wh)
+        runs = [[str(logs), "--out", str(wh), "--master", cluster.url, "--no-report"]]
+        done = subprocess.run([sys.executable, "-c", _DRIVER, json.dumps(runs)], env={**env, CRASH_ENV: point},
+                              capture_output=True, text=True, timeout=600, check=False)
+        assert done.returncode == 86, (point, done.stdout[-2000:], done.stderr[-3000:])
+        assert (wh / "_jet_ingest" / "commit.json").exists() == (point in ("planned", "committed-frames")), point
+
+    stop = threading.Event()
+    seen: dict[str, list[tuple[str, int, int, int]]] = {p: [] for p in warehouses}
+    errors: list[BaseException] = []
+    readers = [threading.Thread(target=read_whole_versions, args=(wh, stop, seen[p], errors), daemon=True)
+               for p, wh in warehouses.items()]
+    for r in readers:
+        r.start()
+    try:
+        runs = [[str(logs), "--out", str(wh), "--master", cluster.url, "--no-report"] for wh in warehouses.values()]
+        done = subprocess.run([sys.executable, "-c", _DRIVER, json.dumps(runs)], env=env, capture_output=True,
+                              text=True, timeout=900, check=False)
+    finally:
+        stop.set()
+        for r in readers:
+            r.join(600)
+    assert [line for line in done.stdout.splitlines() if line.startswith("EXIT")] == ["EXIT 0"] * len(warehouses), \
+        (done.stdout[-3000:], done.stderr[-3000:])
+    assert not errors, errors
+
+    strict = sorted((str(f), o) for f in sorted(logs.iterdir()) for b in read_segment(str(f))
+                    for o in b.column("offset").to_pylist())
+    local = tmp_path / "wh-local"  # the same two runs, never killed, JVM-free
+    shutil.copytree(base, local)
+    ingest_once(None, str(logs), local)
+    after = {t: DeltaTable(str(local / t)).to_pyarrow_table().num_rows for t in TABLES}
+    for point, wh in warehouses.items():
+        t = DeltaTable(str(wh / "frames")).to_pyarrow_table(columns=["file", "offset"])
+        got = list(zip(t.column("file").to_pylist(), t.column("offset").to_pylist(), strict=True))
+        assert len(got) == len(set(got)), (point, "duplicates")
+        assert sorted(got) == strict, (point, len(got), len(strict))
+        m = Warehouse.load(wh)
+        assert m.version == 2 and m.rows("frames") == len(strict), point
+        assert {t: DeltaTable(str(wh / t)).to_pyarrow_table().num_rows for t in TABLES} == after, point
+        for table in TABLES:
+            runs_of = [h.get("jet.run") for h in DeltaTable(str(wh / table)).history()
+                       if h.get("jet.operation") == "ingest"]
+            assert len(runs_of) == len(set(runs_of)), (point, table)  # no run committed twice
+        assert seen[point], point
+        torn = [(table, version, rows) for table, version, rows, keys in seen[point]
+                if rows not in (before[table], after[table]) or rows != keys]
+        assert not torn, (point, torn[:5], before, after)

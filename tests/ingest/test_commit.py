@@ -10,6 +10,7 @@ is read with delta-rs (``deltalake``), as any Delta Lake reader would.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -25,7 +26,7 @@ from tools.ingest.cli import ingest_once
 from tools.ingest.pipeline import IngestError, check_reports, compact
 from tools.ingest.session import REPO_ROOT
 from tools.ingest.synth import BASE_NS, write_synthetic_log
-from tools.ingest.warehouse import COMMIT_ORDER, CRASH_ENV, TABLES, Manifest, WarehouseError
+from tools.ingest.warehouse import COMMIT_ORDER, CRASH_ENV, TABLES, Warehouse, WarehouseError
 
 QUIET = Console(file=open(os.devnull, "w"))  # noqa: SIM115 (lives as long as the module)
 
@@ -72,7 +73,7 @@ def test_a_renamed_or_archived_segment_is_not_ingested_again(tmp_path: Path) -> 
     for name in TABLES[1:]:
         t = visible(wh, name)
         assert t.num_rows == visible(wh, name).num_rows  # settles
-    paths = {s.path for s in Manifest.load(wh).files.values()}
+    paths = {s.path for s in Warehouse.load(wh).files.values()}
     assert str(logs / "jet-001.jetlog.1") in paths and str(logs / "jet-001.jetlog") not in paths
     # The renamed segment goes on growing (jetd still writes it): only the new bytes count.
     whole = tmp_path / "whole.jetlog"
@@ -99,10 +100,10 @@ def test_a_segment_that_shrank_is_an_error(tmp_path: Path) -> None:
         ingest_once(None, str(logs), wh, console=QUIET)
 
 
-# Before the run is decided (staged, merged), once it is (planned), after each of its
-# Delta commits (frames last), after the progress commit; then the same for the
-# compaction that follows it.
-CRASH_POINTS = ["staged", "merged", "planned", *[f"committed-{t}" for t in COMMIT_ORDER], "committed",
+# Before the tasks write Parquet files (tasks), before the run is decided (staged,
+# merged), once it is (planned), after each of its Delta commits (frames last), after
+# the progress commit; then the same for the compaction that follows it.
+CRASH_POINTS = ["tasks", "staged", "merged", "planned", *[f"committed-{t}" for t in COMMIT_ORDER], "committed",
                 "compact-staged", "compact-planned", "compact-committed-requests", "compact-committed-frames",
                 "compact-committed"]
 _INGEST = "import sys; from pathlib import Path; from tools.ingest.cli import ingest_once; " \
@@ -158,7 +159,7 @@ def test_a_crash_at_any_point_shows_readers_only_committed_rows(tmp_path: Path, 
     committed = point in ("committed-frames", "committed") or point.startswith("compact-")
     keys = frame_keys(wh)
     assert len(keys) == len(set(keys)) == (total if committed else first), point
-    decided = point not in ("staged", "merged", "compact-staged")
+    decided = point not in ("tasks", "staged", "merged", "compact-staged")
     assert (wh / "_jet_ingest" / "commit.json").exists() == (decided and not point.endswith("committed")), point
     # Every table a reader can reach is one snapshot: the derived rows match the frames.
     requests = visible(wh, "requests")
@@ -175,7 +176,7 @@ def test_a_crash_at_any_point_shows_readers_only_committed_rows(tmp_path: Path, 
     assert not (wh / "_jet_ingest" / "commit.json").exists()
     # Every table and the progress hold the second run's transaction, made once: no
     # table has two commits of it.
-    m = Manifest.load(wh)
+    m = Warehouse.load(wh)
     assert m.version == 2 and m.rows("frames") == total
     for table in TABLES:
         dt = DeltaTable(str(wh / table))
@@ -233,7 +234,7 @@ def test_compaction_keeps_follow_from_leaving_many_small_files(tmp_path: Path) -
     for table in TABLES:
         files = live_files(wh, table)
         assert len(files) < 10, (table, len(files))
-    m = Manifest.load(wh)
+    m = Warehouse.load(wh)
     assert m.rows("frames") == n
     assert compact(m) == 0  # nothing left to compact
     # A compaction changes no data: its commits say so, and no run's transaction moves.
@@ -251,22 +252,47 @@ def _python_m_ingest(*argv: str, env: dict[str, str] | None = None) -> tuple[sub
     return done, time.monotonic() - started
 
 
-def test_nothing_new_answers_quickly_without_a_jvm(tmp_path: Path) -> None:
+_NO_SPARK = ("import sys; from tools.ingest.cli import main; code = main(sys.argv[1:]); "
+             "spark = sys.modules.get('pyspark'); "
+             "print('a SparkContext' if spark and spark.SparkContext._active_spark_context else 'no SparkContext'); "
+             "sys.exit(code)")
+
+
+def test_nothing_new_answers_without_a_jvm(tmp_path: Path) -> None:
+    """No JVM is started when nothing is new: no SparkContext exists when ``main``
+    returns, and the only ``java`` on the path, a script that records each start, is
+    never run. (How long it takes is measured in BENCHMARKS.md, not asserted.)"""
     logs, wh = tmp_path / "logs", tmp_path / "wh"
     _segments(logs, 0, 3)
     ingest_once(None, str(logs), wh, console=QUIET)
-    # No java anywhere: starting Spark would fail.
-    no_java = {"JAVA_HOME": str(tmp_path / "no-java"), "PATH": os.path.dirname(sys.executable) + ":/usr/bin:/bin",
-               "SPARK_HOME": str(tmp_path / "no-spark")}
-    done, took = _python_m_ingest(str(logs), "--out", str(wh), env=no_java)
-    assert done.returncode == 0, done
-    assert "nothing new to ingest" in done.stdout
-    assert took < 10, took  # ~0.6 s here; the bound allows a loaded machine
+    java_home = tmp_path / "java"
+    (java_home / "bin").mkdir(parents=True)
+    started = tmp_path / "java-started"
+    java = java_home / "bin" / "java"
+    java.write_text(f"#!/bin/sh\necho \"$@\" >> {started}\nexit 1\n")
+    java.chmod(0o755)
+    env = {**os.environ, "PYTHONPATH": REPO_ROOT, "COLUMNS": "100", "JAVA_HOME": str(java_home),
+           "PATH": f"{java_home / 'bin'}:{os.path.dirname(sys.executable)}:/usr/bin:/bin"}
+
+    def no_op_run() -> str:
+        done = subprocess.run([sys.executable, "-c", _NO_SPARK, str(logs), "--out", str(wh)], env=env,
+                              capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == 0, done
+        assert "nothing new to ingest" in done.stdout and done.stdout.rstrip().endswith("no SparkContext"), done
+        return done.stdout
+
+    no_op_run()
     os.rename(logs / "jet-000.jetlog", logs / "jet-000.old")  # a renamed segment is not new either
     with open(logs / "jet-002.jetlog", "ab") as fh:
         fh.write(b"\x4a\x52\x00\x00")  # nor the start of a record the daemon is writing
-    done, _ = _python_m_ingest(str(logs), "--out", str(wh), env=no_java)
-    assert done.returncode == 0 and "nothing new to ingest" in done.stdout, done
+    no_op_run()
+    assert not started.exists(), started.read_text()
+    # The check can fail: with something new, the same command starts Spark, whose
+    # launcher runs the recording java (which refuses to start).
+    _segments(logs, 3, 4)
+    done = subprocess.run([sys.executable, "-c", _NO_SPARK, str(logs), "--out", str(wh)], env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode != 0 and started.exists(), done
 
 
 def test_help_reads_well() -> None:
@@ -384,19 +410,60 @@ def visible_old(wh: Path) -> dict[str, pa.Table]:
     return {t: ds.dataset(snap / t, format="parquet").to_table() for t in TABLES}
 
 
-def test_the_run_says_each_tables_version_and_what_it_added(tmp_path: Path) -> None:
-    from tools.ingest.cli import _table_versions, _versions_line
+def test_the_run_and_its_report_say_each_tables_version_and_what_it_added(tmp_path: Path) -> None:
+    """The console line and the report (text and HTML) show, per table, its Delta version
+    and the rows and files this run's commits added, checked against the Delta log."""
+    import pandas as pd
+
+    from tools.ingest.cli import _table_versions, _versions_line, table_changes
+    from tools.ingest.report import Summary, print_summary, write_report
 
     logs, wh = tmp_path / "logs", tmp_path / "wh"
     _segments(logs, 0, 1)
-    assert _versions_line(wh, _table_versions(wh)) == "tables: none yet"
+    assert _versions_line(table_changes(wh, _table_versions(wh))) == "tables: none yet"
     ingest_once(None, str(logs), wh, console=QUIET)
     before = _table_versions(wh)
-    _segments(logs, 1, 2)
+    _segments(logs, 1, 3)
     added = ingest_once(None, str(logs), wh, console=QUIET)
-    line = _versions_line(wh, before)
-    assert line.startswith(f"tables: frames v{before['frames'] + 1} (+{added:,}), requests v"), line
-    assert _versions_line(wh, _table_versions(wh)).startswith(f"tables: frames v{before['frames'] + 1} (+0)")
+    changes = table_changes(wh, before)
+    assert [c["table"] for c in changes] == list(TABLES)
+    for c in changes:
+        table = str(c["table"])
+        dt = DeltaTable(str(wh / table))
+        assert c["version"] == dt.version() > before[table]
+        old = set(files_of(DeltaTable(str(wh / table), version=before[table])))
+        new = set(files_of(dt)) - old
+        assert c["files"] == len(new) > 0, c
+        rows = pa.table(dt.get_add_actions(flatten=True))
+        by_path = dict(zip(rows.column("path").to_pylist(), rows.column("num_records").to_pylist(), strict=True))
+        assert c["rows"] == sum(by_path[f] for f in new), c
+    frames = changes[0]
+    assert frames["rows"] == added > 0
+    line = _versions_line(changes)
+    assert line.startswith(f"tables: frames v{frames['version']} (+{added:,} rows, +{frames['files']} files), "
+                           "requests v"), line
+    assert _versions_line(table_changes(wh, _table_versions(wh))).startswith(
+        f"tables: frames v{frames['version']} (+0 rows, +0 files)")
+
+    empty = pd.DataFrame()
+    summary = Summary({t: visible(wh, t).num_rows for t in TABLES}, empty, empty, empty, empty,
+                      pd.DataFrame({"status": [], "latency_ms": []}), pd.DataFrame({"name": [], "conn_id": [],
+                                                                                    "frames": []}),
+                      source=str(logs), versions=changes)
+    console = Console(record=True, width=200)
+    print_summary(summary, console)
+    text = console.export_text()
+    assert "version" in text and "rows added" in text and "files added" in text
+    row = next(line for line in text.splitlines() if line.startswith("│ frames "))
+    assert [str(frames["version"]), f"{added}", str(frames["files"])] == row.replace("│", " ").split()[-3:], row
+    write_report(summary, tmp_path / "report.html")
+    page = (tmp_path / "report.html").read_text()
+    html_table = page[page.index("<table id='tables'"):]
+    html_table = html_table[:html_table.index("</table>")]
+    assert re.findall(r"<th>(.*?)</th>", html_table) == ["table", "rows", "version", "rows added", "files added"]
+    first_row = re.findall(r"<td>(.*?)</td>", html_table)[:5]
+    assert first_row == ["frames", str(summary.rows["frames"]), str(frames["version"]), str(added),
+                         str(frames["files"])]
 
 
 def test_optimize_compacts_and_vacuum_deletes_only_replaced_files(tmp_path: Path) -> None:
@@ -424,3 +491,17 @@ def test_optimize_compacts_and_vacuum_deletes_only_replaced_files(tmp_path: Path
     assert ingest_once(None, str(logs), wh, console=QUIET) == 0
     done, _ = _python_m_ingest("vacuum", str(tmp_path / "none"))
     assert done.returncode == 2 and "not a jet warehouse" in done.stdout, done
+
+
+@pytest.mark.parametrize("command", ["vacuum", "optimize", "migrate"])
+def test_maintenance_of_a_directory_that_is_not_a_warehouse_creates_nothing(tmp_path: Path, command: str) -> None:
+    """It refuses before the lock file (``_jet_ingest/lock``) is made, and makes no
+    directory that was not there."""
+    plain = tmp_path / "plain"
+    (plain / "data").mkdir(parents=True)
+    (plain / "data" / "x.parquet").write_bytes(b"not ours")
+    for target in (plain, tmp_path / "absent" / "wh"):
+        done, _ = _python_m_ingest(command, str(target))
+        assert done.returncode == 2 and "not a jet warehouse" in done.stdout, done
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == \
+        ["plain", "plain/data", "plain/data/x.parquet"]

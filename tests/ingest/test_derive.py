@@ -84,14 +84,24 @@ class Log:
         return path
 
 
+def owner_and_client(state: Optional[str] = None) -> Log:
+    """A log in which an owner and a client connected and, if ``state`` is given, the
+    owner added that state (value 0) and was answered."""
+    log = Log()
+    log.open(OWNER, "owner")
+    log.open(CLIENT, "client")
+    if state is not None:
+        log.into(OWNER, AddState(1, state, Value.of(0)))
+        log.out(OWNER, Response(1))
+    return log
+
+
 def scenario() -> Log:
     """Owner adds two states; owner and intruder notify by event; a routed SET accepted
     (with the owner's NOTIFY in between), one rejected; an unrouted SET NOT_FOUND; a
     CALL answered; a SET timed out, its owner answering late; the owner leaves (both
     states go)."""
-    log = Log()
-    log.open(OWNER, "owner")
-    log.open(CLIENT, "client")
+    log = owner_and_client()
     log.open(INTRUDER, "intruder")
     for i, key in enumerate(("plant/a", "plant/b"), 1):
         log.into(OWNER, AddState(i, key, Value.of(0)))
@@ -218,11 +228,7 @@ def test_any_cut_and_any_run_boundary_give_the_same_tables(tmp_path: Path, data:
 def _pending_log() -> tuple[Log, int]:
     """A routed SET with the owner's answer still outstanding; returns the log and the
     number of records before its answer."""
-    log = Log()
-    log.open(OWNER, "owner")
-    log.open(CLIENT, "client")
-    log.into(OWNER, AddState(1, "plant/a", Value.of(0)))
-    log.out(OWNER, Response(1))
+    log = owner_and_client("plant/a")
     log.routed(10, 100, SetState(10, "plant/a", Value.of(5)), Function.SET_STATE, "plant/a")
     cut = len(log.records)
     log.into(OWNER, Response(100, value=Value.of(5)))
@@ -267,9 +273,7 @@ def test_an_open_request_is_final_once_no_answer_can_come(tmp_path: Path, ending
 def test_an_owner_answer_after_the_requester_left_is_kept(tmp_path: Path) -> None:
     """PROTOCOL.md 10.3: the requester closes; the owner's answer, logged later, is
     still the row's owner status, whichever ingest run reads it."""
-    log = Log()
-    log.open(OWNER, "owner")
-    log.open(CLIENT, "client")
+    log = owner_and_client()
     log.routed(10, 100, SetState(10, "plant/a", Value.of(5)), Function.SET_STATE, "plant/a")
     log.close(CLIENT)
     cut = len(log.records)
@@ -283,11 +287,7 @@ def test_an_owner_answer_after_the_requester_left_is_kept(tmp_path: Path) -> Non
 def test_a_state_operation_whose_answer_is_damaged_holds_nothing_back(tmp_path: Path) -> None:
     """The daemon answers state operations in order: a later answer to the same
     connection means this one's will never be read; later changes are not held."""
-    log = Log()
-    log.open(OWNER, "owner")
-    log.open(CLIENT, "client")
-    log.into(OWNER, AddState(1, "plant/a", Value.of(0)))
-    log.out(OWNER, Response(1))
+    log = owner_and_client("plant/a")
     log.into(OWNER, NotifyState(2, "plant/a", Value.of(1)))
     log.out(OWNER, Response(2))
     log.records[-1] = log.records[-1][:-1] + bytes([log.records[-1][-1] ^ 0xFF])  # a CRC mismatch
@@ -307,11 +307,7 @@ def test_a_state_operation_whose_answer_is_damaged_holds_nothing_back(tmp_path: 
 def test_changes_behind_an_open_state_operation_wait_for_it(tmp_path: Path) -> None:
     """A log read while the daemon's answer to a NOTIFY is not written yet: changes
     after it are settled only with it, so every timeline stays in order."""
-    log = Log()
-    log.open(OWNER, "owner")
-    log.open(CLIENT, "client")
-    log.into(OWNER, AddState(1, "plant/a", Value.of(0)))
-    log.out(OWNER, Response(1))
+    log = owner_and_client("plant/a")
     log.into(CLIENT, AddState(1, "plant/b", Value.of(0)))
     log.out(CLIENT, Response(1))
     log.into(OWNER, NotifyState(2, "plant/a", Value.of(1)))
@@ -363,14 +359,14 @@ def test_follow_does_not_end_a_run_before_reading_its_tail(tmp_path: Path) -> No
 
     from tools.ingest.cli import _plan, commit_micro_batch
     from tools.ingest.pipeline import FRAMES_SCHEMA, follow_task
-    from tools.ingest.warehouse import Manifest, new_run_id
+    from tools.ingest.warehouse import Warehouse, new_run_id
 
     logdir, wh = tmp_path / "logs", tmp_path / "wh"
     logdir.mkdir()
 
     def micro_batch(ends: dict[str, int], batch_id: int) -> None:
         """What cli._follow's batch() does, with the stream's rows read up to ``ends``."""
-        m = Manifest.load(wh)
+        m = Warehouse.load(wh)
         _, listed = _plan(m, str(logdir))  # listed now, after the stream planned the batch
         by_path = {s.path: k for k, s in listed.items()}
         tables = []
@@ -414,9 +410,7 @@ def test_follow_does_not_end_a_run_before_reading_its_tail(tmp_path: Path) -> No
 def test_an_owners_close_is_remembered_for_the_requests_it_leaves_open(tmp_path: Path) -> None:
     """The requester's answer (OWNER_GONE) is damaged and the run boundary falls between
     the owner's close and the requester's: the next run must still know the owner left."""
-    log = Log()
-    log.open(OWNER, "owner")
-    log.open(CLIENT, "client")
+    log = owner_and_client()
     log.routed(10, 100, SetState(10, "plant/a", Value.of(5)), Function.SET_STATE, "plant/a")
     log.out(CLIENT, Response(10, Status.OWNER_GONE, message="the owner disconnected"))
     log.records[-1] = log.records[-1][:-1] + bytes([log.records[-1][-1] ^ 0xFF])  # a CRC mismatch

@@ -109,11 +109,11 @@ def test_partial_history_is_said_in_the_table_and_first_in_the_report(tmp_path: 
 
     from tools.ingest.cli import ingest_once
     from tools.ingest.report import Summary, print_summary, write_report
-    from tools.ingest.warehouse import Manifest, history_notes
+    from tools.ingest.warehouse import Warehouse, history_notes
 
     _write_run(tmp_path / "full", tmp_path / "later")
     ingest_once(None, str(tmp_path / "later"), tmp_path / "wh-later")
-    notes = history_notes(Manifest.load(tmp_path / "wh-later").files.values())
+    notes = history_notes(Warehouse.load(tmp_path / "wh-later").files.values())
     assert list(notes) == [RUN]
     note = notes[RUN]
     assert "segment(s) 0 of 2 not read" in note and "owner" in note and "value before its first change" in note
@@ -121,17 +121,17 @@ def test_partial_history_is_said_in_the_table_and_first_in_the_report(tmp_path: 
     assert {r["history"] for r in _table(tmp_path / "wh-later", "connections")} == {note}
 
     ingest_once(None, str(tmp_path / "full"), tmp_path / "wh-full")
-    assert history_notes(Manifest.load(tmp_path / "wh-full").files.values()) == {}
+    assert history_notes(Warehouse.load(tmp_path / "wh-full").files.values()) == {}
     assert {r["history"] for r in _table(tmp_path / "wh-full", "state_changes")} == {None}
     assert {r["history"] for r in _table(tmp_path / "wh-full", "connections")} == {None}
 
     since = RUN + 10**9 // 2  # inside segment 0
     ingest_once(None, str(tmp_path / "full"), tmp_path / "wh-since", since_ns=since)
-    (cut,) = history_notes(Manifest.load(tmp_path / "wh-since").files.values()).values()
+    (cut,) = history_notes(Warehouse.load(tmp_path / "wh-since").files.values()).values()
     assert "records before 2026-01-01 00:00:00 UTC skipped (--since)" in cut and "not read" not in cut
     # ... and it stays said in later runs that add to it
     ingest_once(None, str(tmp_path / "full"), tmp_path / "wh-since")
-    assert list(history_notes(Manifest.load(tmp_path / "wh-since").files.values()).values()) == [cut]
+    assert list(history_notes(Warehouse.load(tmp_path / "wh-since").files.values()).values()) == [cut]
 
     empty = pd.DataFrame()
     summary = Summary({"frames": 1}, empty, empty, empty, empty, pd.DataFrame({"status": [], "latency_ms": []}),

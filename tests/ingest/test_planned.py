@@ -89,7 +89,7 @@ def test_jet_ingest_tasks_check_the_plan_and_read_gzip_segments_whole(tmp_path: 
     from tools.ingest.parse import SegmentChanged
     from tools.ingest.pipeline import TaskSpec, run_task
     from tools.ingest.source import plan_files
-    from tools.ingest.warehouse import Manifest
+    from tools.ingest.warehouse import Warehouse
 
     logs = tmp_path / "logs"
     logs.mkdir()
@@ -98,7 +98,7 @@ def test_jet_ingest_tasks_check_the_plan_and_read_gzip_segments_whole(tmp_path: 
         shutil.copyfileobj(src, dst)
     (logs / "jet-0.jetlog").unlink()
     assert ingest_once(None, str(logs), tmp_path / "wh") == n
-    assert Manifest.load(tmp_path / "wh").rows("frames") == n
+    assert Warehouse.load(tmp_path / "wh").rows("frames") == n
 
     path = tmp_path / "plain.jetlog"
     write_synthetic_log(str(path), 50)

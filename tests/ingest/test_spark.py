@@ -416,7 +416,7 @@ def test_follow_ingests_a_live_log_exactly_once(spark: Any, start_jetd: Callable
 
 
 def test_follow_skips_a_micro_batch_already_ingested(spark: Any, tmp_path: Path) -> None:
-    """``--follow`` in-process: micro-batches whose records the manifest already holds
+    """``--follow`` in-process: micro-batches whose records the progress table already holds
     (the last one replayed after a restart; bytes a batch run took meanwhile) commit
     nothing and do not crash, and records appended afterwards are ingested once."""
     import argparse
@@ -427,7 +427,7 @@ def test_follow_skips_a_micro_batch_already_ingested(spark: Any, tmp_path: Path)
 
     from jetwire.log import LogHeader, LogKind, conn_open_data, encode_header, encode_record
     from tools.ingest.cli import _follow, ingest_once
-    from tools.ingest.warehouse import Manifest
+    from tools.ingest.warehouse import Warehouse
 
     log_dir, warehouse = tmp_path / "logs", tmp_path / "wh"
     log_dir.mkdir()
@@ -490,7 +490,7 @@ def test_follow_skips_a_micro_batch_already_ingested(spark: Any, tmp_path: Path)
         got = ingested()
         assert len(got) == len(set(got)) == n
         assert set(got) == _log_records(log_dir)
-        assert [s.done for s in Manifest.load(warehouse).files.values() if s.path == str(seg)] == [seg.stat().st_size]
+        assert [s.done for s in Warehouse.load(warehouse).files.values() if s.path == str(seg)] == [seg.stat().st_size]
 
     def then_append(after: str, first: int, last: int, ingested_so_far: int) -> Callable[[str], None]:
         def on_line(line: str) -> None:
@@ -516,12 +516,12 @@ def test_follow_skips_a_micro_batch_already_ingested(spark: Any, tmp_path: Path)
     for name in ("1", ".1.crc"):
         # missing_ok: the first follow stopped its query before Spark committed batch 1
         (warehouse / "_jet_ingest" / "checkpoint" / "commits" / name).unlink(missing_ok=True)
-    version = Manifest.load(warehouse).version
+    version = Warehouse.load(warehouse).version
     lines = follow(until_batch("micro-batch 3:"), then_append("micro-batch 2:", 60, 80, 60))
     assert lines == ["micro-batch 1: 0 new record(s)", "micro-batch 2: 0 new record(s)",
                      "micro-batch 3: 20 new record(s)"]
     assert_exactly_once(80)
-    assert Manifest.load(warehouse).version == version + 1  # only batch 3 committed
+    assert Warehouse.load(warehouse).version == version + 1  # only batch 3 committed
     assert not (warehouse / "_jet_ingest" / "staging").exists() or not any(
         (warehouse / "_jet_ingest" / "staging").iterdir())
 
@@ -535,7 +535,7 @@ def test_jet_ingest_failfast_fails_on_damage_quietly_and_commits_nothing(tmp_pat
     import sys
 
     from tools.ingest.session import REPO_ROOT
-    from tools.ingest.warehouse import Manifest
+    from tools.ingest.warehouse import Warehouse
 
     logs, wh = tmp_path / "logs", tmp_path / "wh"
     logs.mkdir()
@@ -554,7 +554,7 @@ def test_jet_ingest_failfast_fails_on_damage_quietly_and_commits_nothing(tmp_pat
     console = done.stdout + done.stderr
     assert "Traceback" not in console, console
     assert " WARN " not in console and "[Stage " not in console, console
-    assert Manifest.load(wh).version == 0
+    assert Warehouse.load(wh).version == 0
     assert not (wh / "frames").exists()
 
 

@@ -15,7 +15,7 @@ from jetwire.log import LogHeader, encode_header
 from tools.ingest.cli import _parse_since, _plan
 from tools.ingest.source import DEFAULT_CHUNK, DEFAULT_GROUP, expand_paths, plan_ranges
 from tools.ingest.synth import BASE_NS, write_synthetic_log
-from tools.ingest.warehouse import FileState, Manifest, table_schema
+from tools.ingest.warehouse import FileState, Warehouse, table_schema
 
 
 def _stage(root: Path, files: dict[str, int]) -> None:
@@ -34,12 +34,12 @@ def _rows(root: Path, table: str, version: int | None = None) -> int:
 
 
 def test_publish_commits_each_table_with_the_runs_transaction(tmp_path: Path) -> None:
-    m = Manifest(tmp_path)
+    m = Warehouse(tmp_path)
     _stage(tmp_path / "st1", {"frames/date=2026-01-01/a.parquet": 3, "requests/date=2026-01-01/b.parquet": 2})
     state = FileState("/x.jetlog", 123, "jetd", 5, 0, 5, 999)
     assert m.publish([(tmp_path / "st1", "run")], "r1", {state.key: state}) == 2
     assert [p.name for p in (tmp_path / "frames").rglob("*.parquet")] == ["run-r1-a.parquet"]
-    loaded = Manifest.load(tmp_path)
+    loaded = Warehouse.load(tmp_path)
     assert loaded.files == {state.key: state} and loaded.rows("frames") == 3 and loaded.version == 1
     frames = DeltaTable(str(tmp_path / "frames"))
     assert frames.transaction_version(loaded.app_id) == 1 and _rows(tmp_path, "frames") == 3
@@ -50,13 +50,13 @@ def test_publish_commits_each_table_with_the_runs_transaction(tmp_path: Path) ->
     # and the next writer deletes what it left.
     _stage(tmp_path / "_jet_ingest" / "staging" / "r2", {"frames/date=2026-01-01/c.parquet": 4})
     assert _rows(tmp_path, "frames") == 3
-    assert Manifest.load(tmp_path).recover() == 1
+    assert Warehouse.load(tmp_path).recover() == 1
     assert not (tmp_path / "_jet_ingest" / "staging").exists()
-    assert Manifest.load(tmp_path).version == 1 and _rows(tmp_path, "frames") == 3
+    assert Warehouse.load(tmp_path).version == 1 and _rows(tmp_path, "frames") == 3
 
 
 def test_publish_removes_replaced_files_and_old_versions_stay_readable(tmp_path: Path) -> None:
-    m = Manifest(tmp_path)
+    m = Warehouse(tmp_path)
     _stage(tmp_path / "st1", {"requests/date=2026-01-01/a.parquet": 3})
     _stage(tmp_path / "sn1", {"requests/date=2026-01-01/open.parquet": 1})
     m.publish([(tmp_path / "st1", "run"), (tmp_path / "sn1", "snap")], "r1", {}, carry=tmp_path / "no-carry")
@@ -74,7 +74,7 @@ def test_a_warehouse_of_an_older_jet_ingest_is_refused_with_a_reason(tmp_path: P
     (tmp_path / "_jet_ingest").mkdir()
     (tmp_path / "_jet_ingest" / "manifest.json").write_text('{"version": 2, "files": {}, "runs": []}')
     with pytest.raises(ValueError, match="ingest into a new warehouse"):
-        Manifest.load(tmp_path)
+        Warehouse.load(tmp_path)
 
 
 def test_a_damaged_progress_table_is_refused(tmp_path: Path) -> None:
@@ -82,7 +82,7 @@ def test_a_damaged_progress_table_is_refused(tmp_path: Path) -> None:
     log.mkdir(parents=True)
     (log / "00000000000000000000.json").write_text("{not json")
     with pytest.raises(ValueError, match="not a readable jet warehouse"):
-        Manifest.load(tmp_path)
+        Warehouse.load(tmp_path)
 
 
 def test_plan_resumes_and_assigns_runs(tmp_path: Path) -> None:
@@ -92,7 +92,7 @@ def test_plan_resumes_and_assigns_runs(tmp_path: Path) -> None:
     write_synthetic_log(str(logs / "b"), 10, segment=1, start_ns=BASE_NS + 10)
     write_synthetic_log(str(logs / "c"), 10, segment=0, start_ns=BASE_NS + 20)  # the daemon restarted
     (logs / "d").write_bytes(encode_header(LogHeader("jetd", BASE_NS + 30, 0))[:15])  # still being created
-    m = Manifest(tmp_path / "wh")
+    m = Warehouse(tmp_path / "wh")
     ranges, states = _plan(m, str(logs))
     assert [Path(f).name for f, _, _ in ranges] == ["a", "b", "c"]
     by_path = {s.path: s for s in states.values()}

@@ -12,6 +12,12 @@
 
 Prints a markdown table of medians and the jetlog/JSON ratio.
 
+``--against TREE`` times only the whole ``jet-ingest`` (step 4, no class-data-sharing
+archive), from this tree and from another checkout ``TREE`` (e.g. ``git archive`` of an
+older commit unpacked), interleaved, each into a fresh warehouse: wall time and the CPU
+of the command and every process under it (the driver JVM and its Python workers),
+sampled from ``/proc`` until it exits. On a shared machine the CPU is the steadier figure.
+
 ``--mode source`` times the ``jetlog`` source alone against ``spark.read.json`` on the
 same records, in one session, interleaved: ``count()``, and a time-range filter
 matching about 1% of the records (``ts`` between two times; for jetlog both as a plain
@@ -77,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", help="work directory to keep (default: a temporary one)")
     parser.add_argument("--mode", choices=["all", "source"], default="all",
                         help="source: only the jetlog source against the JSON reader (count, 1%% time filter)")
+    parser.add_argument("--against", metavar="TREE",
+                        help="only the whole jet-ingest, this tree against the checkout TREE, interleaved")
     args = parser.parse_args(argv)
 
     from tools.ingest.session import REPO_ROOT, spark_session
@@ -100,6 +108,11 @@ def main(argv: list[str] | None = None) -> int:
     gen_s = time.perf_counter() - t
     log_bytes = sum(f.stat().st_size for f in logs.iterdir())
 
+    if args.against:
+        _against(logs, work, total, log_bytes, segment, args)
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+        return 0
     spark = spark_session(args.master, app="jet-bench-ingest")
     from tools.ingest.parse import SPARK_SCHEMA
 
@@ -179,6 +192,62 @@ def main(argv: list[str] | None = None) -> int:
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def run_with_cpu(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """Run ``cmd``; returns its wall time and the CPU seconds of it and every process
+    under it (sampled every 0.1 s until it exits: at most the last 0.1 s is missed;
+    its own and its waited-for children's from ``wait4``, whichever is more)."""
+    start = time.perf_counter()
+    with tempfile.TemporaryFile() as output:
+        proc = subprocess.Popen(cmd, env=env, stdout=output, stderr=subprocess.STDOUT)
+        seen = 0.0
+        while True:
+            try:
+                pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            except ChildProcessError:
+                raise SystemExit(f"lost {cmd}") from None
+            if pid:
+                break
+            seen = max(seen, tree_cpu_seconds(proc.pid))
+            time.sleep(0.1)
+        took = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode:
+            output.seek(0)
+            tail = output.read().decode(errors="replace")[-3000:]
+            raise SystemExit(f"{cmd} exited with {proc.returncode}:\n{tail}")
+    return took, max(seen, usage.ru_utime + usage.ru_stime)
+
+
+def _against(logs: Path, work: Path, total: int, log_bytes: int, segments: int, args: argparse.Namespace) -> None:
+    """Whole ``jet-ingest`` runs, this tree and ``args.against``, interleaved."""
+    from tools.ingest.session import REPO_ROOT
+
+    trees = {"this tree": REPO_ROOT, f"{args.against}": str(Path(args.against).resolve())}
+    wall: dict[str, list[float]] = {name: [] for name in trees}
+    cpu: dict[str, list[float]] = {name: [] for name in trees}
+    warehouse = work / "warehouse"
+    for _ in range(args.repeat):
+        for name, tree in trees.items():
+            shutil.rmtree(warehouse, ignore_errors=True)  # a first ingest of everything
+            env = {**os.environ, "PYTHONPATH": tree, "JET_INGEST_CDS": "0"}
+            cmd = [sys.executable, "-m", "tools.ingest", str(logs), "--out", str(warehouse), "--master", args.master]
+            took, used = run_with_cpu(cmd, env)
+            wall[name].append(took)
+            cpu[name].append(used)
+    load = os.getloadavg()
+    print(f"\n{total:,} records, {log_bytes / 2**20:.0f} MiB of jet log in {segments} segments; master {args.master}; "
+          f"{args.repeat} interleaved runs each; load average at the end {load[0]:.1f} / {load[1]:.1f} / "
+          f"{load[2]:.1f}\n")
+    print("| tree | wall, median (s) | records/s (wall) | CPU, median (s) | records/s of CPU |")
+    print("|---|---|---|---|---|")
+    for name in trees:
+        w, c = statistics.median(wall[name]), statistics.median(cpu[name])
+        print(f"| {name} | {w:.1f} | {total / w:,.0f} | {c:.1f} | {total / c:,.0f} |")
+    for name in trees:
+        print(f"- {name}: wall {', '.join(f'{x:.1f}' for x in wall[name])} s; "
+              f"CPU {', '.join(f'{x:.1f}' for x in cpu[name])} s")
 
 
 def _source_bench(spark: Any, logs: Path, jsonl: Path, total: int, log_bytes: int, json_bytes: int, segments: int,

@@ -21,16 +21,18 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Optional
 
 from rich.console import Console
 
-__all__ = ["commit_micro_batch", "ingest_once", "load_tables", "main", "read_table"]
+__all__ = ["commit_micro_batch", "ingest_once", "load_tables", "main", "read_table", "table_changes"]
 
 
 def _parse_since(text: str) -> int:
@@ -98,7 +100,7 @@ class _Progress:
                 last = files_done
 
 
-def _plan(manifest: Any, logdir: str) -> tuple[list[tuple[str, int, int]], dict[str, Any]]:
+def _plan(committed: Any, logdir: str) -> tuple[list[tuple[str, int, int]], dict[str, Any]]:
     """Byte ranges still to ingest per file, and the segment states to record (keyed by
     segment identity, :func:`tools.ingest.warehouse.segment_key`).
 
@@ -129,12 +131,12 @@ def _plan(manifest: Any, logdir: str) -> tuple[list[tuple[str, int, int]], dict[
         if h is None:
             continue
         key = key_of(h)
-        known = manifest.files.get(key)
+        known = committed.files.get(key)
         if key not in where or (known is not None and known.path == f):
             where[key] = f
 
     def known_run(path: str, header: Any) -> Optional[int]:
-        known = manifest.files.get(key_of(header))
+        known = committed.files.get(key_of(header))
         return known.run_ns if known is not None else None
 
     run_of = infer_runs({f: headers[f] for f in where.values()}, known_run)
@@ -144,14 +146,14 @@ def _plan(manifest: Any, logdir: str) -> tuple[list[tuple[str, int, int]], dict[
         size = Path(f).stat().st_size
         if h is None:
             key = bad_header_key(f)
-            if key not in manifest.files and not _header_incomplete(f):
+            if key not in committed.files and not _header_incomplete(f):
                 ranges.append((f, 0, size))  # a bad header: reported once as a corrupt row
                 states[key] = FileState(f, 0, "", 0, 0, 0, size)
             continue
         key = key_of(h)
         if where[key] != f:
             continue  # another copy of a segment read from elsewhere
-        known = manifest.files.get(key)
+        known = committed.files.get(key)
         start = known.done if known is not None else 0
         if f.endswith(".gz"):
             # Archived, so finished: read whole once (offsets are of the uncompressed bytes).
@@ -168,13 +170,13 @@ def _plan(manifest: Any, logdir: str) -> tuple[list[tuple[str, int, int]], dict[
         if size > max(start, h.size):
             ranges.append((f, start, size))
     for key, state in states.items():
-        if key in manifest.files:
-            state.since_ns = manifest.files[key].since_ns  # what the first read of it skipped stays said
+        if key in committed.files:
+            state.since_ns = committed.files[key].since_ns  # what the first read of it skipped stays said
     return ranges, states
 
 
-def _changed(manifest: Any, states: dict[str, Any]) -> bool:
-    return any(manifest.files.get(k) != s for k, s in states.items())
+def _changed(committed: Any, states: dict[str, Any]) -> bool:
+    return any(committed.files.get(k) != s for k, s in states.items())
 
 
 def _header_incomplete(path: str) -> bool:
@@ -260,16 +262,16 @@ def _execute(spark: Any, parts: list[Any], spec: Any, console: Console, files: i
                     .map(lambda task: run_task(task[0], task[1], spec)).collect())
 
 
-def _record(manifest: Any, states: dict[str, Any]) -> None:
+def _record(committed: Any, states: dict[str, Any]) -> None:
     """Commit segment states that changed (a moved segment's new path) without rows,
     and finish a compaction that a killed run left undone."""
     from tools.ingest.pipeline import compact
 
-    if _changed(manifest, states):
+    if _changed(committed, states):
         from tools.ingest.warehouse import new_run_id
 
-        manifest.publish([], new_run_id(), states)
-    compact(manifest)
+        committed.publish([], new_run_id(), states)
+    compact(committed)
 
 
 def ingest_once(spark: Any, logdir: str, warehouse: Path, *, since_ns: Optional[int] = None,
@@ -290,32 +292,35 @@ def ingest_once(spark: Any, logdir: str, warehouse: Path, *, since_ns: Optional[
     """
     from tools.ingest.pipeline import TaskSpec, check_reports, commit, compact
     from tools.ingest.source import DEFAULT_CHUNK, plan_files, plan_ranges
-    from tools.ingest.warehouse import Manifest, new_run_id
+    from tools.ingest.warehouse import Warehouse, new_run_id
 
     console = console or Console(stderr=True)
-    manifest = Manifest.load(warehouse)
-    removed = manifest.remove_uncommitted()
+    committed = Warehouse.load(warehouse)
+    removed = committed.recover()
     if removed:
         console.print(f"removed what {removed} ingest run(s) left that never committed")
-    ranges, states = _plan(manifest, logdir)
+    ranges, states = _plan(committed, logdir)
     if not ranges:
-        _record(manifest, states)
+        _record(committed, states)
         console.print("nothing new to ingest")
         return 0
     ranges = _complete_live(ranges, states)
     if not ranges:
-        _record(manifest, states)
+        _record(committed, states)
         console.print("nothing new to ingest")
         return 0
     parts = plan_ranges(ranges, DEFAULT_CHUNK, 0)
     console.print(f"ingesting {len(ranges)} file(s), {sum(lim - s for _, s, lim in ranges):,} bytes")
     run_id = new_run_id()
-    staging = manifest.meta / "staging" / run_id
+    staging = committed.meta / "staging" / run_id
     resume = {path: start for path, start, _ in ranges if start > 0}
     # Each task checks that the segment it reads is the one planned here (header, size,
     # last record): an executor that sees a shorter or other copy fails the run.
     spec = TaskSpec(str(staging), {s.path: s.run_ns for s in states.values()}, since_ns, mode, resume,
                     plan_files(ranges))
+    from tools.ingest.warehouse import crash_point
+
+    crash_point("tasks")  # before the tasks write any Parquet file
     ends: dict[str, int] = {}
     # Where each file's next read resumes is computed while the tasks run.
     worker = threading.Thread(target=lambda: ends.update(_resume_offsets(ranges, DEFAULT_CHUNK)), daemon=True)
@@ -331,7 +336,7 @@ def ingest_once(spark: Any, logdir: str, warehouse: Path, *, since_ns: Optional[
     by_path = {s.path: k for k, s in states.items()}
     if since_ns is not None:
         for path, *_ in ranges:
-            if path in by_path and by_path[path] not in manifest.files:
+            if path in by_path and by_path[path] not in committed.files:
                 states[by_path[path]].since_ns = since_ns  # its records before then are skipped for good
     for path in gone:
         states.pop(by_path[path], None)
@@ -344,8 +349,8 @@ def ingest_once(spark: Any, logdir: str, warehouse: Path, *, since_ns: Optional[
     for path, end in ends.items():
         if path in by_path and by_path[path] in states and path in verified:
             states[by_path[path]].done = max(states[by_path[path]].done, min(end, verified[path]))
-    commit(manifest, staging, run_id, states, staged)
-    compact(manifest)
+    commit(committed, staging, run_id, states, staged)
+    compact(committed)
     return int(sum(r["rows"] for r in reports))
 
 
@@ -368,6 +373,12 @@ def table_files(warehouse: str | Path, name: str, *, version: Optional[int] = No
         ValueError: no such table, both ``version`` and ``timestamp``, or no such
             version (before the first commit, or newer than the latest).
     """
+    return [str(u) for u in _snapshot(warehouse, name, version, timestamp).file_uris()]
+
+
+def _snapshot(warehouse: str | Path, name: str, version: Optional[int], timestamp: Any) -> Any:
+    """The ``deltalake.DeltaTable`` of ``name`` at ``version`` or ``timestamp`` (see
+    :func:`table_files`, which raises the same)."""
     from deltalake import DeltaTable
 
     from tools.ingest.warehouse import TABLES, table_path
@@ -383,7 +394,7 @@ def table_files(warehouse: str | Path, name: str, *, version: Optional[int] = No
             dt.load_as_version(timestamp)
     except Exception as exc:  # deltalake's own errors: no such version or time
         raise ValueError(f"{path}: {exc}") from None
-    return [str(u) for u in dt.file_uris()]
+    return dt
 
 
 def read_table(spark: Any, warehouse: str | Path, name: str, *, version: Optional[int] = None,
@@ -393,24 +404,28 @@ def read_table(spark: Any, warehouse: str | Path, name: str, *, version: Optiona
     Delta version, see ``jet-ingest history``), as of ``timestamp``, else its latest
     version. The version's files are resolved once (with delta-rs) and read with
     ``spark.read.parquet``, so the DataFrame keeps reading that version while later
-    ones are committed; no Delta jars are needed.
+    ones are committed; no Delta jars are needed. Its columns are that version's
+    schema: a column added later (schema evolution) is not in an older version, and
+    reads as null in the rows of files written before it was added.
 
     Raises:
         FileNotFoundError: nothing was ingested into ``warehouse`` yet.
         ValueError: no such table, or no such version or time.
     """
-    from tools.ingest.pipeline import spark_ddl
-    from tools.ingest.warehouse import table_schema
+    import pyarrow as pa
 
-    files = table_files(warehouse, name, version=version, timestamp=timestamp)
-    schema = table_schema(name)
+    from tools.ingest.pipeline import spark_ddl
+
+    dt = _snapshot(warehouse, name, version, timestamp)
+    files = [str(u) for u in dt.file_uris()]
+    schema = pa.schema(dt.schema().to_arrow())
     ddl = spark_ddl(schema.remove(schema.get_field_index("date")))
     if not files:
         return spark.createDataFrame([], ddl)
     return spark.read.schema(ddl).option("basePath", str(Path(warehouse) / name)).parquet(*files)
 
 
-def commit_micro_batch(manifest: Any, listed: dict[str, Any], settled: list[dict[str, Any]], staging: Path,
+def commit_micro_batch(committed: Any, listed: dict[str, Any], settled: list[dict[str, Any]], staging: Path,
                        run_id: str) -> int:
     """Commit a ``--follow`` micro-batch whose tasks (:func:`tools.ingest.pipeline.follow_task`)
     left ``staging`` and reported ``settled`` (file, end, rows, written); returns its rows.
@@ -426,7 +441,7 @@ def commit_micro_batch(manifest: Any, listed: dict[str, Any], settled: list[dict
     from tools.ingest.pipeline import check_reports, commit
 
     read = {r["file"] for r in settled if r["rows"]}
-    states = {k: s for k, s in listed.items() if k in manifest.files or s.path in read}
+    states = {k: s for k, s in listed.items() if k in committed.files or s.path in read}
     by_path = {s.path: s for s in states.values()}
     for r in settled:
         state = by_path.get(r["file"])
@@ -438,9 +453,9 @@ def commit_micro_batch(manifest: Any, listed: dict[str, Any], settled: list[dict
     staged = check_reports(staging, reports, len(reports))
     rows = sum(int(r["rows"]) for r in settled)
     if rows:
-        commit(manifest, staging, run_id, states, staged)
+        commit(committed, staging, run_id, states, staged)
     else:
-        _record(manifest, states)
+        _record(committed, states)
     return rows
 
 
@@ -449,12 +464,12 @@ def _follow(spark: Any, args: argparse.Namespace, console: Console) -> int:
     record arrived for ``--idle-exit`` seconds; returns the records added."""
     from pyspark.sql import functions as F
 
-    from tools.ingest.warehouse import Manifest, new_run_id
+    from tools.ingest.warehouse import Warehouse, new_run_id
 
     warehouse = Path(args.out)
-    manifest = Manifest.load(warehouse)
-    manifest.remove_uncommitted()
-    starting = {s.path: s.done for s in manifest.files.values()}
+    committed = Warehouse.load(warehouse)
+    committed.recover()
+    starting = {s.path: s.done for s in committed.files.values()}
     last_rows = [time.monotonic()]
     added, batches = [0], [0]
     # Held while a micro-batch commits, so stopping never cuts one in half.
@@ -464,9 +479,9 @@ def _follow(spark: Any, args: argparse.Namespace, console: Console) -> int:
         from tools.ingest.pipeline import compact, follow_task
 
         with committing:
-            m = Manifest.load(warehouse)
+            m = Warehouse.load(warehouse)
             _, states = _plan(m, args.logdir)
-            # The manifest is the truth: rows it already holds (from a batch run, or a
+            # The progress table is the truth: rows it already holds (from a batch run, or a
             # micro-batch replayed after a crash, or a segment since renamed) are
             # filtered out.
             done = _per_file({s.path: m.files[k].done for k, s in states.items() if k in m.files})
@@ -593,19 +608,42 @@ def _table_versions(warehouse: Path) -> dict[str, int]:
             for t in TABLES}
 
 
-def _versions_line(warehouse: Path, before: dict[str, int]) -> str:
-    """Each table's version now and the records this invocation's commits added to it,
-    e.g. ``frames v7 (+1,200), requests v7 (+40), ...``."""
+def table_changes(warehouse: Path, before: dict[str, int]) -> list[dict[str, int | str]]:
+    """Per table that exists: ``table``, its ``version`` now, and the ``rows`` and
+    ``files`` its ingest commits since the versions ``before`` (:func:`_table_versions`
+    when this invocation started) added: what this run (every micro-batch of ``--follow``
+    too) added. Compactions add no rows and are not counted."""
     from tools.ingest.warehouse import history
 
     now = _table_versions(warehouse)
-    if all(v < 0 for v in now.values()):
+    rows = {t: 0 for t in now}
+    files = {t: 0 for t in now}
+    if any(v >= 0 for v in now.values()):
+        for c in history(warehouse):
+            if c["version"] > before.get(c["table"], -1) and c["operation"] == "ingest":
+                rows[c["table"]] += int(c["records"] or 0)
+                files[c["table"]] += int(c["files_added"] or 0)
+    return [{"table": t, "version": v, "rows": rows[t], "files": files[t]} for t, v in now.items() if v >= 0]
+
+
+def _versions_line(changes: list[dict[str, int | str]]) -> str:
+    """``changes`` (:func:`table_changes`) on one line, e.g. ``frames v7 (+1,200 rows,
+    +3 files), requests v7 (+40 rows, +2 files), ...``."""
+    if not changes:
         return "tables: none yet"
-    added = {t: 0 for t in now}
-    for c in history(warehouse):
-        if c["version"] > before[c["table"]] and c["operation"] == "ingest":
-            added[c["table"]] += int(c["records"] or 0)
-    return "tables: " + ", ".join(f"{t} v{v} (+{added[t]:,})" for t, v in now.items() if v >= 0)
+    return "tables: " + ", ".join(f"{c['table']} v{c['version']} (+{c['rows']:,} rows, +{c['files']} files)"
+                                  for c in changes)
+
+
+def _warehouse_args(command: str, description: str, argv: list[str],
+                    options: Optional[Callable[[argparse.ArgumentParser], None]] = None) -> argparse.Namespace:
+    """``argv`` of ``jet-ingest COMMAND [options] WAREHOUSE``, parsed (``--help`` shows
+    ``description``; ``options`` adds the command's own)."""
+    parser = argparse.ArgumentParser(prog=f"jet-ingest {command}", description=description)
+    if options is not None:
+        options(parser)
+    parser.add_argument("warehouse", metavar="WAREHOUSE")
+    return parser.parse_args(argv)
 
 
 def history_main(argv: list[str]) -> int:
@@ -613,13 +651,9 @@ def history_main(argv: list[str]) -> int:
     each added; returns the exit status (2: not a warehouse)."""
     from tools.ingest.warehouse import WarehouseError, history
 
-    parser = argparse.ArgumentParser(prog="jet-ingest history",
-                                     description="Every Delta Lake commit of a jet-ingest warehouse's tables, "
-                                                 "oldest first: version, time, what it added and removed, and "
-                                                 "the log segments each run read (path:offset reached); "
-                                                 "tables are versioned each on its own (Delta Lake).")
-    parser.add_argument("warehouse", metavar="WAREHOUSE")
-    args = parser.parse_args(argv)
+    args = _warehouse_args("history", "Every Delta Lake commit of a jet-ingest warehouse's tables, oldest first: "
+                           "version, time, what it added and removed, and the log segments each run read "
+                           "(path:offset reached); tables are versioned each on its own (Delta Lake).", argv)
     try:
         commits = history(Path(args.warehouse))
     except WarehouseError as exc:
@@ -632,6 +666,8 @@ def history_main(argv: list[str]) -> int:
         print(f"{c['time']:%Y-%m-%d %H:%M:%S} {c['table']} v{c['version']} {c['operation']}{run}{records}{files}")
         for segment in c["segments"]:
             print(f"    {segment}")
+        for column in c["columns"]:
+            print(f"    + column {column}")
     if not commits:
         print("no commits yet")
     return 0
@@ -642,15 +678,14 @@ def migrate_main(argv: list[str]) -> int:
     Delta Lake tables in place; returns the exit status (2: not such a warehouse)."""
     from tools.ingest.warehouse import WarehouseError, locked, migrate
 
-    parser = argparse.ArgumentParser(prog="jet-ingest migrate",
-                                     description="Convert a warehouse written by a jet-ingest before Delta Lake "
-                                                 "(snapshot directories and _manifest.json) in place: its current "
-                                                 "snapshot becomes version 1 of each Delta table, its files moved, "
-                                                 "not rewritten. Safe to run again if it was interrupted.")
-    parser.add_argument("warehouse", metavar="WAREHOUSE")
-    args = parser.parse_args(argv)
+    args = _warehouse_args("migrate", "Convert a warehouse written by a jet-ingest before Delta Lake (snapshot "
+                           "directories and _manifest.json) in place: its current snapshot becomes version 1 of each "
+                           "Delta table, its files moved, not rewritten. Safe to run again if it was interrupted.",
+                           argv)
     root = Path(args.warehouse).resolve()
     try:
+        if not os.path.lexists(root / "_jet_ingest" / "current"):
+            _require_warehouse(root)  # (converted already) before the lock file is made
         with locked(root):
             files = migrate(root)
     except (WarehouseError, OSError) as exc:
@@ -661,6 +696,19 @@ def migrate_main(argv: list[str]) -> int:
     return 0
 
 
+def _require_warehouse(root: Path) -> None:
+    """Refuse ``root`` unless it holds a jet warehouse, before anything (the lock file)
+    is created in it.
+
+    Raises:
+        WarehouseError: it does not (no progress table).
+    """
+    from tools.ingest.warehouse import WarehouseError
+
+    if not (root / "_jet_ingest" / "progress" / "_delta_log").is_dir():
+        raise WarehouseError(f"{root}: not a jet warehouse (nothing ingested yet?); nothing done")
+
+
 VACUUM_RETENTION_HOURS = 168  # Delta Lake's default: a week of versions stays readable
 
 
@@ -668,30 +716,26 @@ def maintain_main(command: str, argv: list[str]) -> int:
     """``jet-ingest optimize|vacuum WAREHOUSE``; returns the exit status (2: not a
     warehouse, or another jet-ingest holds it)."""
     from tools.ingest.pipeline import compact
-    from tools.ingest.warehouse import TABLES, Manifest, WarehouseError, locked
+    from tools.ingest.warehouse import TABLES, Warehouse, WarehouseError, locked
 
-    if command == "optimize":
-        parser = argparse.ArgumentParser(prog="jet-ingest optimize",
-                                         description="Compact the small files of every partition that has two or "
-                                                     "more into larger ones, in commits that change no data "
-                                                     "(the replaced files stay for older versions until vacuum).")
-    else:
-        parser = argparse.ArgumentParser(
-            prog="jet-ingest vacuum",
-            description="Delete the files no version of a table newer than the retention still needs (files "
-                        "that compactions replaced). Versions older than the retention can no longer be read "
-                        f"(time travel). Retention: {VACUUM_RETENTION_HOURS} hours (7 days, Delta Lake's "
-                        "default) unless --retention-hours says otherwise.")
+    def retention(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--retention-hours", type=int, default=VACUUM_RETENTION_HOURS, metavar="H",
                             help=f"keep what versions of the last H hours need (default {VACUUM_RETENTION_HOURS})")
-    parser.add_argument("warehouse", metavar="WAREHOUSE")
-    args = parser.parse_args(argv)
+
+    if command == "optimize":
+        args = _warehouse_args("optimize", "Compact the small files of every partition that has two or more into "
+                               "larger ones, in commits that change no data (the replaced files stay for older "
+                               "versions until vacuum).", argv)
+    else:
+        args = _warehouse_args("vacuum", "Delete the files no version of a table newer than the retention still "
+                               "needs (files that compactions replaced). Versions older than the retention can no "
+                               f"longer be read (time travel). Retention: {VACUUM_RETENTION_HOURS} hours (7 days, "
+                               "Delta Lake's default) unless --retention-hours says otherwise.", argv, retention)
     root = Path(args.warehouse).resolve()
     try:
+        _require_warehouse(root)
         with locked(root):
-            m = Manifest.load(root)
-            if not m.app_id:
-                raise WarehouseError(f"{root}: not a jet warehouse (nothing ingested yet?)")
+            m = Warehouse.load(root)
             m.recover()  # a killed run's decided commits first: their files are not garbage
             if command == "optimize":
                 print(f"{root}: {compact(m, min_files=2)} file(s) compacted")
@@ -725,7 +769,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 2
     from contextlib import ExitStack
 
-    from tools.ingest.warehouse import Manifest, WarehouseError, locked
+    from tools.ingest.warehouse import Warehouse, WarehouseError, locked
 
     started = time.monotonic()
     warehouse = Path(args.out).resolve()
@@ -733,13 +777,13 @@ def main(argv: Optional[list[str]] = None) -> int:
         try:
             warehouse.mkdir(parents=True, exist_ok=True)
             stack.enter_context(locked(warehouse))
-            manifest = Manifest.load(warehouse)  # refuse a warehouse it cannot continue before starting Spark
+            committed = Warehouse.load(warehouse)  # refuse a warehouse it cannot continue before starting Spark
             if not args.follow:
-                # Decided from the headers and sizes against the manifest: no JVM.
-                manifest.remove_uncommitted()
-                ranges, states = _plan(manifest, args.logdir)
+                # Decided from the headers and sizes against the progress table: no JVM.
+                committed.recover()
+                ranges, states = _plan(committed, args.logdir)
                 if not _complete_live(ranges, states):
-                    _record(manifest, states)
+                    _record(committed, states)
                     report = warehouse / "report.html"
                     console.print("nothing new to ingest" + (f"; report: {report}" if report.exists() else ""))
                     return 0
@@ -768,7 +812,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 def run(spark: Any, args: argparse.Namespace, console: Console, *, started: Optional[float] = None) -> int:
     """What ``jet-ingest`` does with a SparkSession (``main`` creates and stops it, and
     holds the warehouse's lock around it)."""
-    from tools.ingest.warehouse import Manifest
+    from tools.ingest.warehouse import Warehouse
 
     started = time.monotonic() if started is None else started
     warehouse = Path(args.out).resolve()
@@ -777,8 +821,9 @@ def run(spark: Any, args: argparse.Namespace, console: Console, *, started: Opti
     added = ingest_once(spark, args.logdir, warehouse, since_ns=args.since, console=console, mode=args.mode)
     if args.follow:
         added += _follow(spark, args, console)
-    console.print(_versions_line(warehouse, before), highlight=False)
-    if not Manifest.load(warehouse).rows("frames"):
+    changes = table_changes(warehouse, before)
+    console.print(_versions_line(changes), highlight=False)
+    if not Warehouse.load(warehouse).rows("frames"):
         console.print("no records ingested yet")
         return 0
     tables = load_tables(spark, warehouse)
@@ -787,8 +832,8 @@ def run(spark: Any, args: argparse.Namespace, console: Console, *, started: Opti
         from tools.ingest.report import collect_summary, print_summary, write_report
         from tools.ingest.warehouse import history_notes
 
-        history = list(history_notes(Manifest.load(warehouse).files.values()).values())
-        summary = collect_summary(tables, source=args.logdir, history=history)
+        history = list(history_notes(Warehouse.load(warehouse).files.values()).values())
+        summary = collect_summary(tables, source=args.logdir, history=history, versions=changes)
         print_summary(summary, console)
         write_report(summary, warehouse / "report.html")
         console.print(f"report: {warehouse / 'report.html'}")

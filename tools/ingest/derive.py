@@ -801,6 +801,29 @@ def write_file(table: pa.Table, path: Path) -> None:
     os.replace(tmp, path)
 
 
+TEST_COLUMN_ENV = "JET_INGEST_TEST_COLUMN"
+_TEST_TYPES = {"string": (pa.string(), "written by a newer jet"), "long": (pa.int64(), 1)}
+
+
+def with_test_column(name: str, table: pa.Table) -> pa.Table:
+    """Tests of schema evolution: ``table`` (rows of table ``name``) as a jet with
+    another schema would write it, when ``$JET_INGEST_TEST_COLUMN`` says so:
+    ``TABLE:COLUMN:TYPE`` (``string`` or ``long``) adds ``COLUMN``, filled, to every row
+    (or, if the table has it, changes its type), ``TABLE:-COLUMN`` drops it. Otherwise
+    ``table`` unchanged."""
+    spec = os.environ.get(TEST_COLUMN_ENV, "")
+    if not spec.startswith(f"{name}:"):
+        return table
+    column, type_name = [*spec.split(":"), ""][1:3]
+    if column.startswith("-"):
+        return table.drop_columns([column[1:]])
+    arrow_type, fill = _TEST_TYPES[type_name]
+    if column in table.column_names:
+        return table.set_column(table.column_names.index(column), column,
+                                pc.cast(table.column(column), arrow_type))
+    return table.append_column(column, pa.array([fill] * table.num_rows, arrow_type))
+
+
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"  # Spark's directory for a null partition value
 
 
@@ -812,6 +835,7 @@ def write_partitioned(table: pa.Table, ts_ns: pa.ChunkedArray | pa.Array, direct
     path relative to ``directory`` and its rows."""
     if not table.num_rows:
         return 0
+    table = with_test_column(directory.name, table)
     valid = _mask(pc.is_valid(ts_ns))
     days = np.where(valid, _ints(ts_ns, 0) // _DAY_NS, np.iinfo(np.int64).min)
     files = 0

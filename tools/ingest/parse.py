@@ -253,7 +253,7 @@ def infer_runs(
     by its ``created_ns`` (JETLOG.md 1: a new segment on every start); the first file of
     a daemon starts a run too, so a run whose first segments are not among ``headers``
     is named by its earliest file here. ``known(path, header)``, if given, may return a
-    run recorded earlier for a file (a warehouse's manifest): it wins, and the
+    run recorded earlier for a file (a warehouse's progress table): it wins, and the
     segments after it in the same run follow it.
     """
     out: dict[str, int] = {}
@@ -1363,42 +1363,26 @@ def read_segment(
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
     with open_segment(path, limit) as mm:
-        if len(mm):
-            yield from _read_mapped(path, mm, start, stop, mode, max_record, batch_rows_max, batch_bytes_max, stats,
-                                    run_ns, add_run, exact_start, truncated_row)
-
-
-def _read_mapped(
-    path: str,
-    mm: bytes | mmap.mmap,
-    start: int,
-    stop: Optional[int],
-    mode: str,
-    max_record: int,
-    rows_max: int,
-    bytes_max: int,
-    stats: Optional[dict[str, object]],
-    run_ns: Optional[int],
-    add_run: bool,
-    exact_start: bool,
-    truncated_row: bool,
-) -> Iterator[pa.RecordBatch]:
-    if add_run:
-        try:
-            header = read_header(mm)
-        except JetlogError:
-            header = None  # reported by _read_records
-        # JETLOG.md 2: a version-2 header names its run; version 1: what the caller inferred.
-        run = header.run_ns if header is not None and header.run_ns is not None else run_ns
-    for batch in _read_records(path, mm, start, stop, mode, max_record, rows_max, bytes_max, stats, exact_start,
-                               truncated_row):
+        if not len(mm):
+            return
+        run = run_ns
         if add_run:
-            batch = pa.RecordBatch.from_arrays(
-                [*batch.columns, pa.array(np.full(batch.num_rows, run or 0, dtype=np.int64), pa.int64(),
-                                          mask=np.full(batch.num_rows, run is None))],
-                schema=SOURCE_SCHEMA,
-            )
-        yield batch
+            try:
+                header = read_header(mm)
+            except JetlogError:
+                header = None  # reported by _read_records
+            # JETLOG.md 2: a version-2 header names its run; version 1: what the caller inferred.
+            if header is not None and header.run_ns is not None:
+                run = header.run_ns
+        for batch in _read_records(path, mm, start, stop, mode, max_record, batch_rows_max, batch_bytes_max, stats,
+                                   exact_start, truncated_row):
+            if add_run:
+                batch = pa.RecordBatch.from_arrays(
+                    [*batch.columns, pa.array(np.full(batch.num_rows, run or 0, dtype=np.int64), pa.int64(),
+                                              mask=np.full(batch.num_rows, run is None))],
+                    schema=SOURCE_SCHEMA,
+                )
+            yield batch
 
 
 def _read_records(

@@ -130,7 +130,7 @@ def run_task(index: int, ranges: list[tuple[str, int, Optional[int], int]], spec
         try:
             if path in spec.planned:
                 check_segment(path, spec.planned[path])
-            # A range's first chunk starts exactly where the manifest says the last run
+            # A range's first chunk starts exactly where the progress table says the last run
             # ended (a record boundary, or a record cut short that is now final); a
             # truncated record is reported as a row (the live segment's cut tail is not
             # planned at all: cli._complete_live).
@@ -183,7 +183,7 @@ def check_reports(staging: Path, reports: list[dict[str, Any]], tasks: int,
             "the log directory must be visible at the same path on every executor (a shared mount)")
     if parts is not None:
         # A segment renamed away mid-run, read by some tasks: the next run would find it
-        # under its new name, resume where the manifest says, and read those rows again.
+        # under its new name, resume where the progress table says, and read those rows again.
         read = {rng[0] for r in reports for rng in parts[r["task"]] if rng[0] not in r["missing"]}
         torn = sorted(missing & read)
         if torn:
@@ -268,11 +268,11 @@ def _read_parts(directory: Path, schema: pa.Schema) -> list[pa.Table]:
     return [pq.read_table(f, schema=schema) for f in sorted(directory.glob("*.parquet"))]
 
 
-def commit(manifest: Any, staging: Path, run_id: str, states: dict[str, Any],
+def commit(committed: Any, staging: Path, run_id: str, states: dict[str, Any],
            staged_rows: Optional[dict[str, dict[str, int]]] = None) -> int:
     """Merge what the tasks left in ``staging`` with the carry, write the rest, and
-    commit it all as the warehouse's next run (:meth:`Manifest.publish
-    <tools.ingest.warehouse.Manifest.publish>`: decided in one atomic step, then one
+    commit it all as the warehouse's next run (:meth:`Warehouse.publish
+    <tools.ingest.warehouse.Warehouse.publish>`: decided in one atomic step, then one
     Delta commit per table); deletes ``staging``.
     ``staged_rows``: the tasks' files as :func:`check_reports` checked them. Returns
     derived rows added.
@@ -283,9 +283,9 @@ def commit(manifest: Any, staging: Path, run_id: str, states: dict[str, Any],
     from tools.ingest.warehouse import crash_point
 
     crash_point("staged")
-    carry = derive.Carry.load(manifest.carry_dir) if manifest.carry_dir else derive.Carry.empty()
+    carry = derive.Carry.load(committed.carry_dir) if committed.carry_dir else derive.Carry.empty()
     parts = staging / "_parts"
-    files = dict(manifest.files)
+    files = dict(committed.files)
     files.update(states)
     latest: dict[str, int] = {}
     for s in files.values():
@@ -309,7 +309,7 @@ def commit(manifest: Any, staging: Path, run_id: str, states: dict[str, Any],
     derive.write_partitioned(merged.pending, merged.pending.column("ts_ns"), snap / "requests", "pending.parquet")
     merged.carry.save(staging / "_carry")
     crash_point("merged")
-    manifest.publish([(staging, "run"), (snap, "snap")], run_id, states, added_rows=staged_rows,
+    committed.publish([(staging, "run"), (snap, "snap")], run_id, states, added_rows=staged_rows,
                      carry=staging / "_carry", drop=_replaced_by_snapshot)
     shutil.rmtree(staging, ignore_errors=True)
     return int(merged.requests.num_rows + merged.state_changes.num_rows)
@@ -326,7 +326,7 @@ COMPACT_SMALL = 16 << 20  # bytes: a file smaller than this is small
 COMPACT_TARGET = 128 << 20  # bytes: the most one compacted file gathers
 
 
-def compact(manifest: Any, *, min_files: int = COMPACT_MIN_FILES, small: int = COMPACT_SMALL,
+def compact(committed: Any, *, min_files: int = COMPACT_MIN_FILES, small: int = COMPACT_SMALL,
             target: int = COMPACT_TARGET) -> int:
     """Rewrite the small files of every partition that has at least ``min_files`` of
     them into a few larger ones, committed on their own with no data change (``--follow``
@@ -339,17 +339,17 @@ def compact(manifest: Any, *, min_files: int = COMPACT_MIN_FILES, small: int = C
     """
     from tools.ingest.warehouse import crash_point, new_run_id
 
-    if not manifest.tables:
+    if not committed.tables:
         return 0
     run_id = new_run_id()
-    staging = manifest.meta / "staging" / run_id
+    staging = committed.meta / "staging" / run_id
     doomed: dict[str, set[str]] = {}
-    for table, files in manifest.tables.items():
+    for table, files in committed.tables.items():
         by_part: dict[str, list[tuple[str, int]]] = {}
         for rel in files:
             if Path(rel).name.startswith("snap-"):
                 continue  # replaced by every commit anyway
-            size = (manifest.root / table / rel).stat().st_size
+            size = (committed.root / table / rel).stat().st_size
             if size < small:
                 by_part.setdefault(str(Path(rel).parent), []).append((rel, size))
         for part, found in sorted(by_part.items()):
@@ -364,7 +364,7 @@ def compact(manifest: Any, *, min_files: int = COMPACT_MIN_FILES, small: int = C
                 bins[-1].append(rel)
                 total += size
             for k, group in enumerate(b for b in bins if len(b) > 1):
-                merged = pa.concat_tables([pq.ParquetFile(manifest.root / table / rel).read() for rel in group],
+                merged = pa.concat_tables([pq.ParquetFile(committed.root / table / rel).read() for rel in group],
                                          promote_options="default")  # files from before a column was added
                 if merged.num_rows != sum(files[rel] for rel in group):
                     raise IngestError(f"compacting {table}/{part}: {merged.num_rows} rows read, "
@@ -374,7 +374,7 @@ def compact(manifest: Any, *, min_files: int = COMPACT_MIN_FILES, small: int = C
     if not doomed:
         return 0
     crash_point("compact-staged")
-    manifest.publish([(staging, "compact")], run_id, {}, drop=lambda table, rel: rel in doomed.get(table, ()),
+    committed.publish([(staging, "compact")], run_id, {}, drop=lambda table, rel: rel in doomed.get(table, ()),
                      point="compact-")
     shutil.rmtree(staging, ignore_errors=True)
     return sum(len(v) for v in doomed.values())

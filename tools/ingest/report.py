@@ -43,6 +43,18 @@ class Summary:
     runs: int = 0
     # runs whose history the warehouse holds only in part (tools.ingest.warehouse.history_notes)
     history: list[str] = field(default_factory=list)
+    # per table: its Delta version and what this run added (tools.ingest.cli.table_changes)
+    versions: list[dict[str, Any]] = field(default_factory=list)
+
+    def tables(self) -> pd.DataFrame:
+        """Rows per table, with each table's version and the rows and files this run
+        added when they are known."""
+        out = pd.DataFrame({"table": list(self.rows), "rows": list(self.rows.values())})
+        if self.versions:
+            by_table = {c["table"]: c for c in self.versions}
+            for column, key in (("version", "version"), ("rows added", "rows"), ("files added", "files")):
+                out[column] = [by_table.get(t, {}).get(key, 0) for t in out["table"]]
+        return out
 
     @property
     def damaged(self) -> bool:
@@ -54,10 +66,12 @@ def _pandas(df: DataFrame) -> pd.DataFrame:
 
 
 def collect_summary(tables: dict[str, DataFrame], *, top: int = TOP, source: str = "",
-                    history: Optional[list[str]] = None) -> Summary:
+                    history: Optional[list[str]] = None, versions: Optional[list[dict[str, Any]]] = None) -> Summary:
     """Aggregate the tables with Spark and collect the (small) results. ``source``: the
     log directory, shown in the report's header; ``history``: a line per daemon run whose
-    history is partial (:func:`tools.ingest.warehouse.history_notes`), shown first."""
+    history is partial (:func:`tools.ingest.warehouse.history_notes`), shown first;
+    ``versions``: each table's version and what this run added
+    (:func:`tools.ingest.cli.table_changes`), shown with the rows per table."""
     rows = {name: df.count() for name, df in tables.items()}
     frames, changes, reqs, conns = (tables[t] for t in ("frames", "state_changes", "requests", "connections"))
     top_keys = _pandas(
@@ -138,7 +152,7 @@ def collect_summary(tables: dict[str, DataFrame], *, top: int = TOP, source: str
     )
     return Summary(rows, top_keys, latency, errors, per_second, latencies, talkers, source=source, first=first,
                    last=last, damage=damage, damage_examples=examples, restarts=restarts, runs=len(runs),
-                   history=list(history or []))
+                   history=list(history or []), versions=list(versions or []))
 
 
 def _table(title: str, df: pd.DataFrame, floats: str = "{:.3f}") -> Table:
@@ -170,7 +184,7 @@ def print_summary(summary: Summary, console: Console | None = None) -> None:
         console.print(_table("[bold red]Damage found[/bold red]", summary.damage))
     else:
         console.print("no damage found: every record read, every request answered")
-    console.print(_table("Rows per table", pd.DataFrame({"table": list(summary.rows), "rows": list(summary.rows.values())})))
+    console.print(_table("Rows per table", summary.tables()))
     console.print(_table("Top keys by change rate", summary.top_keys))
     console.print(_table("SET/CALL latency (ms) by key prefix and status", summary.latency))
     console.print(_table("Error responses by status", summary.errors))
@@ -239,7 +253,6 @@ def write_report(summary: Summary, path: Path) -> None:
     images.append(("Top talkers", _png(fig)))
     plt.close(fig)
 
-    rows = pd.DataFrame({"table": list(summary.rows), "rows": list(summary.rows.values())})
     esc = html.escape
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>jet ingest report</title>",
@@ -261,7 +274,7 @@ def write_report(summary: Summary, path: Path) -> None:
         parts.append("<section class='clean' id='damage'>No damage found: every record read, every request "
                      "answered.</section>")
     parts += [
-        "<h2>Rows per table</h2>", rows.to_html(index=False),
+        "<h2>Rows per table</h2>", summary.tables().to_html(index=False).replace("<table", "<table id='tables'", 1),
         f"<h2>Top {TOP} keys by change rate</h2>", summary.top_keys.to_html(index=False),
         f"<h2>SET/CALL latency (ms) by key prefix and status (top {TOP} by requests, OK and not)</h2>",
         summary.latency.to_html(index=False, float_format=lambda v: f"{v:.3f}"),

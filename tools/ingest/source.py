@@ -21,7 +21,7 @@ Options (all optional except the path):
   read (bisection over offsets). Query filters are never pushed into the reader: Spark
   reuses a planned reader for later queries of the same DataFrame or view.
 - ``ranges``: JSON list of ``[file, start, limit]`` to read exactly those byte ranges
-  (``jet-ingest`` uses it to resume where its manifest says).
+  (``jet-ingest`` uses it to resume where its progress table says).
 - streaming only: ``startingOffsets`` JSON ``{file: offset}`` for files seen before.
 
 The schema is fixed (:data:`tools.ingest.parse.SPARK_SCHEMA`); codes are spec names.

@@ -19,7 +19,7 @@ remove actions) carrying the application transaction ``(app id of the warehouse,
 number)``, ``frames`` last, then the ``progress`` table is overwritten with the new
 segment states under the same transaction. A run killed before ``commit.json`` exists
 left nothing a reader can see: the next run deletes its staging and reads those byte
-ranges again. A run killed after it is finished by the next one (:meth:`Manifest.recover`):
+ranges again. A run killed after it is finished by the next one (:meth:`Warehouse.recover`):
 a table whose transaction version already is the run's is not committed twice, so no
 record is lost or added twice. Delta Lake has no multi-table commit: for the moments
 between two of a run's commits a reader can see a run's rows in one table and not yet
@@ -55,7 +55,8 @@ __all__ = [
     "CRASH_ENV",
     "TABLES",
     "FileState",
-    "Manifest",
+    "SchemaChangeError",
+    "Warehouse",
     "WarehouseError",
     "crash_point",
     "history",
@@ -77,6 +78,13 @@ PLAN_VERSION = 1
 class WarehouseError(ValueError):
     """The warehouse is not one this jet-ingest can continue, or an ingest cannot be
     committed safely (says why)."""
+
+
+class SchemaChangeError(WarehouseError):
+    """A run's files do not fit their table's schema in a way Delta Lake schema
+    evolution allows (only new nullable columns are added): a column's type changed,
+    a column is missing, or a new column is not nullable. Names the table and column;
+    raised before the run is decided, so nothing of it is committed."""
 
 
 def crash_point(name: str) -> None:
@@ -278,7 +286,7 @@ def _file_action(table_dir: Path, rel: str, rows: int) -> dict[str, Any]:
 
 
 @dataclass
-class Manifest:
+class Warehouse:
     """The committed state of a warehouse, read from its Delta tables (module docstring):
     each table's files and rows, the segment states, the carry, and ``version``, the
     number of the last run committed (its application transaction version; 0: none)."""
@@ -312,7 +320,7 @@ class Manifest:
         return sum(self.tables.get(table, {}).values())
 
     @classmethod
-    def load(cls, root: Path) -> Manifest:
+    def load(cls, root: Path) -> Warehouse:
         """The committed state of ``root`` (empty if nothing was committed yet). A run
         decided but not finished by a killed process shows as it was before that run
         until a writer calls :meth:`recover`.
@@ -331,7 +339,7 @@ class Manifest:
         return cls._load_delta(root)
 
     @classmethod
-    def _load_delta(cls, root: Path) -> Manifest:
+    def _load_delta(cls, root: Path) -> Warehouse:
         m = cls(root)
         if not (m.progress / "_delta_log").exists():
             return m
@@ -386,7 +394,12 @@ class Manifest:
         the warehouse.
 
         Crash points (``point`` prefixes them): ``planned`` (decided), then
+        ``columns-<table>`` after a table's schema gained the run's new columns,
         ``committed-<table>`` after each table's commit, ``committed`` at the end.
+
+        Raises:
+            SchemaChangeError: a table's files do not fit its schema (:func:`new_columns`);
+                nothing is decided.
         """
         import pyarrow.parquet as pq
 
@@ -399,6 +412,7 @@ class Manifest:
         for table in TABLES:
             removes = [rel for rel in self.tables.get(table, {}) if drop(table, rel)]
             adds: list[tuple[str, int]] = []
+            sources: list[Path] = []
             for i, (staging, prefix) in enumerate(staged):
                 known = (added_rows or {}).get(table, {}) if i == 0 else {}
                 src_dir = staging / table
@@ -408,8 +422,12 @@ class Manifest:
                     rows = known.get(str(rel_src))
                     adds.append((rel, rows if rows is not None else pq.read_metadata(f).num_rows))
                     plan["moves"].append([str(f), str(self.root / table / rel)])
+                    sources.append(f)
                     added += 1
-            plan["tables"][table] = {"add": adds, "remove": removes}
+            # Checked before the run is decided: a file that does not fit is refused
+            # with nothing committed; new nullable columns are added to the table first.
+            columns = new_columns(table, self.root / table, sources, compaction=not is_run)
+            plan["tables"][table] = {"add": adds, "remove": removes, "columns": columns}
         if is_run:
             files = dict(self.files)
             files.update(states)
@@ -458,6 +476,9 @@ class Manifest:
             actions = plan["tables"][table]
             if not actions["add"] and not actions["remove"]:
                 continue
+            if actions.get("columns"):
+                _add_columns(self.root / table, actions["columns"], run_id)
+                crash_point(f"{point}columns-{table}")
             dt = DeltaTable(str(self.root / table))
             live = _live_files(dt)
             if is_run:
@@ -493,7 +514,7 @@ class Manifest:
         self.plan_path.unlink(missing_ok=True)
         _fsync_dir(self.meta)
         crash_point(f"{point}committed")
-        fresh = Manifest._load_delta(self.root)
+        fresh = Warehouse._load_delta(self.root)
         self.files, self.tables, self.version, self.has_carry, self.app_id = (
             fresh.files, fresh.tables, fresh.version, fresh.has_carry, fresh.app_id)
         self._remove_old_carry()
@@ -526,7 +547,64 @@ class Manifest:
             p.unlink(missing_ok=True)
         return dealt
 
-    remove_uncommitted = recover  # the name the callers of the snapshot layout used
+
+def _type_name(delta_type: Any) -> str:
+    return str(getattr(delta_type, "type", delta_type))
+
+
+def new_columns(table: str, table_dir: Path, files: Iterable[Path], *, compaction: bool = False) -> list[str]:
+    """The columns ``files`` (Parquet files a run adds to Delta table ``table`` at
+    ``table_dir``) have and the table has not: their Delta field JSON, to be added to
+    the table's schema before the files are committed (Delta Lake schema evolution:
+    rows of older files read them as null). A ``compaction``'s files may lack columns
+    added after the files they gather were written (they read as null, as before).
+
+    Raises:
+        SchemaChangeError: a file lacks a column of the table, has one of another type,
+            or a new column that is not nullable (older rows could not be null).
+    """
+    import pyarrow.parquet as pq
+    from deltalake import DeltaTable, Schema
+
+    have = {f.name: f for f in DeltaTable(str(table_dir)).schema().fields if f.name != "date"}
+    added: dict[str, Any] = {}
+    for path in files:
+        fields = Schema.from_arrow(pq.read_schema(path)).fields
+        for fld in fields:
+            known = have.get(fld.name) or added.get(fld.name)
+            if known is None:
+                if not fld.nullable:
+                    raise SchemaChangeError(
+                        f"{table}: new column {fld.name!r} ({_type_name(fld.type)}) is not nullable, so the "
+                        f"table's older rows cannot have it (in {path.name}); nothing of this run was committed")
+                added[fld.name] = fld
+            elif known.type != fld.type:
+                raise SchemaChangeError(
+                    f"{table}: column {fld.name!r} is {_type_name(known.type)} in the table but "
+                    f"{_type_name(fld.type)} in this run's files ({path.name}): Delta Lake schema evolution only "
+                    "adds nullable columns; write into a new warehouse. Nothing of this run was committed")
+        lacking = sorted(set(have).difference(f.name for f in fields))
+        if lacking and not compaction:
+            raise SchemaChangeError(
+                f"{table}: column {lacking[0]!r} of the table is missing from this run's files ({path.name}): "
+                "Delta Lake schema evolution only adds nullable columns; write into a new warehouse. Nothing of "
+                "this run was committed")
+    return [f.to_json() for f in added.values()]
+
+
+def _add_columns(table_dir: Path, columns: list[str], run_id: str) -> None:
+    """Add the fields ``columns`` (Delta field JSON) that the table lacks to its schema,
+    in a commit of its own that changes no data (once: a retried plan finds them)."""
+    from deltalake import DeltaTable, Field
+    from deltalake.transaction import CommitProperties
+
+    dt = DeltaTable(str(table_dir))
+    have = {f.name for f in dt.schema().fields}
+    fields = [f for f in map(Field.from_json, columns) if f.name not in have]
+    if fields:
+        names = [f"{f.name} {_type_name(f.type)}" for f in fields]
+        dt.alter.add_columns(fields, commit_properties=CommitProperties(custom_metadata={
+            "jet.run": run_id, "jet.operation": "add columns", "jet.columns": names}))
 
 
 def _partition_of(rel: str) -> Optional[str]:
@@ -569,7 +647,7 @@ def migrate(root: Path) -> int:
             return 0  # converted already
         raise WarehouseError(f"{root}: not a warehouse of the snapshot layout (no _jet_ingest/current)")
     snapshot = meta / "snapshots" / Path(os.readlink(current)).name
-    m = Manifest._load_delta(root)
+    m = Warehouse._load_delta(root)
     m.recover()  # a migration killed after it was decided is finished
     converted = 0
     if not m.version:
@@ -597,8 +675,9 @@ def history(root: Path) -> list[dict[str, Any]]:
     """Every commit of ``root``'s tables, oldest first: ``table``, its Delta
     ``version``, ``time`` (UTC ``datetime``), ``operation`` (``ingest``, ``compact``, or
     Delta's own name for a commit jet did not make), ``run`` id, ``records`` and
-    ``files_added`` / ``files_removed``, and for frames commits ``segments``: each log
-    segment the run read, as ``path:offset reached``.
+    ``files_added`` / ``files_removed``, for frames commits ``segments``: each log
+    segment the run read, as ``path:offset reached``, and for ``add columns`` commits
+    (schema evolution) ``columns``: ``name type`` of each column added.
 
     Raises:
         WarehouseError: ``root`` holds no jet warehouse.
@@ -620,7 +699,8 @@ def history(root: Path) -> list[dict[str, Any]]:
                          "time": datetime.datetime.fromtimestamp(h["timestamp"] / 1000, datetime.UTC),
                          "operation": h.get("jet.operation", h.get("operation")), "run": h.get("jet.run"),
                          "records": h.get("jet.records"), "files_added": h.get("jet.files_added"),
-                         "files_removed": h.get("jet.files_removed"), "segments": list(h.get("jet.segments", []))})
+                         "files_removed": h.get("jet.files_removed"), "segments": list(h.get("jet.segments", [])),
+                         "columns": list(h.get("jet.columns", []))})
     rows.sort(key=lambda r: (r["time"], TABLES.index(r["table"])))
     return rows
 
