@@ -94,7 +94,7 @@ from .frames import (
 from .querying import Queries
 from .registry import Registry, StateRegistry
 from .routes import Route, Router, RouteTable
-from .scheduler import Scheduler
+from .scheduler import DEFAULT_FAN_CHUNK, Scheduler
 from .subscriptions import Delivery, Fetch, FetchRegistry, Subscriptions
 
 __all__ = [
@@ -346,6 +346,9 @@ class Daemon:
     def _go_on(self, conn: Connection, now: float) -> bool:
         """The next slice of ``conn``'s delivery, then its held input; True if it
         caught up (its input may be read again)."""
+        fanning = self.subscriptions.fanning
+        if fanning and conn in fanning and not self.subscriptions.fan_on(conn):
+            return False  # issue 29: its NOTIFY_STATE's fan-out goes on first
         delivery = conn.delivery  # a local: the calls below change conn.delivery
         if delivery is not None:
             if delivery.for_query:
@@ -567,6 +570,7 @@ class Daemon:
         inline_fanout = plain_fanout and not self.out.small_body_peers
         parked = subscriptions.parked
         delivering = subscriptions.delivering_count
+        fan_chunk = DEFAULT_FAN_CHUNK  # more targets than this: a sliced fan-out (issue 29)
         # PROTOCOL.md 14: the query groups (a dict: its truth test is no call per frame).
         query_groups = self.queries.index.by_signature
         # Connections with window updates waiting (issue 29): their answers go the careful
@@ -638,7 +642,7 @@ class Daemon:
                             targets = fetches.targets(key)
                         if not targets:
                             pass
-                        elif inline_fanout:
+                        elif inline_fanout and len(targets) <= fan_chunk:
                             # Subscriptions.fanout inlined: head + fetch id + kv per fetcher
                             # (live fetches only: a paused peer's are parked).
                             size = len(kv)
@@ -659,16 +663,13 @@ class Daemon:
                                     out.append(fetch.fid_bytes)
                                     out.append(kv)
                             fanned += len(targets)
-                        else:
-                            subscriptions.fanout(key, FETCH_CHANGE, kv)
-                            pos = end
-                            if conn.closing:
-                                break
-                            continue
+                        else:  # the careful way; many targets: sliced, conn may stall (issue 29)
+                            subscriptions.fan_live(key, FETCH_CHANGE, kv, targets, conn)
                     if query_groups:
                         self.queries.state_changed(key, FETCH_CHANGE, kv)
                     pos = end
-                    if conn.closing:  # it fetches its own states and overflowed
+                    if conn.closing or conn.stalled:  # its own fetch overflowed; the fan-out waits
+                        conn.need = 5
                         break
                     continue
             elif vat and ftype == REQUEST:
@@ -885,7 +886,7 @@ class Daemon:
                 # PROTOCOL.md 6.4: its FETCH_CHANGE may be up to 4 bytes above our
                 # max_body; Subscriptions.fanout closes only the fetchers that announced less.
                 kv = conn.states[key] = buf[pos + 6 : end]
-                self.subscriptions.fanout(key, FETCH_CHANGE, kv)
+                self.subscriptions.fanout(key, FETCH_CHANGE, kv, conn)  # may stall conn (issue 29)
                 return None
             if conn.writable is not None and not self.auth.may_write(conn, key):
                 # PROTOCOL.md 15.3: dropped and logged, like any event not carried out.
