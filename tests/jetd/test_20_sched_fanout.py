@@ -18,6 +18,7 @@ from jetwire import (
     FetchRemove,
     FetchStates,
     GetState,
+    Info,
     Message,
     NotifyState,
     Response,
@@ -156,3 +157,35 @@ def test_an_owner_closing_mid_fan_out_sends_the_changes_before_the_removes() -> 
     for events in seen.values():
         assert [type(e) for e in events] == [FetchChange, FetchRemove]
     assert not h.daemon.subscriptions.fanning
+
+
+def test_a_change_held_for_a_delivering_fetch_is_held_once_with_small_body_peers() -> None:
+    # The NOTIFY fast path's careful branch (taken while a peer announced a small
+    # max_body) held the change for fetches still receiving initial adds a second time.
+    h = ClockHarness(0.0004)
+    owner = h.connect()
+    h.send(owner, *(AddState(i + 1, f"k{i:05d}", Value.of(i)) for i in range(3000)))
+    h.recv(owner)
+    small = h.connect()
+    h.send(small, Info(max_body=100_000))
+    h.recv(small)
+    live, delivering = h.connect(), h.connect()
+    h.send(live, FetchStates(1, "k"))
+    for _ in range(10_000):
+        h.recv(live)
+        if live.delivery is None:
+            break
+        h.work()
+    h.send(delivering, FetchStates(1, "k"))
+    assert delivering.delivery is not None and delivering.delivery.cursor is not None  # type: ignore[attr-defined]
+    assert delivering.delivery.cursor > b"k00001"  # type: ignore[attr-defined]
+    h.send(owner, NotifyState(None, "k00001", Value.of(-1)))
+    seen: dict[int, list[Message]] = {}
+    _changes(h, [live, delivering], seen)
+    for _ in range(10_000):
+        if delivering.delivery is None:
+            break
+        h.work()
+        _changes(h, [live, delivering], seen)
+    changes = [(fid, e.key) for fid, events in seen.items() for e in events if isinstance(e, FetchChange)]
+    assert len(changes) == 2 and len({fid for fid, _ in changes}) == 2, changes
