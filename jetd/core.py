@@ -301,13 +301,14 @@ class Daemon:
     @property
     def has_work(self) -> bool:
         """True while :meth:`work` has something to do."""
-        return self.scheduler.has_work or self.router.expiring or bool(self.queries.stale)
+        return self.scheduler.has_work or self.router.expiring or bool(self.queries.stale) or bool(self.auth.reindex)
 
     def work(self, now: float) -> list[Connection]:
         """One turn of the pending work: route timeouts beyond the last slice, the
         next slice of initial adds of each ready connection (then its held input),
         round-robin until the turn's time is up, then a slice of deferred window updates
-        of sorted query fetches. Returns the connections that caught up: the IO layer
+        of sorted query fetches and one of connections waiting for a reload's
+        permissions. Returns the connections that caught up: the IO layer
         may read them again."""
         self.clock.now = now
         scheduler = self.scheduler
@@ -340,6 +341,10 @@ class Daemon:
             # Window updates deferred by full slices (PROTOCOL.md 14.5): one slice a turn.
             scheduler.restart()
             self.queries.refresh_windows()
+        if self.auth.reindex:
+            # A reload's new permissions, a slice of connections a turn (PROTOCOL.md 15.5).
+            scheduler.restart()
+            self.auth.reindex_slice(scheduler)
         self._finish_closes()
         return resumed
 
@@ -387,7 +392,9 @@ class Daemon:
         """A newly loaded users file (SIGHUP, PROTOCOL.md 15.5): see
         :meth:`jetd.access.AccessControl.set_access`."""
         self.clock.now = now
+        self.scheduler.begin(now)
         self.auth.set_access(access, list(self.connections.values()))
+        self.auth.reindex_slice(self.scheduler)  # the rest in later turns (issue 29)
         self._finish_closes()
         log.info("users file %s loaded: %d users, %d groups", access.source, len(access.users.users),
                  len(access.users.groups))
@@ -489,9 +496,13 @@ class Daemon:
         Stops early, keeping the rest, when the connection's output passes its budget
         or a fetch of it delivers initial adds in slices (PROTOCOL.md 10.5, 10.8): then
         ``conn.stalled`` is set and :meth:`work` goes on later."""
+        self.clock.now = now
+        reindex = self.auth.reindex
+        if reindex and conn in reindex:
+            self.auth.reindex_one(conn)  # PROTOCOL.md 15.5: its frames under the new permissions
+            self._finish_closes()  # (its catch-up may have overflowed)
         if conn.closing:
             return
-        self.clock.now = now
         self.scheduler.begin(now, conn)  # its own window updates are not deferred
         rest = conn.rest
         had_rest = bool(rest)
