@@ -119,10 +119,13 @@ class FanOut:
     ``Subscriptions.fanning`` under its owner, whose input stalls until it is done, so
     no later change of the key (only the owner changes it) overtakes it."""
 
-    __slots__ = ("body_length", "head", "key", "kv", "next", "targets")
+    __slots__ = ("body_length", "generation", "head", "key", "kv", "next", "targets")
 
-    def __init__(self, key: bytes, code: int, kv: bytes, targets: list[Fetch]) -> None:
+    def __init__(self, key: bytes, code: int, kv: bytes, targets: list[Fetch], generation: int) -> None:
         self.key = key
+        # The live index's generation when the change was made: while it stands, no
+        # target has gone, been parked or narrowed (each changes the index).
+        self.generation = generation
         self.kv = kv
         self.body_length = 5 + len(kv)
         self.head = EVT_HEAD_PACK(EVENT, self.body_length, code)
@@ -442,7 +445,7 @@ class Subscriptions:
         rest waits in ``fanning`` and the owner is ``stalled``: its next frames wait
         too (PROTOCOL.md 10.5), and :meth:`fan_on` goes on in its next turn."""
         if owner is not None and len(targets) > DEFAULT_FAN_CHUNK:
-            rest = FanOut(key, code, kv, targets)
+            rest = FanOut(key, code, kv, targets, self.fetches.generation)
             if not self._fan_slice(rest, True):
                 self.fanning[owner] = rest
                 owner.stalled = True
@@ -483,10 +486,12 @@ class Subscriptions:
         """Send ``rest``'s event to its next targets, until the slice is over if
         ``bounded`` (at least one chunk), else to all; True once every target is done.
 
-        Between two slices a target may have gone: its connection closing (nothing may
-        follow its CLOSE), the fetch ended (nothing after UNFETCH's OK) or narrowed by
-        new permissions so that it no longer reads the key (its FETCH_REMOVE went out):
-        it gets nothing. A target whose connection was paused meanwhile (its fetches
+        While the live index is as it was when the change was made, the chunks go out
+        as the dispatcher's inline fan-out does. Else each target is checked: between
+        two slices it may have gone: its connection closing (nothing may follow its
+        CLOSE), the fetch ended (nothing after UNFETCH's OK) or narrowed by new
+        permissions so that it no longer reads the key (its FETCH_REMOVE went out): it
+        gets nothing. A target whose connection was paused meanwhile (its fetches
         parked after this change was made) gets the event queued, under the hard limit
         (PROTOCOL.md 10.8): its catch-up covers only the changes after."""
         targets = rest.targets
@@ -500,8 +505,23 @@ class Subscriptions:
         i = rest.next
         limit = min(total, i + scheduler.fan_slice) if bounded else total
         sent = 0
+        same = not careful and log_out is None and self.fetches.generation == rest.generation
         while i < limit:
             stop = min(i + DEFAULT_FAN_CHUNK, limit)
+            if same:
+                for fetch in targets[i:stop]:
+                    conn = fetch.conn
+                    queue = conn.out
+                    if not queue:
+                        dirty.append(conn)
+                    queue.append(head)
+                    queue.append(fetch.fid_bytes)
+                    queue.append(kv)
+                sent += stop - i
+                i = stop
+                if bounded and scheduler.spend(DEFAULT_FAN_CHUNK):
+                    break
+                continue
             for index in range(i, stop):
                 fetch = targets[index]
                 conn = fetch.conn
