@@ -46,7 +46,7 @@ from .frames import (
     ok_frame,
     str16_ok,
 )
-from .scheduler import DEFAULT_FAN_CHUNK, Scheduler
+from .scheduler import DEFAULT_FAN_CHUNK, DEFAULT_FAN_STRIDE, Scheduler
 
 if TYPE_CHECKING:
     from .access import AccessControl, Permissions
@@ -441,7 +441,7 @@ class Subscriptions:
 
         Issue 29: with an ``owner`` (a NOTIFY_STATE event) and more than
         ``DEFAULT_FAN_CHUNK`` targets, the fan-out is counted against the slice
-        (:meth:`jetd.scheduler.Scheduler.spend`, a chunk at a time); past the slice the
+        (:meth:`jetd.scheduler.Scheduler.spend`, ``DEFAULT_FAN_STRIDE`` at a time); past the slice the
         rest waits in ``fanning`` and the owner is ``stalled``: its next frames wait
         too (PROTOCOL.md 10.5), and :meth:`fan_on` goes on in its next turn."""
         if owner is not None and len(targets) > DEFAULT_FAN_CHUNK:
@@ -484,7 +484,7 @@ class Subscriptions:
 
     def _fan_slice(self, rest: FanOut, bounded: bool) -> bool:
         """Send ``rest``'s event to its next targets, until the slice is over if
-        ``bounded`` (at least one chunk), else to all; True once every target is done.
+        ``bounded`` (at least one stride), else to all; True once every target is done.
 
         While the live index is as it was when the change was made, the chunks go out
         as the dispatcher's inline fan-out does. Else each target is checked: between
@@ -507,7 +507,7 @@ class Subscriptions:
         sent = 0
         same = not careful and log_out is None and self.fetches.generation == rest.generation
         while i < limit:
-            stop = min(i + DEFAULT_FAN_CHUNK, limit)
+            stop = min(i + DEFAULT_FAN_STRIDE, limit)
             if same:
                 for fetch in targets[i:stop]:
                     conn = fetch.conn
@@ -519,7 +519,7 @@ class Subscriptions:
                     queue.append(kv)
                 sent += stop - i
                 i = stop
-                if bounded and scheduler.spend(DEFAULT_FAN_CHUNK):
+                if bounded and scheduler.spend(DEFAULT_FAN_STRIDE):
                     break
                 continue
             for index in range(i, stop):
@@ -545,7 +545,7 @@ class Subscriptions:
                 if log_out is not None:
                     log_out(conn.conn_id, FRAME_OUT, head + fetch.fid_bytes + kv)
             i = stop
-            if bounded and scheduler.spend(DEFAULT_FAN_CHUNK):
+            if bounded and scheduler.spend(DEFAULT_FAN_STRIDE):
                 break
         rest.next = i
         self.stats.fanout_events += sent

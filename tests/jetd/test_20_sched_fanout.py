@@ -10,7 +10,7 @@ import pytest
 from test_18_clock_slices import ClockHarness
 
 from jetd.connection import Connection
-from jetd.scheduler import DEFAULT_FAN_CHUNK
+from jetd.scheduler import DEFAULT_FAN_CHUNK, DEFAULT_FAN_STRIDE
 from jetwire import (
     AddState,
     FetchAdd,
@@ -26,8 +26,8 @@ from jetwire import (
     Value,
 )
 
-CONNS = 20
-PER_CONN = 50  # 1,000 fetches of "k": far more than a slice of 0.4 ms clock steps
+CONNS = 40
+PER_CONN = 100  # 4,000 fetches of "k": far more than a slice of 0.4 ms clock steps
 
 
 def _setup(h: ClockHarness, conns: int = CONNS, per_conn: int = PER_CONN) -> tuple[Connection, list[Connection], dict[int, int]]:
@@ -80,7 +80,7 @@ def test_a_fan_out_to_many_fetches_is_sliced_and_nothing_is_lost_or_reordered(va
     seen: dict[int, list[Message]] = {}
     first = _changes(h, fetchers, seen)
     total = len(fids)
-    assert DEFAULT_FAN_CHUNK <= first < total, "the first slice sends part of the fan-out"
+    assert DEFAULT_FAN_STRIDE <= first < total, "the first slice sends part of the fan-out"
     assert all(m.value == value for ms in seen.values() for m in ms)  # type: ignore[attr-defined]
     # The owner's next frames wait behind the fan-out it caused (PROTOCOL.md 10.5).
     assert owner.stalled and h.recv(owner) == []
@@ -94,8 +94,8 @@ def test_a_fan_out_to_many_fetches_is_sliced_and_nothing_is_lost_or_reordered(va
     for fid, events in seen.items():
         assert [(type(e), e.value) for e in events] == [(FetchChange, value), (FetchChange, Value.of(2))], fid  # type: ignore[attr-defined]
     assert sum(per_turn) == 2 * total
-    assert len(per_turn) >= 2 * total // (4 * DEFAULT_FAN_CHUNK), per_turn
-    assert max(per_turn) <= 4 * DEFAULT_FAN_CHUNK
+    assert len(per_turn) >= 2 * total // (4 * DEFAULT_FAN_STRIDE), per_turn
+    assert max(per_turn) <= 4 * DEFAULT_FAN_STRIDE
     assert h.daemon.scheduler.slices_cut >= len(per_turn) - 2
     # Only then the owner's GET: its answer has the second value.
     [own] = h.recv(owner)
