@@ -32,6 +32,8 @@ from .base import Clock, DaemonStats, Output
 from .config import Config
 from .connection import Connection
 from .frames import (
+    CHANGE_HEADS,
+    CHANGE_HEADS_BELOW,
     EVENT,
     EVT_HEAD_PACK,
     FETCH_ADD,
@@ -128,7 +130,11 @@ class FanOut:
         self.generation = generation
         self.kv = kv
         self.body_length = 5 + len(kv)
-        self.head = EVT_HEAD_PACK(EVENT, self.body_length, code)
+        size = len(kv)
+        # The shared heads of the inline fan-out: each fetch keeps its head + id joined
+        # for the head it last saw (fan_change), so it is not joined again per event.
+        self.head = (CHANGE_HEADS[size] if code == FETCH_CHANGE and size < CHANGE_HEADS_BELOW
+                     else EVT_HEAD_PACK(EVENT, self.body_length, code))
         self.targets = targets  # the index's cached list: read, never changed
         self.next = 0
 
@@ -509,14 +515,7 @@ class Subscriptions:
         while i < limit:
             stop = min(i + DEFAULT_FAN_STRIDE, limit)
             if same:
-                for fetch in targets[i:stop]:
-                    conn = fetch.conn
-                    queue = conn.out
-                    if not queue:
-                        dirty.append(conn)
-                    queue.append(head)
-                    queue.append(fetch.fid_bytes)
-                    queue.append(kv)
+                self.fan_change(targets[i:stop], head, kv)
                 sent += stop - i
                 i = stop
                 if bounded and scheduler.spend(DEFAULT_FAN_STRIDE):
