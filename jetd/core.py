@@ -322,8 +322,12 @@ class Daemon:
         # first in the next turn, after the IO layer has served the sockets.
         turn_end = now + scheduler.slice_seconds
         served = False
+        fanning = self.subscriptions.fanning
         for index, conn in enumerate(ready):
-            if conn.closing or not conn.stalled or conn.paused or conn.out_size > budget:
+            if conn.closing or not conn.stalled:
+                continue
+            blocked = conn.paused or conn.out_size > budget
+            if blocked and not (fanning and conn in fanning):
                 continue  # a write, drained() or take_dirty() brings it back
             if served and scheduler.over(turn_end):
                 scheduler.put_back(ready[index:])
@@ -331,7 +335,11 @@ class Daemon:
             served = True
             scheduler.restart()
             try:
-                if self._go_on(conn, now):
+                if blocked:
+                    # Issue 29: the events it owes others do not wait for its own output;
+                    # its input does (a write or drained() wakes it once the fan-out is done).
+                    self.subscriptions.fan_on(conn)
+                elif self._go_on(conn, now):
                     resumed.append(conn)
             except Exception:
                 # As in the IO layer: a bug must cost one connection, never the daemon.

@@ -189,3 +189,21 @@ def test_a_change_held_for_a_delivering_fetch_is_held_once_with_small_body_peers
         _changes(h, [live, delivering], seen)
     changes = [(fid, e.key) for fid, events in seen.items() for e in events if isinstance(e, FetchChange)]
     assert len(changes) == 2 and len({fid for fid, _ in changes}) == 2, changes
+
+
+def test_a_paused_owner_still_sends_the_rest_of_its_fan_out() -> None:
+    # The events an owner owes others do not wait for its own output to drain; its next
+    # frames do.
+    h = ClockHarness(0.0004)
+    owner, fetchers, fids = _setup(h)
+    h.send(owner, NotifyState(None, "k0", Value.of(1)), GetState(9, "k0"))
+    seen: dict[int, list[Message]] = {}
+    _changes(h, fetchers, seen)
+    h.daemon.pause(owner, 1 << 20)  # its transport is full
+    _run(h, fetchers, seen)
+    assert sorted(seen) == sorted(fids) and not h.daemon.subscriptions.fanning
+    assert owner.stalled and not owner.pending and h.recv(owner) == []  # its GET waits
+    assert h.daemon.drained(owner)
+    h.work()
+    [own] = h.recv(owner)
+    assert isinstance(own, Response) and own.id == 9 and own.value == Value.of(1)
