@@ -45,6 +45,7 @@ from .users import UsersFile
 
 if TYPE_CHECKING:
     from .querying import Queries
+    from .scheduler import Scheduler
     from .subscriptions import Subscriptions
 
 __all__ = [
@@ -81,6 +82,9 @@ FREE_FAILURES = MAX_AUTH_FAILURES
 FAILURE_MEMORY = 600.0  # seconds after its last failure that a source or user is forgotten
 FAILURE_RECORDS_MAX = 100_000  # sources and users remembered; the oldest go first
 USER_KEY_MAX = 64  # longer user names are remembered by a digest (user_key)
+# Issue 29: connections brought in line with a reloaded users file per slice, at most
+# (the ceiling without a clock; the clock is read after each connection).
+REINDEX_SLICE = 256
 AUTH_BY_PASSWORD = 1  # JETLOG.md 4 CONN_AUTH method
 AUTH_BY_CERTIFICATE = 2
 
@@ -503,6 +507,9 @@ class AccessControl:
         self.checks = PasswordChecks(config.auth_queue, config.auth_failure_delay, config.auth_failure_delay_max)
         self._pumping = False
         self._auth_deadlines: deque[tuple[float, Connection]] = deque()  # auth timeout, in connect order
+        # Issue 29: connections still under the permissions of the users file before the
+        # last reload, in connect order (reindex_slice); a dict for the membership test.
+        self.reindex: dict[Connection, None] = {}
 
     # --- the checks the handlers call -------------------------------------------------
 
@@ -732,22 +739,50 @@ class AccessControl:
 
     def set_access(self, access: Access, connections: list[Connection]) -> None:
         """Use a newly loaded users file (SIGHUP): every connection gets its user's new
-        permissions; fetches are brought in line at once. Connections are not dropped.
+        permissions, and its fetches are brought in line, a connection at a time in
+        slices (:meth:`reindex_slice`, issue 29), in ``connections``' order.
+        Connections are not dropped.
 
         Only a daemon started with an Access can switch: the fast paths assume no checks
         otherwise."""
         if self.access is None:
             raise ValueError("authentication was not enabled at start")
         self.access = access
+        reindex = self.reindex
         for conn in connections:
-            if conn.closing:
-                continue
-            perms = access.permissions(conn.user) if conn.user is not None else access.anonymous
-            self._apply_permissions(conn, perms)
+            if not conn.closing:
+                reindex[conn] = None
+
+    def reindex_slice(self, scheduler: Scheduler) -> int:
+        """Bring the connections waiting since the last reload in line with it, until
+        the slice is over (at least one, at most :data:`REINDEX_SLICE`); returns how
+        many. Each costs what its fetches' re-evaluation costs: the clock is read after
+        every one (:meth:`jetd.scheduler.Scheduler.spend`)."""
+        reindex = self.reindex
+        done = 0
+        while reindex and done < REINDEX_SLICE:
+            self.reindex_one(next(iter(reindex)))
+            done += 1
+            if scheduler.spend(scheduler.check_every):
+                break
+        if not reindex and done:
+            log.info("the reloaded permissions are in force on every connection")
+        return done
+
+    def reindex_one(self, conn: Connection) -> None:
+        """``conn``, waiting since the last reload, gets its new permissions now (its
+        turn came, or a frame of it is about to be handled: PROTOCOL.md 15.5)."""
+        del self.reindex[conn]
+        access = self.access
+        if conn.closing or access is None:
+            return
+        self._apply_permissions(conn, access.permissions(conn.user) if conn.user is not None else access.anonymous)
 
     def _apply_permissions(self, conn: Connection, perms: Permissions) -> None:
         """PROTOCOL.md 15.5: ``conn``'s fetches are brought in line with ``perms`` at
         once: a delivery under way, then its query fetches, then its plain fetches."""
+        if self.reindex:
+            self.reindex.pop(conn, None)  # authenticated while a reload was in progress
         conn.perms = perms
         conn.writable = None if perms.write.everything else set()
         self.subscriptions.narrow_delivery(conn, perms)

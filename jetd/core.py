@@ -94,7 +94,7 @@ from .frames import (
 from .querying import Queries
 from .registry import Registry, StateRegistry
 from .routes import Route, Router, RouteTable
-from .scheduler import Scheduler
+from .scheduler import DEFAULT_FAN_CHUNK, Scheduler
 from .subscriptions import Delivery, Fetch, FetchRegistry, Subscriptions
 
 __all__ = [
@@ -301,13 +301,14 @@ class Daemon:
     @property
     def has_work(self) -> bool:
         """True while :meth:`work` has something to do."""
-        return self.scheduler.has_work or self.router.expiring or bool(self.queries.stale)
+        return self.scheduler.has_work or self.router.expiring or bool(self.queries.stale) or bool(self.auth.reindex)
 
     def work(self, now: float) -> list[Connection]:
         """One turn of the pending work: route timeouts beyond the last slice, the
         next slice of initial adds of each ready connection (then its held input),
         round-robin until the turn's time is up, then a slice of deferred window updates
-        of sorted query fetches. Returns the connections that caught up: the IO layer
+        of sorted query fetches and one of connections waiting for a reload's
+        permissions. Returns the connections that caught up: the IO layer
         may read them again."""
         self.clock.now = now
         scheduler = self.scheduler
@@ -321,8 +322,12 @@ class Daemon:
         # first in the next turn, after the IO layer has served the sockets.
         turn_end = now + scheduler.slice_seconds
         served = False
+        fanning = self.subscriptions.fanning
         for index, conn in enumerate(ready):
-            if conn.closing or not conn.stalled or conn.paused or conn.out_size > budget:
+            if conn.closing or not conn.stalled:
+                continue
+            blocked = conn.paused or conn.out_size > budget
+            if blocked and not (fanning and conn in fanning):
                 continue  # a write, drained() or take_dirty() brings it back
             if served and scheduler.over(turn_end):
                 scheduler.put_back(ready[index:])
@@ -330,7 +335,11 @@ class Daemon:
             served = True
             scheduler.restart()
             try:
-                if self._go_on(conn, now):
+                if blocked:
+                    # Issue 29: the events it owes others do not wait for its own output;
+                    # its input does (a write or drained() wakes it once the fan-out is done).
+                    self.subscriptions.fan_on(conn)
+                elif self._go_on(conn, now):
                     resumed.append(conn)
             except Exception:
                 # As in the IO layer: a bug must cost one connection, never the daemon.
@@ -340,12 +349,19 @@ class Daemon:
             # Window updates deferred by full slices (PROTOCOL.md 14.5): one slice a turn.
             scheduler.restart()
             self.queries.refresh_windows()
+        if self.auth.reindex:
+            # A reload's new permissions, a slice of connections a turn (PROTOCOL.md 15.5).
+            scheduler.restart()
+            self.auth.reindex_slice(scheduler)
         self._finish_closes()
         return resumed
 
     def _go_on(self, conn: Connection, now: float) -> bool:
         """The next slice of ``conn``'s delivery, then its held input; True if it
         caught up (its input may be read again)."""
+        fanning = self.subscriptions.fanning
+        if fanning and conn in fanning and not self.subscriptions.fan_on(conn):
+            return False  # issue 29: its NOTIFY_STATE's fan-out goes on first
         delivery = conn.delivery  # a local: the calls below change conn.delivery
         if delivery is not None:
             if delivery.for_query:
@@ -384,7 +400,9 @@ class Daemon:
         """A newly loaded users file (SIGHUP, PROTOCOL.md 15.5): see
         :meth:`jetd.access.AccessControl.set_access`."""
         self.clock.now = now
+        self.scheduler.begin(now)
         self.auth.set_access(access, list(self.connections.values()))
+        self.auth.reindex_slice(self.scheduler)  # the rest in later turns (issue 29)
         self._finish_closes()
         log.info("users file %s loaded: %d users, %d groups", access.source, len(access.users.users),
                  len(access.users.groups))
@@ -486,9 +504,13 @@ class Daemon:
         Stops early, keeping the rest, when the connection's output passes its budget
         or a fetch of it delivers initial adds in slices (PROTOCOL.md 10.5, 10.8): then
         ``conn.stalled`` is set and :meth:`work` goes on later."""
+        self.clock.now = now
+        reindex = self.auth.reindex
+        if reindex and conn in reindex:
+            self.auth.reindex_one(conn)  # PROTOCOL.md 15.5: its frames under the new permissions
+            self._finish_closes()  # (its catch-up may have overflowed)
         if conn.closing:
             return
-        self.clock.now = now
         self.scheduler.begin(now, conn)  # its own window updates are not deferred
         rest = conn.rest
         had_rest = bool(rest)
@@ -567,6 +589,7 @@ class Daemon:
         inline_fanout = plain_fanout and not self.out.small_body_peers
         parked = subscriptions.parked
         delivering = subscriptions.delivering_count
+        fan_chunk = DEFAULT_FAN_CHUNK  # more targets than this: a sliced fan-out (issue 29)
         # PROTOCOL.md 14: the query groups (a dict: its truth test is no call per frame).
         query_groups = self.queries.index.by_signature
         # Connections with window updates waiting (issue 29): their answers go the careful
@@ -638,7 +661,7 @@ class Daemon:
                             targets = fetches.targets(key)
                         if not targets:
                             pass
-                        elif inline_fanout:
+                        elif inline_fanout and len(targets) <= fan_chunk:
                             # Subscriptions.fanout inlined: head + fetch id + kv per fetcher
                             # (live fetches only: a paused peer's are parked).
                             size = len(kv)
@@ -659,16 +682,13 @@ class Daemon:
                                     out.append(fetch.fid_bytes)
                                     out.append(kv)
                             fanned += len(targets)
-                        else:
-                            subscriptions.fanout(key, FETCH_CHANGE, kv)
-                            pos = end
-                            if conn.closing:
-                                break
-                            continue
+                        else:  # the careful way; many targets: sliced, conn may stall (issue 29)
+                            subscriptions.fan_live(key, FETCH_CHANGE, kv, targets, conn)
                     if query_groups:
                         self.queries.state_changed(key, FETCH_CHANGE, kv)
                     pos = end
-                    if conn.closing:  # it fetches its own states and overflowed
+                    if conn.closing or conn.stalled:  # its own fetch overflowed; the fan-out waits
+                        conn.need = 5
                         break
                     continue
             elif vat and ftype == REQUEST:
@@ -885,7 +905,7 @@ class Daemon:
                 # PROTOCOL.md 6.4: its FETCH_CHANGE may be up to 4 bytes above our
                 # max_body; Subscriptions.fanout closes only the fetchers that announced less.
                 kv = conn.states[key] = buf[pos + 6 : end]
-                self.subscriptions.fanout(key, FETCH_CHANGE, kv)
+                self.subscriptions.fanout(key, FETCH_CHANGE, kv, conn)  # may stall conn (issue 29)
                 return None
             if conn.writable is not None and not self.auth.may_write(conn, key):
                 # PROTOCOL.md 15.3: dropped and logged, like any event not carried out.

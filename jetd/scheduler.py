@@ -2,10 +2,11 @@
 of it is over (PROTOCOL.md 10.5, 10.8, 14.5).
 
 Work that grows with the bus is done in slices: a fetch's initial adds and a query's
-initial entries, seeding a query group, a burst of route timeouts. A slice ends when the
+initial entries, seeding a query group, a burst of route timeouts, a NOTIFY_STATE
+event's fan-out to many fetches. A slice ends when the
 clock passes ``slice_seconds`` (about 1 ms, like redis's ``activeExpireCycle``) after it
 began, or at the item count of its kind (``delivery_slice``, ``seed_slice``,
-``expire_slice``), whichever comes first: a count alone is 8 ms on one machine and 80 on
+``expire_slice``, ``fan_slice``), whichever comes first: a count alone is 8 ms on one machine and 80 on
 another. The parts' slice loops count their items with :meth:`Scheduler.spend` (every
 16 states in the loops over states, whose items cost a microsecond or so); it reads the
 clock only every ``check_every`` items, so the check costs next to nothing.
@@ -35,6 +36,9 @@ __all__ = [
     "DEFAULT_CHECK_EVERY",
     "DEFAULT_DELIVERY_SLICE",
     "DEFAULT_EXPIRE_SLICE",
+    "DEFAULT_FAN_CHUNK",
+    "DEFAULT_FAN_SLICE",
+    "DEFAULT_FAN_STRIDE",
     "DEFAULT_SEED_SLICE",
     "DEFAULT_SLICE_SECONDS",
     "Scheduler",
@@ -52,6 +56,15 @@ DEFAULT_DELIVERY_SLICE = 2048
 DEFAULT_SEED_SLICE = 1024
 # Route timeouts answered per slice.
 DEFAULT_EXPIRE_SLICE = 4096
+# A NOTIFY_STATE event's fan-out to more live fetches than this is sliced (issue 29),
+# and the rest waits for the owner's next turn. Fewer go out at once, uncounted: the
+# common case (W2's 1-50 fetchers) pays one comparison.
+DEFAULT_FAN_CHUNK = 64
+# A sliced fan-out reads the clock after each stride of this many FETCH_CHANGE events
+# (~0.1 us each, pure Python): a stride of 64 cost a tenth more CPU over 100,000 fetches.
+DEFAULT_FAN_STRIDE = 256
+# FETCH_CHANGE events of one sliced fan-out per slice (the ceiling without a clock).
+DEFAULT_FAN_SLICE = 8192
 
 _NEVER = float("inf")
 
@@ -65,7 +78,7 @@ class Scheduler:
             passes to the core, or None: slices are then counted in items only.
         slice_seconds: how long a slice, and a turn of :meth:`jetd.core.Daemon.work`, lasts.
         check_every: items of work between two readings of ``clock`` (at least 1).
-        delivery_slice, seed_slice, expire_slice: item ceilings per slice.
+        delivery_slice, seed_slice, expire_slice, fan_slice: item ceilings per slice.
     """
 
     __slots__ = (
@@ -78,6 +91,7 @@ class Scheduler:
         "current",
         "delivery_slice",
         "expire_slice",
+        "fan_slice",
         "seed_slice",
         "slice_seconds",
         "slices_cut",
@@ -85,13 +99,15 @@ class Scheduler:
 
     def __init__(self, delivery_slice: int = DEFAULT_DELIVERY_SLICE, seed_slice: int = DEFAULT_SEED_SLICE,
                  expire_slice: int = DEFAULT_EXPIRE_SLICE, clock: Optional[Callable[[], float]] = None,
-                 slice_seconds: float = DEFAULT_SLICE_SECONDS, check_every: int = DEFAULT_CHECK_EVERY) -> None:
+                 slice_seconds: float = DEFAULT_SLICE_SECONDS, check_every: int = DEFAULT_CHECK_EVERY,
+                 fan_slice: int = DEFAULT_FAN_SLICE) -> None:
         if slice_seconds <= 0 or check_every < 1:
             raise ValueError("slice_seconds must be > 0 and check_every >= 1")
         self._ready: list[Connection] = []
         self.delivery_slice = delivery_slice
         self.seed_slice = seed_slice
         self.expire_slice = expire_slice
+        self.fan_slice = fan_slice
         self.clock = clock
         self.slice_seconds = slice_seconds
         self.check_every = check_every

@@ -32,6 +32,8 @@ from .base import Clock, DaemonStats, Output
 from .config import Config
 from .connection import Connection
 from .frames import (
+    CHANGE_HEADS,
+    CHANGE_HEADS_BELOW,
     EVENT,
     EVT_HEAD_PACK,
     FETCH_ADD,
@@ -46,14 +48,14 @@ from .frames import (
     ok_frame,
     str16_ok,
 )
-from .scheduler import Scheduler
+from .scheduler import DEFAULT_FAN_CHUNK, DEFAULT_FAN_STRIDE, Scheduler
 
 if TYPE_CHECKING:
     from .access import AccessControl, Permissions
     from .querying import Queries
     from .registry import Registry
 
-__all__ = ["Delivery", "Fetch", "FetchRegistry", "Subscriptions"]
+__all__ = ["Delivery", "FanOut", "Fetch", "FetchRegistry", "Subscriptions"]
 
 log = logging.getLogger("jetd")
 
@@ -110,6 +112,31 @@ class Delivery:
         self.cursor: Optional[bytes] = None  # the last key added
         self.held: list[bytes] = []
         self.held_size = 0
+
+
+class FanOut:
+    """The rest of a NOTIFY_STATE event's fan-out to many fetches, past a slice (issue
+    29): the FETCH_CHANGE of ``kv`` (body ``body_length``, frame head ``head``) for
+    ``targets[next:]``, the live fetches the change matched. It waits in
+    ``Subscriptions.fanning`` under its owner, whose input stalls until it is done, so
+    no later change of the key (only the owner changes it) overtakes it."""
+
+    __slots__ = ("body_length", "generation", "head", "key", "kv", "next", "targets")
+
+    def __init__(self, key: bytes, code: int, kv: bytes, targets: list[Fetch], generation: int) -> None:
+        self.key = key
+        # The live index's generation when the change was made: while it stands, no
+        # target has gone, been parked or narrowed (each changes the index).
+        self.generation = generation
+        self.kv = kv
+        self.body_length = 5 + len(kv)
+        size = len(kv)
+        # The shared heads of the inline fan-out: each fetch keeps its head + id joined
+        # for the head it last saw (fan_change), so it is not joined again per event.
+        self.head = (CHANGE_HEADS[size] if code == FETCH_CHANGE and size < CHANGE_HEADS_BELOW
+                     else EVT_HEAD_PACK(EVENT, self.body_length, code))
+        self.targets = targets  # the index's cached list: read, never changed
+        self.next = 0
 
 
 class FetchRegistry:
@@ -220,6 +247,8 @@ class Subscriptions:
         self.delivering = FetchRegistry()
         self.delivering_count = 0
         self.slow: set[Connection] = set()  # paused connections (PROTOCOL.md 10.8 deadline)
+        # Issue 29: owners whose NOTIFY_STATE fan-out goes on in later slices (FanOut).
+        self.fanning: dict[Connection, FanOut] = {}
         self.next_fetch_id = 1  # PROTOCOL.md 10.5: jetd counts from 1, never reuses
 
     def new_fetch_id(self) -> int:
@@ -246,7 +275,12 @@ class Subscriptions:
         self.slow.discard(conn)
 
     def drop_fetches(self, conn: Connection) -> None:
-        """A closing connection's plain fetches end (PROTOCOL.md 10.6)."""
+        """A closing connection's plain fetches end (PROTOCOL.md 10.6). The rest of a
+        fan-out it owes others goes out first, whole: their FETCH_CHANGE precedes the
+        FETCH_REMOVE of its states."""
+        rest = self.fanning.pop(conn, None)
+        if rest is not None:
+            self._fan_slice(rest, False)
         fetches = self.parked_fetches if conn.parked else self.fetches
         for fetch in conn.fetches.values():
             fetches.remove(fetch)
@@ -388,11 +422,12 @@ class Subscriptions:
             out.append(fetch.change_prefix)
             out.append(kv)
 
-    def fanout(self, key: bytes, code: int, kv: bytes) -> None:
+    def fanout(self, key: bytes, code: int, kv: bytes, owner: Optional[Connection] = None) -> None:
         """Send one fetch event for ``key`` to every matching fetch: the frame is
-        encoded once as (head, kv); each fetcher gets head + its fetch id + kv."""
+        encoded once as (head, kv); each fetcher gets head + its fetch id + kv. With
+        ``owner`` (a NOTIFY_STATE event's), a fan-out to many live fetches is sliced
+        (:meth:`fan_live`)."""
         self.queries.state_changed(key, code, kv)  # PROTOCOL.md 14.2 (jetd.querying)
-        body_length = 5 + len(kv)
         if self.delivering_count:
             self.hold(key, code, kv)
         if self.parked:
@@ -404,8 +439,25 @@ class Subscriptions:
         if not self.fetches.lengths:
             return
         targets = self.fetches.targets(key)
-        if not targets:
+        if targets:
+            self.fan_live(key, code, kv, targets, owner)
+
+    def fan_live(self, key: bytes, code: int, kv: bytes, targets: list[Fetch], owner: Optional[Connection] = None) -> None:
+        """The fetch event of ``key`` (value ``kv``) to the live fetches ``targets``.
+
+        Issue 29: with an ``owner`` (a NOTIFY_STATE event) and more than
+        ``DEFAULT_FAN_CHUNK`` targets, the fan-out is counted against the slice
+        (:meth:`jetd.scheduler.Scheduler.spend`, ``DEFAULT_FAN_STRIDE`` at a time); past the slice the
+        rest waits in ``fanning`` and the owner is ``stalled``: its next frames wait
+        too (PROTOCOL.md 10.5), and :meth:`fan_on` goes on in its next turn."""
+        if owner is not None and len(targets) > DEFAULT_FAN_CHUNK:
+            rest = FanOut(key, code, kv, targets, self.fetches.generation)
+            if not self._fan_slice(rest, True):
+                self.fanning[owner] = rest
+                owner.stalled = True
+                self.scheduler.wake(owner)
             return
+        body_length = 5 + len(kv)
         head = EVT_HEAD_PACK(EVENT, body_length, code)
         dirty = self.out.dirty
         # PROTOCOL.md 6.4: after a NOTIFY_STATE event the event can be 4 bytes above ours.
@@ -425,6 +477,78 @@ class Subscriptions:
         if self._log_events and self._log is not None:
             for fetch in targets:
                 self._log(fetch.conn.conn_id, FRAME_OUT, head + fetch.fid_bytes + kv)
+
+    def fan_on(self, owner: Connection) -> bool:
+        """The next slice of ``owner``'s waiting fan-out (:meth:`jetd.core.Daemon.work`);
+        True once it is done (then its input may go on), else it is woken again."""
+        rest = self.fanning[owner]
+        if self._fan_slice(rest, True):
+            del self.fanning[owner]
+            return True
+        self.scheduler.wake(owner)
+        return False
+
+    def _fan_slice(self, rest: FanOut, bounded: bool) -> bool:
+        """Send ``rest``'s event to its next targets, until the slice is over if
+        ``bounded`` (at least one stride), else to all; True once every target is done.
+
+        While the live index is as it was when the change was made, the chunks go out
+        as the dispatcher's inline fan-out does. Else each target is checked: between
+        two slices it may have gone: its connection closing (nothing may follow its
+        CLOSE), the fetch ended (nothing after UNFETCH's OK) or narrowed by new
+        permissions so that it no longer reads the key (its FETCH_REMOVE went out): it
+        gets nothing. A target whose connection was paused meanwhile (its fetches
+        parked after this change was made) gets the event queued, under the hard limit
+        (PROTOCOL.md 10.8): its catch-up covers only the changes after."""
+        targets = rest.targets
+        key, head, kv, body_length = rest.key, rest.head, rest.kv, rest.body_length
+        out = self.out
+        dirty = out.dirty
+        scheduler = self.scheduler
+        careful = out.small_body_peers > 0 or body_length > out.max_body
+        log_out = self._log if self._log_events else None
+        total = len(targets)
+        i = rest.next
+        limit = min(total, i + scheduler.fan_slice) if bounded else total
+        sent = 0
+        same = not careful and log_out is None and self.fetches.generation == rest.generation
+        while i < limit:
+            stop = min(i + DEFAULT_FAN_STRIDE, limit)
+            if same:
+                self.fan_change(targets[i:stop], head, kv)
+                sent += stop - i
+                i = stop
+                if bounded and scheduler.spend(DEFAULT_FAN_STRIDE):
+                    break
+                continue
+            for index in range(i, stop):
+                fetch = targets[index]
+                conn = fetch.conn
+                if conn.closing or conn.fetches.get(fetch.fid) is not fetch or not key.startswith(fetch.prefixes):
+                    continue
+                if careful and body_length > conn.max_body:
+                    out.event_too_large(conn, body_length)
+                    continue
+                sent += 1
+                if conn.paused:
+                    frame = head + fetch.fid_bytes + kv
+                    if out.enqueue(conn, frame) and log_out is not None:
+                        log_out(conn.conn_id, FRAME_OUT, frame)
+                    continue
+                queue = conn.out
+                if not queue:
+                    dirty.append(conn)
+                queue.append(head)
+                queue.append(fetch.fid_bytes)
+                queue.append(kv)
+                if log_out is not None:
+                    log_out(conn.conn_id, FRAME_OUT, head + fetch.fid_bytes + kv)
+            i = stop
+            if bounded and scheduler.spend(DEFAULT_FAN_STRIDE):
+                break
+        rest.next = i
+        self.stats.fanout_events += sent
+        return i >= total
 
 
     def _fanout_parked(self, key: bytes, code: int, kv: bytes) -> None:
