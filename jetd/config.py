@@ -119,7 +119,8 @@ class Config:
         http_handshake_timeout: seconds a connection to the HTTP port has to send its
             whole request; until it is a peer it counts against ``max_connections``.
         metrics_public: serve ``/metrics`` (Prometheus) on the HTTP port to anyone even
-            under ``auth`` (without ``auth`` it is served anyway, like ``/registry.json``).
+            under ``auth`` (without ``auth`` it is served anyway, like ``/registry.json``;
+            under ``auth`` without this, only to a user with ``read`` on ``$jet/``).
         max_input_buffer: bytes of received input not yet processed (incomplete frames,
             frames held back while a peer's output drains, and WebSocket frames under
             assembly), all connections together; the connection whose bytes would pass
@@ -400,7 +401,8 @@ _HELP = {
     ),
     "metrics_public": (
         "serve /metrics (Prometheus text format) on the HTTP port to anyone under --auth too; without "
-        "--auth it is served anyway, like /registry.json, and under --auth without this flag it is refused (403)"
+        "--auth it is served anyway, and under --auth without this flag only to HTTP Basic credentials of a "
+        "user with read on $jet/ (401 without them, 403 with others)"
     ),
     "max_input_buffer": ("bytes of unprocessed input, WebSocket frames under assembly included, all connections "
                          f"together (default {DEFAULT_MAX_INPUT_BUFFER})"),

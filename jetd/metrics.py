@@ -251,7 +251,7 @@ class Metrics:
             if count:
                 found["event", _name(EventCode, code)] = count
                 careful += count
-        responses = self.route_times.answers_in + self.route_times.fast_ok
+        responses = self.route_times.answers_in + self.route_times.fast_ok()
         found["response", ""] = responses
         found["info", ""] = counts.infos
         # The fast path's NOTIFY_STATE events are what no handler counted.

@@ -3,6 +3,7 @@ a real jetd on 127.0.0.1, parsed with prometheus-client's own parser."""
 
 from __future__ import annotations
 
+import base64
 import subprocess
 import sys
 import urllib.error
@@ -103,15 +104,28 @@ def test_a_route_timeout_and_a_gone_owner_are_counted(start_jetd: Callable[..., 
 
 
 def _users(tmp_path: Path) -> Path:
-    return write_users(tmp_path / "users.toml", {"ops": {"password": "o-pw", "read": ["$jet/"]}})
+    users = {"ops": {"password": "o-pw", "read": ["$jet/"]}, "plant": {"password": "p-pw", "read": ["plant/"]}}
+    return write_users(tmp_path / "users.toml", users)
+
+
+def basic(user: str, password: str) -> dict[str, str]:
+    return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
 
 
 def test_under_auth_metrics_are_refused_unless_public(start_jetd: Callable[..., DaemonProcess], tmp_path: Path) -> None:
     users = _users(tmp_path)
     closed = start_web_jetd(start_jetd, "--auth", str(users))
     status, text = scrape(closed)
-    assert status == 403 and "--metrics-public" in text
+    assert status == 401 and "$jet/" in text
     assert scrape(closed, "/registry.json")[0] == 403  # the same rule as the registry
+    # A user with read on $jet/ (HTTP Basic), and users without it or with a wrong password.
+    assert scrape(closed, headers=basic("plant", "p-pw"))[0] == 403
+    assert scrape(closed, headers=basic("ops", "wrong"))[0] == 403
+    assert scrape(closed, headers=basic("nobody", "o-pw"))[0] == 403
+    for _ in range(2):  # the second time from the remembered check
+        status, text = scrape(closed, headers=basic("ops", "o-pw"))
+        assert status == 200 and "jetd_connections" in text
+    assert scrape(closed, headers={"Authorization": "Basic !!"})[0] == 401
     public = start_web_jetd(start_jetd, "--auth", str(users), "--metrics-public", "--auth-failure-delay", "0.1")
     with RawPeer(public.address) as peer:
         failed = peer.request(lambda i: Authenticate(i, "ops", "wrong"), timeout=15)
