@@ -27,7 +27,7 @@ import resource
 import struct
 import sys
 from collections.abc import Callable
-from itertools import chain
+from itertools import accumulate, chain
 from typing import TYPE_CHECKING, Any, Optional
 
 from jetwire import EventCode, Function, Status
@@ -35,6 +35,7 @@ from jetwire import EventCode, Function, Status
 from .base import ROUTE_BUCKETS, DaemonStats, FrameCounts, RouteTimes
 from .config import Config
 from .connection import Connection
+from .eventlog import FSYNC_BUCKETS
 from .registry import RESERVED_PREFIX
 
 if TYPE_CHECKING:
@@ -95,9 +96,9 @@ def transport_of(conn: Connection) -> str:
     return "tcp"
 
 
-def quantile_ms(counts: list[int], q: float) -> float:
+def quantile_ms(counts: list[int], q: float, bounds: tuple[float, ...] = ROUTE_BUCKETS) -> float:
     """The upper bound, in ms, of the bucket holding quantile ``q`` of a histogram's
-    (unsummed) ``counts`` over :data:`ROUTE_BUCKETS`; 0 when it is empty."""
+    (unsummed) ``counts`` over ``bounds``; 0 when it is empty."""
     total = sum(counts)
     if not total:
         return 0.0
@@ -106,9 +107,14 @@ def quantile_ms(counts: list[int], q: float) -> float:
     for index, count in enumerate(counts):
         seen += count
         if seen >= rank and count:
-            bound = ROUTE_BUCKETS[index] if index < len(ROUTE_BUCKETS) else ROUTE_BUCKETS[-1]
+            bound = bounds[index] if index < len(bounds) else bounds[-1]
             return round(bound * 1000, 3)
-    return round(ROUTE_BUCKETS[-1] * 1000, 3)
+    return round(bounds[-1] * 1000, 3)
+
+
+def fsync_p99_ms(log_stats: EventLogStats) -> float:
+    """p99 of the event log's group-commit fsyncs since the start (bucket upper bound)."""
+    return quantile_ms(list(log_stats.sync_buckets), 0.99, FSYNC_BUCKETS)
 
 
 def _name(codes: type[Function] | type[EventCode], code: int) -> str:
@@ -231,7 +237,7 @@ class Metrics:
             "budget_closes": self.budget_closes(),
             "auth_failures": self.auth_failures(),
             "log_bytes": log_stats.bytes if log_stats is not None else 0,
-            "fsync_p99_ms": 0.0,
+            "fsync_p99_ms": fsync_p99_ms(log_stats) if log_stats is not None else 0.0,
             "fsync_errors": log_stats.failures if log_stats is not None else 0,
             "rss_bytes": self.resident(),
         }
@@ -427,7 +433,12 @@ class _Collector:
         yield _counter("jetd_auth_failures", "AUTHENTICATE answered AUTH_FAILED", m.auth_failures())
         log_stats = m.log_stats
         yield _counter("jetd_event_log_bytes", "Bytes handed to the event log", log_stats.bytes if log_stats else 0)
-        yield _counter("jetd_event_log_syncs", "fsyncs of the event log", log_stats.syncs if log_stats else 0)
+        fsync = HistogramMetricFamily("jetd_event_log_fsync_seconds", "Time of the event log's group-commit fsyncs")
+        if log_stats is not None:
+            cumulative = list(accumulate(log_stats.sync_buckets))
+            buckets = [(repr(bound), count) for bound, count in zip(FSYNC_BUCKETS, cumulative, strict=False)]
+            fsync.add_metric([], [*buckets, ("+Inf", cumulative[-1])], log_stats.sync_seconds)
+        yield fsync
         yield _counter("jetd_event_log_errors", "Times the event log stopped on an error",
                        log_stats.failures if log_stats else 0)
         yield _gauge("jetd_states", "States in the registry", len(m.registry.states))

@@ -145,3 +145,15 @@ def test_help_documents_metrics_public() -> None:
                           timeout=60)
     assert done.returncode == 0 and "--metrics-public" in done.stdout
     assert "/metrics" in " ".join(done.stdout.split())
+
+
+def test_event_log_figures(start_jetd: Callable[..., DaemonProcess], tmp_path: Path) -> None:
+    daemon = start_web_jetd(start_jetd, "--log-dir", str(tmp_path / "log"), "--log-fsync", "always")
+    with RawPeer(daemon.address, "owner") as owner:
+        assert owner.request(lambda i: AddState(i, "logged", Value.of(1)), timeout=15).status == Status.OK
+        found = samples(daemon)
+    assert value(found, "jetd_event_log_bytes_total") > 0
+    assert value(found, "jetd_event_log_fsync_seconds_count") >= 1
+    assert value(found, "jetd_event_log_fsync_seconds_bucket", le="+Inf") == value(
+        found, "jetd_event_log_fsync_seconds_count")
+    assert value(found, "jetd_event_log_errors_total") == 0
