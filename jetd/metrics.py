@@ -60,6 +60,9 @@ PEERS_PREFIX = b"$jet/peers/"
 DEFAULT_PUBLISH_INTERVAL = 1.0  # seconds between two updates of one state, at the most often
 DEFAULT_UNWATCHED_INTERVAL = 10.0  # the same for a state nobody fetches
 OWNED_LISTED = 20  # PROTOCOL.md 16: the first keys a peer owns, in $jet/peers/<id>
+# New $jet/peers/<id> states encoded per tick at most (a storm of connections is spread
+# over the next seconds instead of stalling one tick).
+MAX_NEW_PEERS_PER_TICK = 1000
 TRANSPORTS = ("tcp", "tls", "websocket")
 
 _U16 = struct.Struct(">H")
@@ -331,11 +334,15 @@ class Metrics:
         registry = self.registry
         for conn_id in [cid for cid, peer in peers.items() if cid not in live or live[cid].closing]:
             registry.withdraw(peers.pop(conn_id).key)
+        new = 0
         for conn_id, conn in live.items():
             if conn.closing:
                 continue
             peer = peers.get(conn_id)
             if peer is None:
+                if new >= MAX_NEW_PEERS_PER_TICK:
+                    continue
+                new += 1
                 peer = peers[conn_id] = _Peer(PEERS_PREFIX + str(conn_id).encode(), transport_of(conn))
             fields = (conn.name, conn.user, len(conn.states), len(conn.methods),
                       len(conn.fetches) + len(conn.query_fetches), conn.queued, conn.paused)

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from jetd.metrics import DAEMON_KEY, OWNED_LISTED
+from jetd.metrics import DAEMON_KEY, MAX_NEW_PEERS_PER_TICK, OWNED_LISTED
 from jetwire import (
     AddMethod,
     AddState,
@@ -127,6 +127,29 @@ def test_owned_lists_the_first_keys_only() -> None:
     assert value is not None
     document = json.loads(value[value.index(b"{"):])
     assert document["owned"] == [f"k/{i:03}" for i in range(OWNED_LISTED)] and document["states"] == OWNED_LISTED + 5
+
+
+def test_a_set_event_for_a_daemon_state_is_dropped() -> None:
+    h = Harness()
+    h.tick(0.1)
+    before = h.daemon.registry.value(DAEMON_KEY)
+    peer = h.connect("p")
+    h.send(peer, SetState(None, "$jet/daemon", v(1)))  # fire-and-forget (PROTOCOL.md 7.1)
+    assert h.daemon.registry.value(DAEMON_KEY) is before
+    owner = h.daemon.metrics.owner
+    assert not owner.out and not owner.pending and not peer.closing and peer.violations == 1
+
+
+def test_a_storm_of_connections_is_published_over_several_ticks() -> None:
+    h = Harness(max_connections=MAX_NEW_PEERS_PER_TICK + 100)
+    for _ in range(MAX_NEW_PEERS_PER_TICK + 10):
+        h.daemon.connect("mem:storm", h.now)
+    h.tick(0.1)
+    published = [k for k in h.daemon.registry.states if k.startswith(b"$jet/peers/")]
+    assert len(published) == MAX_NEW_PEERS_PER_TICK
+    h.tick(1.0)
+    published = [k for k in h.daemon.registry.states if k.startswith(b"$jet/peers/")]
+    assert len(published) == MAX_NEW_PEERS_PER_TICK + 10
 
 
 def test_a_fetch_of_everything_does_not_see_jet() -> None:
