@@ -169,6 +169,24 @@ def test_a_fetch_of_everything_does_not_see_jet() -> None:
     assert {m.fetch_id for m in h.recv(fetcher)} == {dollar}
 
 
+def test_the_fast_latency_table_agrees_with_bisect() -> None:
+    import random
+    from bisect import bisect_right
+
+    from jetd.base import ROUTE_BUCKETS, RouteTimes
+
+    times, expected = RouteTimes(5.0), [0] * (len(ROUTE_BUCKETS) + 1)
+    rng = random.Random(33)
+    for _ in range(20_000):
+        latency = rng.choice([rng.uniform(0, 0.2), rng.uniform(0, 0.001), rng.choice(ROUTE_BUCKETS) * 1.001,
+                              rng.choice(ROUTE_BUCKETS) * 0.999, rng.uniform(0.1, 6.0)])
+        times.observe_ok(latency - 5.0)  # the deadline is the start plus the 5 s timeout
+        expected[bisect_right(ROUTE_BUCKETS, latency)] += 1
+    assert times.ok == expected
+    cumulative, total = times.histogram(0)
+    assert cumulative[-1] == 20_000 and total > 0
+
+
 # --- a real jetd over TCP -----------------------------------------------------------------
 
 
