@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Optional
 
 from jetwire import Status
@@ -32,7 +34,7 @@ from .frames import (
     why_malformed,
 )
 
-__all__ = ["Clock", "DaemonStats", "Output"]
+__all__ = ["ROUTE_BUCKETS", "Clock", "DaemonStats", "FrameCounts", "Output", "RouteTimes"]
 
 log = logging.getLogger("jetd")
 
@@ -50,11 +52,120 @@ class DaemonStats:
     overloaded: int = 0
     initial_adds: int = 0  # FETCH_ADD events of new fetches (PROTOCOL.md 10.5)
     violations: int = 0
+    # Issue 33 (jetd.metrics reads them once a second, and on a scrape of /metrics):
+    bytes_in: int = 0  # bytes fed to receive_data
+    bytes_out: int = 0  # bytes written to transports (the IO layer counts them)
+    frames_out: int = 0  # frames queued by Output (answers, closes), fan-out and routing not included
+    route_timeouts: int = 0  # routed requests answered TIMEOUT (PROTOCOL.md 10.3)
+    owners_gone: int = 0  # routed requests answered OWNER_GONE (PROTOCOL.md 10.6)
+    slow_closes: int = 0  # slow consumers closed past slow_deadline (PROTOCOL.md 10.8)
+    input_overflows: int = 0  # closed for passing max_input_buffer (PROTOCOL.md 10.7)
+    auth_failures_gone: int = 0  # failed AUTHENTICATEs of connections already gone
 
     def summary(self) -> str:
         """One log line: ``name=value`` for every counter."""
         # dataclasses.asdict, not vars(): compiled (mypyc) the instance has no __dict__.
         return " ".join(f"{name}={value}" for name, value in dataclasses.asdict(self).items())
+
+
+# Upper bounds (seconds) of the routed-request latency histogram (issue 33, /metrics).
+ROUTE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+TABLE_STEP = 0.00005  # seconds: RouteTimes.observe_ok's lookup table's step (every bound is a multiple)
+TABLE_STEPS_PER_SECOND = 20000.0
+TABLE_LIMIT = 0.1  # seconds: above it, bisect
+
+
+class RouteTimes:
+    """How long routed requests took, from the request to its answer, by the answer's
+    status (PROTOCOL.md 10.3): a histogram over :data:`ROUTE_BUCKETS` per status.
+
+    A route stores only its deadline (its start plus the route timeout), so the
+    histogram is kept on ``now - deadline``: ``shifted`` holds the bucket bounds minus
+    the timeout, and ``sums`` the sums of ``now - deadline``; :meth:`histogram` adds the
+    timeout back. The dispatcher's fast path (an owner's OK, jetd.core) calls
+    :meth:`observe_ok`: below 100 ms a table lookup by 50 µs step, no ``bisect``
+    (compiled, a ``bisect`` per answer cost W1 a third: BENCHMARKS.md).
+    """
+
+    __slots__ = ("answers_in", "bucket_of", "careful_ok", "counts", "ok", "ok_sum", "shifted", "sums", "timeout")
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self.shifted = [bound - timeout for bound in ROUTE_BUCKETS]
+        # status -> counts per bucket (the last one: above every bound), unsummed.
+        self.counts: dict[int, list[int]] = {}
+        self.sums: dict[int, float] = {}
+        self.ok = self.counts_for(0)
+        self.ok_sum = 0.0  # the sums of OK answers (sums[0] is not used)
+        self.careful_ok = 0  # OKs observed here; the rest of ``ok`` the fast path counted
+        # The bucket of a latency below 100 ms by its 50 us step: every bound below is a
+        # multiple of the step, so the step's bucket is the first bound above its start.
+        steps = round(TABLE_LIMIT / TABLE_STEP)
+        self.bucket_of = [bisect_right(ROUTE_BUCKETS, (step + 0.5) * TABLE_STEP) for step in range(steps)]
+        self.answers_in = 0  # RESPONSE frames the careful way took (jetd.routes)
+
+    def counts_for(self, status: int) -> list[int]:
+        counts = self.counts.get(status)
+        if counts is None:
+            counts = self.counts[status] = [0] * (len(ROUTE_BUCKETS) + 1)
+            self.sums[status] = 0.0
+        return counts
+
+    def observe_ok(self, since_deadline: float) -> None:
+        """An OK the dispatcher's fast path passed on, ``now - deadline`` after the deadline."""
+        step = int((since_deadline + self.timeout) * TABLE_STEPS_PER_SECOND)
+        table = self.bucket_of
+        if 0 <= step < len(table):
+            self.ok[table[step]] += 1
+        else:
+            self.ok[bisect_right(self.shifted, since_deadline)] += 1
+        self.ok_sum += since_deadline
+
+    def observe(self, status: int, since_deadline: float) -> None:
+        """One answer with ``status``, ``now - deadline`` seconds after the deadline."""
+        if status == 0:
+            self.ok[bisect_right(self.shifted, since_deadline)] += 1
+            self.ok_sum += since_deadline
+            self.careful_ok += 1
+            return
+        self.counts_for(status)[bisect_right(self.shifted, since_deadline)] += 1
+        self.sums[status] += since_deadline
+
+    def fast_ok(self) -> int:
+        """OKs the dispatcher's fast path passed on (frames in, /metrics)."""
+        return sum(self.ok) - self.careful_ok
+
+    def histogram(self, status: int) -> tuple[list[int], float]:
+        """Cumulative counts per bucket (the last: all) and the sum of latencies, in seconds."""
+        counts = self.counts.get(status)
+        if counts is None:
+            return [0] * (len(ROUTE_BUCKETS) + 1), 0.0
+        cumulative = list(accumulate(counts))
+        total = self.ok_sum if status == 0 else self.sums[status]
+        return cumulative, max(0.0, total + cumulative[-1] * self.timeout)
+
+
+class FrameCounts:
+    """Frames received, by function and event code (issue 33, /metrics): the careful
+    way counts each in its handler; of the fast paths' frames only the routed requests
+    are counted here (``fast_routed``, by function); their OKs are
+    :meth:`RouteTimes.fast_ok` and their NOTIFY_STATE events what is left of
+    :attr:`DaemonStats.frames_in` (:meth:`jetd.metrics.Metrics.frames_in`)."""
+
+    __slots__ = ("events", "fast_routed", "infos", "requests")
+
+    def __init__(self) -> None:
+        self.requests = [0] * 256  # by function byte, the careful way
+        self.fast_routed = [0] * 256  # by function byte, routed by the fast path
+        self.events = [0] * 256  # by event code, the careful way
+        self.infos = 0
+
+    def count_fast_routed(self, sets: int, calls: int) -> None:
+        """The fast path routed ``sets`` SET_STATE and ``calls`` CALL_METHOD (PROTOCOL.md 6)."""
+        self.fast_routed[0x03] += sets
+        self.fast_routed[0x05] += calls
 
 
 class Clock:
@@ -119,6 +230,7 @@ class Output:
         the peer's further requests wait until it has read them)."""
         if conn.closed:
             return
+        self.stats.frames_out += 1
         if (self.small_body_peers or len(frame) - 5 > self.max_body) and len(frame) - 5 > conn.max_body:
             # PROTOCOL.md 3: never send a body above the max_body the peer announced.
             body_length = len(frame) - 5

@@ -42,6 +42,7 @@ from typing import Optional
 from jetwire import (
     FEATURE_AUTH_REQUIRED,
     FEATURE_CONFLATION,
+    FEATURE_DAEMON_STATES,
     FEATURE_LIMITS,
     FEATURE_QUERIES,
     PROTOCOL_MAJOR,
@@ -58,7 +59,7 @@ from jetwire.codes import MIN_PEER_MAX_BODY
 from jetwire.log import LogKind, conn_close_data, conn_name_data, conn_open_data
 
 from .access import AUTHENTICATE, Access, AccessControl
-from .base import Clock, DaemonStats, Output
+from .base import Clock, DaemonStats, FrameCounts, Output, RouteTimes
 from .config import Config
 from .connection import Connection
 from .frames import (
@@ -91,6 +92,7 @@ from .frames import (
     str16_ok,
     why_malformed,
 )
+from .metrics import Metrics
 from .querying import Queries
 from .registry import Registry, StateRegistry
 from .routes import Route, Router, RouteTable
@@ -144,6 +146,10 @@ class Daemon:
         self.queries = Queries(config, self.out, self.stats, log_hook, self.registry, self.scheduler)
         self.router = Router(config, self.out, self.clock, self.stats, log_hook, self.registry, self.scheduler)
         self.auth = AccessControl(config, self.out, self.clock, log_hook, access)
+        self.route_times = RouteTimes(config.route_timeout)
+        self.frame_counts = FrameCounts()
+        self.connections: dict[int, Connection] = {}
+        self.metrics = Metrics(config, self.stats, self.route_times, self.frame_counts, self.connections)
         # The calls that go across parts, wired once (each part declares what it calls).
         self.registry.subscriptions = self.subscriptions
         self.registry.queries = self.queries
@@ -155,6 +161,10 @@ class Daemon:
         self.router.subscriptions = self.subscriptions
         self.router.queries = self.queries
         self.router.access = self.auth
+        self.router.route_times = self.route_times
+        self.metrics.registry = self.registry
+        self.metrics.subscriptions = self.subscriptions
+        self.metrics.queries = self.queries
         self.auth.subscriptions = self.subscriptions
         self.auth.queries = self.queries
         self.out.end_delivery = self.subscriptions.end_delivery
@@ -168,14 +178,13 @@ class Daemon:
         # frame under assembly): in input_buffered too (transport_holds).
         self.transport_held: dict[Connection, int] = {}
         self._silent: deque[tuple[float, Connection]] = deque()
-        self.connections: dict[int, Connection] = {}
         self._log = log_hook
         self._log_events = log_hook is not None and config.log_events
         # JETLOG.md 6.5 (--log-on-error refuse): while the event log cannot be written,
         # the message every request is answered INTERNAL with; None: work as usual.
         self.refusing: Optional[str] = None
         self._next_conn_id = 1
-        features = FEATURE_CONFLATION | FEATURE_QUERIES | FEATURE_LIMITS
+        features = FEATURE_CONFLATION | FEATURE_QUERIES | FEATURE_LIMITS | FEATURE_DAEMON_STATES
         features |= FEATURE_AUTH_REQUIRED if access is not None else 0
         self.info_frame = encode(Info(config.name, config.max_body, features))
         # PROTOCOL.md 4.4.1: the same INFO with the limits extension, for peers that ask.
@@ -478,7 +487,10 @@ class Daemon:
             self.auth.tick(now)
         deadline = self.config.slow_deadline
         for conn in self.subscriptions.stuck(now, deadline):
+            if not conn.closing:
+                self.stats.slow_closes += 1
             self.out.overload(conn, f"output stuck above the soft limit for more than {deadline:g} s")
+        self.metrics.tick(now)  # PROTOCOL.md 16: $jet/, at most once a second
         self._finish_closes()
 
     def _input_timeout(self, conn: Connection, message: str) -> None:
@@ -492,6 +504,7 @@ class Daemon:
         limit = self.config.max_input_buffer
         message = f"input buffer limit reached ({limit} bytes unprocessed on all connections)"
         log.warning("input buffer full: %s would add %d bytes to %d", conn.label, more, self.input_buffered)
+        self.stats.input_overflows += 1
         self.out.violation(conn, message)
         self._drop_input(conn)
         self.out.close_with(conn, Status.LIMIT_EXCEEDED, message, close_frame(Status.LIMIT_EXCEEDED, message))
@@ -511,6 +524,7 @@ class Daemon:
             self._finish_closes()  # (its catch-up may have overflowed)
         if conn.closing:
             return
+        self.stats.bytes_in += len(data)
         self.scheduler.begin(now, conn)  # its own window updates are not deferred
         rest = conn.rest
         had_rest = bool(rest)
@@ -569,10 +583,8 @@ class Daemon:
     # excepted (ARCHITECTURE.md).
 
     def _frames(self, conn: Connection, buf: bytes, now: float) -> int:
-        """Cut ``buf`` into frames and hand each to the part it is for (PROTOCOL.md 3,
-        10.1; see the comment above); returns where the unprocessed rest starts."""
-        n = len(buf)
-        pos = 0
+        """Cut ``buf`` into frames, hand each to its part (PROTOCOL.md 3, 10.1; see above); returns where the rest starts."""
+        n, pos = len(buf), 0
         max_body = self.out.max_body
         logger = self._log
         states = self.registry.states
@@ -601,7 +613,8 @@ class Daemon:
         writable = conn.writable  # PROTOCOL.md 15.3: the keys it may write; None: all
         # Compiled, integers are read byte by byte (native loads); interpreted, by struct.
         native = NATIVE
-        frames = routed = fanned = 0
+        frames = routed = fanned = routed_sets = 0  # routed_sets: issue 33, frames in by function
+        route_times = self.route_times  # issue 33: the fast OKs' latency
         while n - pos >= 5:
             # --- the header (PROTOCOL.md 3, 9.2) ------------------------------------------
             if native:
@@ -707,6 +720,7 @@ class Daemon:
                            if native else U32_FROM(buf, pos + 5)[0])
                     route = open_route(conn, rid, owner, function, key, now)
                     routed += 1
+                    routed_sets += function == SET_STATE
                     out = owner.out
                     if not out:
                         dirty.append(owner)
@@ -725,6 +739,7 @@ class Daemon:
                             and not (stale_windows and requester in stale_windows)):
                         del conn.routes[oid]
                         answered.done = True
+                        route_times.observe_ok(now - answered.deadline)
                         out = requester.out
                         if not out:
                             dirty.append(requester)
@@ -759,6 +774,8 @@ class Daemon:
         self.stats.frames_in += frames
         self.stats.fanout_events += fanned
         self.stats.routed += routed
+        if routed:
+            self.frame_counts.count_fast_routed(routed_sets, routed - routed_sets)
         if frames:
             conn.heard = True
         return pos
@@ -823,6 +840,7 @@ class Daemon:
         # on its socket (jetd.server.PeerProtocol.hang_up).
         self.connections.pop(conn.conn_id, None)
         self.out.forget_peer(conn)
+        self.stats.auth_failures_gone += conn.auth_failures
         self.router.drop_owner(conn)
         # Its own fetches go first (nobody else can tell): nothing, not even the
         # FETCH_REMOVE of its own states, may follow its CLOSE.
@@ -869,6 +887,7 @@ class Daemon:
             self.out.reply(conn, rid, Status.MALFORMED, "REQUEST body is shorter than id and function")
             return
         rid, function = ID_BYTE_FROM(buf, pos + 5)
+        self.frame_counts.requests[function] += 1
         perms = conn.perms
         if perms is not None and perms.nothing and function != AUTHENTICATE:
             # PROTOCOL.md 15.2: without any permission only AUTHENTICATE is answered.
@@ -891,6 +910,7 @@ class Daemon:
         if end - pos < 6:
             return self.out.fatal(conn, Status.MALFORMED, "EVENT body is empty")
         code = buf[pos + 5]
+        self.frame_counts.events[code] += 1
         if code in (3, 4, 5):
             kend = key_value_end(buf, pos + 6, end)
             if kend < 0:
@@ -912,6 +932,8 @@ class Daemon:
                 return self._drop_event(conn, code, key, f"not authorized: write (user {conn.user or 'anonymous'})")
             registry = self.registry
             owner = registry.state_owner(key) if code == EV_SET_STATE else registry.method_owner(key)
+            if owner is self.metrics.owner:  # PROTOCOL.md 16: the daemon's own states are read-only
+                return self._drop_event(conn, code, key, "reserved for the daemon's own states")
             if owner is None:
                 reason = registry.unknown_key(conn, key, None, "state" if code == 3 else "method")
                 return self._drop_event(conn, code, key, reason)
@@ -942,6 +964,7 @@ class Daemon:
 
     def _info(self, conn: Connection, buf: bytes, pos: int, end: int) -> None:
         """PROTOCOL.md 4.4, 9.2: a peer names itself; a bad INFO is fatal."""
+        self.frame_counts.infos += 1
         try:
             info = decode_body(INFO, buf[pos + 5 : end])
         except RemoteProtocolError as exc:

@@ -35,6 +35,7 @@ once a second, logging each deletion.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import errno
 import logging
@@ -45,7 +46,7 @@ import time
 import zlib
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Optional, Union
 
@@ -75,6 +76,8 @@ log = logging.getLogger("jetd.eventlog")
 DEFAULT_CHUNK_SIZE = 256 * 1024  # bytes of encoded records handed to the writer at once
 DEFAULT_MAX_BACKLOG = 64 * 1024 * 1024  # JETLOG.md 6.3: bytes not yet written above which input pauses
 FSYNC_INTERVAL = 1.0  # JETLOG.md 6.2: "interval" syncs at most a second after a write
+# Upper bounds (seconds) of the fsync-time histogram (issue 33: /metrics, $jet/daemon).
+FSYNC_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 RETENTION_INTERVAL = 1.0  # JETLOG.md 6.4: seconds between checks of max_bytes and max_age
 SEGMENT_GLOB = "jet-*.jetlog"  # JETLOG.md 1
 RETRY_INTERVAL = 2.0  # JETLOG.md 6.5: seconds between attempts to write again after an error
@@ -167,10 +170,15 @@ class EventLogStats:
     dropped_bytes: int = 0  # bytes discarded while the log could not be written (JETLOG.md 6.5)
     failures: int = 0  # times the log stopped on an error (JETLOG.md 6.5)
     resumes: int = 0  # times it began writing again
+    # Issue 33: the writer's group-commit fsyncs by duration (upper bounds FSYNC_BUCKETS,
+    # the last: above them all) and their total. Written by the writer thread only.
+    sync_seconds: float = 0.0
+    sync_buckets: list[int] = field(default_factory=lambda: [0] * (len(FSYNC_BUCKETS) + 1))
 
     def summary(self) -> str:
         """One log line: ``name=value`` for every counter."""
-        return " ".join(f"{name}={value:.3f}" if isinstance(value, float) else f"{name}={value}" for name, value in vars(self).items())
+        return " ".join(f"{name}={value:.3f}" if isinstance(value, float) else f"{name}={value}"
+                        for name, value in vars(self).items() if not isinstance(value, list))
 
 
 class EventLog:
@@ -710,8 +718,13 @@ class EventLog:
             return
         self._file.flush()
         if self.fsync != "never":
+            began = time.monotonic()
             os.fsync(self._file.fileno())
             self.stats.syncs += 1
+            # Issue 33 (/metrics, $jet/daemon): how long it took, in FSYNC_BUCKETS.
+            took = time.monotonic() - began
+            self.stats.sync_seconds += took
+            self.stats.sync_buckets[bisect.bisect_left(FSYNC_BUCKETS, took)] += 1
         self._unsynced = False
         self._last_sync = time.monotonic()
 

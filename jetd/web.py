@@ -20,7 +20,10 @@ object per write: that is the daemon's hot path (BENCHMARKS.md, WebSocket).
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import email.utils
+import hashlib
 import json
 import logging
 import mimetypes
@@ -45,6 +48,7 @@ from jetwire import Status
 
 from .config import Config, entry_host_name, host_name
 from .connection import Connection
+from .metrics import exposition
 from .server import FLUSH_AFTER_READ, PeerShell, Server
 
 __all__ = ["SUBPROTOCOL", "WS_FRAME_LIMIT", "WebListener", "WebProtocol", "WebSocketTransport", "start_web"]
@@ -172,6 +176,8 @@ class WebSocketTransport:
 
 class WebProtocol(PeerShell):
     """One HTTP connection: a static file, a refused handshake, or a WebSocket peer."""
+
+    transport_name = "websocket"  # $jet/peers/<id> and /metrics (jetd.metrics.transport_of)
 
     def __init__(self, listener: WebListener) -> None:
         super().__init__(listener.server)
@@ -440,7 +446,54 @@ class WebProtocol(PeerShell):
                 log.info("web %s: handshake refused: %s", self.address, ws.handshake_exc)
             self._close_soon()
             return
+        if path == "/metrics" and request.method in ("GET", "HEAD") and self.listener.metrics_login_needed():
+            self._metrics_login(request)
+            return
         self._send_response(self.listener.static_response(request, path))
+        self._close_soon()
+
+    def _metrics_login(self, request: Request) -> None:
+        """Issue 33: under --auth without --metrics-public, /metrics answers a user whose
+        ``read`` covers ``$jet/`` (the right to watch the daemon's own states, PROTOCOL.md
+        16), named with HTTP Basic credentials: 401 without them, 403 with wrong ones or
+        without the right. The password check (argon2id) runs off the loop, one at a time
+        (503 while one runs); a user's last good password is remembered as its SHA-256
+        until the users file is reloaded, so a scraper costs one check, not one a scrape."""
+        listener = self.listener
+        credentials = _basic_credentials(request.headers.get("Authorization", ""))
+        if credentials is None:
+            self._answer_metrics(_plain(401, "Unauthorized", "/metrics needs a user with read on $jet/\n",
+                                        {"WWW-Authenticate": 'Basic realm="jetd metrics", charset="UTF-8"'}))
+            return
+        user, password = credentials
+        access = self.server.daemon.access
+        assert access is not None
+        digest = hashlib.sha256(password.encode()).digest()
+        if listener.metrics_logins.get(user) == (access, digest):
+            self._answer_metrics(listener.metrics_response(request, user))
+            return
+        if listener.metrics_checking:
+            self._answer_metrics(_plain(503, "Service Unavailable", "a password check is under way; retry\n",
+                                        {"Retry-After": "1"}))
+            return
+        listener.metrics_checking = True
+
+        def checked(done: asyncio.Future[bool]) -> None:
+            listener.metrics_checking = False
+            good = not done.cancelled() and done.exception() is None and done.result()
+            if good:
+                listener.metrics_logins[user] = (access, digest)
+            else:
+                log.info("web %s: /metrics: authentication failed for %r", self.address, user)
+            if self.raw is not None and not self.raw.is_closing():
+                self._answer_metrics(listener.metrics_response(request, user) if good
+                                     else _plain(403, "Forbidden", "wrong user or password\n"))
+
+        self.server.loop.run_in_executor(None, access.verify, user, password).add_done_callback(checked)
+
+    def _answer_metrics(self, response: Response) -> None:
+        self._send_response(response)
+        self._write_ws_output()  # when answered later, no data_received writes it
         self._close_soon()
 
     def _send_response(self, response: Response) -> None:
@@ -494,6 +547,10 @@ class WebListener:
         self.connections: set[WebProtocol] = set()
         self.sockets: list[socket.socket] = []
         self._timeouts = 0  # handshake timeouts not logged yet
+        # /metrics under --auth (issue 33): one password check at a time, and each user's
+        # last good password (SHA-256) with the users file it was checked against.
+        self.metrics_checking = False
+        self.metrics_logins: dict[str, tuple[object, bytes]] = {}
         self._timeouts_logged = -TIMEOUT_LOG_INTERVAL
         self.files: dict[str, Path] = {
             "/": STATIC_DIR / "index.html",
@@ -578,10 +635,27 @@ class WebListener:
             return None
         return f"origin {origins[0]!r} is not allowed (same origin or --http-origins)"
 
+    def metrics_login_needed(self) -> bool:
+        """Does /metrics need a user (issue 33: --auth without --metrics-public)?"""
+        return self.server.daemon.access is not None and not self.config.metrics_public
+
+    def metrics_response(self, request: Request, user: Optional[str]) -> Response:
+        """/metrics for ``user`` (None: exposed to anyone): 403 if it may not read ``$jet/``."""
+        access = self.server.daemon.access
+        refused = access is not None and not self.config.metrics_public and (
+            user is None or not access.permissions(user).read.matches(b"$jet/daemon"))
+        if refused:
+            return _plain(403, "Forbidden", f"user {user!r} has no read on $jet/\n")
+        body = exposition(self.server.daemon.metrics, self.server.loop.time())
+        return _response(200, "OK", METRICS_CONTENT_TYPE, body, request.method)
+
     def static_response(self, request: Request, path: str) -> Response:
         """A file of the console, the JavaScript library, or the registry as JSON."""
         if request.method not in ("GET", "HEAD"):
             return _plain(405, "Method Not Allowed", "only GET\n", {"Allow": "GET, HEAD"})
+        if path == "/metrics":
+            # Issue 33: as /registry.json, not to anyone under --auth (metrics_response).
+            return self.metrics_response(request, None)
         if path == "/registry.json":
             if self.server.daemon.access is not None:
                 # PROTOCOL.md 15.3: the registry names every key and owner, to anyone who asks.
@@ -631,6 +705,22 @@ class WebListener:
             "peers": {str(cid): {"name": c.name, "address": c.address} for cid, c in peers.items()},
         }
         return json.dumps(document, separators=(",", ":")).encode()
+
+
+# Prometheus' text exposition format (what prometheus_client.CONTENT_TYPE_LATEST names).
+METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def _basic_credentials(header: str) -> Optional[tuple[str, str]]:
+    """(user, password) of an ``Authorization: Basic`` header (RFC 7617), or None."""
+    scheme, _, encoded = header.strip().partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        user, sep, password = base64.b64decode(encoded.strip(), validate=True).decode("utf-8").partition(":")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    return (user, password) if sep and user else None
 
 
 def _response(status: int, phrase: str, kind: str, body: bytes, method: str = "GET") -> Response:

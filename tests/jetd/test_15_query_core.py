@@ -54,7 +54,7 @@ from jetwire import (
 
 
 class Harness(MemoryPeers):
-    """A Daemon with in-memory peers that announces queries (INFO minor 2)."""
+    """A Daemon with in-memory peers that announces queries (INFO minor 3)."""
 
     def __init__(self, **settings: object) -> None:
         super().__init__(Daemon(Config(**settings)))  # type: ignore[arg-type]
@@ -62,7 +62,7 @@ class Harness(MemoryPeers):
     def connect(self, address: str = "mem") -> Connection:
         conn = super().connect(address)
         info = self.infos[conn.conn_id]
-        assert info.features & FEATURE_QUERIES and info.minor == 2
+        assert info.features & FEATURE_QUERIES and info.minor == 3
         return conn
 
 

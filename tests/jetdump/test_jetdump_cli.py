@@ -446,7 +446,7 @@ def test_control_characters_never_reach_the_terminal() -> None:
 
 def test_info_summary() -> None:
     result = run_jetdump("--hex", encode(Info("jetd", features=1)).hex())
-    assert 'INFO "jetd" v1.2 max_body=1048576 features=0x00000001' in result.stdout  # protocol 1.2
+    assert 'INFO "jetd" v1.3 max_body=1048576 features=0x00000001' in result.stdout  # protocol 1.3
     limits = run_jetdump("--hex", encode(Info("jetd", features=8, max_key_length=300, route_timeout_ms=2500)).hex())
     assert "features=0x00000008 max_key_length=300 route_timeout_ms=2500" in limits.stdout  # PROTOCOL.md 4.4.1
 

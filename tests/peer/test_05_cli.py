@@ -94,9 +94,9 @@ def test_help_documents_exit_codes():
 
 def test_info_get_set_call(jetd):
     result = jet(jetd, "info")
-    assert result.returncode == 0 and "jetd" in result.stdout and "1.2" in result.stdout
+    assert result.returncode == 0 and "jetd" in result.stdout and "1.3" in result.stdout
     info = json.loads(jet(jetd, "--json", "info").stdout)
-    assert info["name"] == "jetd" and info["version"] == "1.2"
+    assert info["name"] == "jetd" and info["version"] == "1.3"
     with Peer(jetd.host, jetd.port) as owner:
         owner.add_state("cli/temp", 20.5, on_set=lambda v: min(v, 30))
         owner.add_state("cli/ro", "x")
