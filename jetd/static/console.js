@@ -851,6 +851,8 @@ function renderOps() {
   else if (view === "daemon") renderDaemon();
 }
 
+const openPeers = new Set(); // peers whose key list is unfolded (kept across redraws)
+
 function renderPeers() {
   const pane = $("peers-pane");
   pane.querySelector(".unavailable").textContent = ops.why
@@ -873,19 +875,24 @@ function renderPeers() {
     row("queued", bytes(p.queued_bytes));
     const owned = Array.isArray(p.owned) ? p.owned : [];
     if (owned.length) {
+      // The daemon lists the first 20 keys a peer owns; shown folded, each opens its detail.
       const dd = el("dd", "owned");
+      const list = el("details");
+      const total = (Number(p.states) || 0) + (Number(p.methods) || 0);
+      list.open = openPeers.has(id);
+      list.addEventListener("toggle", () => { if (list.open) openPeers.add(id); else openPeers.delete(id); });
+      list.append(el("summary", null, total > owned.length ? `first ${owned.length} of ${count(total)}` : `all ${owned.length}`));
       for (const key of owned) {
         const a = el("a", null, String(key));
         a.href = "#";
-        a.title = "show this key";
+        a.title = String(key);
         a.addEventListener("click", (e) => {
           e.preventDefault();
           select(String(key));
         });
-        dd.append(a);
+        list.append(a);
       }
-      const total = (Number(p.states) || 0) + (Number(p.methods) || 0);
-      if (total > owned.length) dd.append(el("span", "hint", `… ${total - owned.length} more`));
+      dd.append(list);
       row("keys", dd);
     }
     card.append(title, dl);
