@@ -371,7 +371,10 @@ function renderFiltered() {
   $("tree").replaceChildren(...items);
   $("more").textContent = matches.length > MAX_FILTERED
     ? `${matches.length - MAX_FILTERED} more keys match: narrow the search`
-    : search.error ?? (matches.length ? "" : search.keys ? "no key matches this query" : "no key starts with this prefix");
+    : search.error ?? (matches.length ? ""
+      : OPS_PREFIX.startsWith(filter.slice(0, OPS_PREFIX.length)) && filter.startsWith("$")
+        ? "the daemon's own states ($jet/) are in the Peers and Daemon views"
+        : search.keys ? "no key matches this query" : "no key starts with this prefix");
 }
 
 // --- details, set and call ----------------------------------------------------------------
@@ -712,6 +715,9 @@ const OPS_PREFIX = "$jet/";
 const OPS_DAEMON = "$jet/daemon";
 const OPS_PEERS = "$jet/peers/";
 const OPS_RATES = ["frames_in", "frames_out", "bytes_in", "bytes_out", "routed"];
+// The daemon republishes $jet/daemon once a second while a figure other than the uptime
+// changes: nothing for this long means the counters stood still.
+const OPS_STILL_MS = 3000;
 
 const ops = {
   fetch: null,
@@ -720,6 +726,7 @@ const ops = {
   daemon: null, // the last $jet/daemon document
   previous: null, // the one before it, for rates: {at, doc}
   sampledAt: 0,
+  receivedAt: 0,
   rates: null, // {frames_in: per second, ...} from the last two samples
   why: "", // why the figures are not available ("" while they are or may be)
   dirty: false,
@@ -755,6 +762,7 @@ function onOpsEvent(ev) {
       }
       ops.daemon = doc;
       ops.sampledAt = at;
+      ops.receivedAt = performance.now();
       if (doc) ops.why = "";
     }
   } else if (ev.key.startsWith(OPS_PEERS)) {
@@ -768,7 +776,7 @@ function onOpsEvent(ev) {
 
 function resetOps() {
   if (ops.fetch) ops.fetch.unfetch().catch(() => {});
-  Object.assign(ops, { fetch: null, peers: new Map(), daemon: null, sampledAt: 0, rates: null, why: "", dirty: true });
+  Object.assign(ops, { fetch: null, peers: new Map(), daemon: null, sampledAt: 0, receivedAt: 0, rates: null, why: "", dirty: true });
 }
 
 const NOT_READABLE = "Not available: this user may not read the daemon's own states ($jet/).";
@@ -805,6 +813,15 @@ async function checkOps(p, mine) {
     else if (e instanceof NotAuthorized) ops.why = NOT_READABLE;
     else ops.why = `Not available: ${e.message}`;
   }
+  ops.dirty = true;
+  schedule();
+}
+
+/** Rates fall to 0 when $jet/daemon has not changed for OPS_STILL_MS. */
+function stillOps() {
+  if (!ops.rates || performance.now() - ops.receivedAt < OPS_STILL_MS) return;
+  if (Object.values(ops.rates).every((r) => r === 0)) return;
+  for (const name of OPS_RATES) ops.rates[name] = 0;
   ops.dirty = true;
   schedule();
 }
@@ -1191,7 +1208,10 @@ $("call-any").addEventListener("submit", (e) => {
 });
 setInterval(pollRegistry, REGISTRY_POLL_MS);
 setInterval(showRate, 1000); // the rate falls when changes stop
-setInterval(showRowRates, 1000); // the rows' rates too: one pass over the rows on screen
+setInterval(() => {
+  showRowRates(); // the rows' rates too: one pass over the rows on screen
+  stillOps();
+}, 1000);
 for (const tab of $("views").querySelectorAll("button")) tab.addEventListener("click", () => showView(tab.dataset.view));
 window.jetConsole = { model, ops, get peer() { return peer; }, get user() { return user; } }; // for the curious (and the tests)
 start();
