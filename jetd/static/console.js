@@ -847,6 +847,7 @@ function bytes(x) {
   while (x >= 1024 && i < units.length - 1) { x /= 1024; i++; }
   return `${i ? x.toFixed(x < 10 ? 1 : 0) : x} ${units[i]}`;
 }
+const plural = (x, noun) => `${count(x)} ${noun}${x === 1 ? "" : "s"}`;
 const ms = (x) => (typeof x === "number" ? `${x < 10 ? x.toFixed(2) : x.toFixed(1)} ms` : "—");
 function perSecond(name, format = (x) => x.toFixed(x < 10 ? 1 : 0)) {
   const r = ops.rates?.[name];
@@ -887,7 +888,7 @@ function renderPeers() {
     const row = (name, value) => dl.append(el("dt", null, name), value instanceof Node ? value : el("dd", null, value));
     row("address", p.address ?? "—");
     row("user", p.user ?? "anonymous");
-    row("owns", `${count(p.states)} states, ${count(p.methods)} methods`);
+    row("owns", `${plural(p.states, "state")}, ${plural(p.methods, "method")}`);
     row("fetches", count(p.fetches));
     row("queued", bytes(p.queued_bytes));
     const owned = Array.isArray(p.owned) ? p.owned : [];
