@@ -728,7 +728,8 @@ const ops = {
   sampledAt: 0,
   receivedAt: 0,
   rates: null, // {frames_in: per second, ...} from the last two samples
-  why: "", // why the figures are not available ("" while they are or may be)
+  fetchWhy: "", // why $jet/ cannot be fetched ("" while it is or may be)
+  daemonWhy: "", // why $jet/daemon is not there
   dirty: false,
 };
 
@@ -763,7 +764,7 @@ function onOpsEvent(ev) {
       ops.daemon = doc;
       ops.sampledAt = at;
       ops.receivedAt = performance.now();
-      if (doc) ops.why = "";
+      if (doc) ops.daemonWhy = "";
     }
   } else if (ev.key.startsWith(OPS_PEERS)) {
     const id = ev.key.slice(OPS_PEERS.length);
@@ -776,10 +777,11 @@ function onOpsEvent(ev) {
 
 function resetOps() {
   if (ops.fetch) ops.fetch.unfetch().catch(() => {});
-  Object.assign(ops, { fetch: null, peers: new Map(), daemon: null, sampledAt: 0, receivedAt: 0, rates: null, why: "", dirty: true });
+  Object.assign(ops, { fetch: null, peers: new Map(), daemon: null, sampledAt: 0, receivedAt: 0, rates: null, fetchWhy: "", daemonWhy: "", dirty: true });
 }
 
 const NOT_READABLE = "Not available: this user may not read the daemon's own states ($jet/).";
+const NO_PEERS = "No peer listed yet: the daemon lists them within a second, unless this user may not read $jet/peers/.";
 const NOT_PUBLISHED = "Not available: this daemon does not publish its own states ($jet/; jetd before issue 33).";
 
 /** Fetch $jet/ on `p` and find out whether the daemon publishes it to this user. */
@@ -794,7 +796,7 @@ async function startOps(p, mine) {
     ops.fetch = fetch;
   } catch (e) {
     if (mine !== generation) return;
-    ops.why = e instanceof NotAuthorized ? NOT_READABLE : `Not available: ${e.message}`;
+    ops.fetchWhy = e instanceof NotAuthorized ? NOT_READABLE : `Not available: ${e.message}`;
     ops.dirty = true;
     schedule();
     return;
@@ -806,12 +808,12 @@ async function startOps(p, mine) {
 async function checkOps(p, mine) {
   try {
     await p.getRaw(OPS_DAEMON);
-    if (mine === generation) ops.why = "";
+    if (mine === generation) ops.daemonWhy = "";
   } catch (e) {
     if (mine !== generation) return;
-    if (e instanceof NotFound) ops.why = NOT_PUBLISHED;
-    else if (e instanceof NotAuthorized) ops.why = NOT_READABLE;
-    else ops.why = `Not available: ${e.message}`;
+    if (e instanceof NotFound) ops.daemonWhy = NOT_PUBLISHED;
+    else if (e instanceof NotAuthorized) ops.daemonWhy = NOT_READABLE;
+    else ops.daemonWhy = `Not available: ${e.message}`;
   }
   ops.dirty = true;
   schedule();
@@ -873,8 +875,10 @@ const openPeers = new Set(); // peers whose key list is unfolded (kept across re
 
 function renderPeers() {
   const pane = $("peers-pane");
-  pane.querySelector(".unavailable").textContent = ops.why
-    || (ops.fetch && !ops.peers.size ? "No peer is connected." : ops.fetch ? "" : "connecting…");
+  // This console is a peer itself: an empty list means none is published or readable.
+  pane.querySelector(".unavailable").textContent = ops.fetchWhy
+    || (ops.peers.size ? "" : ops.daemonWhy === NOT_PUBLISHED ? NOT_PUBLISHED
+      : ops.fetch ? NO_PEERS : "connecting…");
   const peers = [...ops.peers.entries()].sort(([a, x], [b, y]) =>
     String(x.name ?? "").localeCompare(String(y.name ?? "")) || Number(a) - Number(b));
   $("peers").replaceChildren(...peers.map(([id, p]) => {
@@ -920,7 +924,8 @@ function renderPeers() {
 
 function renderDaemon() {
   const d = ops.daemon;
-  $("daemon-pane").querySelector(".unavailable").textContent = ops.why || (d ? "" : "waiting for the daemon's figures…");
+  $("daemon-pane").querySelector(".unavailable").textContent = ops.fetchWhy || ops.daemonWhy
+    || (d ? "" : "waiting for the daemon's figures…");
   if (!d) {
     $("daemon").replaceChildren();
     return;
@@ -1060,7 +1065,7 @@ async function start(credentials = null) {
     if (mine !== generation) return;
     setStatus(user ? `live as ${user}` : authRequired ? "live (anonymous)" : "live", "open");
     pollRegistry();
-    if (ops.fetch || ops.why) checkOps(next, mine); // the daemon may be another version now
+    if (ops.fetch) checkOps(next, mine); // the daemon may be another version now
   };
   next.closed.then((e) => {
     if (mine !== generation) return; // replaced on purpose
