@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Optional
 
 from jetwire import Status
@@ -32,7 +34,7 @@ from .frames import (
     why_malformed,
 )
 
-__all__ = ["Clock", "DaemonStats", "Output"]
+__all__ = ["ROUTE_BUCKETS", "Clock", "DaemonStats", "Output", "RouteTimes"]
 
 log = logging.getLogger("jetd")
 
@@ -50,11 +52,76 @@ class DaemonStats:
     overloaded: int = 0
     initial_adds: int = 0  # FETCH_ADD events of new fetches (PROTOCOL.md 10.5)
     violations: int = 0
+    # Issue 33 (jetd.metrics reads them once a second, and on a scrape of /metrics):
+    bytes_in: int = 0  # bytes fed to receive_data
+    bytes_out: int = 0  # bytes written to transports (the IO layer counts them)
+    frames_out: int = 0  # frames queued by Output (answers, closes), fan-out and routing not included
+    route_timeouts: int = 0  # routed requests answered TIMEOUT (PROTOCOL.md 10.3)
+    owners_gone: int = 0  # routed requests answered OWNER_GONE (PROTOCOL.md 10.6)
+    slow_closes: int = 0  # slow consumers closed past slow_deadline (PROTOCOL.md 10.8)
+    input_overflows: int = 0  # closed for passing max_input_buffer (PROTOCOL.md 10.7)
+    auth_failures_gone: int = 0  # failed AUTHENTICATEs of connections already gone
 
     def summary(self) -> str:
         """One log line: ``name=value`` for every counter."""
         # dataclasses.asdict, not vars(): compiled (mypyc) the instance has no __dict__.
         return " ".join(f"{name}={value}" for name, value in dataclasses.asdict(self).items())
+
+
+# Upper bounds (seconds) of the routed-request latency histogram (issue 33, /metrics).
+ROUTE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class RouteTimes:
+    """How long routed requests took, from the request to its answer, by the answer's
+    status (PROTOCOL.md 10.3): a histogram over :data:`ROUTE_BUCKETS` per status.
+
+    A route stores only its deadline (its start plus the route timeout), so the
+    histogram is kept on ``now - deadline``: ``shifted`` holds the bucket bounds minus
+    the timeout, and ``sums`` the sums of ``now - deadline``; :meth:`histogram` adds the
+    timeout back. The dispatcher's fast path (an owner's OK, jetd.core) observes inline:
+    one ``bisect`` and two additions (BENCHMARKS.md).
+    """
+
+    __slots__ = ("counts", "ok", "ok_sum", "shifted", "sums", "timeout")
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self.shifted = [bound - timeout for bound in ROUTE_BUCKETS]
+        # status -> counts per bucket (the last one: above every bound), unsummed.
+        self.counts: dict[int, list[int]] = {}
+        self.sums: dict[int, float] = {}
+        self.ok = self.counts_for(0)
+        self.ok_sum = 0.0  # the sums of OK answers (sums[0] is not used)
+
+    def counts_for(self, status: int) -> list[int]:
+        counts = self.counts.get(status)
+        if counts is None:
+            counts = self.counts[status] = [0] * (len(ROUTE_BUCKETS) + 1)
+            self.sums[status] = 0.0
+        return counts
+
+    def observe_ok(self, since_deadline: float) -> None:
+        """:meth:`observe` of an OK (the fast path's answers, jetd.core)."""
+        self.ok[bisect_right(self.shifted, since_deadline)] += 1
+        self.ok_sum += since_deadline
+
+    def observe(self, status: int, since_deadline: float) -> None:
+        """One answer with ``status``, ``now - deadline`` seconds after the deadline."""
+        if status == 0:
+            self.observe_ok(since_deadline)
+            return
+        self.counts_for(status)[bisect_right(self.shifted, since_deadline)] += 1
+        self.sums[status] += since_deadline
+
+    def histogram(self, status: int) -> tuple[list[int], float]:
+        """Cumulative counts per bucket (the last: all) and the sum of latencies, in seconds."""
+        counts = self.counts.get(status)
+        if counts is None:
+            return [0] * (len(ROUTE_BUCKETS) + 1), 0.0
+        cumulative = list(accumulate(counts))
+        total = self.ok_sum if status == 0 else self.sums[status]
+        return cumulative, max(0.0, total + cumulative[-1] * self.timeout)
 
 
 class Clock:
@@ -119,6 +186,7 @@ class Output:
         the peer's further requests wait until it has read them)."""
         if conn.closed:
             return
+        self.stats.frames_out += 1
         if (self.small_body_peers or len(frame) - 5 > self.max_body) and len(frame) - 5 > conn.max_body:
             # PROTOCOL.md 3: never send a body above the max_body the peer announced.
             body_length = len(frame) - 5

@@ -42,6 +42,7 @@ from typing import Optional
 from jetwire import (
     FEATURE_AUTH_REQUIRED,
     FEATURE_CONFLATION,
+    FEATURE_DAEMON_STATES,
     FEATURE_LIMITS,
     FEATURE_QUERIES,
     PROTOCOL_MAJOR,
@@ -58,7 +59,7 @@ from jetwire.codes import MIN_PEER_MAX_BODY
 from jetwire.log import LogKind, conn_close_data, conn_name_data, conn_open_data
 
 from .access import AUTHENTICATE, Access, AccessControl
-from .base import Clock, DaemonStats, Output
+from .base import Clock, DaemonStats, Output, RouteTimes
 from .config import Config
 from .connection import Connection
 from .frames import (
@@ -91,6 +92,7 @@ from .frames import (
     str16_ok,
     why_malformed,
 )
+from .metrics import Metrics
 from .querying import Queries
 from .registry import Registry, StateRegistry
 from .routes import Route, Router, RouteTable
@@ -144,6 +146,9 @@ class Daemon:
         self.queries = Queries(config, self.out, self.stats, log_hook, self.registry, self.scheduler)
         self.router = Router(config, self.out, self.clock, self.stats, log_hook, self.registry, self.scheduler)
         self.auth = AccessControl(config, self.out, self.clock, log_hook, access)
+        self.route_times = RouteTimes(config.route_timeout)
+        self.connections: dict[int, Connection] = {}
+        self.metrics = Metrics(config, self.stats, self.route_times, self.connections)
         # The calls that go across parts, wired once (each part declares what it calls).
         self.registry.subscriptions = self.subscriptions
         self.registry.queries = self.queries
@@ -155,6 +160,10 @@ class Daemon:
         self.router.subscriptions = self.subscriptions
         self.router.queries = self.queries
         self.router.access = self.auth
+        self.router.route_times = self.route_times
+        self.metrics.registry = self.registry
+        self.metrics.subscriptions = self.subscriptions
+        self.metrics.queries = self.queries
         self.auth.subscriptions = self.subscriptions
         self.auth.queries = self.queries
         self.out.end_delivery = self.subscriptions.end_delivery
@@ -168,14 +177,13 @@ class Daemon:
         # frame under assembly): in input_buffered too (transport_holds).
         self.transport_held: dict[Connection, int] = {}
         self._silent: deque[tuple[float, Connection]] = deque()
-        self.connections: dict[int, Connection] = {}
         self._log = log_hook
         self._log_events = log_hook is not None and config.log_events
         # JETLOG.md 6.5 (--log-on-error refuse): while the event log cannot be written,
         # the message every request is answered INTERNAL with; None: work as usual.
         self.refusing: Optional[str] = None
         self._next_conn_id = 1
-        features = FEATURE_CONFLATION | FEATURE_QUERIES | FEATURE_LIMITS
+        features = FEATURE_CONFLATION | FEATURE_QUERIES | FEATURE_LIMITS | FEATURE_DAEMON_STATES
         features |= FEATURE_AUTH_REQUIRED if access is not None else 0
         self.info_frame = encode(Info(config.name, config.max_body, features))
         # PROTOCOL.md 4.4.1: the same INFO with the limits extension, for peers that ask.
@@ -460,7 +468,10 @@ class Daemon:
             self.auth.tick(now)
         deadline = self.config.slow_deadline
         for conn in self.subscriptions.stuck(now, deadline):
+            if not conn.closing:
+                self.stats.slow_closes += 1
             self.out.overload(conn, f"output stuck above the soft limit for more than {deadline:g} s")
+        self.metrics.tick(now)  # PROTOCOL.md 16: $jet/, at most once a second
         self._finish_closes()
 
     def _input_timeout(self, conn: Connection, message: str) -> None:
@@ -474,6 +485,7 @@ class Daemon:
         limit = self.config.max_input_buffer
         message = f"input buffer limit reached ({limit} bytes unprocessed on all connections)"
         log.warning("input buffer full: %s would add %d bytes to %d", conn.label, more, self.input_buffered)
+        self.stats.input_overflows += 1
         self.out.violation(conn, message)
         self._drop_input(conn)
         self.out.close_with(conn, Status.LIMIT_EXCEEDED, message, close_frame(Status.LIMIT_EXCEEDED, message))
@@ -489,6 +501,7 @@ class Daemon:
         if conn.closing:
             return
         self.clock.now = now
+        self.stats.bytes_in += len(data)
         self.scheduler.begin(now, conn)  # its own window updates are not deferred
         rest = conn.rest
         had_rest = bool(rest)
@@ -579,6 +592,7 @@ class Daemon:
         # Compiled, integers are read byte by byte (native loads); interpreted, by struct.
         native = NATIVE
         frames = routed = fanned = 0
+        route_times = self.route_times  # issue 33: the latency of the OKs answered below
         while n - pos >= 5:
             # --- the header (PROTOCOL.md 3, 9.2) ------------------------------------------
             if native:
@@ -705,6 +719,7 @@ class Daemon:
                             and not (stale_windows and requester in stale_windows)):
                         del conn.routes[oid]
                         answered.done = True
+                        route_times.observe_ok(now - answered.deadline)
                         out = requester.out
                         if not out:
                             dirty.append(requester)
@@ -803,6 +818,7 @@ class Daemon:
         # on its socket (jetd.server.PeerProtocol.hang_up).
         self.connections.pop(conn.conn_id, None)
         self.out.forget_peer(conn)
+        self.stats.auth_failures_gone += conn.auth_failures
         self.router.drop_owner(conn)
         # Its own fetches go first (nobody else can tell): nothing, not even the
         # FETCH_REMOVE of its own states, may follow its CLOSE.
@@ -892,6 +908,8 @@ class Daemon:
                 return self._drop_event(conn, code, key, f"not authorized: write (user {conn.user or 'anonymous'})")
             registry = self.registry
             owner = registry.state_owner(key) if code == EV_SET_STATE else registry.method_owner(key)
+            if owner is self.metrics.owner:  # PROTOCOL.md 16: the daemon's own states are read-only
+                return self._drop_event(conn, code, key, "reserved for the daemon's own states")
             if owner is None:
                 reason = registry.unknown_key(conn, key, None, "state" if code == 3 else "method")
                 return self._drop_event(conn, code, key, reason)

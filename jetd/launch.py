@@ -16,7 +16,7 @@ import sys
 from typing import TYPE_CHECKING, Optional
 
 from .access import Access
-from .build import build_description
+from .build import build_description, jet_version
 from .config import Config, ConfigError
 from .eventlog import EventLog
 from .server import Server, _threadsafe, _warn_exposed
@@ -65,6 +65,9 @@ async def serve(config: Config, ready: Optional[asyncio.Future[tuple[str, int]]]
         )
         eventlog.open()
     server = Server(config, loop, eventlog, access, ssl_context)
+    # Issue 33: what $jet/daemon and /metrics tell of the build and the event log.
+    server.daemon.metrics.version = jet_version()
+    server.daemon.metrics.log_stats = eventlog.stats if eventlog is not None else None
     stop = asyncio.Event()
     exit_code = 0
 

@@ -58,6 +58,7 @@ from .query import (
     restrict,
     window_update,
 )
+from .registry import RESERVED_PREFIX
 from .scheduler import Scheduler
 
 if TYPE_CHECKING:
@@ -203,6 +204,10 @@ class Queries:
         except QueryError as exc:
             self.out.reply(conn, rid, exc.status, exc.message)
             return None
+        if not compiled.prefix.startswith(b"$"):
+            # PROTOCOL.md 16.1: a query that names no prefix of $jet/ sees none of it.
+            inner = compiled.match_key
+            compiled.match_key = lambda key: not (key.startswith(RESERVED_PREFIX) or key == b"$jet") and inner(key)
         perms = conn.perms
         if perms is None or perms.read.everything:
             return compiled

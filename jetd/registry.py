@@ -36,7 +36,17 @@ if TYPE_CHECKING:
     from .querying import Queries
     from .subscriptions import Subscriptions
 
-__all__ = ["Registry", "StateRegistry"]
+__all__ = ["RESERVED_PREFIX", "Registry", "StateRegistry"]
+
+# PROTOCOL.md 16: the daemon's own states (jetd.metrics); no peer may own a key under it.
+RESERVED_PREFIX = b"$jet/"
+
+
+def reserved_hidden(prefix: bytes, key: bytes) -> bool:
+    """PROTOCOL.md 16.1: the empty prefix (a fetch of every key, a query that names no
+    prefix) does not match the keys under ``$jet/``, as MQTT's ``#`` does not match
+    ``$SYS``: a fetch of everything sees exactly what it saw before 1.3."""
+    return not prefix and key.startswith(RESERVED_PREFIX)
 
 
 class StateRegistry:
@@ -78,7 +88,8 @@ class StateRegistry:
         for key in self.index.irange(minimum=prefix):
             if not key.startswith(prefix):
                 return
-            yield key, states[key].states[key]
+            if prefix or not key.startswith(RESERVED_PREFIX):  # reserved_hidden
+                yield key, states[key].states[key]
 
     def matching_after(self, prefix: bytes, after: Optional[bytes]) -> Iterator[tuple[bytes, bytes]]:
         """Like :meth:`matching`, but only the keys above ``after`` (all if None): where
@@ -91,7 +102,8 @@ class StateRegistry:
         for key in self.index.irange(minimum=after, inclusive=(False, True)):
             if not key.startswith(prefix):
                 return
-            yield key, states[key].states[key]
+            if prefix or not key.startswith(RESERVED_PREFIX):  # reserved_hidden
+                yield key, states[key].states[key]
 
     def matching_any_after(self, prefixes: tuple[bytes, ...], after: Optional[bytes]) -> Iterator[tuple[bytes, bytes]]:
         """:meth:`matching_after` for several disjoint prefixes, sorted (a fetch's readable
@@ -154,6 +166,28 @@ class Registry:
     def matching_any_after(self, prefixes: tuple[bytes, ...], after: Optional[bytes]) -> Iterator[tuple[bytes, bytes]]:
         return self.table.matching_any_after(prefixes, after)
 
+    def publish(self, owner: Connection, key: bytes, kv: bytes) -> None:
+        """Add state ``key`` for ``owner`` with the ``Key, Value`` payload ``kv``, or change
+        it: the daemon's own states (jetd.metrics, PROTOCOL.md 16), with the same fetch
+        events a peer's ADD_STATE or NOTIFY_STATE causes."""
+        if self.states.get(key) is owner:
+            owner.states[key] = kv
+            self.subscriptions.fanout(key, FETCH_CHANGE, kv)
+        else:
+            self.table.add_state(key, kv, owner)
+            self.subscriptions.fanout(key, FETCH_ADD, kv)
+
+    def withdraw(self, key: bytes) -> None:
+        """Remove one of the daemon's own states (FETCH_REMOVE), if it is there."""
+        if key in self.states:
+            self.subscriptions.fanout(key, FETCH_REMOVE, self.table.remove_state(key))
+            self.subscriptions.forget(key)
+
+    def reserved(self, conn: Connection, rid: int, key: bytes) -> None:
+        """PROTOCOL.md 16: ADD_STATE, ADD_METHOD or SET_STATE of a key under ``$jet/``."""
+        self.out.reply(conn, rid, Status.NOT_AUTHORIZED,
+                       f"not authorized: {RESERVED_PREFIX.decode()} is reserved for the daemon's own states")
+
     def drop_owner(self, conn: Connection) -> None:
         """PROTOCOL.md 10.6: a closing owner's states go (FETCH_REMOVE in byte order of
         key), then its methods."""
@@ -188,7 +222,9 @@ class Registry:
         return message
 
     def _check_new_key(self, conn: Connection, key: bytes, rid: int) -> bool:
-        if len(key) > self.max_key:
+        if key.startswith(RESERVED_PREFIX):
+            self.reserved(conn, rid, key)
+        elif len(key) > self.max_key:
             self.out.reply(conn, rid, Status.TOO_LARGE, f"key of {len(key)} bytes exceeds the limit of {self.max_key}")
         elif key in self.states or key in self.methods:
             self.out.reply(conn, rid, Status.ALREADY_EXISTS, "the key is taken")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Optional
 
 from jetwire import Status
 
-from .base import Clock, DaemonStats, Output
+from .base import Clock, DaemonStats, Output, RouteTimes
 from .config import Config
 from .connection import Connection
 from .frames import (
@@ -115,6 +115,7 @@ class Router:
     subscriptions: Subscriptions  # wired by jetd.core.Daemon: catch-up before an answer
     queries: Queries  # wired by jetd.core.Daemon: waiting window updates before an answer
     access: AccessControl  # write (PROTOCOL.md 15.3)
+    route_times: RouteTimes  # wired by jetd.core.Daemon: latency by status (issue 33)
 
     def __init__(self, config: Config, out: Output, clock: Clock, stats: DaemonStats, log_hook: Optional[LogHook],
                  registry: Registry, scheduler: Scheduler) -> None:
@@ -137,6 +138,8 @@ class Router:
         limit = scheduler.expire_slice
         for expired, route in enumerate(self.table.expired(now), 1):
             requester = route.requester
+            self.stats.route_timeouts += 1
+            self.route_times.observe(Status.TIMEOUT, now - route.deadline)
             self.out.violation(route.owner, f"routed request id {route.oid} not answered within the route timeout")
             if not requester.closed:
                 self.out.send(requester, response_frame(route.rid, Status.TIMEOUT, "the owner did not answer in time"))
@@ -147,8 +150,11 @@ class Router:
 
     def drop_owner(self, conn: Connection) -> None:
         """PROTOCOL.md 10.6: a closing owner's pending routes are answered OWNER_GONE."""
+        now = self.clock.now
         for route in conn.routes.values():
             route.done = True
+            self.stats.owners_gone += 1
+            self.route_times.observe(Status.OWNER_GONE, now - route.deadline)
             if not route.requester.closed:
                 self.out.reply(route.requester, route.rid, Status.OWNER_GONE, "the owner disconnected")
         conn.routes.clear()
@@ -172,6 +178,8 @@ class Router:
         if owner is None:
             self.registry.unknown_key(conn, key, rid, kind)
             return None
+        if owner.conn_id == 0:  # PROTOCOL.md 16: the daemon's own states ($jet/) are read-only
+            return self.registry.reserved(conn, rid, key)
         if len(owner.routes) >= self.config.max_pending_per_owner:
             return self.out.reply(
                 conn,
@@ -217,6 +225,7 @@ class Router:
             self.out.violation(conn, f"dropped response id {oid}: nothing pending under that id")
             return
         route.done = True
+        self.route_times.observe(buf[pos + 9] if end - pos >= 10 else Status.MALFORMED, self.clock.now - route.deadline)
         requester = route.requester
         if requester.closed:
             return  # PROTOCOL.md 10.3: requester gone, the answer is dropped

@@ -629,6 +629,7 @@ class Server:
         over at once unless one is in flight (JETLOG.md 6.1)."""
         self.flush_scheduled = False
         gated = self.gated
+        stats = self.daemon.stats
         for conn in self.daemon.take_dirty():
             proto: Any = conn.io
             out = conn.out
@@ -641,6 +642,7 @@ class Server:
             if out:
                 data = b"".join(out) if len(out) > 1 else out[0]
                 out.clear()
+                stats.bytes_out += len(data)  # issue 33 (jetd.metrics)
                 if gated:
                     self._hold(proto, data, False)
                 else:
@@ -680,6 +682,7 @@ class Server:
         ``always``. Returns True if written now, False if held for the next group commit
         (the server calls ``proto.drain()`` again once it is out)."""
         transport = proto.transport
+        self.daemon.stats.bytes_out += len(data)  # issue 33 (jetd.metrics)
         if not self.gated:
             if transport is not None:
                 transport.write(data)

@@ -46,6 +46,7 @@ from .frames import (
     ok_frame,
     str16_ok,
 )
+from .registry import RESERVED_PREFIX, reserved_hidden
 from .scheduler import Scheduler
 
 if TYPE_CHECKING:
@@ -180,6 +181,8 @@ class FetchRegistry:
         for n in self.lengths:
             if n > klen:
                 break
+            if n == 0 and key.startswith(RESERVED_PREFIX):
+                continue  # PROTOCOL.md 16.1: the empty prefix does not match $jet/
             group = by_prefix.get(key[:n])
             if group:
                 found.append(group)
@@ -364,7 +367,7 @@ class Subscriptions:
         log = self._log if self._log_events else None
         sent = 0
         for fetch in conn.fetches.values():
-            if key.startswith(fetch.prefixes):
+            if key.startswith(fetch.prefixes) and not reserved_hidden(fetch.prefixes[0], key):
                 frame = head + fetch.fid_bytes + kv
                 conn.enqueue(frame)
                 if log is not None:

@@ -172,6 +172,8 @@ class WebSocketTransport:
 class WebProtocol(PeerShell):
     """One HTTP connection: a static file, a refused handshake, or a WebSocket peer."""
 
+    transport_name = "websocket"  # $jet/peers/<id> and /metrics (jetd.metrics.transport_of)
+
     def __init__(self, listener: WebListener) -> None:
         super().__init__(listener.server)
         self.listener = listener

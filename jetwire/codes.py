@@ -11,6 +11,7 @@ __all__ = [
     "EVENT_FUNCTIONS",
     "FEATURE_AUTH_REQUIRED",
     "FEATURE_CONFLATION",
+    "FEATURE_DAEMON_STATES",
     "FEATURE_LIMITS",
     "FEATURE_QUERIES",
     "FIXED_VALUE_WIDTHS",
@@ -41,7 +42,7 @@ __all__ = [
 
 
 PROTOCOL_MAJOR: Final = 1  # PROTOCOL.md 2: major version; a mismatch is fatal
-PROTOCOL_MINOR: Final = 2  # PROTOCOL.md 2: minor versions only add, never change (1.1: sections 14, 15; 1.2: 4.4.1)
+PROTOCOL_MINOR: Final = 3  # PROTOCOL.md 2: minor versions only add, never change (1.1: sections 14, 15; 1.2: 4.4.1; 1.3: 16)
 
 HEADER_SIZE: Final = 5  # PROTOCOL.md 3: type:u8 | length:u32
 DEFAULT_MAX_BODY: Final = 1024 * 1024  # PROTOCOL.md 3: announced in INFO, 1 MiB unless configured
@@ -158,6 +159,7 @@ FEATURE_CONFLATION = 0x0000_0001  # PROTOCOL.md 4.4, 10.8: may conflate FETCH_CH
 FEATURE_QUERIES = 0x0000_0002  # PROTOCOL.md 4.4, 14: answers FETCH_QUERY and QUERY_ONCE
 FEATURE_AUTH_REQUIRED = 0x0000_0004  # PROTOCOL.md 4.4, 15: permissions are enforced
 FEATURE_LIMITS = 0x0000_0008  # PROTOCOL.md 4.4.1: limits announced on request (daemon) / asked for (peer)
+FEATURE_DAEMON_STATES = 0x0000_0010  # PROTOCOL.md 16: the daemon publishes its own states under $jet/
 
 
 class PathOp(IntEnum):

@@ -313,7 +313,8 @@ def received_at() -> str:
     return datetime.datetime.now().astimezone().isoformat(timespec="milliseconds")
 
 
-FEATURE_NAMES = ((0x1, "CONFLATION"), (0x2, "QUERIES"), (0x4, "AUTH_REQUIRED"), (0x8, "LIMITS"))  # PROTOCOL.md 4.4
+FEATURE_NAMES = ((0x1, "CONFLATION"), (0x2, "QUERIES"), (0x4, "AUTH_REQUIRED"), (0x8, "LIMITS"),
+                 (0x10, "DAEMON_STATES"))  # PROTOCOL.md 4.4
 
 
 def feature_names(features: int) -> list[str]:

@@ -811,15 +811,15 @@ SPEC_EXAMPLES: list[tuple[str, str, JsonObj, str]] = [
     (
         "info_jetd_spec_example",
         "4.4",
-        {"type": "INFO", "major": 1, "minor": 2, "max_body": 1048576, "features": 11, "name": "jetd"},
-        "04 00 00 00 10 01 02 00 10 00 00 00 00 00 0b 00 04 6a 65 74 64",
+        {"type": "INFO", "major": 1, "minor": 3, "max_body": 1048576, "features": 27, "name": "jetd"},
+        "04 00 00 00 10 01 03 00 10 00 00 00 00 00 1b 00 04 6a 65 74 64",
     ),
     (
         "info_limits_spec_example",
         "4.4.1",
-        {"type": "INFO", "major": 1, "minor": 2, "max_body": 1048576, "features": 11, "name": "jetd",
+        {"type": "INFO", "major": 1, "minor": 3, "max_body": 1048576, "features": 27, "name": "jetd",
          "max_key_length": 1024, "route_timeout_ms": 5000},
-        "04 00 00 00 16 01 02 00 10 00 00 00 00 00 0b 00 04 6a 65 74 64 04 00 00 00 13 88",
+        "04 00 00 00 16 01 03 00 10 00 00 00 00 00 1b 00 04 6a 65 74 64 04 00 00 00 13 88",
     ),
     (
         "request_add_state_spec_example",
@@ -1766,12 +1766,12 @@ def generate() -> dict[str, str]:
 
     return {
         "frames-valid.json": dump(
-            {"format": FORMAT, "protocol": "1.2", "default_max_body": DEFAULT_MAX_BODY, "vectors": valid_vectors()}
+            {"format": FORMAT, "protocol": "1.3", "default_max_body": DEFAULT_MAX_BODY, "vectors": valid_vectors()}
         ),
         "frames-invalid.json": dump(
             {
                 "format": FORMAT,
-                "protocol": "1.2",
+                "protocol": "1.3",
                 "default_max_body": DEFAULT_MAX_BODY,
                 "vectors": invalid_vectors(),
                 "incomplete": incomplete_vectors(),

@@ -24,11 +24,11 @@ def test_info_is_first_frame(jetd):
         message = peer.recv()
         assert isinstance(message, Info)
         assert message.name == "jetd"
-        assert (message.major, message.minor) == (1, 2)
+        assert (message.major, message.minor) == (1, 3)
         assert message.max_body == DEFAULT_MAX_BODY
         assert message.features & FEATURE_CONFLATION
         # PROTOCOL.md 4.4: the example INFO of jetd, byte for byte.
-        assert encode(message).hex() == "04000000100102001000000000000b0004" + b"jetd".hex()
+        assert encode(message).hex() == "04000000100103001000000000001b0004" + b"jetd".hex()
 
 
 def test_limits_are_announced_only_to_a_peer_that_asks(start_jetd):
@@ -42,7 +42,7 @@ def test_limits_are_announced_only_to_a_peer_that_asks(start_jetd):
         limits = asking.recv()
         assert isinstance(limits, Info)
         assert (limits.max_key_length, limits.route_timeout_ms) == (300, 2500)
-        assert (limits.name, limits.features, limits.minor) == (asking.info.name, asking.info.features, 2)
+        assert (limits.name, limits.features, limits.minor) == (asking.info.name, asking.info.features, 3)
         answer = asking.recv()
         assert isinstance(answer, Response) and answer.id == 1
     with RawPeer(daemon.address) as old:

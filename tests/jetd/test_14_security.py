@@ -127,7 +127,7 @@ def test_event_log_never_holds_the_password() -> None:
 def test_info_announces_auth_and_nothing_works_before_it(secure_jetd: DaemonProcess) -> None:
     with RawPeer(secure_jetd.address) as peer:
         assert peer.info is not None and peer.info.features & FEATURE_AUTH_REQUIRED
-        assert (peer.info.major, peer.info.minor) == (1, 2)
+        assert (peer.info.major, peer.info.minor) == (1, 3)
         for make in (lambda i: GetState(i, "plant/x"), lambda i: FetchStates(i, ""),
                      lambda i: AddState(i, "plant/boiler/t", f64(1))):
             response = peer.request(make)

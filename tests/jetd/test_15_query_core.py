@@ -66,7 +66,7 @@ class Harness:
         conn = self.daemon.connect("mem", 0.0)
         self.decoders[conn.conn_id] = Decoder(max_body=1 << 30)
         info = self.recv(conn)[0]
-        assert isinstance(info, Info) and info.features & FEATURE_QUERIES and info.minor == 2
+        assert isinstance(info, Info) and info.features & FEATURE_QUERIES and info.minor == 3
         return conn
 
     def send(self, conn: Connection, *messages: Message) -> None:

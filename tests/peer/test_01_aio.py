@@ -44,7 +44,7 @@ def test_connect_info_and_name(jetd):
     async def body():
         async with await PeerAsync.connect(jetd.host, jetd.port, name="tester") as peer:
             assert peer.info.name == "jetd"
-            assert (peer.info.major, peer.info.minor) == (1, 2)
+            assert (peer.info.major, peer.info.minor) == (1, 3)
             assert peer.name == "tester"
             assert peer.connected
         assert not peer.connected

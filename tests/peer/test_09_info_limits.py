@@ -16,7 +16,7 @@ def test_peer_learns_the_daemons_limits(start_jetd):
     with Peer(daemon.host, daemon.port) as peer:
         info = peer.info
         assert (info.max_key_length, info.route_timeout_ms) == (200, 3000)
-        assert info.features & FEATURE_LIMITS and info.minor == 2
+        assert info.features & FEATURE_LIMITS and info.minor == 3
 
     async def main() -> Info:
         peer = await PeerAsync.connect(daemon.host, daemon.port)

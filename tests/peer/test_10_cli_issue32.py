@@ -508,9 +508,10 @@ def test_info_names_the_feature_bits(jetd):
     assert feature_names(0x0B) == ["CONFLATION", "QUERIES", "LIMITS"]
     assert feature_names(0x4 | 0x100) == ["AUTH_REQUIRED", "0x00000100"]
     text = jet_at(jetd, "info")
-    assert "features 0x0000000B (CONFLATION, QUERIES, LIMITS)" in text.stdout, text.stdout
+    assert "features 0x0000001B (CONFLATION, QUERIES, LIMITS, DAEMON_STATES)" in text.stdout, text.stdout
     as_json = json.loads(jet_at(jetd, "--json", "info").stdout)
-    assert as_json["features"] == 0x0B and as_json["feature_names"] == ["CONFLATION", "QUERIES", "LIMITS"]
+    assert as_json["features"] == 0x1B
+    assert as_json["feature_names"] == ["CONFLATION", "QUERIES", "LIMITS", "DAEMON_STATES"]
 
 
 def test_sync_fetch_rows_is_the_window(jetd):

@@ -1,0 +1,326 @@
+"""The metrics part: the daemon's own figures, as live states under the reserved prefix
+``$jet/`` (PROTOCOL.md 16) and for ``/metrics`` (Prometheus, :mod:`jetd.web`).
+
+:class:`Metrics` gathers its figures from what the other parts keep anyway (the
+counters in :class:`jetd.base.DaemonStats`, the route latencies in
+:class:`jetd.base.RouteTimes`, the sizes of the registry, the fetch index, the query
+groups, each :class:`Connection`), once a second from :meth:`Metrics.tick` (the
+dispatcher's periodic tick, which brings the time: the core reads no clock) and on a
+scrape: nothing of it runs per frame.
+
+It owns the daemon's own states: ``$jet/daemon`` and one ``$jet/peers/<id>`` per
+connection, owned by :attr:`Metrics.owner`, a connection that is never a peer (id 0,
+``paused``: nothing is ever written to it). The registry publishes and withdraws them
+(:meth:`jetd.registry.Registry.publish`), so fetches, queries and GET_STATE see them
+like any state, under the ``read`` rules of PROTOCOL.md 15. A state nobody fetches
+(no fetch whose prefix covers it, no query group, nothing parked or being delivered) is
+re-encoded at most every :data:`DEFAULT_UNWATCHED_INTERVAL` seconds instead of every
+second: a daemon nobody watches pays for one small comparison per peer a second.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import os
+import resource
+import struct
+import sys
+from collections.abc import Callable
+from itertools import chain
+from typing import TYPE_CHECKING, Any, Optional
+
+from .base import ROUTE_BUCKETS, DaemonStats, RouteTimes
+from .config import Config
+from .connection import Connection
+from .registry import RESERVED_PREFIX
+
+if TYPE_CHECKING:
+    from .eventlog import EventLogStats
+    from .querying import Queries
+    from .registry import Registry
+    from .subscriptions import Subscriptions
+
+__all__ = [
+    "DAEMON_KEY",
+    "DEFAULT_PUBLISH_INTERVAL",
+    "DEFAULT_UNWATCHED_INTERVAL",
+    "OWNED_LISTED",
+    "PEERS_PREFIX",
+    "RESERVED_PREFIX",
+    "Metrics",
+    "resident_bytes",
+]
+
+DAEMON_KEY = b"$jet/daemon"
+PEERS_PREFIX = b"$jet/peers/"
+DEFAULT_PUBLISH_INTERVAL = 1.0  # seconds between two updates of one state, at the most often
+DEFAULT_UNWATCHED_INTERVAL = 10.0  # the same for a state nobody fetches
+OWNED_LISTED = 20  # PROTOCOL.md 16: the first keys a peer owns, in $jet/peers/<id>
+TRANSPORTS = ("tcp", "tls", "websocket")
+
+_U16 = struct.Struct(">H")
+_VALUE_HEAD = struct.Struct(">BI")
+_JSON = 0x05  # PROTOCOL.md 5.3
+
+
+def json_kv(key: bytes, document: dict[str, Any]) -> bytes:
+    """The ``Key, Value`` payload (PROTOCOL.md 5.2, 5.3) of ``key`` with ``document`` as JSON."""
+    data = json.dumps(document, separators=(",", ":"), allow_nan=False).encode()
+    return _U16.pack(len(key)) + key + _VALUE_HEAD.pack(_JSON, len(data)) + data
+
+
+def resident_bytes() -> int:
+    """The process's resident memory in bytes (``/proc/self/statm``; elsewhere the peak,
+    from ``getrusage``)."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak if sys.platform == "darwin" else peak * 1024
+
+
+def transport_of(conn: Connection) -> str:
+    """``tcp``, ``tls`` or ``websocket``: what carries ``conn`` (asked of its IO shell)."""
+    io = conn.io
+    name = getattr(io, "transport_name", None)
+    if isinstance(name, str):
+        return name
+    raw = getattr(io, "raw", None)
+    if raw is not None and raw.get_extra_info("ssl_object") is not None:
+        return "tls"
+    return "tcp"
+
+
+def quantile_ms(counts: list[int], q: float) -> float:
+    """The upper bound, in ms, of the bucket holding quantile ``q`` of a histogram's
+    (unsummed) ``counts`` over :data:`ROUTE_BUCKETS`; 0 when it is empty."""
+    total = sum(counts)
+    if not total:
+        return 0.0
+    rank = q * total
+    seen = 0
+    for index, count in enumerate(counts):
+        seen += count
+        if seen >= rank and count:
+            bound = ROUTE_BUCKETS[index] if index < len(ROUTE_BUCKETS) else ROUTE_BUCKETS[-1]
+            return round(bound * 1000, 3)
+    return round(ROUTE_BUCKETS[-1] * 1000, 3)
+
+
+class _Peer:
+    """What was last published for one connection."""
+
+    __slots__ = ("fields", "key", "published_at", "transport")
+
+    def __init__(self, key: bytes, transport: str) -> None:
+        self.key = key
+        self.transport = transport
+        self.fields: Optional[tuple[Any, ...]] = None
+        self.published_at = 0.0
+
+
+class Metrics:
+    """The metrics part (see the module docstring).
+
+    Args:
+        config: the daemon's settings.
+        stats: the daemon's counters.
+        route_times: the routed-request latencies.
+        connections: the dispatcher's connections by id (read, never changed).
+
+    Set by the IO layer: ``log_stats``, the event log's counters (None: no event log),
+    and ``version``; ``resident`` may be replaced (tests).
+    """
+
+    registry: Registry  # wired by jetd.core.Daemon: publish and withdraw its states
+    subscriptions: Subscriptions  # who fetches what (is a state watched?)
+    queries: Queries  # query groups (they may match any key)
+
+    def __init__(self, config: Config, stats: DaemonStats, route_times: RouteTimes,
+                 connections: dict[int, Connection]) -> None:
+        self.config = config
+        self.stats = stats
+        self.route_times = route_times
+        self.connections = connections
+        # The owner of $jet/: never a peer, and nothing is ever sent to it (a request
+        # routed to it could never be answered: the router refuses them, the dispatcher
+        # drops events for it). Paused, so that no fast path takes it for a live owner.
+        self.owner = Connection(0, "jetd")
+        self.owner.name = "jetd"
+        self.owner.paused = True
+        self.log_stats: Optional[EventLogStats] = None
+        self.version = ""
+        self.resident: Callable[[], int] = resident_bytes
+        self.interval = DEFAULT_PUBLISH_INTERVAL
+        self.unwatched_interval = DEFAULT_UNWATCHED_INTERVAL
+        self.started: Optional[float] = None
+        self._next_at = 0.0
+        self._peers: dict[int, _Peer] = {}
+        self._daemon_fields: Optional[tuple[Any, ...]] = None
+        self._daemon_at = 0.0
+        self._route_seen: list[int] = [0] * (len(ROUTE_BUCKETS) + 1)
+        self._route_recent = (0.0, 0.0)  # p50, p99 (ms) of the routes answered in the last interval
+
+    # --- figures ------------------------------------------------------------------------
+
+    def transport_counts(self) -> dict[tuple[str, bool], int]:
+        """Connections by (transport, authenticated)."""
+        counts: dict[tuple[str, bool], int] = {}
+        peers = self._peers
+        for conn in self.connections.values():
+            if conn.closing:
+                continue
+            peer = peers.get(conn.conn_id)
+            transport = peer.transport if peer is not None else transport_of(conn)
+            index = (transport, conn.user is not None)
+            counts[index] = counts.get(index, 0) + 1
+        return counts
+
+    def fetch_count(self) -> int:
+        """Live fetches and query fetches of every connection."""
+        return sum(len(conn.fetches) + len(conn.query_fetches) for conn in self.connections.values())
+
+    def auth_failures(self) -> int:
+        """Failed AUTHENTICATEs since the start (PROTOCOL.md 15.2)."""
+        live = sum(conn.auth_failures for conn in self.connections.values())
+        return self.stats.auth_failures_gone + live
+
+    def daemon_figures(self, now: float) -> dict[str, Any]:
+        """The document of ``$jet/daemon`` (PROTOCOL.md 16), at ``now``."""
+        stats = self.stats
+        by_transport = dict.fromkeys(TRANSPORTS, 0)
+        authenticated = 0
+        for (transport, is_user), count in self.transport_counts().items():
+            by_transport[transport] = by_transport.get(transport, 0) + count
+            authenticated += count if is_user else 0
+        log_stats = self.log_stats
+        p50, p99 = self._route_recent
+        return {
+            "version": self.version,
+            "uptime_s": round(now - self.started, 1) if self.started is not None else 0.0,
+            "connections": by_transport,
+            "authenticated": authenticated,
+            "states": len(self.registry.states),
+            "methods": len(self.registry.methods),
+            "fetches": self.fetch_count(),
+            "query_groups": len(self.queries.index.by_signature),
+            "frames_in": stats.frames_in,
+            "frames_out": self.frames_out(),
+            "bytes_in": stats.bytes_in,
+            "bytes_out": stats.bytes_out,
+            "routed": stats.routed,
+            "route_timeouts": stats.route_timeouts,
+            "route_p50_ms": p50,
+            "route_p99_ms": p99,
+            "owners_gone": stats.owners_gone,
+            "slow_pauses": stats.parked,
+            "slow_closes": stats.slow_closes,
+            "budget_closes": self.budget_closes(),
+            "auth_failures": self.auth_failures(),
+            "log_bytes": log_stats.bytes if log_stats is not None else 0,
+            "fsync_p99_ms": 0.0,
+            "fsync_errors": log_stats.failures if log_stats is not None else 0,
+            "rss_bytes": self.resident(),
+        }
+
+    def frames_out(self) -> int:
+        """Frames queued for peers: answers and closes, fetch events and initial adds,
+        routed requests (the answers to them are counted as answers)."""
+        stats = self.stats
+        return stats.frames_out + stats.fanout_events + stats.initial_adds + stats.routed
+
+    def budget_closes(self) -> int:
+        """Peers closed for a budget: output above the hard limit (OVERLOADED, the slow
+        consumers past their deadline not included) or input above max_input_buffer."""
+        stats = self.stats
+        return stats.overloaded - stats.slow_closes + stats.input_overflows
+
+    def peer_figures(self, conn: Connection, transport: str) -> dict[str, Any]:
+        """The document of ``$jet/peers/<id>`` (PROTOCOL.md 16)."""
+        owned = heapq.nsmallest(OWNED_LISTED, chain(conn.states, conn.methods))
+        return {
+            "id": conn.conn_id,
+            "name": conn.name,
+            "address": conn.address,
+            "transport": transport,
+            "user": conn.user,
+            "states": len(conn.states),
+            "methods": len(conn.methods),
+            "owned": [key.decode("utf-8", "replace") for key in owned],
+            "fetches": len(conn.fetches) + len(conn.query_fetches),
+            "queued_bytes": conn.queued,
+            "paused": conn.paused,
+        }
+
+    # --- the live states ------------------------------------------------------------------
+
+    def tick(self, now: float) -> None:
+        """Called with every tick of the dispatcher; at most once per ``interval`` it
+        brings ``$jet/`` up to date: a state per new connection, none for a gone one,
+        and the changed ones re-published."""
+        if self.started is None:
+            self.started = now
+        if now < self._next_at:
+            return
+        self._next_at = now + self.interval
+        self._recent_routes()
+        self._sync_peers(now)
+        self._publish_daemon(now)
+
+    def _watched(self, key: bytes) -> bool:
+        """Would a change of ``key`` reach anybody now? (False may be wrong only
+        for a GET_STATE, which then reads a value up to ``unwatched_interval`` old.)"""
+        subscriptions = self.subscriptions
+        return bool(
+            subscriptions.parked
+            or subscriptions.delivering_count
+            or self.queries.index.by_signature
+            or subscriptions.fetches.groups(key)
+        )
+
+    def _due(self, key: bytes, published_at: float, now: float) -> bool:
+        return now - published_at >= self.unwatched_interval or self._watched(key)
+
+    def _sync_peers(self, now: float) -> None:
+        peers = self._peers
+        live = self.connections
+        registry = self.registry
+        for conn_id in [cid for cid, peer in peers.items() if cid not in live or live[cid].closing]:
+            registry.withdraw(peers.pop(conn_id).key)
+        for conn_id, conn in live.items():
+            if conn.closing:
+                continue
+            peer = peers.get(conn_id)
+            if peer is None:
+                peer = peers[conn_id] = _Peer(PEERS_PREFIX + str(conn_id).encode(), transport_of(conn))
+            fields = (conn.name, conn.user, len(conn.states), len(conn.methods),
+                      len(conn.fetches) + len(conn.query_fetches), conn.queued, conn.paused)
+            if fields == peer.fields or (peer.fields is not None and not self._due(peer.key, peer.published_at, now)):
+                continue
+            peer.fields = fields
+            peer.published_at = now
+            registry.publish(self.owner, peer.key, json_kv(peer.key, self.peer_figures(conn, peer.transport)))
+
+    def _publish_daemon(self, now: float) -> None:
+        figures = self.daemon_figures(now)
+        # Published while it changes: the uptime alone is no change.
+        fields = tuple(value for name, value in figures.items() if name != "uptime_s")
+        if fields == self._daemon_fields:
+            return
+        if self._daemon_fields is not None and not self._due(DAEMON_KEY, self._daemon_at, now):
+            return
+        self._daemon_fields = fields
+        self._daemon_at = now
+        self.registry.publish(self.owner, DAEMON_KEY, json_kv(DAEMON_KEY, figures))
+
+    def _recent_routes(self) -> None:
+        """p50 and p99 of the routes answered OK since the last interval."""
+        counts = self.route_times.ok
+        recent = [count - before for count, before in zip(counts, self._route_seen, strict=True)]
+        self._route_seen = list(counts)
+        if any(recent):
+            self._route_recent = (quantile_ms(recent, 0.5), quantile_ms(recent, 0.99))
+        else:
+            self._route_recent = (0.0, 0.0)
