@@ -711,6 +711,7 @@ async function pollRegistry() {
 // A daemon without them (older than issue 33), or a user who may not read $jet/, gets a
 // plain "not available" line.
 
+const FEATURE_DAEMON_STATES = 0x10; // INFO: the daemon publishes $jet/ (PROTOCOL.md 16, protocol 1.3)
 const OPS_PREFIX = "$jet/";
 const OPS_DAEMON = "$jet/daemon";
 const OPS_PEERS = "$jet/peers/";
@@ -782,11 +783,17 @@ function resetOps() {
 
 const NOT_READABLE = "Not available: this user may not read the daemon's own states ($jet/).";
 const NO_PEERS = "No peer listed yet: the daemon lists them within a second, unless this user may not read $jet/peers/.";
-const NOT_PUBLISHED = "Not available: this daemon does not publish its own states ($jet/; jetd before issue 33).";
+const NOT_PUBLISHED = "Not available: this daemon does not publish its own states ($jet/, protocol 1.3).";
 
 /** Fetch $jet/ on `p` and find out whether the daemon publishes it to this user. */
 async function startOps(p, mine) {
   resetOps();
+  if (!(p.info.features & FEATURE_DAEMON_STATES)) {
+    ops.fetchWhy = NOT_PUBLISHED;
+    ops.dirty = true;
+    schedule();
+    return;
+  }
   try {
     const fetch = await p.fetch(OPS_PREFIX, onOpsEvent);
     if (mine !== generation) {
@@ -847,7 +854,7 @@ function bytes(x) {
   const units = ["B", "KiB", "MiB", "GiB", "TiB"];
   let i = 0;
   while (x >= 1024 && i < units.length - 1) { x /= 1024; i++; }
-  return `${i ? x.toFixed(x < 10 ? 1 : 0) : x} ${units[i]}`;
+  return `${i ? x.toFixed(x < 10 ? 1 : 0) : Math.round(x)} ${units[i]}`;
 }
 const plural = (x, noun) => `${count(x)} ${noun}${x === 1 ? "" : "s"}`;
 const ms = (x) => (typeof x === "number" ? `${x < 10 ? x.toFixed(2) : x.toFixed(1)} ms` : "—");
@@ -935,7 +942,7 @@ function renderDaemon() {
   const groups = [
     ["Connections", [
       ["connections", `${count(total)} (tcp ${count(c.tcp)}, tls ${count(c.tls)}, websocket ${count(c.websocket)})`, "connections"],
-      ["authenticated", count(d.authenticated)],
+      ["authenticated", count(d.authenticated), "authenticated"],
       ["auth failures", count(d.auth_failures), "", d.auth_failures > 0],
     ]],
     ["Bus", [
@@ -952,7 +959,8 @@ function renderDaemon() {
     ]],
     ["Routing", [
       ["routed", perSecond("routed"), "routed"],
-      ["route p50 / p99", `${ms(d.route_p50_ms)} / ${ms(d.route_p99_ms)}`],
+      // PROTOCOL.md 16.2: over the routes answered in the last second, 0 when none
+      ["route p50 / p99", d.route_p99_ms ? `${ms(d.route_p50_ms)} / ${ms(d.route_p99_ms)}` : "— (no route in the last second)", "route-latency"],
       ["timeouts", count(d.route_timeouts), "", d.route_timeouts > 0],
       ["owners gone", count(d.owners_gone)],
     ]],
@@ -963,7 +971,7 @@ function renderDaemon() {
     ]],
     ["Event log and process", [
       ["log", bytes(d.log_bytes)],
-      ["fsync p99", ms(d.fsync_p99_ms)],
+      ["fsync p99", d.fsync_p99_ms ? ms(d.fsync_p99_ms) : "— (not measured)"],
       ["fsync errors", count(d.fsync_errors), "", d.fsync_errors > 0],
       ["memory (RSS)", bytes(d.rss_bytes)],
       ["uptime", duration(d.uptime_s), "uptime"],
@@ -1065,7 +1073,8 @@ async function start(credentials = null) {
     if (mine !== generation) return;
     setStatus(user ? `live as ${user}` : authRequired ? "live (anonymous)" : "live", "open");
     pollRegistry();
-    if (ops.fetch) checkOps(next, mine); // the daemon may be another version now
+    // The daemon may be another version now: start over with what its INFO says.
+    if (mine === generation) startOps(next, mine);
   };
   next.closed.then((e) => {
     if (mine !== generation) return; // replaced on purpose

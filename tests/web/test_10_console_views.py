@@ -127,8 +127,9 @@ async def _no_sideways_scroll(page: Any, name: str) -> None:
 
 
 def test_views_open_at_both_viewports_without_sideways_scroll(start_jetd):
-    """Keys (with rates), Peers and Daemon at 1280x800 and 390x844: nothing scrolls
-    sideways and the tabs are on screen. Screenshots are kept."""
+    """Keys (with a rate shown), Peers (a long name, long owned keys unfolded) and Daemon
+    at 1280x800 and 390x844: nothing scrolls sideways and the tabs are on screen.
+    Screenshots are kept."""
     daemon = start_web_jetd(start_jetd)
 
     async def run() -> None:
@@ -136,14 +137,23 @@ def test_views_open_at_both_viewports_without_sideways_scroll(start_jetd):
         temp = await owner.add_state("plant/line3/temperature/sensor-" + "x" * 60, 20.5)
         for i in range(25):
             await owner.add_state(f"plant/line3/s{i:02d}", i)
-        async with _console(daemon.web, VIEWPORTS["desktop"], "plant/") as page:
-            for n in range(15):
+        async def change() -> None:  # a rate to show in the tree, for the whole test
+            n = 0
+            while True:
+                n += 1
                 await temp.notify(20.5 + n)
-                await asyncio.sleep(0.05)
+                await asyncio.sleep(0.1)
+
+        changing = asyncio.create_task(change())
+        async with _console(daemon.web, VIEWPORTS["desktop"], "plant/") as page:
             for name, viewport in VIEWPORTS.items():
                 await page.set_viewport_size(viewport)
-                for view in ("tree", "peers", "daemon"):
+                for view, shown in (("tree", ".node .rate:not(:empty)"), ("peers", ".peer .owned summary"),
+                                    ("daemon", "#daemon [data-figure=connections]")):
                     await page.click(f"#views button[data-view={view}]")
+                    await page.locator(shown).first.wait_for(timeout=TIMEOUT_MS)
+                    if view == "peers" and not await page.locator(".peer details[open]").count():
+                        await page.locator(".peer .owned summary").first.click()  # the long keys unfolded
                     await _no_sideways_scroll(page, f"{name} {view}")
                     for part in ("#views", "#status", "#counts"):
                         box = await page.locator(part).bounding_box()
@@ -151,6 +161,116 @@ def test_views_open_at_both_viewports_without_sideways_scroll(start_jetd):
                             name, view, part, box)
                     ARTIFACTS.mkdir(exist_ok=True)
                     await page.screenshot(path=str(ARTIFACTS / f"console-{view}-{name}.png"), full_page=True)
+        changing.cancel()
+        await owner.close()
+
+    asyncio.run(run())
+
+
+def test_peers_view_lists_a_known_peer(start_jetd):
+    """The Peers view lists the owner by its name, with its transport and owned keys, and
+    the console's own connection; a peer that leaves leaves the list."""
+    daemon = start_web_jetd(start_jetd)
+
+    async def run() -> None:
+        owner = await PeerAsync.connect(*daemon.address, name="plant-owner")
+        await owner.add_state("plant/a", 1)
+        await owner.add_state("plant/b", 2)
+        async with _console(daemon.web, VIEWPORTS["desktop"]) as page:
+            await page.click("#views button[data-view=peers]")
+            card = page.locator(".peer", has=page.locator(".pname", has_text="plant-owner"))
+            await card.wait_for(timeout=TIMEOUT_MS)
+            text = await card.inner_text()
+            assert "tcp" in text and "127.0.0.1" in text and "2 states, 0 methods" in text, text
+            await card.locator("summary").click()
+            assert await card.locator(".owned a").all_inner_texts() == ["plant/a", "plant/b"]
+            console = page.locator(".peer", has=page.locator(".pname", has_text="web-console"))
+            assert "websocket" in await console.inner_text()
+            # A key in the list opens its detail.
+            await card.locator(".owned a", has_text="plant/b").click()
+            await until(page, "document.querySelector('#detail .key')?.textContent === 'plant/b'")
+            # The tree shows no $jet/ key; the peers are counted on the tab.
+            assert await page.locator('.node[data-key^="$jet"]').count() == 0
+            await until(page, "document.querySelector('#views [data-view=peers] .n').textContent === '(2)'")
+            await owner.close()
+            await card.wait_for(state="detached", timeout=TIMEOUT_MS)
+
+    asyncio.run(run())
+
+
+def test_daemon_panel_shows_the_connections_and_rates(start_jetd):
+    """The Daemon panel counts connections by transport as peers come and go, and shows
+    rates from two samples of the cumulative counters (frames; routed sets, with their
+    latency)."""
+    daemon = start_web_jetd(start_jetd)
+
+    async def run() -> None:
+        async with _console(daemon.web, VIEWPORTS["desktop"]) as page:
+            await page.click("#views button[data-view=daemon]")
+            figure = "document.querySelector('#daemon [data-figure=connections]')?.textContent ?? ''"
+            await until(page, f"({figure}).startsWith('1 (tcp 0, tls 0, websocket 1)')")
+            peers = [await PeerAsync.connect(*daemon.address, name=f"p{i}") for i in range(3)]
+            await until(page, f"({figure}).startsWith('4 (tcp 3, tls 0, websocket 1)')")
+            for p in peers[:2]:
+                await p.close()
+            await until(page, f"({figure}).startsWith('2 (tcp 1, tls 0, websocket 1)')")
+            frames = "document.querySelector('#daemon [data-figure=frames-out]')?.textContent ?? ''"
+            await until(page, f"/^[0-9.,]+\\/s$/.test({frames})")
+            # Sets routed to an owner while the panel is open: a rate and their latency.
+            owner, setter = peers[2], await PeerAsync.connect(*daemon.address, name="setter")
+            await owner.add_state("plant/target", 0, on_set=lambda value: value)
+
+            async def route() -> None:
+                n = 0
+                while True:
+                    n += 1
+                    await setter.set("plant/target", n)
+                    await asyncio.sleep(0.02)
+
+            routing = asyncio.create_task(route())
+            routed = "document.querySelector('#daemon [data-figure=routed]')?.textContent ?? ''"
+            await until(page, f"parseFloat({routed}) > 0")
+            latency = "document.querySelector('#daemon [data-figure=route-latency]')?.textContent ?? ''"
+            await until(page, f"/^[0-9.]+ ms \\/ [0-9.]+ ms$/.test({latency})")
+            routing.cancel()
+            await setter.close()
+            await owner.close()
+            uptime = "document.querySelector('#daemon [data-figure=uptime]')?.textContent ?? ''"
+            assert (await page.evaluate(f"() => {uptime}")).endswith(" s")
+            assert await page.text_content("#daemon-pane .unavailable") == ""
+
+    asyncio.run(run())
+
+
+def test_a_user_granted_read_of_jet_sees_the_views_after_logging_in(start_jetd, tmp_path):
+    """Anonymous sees "not available"; after a login as a user with read of $jet/ the
+    same page lists the owner with the user it authenticated as, and counts it."""
+    users = tmp_path / "users.toml"
+    user_add(users, "admin", "admin-pw", "--own", "", "--read", "", "--write", "")
+    user_add(users, "operator", "operator-pw", "--read", "$jet/", "--read", "plant/")
+    text = users.read_text()
+    users.write_text(text + '\n[anonymous]\nread = ["plant/"]\n' if "[anonymous]" not in text
+                     else text.replace("[anonymous]", '[anonymous]\nread = ["plant/"]', 1))
+    daemon = start_web_jetd(start_jetd, "--auth", str(users))
+
+    async def run() -> None:
+        owner = await PeerAsync.connect(*daemon.address, name="plant", user="admin", password="admin-pw")
+        await owner.add_state("plant/temp", 1)
+        async with _console(daemon.web, VIEWPORTS["desktop"]) as page:
+            await until(page, "document.getElementById('status').textContent === 'live (anonymous)'")
+            await page.click("#views button[data-view=peers]")
+            await until(page, "document.querySelector('#peers-pane .unavailable').textContent.startsWith('Not available')")
+            await page.fill("#login input[name=user]", "operator")
+            await page.fill("#login input[name=password]", "operator-pw")
+            await page.click("#login button")
+            await until(page, "document.getElementById('status').textContent === 'live as operator'")
+            card = page.locator(".peer", has=page.locator(".pname", has_text="plant"))
+            await card.wait_for(timeout=TIMEOUT_MS)
+            assert "admin" in await card.inner_text()
+            assert await page.text_content("#peers-pane .unavailable") == ""
+            await page.click("#views button[data-view=daemon]")
+            # The owner and this console's connection both authenticated.
+            await until(page, "document.querySelector('#daemon [data-figure=authenticated]')?.textContent === '2'")
         await owner.close()
 
     asyncio.run(run())
