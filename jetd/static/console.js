@@ -1073,8 +1073,10 @@ async function start(credentials = null) {
     if (mine !== generation) return;
     setStatus(user ? `live as ${user}` : authRequired ? "live (anonymous)" : "live", "open");
     pollRegistry();
-    // The daemon may be another version now: start over with what its INFO says.
-    if (mine === generation) startOps(next, mine);
+    // The restored $jet/ fetch reports what changed; but the daemon may be another
+    // version now: start over if its INFO says otherwise.
+    if (ops.fetch && next.info.features & FEATURE_DAEMON_STATES) checkOps(next, mine);
+    else startOps(next, mine);
   };
   next.closed.then((e) => {
     if (mine !== generation) return; // replaced on purpose

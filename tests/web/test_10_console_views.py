@@ -25,6 +25,7 @@ from webtest import (
 )
 
 from peer import PeerAsync
+from tests.conftest import restartable_port
 
 playwright_api = pytest.importorskip("playwright.async_api", reason="playwright is not installed")
 
@@ -34,13 +35,16 @@ pytestmark = needs_chromium
 
 
 @contextlib.asynccontextmanager
-async def _console(web: tuple[str, int], viewport: dict[str, int], search: str = "") -> AsyncIterator[Any]:
+async def _console(web: tuple[str, int], viewport: dict[str, int], search: str = "",
+                   expected: tuple[str, ...] = ("403",)) -> AsyncIterator[Any]:
     """The console, live, at ``viewport``; the page must raise no JavaScript error (nor log
-    one, but for the HTTP 403 of /registry.json under --auth) until the block ends."""
+    one, but those that contain an ``expected`` text: by default the HTTP 403 of
+    /registry.json under --auth) until the block ends."""
     async with chromium() as browser:
         page = await browser.new_page(viewport=viewport)
         errors = page_errors(page)
-        page.on("console", lambda m: errors.append(m.text) if m.type == "error" and "403" not in m.text else None)
+        page.on("console", lambda m: errors.append(m.text)
+                if m.type == "error" and not any(text in m.text for text in expected) else None)
         await page.goto(f"http://{web[0]}:{web[1]}/")
         await until(page, "document.getElementById('status').textContent.startsWith('live')")
         if search:
@@ -271,6 +275,37 @@ def test_a_user_granted_read_of_jet_sees_the_views_after_logging_in(start_jetd, 
             await page.click("#views button[data-view=daemon]")
             # The owner and this console's connection both authenticated.
             await until(page, "document.querySelector('#daemon [data-figure=authenticated]')?.textContent === '2'")
+        await owner.close()
+
+    asyncio.run(run())
+
+
+def test_views_follow_a_daemon_restart(start_jetd):
+    """jetd restarts on the same ports: the Peers view lists the owner that reconnected,
+    and only the live connections (none of the old daemon's), and the Daemon panel the
+    new daemon's uptime."""
+    first = start_web_jetd(start_jetd, "--port", str(restartable_port()), "--http-port", str(restartable_port()))
+
+    async def run() -> None:
+        owner = await PeerAsync.connect(*first.address, name="plant", reconnect=True, reconnect_min_delay=0.05)
+        await owner.add_state("plant/temp", 20.5)
+        bystander = await PeerAsync.connect(*first.address, name="bystander")
+        async with _console(first.web, VIEWPORTS["desktop"], expected=("ERR_CONNECTION_REFUSED",)) as page:
+            await page.click("#views button[data-view=peers]")
+            names = "[...document.querySelectorAll('.peer .pname')].map((e) => e.textContent).sort().join(',')"
+            await until(page, f"{names} === 'bystander,plant,web-console'")
+            await bystander.close()
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(None, first.stop)
+            await until(page, "document.getElementById('status').textContent.startsWith('reconnecting')")
+            await loop.run_in_executor(None, lambda: start_web_jetd(
+                start_jetd, "--port", str(first.port), "--http-port", str(first.web[1])))
+            await until(page, "document.getElementById('status').textContent === 'live'")
+            await until(page, f"{names} === 'plant,web-console'")
+            assert await page.text_content("#peers-pane .unavailable") == ""
+            await page.click("#views button[data-view=daemon]")
+            await until(page, "document.querySelector('#daemon [data-figure=connections]')?.textContent"
+                              ".startsWith('2 (tcp 1, tls 0, websocket 1)')")
         await owner.close()
 
     asyncio.run(run())
