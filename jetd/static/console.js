@@ -1230,5 +1230,5 @@ setInterval(() => {
   stillOps();
 }, 1000);
 for (const tab of $("views").querySelectorAll("button")) tab.addEventListener("click", () => showView(tab.dataset.view));
-window.jetConsole = { model, ops, get peer() { return peer; }, get user() { return user; } }; // for the curious (and the tests)
+window.jetConsole = { model, ops, showRowRates, get peer() { return peer; }, get user() { return user; } }; // for the curious (and the tests)
 start();

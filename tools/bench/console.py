@@ -40,6 +40,18 @@ _PROBE = """() => {
 }"""
 
 
+_RATE_PASS = """() => {
+  const times = [];
+  for (let i = 0; i < 21; i++) {
+    const t0 = performance.now();
+    window.jetConsole.showRowRates();
+    times.push(performance.now() - t0);
+  }
+  times.sort((a, b) => a - b);
+  return [document.querySelectorAll('#tree .node').length, times[10]];
+}"""
+
+
 async def run(states: int, rate: int, seconds: float, runs: int = 1) -> dict[str, float]:
     from playwright.async_api import async_playwright
 
@@ -116,6 +128,10 @@ async def run(states: int, rate: int, seconds: float, runs: int = 1) -> dict[str
             result["frame gap p99 [ms]"] = sorted(gaps)[int(len(gaps) * 0.99)]
             result["frame gap max [ms]"] = max(gaps)
             result["main thread blocked by long tasks [% of time]"] = 100 * sum(longs) / 1000 / elapsed
+            # The update rates of the rows on screen: one pass a second (issue 33).
+            rows, pass_ms = await page.evaluate(_RATE_PASS)
+            result["rows on screen"] = rows
+            result["update-rate pass over them, median of 21 [ms]"] = pass_ms
             result["last value on screen is a recent one"] = float(int(shown or -1) > sent - 2 * rate)
             await browser.close()
         await owner.close()
