@@ -34,7 +34,7 @@ from .frames import (
     why_malformed,
 )
 
-__all__ = ["ROUTE_BUCKETS", "Clock", "DaemonStats", "Output", "RouteTimes"]
+__all__ = ["ROUTE_BUCKETS", "Clock", "DaemonStats", "FrameCounts", "Output", "RouteTimes"]
 
 log = logging.getLogger("jetd")
 
@@ -83,7 +83,7 @@ class RouteTimes:
     one ``bisect`` and two additions (BENCHMARKS.md).
     """
 
-    __slots__ = ("counts", "ok", "ok_sum", "shifted", "sums", "timeout")
+    __slots__ = ("answers_in", "counts", "fast_ok", "ok", "ok_sum", "shifted", "sums", "timeout")
 
     def __init__(self, timeout: float) -> None:
         self.timeout = timeout
@@ -93,6 +93,8 @@ class RouteTimes:
         self.sums: dict[int, float] = {}
         self.ok = self.counts_for(0)
         self.ok_sum = 0.0  # the sums of OK answers (sums[0] is not used)
+        self.fast_ok = 0  # OKs the fast path passed on (frames in, /metrics)
+        self.answers_in = 0  # RESPONSE frames the careful way took (jetd.routes)
 
     def counts_for(self, status: int) -> list[int]:
         counts = self.counts.get(status)
@@ -102,14 +104,16 @@ class RouteTimes:
         return counts
 
     def observe_ok(self, since_deadline: float) -> None:
-        """:meth:`observe` of an OK (the fast path's answers, jetd.core)."""
+        """:meth:`observe` of an OK the fast path passed on (jetd.core)."""
         self.ok[bisect_right(self.shifted, since_deadline)] += 1
         self.ok_sum += since_deadline
+        self.fast_ok += 1
 
     def observe(self, status: int, since_deadline: float) -> None:
         """One answer with ``status``, ``now - deadline`` seconds after the deadline."""
         if status == 0:
-            self.observe_ok(since_deadline)
+            self.ok[bisect_right(self.shifted, since_deadline)] += 1
+            self.ok_sum += since_deadline
             return
         self.counts_for(status)[bisect_right(self.shifted, since_deadline)] += 1
         self.sums[status] += since_deadline
@@ -122,6 +126,22 @@ class RouteTimes:
         cumulative = list(accumulate(counts))
         total = self.ok_sum if status == 0 else self.sums[status]
         return cumulative, max(0.0, total + cumulative[-1] * self.timeout)
+
+
+class FrameCounts:
+    """Frames received, by function and event code (issue 33, /metrics): the careful
+    way counts each in its handler; of the fast paths' frames only the routed requests
+    are counted here (``fast_routed``, by function); their OKs are
+    :attr:`RouteTimes.fast_ok` and their NOTIFY_STATE events what is left of
+    :attr:`DaemonStats.frames_in` (:meth:`jetd.metrics.Metrics.frames_in`)."""
+
+    __slots__ = ("events", "fast_routed", "infos", "requests")
+
+    def __init__(self) -> None:
+        self.requests = [0] * 256  # by function byte, the careful way
+        self.fast_routed = [0] * 256  # by function byte, routed by the fast path
+        self.events = [0] * 256  # by event code, the careful way
+        self.infos = 0
 
 
 class Clock:

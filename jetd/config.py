@@ -118,6 +118,8 @@ class Config:
             ``http_origins`` (``*``: any); PROTOCOL.md 13.3, against DNS rebinding.
         http_handshake_timeout: seconds a connection to the HTTP port has to send its
             whole request; until it is a peer it counts against ``max_connections``.
+        metrics_public: serve ``/metrics`` (Prometheus) on the HTTP port to anyone even
+            under ``auth`` (without ``auth`` it is served anyway, like ``/registry.json``).
         max_input_buffer: bytes of received input not yet processed (incomplete frames,
             frames held back while a peer's output drains, and WebSocket frames under
             assembly), all connections together; the connection whose bytes would pass
@@ -175,6 +177,7 @@ class Config:
     http_origins: str = ""
     http_hosts: str = ""
     http_handshake_timeout: float = DEFAULT_HTTP_HANDSHAKE_TIMEOUT
+    metrics_public: bool = False  # issue 33: /metrics under --auth
     # Hostile peers, input side (PROTOCOL.md 10.7)
     max_input_buffer: int = DEFAULT_MAX_INPUT_BUFFER
     frame_timeout: float = DEFAULT_FRAME_TIMEOUT
@@ -394,6 +397,10 @@ _HELP = {
     ),
     "http_handshake_timeout": (
         f"seconds a connection to the HTTP port has to send its request (default {DEFAULT_HTTP_HANDSHAKE_TIMEOUT:g})"
+    ),
+    "metrics_public": (
+        "serve /metrics (Prometheus text format) on the HTTP port to anyone under --auth too; without "
+        "--auth it is served anyway, like /registry.json, and under --auth without this flag it is refused (403)"
     ),
     "max_input_buffer": ("bytes of unprocessed input, WebSocket frames under assembly included, all connections "
                          f"together (default {DEFAULT_MAX_INPUT_BUFFER})"),

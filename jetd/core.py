@@ -59,7 +59,7 @@ from jetwire.codes import MIN_PEER_MAX_BODY
 from jetwire.log import LogKind, conn_close_data, conn_name_data, conn_open_data
 
 from .access import AUTHENTICATE, Access, AccessControl
-from .base import Clock, DaemonStats, Output, RouteTimes
+from .base import Clock, DaemonStats, FrameCounts, Output, RouteTimes
 from .config import Config
 from .connection import Connection
 from .frames import (
@@ -147,8 +147,9 @@ class Daemon:
         self.router = Router(config, self.out, self.clock, self.stats, log_hook, self.registry, self.scheduler)
         self.auth = AccessControl(config, self.out, self.clock, log_hook, access)
         self.route_times = RouteTimes(config.route_timeout)
+        self.frame_counts = FrameCounts()
         self.connections: dict[int, Connection] = {}
-        self.metrics = Metrics(config, self.stats, self.route_times, self.connections)
+        self.metrics = Metrics(config, self.stats, self.route_times, self.frame_counts, self.connections)
         # The calls that go across parts, wired once (each part declares what it calls).
         self.registry.subscriptions = self.subscriptions
         self.registry.queries = self.queries
@@ -593,6 +594,7 @@ class Daemon:
         native = NATIVE
         frames = routed = fanned = 0
         route_times = self.route_times  # issue 33: the latency of the OKs answered below
+        fast_routed = self.frame_counts.fast_routed  # issue 33: frames in by function
         while n - pos >= 5:
             # --- the header (PROTOCOL.md 3, 9.2) ------------------------------------------
             if native:
@@ -701,6 +703,7 @@ class Daemon:
                            if native else U32_FROM(buf, pos + 5)[0])
                     route = open_route(conn, rid, owner, function, key, now)
                     routed += 1
+                    fast_routed[function] += 1
                     out = owner.out
                     if not out:
                         dirty.append(owner)
@@ -865,6 +868,7 @@ class Daemon:
             self.out.reply(conn, rid, Status.MALFORMED, "REQUEST body is shorter than id and function")
             return
         rid, function = ID_BYTE_FROM(buf, pos + 5)
+        self.frame_counts.requests[function] += 1
         perms = conn.perms
         if perms is not None and perms.nothing and function != AUTHENTICATE:
             # PROTOCOL.md 15.2: without any permission only AUTHENTICATE is answered.
@@ -887,6 +891,7 @@ class Daemon:
         if end - pos < 6:
             return self.out.fatal(conn, Status.MALFORMED, "EVENT body is empty")
         code = buf[pos + 5]
+        self.frame_counts.events[code] += 1
         if code in (3, 4, 5):
             kend = key_value_end(buf, pos + 6, end)
             if kend < 0:
@@ -940,6 +945,7 @@ class Daemon:
 
     def _info(self, conn: Connection, buf: bytes, pos: int, end: int) -> None:
         """PROTOCOL.md 4.4, 9.2: a peer names itself; a bad INFO is fatal."""
+        self.frame_counts.infos += 1
         try:
             info = decode_body(INFO, buf[pos + 5 : end])
         except RemoteProtocolError as exc:

@@ -30,7 +30,9 @@ from collections.abc import Callable
 from itertools import chain
 from typing import TYPE_CHECKING, Any, Optional
 
-from .base import ROUTE_BUCKETS, DaemonStats, RouteTimes
+from jetwire import EventCode, Function, Status
+
+from .base import ROUTE_BUCKETS, DaemonStats, FrameCounts, RouteTimes
 from .config import Config
 from .connection import Connection
 from .registry import RESERVED_PREFIX
@@ -109,6 +111,13 @@ def quantile_ms(counts: list[int], q: float) -> float:
     return round(ROUTE_BUCKETS[-1] * 1000, 3)
 
 
+def _name(codes: type[Function] | type[EventCode], code: int) -> str:
+    try:
+        return codes(code).name
+    except ValueError:
+        return f"0x{code:02X}"
+
+
 class _Peer:
     """What was last published for one connection."""
 
@@ -128,6 +137,7 @@ class Metrics:
         config: the daemon's settings.
         stats: the daemon's counters.
         route_times: the routed-request latencies.
+        frame_counts: frames received by function and event code.
         connections: the dispatcher's connections by id (read, never changed).
 
     Set by the IO layer: ``log_stats``, the event log's counters (None: no event log),
@@ -138,11 +148,12 @@ class Metrics:
     subscriptions: Subscriptions  # who fetches what (is a state watched?)
     queries: Queries  # query groups (they may match any key)
 
-    def __init__(self, config: Config, stats: DaemonStats, route_times: RouteTimes,
+    def __init__(self, config: Config, stats: DaemonStats, route_times: RouteTimes, frame_counts: FrameCounts,
                  connections: dict[int, Connection]) -> None:
         self.config = config
         self.stats = stats
         self.route_times = route_times
+        self.frame_counts = frame_counts
         self.connections = connections
         # The owner of $jet/: never a peer, and nothing is ever sent to it (a request
         # routed to it could never be answered: the router refuses them, the dispatcher
@@ -224,6 +235,31 @@ class Metrics:
             "fsync_errors": log_stats.failures if log_stats is not None else 0,
             "rss_bytes": self.resident(),
         }
+
+    def frames_in(self) -> dict[tuple[str, str], int]:
+        """Frames received by (frame type, function or event name): ``("request",
+        "SET_STATE")``, ``("event", "NOTIFY_STATE")``, ``("response", "")``, ``("info", "")``.
+        A code the protocol does not know is named by its number."""
+        counts = self.frame_counts
+        found: dict[tuple[str, str], int] = {}
+        careful = 0
+        for code, (slow, fast) in enumerate(zip(counts.requests, counts.fast_routed, strict=True)):
+            if slow or fast:
+                found["request", _name(Function, code)] = slow + fast
+                careful += slow + fast
+        for code, count in enumerate(counts.events):
+            if count:
+                found["event", _name(EventCode, code)] = count
+                careful += count
+        responses = self.route_times.answers_in + self.route_times.fast_ok
+        found["response", ""] = responses
+        found["info", ""] = counts.infos
+        # The fast path's NOTIFY_STATE events are what no handler counted.
+        fast_notify = self.stats.frames_in - careful - responses - counts.infos
+        if fast_notify > 0:
+            notify = ("event", "NOTIFY_STATE")
+            found[notify] = found.get(notify, 0) + fast_notify
+        return found
 
     def frames_out(self) -> int:
         """Frames queued for peers: answers and closes, fetch events and initial adds,
@@ -324,3 +360,99 @@ class Metrics:
             self._route_recent = (quantile_ms(recent, 0.5), quantile_ms(recent, 0.99))
         else:
             self._route_recent = (0.0, 0.0)
+
+
+# --- /metrics: Prometheus' text exposition format ------------------------------------------
+
+
+def exposition(metrics: Metrics, now: float) -> bytes:
+    """The figures of ``metrics`` at ``now`` in Prometheus' text format (version 0.0.4),
+    written by prometheus-client's own ``generate_latest`` from a collector that reads
+    them at this scrape (nothing is kept between scrapes)."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Collector(metrics, now))
+    return generate_latest(registry)
+
+
+class _Collector:
+    """A custom collector (prometheus-client's ``Collector`` protocol): every family is
+    built at scrape time from the daemon's counters."""
+
+    def __init__(self, metrics: Metrics, now: float) -> None:
+        self.metrics = metrics
+        self.now = now
+
+    def collect(self) -> Any:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+        m = self.metrics
+        stats = m.stats
+        connections = GaugeMetricFamily("jetd_connections", "Connected peers by transport and authentication",
+                                        labels=["transport", "authenticated"])
+        counts = m.transport_counts()
+        for transport in TRANSPORTS:
+            for is_user in (False, True):
+                connections.add_metric([transport, "true" if is_user else "false"], counts.get((transport, is_user), 0))
+        yield connections
+        frames_in = CounterMetricFamily("jetd_frames_in", "Frames received, by frame type and function or event",
+                                        labels=["frame", "function"])
+        for (frame, name), count in sorted(m.frames_in().items()):
+            frames_in.add_metric([frame, name], count)
+        yield frames_in
+        out = CounterMetricFamily("jetd_frames_out", "Frames queued for peers, by kind", labels=["kind"])
+        out.add_metric(["answer"], stats.frames_out)
+        out.add_metric(["fetch_event"], stats.fanout_events + stats.initial_adds)
+        out.add_metric(["routed_request"], stats.routed)
+        yield out
+        yield _counter("jetd_bytes_in", "Bytes received from peers", stats.bytes_in)
+        yield _counter("jetd_bytes_out", "Bytes written to peers", stats.bytes_out)
+        latency = HistogramMetricFamily("jetd_route_latency_seconds",
+                                        "Time from a routed SET_STATE/CALL_METHOD to its answer, by status",
+                                        labels=["status"])
+        route_times = m.route_times
+        for status in sorted(route_times.counts):
+            cumulative, total = route_times.histogram(status)
+            buckets = [(repr(bound), count) for bound, count in zip(ROUTE_BUCKETS, cumulative, strict=False)]
+            buckets.append(("+Inf", cumulative[-1]))
+            latency.add_metric([_name_status(status)], buckets, total)
+        yield latency
+        yield _counter("jetd_routed", "Requests routed to owners", stats.routed)
+        yield _counter("jetd_route_timeouts", "Routed requests answered TIMEOUT", stats.route_timeouts)
+        yield _counter("jetd_owners_gone", "Routed requests answered OWNER_GONE", stats.owners_gone)
+        yield _counter("jetd_slow_pauses", "Times a slow consumer's fetches were parked", stats.parked)
+        yield _counter("jetd_slow_closes", "Slow consumers closed past the deadline", stats.slow_closes)
+        yield _counter("jetd_budget_closes", "Peers closed for an input or output budget", m.budget_closes())
+        yield _counter("jetd_auth_failures", "AUTHENTICATE answered AUTH_FAILED", m.auth_failures())
+        log_stats = m.log_stats
+        yield _counter("jetd_event_log_bytes", "Bytes handed to the event log", log_stats.bytes if log_stats else 0)
+        yield _counter("jetd_event_log_syncs", "fsyncs of the event log", log_stats.syncs if log_stats else 0)
+        yield _counter("jetd_event_log_errors", "Times the event log stopped on an error",
+                       log_stats.failures if log_stats else 0)
+        yield _gauge("jetd_states", "States in the registry", len(m.registry.states))
+        yield _gauge("jetd_methods", "Methods in the registry", len(m.registry.methods))
+        yield _gauge("jetd_fetches", "Live fetches and query fetches", m.fetch_count())
+        yield _gauge("jetd_query_groups", "Distinct live queries", len(m.queries.index.by_signature))
+        yield _gauge("jetd_resident_memory_bytes", "Resident memory of the daemon", m.resident())
+        started = m.started
+        yield _gauge("jetd_uptime_seconds", "Seconds since the daemon started", self.now - started if started else 0.0)
+
+
+def _counter(name: str, documentation: str, value: float) -> Any:
+    from prometheus_client.core import CounterMetricFamily
+
+    return CounterMetricFamily(name, documentation, value=value)
+
+
+def _gauge(name: str, documentation: str, value: float) -> Any:
+    from prometheus_client.core import GaugeMetricFamily
+
+    return GaugeMetricFamily(name, documentation, value=value)
+
+
+def _name_status(status: int) -> str:
+    try:
+        return Status(status).name
+    except ValueError:
+        return f"0x{status:02X}"

@@ -225,6 +225,7 @@ class Router:
             self.out.violation(conn, f"dropped response id {oid}: nothing pending under that id")
             return
         route.done = True
+        self.route_times.answers_in += 1
         self.route_times.observe(buf[pos + 9] if end - pos >= 10 else Status.MALFORMED, self.clock.now - route.deadline)
         requester = route.requester
         if requester.closed:

@@ -44,6 +44,7 @@ from jetwire import Status
 
 from .config import Config, entry_host_name, host_name
 from .connection import Connection
+from .metrics import exposition
 from .server import FLUSH_AFTER_READ, PeerShell, Server
 
 __all__ = ["SUBPROTOCOL", "WS_FRAME_LIMIT", "WebListener", "WebProtocol", "WebSocketTransport", "start_web"]
@@ -586,6 +587,12 @@ class WebListener:
         """A file of the console, the JavaScript library, or the registry as JSON."""
         if request.method not in ("GET", "HEAD"):
             return _plain(405, "Method Not Allowed", "only GET\n", {"Allow": "GET, HEAD"})
+        if path == "/metrics":
+            # Issue 33: the exposure of /registry.json, unless the operator opens it.
+            if self.server.daemon.access is not None and not self.server.config.metrics_public:
+                return _plain(403, "Forbidden", "/metrics is not served with --auth unless --metrics-public\n")
+            body = exposition(self.server.daemon.metrics, self.server.loop.time())
+            return _response(200, "OK", METRICS_CONTENT_TYPE, body, request.method)
         if path == "/registry.json":
             if self.server.daemon.access is not None:
                 # PROTOCOL.md 15.3: the registry names every key and owner, to anyone who asks.
@@ -635,6 +642,10 @@ class WebListener:
             "peers": {str(cid): {"name": c.name, "address": c.address} for cid, c in peers.items()},
         }
         return json.dumps(document, separators=(",", ":")).encode()
+
+
+# Prometheus' text exposition format (what prometheus_client.CONTENT_TYPE_LATEST names).
+METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 def _response(status: int, phrase: str, kind: str, body: bytes, method: str = "GET") -> Response:
