@@ -7,7 +7,7 @@
 // Events only touch the model; the DOM is updated once per animation frame, and only
 // for rows that are on screen, so 10,000 states and 1,000 changes/s stay cheap.
 import {
-  FEATURE_AUTH_REQUIRED, FEATURE_QUERIES, NotAuthorized, Peer, PeerError, UnknownFunction, Value, ValueType,
+  FEATURE_AUTH_REQUIRED, FEATURE_QUERIES, NotAuthorized, NotFound, Peer, PeerError, UnknownFunction, Value, ValueType,
   field, key as keyMatcher, value as itself,
 } from "/jet.js";
 import uPlot from "/vendor/uplot/uPlot.esm.js"; // vendored, MIT (static/vendor/uplot)
@@ -41,7 +41,56 @@ class TreeNode {
     this.raw = null;
     this.size = 0; // states and methods in this subtree
     this.expanded = parent === null;
-    this.dom = null; // {li, val, count, toggle, ul, owner} while rendered
+    this.dom = null; // {li, val, rate, count, toggle, ul, owner} while rendered
+    // The update rate: a count of changes that decays with RATE_TAU_S (one exp per change,
+    // no timer per row), and when the current burst of changes began.
+    this.heat = 0;
+    this.heatAt = 0;
+    this.heatSince = 0;
+  }
+}
+
+// --- the update rate per key -----------------------------------------------------------
+//
+// Each change adds 1 to the node's heat, which decays by e^(-t/RATE_TAU_S): in a steady
+// stream of r changes/s the heat tends to r·RATE_TAU_S, and divided by what it would be
+// after the time the stream has run, it reads r from the first second on. A quiet key's
+// rate decays to nothing. Rows show it from one pass a second over the rows on screen.
+
+const RATE_TAU_S = 4;
+const RATE_SHOWN_MIN = 0.1; // changes/s below which a row shows no rate
+
+function bump(node, now) {
+  const heat = node.heat * Math.exp((node.heatAt - now) / RATE_TAU_S);
+  if (heat < 0.01) node.heatSince = now; // a new burst
+  node.heat = heat + 1;
+  node.heatAt = now;
+}
+
+/** Changes per second of `node` at `now` (seconds, performance.now() / 1000). */
+function rateOf(node, now) {
+  if (node.heat === 0) return 0;
+  const heat = node.heat * Math.exp((node.heatAt - now) / RATE_TAU_S);
+  const ran = Math.max(1, now - node.heatSince);
+  return heat / (RATE_TAU_S * (1 - Math.exp(-ran / RATE_TAU_S)));
+}
+
+function rateText(node, now) {
+  const r = rateOf(node, now);
+  if (r < RATE_SHOWN_MIN) return "";
+  return `${r >= 10 ? Math.round(r) : r.toFixed(1)}/s`;
+}
+
+/** One pass over the state rows on screen: their rates as text. */
+function showRowRates() {
+  if ($("tree-pane").hidden) return;
+  const now = performance.now() / 1000;
+  for (const row of $("tree").querySelectorAll(".node")) {
+    const node = model.byKey.get(row.dataset.key);
+    if (node?.dom?.rate) {
+      const text = rateText(node, now);
+      if (node.dom.rate.textContent !== text) node.dom.rate.textContent = text;
+    }
   }
 }
 
@@ -93,6 +142,7 @@ function setLeaf(key, kind, raw) {
   }
   node.raw = raw;
   frame.values.add(node);
+  return node;
 }
 
 function dropLeaf(key, kind) {
@@ -136,13 +186,17 @@ function schedule() {
 }
 
 function onEvent(ev) {
+  if (ev.key.startsWith(OPS_PREFIX)) return; // the daemon's own states: the Peers and Daemon views
   model.changes += 1;
   if (ev.key === plot.key && ev.kind === "change") plot.updates.push(performance.now()); // every one: no frame conflation
   switch (ev.kind) {
     case "remove": case "unmatch": dropLeaf(ev.key, "state"); break;
     case "method_add": setLeaf(ev.key, "method", null); break;
     case "method_remove": dropLeaf(ev.key, "method"); break;
-    default: setLeaf(ev.key, "state", ev.raw);
+    default: {
+      const node = setLeaf(ev.key, "state", ev.raw);
+      if (ev.kind === "change") bump(node, performance.now() / 1000);
+    }
   }
   schedule();
 }
@@ -184,6 +238,7 @@ function render() {
   frame.counts.clear();
   $("counts").textContent = `${model.states} states · ${model.methods}${model.ownersKnown || model.methodsLive ? "" : "?"} methods`;
   showEmpty();
+  if (ops.dirty) renderOps();
   if (frame.flashing.length) schedule(); // one more frame takes the highlight off
 }
 
@@ -213,7 +268,7 @@ function makeItem(node) {
   const name = el("span", "name", node.name === "" ? "(empty)" : node.name);
   name.title = node.path;
   row.append(toggle, name);
-  const dom = { li, row, toggle, val: null, count: el("span", "count"), ul: null, owner: null };
+  const dom = { li, row, toggle, val: null, rate: null, count: el("span", "count"), ul: null, owner: null };
   node.dom = dom;
   fillRow(node);
   row.addEventListener("click", () => {
@@ -234,10 +289,13 @@ function fillRow(node) {
   dom.toggle.textContent = node.children.size ? (node.expanded ? "▾" : "▸") : "";
   if (node.kind === "method") row.append(el("span", "badge method", "method"));
   dom.val = null;
+  dom.rate = null;
   if (node.kind === "state") {
     row.append(el("span", "badge", node.raw ? node.raw.typeName.toLowerCase() : ""));
     dom.val = el("span", "val", show(node.raw));
-    row.append(dom.val);
+    dom.rate = el("span", "rate", rateText(node, performance.now() / 1000));
+    dom.rate.title = "changes per second";
+    row.append(dom.val, dom.rate);
   }
   dom.count.textContent = node.children.size ? String(node.size) : "";
   row.append(dom.count);
@@ -313,7 +371,10 @@ function renderFiltered() {
   $("tree").replaceChildren(...items);
   $("more").textContent = matches.length > MAX_FILTERED
     ? `${matches.length - MAX_FILTERED} more keys match: narrow the search`
-    : search.error ?? (matches.length ? "" : search.keys ? "no key matches this query" : "no key starts with this prefix");
+    : search.error ?? (matches.length ? ""
+      : OPS_PREFIX.startsWith(filter.slice(0, OPS_PREFIX.length)) && filter.startsWith("$")
+        ? "the daemon's own states ($jet/) are in the Peers and Daemon views"
+        : search.keys ? "no key matches this query" : "no key starts with this prefix");
 }
 
 // --- details, set and call ----------------------------------------------------------------
@@ -640,6 +701,296 @@ async function pollRegistry() {
   }
 }
 
+
+// --- the Peers view and the Daemon panel ($jet/, PROTOCOL.md 16) -----------------------------
+//
+// The daemon publishes its own figures as states under $jet/, which no peer can own:
+// $jet/daemon (cumulative counters and gauges, at most once a second) and
+// $jet/peers/<connection id> (one per connection). The console fetches them apart from
+// the tree and shows them here; rates are the counters' differences between two samples.
+// A daemon without them (older than issue 33), or a user who may not read $jet/, gets a
+// plain "not available" line.
+
+const FEATURE_DAEMON_STATES = 0x10; // INFO: the daemon publishes $jet/ (PROTOCOL.md 16, protocol 1.3)
+const OPS_PREFIX = "$jet/";
+const OPS_DAEMON = "$jet/daemon";
+const OPS_PEERS = "$jet/peers/";
+const OPS_RATES = ["frames_in", "frames_out", "bytes_in", "bytes_out", "routed"];
+// The daemon republishes $jet/daemon once a second while a figure other than the uptime
+// changes: nothing for this long means the counters stood still.
+const OPS_STILL_MS = 3000;
+
+const ops = {
+  fetch: null,
+  /** @type {Map<string, any>} connection id -> its $jet/peers/ document */
+  peers: new Map(),
+  daemon: null, // the last $jet/daemon document
+  previous: null, // the one before it, for rates: {at, doc}
+  sampledAt: 0,
+  receivedAt: 0,
+  rates: null, // {frames_in: per second, ...} from the last two samples
+  fetchWhy: "", // why $jet/ cannot be fetched ("" while it is or may be)
+  daemonWhy: "", // why $jet/daemon is not there
+  dirty: false,
+};
+
+function jsOf(raw) {
+  try {
+    const js = raw.toJS();
+    return js !== null && typeof js === "object" && !Array.isArray(js) ? js : null;
+  } catch {
+    return null;
+  }
+}
+
+function onOpsEvent(ev) {
+  if (ev.key === OPS_DAEMON) {
+    if (ev.kind === "remove") {
+      ops.daemon = null;
+    } else {
+      const doc = jsOf(ev.raw);
+      const at = typeof doc?.uptime_s === "number" ? doc.uptime_s : performance.now() / 1000;
+      if (doc && ops.daemon) {
+        const dt = at - ops.sampledAt;
+        if (dt > 0) {
+          ops.rates = {};
+          for (const name of OPS_RATES) {
+            const d = Number(doc[name]) - Number(ops.daemon[name]);
+            ops.rates[name] = Number.isFinite(d) && d >= 0 ? d / dt : null; // a restart counts from 0 again
+          }
+        } else if (dt < 0) {
+          ops.rates = null; // the daemon restarted
+        }
+      }
+      ops.daemon = doc;
+      ops.sampledAt = at;
+      ops.receivedAt = performance.now();
+      if (doc) ops.daemonWhy = "";
+    }
+  } else if (ev.key.startsWith(OPS_PEERS)) {
+    const id = ev.key.slice(OPS_PEERS.length);
+    const doc = ev.kind === "remove" ? null : jsOf(ev.raw);
+    if (doc) ops.peers.set(id, doc); else ops.peers.delete(id);
+  }
+  ops.dirty = true;
+  schedule();
+}
+
+function resetOps() {
+  if (ops.fetch) ops.fetch.unfetch().catch(() => {});
+  Object.assign(ops, { fetch: null, peers: new Map(), daemon: null, sampledAt: 0, receivedAt: 0, rates: null, fetchWhy: "", daemonWhy: "", dirty: true });
+}
+
+const NOT_READABLE = "Not available: this user may not read the daemon's own states ($jet/).";
+const NO_PEERS = "No peer listed yet: the daemon lists them within a second, unless this user may not read $jet/peers/.";
+const NOT_PUBLISHED = "Not available: this daemon does not publish its own states ($jet/, protocol 1.3).";
+
+/** Fetch $jet/ on `p` and find out whether the daemon publishes it to this user. */
+async function startOps(p, mine) {
+  resetOps();
+  if (!(p.info.features & FEATURE_DAEMON_STATES)) {
+    ops.fetchWhy = NOT_PUBLISHED;
+    ops.dirty = true;
+    schedule();
+    return;
+  }
+  try {
+    const fetch = await p.fetch(OPS_PREFIX, onOpsEvent);
+    if (mine !== generation) {
+      fetch.unfetch().catch(() => {});
+      return;
+    }
+    ops.fetch = fetch;
+  } catch (e) {
+    if (mine !== generation) return;
+    ops.fetchWhy = e instanceof NotAuthorized ? NOT_READABLE : `Not available: ${e.message}`;
+    ops.dirty = true;
+    schedule();
+    return;
+  }
+  await checkOps(p, mine);
+}
+
+/** Whether $jet/daemon exists (answered after the fetch's initial adds, PROTOCOL.md 10.5). */
+async function checkOps(p, mine) {
+  try {
+    await p.getRaw(OPS_DAEMON);
+    if (mine === generation) ops.daemonWhy = "";
+  } catch (e) {
+    if (mine !== generation) return;
+    if (e instanceof NotFound) ops.daemonWhy = NOT_PUBLISHED;
+    else if (e instanceof NotAuthorized) ops.daemonWhy = NOT_READABLE;
+    else ops.daemonWhy = `Not available: ${e.message}`;
+  }
+  ops.dirty = true;
+  schedule();
+}
+
+/** Rates fall to 0 when $jet/daemon has not changed for OPS_STILL_MS. */
+function stillOps() {
+  if (!ops.rates || performance.now() - ops.receivedAt < OPS_STILL_MS) return;
+  if (Object.values(ops.rates).every((r) => r === 0)) return;
+  for (const name of OPS_RATES) ops.rates[name] = 0;
+  ops.dirty = true;
+  schedule();
+}
+
+let view = "tree";
+
+function showView(name) {
+  view = name;
+  for (const tab of $("views").querySelectorAll("button")) tab.setAttribute("aria-selected", String(tab.dataset.view === name));
+  $("tree-pane").hidden = name !== "tree";
+  $("peers-pane").hidden = name !== "peers";
+  $("daemon-pane").hidden = name !== "daemon";
+  ops.dirty = true;
+  schedule();
+  if (name === "tree") showRowRates();
+}
+
+const count = (x) => (typeof x === "number" ? x.toLocaleString("en-US") : "—");
+function bytes(x) {
+  if (typeof x !== "number") return "—";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (x >= 1024 && i < units.length - 1) { x /= 1024; i++; }
+  return `${i ? x.toFixed(x < 10 ? 1 : 0) : Math.round(x)} ${units[i]}`;
+}
+const plural = (x, noun) => `${count(x)} ${noun}${x === 1 ? "" : "s"}`;
+const ms = (x) => (typeof x === "number" ? `${x < 10 ? x.toFixed(2) : x.toFixed(1)} ms` : "—");
+function perSecond(name, format = (x) => x.toFixed(x < 10 ? 1 : 0)) {
+  const r = ops.rates?.[name];
+  return typeof r === "number" ? `${format(r)}/s` : "—";
+}
+function duration(s) {
+  if (typeof s !== "number") return "—";
+  const d = Math.floor(s / 86400), h = Math.floor(s / 3600) % 24, m = Math.floor(s / 60) % 60;
+  if (d) return `${d} d ${h} h`;
+  if (h) return `${h} h ${m} min`;
+  if (m) return `${m} min ${Math.floor(s % 60)} s`;
+  return `${Math.floor(s)} s`;
+}
+
+function renderOps() {
+  ops.dirty = false;
+  $("views").querySelector("[data-view=peers] .n").textContent = ops.peers.size ? `(${ops.peers.size})` : "";
+  if (view === "peers") renderPeers();
+  else if (view === "daemon") renderDaemon();
+}
+
+const openPeers = new Set(); // peers whose key list is unfolded (kept across redraws)
+
+function renderPeers() {
+  const pane = $("peers-pane");
+  // This console is a peer itself: an empty list means none is published or readable.
+  pane.querySelector(".unavailable").textContent = ops.fetchWhy
+    || (ops.peers.size ? "" : ops.daemonWhy === NOT_PUBLISHED ? NOT_PUBLISHED
+      : ops.fetch ? NO_PEERS : "connecting…");
+  const peers = [...ops.peers.entries()].sort(([a, x], [b, y]) =>
+    String(x.name ?? "").localeCompare(String(y.name ?? "")) || Number(a) - Number(b));
+  $("peers").replaceChildren(...peers.map(([id, p]) => {
+    const card = el("article", "peer");
+    card.dataset.id = id;
+    const title = el("h3");
+    title.append(el("span", "pname", p.name || "(no name)"), el("span", "id", `#${p.id ?? id}`));
+    if (p.transport) title.append(el("span", "tag", String(p.transport)));
+    if (p.paused) title.append(el("span", "tag paused", "paused"));
+    const dl = el("dl");
+    const row = (name, value) => dl.append(el("dt", null, name), value instanceof Node ? value : el("dd", null, value));
+    row("address", p.address ?? "—");
+    row("user", p.user ?? "anonymous");
+    row("owns", `${plural(p.states, "state")}, ${plural(p.methods, "method")}`);
+    row("fetches", count(p.fetches));
+    row("queued", bytes(p.queued_bytes));
+    const owned = Array.isArray(p.owned) ? p.owned : [];
+    if (owned.length) {
+      // The daemon lists the first 20 keys a peer owns; shown folded, each opens its detail.
+      const dd = el("dd", "owned");
+      const list = el("details");
+      const total = (Number(p.states) || 0) + (Number(p.methods) || 0);
+      list.open = openPeers.has(id);
+      list.addEventListener("toggle", () => { if (list.open) openPeers.add(id); else openPeers.delete(id); });
+      list.append(el("summary", null, total > owned.length ? `first ${owned.length} of ${count(total)}` : `all ${owned.length}`));
+      for (const key of owned) {
+        const a = el("a", null, String(key));
+        a.href = "#";
+        a.title = String(key);
+        a.addEventListener("click", (e) => {
+          e.preventDefault();
+          select(String(key));
+        });
+        list.append(a);
+      }
+      dd.append(list);
+      row("keys", dd);
+    }
+    card.append(title, dl);
+    return card;
+  }));
+}
+
+function renderDaemon() {
+  const d = ops.daemon;
+  $("daemon-pane").querySelector(".unavailable").textContent = ops.fetchWhy || ops.daemonWhy
+    || (d ? "" : "waiting for the daemon's figures…");
+  if (!d) {
+    $("daemon").replaceChildren();
+    return;
+  }
+  const c = d.connections ?? {};
+  const total = ["tcp", "tls", "websocket"].reduce((n, t) => n + (Number(c[t]) || 0), 0);
+  const groups = [
+    ["Connections", [
+      ["connections", `${count(total)} (tcp ${count(c.tcp)}, tls ${count(c.tls)}, websocket ${count(c.websocket)})`, "connections"],
+      ["authenticated", count(d.authenticated), "authenticated"],
+      ["auth failures", count(d.auth_failures), "", d.auth_failures > 0],
+    ]],
+    ["Bus", [
+      ["states", count(d.states)],
+      ["methods", count(d.methods)],
+      ["fetches", count(d.fetches)],
+      ["query groups", count(d.query_groups)],
+    ]],
+    ["Traffic", [
+      ["frames in", perSecond("frames_in"), "frames-in"],
+      ["frames out", perSecond("frames_out"), "frames-out"],
+      ["bytes in", perSecond("bytes_in", bytes)],
+      ["bytes out", perSecond("bytes_out", bytes)],
+    ]],
+    ["Routing", [
+      ["routed", perSecond("routed"), "routed"],
+      // PROTOCOL.md 16.2: over the routes answered in the last second, 0 when none
+      ["route p50 / p99", d.route_p99_ms ? `${ms(d.route_p50_ms)} / ${ms(d.route_p99_ms)}` : "— (no route in the last second)", "route-latency"],
+      ["timeouts", count(d.route_timeouts), "", d.route_timeouts > 0],
+      ["owners gone", count(d.owners_gone)],
+    ]],
+    ["Slow peers", [
+      ["pauses", count(d.slow_pauses)],
+      ["closes", count(d.slow_closes), "", d.slow_closes > 0],
+      ["budget closes", count(d.budget_closes), "", d.budget_closes > 0],
+    ]],
+    ["Event log and process", [
+      ["log", bytes(d.log_bytes)],
+      ["fsync p99", d.fsync_p99_ms ? ms(d.fsync_p99_ms) : "— (not measured)"],
+      ["fsync errors", count(d.fsync_errors), "", d.fsync_errors > 0],
+      ["memory (RSS)", bytes(d.rss_bytes)],
+      ["uptime", duration(d.uptime_s), "uptime"],
+      ["version", d.version ?? "—"],
+    ]],
+  ];
+  $("daemon").replaceChildren(...groups.map(([name, rows]) => {
+    const section = el("section");
+    const dl = el("dl");
+    for (const [label, value, id, bad] of rows) {
+      const dd = el("dd", bad ? "bad" : null, value);
+      if (id) dd.dataset.figure = id;
+      dl.append(el("dt", null, label), dd);
+    }
+    section.append(el("h3", null, name), dl);
+    return section;
+  }));
+}
+
 // --- connection and login ------------------------------------------------------------------
 
 let user = null; // the user this console is logged in as (null: anonymous)
@@ -710,6 +1061,7 @@ async function start(credentials = null) {
   if (previous) previous.close();
   fetched = false;
   resetModel();
+  resetOps();
   const authRequired = !!(next.info.features & FEATURE_AUTH_REQUIRED);
   $("login").hidden = !authRequired || user !== null;
   $("logout").hidden = user === null;
@@ -721,6 +1073,10 @@ async function start(credentials = null) {
     if (mine !== generation) return;
     setStatus(user ? `live as ${user}` : authRequired ? "live (anonymous)" : "live", "open");
     pollRegistry();
+    // The restored $jet/ fetch reports what changed; but the daemon may be another
+    // version now: start over if its INFO says otherwise.
+    if (ops.fetch && next.info.features & FEATURE_DAEMON_STATES) checkOps(next, mine);
+    else startOps(next, mine);
   };
   next.closed.then((e) => {
     if (mine !== generation) return; // replaced on purpose
@@ -750,6 +1106,7 @@ async function start(credentials = null) {
   setStatus(user ? `live as ${user}` : authRequired ? "live (anonymous)" : "live", "open");
   if ($("search").value.trim()) runSearch($("search").value);
   pollRegistry();
+  startOps(next, mine);
   return true;
 }
 
@@ -868,5 +1225,10 @@ $("call-any").addEventListener("submit", (e) => {
 });
 setInterval(pollRegistry, REGISTRY_POLL_MS);
 setInterval(showRate, 1000); // the rate falls when changes stop
-window.jetConsole = { model, get peer() { return peer; }, get user() { return user; } }; // for the curious (and the tests)
+setInterval(() => {
+  showRowRates(); // the rows' rates too: one pass over the rows on screen
+  stillOps();
+}, 1000);
+for (const tab of $("views").querySelectorAll("button")) tab.addEventListener("click", () => showView(tab.dataset.view));
+window.jetConsole = { model, ops, showRowRates, get peer() { return peer; }, get user() { return user; } }; // for the curious (and the tests)
 start();
