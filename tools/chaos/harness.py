@@ -43,6 +43,7 @@ STARTUP_TIMEOUT = 20.0
 STOP_TIMEOUT = 15.0
 WAIT = 10.0  # default wait for one answer
 HEALTH_PERIOD = 0.05  # ISSUE 12: a health peer that reads and sets a state every 50 ms
+STOP_GRACE = 5.0  # a health request in flight when the attack ends: how long its answer may take
 SAMPLE_PERIOD = 0.02
 READ_CHUNK = 1 << 20
 MAX_BODY_READ = 256 * 1024 * 1024  # what our own decoders accept
@@ -398,15 +399,21 @@ class _HealthLoop:
             self.close()
 
     def _wait_for(self, rid: int) -> bool:
-        """Wait for the answer to ``rid`` however long it takes; False if the attack
-        ended first (its wait is then a lower bound)."""
+        """Wait for the answer to ``rid`` however long it takes, and at most
+        ``STOP_GRACE`` seconds once the attack has ended; False if it has not come by
+        then (its wait is then a lower bound). A request in flight when the attack ends
+        is measured, not counted lost."""
+        stopped_at: Optional[float] = None
         while True:
             try:
                 self.peer.answer(rid, 0.5)
                 return True
             except TimeoutError:
                 if self.stop.is_set():
-                    return False
+                    now = time.monotonic()
+                    stopped_at = now if stopped_at is None else stopped_at
+                    if now - stopped_at >= STOP_GRACE:
+                        return False
 
     def result(self) -> dict[str, Any]:
         """What the parent process gets back (picklable)."""
