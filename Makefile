@@ -29,10 +29,12 @@ $(VPY):
 venv: $(VPY)
 	JET_PURE_PYTHON=1 $(VPY) -m pip install -q -e '.[dev]'
 
-# Every core, one test file at a time per worker (a file's fixtures, such as its
-# SparkSession or the compiled wheel, are made once).
+# One worker more than cores (many tests wait on a JVM, a browser or a time-out rather
+# than compute: with one worker a core, 2 cores were 55% busy over the suite), one test
+# file at a time per worker (a file's fixtures, such as its SparkSession or the compiled
+# wheel, are made once).
 test: system-deps venv
-	$(VPY) -m pytest -n auto --dist loadfile
+	$(VPY) -m pytest -n $$(( $$(nproc) + 1 )) --dist loadfile
 
 lint: venv
 	$(VPY) -m ruff check .

@@ -435,10 +435,11 @@ def test_on_a_cluster_follow_killed_at_random_moments_ingests_each_record_once(c
     assert Warehouse.load(wh).rows("frames") == len(strict)
 
 
-# Before the tasks write Parquet files, after they wrote them, once the run is decided,
-# after frames' commit, after the whole commit (tests/ingest/test_commit.py has every point,
-# JVM-free).
-CLUSTER_CRASH_POINTS = ["tasks", "staged", "planned", "committed-frames", "committed"]
+# Before the tasks write Parquet files, after they wrote them, after frames' commit, after
+# the whole commit: where the executors' part ends and the driver's commits begin.
+# tests/ingest/test_commit.py has every point, JVM-free, "planned" among them (the driver
+# alone, as here).
+CLUSTER_CRASH_POINTS = ["tasks", "staged", "committed-frames", "committed"]
 
 
 @pytest.mark.timeout(2400)  # six JVM starts on a busy 2-core machine

@@ -270,7 +270,11 @@ def test_a_user_granted_read_of_jet_sees_the_views_after_logging_in(start_jetd, 
             await until(page, "document.getElementById('status').textContent === 'live as operator'")
             card = page.locator(".peer", has=page.locator(".pname", has_text="plant"))
             await card.wait_for(timeout=TIMEOUT_MS)
-            assert "admin" in await card.inner_text()
+            # $jet/peers/ states change at most once a second (PROTOCOL.md 16): the card may
+            # first show the owner as it was before its AUTHENTICATE and ADD_STATE.
+            await until(page, "[...document.querySelectorAll('#peers-pane .peer')].some(c =>"
+                              " c.querySelector('.pname')?.textContent.includes('plant')"
+                              " && c.innerText.includes('admin') && c.innerText.includes('1 state'))")
             assert await page.text_content("#peers-pane .unavailable") == ""
             await page.click("#views button[data-view=daemon]")
             # The owner and this console's connection both authenticated.
