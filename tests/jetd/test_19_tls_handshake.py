@@ -231,7 +231,9 @@ def test_websocket_tls_handshakes_share_the_count_and_the_timeout(start_jetd: Ca
                                                                   sockets: list[socket.socket]) -> None:
     """The https/wss listener: its handshakes count with the jet port's in one limit,
     are refused with the same alert, and time out with the same flag."""
-    daemon = start_jetd(*tls_args(pki, "--max-connections", str(LIMIT), "--tls-handshake-timeout", "2",
+    # 5 s, not less: the wss peer at the end must finish its own handshake within it on a
+    # loaded machine (it once did not in a fresh-clone run at 2 s; not explained yet).
+    daemon = start_jetd(*tls_args(pki, "--max-connections", str(LIMIT), "--tls-handshake-timeout", "5",
                                   "--http-port", "0"))
     web = ("127.0.0.1", web_port(daemon))
     base = open_sockets(daemon)
