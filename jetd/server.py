@@ -47,7 +47,6 @@ import ssl
 import struct
 import sys
 import termios
-import threading
 import time
 from collections.abc import Callable
 from typing import Any, Optional, cast
@@ -69,23 +68,8 @@ log = logging.getLogger("jetd")
 LINGER_QUIET = 0.2  # hang_up: seconds without input after which the socket is closed
 LINGER_MAX = 60.0  # hang_up: seconds a peer that still reads its last bytes is given at most
 # Password checks (argon2id: ~64 MiB and a fraction of a second each) run on as many
-# threads as the access part lets run at once, which bounds their memory, and at the
-# lowest CPU priority, so that they take only CPU the loop leaves idle.
+# threads as the access part lets run at once, which bounds their memory.
 PASSWORD_CHECK_THREADS = CHECKS_AT_ONCE
-PASSWORD_CHECK_NICE = 19
-
-
-def _lowest_priority() -> None:
-    """The initializer of each password-check thread: nice 19 for this thread alone
-    (Linux keeps a nice value per thread; elsewhere this does nothing). argon2 runs
-    outside the GIL, so on a machine with as many cores as checks the loop's thread
-    would otherwise get only its fair share of a core while a flood of checks runs;
-    at nice 19 it gets nearly all of one (PROTOCOL.md 15.2, ARCHITECTURE.md)."""
-    native_id = getattr(threading, "get_native_id", None)
-    if native_id is None or not hasattr(os, "setpriority"):
-        return
-    with contextlib.suppress(OSError):
-        os.setpriority(os.PRIO_PROCESS, native_id(), PASSWORD_CHECK_NICE)
 POLL_GONE = getattr(select, "POLLRDHUP", 0) | select.POLLHUP | select.POLLERR  # jetd.access peer_gone
 DRAIN_CHUNK = 256 * 1024  # bytes handed to a paused transport per write while draining
 # libuv reads up to 32 times per readiness event, so one loop turn can bring megabytes;
@@ -698,8 +682,7 @@ class Server:
             self.flush()
 
         if self._checks is None:
-            self._checks = concurrent.futures.ThreadPoolExecutor(PASSWORD_CHECK_THREADS, "jetd-password",
-                                                                initializer=_lowest_priority)
+            self._checks = concurrent.futures.ThreadPoolExecutor(PASSWORD_CHECK_THREADS, "jetd-password")
         self.loop.run_in_executor(self._checks, job).add_done_callback(finished)
 
     def hold(self, proto: Any) -> None:

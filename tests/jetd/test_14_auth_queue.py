@@ -270,30 +270,3 @@ def test_tcp_full_queue_answers_overloaded(start_jetd: Callable[..., DaemonProce
     # At most CHECKS_AT_ONCE ran and 2 waited while the 60 arrived (a few more on a
     # loaded machine, where checks may end before the last ones arrive).
     assert answers[Status.OVERLOADED] >= 60 - 4 * (CHECKS_AT_ONCE + 2), answers
-
-
-def _thread_nice_values(pid: int) -> list[int]:
-    """The nice value of each thread of ``pid`` (field 19 of /proc/PID/task/TID/stat)."""
-    values = []
-    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:  # the thread ended meanwhile
-            continue
-        values.append(int(fields[16]))
-    return values
-
-
-@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux's per-thread /proc")
-def test_password_checks_run_at_the_lowest_cpu_priority(start_jetd: Callable[..., DaemonProcess],
-                                                        slow_users: Path) -> None:
-    """Issue 29: two argon2 checks at once took both cores of a 2-core machine from the
-    loop during an auth flood. The check threads run at nice 19 so that the loop, at the
-    daemon's own priority, gets the CPU it needs first; the loop's thread stays as it was."""
-    daemon = start_jetd("--auth", str(slow_users), "--auth-failure-delay", "0.05")
-    main_nice = _thread_nice_values(daemon.proc.pid)
-    with RawPeer(daemon.address) as alice:
-        assert alice.request(lambda rid: Authenticate(rid, "alice", "alice-pw"), timeout=60).status == Status.OK
-    nice = _thread_nice_values(daemon.proc.pid)
-    assert nice.count(19) >= 1, nice  # the check's thread (the pool keeps it)
-    assert min(nice) == min(main_nice) < 19, (main_nice, nice)
