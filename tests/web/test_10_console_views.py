@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import re
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -51,6 +52,19 @@ async def _console(web: tuple[str, int], viewport: dict[str, int], search: str =
             await page.fill("#search", search)
         yield page
         assert not errors, errors
+
+
+def _plant_users(tmp_path: Path, *more: tuple[str, ...]) -> Path:
+    """A users file: "admin" (the owner, may own anything), the users ``more`` (the
+    arguments of `jetd user add` each) and an anonymous entry that may read plant/ only."""
+    users = tmp_path / "users.toml"
+    user_add(users, "admin", "admin-pw", "--own", "", "--read", "", "--write", "")
+    for args in more:
+        user_add(users, *args)
+    text = users.read_text()
+    users.write_text(text + '\n[anonymous]\nread = ["plant/"]\n' if "[anonymous]" not in text
+                     else text.replace("[anonymous]", '[anonymous]\nread = ["plant/"]', 1))
+    return users
 
 
 def _rate(key: str) -> str:
@@ -95,12 +109,7 @@ def test_update_rate_per_key_shows_and_decays(start_jetd):
 def test_peers_and_daemon_not_available_to_a_user_who_may_not_read_them(start_jetd, tmp_path):
     """Anonymous may read plant/ only: both views say plainly that the figures are not
     available, with no error (and the tree works as before)."""
-    users = tmp_path / "users.toml"
-    user_add(users, "admin", "admin-pw", "--own", "", "--read", "", "--write", "")
-    text = users.read_text()
-    users.write_text(text + '\n[anonymous]\nread = ["plant/"]\n' if "[anonymous]" not in text
-                     else text.replace("[anonymous]", '[anonymous]\nread = ["plant/"]', 1))
-    daemon = start_web_jetd(start_jetd, "--auth", str(users))
+    daemon = start_web_jetd(start_jetd, "--auth", str(_plant_users(tmp_path)))
 
     async def run() -> None:
         owner = await PeerAsync.connect(*daemon.address, name="plant", user="admin", password="admin-pw")
@@ -249,12 +258,7 @@ def test_daemon_panel_shows_the_connections_and_rates(start_jetd):
 def test_a_user_granted_read_of_jet_sees_the_views_after_logging_in(start_jetd, tmp_path):
     """Anonymous sees "not available"; after a login as a user with read of $jet/ the
     same page lists the owner with the user it authenticated as, and counts it."""
-    users = tmp_path / "users.toml"
-    user_add(users, "admin", "admin-pw", "--own", "", "--read", "", "--write", "")
-    user_add(users, "operator", "operator-pw", "--read", "$jet/", "--read", "plant/")
-    text = users.read_text()
-    users.write_text(text + '\n[anonymous]\nread = ["plant/"]\n' if "[anonymous]" not in text
-                     else text.replace("[anonymous]", '[anonymous]\nread = ["plant/"]', 1))
+    users = _plant_users(tmp_path, ("operator", "operator-pw", "--read", "$jet/", "--read", "plant/"))
     daemon = start_web_jetd(start_jetd, "--auth", str(users))
 
     async def run() -> None:
