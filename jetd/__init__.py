@@ -23,7 +23,10 @@ from __future__ import annotations
 # core runs from source (jetwire/_pure.py).
 import jetwire._pure  # noqa: F401
 
-from .config import DEFAULT_PORT, Config, ConfigError
-from .core import Connection, Daemon
+from .config import DEFAULT_PORT
+from .config import Config
+from .config import ConfigError
+from .core import Connection
+from .core import Daemon
 
 __all__ = ["DEFAULT_PORT", "Config", "ConfigError", "Connection", "Daemon"]

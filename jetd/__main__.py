@@ -7,7 +7,8 @@ import logging
 import sys
 from typing import Optional
 
-from .config import ConfigError, config_from_args
+from .config import ConfigError
+from .config import config_from_args
 from .launch import serve
 from .server import new_event_loop
 

@@ -30,17 +30,29 @@ import heapq
 import ipaddress
 import logging
 from collections import deque
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Optional
+from collections.abc import Callable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+from typing import Optional
 
-from jetwire import Authenticate, Function, RemoteProtocolError, Status, decode_body
+from jetwire import Authenticate
+from jetwire import Function
+from jetwire import RemoteProtocolError
+from jetwire import Status
+from jetwire import decode_body
 from jetwire.codec import is_utf8
-from jetwire.log import LogKind, conn_auth_data
+from jetwire.log import LogKind
+from jetwire.log import conn_auth_data
 
-from .base import Clock, Output
+from .base import Clock
+from .base import Output
 from .config import Config
 from .connection import Connection
-from .frames import FRAME_IN, REQUEST, LogHook, close_frame, ok_frame
+from .frames import FRAME_IN
+from .frames import REQUEST
+from .frames import LogHook
+from .frames import close_frame
+from .frames import ok_frame
 from .users import UsersFile
 
 if TYPE_CHECKING:
@@ -242,7 +254,8 @@ class Access:
         """True if ``name`` is a user with a password and ``password`` is it (argon2id;
         slow on purpose: run it off the event loop)."""
         from argon2 import PasswordHasher
-        from argon2.exceptions import Argon2Error, InvalidHashError
+        from argon2.exceptions import Argon2Error
+        from argon2.exceptions import InvalidHashError
 
         user = self.users.users.get(name)
         stored = user.password if user is not None else None

@@ -23,16 +23,14 @@ from jetwire import Status
 
 from .config import Config
 from .connection import Connection
-from .frames import (
-    FRAME_OUT,
-    REQUEST,
-    RESPONSE,
-    U32_FROM,
-    LogHook,
-    close_frame,
-    response_frame,
-    why_malformed,
-)
+from .frames import FRAME_OUT
+from .frames import REQUEST
+from .frames import RESPONSE
+from .frames import U32_FROM
+from .frames import LogHook
+from .frames import close_frame
+from .frames import response_frame
+from .frames import why_malformed
 
 __all__ = ["ROUTE_BUCKETS", "Clock", "DaemonStats", "FrameCounts", "Output", "RouteTimes"]
 

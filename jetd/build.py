@@ -9,7 +9,8 @@ from __future__ import annotations
 import importlib.machinery
 import importlib.util
 import os
-from importlib.metadata import PackageNotFoundError, version
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version
 
 from jetwire._pure import COMPILED_MODULES  # the one list (setup.py compiles them)
 

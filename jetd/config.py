@@ -9,9 +9,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import tomllib
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
+from dataclasses import fields
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
+from typing import Optional
 
 from jetwire import DEFAULT_MAX_BODY
 from jetwire.log import DEFAULT_MAX_RECORD
@@ -450,9 +452,11 @@ class _VersionAction(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, **kwargs)
 
     def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
-        from jetwire.codes import PROTOCOL_MAJOR, PROTOCOL_MINOR
+        from jetwire.codes import PROTOCOL_MAJOR
+        from jetwire.codes import PROTOCOL_MINOR
 
-        from .build import build_description, jet_version
+        from .build import build_description
+        from .build import jet_version
 
         print(f"jetd {jet_version()}, protocol {PROTOCOL_MAJOR}.{PROTOCOL_MINOR}, {build_description()}")
         parser.exit()

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
+from typing import Optional
 
 from jetwire import Status
 
 if TYPE_CHECKING:
     from .access import Permissions
-    from .querying import QueryDelivery, QueryFetch
+    from .querying import QueryDelivery
+    from .querying import QueryFetch
     from .routes import Route
-    from .subscriptions import Delivery, Fetch
+    from .subscriptions import Delivery
+    from .subscriptions import Fetch
 
 __all__ = ["Connection"]
 

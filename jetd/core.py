@@ -39,65 +39,77 @@ from collections import deque
 from collections.abc import Callable
 from typing import Optional
 
-from jetwire import (
-    FEATURE_AUTH_REQUIRED,
-    FEATURE_CONFLATION,
-    FEATURE_DAEMON_STATES,
-    FEATURE_LIMITS,
-    FEATURE_QUERIES,
-    PROTOCOL_MAJOR,
-    EventCode,
-    Function,
-    Info,
-    RemoteProtocolError,
-    Status,
-    decode_body,
-    encode,
-)
+from jetwire import FEATURE_AUTH_REQUIRED
+from jetwire import FEATURE_CONFLATION
+from jetwire import FEATURE_DAEMON_STATES
+from jetwire import FEATURE_LIMITS
+from jetwire import FEATURE_QUERIES
+from jetwire import PROTOCOL_MAJOR
+from jetwire import EventCode
+from jetwire import Function
+from jetwire import Info
+from jetwire import RemoteProtocolError
+from jetwire import Status
+from jetwire import decode_body
+from jetwire import encode
 from jetwire.codec import NATIVE
 from jetwire.codes import MIN_PEER_MAX_BODY
-from jetwire.log import LogKind, conn_close_data, conn_name_data, conn_open_data
+from jetwire.log import LogKind
+from jetwire.log import conn_close_data
+from jetwire.log import conn_name_data
+from jetwire.log import conn_open_data
 
-from .access import AUTHENTICATE, Access, AccessControl
-from .base import Clock, DaemonStats, FrameCounts, Output, RouteTimes
+from .access import AUTHENTICATE
+from .access import Access
+from .access import AccessControl
+from .base import Clock
+from .base import DaemonStats
+from .base import FrameCounts
+from .base import Output
+from .base import RouteTimes
 from .config import Config
 from .connection import Connection
-from .frames import (
-    CALL_METHOD,
-    CHANGE_HEADS,
-    CHANGE_HEADS_BELOW,
-    DAEMON_EVENTS,
-    EV_CLOSE,
-    EV_NOTIFY_STATE,
-    EV_SET_STATE,
-    EVENT,
-    EVT_HEAD_PACK,
-    FETCH_CHANGE,
-    FRAME_IN,
-    HDR_FROM,
-    ID_BYTE_FROM,
-    ID_HEAD_PACK,
-    INFO,
-    KNOWN_STATUSES,
-    OPAQUE,
-    REQUEST,
-    RESPONSE,
-    SET_STATE,
-    U32_FROM,
-    VHEAD_FROM,
-    VTYPE_CHECK,
-    LogHook,
-    close_frame,
-    key_value_end,
-    str16_ok,
-    why_malformed,
-)
+from .frames import CALL_METHOD
+from .frames import CHANGE_HEADS
+from .frames import CHANGE_HEADS_BELOW
+from .frames import DAEMON_EVENTS
+from .frames import EV_CLOSE
+from .frames import EV_NOTIFY_STATE
+from .frames import EV_SET_STATE
+from .frames import EVENT
+from .frames import EVT_HEAD_PACK
+from .frames import FETCH_CHANGE
+from .frames import FRAME_IN
+from .frames import HDR_FROM
+from .frames import ID_BYTE_FROM
+from .frames import ID_HEAD_PACK
+from .frames import INFO
+from .frames import KNOWN_STATUSES
+from .frames import OPAQUE
+from .frames import REQUEST
+from .frames import RESPONSE
+from .frames import SET_STATE
+from .frames import U32_FROM
+from .frames import VHEAD_FROM
+from .frames import VTYPE_CHECK
+from .frames import LogHook
+from .frames import close_frame
+from .frames import key_value_end
+from .frames import str16_ok
+from .frames import why_malformed
 from .metrics import Metrics
 from .querying import Queries
-from .registry import Registry, StateRegistry
-from .routes import Route, Router, RouteTable
-from .scheduler import DEFAULT_FAN_CHUNK, Scheduler
-from .subscriptions import Delivery, Fetch, FetchRegistry, Subscriptions
+from .registry import Registry
+from .registry import StateRegistry
+from .routes import Route
+from .routes import Router
+from .routes import RouteTable
+from .scheduler import DEFAULT_FAN_CHUNK
+from .scheduler import Scheduler
+from .subscriptions import Delivery
+from .subscriptions import Fetch
+from .subscriptions import FetchRegistry
+from .subscriptions import Subscriptions
 
 __all__ = [
     "Connection",

@@ -46,21 +46,22 @@ import time
 import zlib
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from pathlib import Path
-from typing import BinaryIO, Optional, Union
+from typing import BinaryIO
+from typing import Optional
+from typing import Union
 
-from jetwire.log import (
-    RECORD_MARKER,
-    Corruption,
-    LogHeader,
-    LogKind,
-    LogReader,
-    Truncation,
-    conn_snapshot_data,
-    encode_header,
-    parse_record_data,
-)
+from jetwire.log import RECORD_MARKER
+from jetwire.log import Corruption
+from jetwire.log import LogHeader
+from jetwire.log import LogKind
+from jetwire.log import LogReader
+from jetwire.log import Truncation
+from jetwire.log import conn_snapshot_data
+from jetwire.log import encode_header
+from jetwire.log import parse_record_data
 
 __all__ = [
     "DEFAULT_CHUNK_SIZE",

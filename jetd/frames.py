@@ -11,7 +11,13 @@ import struct
 from collections.abc import Callable
 from typing import Final
 
-from jetwire import Close, EventCode, Function, RemoteProtocolError, Status, decode_body, encode
+from jetwire import Close
+from jetwire import EventCode
+from jetwire import Function
+from jetwire import RemoteProtocolError
+from jetwire import Status
+from jetwire import decode_body
+from jetwire import encode
 from jetwire.codec import is_utf8
 from jetwire.log import LogKind
 

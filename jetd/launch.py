@@ -13,13 +13,18 @@ import asyncio
 import logging
 import signal
 import sys
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
+from typing import Optional
 
 from .access import Access
-from .build import build_description, jet_version
-from .config import Config, ConfigError
+from .build import build_description
+from .build import jet_version
+from .config import Config
+from .config import ConfigError
 from .eventlog import EventLog
-from .server import Server, _threadsafe, _warn_exposed
+from .server import Server
+from .server import _threadsafe
+from .server import _warn_exposed
 from .tls import server_context
 from .users import UsersFileError
 

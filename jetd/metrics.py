@@ -27,12 +27,20 @@ import resource
 import struct
 import sys
 from collections.abc import Callable
-from itertools import accumulate, chain
-from typing import TYPE_CHECKING, Any, Optional
+from itertools import accumulate
+from itertools import chain
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import Optional
 
-from jetwire import EventCode, Function, Status
+from jetwire import EventCode
+from jetwire import Function
+from jetwire import Status
 
-from .base import ROUTE_BUCKETS, DaemonStats, FrameCounts, RouteTimes
+from .base import ROUTE_BUCKETS
+from .base import DaemonStats
+from .base import FrameCounts
+from .base import RouteTimes
 from .config import Config
 from .connection import Connection
 from .eventlog import FSYNC_BUCKETS
@@ -382,7 +390,8 @@ def exposition(metrics: Metrics, now: float) -> bytes:
     """The figures of ``metrics`` at ``now`` in Prometheus' text format (version 0.0.4),
     written by prometheus-client's own ``generate_latest`` from a collector that reads
     them at this scrape (nothing is kept between scrapes)."""
-    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client import CollectorRegistry
+    from prometheus_client import generate_latest
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Collector(metrics, now))
@@ -398,7 +407,9 @@ class _Collector:
         self.now = now
 
     def collect(self) -> Any:
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+        from prometheus_client.core import CounterMetricFamily
+        from prometheus_client.core import GaugeMetricFamily
+        from prometheus_client.core import HistogramMetricFamily
 
         m = self.metrics
         stats = m.stats

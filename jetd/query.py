@@ -18,30 +18,34 @@ import dataclasses
 import math
 import operator
 import struct
-from collections.abc import Callable, Hashable, Iterable, Iterator
-from heapq import heapify, heappop, heappush
-from typing import Any, Optional
+from collections.abc import Callable
+from collections.abc import Hashable
+from collections.abc import Iterable
+from collections.abc import Iterator
+from heapq import heapify
+from heapq import heappop
+from heapq import heappush
+from typing import Any
+from typing import Optional
 
 import cbor2
 import msgpack
 import orjson
 from sortedcontainers import SortedList
 
-from jetwire import (
-    MATCH_IGNORE_CASE,
-    MATCH_NOT,
-    QUERY_METHODS,
-    QUERY_NODES,
-    SORT_DESCENDING,
-    FilterOp,
-    PathOp,
-    Query,
-    SortBy,
-    Status,
-    TypeCode,
-    Value,
-    ValueType,
-)
+from jetwire import MATCH_IGNORE_CASE
+from jetwire import MATCH_NOT
+from jetwire import QUERY_METHODS
+from jetwire import QUERY_NODES
+from jetwire import SORT_DESCENDING
+from jetwire import FilterOp
+from jetwire import PathOp
+from jetwire import Query
+from jetwire import SortBy
+from jetwire import Status
+from jetwire import TypeCode
+from jetwire import Value
+from jetwire import ValueType
 from jetwire.codes import SINGLE_OPERAND_OPS
 
 __all__ = [

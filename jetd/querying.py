@@ -22,42 +22,47 @@ other event is queued in order (it is never held back).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import Optional
 
-from jetwire import EntryKind, FetchQuery, Function, QueryOnce, RemoteProtocolError, Status, decode_body
+from jetwire import EntryKind
+from jetwire import FetchQuery
+from jetwire import Function
+from jetwire import QueryOnce
+from jetwire import RemoteProtocolError
+from jetwire import Status
+from jetwire import decode_body
 from jetwire.codes import EventCode
 
-from .base import DaemonStats, Output
+from .base import DaemonStats
+from .base import Output
 from .config import Config
 from .connection import Connection
-from .frames import (
-    EVENT,
-    EVT_HEAD_PACK,
-    FETCH_ADD,
-    FETCH_CHANGE,
-    FETCH_REMOVE,
-    FRAME_OUT,
-    REQUEST,
-    RESP_HEAD_PACK,
-    RESPONSE,
-    U16,
-    U32_PACK,
-    LogHook,
-    ok_frame,
-)
-from .query import (
-    BEYOND,
-    CompiledQuery,
-    Extractor,
-    NodeIndex,
-    QueryError,
-    QueryGroup,
-    QueryIndex,
-    QueryLimits,
-    compile_query,
-    restrict,
-    window_update,
-)
+from .frames import EVENT
+from .frames import EVT_HEAD_PACK
+from .frames import FETCH_ADD
+from .frames import FETCH_CHANGE
+from .frames import FETCH_REMOVE
+from .frames import FRAME_OUT
+from .frames import REQUEST
+from .frames import RESP_HEAD_PACK
+from .frames import RESPONSE
+from .frames import U16
+from .frames import U32_PACK
+from .frames import LogHook
+from .frames import ok_frame
+from .query import BEYOND
+from .query import CompiledQuery
+from .query import Extractor
+from .query import NodeIndex
+from .query import QueryError
+from .query import QueryGroup
+from .query import QueryIndex
+from .query import QueryLimits
+from .query import compile_query
+from .query import restrict
+from .query import window_update
 from .registry import RESERVED_PREFIX
 from .scheduler import Scheduler
 

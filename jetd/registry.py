@@ -10,7 +10,8 @@ removed, and the access part for ``own``/``read``; everything it sends goes thro
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
+from typing import Optional
 
 from sortedcontainers import SortedList
 
@@ -20,16 +21,14 @@ from jetwire.codec import is_utf8
 from .base import Output
 from .config import Config
 from .connection import Connection
-from .frames import (
-    FETCH_ADD,
-    FETCH_CHANGE,
-    FETCH_REMOVE,
-    RESP_HEAD_PACK,
-    RESPONSE,
-    key_only_end,
-    key_value_end,
-    ok_frame,
-)
+from .frames import FETCH_ADD
+from .frames import FETCH_CHANGE
+from .frames import FETCH_REMOVE
+from .frames import RESP_HEAD_PACK
+from .frames import RESPONSE
+from .frames import key_only_end
+from .frames import key_value_end
+from .frames import ok_frame
 
 if TYPE_CHECKING:
     from .access import AccessControl

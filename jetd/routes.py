@@ -10,30 +10,32 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
+from typing import Optional
 
 from jetwire import Status
 
-from .base import Clock, DaemonStats, Output, RouteTimes
+from .base import Clock
+from .base import DaemonStats
+from .base import Output
+from .base import RouteTimes
 from .config import Config
 from .connection import Connection
-from .frames import (
-    ID_HEAD_PACK,
-    KNOWN_STATUSES,
-    NONE_VALUE,
-    REQUEST,
-    RESP_HEAD_PACK,
-    RESPONSE,
-    ROUTE_KIND,
-    ROUTE_PACK,
-    SET_STATE,
-    U32_FROM,
-    LogHook,
-    key_value_end,
-    response_frame,
-    str16_ok,
-    value_ok,
-)
+from .frames import ID_HEAD_PACK
+from .frames import KNOWN_STATUSES
+from .frames import NONE_VALUE
+from .frames import REQUEST
+from .frames import RESP_HEAD_PACK
+from .frames import RESPONSE
+from .frames import ROUTE_KIND
+from .frames import ROUTE_PACK
+from .frames import SET_STATE
+from .frames import U32_FROM
+from .frames import LogHook
+from .frames import key_value_end
+from .frames import response_frame
+from .frames import str16_ok
+from .frames import value_ok
 from .scheduler import Scheduler
 
 if TYPE_CHECKING:

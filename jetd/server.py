@@ -49,14 +49,19 @@ import sys
 import termios
 import time
 from collections.abc import Callable
-from typing import Any, Optional, cast
+from typing import Any
+from typing import Optional
+from typing import cast
 
 from jetwire import Status
 
-from .access import CHECKS_AT_ONCE, Access
+from .access import CHECKS_AT_ONCE
+from .access import Access
 from .config import Config
-from .core import Connection, Daemon
-from .eventlog import RETRY_INTERVAL, EventLog
+from .core import Connection
+from .core import Daemon
+from .eventlog import RETRY_INTERVAL
+from .eventlog import EventLog
 from .frames import close_frame
 from .tls import certificate_user
 from .users import UsersFileError

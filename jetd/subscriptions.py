@@ -23,36 +23,42 @@ fetch of a million states neither stalls the other peers nor queues gigabytes.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Optional
+from collections.abc import Callable
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+from typing import Optional
 
 from jetwire import Status
 
-from .base import Clock, DaemonStats, Output
+from .base import Clock
+from .base import DaemonStats
+from .base import Output
 from .config import Config
 from .connection import Connection
-from .frames import (
-    CHANGE_HEADS,
-    CHANGE_HEADS_BELOW,
-    EVENT,
-    EVT_HEAD_PACK,
-    FETCH_ADD,
-    FETCH_CHANGE,
-    FETCH_REMOVE,
-    FRAME_OUT,
-    RESP_HEAD_PACK,
-    RESPONSE,
-    U32_FROM,
-    U32_PACK,
-    LogHook,
-    ok_frame,
-    str16_ok,
-)
-from .registry import RESERVED_PREFIX, reserved_hidden
-from .scheduler import DEFAULT_FAN_CHUNK, DEFAULT_FAN_STRIDE, Scheduler
+from .frames import CHANGE_HEADS
+from .frames import CHANGE_HEADS_BELOW
+from .frames import EVENT
+from .frames import EVT_HEAD_PACK
+from .frames import FETCH_ADD
+from .frames import FETCH_CHANGE
+from .frames import FETCH_REMOVE
+from .frames import FRAME_OUT
+from .frames import RESP_HEAD_PACK
+from .frames import RESPONSE
+from .frames import U32_FROM
+from .frames import U32_PACK
+from .frames import LogHook
+from .frames import ok_frame
+from .frames import str16_ok
+from .registry import RESERVED_PREFIX
+from .registry import reserved_hidden
+from .scheduler import DEFAULT_FAN_CHUNK
+from .scheduler import DEFAULT_FAN_STRIDE
+from .scheduler import Scheduler
 
 if TYPE_CHECKING:
-    from .access import AccessControl, Permissions
+    from .access import AccessControl
+    from .access import Permissions
     from .querying import Queries
     from .registry import Registry
 

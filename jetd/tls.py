@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import os
 import ssl
-from typing import Any, Optional
+from typing import Any
+from typing import Optional
 
-from .config import Config, ConfigError
+from .config import Config
+from .config import ConfigError
 
 __all__ = ["certificate_user", "pem_problem", "server_context"]
 

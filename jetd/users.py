@@ -32,9 +32,11 @@ import os
 import sys
 import tempfile
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
+from typing import Optional
 
 __all__ = ["Grants", "User", "UsersFile", "UsersFileError", "hash_password", "main"]
 

@@ -31,25 +31,35 @@ import re
 import socket
 import struct
 import sys
-from collections.abc import Generator, Iterable
+from collections.abc import Generator
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Optional, cast
+from typing import Any
+from typing import Optional
+from typing import cast
 
 from websockets.datastructures import Headers
 from websockets.exceptions import InvalidMessage
-from websockets.frames import Frame, Opcode
-from websockets.http11 import Request, Response
-from websockets.protocol import OPEN, SEND_EOF
+from websockets.frames import Frame
+from websockets.frames import Opcode
+from websockets.http11 import Request
+from websockets.http11 import Response
+from websockets.protocol import OPEN
+from websockets.protocol import SEND_EOF
 from websockets.server import ServerProtocol
 from websockets.streams import StreamReader
 from websockets.typing import Subprotocol
 
 from jetwire import Status
 
-from .config import Config, entry_host_name, host_name
+from .config import Config
+from .config import entry_host_name
+from .config import host_name
 from .connection import Connection
 from .metrics import exposition
-from .server import FLUSH_AFTER_READ, PeerShell, Server
+from .server import FLUSH_AFTER_READ
+from .server import PeerShell
+from .server import Server
 
 __all__ = ["SUBPROTOCOL", "WS_FRAME_LIMIT", "WebListener", "WebProtocol", "WebSocketTransport", "start_web"]
 

@@ -13,14 +13,12 @@ clock.
 
 from __future__ import annotations
 
-from . import (
-    _pure,  # noqa: F401  # first: with JET_PURE_PYTHON=1 the codec runs from source
-    codec,
-    codes,
-    errors,
-    messages,
-    values,
-)
+from . import _pure  # noqa: F401  # first: with JET_PURE_PYTHON=1 the codec runs from source
+from . import codec
+from . import codes
+from . import errors
+from . import messages
+from . import values
 
 # The package is the public names of its modules, each listed once in that module's
 # __all__ (the codec's: the stream Decoder, encode and the decode functions).

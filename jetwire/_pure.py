@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
+from typing import Optional
 
 if TYPE_CHECKING:  # kept off the import path: every jet command imports this module
     from importlib.machinery import ModuleSpec

@@ -7,59 +7,60 @@ source of truth; tests prove the two agree on every vector and on generated mess
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Final, Optional
+from collections.abc import Callable
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import Final
+from typing import Optional
 
-from .codes import (
-    DEFAULT_MAX_BODY,
-    HEADER_SIZE,
-    PROTOCOL_MAJOR,
-    Action,
-    EntryKind,
-    EventCode,
-    FilterOp,
-    FrameType,
-    Function,
-    PathOp,
-    SortBy,
-    Status,
-    ValueType,
-)
-from .errors import LocalProtocolError, RemoteProtocolError
-from .messages import (
-    AddMethod,
-    AddState,
-    Authenticate,
-    CallMethod,
-    Close,
-    FetchAdd,
-    FetchChange,
-    FetchEvent,
-    FetchKeyEvent,
-    FetchMethod,
-    FetchNode,
-    FetchQuery,
-    FetchRemove,
-    FetchStates,
-    FetchUnmatch,
-    FetchWindow,
-    GetState,
-    Info,
-    Message,
-    NotifyState,
-    PathMatcher,
-    Query,
-    QueryEntry,
-    QueryOnce,
-    RemoveMethod,
-    RemoveState,
-    Request,
-    Response,
-    SetState,
-    Unfetch,
-    ValueFilter,
-    WindowEntry,
-)
+from .codes import DEFAULT_MAX_BODY
+from .codes import HEADER_SIZE
+from .codes import PROTOCOL_MAJOR
+from .codes import Action
+from .codes import EntryKind
+from .codes import EventCode
+from .codes import FilterOp
+from .codes import FrameType
+from .codes import Function
+from .codes import PathOp
+from .codes import SortBy
+from .codes import Status
+from .codes import ValueType
+from .errors import LocalProtocolError
+from .errors import RemoteProtocolError
+from .messages import AddMethod
+from .messages import AddState
+from .messages import Authenticate
+from .messages import CallMethod
+from .messages import Close
+from .messages import FetchAdd
+from .messages import FetchChange
+from .messages import FetchEvent
+from .messages import FetchKeyEvent
+from .messages import FetchMethod
+from .messages import FetchNode
+from .messages import FetchQuery
+from .messages import FetchRemove
+from .messages import FetchStates
+from .messages import FetchUnmatch
+from .messages import FetchWindow
+from .messages import GetState
+from .messages import Info
+from .messages import Message
+from .messages import NotifyState
+from .messages import PathMatcher
+from .messages import Query
+from .messages import QueryEntry
+from .messages import QueryOnce
+from .messages import RemoveMethod
+from .messages import RemoveState
+from .messages import Request
+from .messages import Response
+from .messages import SetState
+from .messages import Unfetch
+from .messages import ValueFilter
+from .messages import WindowEntry
 from .values import _SET_DATA as _V_DATA
 from .values import _SET_VTYPE as _V_TYPE
 from .values import Value

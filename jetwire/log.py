@@ -12,14 +12,18 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import TYPE_CHECKING, BinaryIO, Optional, Union
+from typing import TYPE_CHECKING
+from typing import BinaryIO
+from typing import Optional
+from typing import Union
 
 if TYPE_CHECKING:
     from mmap import mmap
 
 from .codec import _str16_bytes
 from .codes import Status
-from .errors import LocalProtocolError, RemoteProtocolError
+from .errors import LocalProtocolError
+from .errors import RemoteProtocolError
 
 __all__ = [
     "MAGIC",

@@ -7,27 +7,27 @@ travel as a fire-and-forget EVENT (SET_STATE, NOTIFY_STATE, CALL_METHOD; PROTOCO
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import ClassVar, Optional
+from dataclasses import dataclass
+from dataclasses import field
+from typing import ClassVar
+from typing import Optional
 
-from .codes import (
-    DEFAULT_MAX_BODY,
-    MATCH_IGNORE_CASE,
-    MATCH_NOT,
-    PROTOCOL_MAJOR,
-    PROTOCOL_MINOR,
-    QUERY_METHODS,
-    QUERY_NODES,
-    SORT_DESCENDING,
-    Action,
-    EntryKind,
-    EventCode,
-    FilterOp,
-    Function,
-    PathOp,
-    SortBy,
-    Status,
-)
+from .codes import DEFAULT_MAX_BODY
+from .codes import MATCH_IGNORE_CASE
+from .codes import MATCH_NOT
+from .codes import PROTOCOL_MAJOR
+from .codes import PROTOCOL_MINOR
+from .codes import QUERY_METHODS
+from .codes import QUERY_NODES
+from .codes import SORT_DESCENDING
+from .codes import Action
+from .codes import EntryKind
+from .codes import EventCode
+from .codes import FilterOp
+from .codes import Function
+from .codes import PathOp
+from .codes import SortBy
+from .codes import Status
 from .values import Value
 
 __all__ = [

@@ -16,48 +16,44 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
-from construct import (
-    Adapter,
-    Array,
-    Bytes,
-    Check,
-    Construct,
-    ConstructError,
-    Container,
-    FixedSized,
-    GreedyBytes,
-    IfThenElse,
-    Int8ub,
-    Int16ub,
-    Int32ub,
-    Optional,
-    Rebuild,
-    StringEncoded,
-    Struct,
-    Subconstruct,
-    Switch,
-    Terminated,
-    ValidationError,
-    stream_tell,
-    this,
-)
+from construct import Adapter
+from construct import Array
+from construct import Bytes
+from construct import Check
+from construct import Construct
+from construct import ConstructError
+from construct import Container
+from construct import FixedSized
+from construct import GreedyBytes
+from construct import IfThenElse
+from construct import Int8ub
+from construct import Int16ub
+from construct import Int32ub
+from construct import Optional
+from construct import Rebuild
+from construct import StringEncoded
+from construct import Struct
+from construct import Subconstruct
+from construct import Switch
+from construct import Terminated
+from construct import ValidationError
+from construct import stream_tell
+from construct import this
 
-from .codes import (
-    FIXED_VALUE_WIDTHS,
-    HEADER_SIZE,
-    PROTOCOL_MAJOR,
-    Action,
-    EntryKind,
-    EventCode,
-    FilterOp,
-    FrameType,
-    Function,
-    PathOp,
-    SortBy,
-    Status,
-    ValueType,
-    is_known_value_type,
-)
+from .codes import FIXED_VALUE_WIDTHS
+from .codes import HEADER_SIZE
+from .codes import PROTOCOL_MAJOR
+from .codes import Action
+from .codes import EntryKind
+from .codes import EventCode
+from .codes import FilterOp
+from .codes import FrameType
+from .codes import Function
+from .codes import PathOp
+from .codes import SortBy
+from .codes import Status
+from .codes import ValueType
+from .codes import is_known_value_type
 from .errors import RemoteProtocolError
 
 __all__ = ["BODIES", "FRAME", "Field", "build_frame", "dissect", "parse_body", "parse_frame"]

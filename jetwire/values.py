@@ -5,10 +5,14 @@ from __future__ import annotations
 import json
 import struct
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
+from typing import Union
 
-from .codes import FIXED_VALUE_WIDTHS, ValueType, is_known_value_type
-from .errors import LocalProtocolError, RemoteProtocolError
+from .codes import FIXED_VALUE_WIDTHS
+from .codes import ValueType
+from .codes import is_known_value_type
+from .errors import LocalProtocolError
+from .errors import RemoteProtocolError
 
 __all__ = [
     "INT64_MAX",

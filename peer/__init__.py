@@ -13,45 +13,47 @@ Every error a peer raises for a failed request is a :class:`PeerError` (a
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+from typing import Any
 
 if TYPE_CHECKING:
-    from .aio import (
-        DEFAULT_PORT,
-        DEFAULT_TIMEOUT,
-        EventKind,
-        Fetch,
-        FetchEvent,
-        Method,
-        PeerAsync,
-        QueryResult,
-        State,
-        WindowRow,
-    )
-    from .errors import (
-        AlreadyExists,
-        AuthFailed,
-        ConnectionClosed,
-        Internal,
-        InvalidQuery,
-        LimitExceeded,
-        Malformed,
-        NotAuthorized,
-        NotFound,
-        NotJetDaemon,
-        NotOwner,
-        Overloaded,
-        OwnerGone,
-        PeerError,
-        Rejected,
-        Timeout,
-        TooLarge,
-        UnknownFunction,
-        WrongKind,
-        error_for_status,
-    )
-    from .query import field, key, value
-    from .sync import Peer, SyncFetch, SyncMethod, SyncState
+    from .aio import DEFAULT_PORT
+    from .aio import DEFAULT_TIMEOUT
+    from .aio import EventKind
+    from .aio import Fetch
+    from .aio import FetchEvent
+    from .aio import Method
+    from .aio import PeerAsync
+    from .aio import QueryResult
+    from .aio import State
+    from .aio import WindowRow
+    from .errors import AlreadyExists
+    from .errors import AuthFailed
+    from .errors import ConnectionClosed
+    from .errors import Internal
+    from .errors import InvalidQuery
+    from .errors import LimitExceeded
+    from .errors import Malformed
+    from .errors import NotAuthorized
+    from .errors import NotFound
+    from .errors import NotJetDaemon
+    from .errors import NotOwner
+    from .errors import Overloaded
+    from .errors import OwnerGone
+    from .errors import PeerError
+    from .errors import Rejected
+    from .errors import Timeout
+    from .errors import TooLarge
+    from .errors import UnknownFunction
+    from .errors import WrongKind
+    from .errors import error_for_status
+    from .query import field
+    from .query import key
+    from .query import value
+    from .sync import Peer
+    from .sync import SyncFetch
+    from .sync import SyncMethod
+    from .sync import SyncState
 
 # Imported on first use (PEP 562): `import peer.tiny` or the `jet` command line must not
 # pay for asyncio and jetwire when they do not need them.

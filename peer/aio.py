@@ -37,86 +37,90 @@ import logging
 import random
 import ssl as ssl_module
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator
+from collections.abc import AsyncIterator
+from collections.abc import Awaitable
+from collections.abc import Callable
+from collections.abc import Generator
 from functools import partial
-from typing import TYPE_CHECKING, Any, Optional, TypedDict, Union
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import Optional
+from typing import TypedDict
+from typing import Union
 
-from jetwire import (
-    DEFAULT_MAX_BODY,
-    FEATURE_LIMITS,
-    AddMethod,
-    AddState,
-    Authenticate,
-    CallMethod,
-    Close,
-    Decoder,
-    FetchQuery,
-    FetchStates,
-    FetchWindow,
-    FrameType,
-    GetState,
-    Info,
-    LocalProtocolError,
-    Message,
-    NotifyState,
-    Query,
-    QueryEntry,
-    QueryOnce,
-    RemoteProtocolError,
-    RemoveMethod,
-    RemoveState,
-    Response,
-    SetState,
-    Status,
-    Unfetch,
-    Value,
-    encode,
-)
+from jetwire import DEFAULT_MAX_BODY
+from jetwire import FEATURE_LIMITS
+from jetwire import AddMethod
+from jetwire import AddState
+from jetwire import Authenticate
+from jetwire import CallMethod
+from jetwire import Close
+from jetwire import Decoder
+from jetwire import FetchQuery
+from jetwire import FetchStates
+from jetwire import FetchWindow
+from jetwire import FrameType
+from jetwire import GetState
+from jetwire import Info
+from jetwire import LocalProtocolError
+from jetwire import Message
+from jetwire import NotifyState
+from jetwire import Query
+from jetwire import QueryEntry
+from jetwire import QueryOnce
+from jetwire import RemoteProtocolError
+from jetwire import RemoveMethod
+from jetwire import RemoveState
+from jetwire import Response
+from jetwire import SetState
+from jetwire import Status
+from jetwire import Unfetch
+from jetwire import Value
+from jetwire import encode
 from jetwire.values import PythonValue
 
-from .core import (
-    MAX_ERROR_MESSAGE,
-    NONE,
-    Converter,
-    EventKind,
-    FetchEvent,
-    KnownEntries,
-    QueryResult,
-    RequestTable,
-    SortedWindow,
-    WindowRow,
-    answer_bad_request,
-    as_value,
-    convert_empty,
-    convert_fetch_id,
-    convert_raw,
-    convert_value,
-    encode_checked,
-    error_answer,
-    fetch_event,
-    limits_follow,
-    query_result,
-    refuse_unexpected,
-    to_python,
-    unmappable_result,
-    unsupported_version,
-)
-from .errors import (
-    ConnectionClosed,
-    Malformed,
-    NotAuthorized,
-    NotFound,
-    NotJetDaemon,
-    Overloaded,
-    PeerError,
-    Rejected,
-    Timeout,
-    describe_tls_failure,
-    error_for_status,
-)
-from .query import QueryOptions, build_query, is_plain_prefix
+from .core import MAX_ERROR_MESSAGE
+from .core import NONE
+from .core import Converter
+from .core import EventKind
+from .core import FetchEvent
+from .core import KnownEntries
+from .core import QueryResult
+from .core import RequestTable
+from .core import SortedWindow
+from .core import WindowRow
+from .core import answer_bad_request
+from .core import as_value
+from .core import convert_empty
+from .core import convert_fetch_id
+from .core import convert_raw
+from .core import convert_value
+from .core import encode_checked
+from .core import error_answer
+from .core import fetch_event
+from .core import limits_follow
+from .core import query_result
+from .core import refuse_unexpected
+from .core import to_python
+from .core import unmappable_result
+from .core import unsupported_version
+from .errors import ConnectionClosed
+from .errors import Malformed
+from .errors import NotAuthorized
+from .errors import NotFound
+from .errors import NotJetDaemon
+from .errors import Overloaded
+from .errors import PeerError
+from .errors import Rejected
+from .errors import Timeout
+from .errors import describe_tls_failure
+from .errors import error_for_status
+from .query import QueryOptions
+from .query import build_query
+from .query import is_plain_prefix
 from .tiny import INFO as INFO_FRAME
-from .tiny import closed_without_a_word, describe_first_bytes
+from .tiny import closed_without_a_word
+from .tiny import describe_first_bytes
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack from Python 3.12
@@ -142,7 +146,8 @@ log = logging.getLogger("peer")
 
 # DEFAULT_TIMEOUT is longer than jetd's default route timeout (5 s, PROTOCOL.md 10.3), so
 # that a routed request normally fails with the daemon's TIMEOUT, which names the cause.
-from .defaults import DEFAULT_PORT, DEFAULT_TIMEOUT  # noqa: E402
+from .defaults import DEFAULT_PORT  # noqa: E402
+from .defaults import DEFAULT_TIMEOUT  # noqa: E402
 
 DEFAULT_RECONNECT_MIN_DELAY = 0.05
 DEFAULT_RECONNECT_MAX_DELAY = 2.0

@@ -25,11 +25,19 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from collections.abc import Sequence
 from types import FrameType
-from typing import TYPE_CHECKING, Any, NoReturn, Optional, TextIO, TypeVar, Union
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import NoReturn
+from typing import Optional
+from typing import TextIO
+from typing import TypeVar
+from typing import Union
 
-from .defaults import DEFAULT_PORT, DEFAULT_TIMEOUT
+from .defaults import DEFAULT_PORT
+from .defaults import DEFAULT_TIMEOUT
 
 if TYPE_CHECKING:  # imported where used: `jet get` must start fast (issue 18, BENCHMARKS.md)
     import ssl
@@ -138,7 +146,8 @@ def parse_value(text: Union[str, bytes], vtype: str = "auto") -> Any:
         if vtype == "string":
             return text
         if vtype == "json":
-            from jetwire import Value, ValueType
+            from jetwire import Value
+            from jetwire import ValueType
 
             try:
                 json.loads(text)
@@ -769,7 +778,9 @@ def _one_request(
 ) -> int:
     """get, set and call through :mod:`peer.tiny`: one request needs neither asyncio nor a
     thread, and the command starts in a third of the time (BENCHMARKS.md, jet start-up)."""
-    from .tiny import Raw, TinyPeer, from_value
+    from .tiny import Raw
+    from .tiny import TinyPeer
+    from .tiny import from_value
 
     if _is_typed(value):
         value = Raw(value.vtype, value.data)  # --type json
@@ -911,7 +922,8 @@ def conform(value: Any, vtype: str, key: str) -> Any:
     Raises:
         Rejected: VALUE is of another type (the owner's answer to the set).
     """
-    from jetwire import Value, ValueType
+    from jetwire import Value
+    from jetwire import ValueType
 
     from .errors import Rejected
 
@@ -1035,9 +1047,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def _fail_for(exc: Exception, key: Optional[str]) -> NoReturn:
     """The message and exit code of an error from either peer (the full one or tiny)."""
-    from jetwire import JetError, LocalProtocolError, Status
+    from jetwire import JetError
+    from jetwire import LocalProtocolError
+    from jetwire import Status
 
-    from .errors import ConnectionClosed, NotJetDaemon, PeerError
+    from .errors import ConnectionClosed
+    from .errors import NotJetDaemon
+    from .errors import PeerError
     from .tiny import NotJetDaemon as TinyNotJetDaemon
     from .tiny import TinyError
 

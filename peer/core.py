@@ -32,35 +32,42 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Generic, Optional, TypeVar
+from typing import Any
+from typing import Generic
+from typing import Optional
+from typing import TypeVar
 
-from jetwire import (
-    FEATURE_LIMITS,
-    HEADER_SIZE,
-    PROTOCOL_MAJOR,
-    FetchAdd,
-    FetchChange,
-    FetchMethod,
-    FetchNode,
-    FetchRemove,
-    FetchUnmatch,
-    FetchWindow,
-    FrameType,
-    Info,
-    LocalProtocolError,
-    Message,
-    QueryEntry,
-    RemoteProtocolError,
-    Response,
-    Status,
-    Value,
-    ValueType,
-    encode,
-)
-from jetwire.codes import Action, EntryKind
+from jetwire import FEATURE_LIMITS
+from jetwire import HEADER_SIZE
+from jetwire import PROTOCOL_MAJOR
+from jetwire import FetchAdd
+from jetwire import FetchChange
+from jetwire import FetchMethod
+from jetwire import FetchNode
+from jetwire import FetchRemove
+from jetwire import FetchUnmatch
+from jetwire import FetchWindow
+from jetwire import FrameType
+from jetwire import Info
+from jetwire import LocalProtocolError
+from jetwire import Message
+from jetwire import QueryEntry
+from jetwire import RemoteProtocolError
+from jetwire import Response
+from jetwire import Status
+from jetwire import Value
+from jetwire import ValueType
+from jetwire import encode
+from jetwire.codes import Action
+from jetwire.codes import EntryKind
 from jetwire.values import PythonValue
 
-from .errors import Internal, Malformed, PeerError, Timeout, TooLarge, error_for_status
+from .errors import Internal
+from .errors import Malformed
+from .errors import PeerError
+from .errors import Timeout
+from .errors import TooLarge
+from .errors import error_for_status
 
 __all__ = [
     "MAX_ERROR_MESSAGE",

@@ -12,9 +12,11 @@ answers the routed request with status REJECTED and that message (PROTOCOL.md 10
 
 from __future__ import annotations
 
-from typing import ClassVar, Optional
+from typing import ClassVar
+from typing import Optional
 
-from jetwire import JetError, Status
+from jetwire import JetError
+from jetwire import Status
 
 __all__ = [
     "AlreadyExists",

@@ -13,26 +13,28 @@ wrapped so that ``~`` negates it and ``.ignore_case()`` folds case.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Optional, TypedDict, Union
+from typing import Any
+from typing import Optional
+from typing import TypedDict
+from typing import Union
 
-from jetwire import (
-    MATCH_IGNORE_CASE,
-    MATCH_NOT,
-    QUERY_METHODS,
-    QUERY_NODES,
-    SORT_DESCENDING,
-    FilterOp,
-    LocalProtocolError,
-    PathMatcher,
-    PathOp,
-    Query,
-    SortBy,
-    TypeCode,
-    Value,
-    ValueFilter,
-)
+from jetwire import MATCH_IGNORE_CASE
+from jetwire import MATCH_NOT
+from jetwire import QUERY_METHODS
+from jetwire import QUERY_NODES
+from jetwire import SORT_DESCENDING
+from jetwire import FilterOp
+from jetwire import LocalProtocolError
+from jetwire import PathMatcher
+from jetwire import PathOp
+from jetwire import Query
+from jetwire import SortBy
+from jetwire import TypeCode
+from jetwire import Value
+from jetwire import ValueFilter
 
 __all__ = ["Field", "Matcher", "QueryOptions", "build_query", "field", "key", "value"]
 

@@ -29,27 +29,33 @@ import concurrent.futures
 import contextlib
 import queue
 import threading
-from collections.abc import Awaitable, Callable, Iterator
-from typing import TYPE_CHECKING, Any, Optional, TypeVar, Union
+from collections.abc import Awaitable
+from collections.abc import Callable
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import Optional
+from typing import TypeVar
+from typing import Union
 
-from jetwire import Info, LocalProtocolError, Value
+from jetwire import Info
+from jetwire import LocalProtocolError
+from jetwire import Value
 from jetwire.values import PythonValue
 
-from .aio import (
-    DEFAULT_PORT,
-    DEFAULT_TIMEOUT,
-    ConnectOptions,
-    Fetch,
-    FetchEvent,
-    Method,
-    MethodHandler,
-    OnEvent,
-    OnSet,
-    PeerAsync,
-    QueryResult,
-    State,
-    WindowRow,
-)
+from .aio import DEFAULT_PORT
+from .aio import DEFAULT_TIMEOUT
+from .aio import ConnectOptions
+from .aio import Fetch
+from .aio import FetchEvent
+from .aio import Method
+from .aio import MethodHandler
+from .aio import OnEvent
+from .aio import OnSet
+from .aio import PeerAsync
+from .aio import QueryResult
+from .aio import State
+from .aio import WindowRow
 from .errors import ConnectionClosed
 from .query import QueryOptions
 

@@ -32,7 +32,9 @@ import socket
 import struct
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple, Optional
+from typing import Any
+from typing import NamedTuple
+from typing import Optional
 
 try:  # not every platform that runs this file has it (PROTOCOL.md 15.6: TLS is optional)
     import ssl as _ssl

@@ -12,8 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from jetwire import decode_frame, encode
-from jetwire.log import LogHeader, LogRecord, encode_header, encode_record, iter_log
+from jetwire import decode_frame
+from jetwire import encode
+from jetwire.log import LogHeader
+from jetwire.log import LogRecord
+from jetwire.log import encode_header
+from jetwire.log import encode_record
+from jetwire.log import iter_log
 
 SPEC = Path(__file__).resolve().parent.parent / "spec"
 # A code span of at least five two-digit hex bytes separated by single spaces.

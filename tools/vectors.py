@@ -26,39 +26,41 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from jetwire import (
-    FETCH_EVENT_CLASSES,
-    REQUEST_CLASSES,
-    Authenticate,
-    Close,
-    EventCode,
-    FetchEvent,
-    FetchMethod,
-    FetchNode,
-    FetchQuery,
-    FetchStates,
-    FetchWindow,
-    FrameType,
-    Function,
-    Info,
-    KeyRequest,
-    KeyValueRequest,
-    Message,
-    PathMatcher,
-    Query,
-    QueryEntry,
-    QueryOnce,
-    RemoteProtocolError,
-    Request,
-    Response,
-    Status,
-    Unfetch,
-    Value,
-    ValueFilter,
-    ValueType,
-    WindowEntry,
-)
-from jetwire.codes import Action, EntryKind, FilterOp, PathOp, SortBy
+from jetwire import FETCH_EVENT_CLASSES
+from jetwire import REQUEST_CLASSES
+from jetwire import Authenticate
+from jetwire import Close
+from jetwire import EventCode
+from jetwire import FetchEvent
+from jetwire import FetchMethod
+from jetwire import FetchNode
+from jetwire import FetchQuery
+from jetwire import FetchStates
+from jetwire import FetchWindow
+from jetwire import FrameType
+from jetwire import Function
+from jetwire import Info
+from jetwire import KeyRequest
+from jetwire import KeyValueRequest
+from jetwire import Message
+from jetwire import PathMatcher
+from jetwire import Query
+from jetwire import QueryEntry
+from jetwire import QueryOnce
+from jetwire import RemoteProtocolError
+from jetwire import Request
+from jetwire import Response
+from jetwire import Status
+from jetwire import Unfetch
+from jetwire import Value
+from jetwire import ValueFilter
+from jetwire import ValueType
+from jetwire import WindowEntry
+from jetwire.codes import Action
+from jetwire.codes import EntryKind
+from jetwire.codes import FilterOp
+from jetwire.codes import PathOp
+from jetwire.codes import SortBy
 
 VECTORS_DIR = Path(__file__).resolve().parent.parent / "spec" / "vectors"
 FORMAT = "jet-vectors/1"
@@ -654,7 +656,11 @@ def json_to_container(obj: JsonObj) -> JsonObj:
 
 def log_item_to_json(item: Any) -> JsonObj:
     """The JSON form of one item a :class:`jetwire.log.LogReader` yields (jetlog.json)."""
-    from jetwire.log import Corruption, LogHeader, LogRecord, Truncation, parse_record_data
+    from jetwire.log import Corruption
+    from jetwire.log import LogHeader
+    from jetwire.log import LogRecord
+    from jetwire.log import Truncation
+    from jetwire.log import parse_record_data
 
     if isinstance(item, LogHeader):
         return {

@@ -21,11 +21,14 @@ import json
 import signal
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from peer import PeerAsync, Rejected, State
+from peer import PeerAsync
+from peer import Rejected
+from peer import State
 
 HERE = Path(__file__).resolve().parent
 LIBRARY = HERE.parent.parent / "js" / "jet.js"

@@ -10,8 +10,11 @@ import math
 
 import pytest
 
-from tools.bench.daemon import main, render_table, run_benchmark
-from tools.bench.daemon_workloads import WORKLOADS, Sizes
+from tools.bench.daemon import main
+from tools.bench.daemon import render_table
+from tools.bench.daemon import run_benchmark
+from tools.bench.daemon_workloads import WORKLOADS
+from tools.bench.daemon_workloads import Sizes
 
 EXPECTED_METRICS = {
     "W1 routed set": {"sequential round trip p50", "sequential round trip p99", "daemon CPU per routed set",
@@ -51,7 +54,10 @@ def test_cli_rejects_unknown_workloads(capsys: pytest.CaptureFixture[str]) -> No
 
 
 def test_core_benchmark_rows_run_and_check_their_work() -> None:
-    from tools.bench.daemon_core import ROWS, fan_out, measure, routed_set
+    from tools.bench.daemon_core import ROWS
+    from tools.bench.daemon_core import fan_out
+    from tools.bench.daemon_core import measure
+    from tools.bench.daemon_core import routed_set
 
     results = measure(runs=1, repeat=2)
     assert set(results) == set(ROWS)

@@ -8,7 +8,8 @@ import shutil
 
 import pytest
 
-from tools.bench import brokers, latency
+from tools.bench import brokers
+from tools.bench import latency
 
 
 @pytest.mark.timeout(120)

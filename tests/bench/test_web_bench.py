@@ -9,7 +9,8 @@ from dataclasses import replace
 import pytest
 
 from tools.bench.daemon_workloads import Sizes
-from tools.bench.web import report, run
+from tools.bench.web import report
+from tools.bench.web import run
 
 
 @pytest.mark.timeout(120)

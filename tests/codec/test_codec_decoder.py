@@ -5,20 +5,19 @@ from __future__ import annotations
 import struct
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
-from jetwire import (
-    Decoder,
-    GetState,
-    LocalProtocolError,
-    RemoteProtocolError,
-    SetState,
-    Status,
-    Value,
-    encode,
-    frame_size,
-)
+from jetwire import Decoder
+from jetwire import GetState
+from jetwire import LocalProtocolError
+from jetwire import RemoteProtocolError
+from jetwire import SetState
+from jetwire import Status
+from jetwire import Value
+from jetwire import encode
+from jetwire import frame_size
 from jetwire.schema import dissect
 from tools.vectors import load
 
@@ -245,7 +244,9 @@ def test_receive_data_refuses_non_bytes(data: object) -> None:
 
 def test_authenticate_repr_masks_the_password() -> None:
     """PROTOCOL.md 6.12: a message's repr (what logs print) never shows the password."""
-    from jetwire import Authenticate, decode_frame, encode
+    from jetwire import Authenticate
+    from jetwire import decode_frame
+    from jetwire import encode
 
     message = decode_frame(encode(Authenticate(3, "alice", "s3cr3t")))
     assert message == Authenticate(3, "alice", "s3cr3t")
@@ -253,7 +254,9 @@ def test_authenticate_repr_masks_the_password() -> None:
 
 
 def test_authenticate_refuses_an_empty_user() -> None:
-    from jetwire import Authenticate, LocalProtocolError, encode
+    from jetwire import Authenticate
+    from jetwire import LocalProtocolError
+    from jetwire import encode
 
     with pytest.raises(LocalProtocolError, match="user"):
         encode(Authenticate(3, "", "pw"))

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hypothesis import given, settings
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
-from tools.fuzz.fuzz_decoder import TestOneInput, make_corpus, replay
+from tools.fuzz.fuzz_decoder import TestOneInput
+from tools.fuzz.fuzz_decoder import make_corpus
+from tools.fuzz.fuzz_decoder import replay
 
 
 def test_seed_corpus_replays_clean(tmp_path: Path) -> None:

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from jetwire import Info, RemoteProtocolError, decode_frame, encode
+from jetwire import Info
+from jetwire import RemoteProtocolError
+from jetwire import decode_frame
+from jetwire import encode
 from jetwire.schema import parse_frame
 
 

@@ -7,27 +7,28 @@ from typing import Any
 
 import pytest
 
-from jetwire import LocalProtocolError, RemoteProtocolError, Status
-from jetwire.log import (
-    Corruption,
-    LogHeader,
-    LogHeaderIncomplete,
-    LogKind,
-    LogReader,
-    LogRecord,
-    Truncation,
-    conn_close_data,
-    conn_name_data,
-    conn_open_data,
-    conn_snapshot_data,
-    decode_header,
-    encode_header,
-    encode_record,
-    iter_log,
-    parse_record_data,
-    route_data,
-)
-from tools.vectors import load, log_item_to_json
+from jetwire import LocalProtocolError
+from jetwire import RemoteProtocolError
+from jetwire import Status
+from jetwire.log import Corruption
+from jetwire.log import LogHeader
+from jetwire.log import LogHeaderIncomplete
+from jetwire.log import LogKind
+from jetwire.log import LogReader
+from jetwire.log import LogRecord
+from jetwire.log import Truncation
+from jetwire.log import conn_close_data
+from jetwire.log import conn_name_data
+from jetwire.log import conn_open_data
+from jetwire.log import conn_snapshot_data
+from jetwire.log import decode_header
+from jetwire.log import encode_header
+from jetwire.log import encode_record
+from jetwire.log import iter_log
+from jetwire.log import parse_record_data
+from jetwire.log import route_data
+from tools.vectors import load
+from tools.vectors import log_item_to_json
 
 LOG = load("jetlog.json")
 

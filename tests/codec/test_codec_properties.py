@@ -11,49 +11,55 @@
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Iterator
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
-from jetwire import (
-    EVENT_FUNCTIONS,
-    FETCH_EVENT_CLASSES,
-    REQUEST_CLASSES,
-    Action,
-    Authenticate,
-    Close,
-    Decoder,
-    EntryKind,
-    FetchMethod,
-    FetchNode,
-    FetchQuery,
-    FetchStates,
-    FetchWindow,
-    FilterOp,
-    Info,
-    KeyRequest,
-    KeyValueRequest,
-    Message,
-    PathMatcher,
-    PathOp,
-    Query,
-    QueryEntry,
-    QueryOnce,
-    RemoteProtocolError,
-    Response,
-    SortBy,
-    Status,
-    Unfetch,
-    Value,
-    ValueFilter,
-    ValueType,
-    WindowEntry,
-    decode_frame,
-    encode,
-)
-from jetwire.schema import build_frame, parse_frame
-from tools.vectors import container_to_json, json_to_container, load, message_to_json
+from jetwire import EVENT_FUNCTIONS
+from jetwire import FETCH_EVENT_CLASSES
+from jetwire import REQUEST_CLASSES
+from jetwire import Action
+from jetwire import Authenticate
+from jetwire import Close
+from jetwire import Decoder
+from jetwire import EntryKind
+from jetwire import FetchMethod
+from jetwire import FetchNode
+from jetwire import FetchQuery
+from jetwire import FetchStates
+from jetwire import FetchWindow
+from jetwire import FilterOp
+from jetwire import Info
+from jetwire import KeyRequest
+from jetwire import KeyValueRequest
+from jetwire import Message
+from jetwire import PathMatcher
+from jetwire import PathOp
+from jetwire import Query
+from jetwire import QueryEntry
+from jetwire import QueryOnce
+from jetwire import RemoteProtocolError
+from jetwire import Response
+from jetwire import SortBy
+from jetwire import Status
+from jetwire import Unfetch
+from jetwire import Value
+from jetwire import ValueFilter
+from jetwire import ValueType
+from jetwire import WindowEntry
+from jetwire import decode_frame
+from jetwire import encode
+from jetwire.schema import build_frame
+from jetwire.schema import parse_frame
+from tools.vectors import container_to_json
+from tools.vectors import json_to_container
+from tools.vectors import load
+from tools.vectors import message_to_json
 
 BOUNDED = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -7,24 +7,22 @@ import struct
 
 import pytest
 
-from jetwire import (
-    AddMethod,
-    Close,
-    FetchStates,
-    GetState,
-    Info,
-    LocalProtocolError,
-    RemoteProtocolError,
-    Response,
-    SetState,
-    Status,
-    Unfetch,
-    Value,
-    ValueType,
-    encode,
-    from_python,
-    to_python,
-)
+from jetwire import AddMethod
+from jetwire import Close
+from jetwire import FetchStates
+from jetwire import GetState
+from jetwire import Info
+from jetwire import LocalProtocolError
+from jetwire import RemoteProtocolError
+from jetwire import Response
+from jetwire import SetState
+from jetwire import Status
+from jetwire import Unfetch
+from jetwire import Value
+from jetwire import ValueType
+from jetwire import encode
+from jetwire import from_python
+from jetwire import to_python
 
 
 @pytest.mark.parametrize(

@@ -7,22 +7,27 @@ through ``decode_frame``, and through the construct schema, both directions.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
+from collections.abc import Iterable
 from typing import Any
 
 import pytest
 
-from jetwire import Decoder, Message, RemoteProtocolError, decode_body, decode_frame, encode
-from jetwire.schema import build_frame, parse_frame
-from tools.vectors import (
-    container_to_json,
-    error_to_json,
-    generate,
-    json_to_container,
-    load,
-    message_from_json,
-    message_to_json,
-)
+from jetwire import Decoder
+from jetwire import Message
+from jetwire import RemoteProtocolError
+from jetwire import decode_body
+from jetwire import decode_frame
+from jetwire import encode
+from jetwire.schema import build_frame
+from jetwire.schema import parse_frame
+from tools.vectors import container_to_json
+from tools.vectors import error_to_json
+from tools.vectors import generate
+from tools.vectors import json_to_container
+from tools.vectors import load
+from tools.vectors import message_from_json
+from tools.vectors import message_to_json
 
 VALID = load("frames-valid.json")
 INVALID = load("frames-invalid.json")
@@ -206,7 +211,10 @@ def test_vector_coverage() -> None:
     and the invalid ones cover every status the decoder can produce."""
     messages = [v["message"] for v in VALID["vectors"]]
     assert {m["type"] for m in messages} == {"REQUEST", "RESPONSE", "EVENT", "INFO"}
-    from jetwire import EventCode, Function, Status, ValueType
+    from jetwire import EventCode
+    from jetwire import Function
+    from jetwire import Status
+    from jetwire import ValueType
 
     assert {m["function"] for m in messages if m["type"] == "REQUEST"} == {f.name for f in Function}
     assert {m["code"] for m in messages if m["type"] == "EVENT"} == {c.name for c in EventCode}

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tools.vectors import float_hex, float_text
+from tools.vectors import float_hex
+from tools.vectors import float_text
 
 
 @given(st.floats(allow_nan=False, allow_infinity=False))

@@ -8,20 +8,19 @@ import json
 import sys
 
 from jetd.config import Config
-from jetd.core import Connection, Daemon
-from jetwire import (
-    AddMethod,
-    AddState,
-    Decoder,
-    FetchQuery,
-    FetchStates,
-    PathMatcher,
-    PathOp,
-    Query,
-    SortBy,
-    Value,
-    encode,
-)
+from jetd.core import Connection
+from jetd.core import Daemon
+from jetwire import AddMethod
+from jetwire import AddState
+from jetwire import Decoder
+from jetwire import FetchQuery
+from jetwire import FetchStates
+from jetwire import PathMatcher
+from jetwire import PathOp
+from jetwire import Query
+from jetwire import SortBy
+from jetwire import Value
+from jetwire import encode
 from jetwire.errors import JetError
 
 

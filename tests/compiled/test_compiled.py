@@ -23,36 +23,35 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
-from jetwire import (
-    AddMethod,
-    AddState,
-    Authenticate,
-    CallMethod,
-    Close,
-    FetchChange,
-    FetchQuery,
-    FetchStates,
-    FilterOp,
-    GetState,
-    Info,
-    NotifyState,
-    PathMatcher,
-    PathOp,
-    Query,
-    QueryOnce,
-    RemoveState,
-    Response,
-    SetState,
-    SortBy,
-    Status,
-    Unfetch,
-    Value,
-    ValueFilter,
-    encode,
-)
+from jetwire import AddMethod
+from jetwire import AddState
+from jetwire import Authenticate
+from jetwire import CallMethod
+from jetwire import Close
+from jetwire import FetchChange
+from jetwire import FetchQuery
+from jetwire import FetchStates
+from jetwire import FilterOp
+from jetwire import GetState
+from jetwire import Info
+from jetwire import NotifyState
+from jetwire import PathMatcher
+from jetwire import PathOp
+from jetwire import Query
+from jetwire import QueryOnce
+from jetwire import RemoveState
+from jetwire import Response
+from jetwire import SetState
+from jetwire import SortBy
+from jetwire import Status
+from jetwire import Unfetch
+from jetwire import Value
+from jetwire import ValueFilter
+from jetwire import encode
 
 REPO = Path(__file__).resolve().parents[2]
 # pytest-timeout guards against hangs; here the first test that uses ``site`` also pays
@@ -270,7 +269,8 @@ def _random_capture(path: Path, seed: int) -> None:
     and batched, segments lost, repeated and out of order, garbage, a non-default port."""
     import random
 
-    from tools.jetdump.synth import CaptureWriter, TcpSession
+    from tools.jetdump.synth import CaptureWriter
+    from tools.jetdump.synth import TcpSession
 
     rnd = random.Random(seed)
     frames = [encode(m) for m in (

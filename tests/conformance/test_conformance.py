@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from tools.conformance.cases import default_case_dir, load_cases
+from tools.conformance.cases import default_case_dir
+from tools.conformance.cases import load_cases
 from tools.conformance.vectors import generate
 
 REPO = Path(__file__).resolve().parents[2]

@@ -11,26 +11,28 @@ from __future__ import annotations
 import random
 import struct
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
+from typing import Optional
 
 from jetd.config import Config
 from jetd.core import Daemon
-from jetwire import (
-    AddMethod,
-    AddState,
-    CallMethod,
-    Close,
-    Info,
-    Message,
-    NotifyState,
-    RemoveState,
-    Response,
-    SetState,
-    Status,
-    Value,
-    encode,
-)
-from jetwire.log import LogHeader, LogKind, encode_header, encode_record
+from jetwire import AddMethod
+from jetwire import AddState
+from jetwire import CallMethod
+from jetwire import Close
+from jetwire import Info
+from jetwire import Message
+from jetwire import NotifyState
+from jetwire import RemoveState
+from jetwire import Response
+from jetwire import SetState
+from jetwire import Status
+from jetwire import Value
+from jetwire import encode
+from jetwire.log import LogHeader
+from jetwire.log import LogKind
+from jetwire.log import encode_header
+from jetwire.log import encode_record
 
 RUN = 1_767_225_600_000_000_000
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import DataFrame
+from pyspark.sql import Window
 from pyspark.sql import functions as F
 
 __all__ = ["connections", "request_exchanges", "requests", "state_changes", "with_seq"]

@@ -147,7 +147,8 @@ def _rows(warehouse: Path, table: str) -> list[tuple[Any, ...]]:
 
 
 def test_on_a_cluster_tables_match_local_and_invisible_paths_fail_loudly(cluster: Cluster, tmp_path: Path) -> None:
-    from jetd_logs import RUN, JetdLog
+    from jetd_logs import RUN
+    from jetd_logs import JetdLog
 
     from tools.ingest.cli import ingest_once
     from tools.ingest.warehouse import Warehouse
@@ -315,7 +316,10 @@ class _Traffic:
     def __init__(self, host: str, port: int) -> None:
         import threading
 
-        from jetwire import AddState, Info, Value, encode
+        from jetwire import AddState
+        from jetwire import Info
+        from jetwire import Value
+        from jetwire import encode
 
         self.sock = socket.create_connection((host, port), timeout=30)
         self.sock.sendall(encode(Info(name="owner")) + b"".join(
@@ -327,7 +331,9 @@ class _Traffic:
             t.start()
 
     def _send(self) -> None:
-        from jetwire import NotifyState, Value, encode
+        from jetwire import NotifyState
+        from jetwire import Value
+        from jetwire import encode
 
         n = 0
         while not self.stopped.is_set():
@@ -360,7 +366,8 @@ def test_on_a_cluster_follow_killed_at_random_moments_ingests_each_record_once(c
     strict whole-file read of the segments finds, once each."""
     import random
 
-    from jetwire.log import LogRecord, iter_log
+    from jetwire.log import LogRecord
+    from jetwire.log import iter_log
     from tools.ingest.warehouse import Warehouse
 
     seed = random.randrange(1 << 30)
@@ -456,8 +463,11 @@ def test_on_a_cluster_crashes_at_each_commit_point_lose_and_duplicate_nothing(cl
 
     from tools.ingest.cli import ingest_once
     from tools.ingest.parse import read_segment
-    from tools.ingest.synth import BASE_NS, write_synthetic_log
-    from tools.ingest.warehouse import CRASH_ENV, TABLES, Warehouse
+    from tools.ingest.synth import BASE_NS
+    from tools.ingest.synth import write_synthetic_log
+    from tools.ingest.warehouse import CRASH_ENV
+    from tools.ingest.warehouse import TABLES
+    from tools.ingest.warehouse import Warehouse
 
     base, logs = tmp_path / "base", tmp_path / "logs"
     logs.mkdir()

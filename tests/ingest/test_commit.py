@@ -23,10 +23,17 @@ from deltalake import DeltaTable
 from rich.console import Console
 
 from tools.ingest.cli import ingest_once
-from tools.ingest.pipeline import IngestError, check_reports, compact
+from tools.ingest.pipeline import IngestError
+from tools.ingest.pipeline import check_reports
+from tools.ingest.pipeline import compact
 from tools.ingest.session import REPO_ROOT
-from tools.ingest.synth import BASE_NS, write_synthetic_log
-from tools.ingest.warehouse import COMMIT_ORDER, CRASH_ENV, TABLES, Warehouse, WarehouseError
+from tools.ingest.synth import BASE_NS
+from tools.ingest.synth import write_synthetic_log
+from tools.ingest.warehouse import COMMIT_ORDER
+from tools.ingest.warehouse import CRASH_ENV
+from tools.ingest.warehouse import TABLES
+from tools.ingest.warehouse import Warehouse
+from tools.ingest.warehouse import WarehouseError
 
 QUIET = Console(file=open(os.devnull, "w"))  # noqa: SIM115 (lives as long as the module)
 
@@ -415,8 +422,12 @@ def test_the_run_and_its_report_say_each_tables_version_and_what_it_added(tmp_pa
     and the rows and files this run's commits added, checked against the Delta log."""
     import pandas as pd
 
-    from tools.ingest.cli import _table_versions, _versions_line, table_changes
-    from tools.ingest.report import Summary, print_summary, write_report
+    from tools.ingest.cli import _table_versions
+    from tools.ingest.cli import _versions_line
+    from tools.ingest.cli import table_changes
+    from tools.ingest.report import Summary
+    from tools.ingest.report import print_summary
+    from tools.ingest.report import write_report
 
     logs, wh = tmp_path / "logs", tmp_path / "wh"
     _segments(logs, 0, 1)

@@ -20,7 +20,8 @@ from deltalake import DeltaTable
 from rich.console import Console
 
 from tools.ingest.cli import ingest_once
-from tools.ingest.synth import BASE_NS, write_synthetic_log
+from tools.ingest.synth import BASE_NS
+from tools.ingest.synth import write_synthetic_log
 from tools.ingest.warehouse import TABLES
 
 QUIET = Console(file=open(os.devnull, "w"))  # noqa: SIM115 (lives as long as the module)

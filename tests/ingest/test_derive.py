@@ -5,41 +5,41 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
+from typing import Optional
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 from jetd_logs import JetdLog
 
-from jetwire import (
-    AddState,
-    CallMethod,
-    Info,
-    Message,
-    NotifyState,
-    Response,
-    SetState,
-    Status,
-    Value,
-    encode,
-)
+from jetwire import AddState
+from jetwire import CallMethod
+from jetwire import Info
+from jetwire import Message
+from jetwire import NotifyState
+from jetwire import Response
+from jetwire import SetState
+from jetwire import Status
+from jetwire import Value
+from jetwire import encode
 from jetwire.codes import Function
-from jetwire.log import (
-    LogHeader,
-    LogKind,
-    conn_close_data,
-    conn_name_data,
-    conn_open_data,
-    encode_header,
-    encode_record,
-    route_data,
-)
+from jetwire.log import LogHeader
+from jetwire.log import LogKind
+from jetwire.log import conn_close_data
+from jetwire.log import conn_name_data
+from jetwire.log import conn_open_data
+from jetwire.log import encode_header
+from jetwire.log import encode_record
+from jetwire.log import route_data
 from tools.ingest import derive
-from tools.ingest.parse import ARROW_SCHEMA, read_segment
+from tools.ingest.parse import ARROW_SCHEMA
+from tools.ingest.parse import read_segment
 from tools.ingest.synth import write_synthetic_log
 
 RUN = 1_767_225_600_000_000_000
@@ -357,9 +357,12 @@ def test_follow_does_not_end_a_run_before_reading_its_tail(tmp_path: Path) -> No
     is not in this batch: the old run must stay live until it is read."""
     from deltalake import DeltaTable
 
-    from tools.ingest.cli import _plan, commit_micro_batch
-    from tools.ingest.pipeline import FRAMES_SCHEMA, follow_task
-    from tools.ingest.warehouse import Warehouse, new_run_id
+    from tools.ingest.cli import _plan
+    from tools.ingest.cli import commit_micro_batch
+    from tools.ingest.pipeline import FRAMES_SCHEMA
+    from tools.ingest.pipeline import follow_task
+    from tools.ingest.warehouse import Warehouse
+    from tools.ingest.warehouse import new_run_id
 
     logdir, wh = tmp_path / "logs", tmp_path / "wh"
     logdir.mkdir()

@@ -15,18 +15,22 @@ from typing import Any
 
 from deltalake import DeltaTable
 
-from jetwire import AddState, Info, NotifyState, Response, SetState, Value, encode
+from jetwire import AddState
+from jetwire import Info
+from jetwire import NotifyState
+from jetwire import Response
+from jetwire import SetState
+from jetwire import Value
+from jetwire import encode
 from jetwire.codes import Function
-from jetwire.log import (
-    LogHeader,
-    LogKind,
-    conn_name_data,
-    conn_open_data,
-    conn_snapshot_data,
-    encode_header,
-    encode_record,
-    route_data,
-)
+from jetwire.log import LogHeader
+from jetwire.log import LogKind
+from jetwire.log import conn_name_data
+from jetwire.log import conn_open_data
+from jetwire.log import conn_snapshot_data
+from jetwire.log import encode_header
+from jetwire.log import encode_record
+from jetwire.log import route_data
 
 RUN = 1_767_225_600_000_000_000
 SEQ_SEGMENT = 1 << 40
@@ -108,8 +112,11 @@ def test_partial_history_is_said_in_the_table_and_first_in_the_report(tmp_path: 
     from rich.console import Console
 
     from tools.ingest.cli import ingest_once
-    from tools.ingest.report import Summary, print_summary, write_report
-    from tools.ingest.warehouse import Warehouse, history_notes
+    from tools.ingest.report import Summary
+    from tools.ingest.report import print_summary
+    from tools.ingest.report import write_report
+    from tools.ingest.warehouse import Warehouse
+    from tools.ingest.warehouse import history_notes
 
     _write_run(tmp_path / "full", tmp_path / "later")
     ingest_once(None, str(tmp_path / "later"), tmp_path / "wh-later")

@@ -14,46 +14,47 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
-from jetwire import (
-    AddMethod,
-    AddState,
-    CallMethod,
-    Close,
-    FetchAdd,
-    FetchRemove,
-    FetchStates,
-    GetState,
-    Info,
-    NotifyState,
-    RemoveState,
-    Response,
-    SetState,
-    Status,
-    Unfetch,
-    Value,
-    ValueType,
-    decode_frame,
-    encode,
-)
-from jetwire.log import (
-    Corruption,
-    LogHeader,
-    LogKind,
-    LogRecord,
-    Truncation,
-    conn_close_data,
-    conn_name_data,
-    conn_open_data,
-    conn_snapshot_data,
-    encode_header,
-    encode_record,
-    iter_log,
-    route_data,
-)
-from tools.ingest.parse import ARROW_SCHEMA, JetlogError, SegmentHeader, read_segment
+from jetwire import AddMethod
+from jetwire import AddState
+from jetwire import CallMethod
+from jetwire import Close
+from jetwire import FetchAdd
+from jetwire import FetchRemove
+from jetwire import FetchStates
+from jetwire import GetState
+from jetwire import Info
+from jetwire import NotifyState
+from jetwire import RemoveState
+from jetwire import Response
+from jetwire import SetState
+from jetwire import Status
+from jetwire import Unfetch
+from jetwire import Value
+from jetwire import ValueType
+from jetwire import decode_frame
+from jetwire import encode
+from jetwire.log import Corruption
+from jetwire.log import LogHeader
+from jetwire.log import LogKind
+from jetwire.log import LogRecord
+from jetwire.log import Truncation
+from jetwire.log import conn_close_data
+from jetwire.log import conn_name_data
+from jetwire.log import conn_open_data
+from jetwire.log import conn_snapshot_data
+from jetwire.log import encode_header
+from jetwire.log import encode_record
+from jetwire.log import iter_log
+from jetwire.log import route_data
+from tools.ingest.parse import ARROW_SCHEMA
+from tools.ingest.parse import JetlogError
+from tools.ingest.parse import SegmentHeader
+from tools.ingest.parse import read_segment
 
 T0 = 1_767_225_600_000_000_000
 
@@ -298,7 +299,10 @@ def test_malformed_frames_stay_rows(tmp_path: Path) -> None:
 def test_protocol_1_1_requests_are_known_functions(tmp_path: Path) -> None:
     # Issue 15: a 1.1 log (queries, authentication) must not turn its requests into
     # "unknown function" rows; they carry their function's name.
-    from jetwire import Authenticate, FetchQuery, Query, QueryOnce
+    from jetwire import Authenticate
+    from jetwire import FetchQuery
+    from jetwire import Query
+    from jetwire import QueryOnce
 
     frames = [encode(FetchQuery(1, Query())), encode(QueryOnce(2, Query())), encode(Authenticate(3, "u", "********"))]
     path = tmp_path / "a.jetlog"
@@ -314,17 +318,15 @@ def test_protocol_1_1_payloads_fill_the_columns(tmp_path: Path) -> None:
     the action in ``text``; QUERY_ENTRY with its request id, key, value and the entry
     kind in ``text``; FETCH_WINDOW with its fetch_id; AUTHENTICATE with the user in
     ``text`` and never the password."""
-    from jetwire import (
-        Action,
-        Authenticate,
-        EntryKind,
-        FetchMethod,
-        FetchNode,
-        FetchUnmatch,
-        FetchWindow,
-        QueryEntry,
-        WindowEntry,
-    )
+    from jetwire import Action
+    from jetwire import Authenticate
+    from jetwire import EntryKind
+    from jetwire import FetchMethod
+    from jetwire import FetchNode
+    from jetwire import FetchUnmatch
+    from jetwire import FetchWindow
+    from jetwire import QueryEntry
+    from jetwire import WindowEntry
 
     frames = [
         (LogKind.FRAME_OUT, encode(FetchUnmatch(5, "plant/t", Value.of(3)))),
@@ -484,7 +486,8 @@ def test_resume_offset_is_where_a_chunked_read_ends(tmp_path: Path) -> None:
     must equal the end of the last row a chunked read of the same bytes yields."""
     import random
 
-    from tools.ingest.parse import read_header, resume_offset
+    from tools.ingest.parse import read_header
+    from tools.ingest.parse import resume_offset
     from tools.ingest.source import plan_ranges
     from tools.ingest.synth import write_synthetic_log
 
@@ -733,7 +736,8 @@ def test_vectorised_walk_equals_the_record_walk(flips: list[tuple[int, int]], ga
 
 
 def test_identity_comes_from_the_header_not_the_path(tmp_path: Path) -> None:
-    from tools.ingest.parse import SegmentIdentity, read_file_header
+    from tools.ingest.parse import SegmentIdentity
+    from tools.ingest.parse import read_file_header
 
     data = build_log(segment=4)
     a, b = tmp_path / "jet-x.jetlog", tmp_path / "archive" / "renamed.bin"
@@ -813,7 +817,8 @@ def test_time_range_covers_exactly_the_records_in_range(tmp_path: Path) -> None:
     yields every record whose time is in range, damage or not, and little else."""
     import random
 
-    from tools.ingest.parse import read_header, time_range
+    from tools.ingest.parse import read_header
+    from tools.ingest.parse import time_range
     from tools.ingest.synth import write_synthetic_log
 
     path = tmp_path / "a.jetlog"

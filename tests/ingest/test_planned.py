@@ -17,8 +17,11 @@ from typing import Any
 
 import pytest
 
-from jetwire.log import LogHeader, encode_header
-from tools.ingest.synth import BASE_NS, synthetic_records, write_synthetic_log
+from jetwire.log import LogHeader
+from jetwire.log import encode_header
+from tools.ingest.synth import BASE_NS
+from tools.ingest.synth import synthetic_records
+from tools.ingest.synth import write_synthetic_log
 
 
 def _rows(reader: Any, parts: Any) -> list[int]:
@@ -87,7 +90,8 @@ def test_jet_ingest_tasks_check_the_plan_and_read_gzip_segments_whole(tmp_path: 
     is read whole (its planned limit was the compressed size: the rest was dropped)."""
     from tools.ingest.cli import ingest_once
     from tools.ingest.parse import SegmentChanged
-    from tools.ingest.pipeline import TaskSpec, run_task
+    from tools.ingest.pipeline import TaskSpec
+    from tools.ingest.pipeline import run_task
     from tools.ingest.source import plan_files
     from tools.ingest.warehouse import Warehouse
 

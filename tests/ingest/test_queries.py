@@ -21,14 +21,22 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
+from typing import Optional
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck
+from hypothesis import Phase
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
-from jetwire.log import LogKind, LogRecord, iter_log, parse_record_data
-from tools.ingest.synth import BASE_NS, write_synthetic_log
+from jetwire.log import LogKind
+from jetwire.log import LogRecord
+from jetwire.log import iter_log
+from jetwire.log import parse_record_data
+from tools.ingest.synth import BASE_NS
+from tools.ingest.synth import write_synthetic_log
 
 pytestmark = pytest.mark.spark
 

@@ -11,7 +11,8 @@ from pathlib import Path
 from rich.console import Console
 
 from tools.ingest.cli import ingest_once
-from tools.ingest.synth import BASE_NS, write_synthetic_log
+from tools.ingest.synth import BASE_NS
+from tools.ingest.synth import write_synthetic_log
 
 README = Path(__file__).resolve().parents[2] / "tools" / "ingest" / "README.md"
 

@@ -21,10 +21,13 @@ CHROMIUM = "/usr/bin/chromium"
 
 
 def _report(spark: Any, tmp_path: Path) -> tuple[Any, Path, int]:
-    from jetd_logs import RUN, JetdLog
+    from jetd_logs import RUN
+    from jetd_logs import JetdLog
 
-    from tools.ingest.cli import ingest_once, load_tables
-    from tools.ingest.report import collect_summary, write_report
+    from tools.ingest.cli import ingest_once
+    from tools.ingest.cli import load_tables
+    from tools.ingest.report import collect_summary
+    from tools.ingest.report import write_report
 
     logs, wh = tmp_path / "logs", tmp_path / "wh"
     logs.mkdir()

@@ -26,8 +26,13 @@ from rich.console import Console
 from tools.ingest.cli import ingest_once
 from tools.ingest.derive import TEST_COLUMN_ENV
 from tools.ingest.session import REPO_ROOT
-from tools.ingest.synth import BASE_NS, write_synthetic_log
-from tools.ingest.warehouse import CRASH_ENV, TABLES, SchemaChangeError, Warehouse, history
+from tools.ingest.synth import BASE_NS
+from tools.ingest.synth import write_synthetic_log
+from tools.ingest.warehouse import CRASH_ENV
+from tools.ingest.warehouse import TABLES
+from tools.ingest.warehouse import SchemaChangeError
+from tools.ingest.warehouse import Warehouse
+from tools.ingest.warehouse import history
 
 QUIET = Console(file=open(os.devnull, "w"))  # noqa: SIM115 (lives as long as the module)
 NOTE = "written by a newer jet"  # what with_test_column fills a new string column with

@@ -13,7 +13,8 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from tools.ingest.session import _java, class_data_sharing
+from tools.ingest.session import _java
+from tools.ingest.session import class_data_sharing
 
 pytestmark = pytest.mark.skipif(_java() is None, reason="needs a java")
 

@@ -13,8 +13,13 @@ from typing import Any
 
 import pytest
 
-from jetwire.log import LogHeader, LogKind, conn_open_data, encode_header, encode_record
-from tools.ingest.synth import BASE_NS, write_synthetic_log
+from jetwire.log import LogHeader
+from jetwire.log import LogKind
+from jetwire.log import conn_open_data
+from jetwire.log import encode_header
+from jetwire.log import encode_record
+from tools.ingest.synth import BASE_NS
+from tools.ingest.synth import write_synthetic_log
 
 
 def _segment(path: Path, created: int, segment: int, n: int, *, version: int = 2, run_ns: int | None = None,

@@ -16,20 +16,18 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from jetwire import (
-    AddMethod,
-    AddState,
-    CallMethod,
-    Decoder,
-    Info,
-    Message,
-    NotifyState,
-    Response,
-    SetState,
-    Status,
-    Value,
-    encode,
-)
+from jetwire import AddMethod
+from jetwire import AddState
+from jetwire import CallMethod
+from jetwire import Decoder
+from jetwire import Info
+from jetwire import Message
+from jetwire import NotifyState
+from jetwire import Response
+from jetwire import SetState
+from jetwire import Status
+from jetwire import Value
+from jetwire import encode
 from tools.ingest.synth import write_synthetic_log
 
 pytestmark = pytest.mark.spark
@@ -159,8 +157,11 @@ def assert_same_as_oracle(tables: dict[str, Any]) -> None:
 def test_scenario_tables_match(spark: Any, start_jetd: Callable[..., Any], tmp_path: Path) -> None:
     from pyspark.sql import functions as F
 
-    from tools.ingest.cli import ingest_once, load_tables, read_table
-    from tools.ingest.report import collect_summary, write_report
+    from tools.ingest.cli import ingest_once
+    from tools.ingest.cli import load_tables
+    from tools.ingest.cli import read_table
+    from tools.ingest.report import collect_summary
+    from tools.ingest.report import write_report
 
     log_dir = tmp_path / "logs"
     log_dir.mkdir()
@@ -236,7 +237,8 @@ def test_scenario_tables_match(spark: Any, start_jetd: Callable[..., Any], tmp_p
 def test_ingest_in_two_runs_matches_the_oracle(spark: Any, tmp_path: Path) -> None:
     """A log ingested in two runs, the first ending mid-record and mid-request: the
     second run settles what the first carried, and no row is missing or twice."""
-    from tools.ingest.cli import ingest_once, load_tables
+    from tools.ingest.cli import ingest_once
+    from tools.ingest.cli import load_tables
 
     whole = tmp_path / "whole.jetlog"
     records = write_synthetic_log(str(whole), 3000)
@@ -263,9 +265,11 @@ def test_logs_jetd_writes_match_the_oracle(spark: Any, tmp_path: Path) -> None:
     """Two daemon runs written by the real jetd core (random peers, timeouts, late and
     missing answers, a few damaged records), ingested in two runs: the derived tables
     equal the oracle's."""
-    from jetd_logs import RUN, JetdLog
+    from jetd_logs import RUN
+    from jetd_logs import JetdLog
 
-    from tools.ingest.cli import ingest_once, load_tables
+    from tools.ingest.cli import ingest_once
+    from tools.ingest.cli import load_tables
 
     logs = tmp_path / "logs"
     logs.mkdir()
@@ -305,7 +309,11 @@ def test_source_reads_dir_glob_list_and_sql(spark: Any, tmp_path: Path) -> None:
 
 
 def test_streaming_reads_each_record_once(spark: Any, tmp_path: Path) -> None:
-    from jetwire.log import LogHeader, LogKind, conn_open_data, encode_header, encode_record
+    from jetwire.log import LogHeader
+    from jetwire.log import LogKind
+    from jetwire.log import conn_open_data
+    from jetwire.log import encode_header
+    from jetwire.log import encode_record
 
     log_dir = tmp_path / "logs"
     log_dir.mkdir()
@@ -356,7 +364,9 @@ def test_follow_ingests_a_live_log_exactly_once(spark: Any, start_jetd: Callable
 
     from rich.console import Console
 
-    from tools.ingest.cli import _parser, load_tables, run
+    from tools.ingest.cli import _parser
+    from tools.ingest.cli import load_tables
+    from tools.ingest.cli import run
 
     log_dir, warehouse = tmp_path / "logs", tmp_path / "wh"
     log_dir.mkdir()
@@ -425,8 +435,13 @@ def test_follow_skips_a_micro_batch_already_ingested(spark: Any, tmp_path: Path)
 
     from rich.console import Console
 
-    from jetwire.log import LogHeader, LogKind, conn_open_data, encode_header, encode_record
-    from tools.ingest.cli import _follow, ingest_once
+    from jetwire.log import LogHeader
+    from jetwire.log import LogKind
+    from jetwire.log import conn_open_data
+    from jetwire.log import encode_header
+    from jetwire.log import encode_record
+    from tools.ingest.cli import _follow
+    from tools.ingest.cli import ingest_once
     from tools.ingest.warehouse import Warehouse
 
     log_dir, warehouse = tmp_path / "logs", tmp_path / "wh"
@@ -564,7 +579,9 @@ def test_spark_reads_whole_versions_after_a_crash_and_travels_in_time(spark: Any
     the killed one (once) and then adds its own; every version and time stays readable."""
     import datetime
 
-    from test_commit import QUIET, _ingest_process, _segments
+    from test_commit import QUIET
+    from test_commit import _ingest_process
+    from test_commit import _segments
 
     from tools.ingest import read_table
     from tools.ingest.cli import ingest_once

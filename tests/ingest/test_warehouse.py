@@ -11,11 +11,19 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from jetwire.log import LogHeader, encode_header
-from tools.ingest.cli import _parse_since, _plan
-from tools.ingest.source import DEFAULT_CHUNK, DEFAULT_GROUP, expand_paths, plan_ranges
-from tools.ingest.synth import BASE_NS, write_synthetic_log
-from tools.ingest.warehouse import FileState, Warehouse, table_schema
+from jetwire.log import LogHeader
+from jetwire.log import encode_header
+from tools.ingest.cli import _parse_since
+from tools.ingest.cli import _plan
+from tools.ingest.source import DEFAULT_CHUNK
+from tools.ingest.source import DEFAULT_GROUP
+from tools.ingest.source import expand_paths
+from tools.ingest.source import plan_ranges
+from tools.ingest.synth import BASE_NS
+from tools.ingest.synth import write_synthetic_log
+from tools.ingest.warehouse import FileState
+from tools.ingest.warehouse import Warehouse
+from tools.ingest.warehouse import table_schema
 
 
 def _stage(root: Path, files: dict[str, int]) -> None:
@@ -199,7 +207,8 @@ def test_cli_refuses_a_warehouse_another_jet_ingest_is_writing(tmp_path: Path) -
     import sys
 
     from tools.ingest.session import REPO_ROOT
-    from tools.ingest.warehouse import WarehouseError, locked
+    from tools.ingest.warehouse import WarehouseError
+    from tools.ingest.warehouse import locked
 
     with locked(tmp_path / "wh"):
         with pytest.raises(WarehouseError, match="another jet-ingest"), locked(tmp_path / "wh"):

@@ -10,9 +10,17 @@ import threading
 import time
 from typing import Optional
 
-from jetd_testlib import RawPeer, rss_kib, v
+from jetd_testlib import RawPeer
+from jetd_testlib import rss_kib
+from jetd_testlib import v
 
-from jetwire import AddState, Close, Decoder, GetState, Message, NotifyState, Response
+from jetwire import AddState
+from jetwire import Close
+from jetwire import Decoder
+from jetwire import GetState
+from jetwire import Message
+from jetwire import NotifyState
+from jetwire import Response
 
 HEALTH_PERIOD = 0.05  # seconds between the health peer's rounds
 HEALTH_BOUND = 0.25  # the longest a round may take on a quiet 2-core machine

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from jetd.connection import Connection
 from jetd.core import Daemon
-from jetwire import Decoder, Info, Message, encode
+from jetwire import Decoder
+from jetwire import Info
+from jetwire import Message
+from jetwire import encode
 
 
 class MemoryPeers:

@@ -8,23 +8,26 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
+from typing import Optional
 
-from jetwire import (
-    AddState,
-    Close,
-    Decoder,
-    FetchStates,
-    Info,
-    Message,
-    Request,
-    Response,
-    SetState,
-    Status,
-    Value,
-    encode,
-)
-from jetwire.log import LogHeader, LogKind, LogRecord, iter_log, parse_record_data
+from jetwire import AddState
+from jetwire import Close
+from jetwire import Decoder
+from jetwire import FetchStates
+from jetwire import Info
+from jetwire import Message
+from jetwire import Request
+from jetwire import Response
+from jetwire import SetState
+from jetwire import Status
+from jetwire import Value
+from jetwire import encode
+from jetwire.log import LogHeader
+from jetwire.log import LogKind
+from jetwire.log import LogRecord
+from jetwire.log import iter_log
+from jetwire.log import parse_record_data
 
 DEFAULT_TIMEOUT = 5.0
 

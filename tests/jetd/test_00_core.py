@@ -6,43 +6,41 @@ from __future__ import annotations
 
 import struct
 
-from hypothesis import given, settings
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 from inmemory import MemoryPeers
 
 from jetd.config import Config
-from jetd.core import (
-    Connection,
-    Daemon,
-    Fetch,
-    FetchRegistry,
-    RouteTable,
-    StateRegistry,
-)
-from jetd.frames import key_value_end, value_ok
-from jetwire import (
-    AddMethod,
-    AddState,
-    CallMethod,
-    Close,
-    Decoder,
-    FetchAdd,
-    FetchChange,
-    FetchRemove,
-    FetchStates,
-    GetState,
-    Info,
-    Message,
-    NotifyState,
-    RemoteProtocolError,
-    RemoveState,
-    Response,
-    SetState,
-    Status,
-    Value,
-    decode_body,
-    encode,
-)
+from jetd.core import Connection
+from jetd.core import Daemon
+from jetd.core import Fetch
+from jetd.core import FetchRegistry
+from jetd.core import RouteTable
+from jetd.core import StateRegistry
+from jetd.frames import key_value_end
+from jetd.frames import value_ok
+from jetwire import AddMethod
+from jetwire import AddState
+from jetwire import CallMethod
+from jetwire import Close
+from jetwire import Decoder
+from jetwire import FetchAdd
+from jetwire import FetchChange
+from jetwire import FetchRemove
+from jetwire import FetchStates
+from jetwire import GetState
+from jetwire import Info
+from jetwire import Message
+from jetwire import NotifyState
+from jetwire import RemoteProtocolError
+from jetwire import RemoveState
+from jetwire import Response
+from jetwire import SetState
+from jetwire import Status
+from jetwire import Value
+from jetwire import decode_body
+from jetwire import encode
 from jetwire.codec import is_utf8
 
 

@@ -7,16 +7,14 @@ import sys
 
 from jetd_testlib import RawPeer
 
-from jetwire import (
-    DEFAULT_MAX_BODY,
-    FEATURE_CONFLATION,
-    FEATURE_LIMITS,
-    GetState,
-    Info,
-    Response,
-    Status,
-    encode,
-)
+from jetwire import DEFAULT_MAX_BODY
+from jetwire import FEATURE_CONFLATION
+from jetwire import FEATURE_LIMITS
+from jetwire import GetState
+from jetwire import Info
+from jetwire import Response
+from jetwire import Status
+from jetwire import encode
 
 
 def test_info_is_first_frame(jetd):

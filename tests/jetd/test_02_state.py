@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-from jetd_testlib import RawPeer, fetching, v
+from jetd_testlib import RawPeer
+from jetd_testlib import fetching
+from jetd_testlib import v
 
-from jetwire import (
-    AddMethod,
-    AddState,
-    FetchChange,
-    GetState,
-    NotifyState,
-    RemoveMethod,
-    RemoveState,
-    Status,
-    Value,
-    ValueType,
-)
+from jetwire import AddMethod
+from jetwire import AddState
+from jetwire import FetchChange
+from jetwire import GetState
+from jetwire import NotifyState
+from jetwire import RemoveMethod
+from jetwire import RemoveState
+from jetwire import Status
+from jetwire import Value
+from jetwire import ValueType
 
 
 def test_add_get_notify_remove(jetd):

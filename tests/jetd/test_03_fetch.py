@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
-from jetd_testlib import RawPeer, fetching, v
+from jetd_testlib import RawPeer
+from jetd_testlib import fetching
+from jetd_testlib import v
 
-from jetwire import (
-    AddMethod,
-    AddState,
-    FetchAdd,
-    FetchChange,
-    FetchRemove,
-    FetchStates,
-    NotifyState,
-    RemoveState,
-    Response,
-    Status,
-    Unfetch,
-)
+from jetwire import AddMethod
+from jetwire import AddState
+from jetwire import FetchAdd
+from jetwire import FetchChange
+from jetwire import FetchRemove
+from jetwire import FetchStates
+from jetwire import NotifyState
+from jetwire import RemoveState
+from jetwire import Response
+from jetwire import Status
+from jetwire import Unfetch
 
 
 def test_ok_first_then_adds_in_byte_order_then_live(jetd):

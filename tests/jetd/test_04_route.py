@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-from jetd_testlib import RawPeer, v
+from jetd_testlib import RawPeer
+from jetd_testlib import v
 
-from jetwire import (
-    AddState,
-    FetchAdd,
-    FetchChange,
-    FetchStates,
-    NotifyState,
-    Response,
-    SetState,
-    Status,
-    Value,
-    ValueType,
-)
+from jetwire import AddState
+from jetwire import FetchAdd
+from jetwire import FetchChange
+from jetwire import FetchStates
+from jetwire import NotifyState
+from jetwire import Response
+from jetwire import SetState
+from jetwire import Status
+from jetwire import Value
+from jetwire import ValueType
 
 
 def test_set_routed_answered_under_requester_id(jetd):

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-from jetd_testlib import RawPeer, v
+from jetd_testlib import RawPeer
+from jetd_testlib import v
 
-from jetwire import (
-    AddMethod,
-    AddState,
-    CallMethod,
-    FetchStates,
-    RemoveMethod,
-    Response,
-    Status,
-    Value,
-    ValueType,
-)
+from jetwire import AddMethod
+from jetwire import AddState
+from jetwire import CallMethod
+from jetwire import FetchStates
+from jetwire import RemoveMethod
+from jetwire import Response
+from jetwire import Status
+from jetwire import Value
+from jetwire import ValueType
 
 
 def test_call_routed_and_result_passed_through(jetd):

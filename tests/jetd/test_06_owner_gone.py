@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
-from jetd_testlib import RawPeer, routed_set, v
+from jetd_testlib import RawPeer
+from jetd_testlib import routed_set
+from jetd_testlib import v
 
-from jetwire import (
-    AddMethod,
-    AddState,
-    CallMethod,
-    Close,
-    FetchAdd,
-    FetchRemove,
-    FetchStates,
-    GetState,
-    NotifyState,
-    Response,
-    SetState,
-    Status,
-)
+from jetwire import AddMethod
+from jetwire import AddState
+from jetwire import CallMethod
+from jetwire import Close
+from jetwire import FetchAdd
+from jetwire import FetchRemove
+from jetwire import FetchStates
+from jetwire import GetState
+from jetwire import NotifyState
+from jetwire import Response
+from jetwire import SetState
+from jetwire import Status
 
 
 def test_owner_disconnect_cleans_everything(jetd):

@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import time
 
-from jetd_testlib import RawPeer, v
+from jetd_testlib import RawPeer
+from jetd_testlib import v
 
-from jetwire import AddMethod, AddState, CallMethod, GetState, Response, SetState, Status
+from jetwire import AddMethod
+from jetwire import AddState
+from jetwire import CallMethod
+from jetwire import GetState
+from jetwire import Response
+from jetwire import SetState
+from jetwire import Status
 
 
 def test_timeout_then_late_answer_dropped(start_jetd):

@@ -4,21 +4,20 @@ from __future__ import annotations
 
 import struct
 
-from jetd_testlib import RawPeer, v
+from jetd_testlib import RawPeer
+from jetd_testlib import v
 
-from jetwire import (
-    AddMethod,
-    AddState,
-    CallMethod,
-    FetchChange,
-    FetchStates,
-    GetState,
-    Info,
-    NotifyState,
-    Response,
-    SetState,
-    Status,
-)
+from jetwire import AddMethod
+from jetwire import AddState
+from jetwire import CallMethod
+from jetwire import FetchChange
+from jetwire import FetchStates
+from jetwire import GetState
+from jetwire import Info
+from jetwire import NotifyState
+from jetwire import Response
+from jetwire import SetState
+from jetwire import Status
 
 
 def test_max_body_close_too_large(start_jetd):

@@ -6,20 +6,20 @@ from __future__ import annotations
 import threading
 import time
 
-from jetd_testlib import RawPeer, rss_kib, v
+from jetd_testlib import RawPeer
+from jetd_testlib import rss_kib
+from jetd_testlib import v
 
-from jetwire import (
-    AddState,
-    Close,
-    Decoder,
-    FetchAdd,
-    FetchChange,
-    FetchStates,
-    NotifyState,
-    RemoveState,
-    Status,
-    encode,
-)
+from jetwire import AddState
+from jetwire import Close
+from jetwire import Decoder
+from jetwire import FetchAdd
+from jetwire import FetchChange
+from jetwire import FetchStates
+from jetwire import NotifyState
+from jetwire import RemoveState
+from jetwire import Status
+from jetwire import encode
 
 KEYS = 100
 VALUE_SIZE = 600

@@ -7,19 +7,23 @@ import time
 from pathlib import Path
 
 import pytest
-from jetd_testlib import RawPeer, v
+from jetd_testlib import RawPeer
+from jetd_testlib import v
 
-from jetwire import (
-    AddState,
-    FetchStates,
-    FrameType,
-    NotifyState,
-    Response,
-    SetState,
-    Status,
-    decode_frame,
-)
-from jetwire.log import LogHeader, LogKind, LogRecord, Truncation, iter_log, parse_record_data
+from jetwire import AddState
+from jetwire import FetchStates
+from jetwire import FrameType
+from jetwire import NotifyState
+from jetwire import Response
+from jetwire import SetState
+from jetwire import Status
+from jetwire import decode_frame
+from jetwire.log import LogHeader
+from jetwire.log import LogKind
+from jetwire.log import LogRecord
+from jetwire.log import Truncation
+from jetwire.log import iter_log
+from jetwire.log import parse_record_data
 
 
 def _read(path: Path) -> tuple[LogHeader, list[LogRecord], list[object]]:
@@ -216,7 +220,9 @@ def test_slow_writer_never_blocks_the_loop_and_loses_nothing(tmp_path, monkeypat
 
 def test_rotation_in_process_keeps_order_and_snapshots(tmp_path):
     from jetd.eventlog import EventLog
-    from jetwire.log import conn_close_data, conn_name_data, conn_open_data
+    from jetwire.log import conn_close_data
+    from jetwire.log import conn_name_data
+    from jetwire.log import conn_open_data
 
     eventlog = EventLog(tmp_path, rotate_size=500, chunk_size=100_000)
     eventlog.open()
@@ -259,7 +265,8 @@ def test_removed_directory_loses_commits_then_the_log_resumes(tmp_path, caplog):
     import shutil
 
     from jetd.eventlog import EventLog
-    from jetwire.log import conn_name_data, conn_open_data
+    from jetwire.log import conn_name_data
+    from jetwire.log import conn_open_data
 
     caplog.set_level(logging.INFO, "jetd.eventlog")
     logdir = tmp_path / "log"

@@ -7,9 +7,13 @@ import socket
 import time
 
 import pytest
-from jetd_testlib import RawPeer, v
+from jetd_testlib import RawPeer
+from jetd_testlib import v
 
-from jetwire import AddState, FetchStates, NotifyState, Status
+from jetwire import AddState
+from jetwire import FetchStates
+from jetwire import NotifyState
+from jetwire import Status
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
-from jetd_testlib import RawPeer, v
+from jetd_testlib import RawPeer
+from jetd_testlib import v
 
-from jetwire import AddState, FetchAdd, FetchChange, FetchStates, NotifyState, Response, SetState, Status
+from jetwire import AddState
+from jetwire import FetchAdd
+from jetwire import FetchChange
+from jetwire import FetchStates
+from jetwire import NotifyState
+from jetwire import Response
+from jetwire import SetState
+from jetwire import Status
 
 
 def test_asyncio_loop_routes_and_fetches(start_jetd):

@@ -7,9 +7,18 @@ import contextlib
 import struct
 
 import pytest
-from jetd_testlib import RawPeer, routed_set, v
+from jetd_testlib import RawPeer
+from jetd_testlib import routed_set
+from jetd_testlib import v
 
-from jetwire import AddState, Close, Decoder, GetState, Info, Response, Status, encode
+from jetwire import AddState
+from jetwire import Close
+from jetwire import Decoder
+from jetwire import GetState
+from jetwire import Info
+from jetwire import Response
+from jetwire import Status
+from jetwire import encode
 
 
 def _request(rid: int, function: int, payload: bytes) -> bytes:

@@ -12,23 +12,23 @@ from jetd.access import Access
 from jetd.config import Config
 from jetd.connection import Connection
 from jetd.core import Daemon
-from jetd.users import Grants, User, UsersFile
-from jetwire import (
-    AddState,
-    Authenticate,
-    Close,
-    FetchAdd,
-    FetchChange,
-    FetchRemove,
-    FetchStates,
-    GetState,
-    Message,
-    NotifyState,
-    Response,
-    SetState,
-    Status,
-    Value,
-)
+from jetd.users import Grants
+from jetd.users import User
+from jetd.users import UsersFile
+from jetwire import AddState
+from jetwire import Authenticate
+from jetwire import Close
+from jetwire import FetchAdd
+from jetwire import FetchChange
+from jetwire import FetchRemove
+from jetwire import FetchStates
+from jetwire import GetState
+from jetwire import Message
+from jetwire import NotifyState
+from jetwire import Response
+from jetwire import SetState
+from jetwire import Status
+from jetwire import Value
 
 
 def cheap_hash(password: str) -> str:
@@ -231,18 +231,16 @@ def test_queries_see_only_readable_keys() -> None:
     """PROTOCOL.md 15.4: a query (FETCH_QUERY, QUERY_ONCE) sees only the states, methods
     and nodes its connection may read, for its initial entries and every later event;
     one that could see nothing is refused, naming the permission."""
-    from jetwire import (
-        QUERY_METHODS,
-        QUERY_NODES,
-        AddMethod,
-        FetchMethod,
-        FetchQuery,
-        PathMatcher,
-        PathOp,
-        Query,
-        QueryOnce,
-        SortBy,
-    )
+    from jetwire import QUERY_METHODS
+    from jetwire import QUERY_NODES
+    from jetwire import AddMethod
+    from jetwire import FetchMethod
+    from jetwire import FetchQuery
+    from jetwire import PathMatcher
+    from jetwire import PathOp
+    from jetwire import Query
+    from jetwire import QueryOnce
+    from jetwire import SortBy
 
     h = Harness(_query_access(["p/a/", "p/c/"]))
     owner, viewer = h.connect(), h.connect()
@@ -285,7 +283,12 @@ def test_queries_see_only_readable_keys() -> None:
 def test_a_reload_brings_query_fetches_in_line() -> None:
     """PROTOCOL.md 15.5 for queries: an unsorted fetch gets FETCH_REMOVE for what it may
     no longer read, then FETCH_ADD for what it may read now; a sorted one its whole window."""
-    from jetwire import FetchQuery, FetchWindow, PathMatcher, PathOp, Query, SortBy
+    from jetwire import FetchQuery
+    from jetwire import FetchWindow
+    from jetwire import PathMatcher
+    from jetwire import PathOp
+    from jetwire import Query
+    from jetwire import SortBy
 
     h = Harness(_query_access(["p/a/", "p/c/"]))
     owner, viewer = h.connect(), h.connect()

@@ -16,12 +16,22 @@ from pathlib import Path
 
 import pytest
 
-from jetd.access import CHECKS_AT_ONCE, FREE_FAILURES, Access, source_of
-from jetd.users import User, UsersFile
-from jetwire import Authenticate, Close, Message, Response, Status, encode
+from jetd.access import CHECKS_AT_ONCE
+from jetd.access import FREE_FAILURES
+from jetd.access import Access
+from jetd.access import source_of
+from jetd.users import User
+from jetd.users import UsersFile
+from jetwire import Authenticate
+from jetwire import Close
+from jetwire import Message
+from jetwire import Response
+from jetwire import Status
+from jetwire import encode
 from tests.conftest import DaemonProcess
 from tests.jetd.jetd_testlib import RawPeer
-from tests.jetd.test_14_access_core import Harness, cheap_hash
+from tests.jetd.test_14_access_core import Harness
+from tests.jetd.test_14_access_core import cheap_hash
 
 BUSY = "too many authentications waiting, try again later"
 FAILED = "authentication failed"

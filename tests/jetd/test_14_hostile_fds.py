@@ -8,9 +8,12 @@ import os
 import time
 from pathlib import Path
 
-from jetd_testlib import PeerClosed, RawPeer
+from jetd_testlib import PeerClosed
+from jetd_testlib import RawPeer
 
-from jetwire import Close, GetState, Status
+from jetwire import Close
+from jetwire import GetState
+from jetwire import Status
 
 FD_LIMIT = 64
 REPO = Path(__file__).resolve().parents[2]

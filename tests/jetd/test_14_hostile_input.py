@@ -8,9 +8,15 @@ import socket
 import struct
 import time
 
-from jetd_testlib import RawPeer, rss_kib, v
+from jetd_testlib import RawPeer
+from jetd_testlib import rss_kib
+from jetd_testlib import v
 
-from jetwire import GetState, Response, SetState, Status, encode
+from jetwire import GetState
+from jetwire import Response
+from jetwire import SetState
+from jetwire import Status
+from jetwire import encode
 
 KIB = 1 << 10
 MIB = 1 << 20

@@ -10,10 +10,21 @@ import socket
 import time
 
 import pytest
-from hostile_lib import Discard, HealthPeer, health_bound, peak_rss_growth_kib, read_slowly_until_close
-from jetd_testlib import RawPeer, rss_kib, v
+from hostile_lib import Discard
+from hostile_lib import HealthPeer
+from hostile_lib import health_bound
+from hostile_lib import peak_rss_growth_kib
+from hostile_lib import read_slowly_until_close
+from jetd_testlib import RawPeer
+from jetd_testlib import rss_kib
+from jetd_testlib import v
 
-from jetwire import AddState, FetchStates, GetState, Response, Status, encode
+from jetwire import AddState
+from jetwire import FetchStates
+from jetwire import GetState
+from jetwire import Response
+from jetwire import Status
+from jetwire import encode
 
 MIB = 1 << 20
 SOFT = 1 * MIB

@@ -4,26 +4,27 @@ loop is played by hand here, one Daemon.work slice at a time, with changes betwe
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
-from test_00_core import Harness, _View, v
+from test_00_core import Harness
+from test_00_core import _View
+from test_00_core import v
 
 from jetd.core import Connection
-from jetwire import (
-    AddState,
-    FetchAdd,
-    FetchChange,
-    FetchRemove,
-    FetchStates,
-    GetState,
-    Message,
-    NotifyState,
-    RemoveState,
-    Response,
-    SetState,
-    Status,
-    encode,
-)
+from jetwire import AddState
+from jetwire import FetchAdd
+from jetwire import FetchChange
+from jetwire import FetchRemove
+from jetwire import FetchStates
+from jetwire import GetState
+from jetwire import Message
+from jetwire import NotifyState
+from jetwire import RemoveState
+from jetwire import Response
+from jetwire import SetState
+from jetwire import Status
+from jetwire import encode
 
 
 def _feed(h: Harness, conn: Connection, *messages: Message) -> None:

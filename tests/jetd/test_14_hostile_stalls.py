@@ -8,10 +8,19 @@ from __future__ import annotations
 import signal
 import time
 
-from hostile_lib import Discard, HealthPeer, health_bound
-from jetd_testlib import RawPeer, v
+from hostile_lib import Discard
+from hostile_lib import HealthPeer
+from hostile_lib import health_bound
+from jetd_testlib import RawPeer
+from jetd_testlib import v
 
-from jetwire import AddState, FetchAdd, FetchStates, Response, SetState, Status, encode
+from jetwire import AddState
+from jetwire import FetchAdd
+from jetwire import FetchStates
+from jetwire import Response
+from jetwire import SetState
+from jetwire import Status
+from jetwire import encode
 
 STATES = 50_000
 

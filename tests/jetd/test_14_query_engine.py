@@ -8,34 +8,31 @@ import struct
 import cbor2
 import msgpack
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
-from jetd.query import (
-    MISSING,
-    Extractor,
-    NodeIndex,
-    QueryError,
-    QueryLimits,
-    compile_query,
-    nodes_of,
-    window_update,
-)
-from jetwire import (
-    MATCH_IGNORE_CASE,
-    MATCH_NOT,
-    QUERY_METHODS,
-    FilterOp,
-    PathMatcher,
-    PathOp,
-    Query,
-    SortBy,
-    Status,
-    TypeCode,
-    Value,
-    ValueFilter,
-    ValueType,
-)
+from jetd.query import MISSING
+from jetd.query import Extractor
+from jetd.query import NodeIndex
+from jetd.query import QueryError
+from jetd.query import QueryLimits
+from jetd.query import compile_query
+from jetd.query import nodes_of
+from jetd.query import window_update
+from jetwire import MATCH_IGNORE_CASE
+from jetwire import MATCH_NOT
+from jetwire import QUERY_METHODS
+from jetwire import FilterOp
+from jetwire import PathMatcher
+from jetwire import PathOp
+from jetwire import Query
+from jetwire import SortBy
+from jetwire import Status
+from jetwire import TypeCode
+from jetwire import Value
+from jetwire import ValueFilter
+from jetwire import ValueType
 
 
 def matches(matchers: list[PathMatcher], key: str) -> bool:
@@ -223,7 +220,8 @@ def test_group_windows_with_many_sublists(seed: int, descending: bool, start: in
     slice after every change, and the head is the best entries."""
     import random
 
-    from jetd.query import BEYOND, QueryGroup
+    from jetd.query import BEYOND
+    from jetd.query import QueryGroup
 
     rng = random.Random(seed)
     query = Query(sort_by=SortBy.VALUE, sort_flags=1 if descending else 0, window_from=start, window_to=start + length - 1)

@@ -9,26 +9,24 @@ import random
 
 from jetd_testlib import RawPeer
 
-from jetwire import (
-    SORT_DESCENDING,
-    AddState,
-    FetchAdd,
-    FetchChange,
-    FetchQuery,
-    FetchUnmatch,
-    FetchWindow,
-    FilterOp,
-    GetState,
-    NotifyState,
-    PathMatcher,
-    PathOp,
-    Query,
-    Response,
-    SortBy,
-    Value,
-    ValueFilter,
-    ValueType,
-)
+from jetwire import SORT_DESCENDING
+from jetwire import AddState
+from jetwire import FetchAdd
+from jetwire import FetchChange
+from jetwire import FetchQuery
+from jetwire import FetchUnmatch
+from jetwire import FetchWindow
+from jetwire import FilterOp
+from jetwire import GetState
+from jetwire import NotifyState
+from jetwire import PathMatcher
+from jetwire import PathOp
+from jetwire import Query
+from jetwire import Response
+from jetwire import SortBy
+from jetwire import Value
+from jetwire import ValueFilter
+from jetwire import ValueType
 
 PLAYERS = 40
 PAD = "x" * 20000  # big values: the window events fill the slow peer's buffers quickly

@@ -16,30 +16,32 @@ from typing import Any
 
 import pytest
 
-from jetd.access import PrefixSet, mask_authenticate
-from jetd.users import User, UsersFile
-from jetwire import (
-    FEATURE_AUTH_REQUIRED,
-    AddMethod,
-    AddState,
-    Authenticate,
-    CallMethod,
-    FetchAdd,
-    FetchChange,
-    FetchRemove,
-    FetchStates,
-    GetState,
-    Info,
-    NotifyState,
-    RemoveMethod,
-    RemoveState,
-    Response,
-    SetState,
-    Status,
-    Value,
-    encode,
-)
-from tests.conftest import REPO, DaemonProcess, restartable_port
+from jetd.access import PrefixSet
+from jetd.access import mask_authenticate
+from jetd.users import User
+from jetd.users import UsersFile
+from jetwire import FEATURE_AUTH_REQUIRED
+from jetwire import AddMethod
+from jetwire import AddState
+from jetwire import Authenticate
+from jetwire import CallMethod
+from jetwire import FetchAdd
+from jetwire import FetchChange
+from jetwire import FetchRemove
+from jetwire import FetchStates
+from jetwire import GetState
+from jetwire import Info
+from jetwire import NotifyState
+from jetwire import RemoveMethod
+from jetwire import RemoveState
+from jetwire import Response
+from jetwire import SetState
+from jetwire import Status
+from jetwire import Value
+from jetwire import encode
+from tests.conftest import REPO
+from tests.conftest import DaemonProcess
+from tests.conftest import restartable_port
 from tests.jetd.jetd_testlib import RawPeer
 
 DELAY = 0.2  # --auth-failure-delay in these tests
@@ -360,7 +362,9 @@ def test_a_1_0_peer_works_without_auth(jetd: DaemonProcess) -> None:
 def test_the_event_log_records_the_user_never_the_password(start_jetd: Callable[..., DaemonProcess],
                                                            users_path: Path, tmp_path: Path) -> None:
     from jetwire import decode_frame
-    from jetwire.log import LogKind, iter_log, parse_record_data
+    from jetwire.log import LogKind
+    from jetwire.log import iter_log
+    from jetwire.log import parse_record_data
 
     log_dir = tmp_path / "log"
     daemon = start_jetd("--auth", str(users_path), "--log-dir", str(log_dir), "--auth-failure-delay", "0.3")
@@ -457,7 +461,8 @@ def _make_pki(tmp: Path) -> dict[str, Path]:
     import ipaddress
 
     from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
 
@@ -507,7 +512,9 @@ def _client_context(pki: dict[str, Path], cert: str | None = None) -> ssl.SSLCon
 
 def test_tls_with_and_without_client_certificates(start_jetd: Callable[..., DaemonProcess], users_path: Path,
                                                   tmp_path: Path) -> None:
-    from peer import AuthFailed, NotAuthorized, PeerAsync
+    from peer import AuthFailed
+    from peer import NotAuthorized
+    from peer import PeerAsync
 
     pki = _make_pki(tmp_path)
     daemon = start_jetd("--auth", str(users_path), "--auth-failure-delay", "0", "--tls-cert", str(pki["server"]),
@@ -542,8 +549,11 @@ def test_tls_with_and_without_client_certificates(start_jetd: Callable[..., Daem
 
 def test_sync_and_tiny_peers_authenticate(start_jetd: Callable[..., DaemonProcess], users_path: Path,
                                          tmp_path: Path) -> None:
-    from peer import NotAuthorized, Peer
-    from peer.tiny import NOT_AUTHORIZED, TinyError, TinyPeer
+    from peer import NotAuthorized
+    from peer import Peer
+    from peer.tiny import NOT_AUTHORIZED
+    from peer.tiny import TinyError
+    from peer.tiny import TinyPeer
 
     pki = _make_pki(tmp_path)
     daemon = start_jetd("--auth", str(users_path), "--tls-cert", str(pki["server"]), "--tls-key",
@@ -624,7 +634,8 @@ def test_a_reconnecting_peer_authenticates_again(start_jetd: Callable[..., Daemo
 
 def test_users_file_round_trips_through_its_text() -> None:
     """What `jetd user add` writes reads back the same, whatever the names and prefixes."""
-    from hypothesis import given, settings
+    from hypothesis import given
+    from hypothesis import settings
     from hypothesis import strategies as st
 
     from jetd.users import Grants

@@ -8,25 +8,27 @@ take effect only on keys the connection may also read."""
 
 from __future__ import annotations
 
-from jetd.access import CHECKS_AT_ONCE, Access
+from jetd.access import CHECKS_AT_ONCE
+from jetd.access import Access
 from jetd.connection import Connection
-from jetd.users import Grants, User, UsersFile
-from jetwire import (
-    AddMethod,
-    AddState,
-    Authenticate,
-    CallMethod,
-    GetState,
-    Message,
-    NotifyState,
-    RemoveMethod,
-    RemoveState,
-    Response,
-    SetState,
-    Status,
-    Value,
-)
-from tests.jetd.test_14_access_core import Harness, cheap_hash
+from jetd.users import Grants
+from jetd.users import User
+from jetd.users import UsersFile
+from jetwire import AddMethod
+from jetwire import AddState
+from jetwire import Authenticate
+from jetwire import CallMethod
+from jetwire import GetState
+from jetwire import Message
+from jetwire import NotifyState
+from jetwire import RemoveMethod
+from jetwire import RemoveState
+from jetwire import Response
+from jetwire import SetState
+from jetwire import Status
+from jetwire import Value
+from tests.jetd.test_14_access_core import Harness
+from tests.jetd.test_14_access_core import cheap_hash
 
 KEYS = ("secret/a", "secret/nope", "secret/m")  # a state, no key, a method
 

@@ -14,22 +14,27 @@ import time
 from pathlib import Path
 
 import pytest
-from jetd_testlib import RawPeer, log_records, logged_ids, rss_kib, v
+from jetd_testlib import RawPeer
+from jetd_testlib import log_records
+from jetd_testlib import logged_ids
+from jetd_testlib import rss_kib
+from jetd_testlib import v
 
-from jetwire import (
-    AddMethod,
-    AddState,
-    CallMethod,
-    Close,
-    GetState,
-    NotifyState,
-    Request,
-    Response,
-    SetState,
-    Status,
-    encode,
-)
-from jetwire.log import LogKind, LogRecord, iter_log, parse_record_data
+from jetwire import AddMethod
+from jetwire import AddState
+from jetwire import CallMethod
+from jetwire import Close
+from jetwire import GetState
+from jetwire import NotifyState
+from jetwire import Request
+from jetwire import Response
+from jetwire import SetState
+from jetwire import Status
+from jetwire import encode
+from jetwire.log import LogKind
+from jetwire.log import LogRecord
+from jetwire.log import iter_log
+from jetwire.log import parse_record_data
 
 
 def _segments(directory: Path) -> list[Path]:

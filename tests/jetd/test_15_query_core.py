@@ -9,48 +9,48 @@ import random
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 from inmemory import MemoryPeers
 
 from jetd.config import Config
-from jetd.core import Connection, Daemon
-from jetwire import (
-    FEATURE_QUERIES,
-    QUERY_METHODS,
-    QUERY_NODES,
-    SORT_DESCENDING,
-    Action,
-    AddMethod,
-    AddState,
-    EntryKind,
-    FetchAdd,
-    FetchChange,
-    FetchMethod,
-    FetchNode,
-    FetchQuery,
-    FetchRemove,
-    FetchStates,
-    FetchUnmatch,
-    FetchWindow,
-    FilterOp,
-    NotifyState,
-    PathMatcher,
-    PathOp,
-    Query,
-    QueryEntry,
-    QueryOnce,
-    RemoveMethod,
-    RemoveState,
-    Response,
-    SortBy,
-    Status,
-    Unfetch,
-    Value,
-    ValueFilter,
-    ValueType,
-    encode,
-)
+from jetd.core import Connection
+from jetd.core import Daemon
+from jetwire import FEATURE_QUERIES
+from jetwire import QUERY_METHODS
+from jetwire import QUERY_NODES
+from jetwire import SORT_DESCENDING
+from jetwire import Action
+from jetwire import AddMethod
+from jetwire import AddState
+from jetwire import EntryKind
+from jetwire import FetchAdd
+from jetwire import FetchChange
+from jetwire import FetchMethod
+from jetwire import FetchNode
+from jetwire import FetchQuery
+from jetwire import FetchRemove
+from jetwire import FetchStates
+from jetwire import FetchUnmatch
+from jetwire import FetchWindow
+from jetwire import FilterOp
+from jetwire import NotifyState
+from jetwire import PathMatcher
+from jetwire import PathOp
+from jetwire import Query
+from jetwire import QueryEntry
+from jetwire import QueryOnce
+from jetwire import RemoveMethod
+from jetwire import RemoveState
+from jetwire import Response
+from jetwire import SortBy
+from jetwire import Status
+from jetwire import Unfetch
+from jetwire import Value
+from jetwire import ValueFilter
+from jetwire import ValueType
+from jetwire import encode
 
 
 class Harness(MemoryPeers):

@@ -10,37 +10,42 @@ import random
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
-from test_15_query_core import FEMALE, PLAYERS, Harness, WindowView, oracle_window, player, top
+from test_15_query_core import FEMALE
+from test_15_query_core import PLAYERS
+from test_15_query_core import Harness
+from test_15_query_core import WindowView
+from test_15_query_core import oracle_window
+from test_15_query_core import player
+from test_15_query_core import top
 
-from jetwire import (
-    QUERY_METHODS,
-    QUERY_NODES,
-    AddMethod,
-    AddState,
-    FetchAdd,
-    FetchChange,
-    FetchMethod,
-    FetchNode,
-    FetchQuery,
-    FetchRemove,
-    FetchUnmatch,
-    FetchWindow,
-    GetState,
-    Message,
-    NotifyState,
-    PathMatcher,
-    PathOp,
-    Query,
-    QueryEntry,
-    QueryOnce,
-    RemoveMethod,
-    RemoveState,
-    Response,
-    Value,
-    encode,
-)
+from jetwire import QUERY_METHODS
+from jetwire import QUERY_NODES
+from jetwire import AddMethod
+from jetwire import AddState
+from jetwire import FetchAdd
+from jetwire import FetchChange
+from jetwire import FetchMethod
+from jetwire import FetchNode
+from jetwire import FetchQuery
+from jetwire import FetchRemove
+from jetwire import FetchUnmatch
+from jetwire import FetchWindow
+from jetwire import GetState
+from jetwire import Message
+from jetwire import NotifyState
+from jetwire import PathMatcher
+from jetwire import PathOp
+from jetwire import Query
+from jetwire import QueryEntry
+from jetwire import QueryOnce
+from jetwire import RemoveMethod
+from jetwire import RemoveState
+from jetwire import Response
+from jetwire import Value
+from jetwire import encode
 
 N = 6000  # well above one slice of seeding (1,024) and of initial entries (2,048)
 

@@ -10,26 +10,29 @@ import json
 
 import pytest
 from inmemory import MemoryPeers
-from test_15_query_core import PLAYERS, WindowView, oracle_window, player, top
+from test_15_query_core import PLAYERS
+from test_15_query_core import WindowView
+from test_15_query_core import oracle_window
+from test_15_query_core import player
+from test_15_query_core import top
 
 from jetd.config import Config
 from jetd.connection import Connection
 from jetd.core import Daemon
-from jetd.scheduler import DEFAULT_CHECK_EVERY, Scheduler
-from jetwire import (
-    AddState,
-    FetchAdd,
-    FetchQuery,
-    FetchStates,
-    FetchWindow,
-    GetState,
-    NotifyState,
-    Query,
-    Response,
-    SetState,
-    Status,
-    Value,
-)
+from jetd.scheduler import DEFAULT_CHECK_EVERY
+from jetd.scheduler import Scheduler
+from jetwire import AddState
+from jetwire import FetchAdd
+from jetwire import FetchQuery
+from jetwire import FetchStates
+from jetwire import FetchWindow
+from jetwire import GetState
+from jetwire import NotifyState
+from jetwire import Query
+from jetwire import Response
+from jetwire import SetState
+from jetwire import Status
+from jetwire import Value
 
 
 class FakeClock:

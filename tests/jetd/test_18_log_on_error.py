@@ -21,9 +21,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from jetd_testlib import PeerClosed, RawPeer, logged_ids, v
+from jetd_testlib import PeerClosed
+from jetd_testlib import RawPeer
+from jetd_testlib import logged_ids
+from jetd_testlib import v
 
-from jetwire import AddState, Close, GetState, Response, Status
+from jetwire import AddState
+from jetwire import Close
+from jetwire import GetState
+from jetwire import Response
+from jetwire import Status
 from tests.conftest import DaemonProcess
 
 WAIT = 60.0  # seconds allowed for anything to happen on a busy machine

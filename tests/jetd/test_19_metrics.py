@@ -8,31 +8,32 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from jetd.metrics import DAEMON_KEY, MAX_NEW_PEERS_PER_TICK, OWNED_LISTED
-from jetwire import (
-    AddMethod,
-    AddState,
-    FetchAdd,
-    FetchChange,
-    FetchRemove,
-    FetchStates,
-    GetState,
-    Message,
-    NotifyState,
-    PathMatcher,
-    PathOp,
-    Query,
-    QueryEntry,
-    QueryOnce,
-    Response,
-    SetState,
-    Status,
-    Value,
-)
+from jetd.metrics import DAEMON_KEY
+from jetd.metrics import MAX_NEW_PEERS_PER_TICK
+from jetd.metrics import OWNED_LISTED
+from jetwire import AddMethod
+from jetwire import AddState
+from jetwire import FetchAdd
+from jetwire import FetchChange
+from jetwire import FetchRemove
+from jetwire import FetchStates
+from jetwire import GetState
+from jetwire import Message
+from jetwire import NotifyState
+from jetwire import PathMatcher
+from jetwire import PathOp
+from jetwire import Query
+from jetwire import QueryEntry
+from jetwire import QueryOnce
+from jetwire import Response
+from jetwire import SetState
+from jetwire import Status
+from jetwire import Value
 from tests.conftest import DaemonProcess
 from tests.jetd.jetd_testlib import RawPeer
 from tests.jetd.test_00_core import Harness
-from tests.jetd.test_14_security import login, write_users
+from tests.jetd.test_14_security import login
+from tests.jetd.test_14_security import write_users
 
 WAIT = 15.0  # the states change once a second; generous for a busy machine
 
@@ -173,7 +174,8 @@ def test_the_fast_latency_table_agrees_with_bisect() -> None:
     import random
     from bisect import bisect_right
 
-    from jetd.base import ROUTE_BUCKETS, RouteTimes
+    from jetd.base import ROUTE_BUCKETS
+    from jetd.base import RouteTimes
 
     times, expected = RouteTimes(5.0), [0] * (len(ROUTE_BUCKETS) + 1)
     rng = random.Random(33)

@@ -19,14 +19,20 @@ import selectors
 import socket
 import ssl
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from jetwire import Close, Decoder, Info, Status
-from tests.conftest import REPO, DaemonProcess
-from tests.jetd.test_14_security import _client_context, _make_pki
+from jetwire import Close
+from jetwire import Decoder
+from jetwire import Info
+from jetwire import Status
+from tests.conftest import REPO
+from tests.conftest import DaemonProcess
+from tests.jetd.test_14_security import _client_context
+from tests.jetd.test_14_security import _make_pki
 
 LIMIT = 8  # --max-connections in these tests: small, so that the tests stay small
 WAIT = 30.0  # seconds we wait for something jetd must do (generous: the machine is shared)
@@ -286,7 +292,9 @@ def test_a_tls_peer_beyond_a_limit_full_of_peers_is_told_inside_tls(start_jetd: 
 
 
 def test_the_flag_defaults_to_10_s_is_checked_and_documented() -> None:
-    from jetd.config import ConfigError, build_parser, config_from_args
+    from jetd.config import ConfigError
+    from jetd.config import build_parser
+    from jetd.config import config_from_args
 
     assert config_from_args([]).tls_handshake_timeout == 10.0
     assert config_from_args(["--tls-handshake-timeout", "0.5"]).tls_handshake_timeout == 0.5

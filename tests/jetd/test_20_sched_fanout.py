@@ -10,21 +10,20 @@ import pytest
 from test_18_clock_slices import ClockHarness
 
 from jetd.connection import Connection
-from jetd.scheduler import DEFAULT_FAN_CHUNK, DEFAULT_FAN_STRIDE
-from jetwire import (
-    AddState,
-    FetchAdd,
-    FetchChange,
-    FetchRemove,
-    FetchStates,
-    GetState,
-    Info,
-    Message,
-    NotifyState,
-    Response,
-    Unfetch,
-    Value,
-)
+from jetd.scheduler import DEFAULT_FAN_CHUNK
+from jetd.scheduler import DEFAULT_FAN_STRIDE
+from jetwire import AddState
+from jetwire import FetchAdd
+from jetwire import FetchChange
+from jetwire import FetchRemove
+from jetwire import FetchStates
+from jetwire import GetState
+from jetwire import Info
+from jetwire import Message
+from jetwire import NotifyState
+from jetwire import Response
+from jetwire import Unfetch
+from jetwire import Value
 
 CONNS = 40
 PER_CONN = 100  # 4,000 fetches of "k": far more than a slice of 0.4 ms clock steps

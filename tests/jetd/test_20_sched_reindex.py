@@ -8,26 +8,26 @@ from __future__ import annotations
 
 from test_18_clock_slices import FakeClock
 
-from jetd.access import REINDEX_SLICE, Access
+from jetd.access import REINDEX_SLICE
+from jetd.access import Access
 from jetd.config import Config
 from jetd.connection import Connection
 from jetd.core import Daemon
-from jetd.users import Grants, UsersFile
-from jetwire import (
-    AddState,
-    Decoder,
-    FetchAdd,
-    FetchChange,
-    FetchRemove,
-    FetchStates,
-    GetState,
-    Message,
-    NotifyState,
-    Response,
-    Status,
-    Value,
-    encode,
-)
+from jetd.users import Grants
+from jetd.users import UsersFile
+from jetwire import AddState
+from jetwire import Decoder
+from jetwire import FetchAdd
+from jetwire import FetchChange
+from jetwire import FetchRemove
+from jetwire import FetchStates
+from jetwire import GetState
+from jetwire import Message
+from jetwire import NotifyState
+from jetwire import Response
+from jetwire import Status
+from jetwire import Value
+from jetwire import encode
 
 VIEWERS = 300
 

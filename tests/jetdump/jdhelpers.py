@@ -11,36 +11,35 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
+from typing import Optional
 
 import pytest
 
-from jetwire import (
-    AddMethod,
-    AddState,
-    Authenticate,
-    CallMethod,
-    Close,
-    EventCode,
-    FetchAdd,
-    FetchChange,
-    FetchRemove,
-    FetchStates,
-    FrameType,
-    Function,
-    GetState,
-    Info,
-    Message,
-    NotifyState,
-    RemoveMethod,
-    RemoveState,
-    Response,
-    SetState,
-    Status,
-    Unfetch,
-    Value,
-    ValueType,
-)
+from jetwire import AddMethod
+from jetwire import AddState
+from jetwire import Authenticate
+from jetwire import CallMethod
+from jetwire import Close
+from jetwire import EventCode
+from jetwire import FetchAdd
+from jetwire import FetchChange
+from jetwire import FetchRemove
+from jetwire import FetchStates
+from jetwire import FrameType
+from jetwire import Function
+from jetwire import GetState
+from jetwire import Info
+from jetwire import Message
+from jetwire import NotifyState
+from jetwire import RemoveMethod
+from jetwire import RemoveState
+from jetwire import Response
+from jetwire import SetState
+from jetwire import Status
+from jetwire import Unfetch
+from jetwire import Value
+from jetwire import ValueType
 from tools.procs import stop_process
 
 REPO = Path(__file__).resolve().parents[2]

@@ -10,10 +10,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from jdhelpers import LUA, TSHARK
+from jdhelpers import LUA
+from jdhelpers import TSHARK
 
-from jetwire import GetState, Info, Response, SetState, Status, Value, encode
-from tools.jetdump.synth import CaptureWriter, TcpSession
+from jetwire import GetState
+from jetwire import Info
+from jetwire import Response
+from jetwire import SetState
+from jetwire import Status
+from jetwire import Value
+from jetwire import encode
+from tools.jetdump.synth import CaptureWriter
+from tools.jetdump.synth import TcpSession
 
 pytestmark = [pytest.mark.tshark, pytest.mark.skipif(TSHARK is None, reason="tshark is not installed")]
 CLIENT = ("127.0.0.1", 40001)
@@ -246,7 +254,8 @@ def test_unsolicited_late_and_unanswered_are_violations(tmp_path: Path) -> None:
     """An answer nobody asked for, an owner's answer after the daemon's announced route
     timeout (the requester got TIMEOUT), and, with two passes (-2), a request that is
     never answered in the capture."""
-    from jetwire import FEATURE_LIMITS, CallMethod
+    from jetwire import FEATURE_LIMITS
+    from jetwire import CallMethod
 
     owner_addr = ("127.0.0.1", 40002)
     capture = tmp_path / "late.pcap"

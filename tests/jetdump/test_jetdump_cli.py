@@ -11,23 +11,25 @@ from pathlib import Path
 from typing import Optional
 
 import pytest
-from jdhelpers import CONVERSATION, jet_frames, jetdump_json, run_jetdump
+from jdhelpers import CONVERSATION
+from jdhelpers import jet_frames
+from jdhelpers import jetdump_json
+from jdhelpers import run_jetdump
 
 import tools.jetdump as package
-from jetwire import (
-    Close,
-    FetchChange,
-    GetState,
-    Info,
-    Request,
-    Response,
-    SetState,
-    Status,
-    Value,
-    encode,
-)
+from jetwire import Close
+from jetwire import FetchChange
+from jetwire import GetState
+from jetwire import Info
+from jetwire import Request
+from jetwire import Response
+from jetwire import SetState
+from jetwire import Status
+from jetwire import Value
+from jetwire import encode
 from jetwire.schema import dissect
-from tools.jetdump.synth import CaptureWriter, TcpSession
+from tools.jetdump.synth import CaptureWriter
+from tools.jetdump.synth import TcpSession
 
 CLIENT = ("10.0.0.1", 50000)
 SERVER = ("10.0.0.2", 11124)
@@ -454,8 +456,10 @@ def test_info_summary() -> None:
 def test_json_fast_path_equals_the_schema_path(capture: Path) -> None:
     """--json takes values from the fast codec and offsets from a per-shape cache of the
     schema's dissection; on every frame it must equal dissecting that frame."""
-    from tools.jetdump.dissector import Dissector, FrameRecord
-    from tools.jetdump.render import fast_frame_fields, frame_fields
+    from tools.jetdump.dissector import Dissector
+    from tools.jetdump.dissector import FrameRecord
+    from tools.jetdump.render import fast_frame_fields
+    from tools.jetdump.render import frame_fields
 
     dissector = Dissector(keep_raw=True)
     data = b"".join(encode(m) for _, m in CONVERSATION)

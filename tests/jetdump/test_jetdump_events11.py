@@ -8,10 +8,13 @@ import json
 from pathlib import Path
 
 import pytest
-from jdhelpers import jet_frames, jetdump_json, run_jetdump
+from jdhelpers import jet_frames
+from jdhelpers import jetdump_json
+from jdhelpers import run_jetdump
 
 from jetwire import EventCode
-from tools.jetdump.synth import CaptureWriter, TcpSession
+from tools.jetdump.synth import CaptureWriter
+from tools.jetdump.synth import TcpSession
 from tools.vectors import valid_vectors
 
 INFO = bytes.fromhex("04000000100101001000000000000300046a657464")

@@ -15,11 +15,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jdhelpers import CONVERSATION, REPO, run_jetdump
-from test_jetdump_tap import exchange, read_line
+from jdhelpers import CONVERSATION
+from jdhelpers import REPO
+from jdhelpers import run_jetdump
+from test_jetdump_tap import exchange
+from test_jetdump_tap import read_line
 
-from jetwire import GetState, Info, encode
-from tools.jetdump.synth import CaptureWriter, TcpSession
+from jetwire import GetState
+from jetwire import Info
+from jetwire import encode
+from tools.jetdump.synth import CaptureWriter
+from tools.jetdump.synth import TcpSession
 
 ENV = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
 

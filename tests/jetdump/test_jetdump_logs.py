@@ -10,18 +10,27 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jdhelpers import jet_frames, jetdump_json, run_jetdump
+from jdhelpers import jet_frames
+from jdhelpers import jetdump_json
+from jdhelpers import run_jetdump
 
-from jetwire import AddState, Decoder, FetchStates, GetState, Info, Response, SetState, Status, Value, encode
-from jetwire.log import (
-    LogHeader,
-    LogKind,
-    conn_close_data,
-    conn_open_data,
-    encode_header,
-    encode_record,
-    route_data,
-)
+from jetwire import AddState
+from jetwire import Decoder
+from jetwire import FetchStates
+from jetwire import GetState
+from jetwire import Info
+from jetwire import Response
+from jetwire import SetState
+from jetwire import Status
+from jetwire import Value
+from jetwire import encode
+from jetwire.log import LogHeader
+from jetwire.log import LogKind
+from jetwire.log import conn_close_data
+from jetwire.log import conn_open_data
+from jetwire.log import encode_header
+from jetwire.log import encode_record
+from jetwire.log import route_data
 
 T0 = 1_700_000_000_000_000_000
 SET = encode(SetState(5, "plant/temp", Value.of(22.5)))

@@ -18,10 +18,24 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jdhelpers import LUA, TSHARK, jet_frames, jetdump_json, loopback_capture, run_jetdump
+from jdhelpers import LUA
+from jdhelpers import TSHARK
+from jdhelpers import jet_frames
+from jdhelpers import jetdump_json
+from jdhelpers import loopback_capture
+from jdhelpers import run_jetdump
 
-from jetwire import AddState, Decoder, GetState, Info, Response, SetState, Status, Value, encode
-from tools.jetdump.synth import CaptureWriter, TcpSession
+from jetwire import AddState
+from jetwire import Decoder
+from jetwire import GetState
+from jetwire import Info
+from jetwire import Response
+from jetwire import SetState
+from jetwire import Status
+from jetwire import Value
+from jetwire import encode
+from tools.jetdump.synth import CaptureWriter
+from tools.jetdump.synth import TcpSession
 
 CLIENT = ("127.0.0.1", 40001)
 SERVER = ("127.0.0.1", 11124)

@@ -12,9 +12,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jdhelpers import LUA, RUN_TIMEOUT, TSHARK, jet_frames, jetdump_json, run_jetdump
+from jdhelpers import LUA
+from jdhelpers import RUN_TIMEOUT
+from jdhelpers import TSHARK
+from jdhelpers import jet_frames
+from jdhelpers import jetdump_json
+from jdhelpers import run_jetdump
 
-from jetwire import AddState, Decoder, GetState, Info, Response, SetState, Value, encode
+from jetwire import AddState
+from jetwire import Decoder
+from jetwire import GetState
+from jetwire import Info
+from jetwire import Response
+from jetwire import SetState
+from jetwire import Value
+from jetwire import encode
 
 
 def _traffic(port: int) -> None:
@@ -80,7 +92,8 @@ def test_event_log_as_pcapng_opens_in_tshark(tmp_path: Path, start_jetd: Callabl
 
 
 def test_write_pcapng_refuses_a_capture(tmp_path: Path) -> None:
-    from tools.jetdump.synth import CaptureWriter, TcpSession
+    from tools.jetdump.synth import CaptureWriter
+    from tools.jetdump.synth import TcpSession
 
     cap = tmp_path / "c.pcap"
     with open(cap, "wb") as f:

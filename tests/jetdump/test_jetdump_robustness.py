@@ -5,13 +5,20 @@ from __future__ import annotations
 
 import json
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 from jdhelpers import CONVERSATION
 
 from jetwire import encode
-from tools.jetdump.dissector import Dissector, FrameRecord, NoteRecord
-from tools.jetdump.render import LineFormatter, field_tree, hex_dump, json_record
+from tools.jetdump.dissector import Dissector
+from tools.jetdump.dissector import FrameRecord
+from tools.jetdump.dissector import NoteRecord
+from tools.jetdump.render import LineFormatter
+from tools.jetdump.render import field_tree
+from tools.jetdump.render import hex_dump
+from tools.jetdump.render import json_record
 
 FRAMES = [encode(m) for _, m in CONVERSATION]
 

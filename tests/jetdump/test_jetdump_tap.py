@@ -11,7 +11,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,15 @@ from typing import Any
 import pytest
 from jdhelpers import REPO
 
-from jetwire import AddState, Decoder, GetState, Info, Message, Response, Status, Value, encode
+from jetwire import AddState
+from jetwire import Decoder
+from jetwire import GetState
+from jetwire import Info
+from jetwire import Message
+from jetwire import Response
+from jetwire import Status
+from jetwire import Value
+from jetwire import encode
 
 
 @contextmanager

@@ -14,32 +14,29 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jdhelpers import (
-    CONVERSATION,
-    LUA,
-    TSHARK,
-    jet_frames,
-    jetdump_json,
-    loopback_capture,
-    normalise_jetdump,
-    tshark_pdus,
-)
+from jdhelpers import CONVERSATION
+from jdhelpers import LUA
+from jdhelpers import TSHARK
+from jdhelpers import jet_frames
+from jdhelpers import jetdump_json
+from jdhelpers import loopback_capture
+from jdhelpers import normalise_jetdump
+from jdhelpers import tshark_pdus
 
-from jetwire import (
-    AddState,
-    Decoder,
-    FetchStates,
-    GetState,
-    Info,
-    Message,
-    Request,
-    Response,
-    SetState,
-    Status,
-    Value,
-    encode,
-)
-from tools.jetdump.synth import CaptureWriter, TcpSession
+from jetwire import AddState
+from jetwire import Decoder
+from jetwire import FetchStates
+from jetwire import GetState
+from jetwire import Info
+from jetwire import Message
+from jetwire import Request
+from jetwire import Response
+from jetwire import SetState
+from jetwire import Status
+from jetwire import Value
+from jetwire import encode
+from tools.jetdump.synth import CaptureWriter
+from tools.jetdump.synth import TcpSession
 
 pytestmark = [pytest.mark.tshark, pytest.mark.skipif(TSHARK is None, reason="tshark is not installed")]
 

@@ -7,10 +7,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from jdhelpers import LUA, TSHARK
+from jdhelpers import LUA
+from jdhelpers import TSHARK
 
-from tools.jetdump.synth import CaptureWriter, TcpSession
-from tools.vectors import invalid_vectors, valid_vectors
+from tools.jetdump.synth import CaptureWriter
+from tools.jetdump.synth import TcpSession
+from tools.vectors import invalid_vectors
+from tools.vectors import valid_vectors
 
 pytestmark = [pytest.mark.tshark, pytest.mark.skipif(TSHARK is None, reason="tshark is not installed")]
 

@@ -5,11 +5,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jdhelpers import jetdump_json, run_jetdump
+from jdhelpers import jetdump_json
+from jdhelpers import run_jetdump
 from test_jetdump_logs import segment
 
-from jetwire import FetchChange, GetState, Info, Response, SetState, Status, Value, encode
-from tools.jetdump.synth import CaptureWriter, TcpSession
+from jetwire import FetchChange
+from jetwire import GetState
+from jetwire import Info
+from jetwire import Response
+from jetwire import SetState
+from jetwire import Status
+from jetwire import Value
+from jetwire import encode
+from tools.jetdump.synth import CaptureWriter
+from tools.jetdump.synth import TcpSession
 
 CLIENT = ("10.0.0.1", 50000)
 SERVER = ("10.0.0.2", 11124)

@@ -5,25 +5,30 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from peer_testlib import add_stuck_state, eventually, run, two_peers
+from peer_testlib import add_stuck_state
+from peer_testlib import eventually
+from peer_testlib import run
+from peer_testlib import two_peers
 
-from jetwire import JetError, LocalProtocolError, Status, Value, ValueType
-from peer import (
-    AlreadyExists,
-    ConnectionClosed,
-    EventKind,
-    FetchEvent,
-    Internal,
-    NotFound,
-    OwnerGone,
-    PeerAsync,
-    PeerError,
-    Rejected,
-    Timeout,
-    TooLarge,
-    WrongKind,
-    error_for_status,
-)
+from jetwire import JetError
+from jetwire import LocalProtocolError
+from jetwire import Status
+from jetwire import Value
+from jetwire import ValueType
+from peer import AlreadyExists
+from peer import ConnectionClosed
+from peer import EventKind
+from peer import FetchEvent
+from peer import Internal
+from peer import NotFound
+from peer import OwnerGone
+from peer import PeerAsync
+from peer import PeerError
+from peer import Rejected
+from peer import Timeout
+from peer import TooLarge
+from peer import WrongKind
+from peer import error_for_status
 from peer import errors as peer_errors
 
 
@@ -460,7 +465,8 @@ async def _garbage_server(*frames: bytes):
 
 
 def test_peer_closes_on_a_fatal_frame_from_the_daemon():
-    from jetwire import Info, encode
+    from jetwire import Info
+    from jetwire import encode
 
     async def body():
         # PROTOCOL.md 9.2: an unknown frame type is fatal.
@@ -476,7 +482,8 @@ def test_peer_closes_on_a_fatal_frame_from_the_daemon():
 
 
 def test_connect_refuses_another_major_version():
-    from jetwire import Info, encode
+    from jetwire import Info
+    from jetwire import encode
 
     async def body():
         server, port, received = await _garbage_server(encode(Info("future", major=2)))
@@ -489,7 +496,8 @@ def test_connect_refuses_another_major_version():
 
 
 def test_fast_value_path_equals_value_of():
-    from hypothesis import given, settings
+    from hypothesis import given
+    from hypothesis import settings
     from hypothesis import strategies as st
 
     from peer.aio import _as_value

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import asyncio
 
-from peer_testlib import eventually, run
+from peer_testlib import eventually
+from peer_testlib import run
 
-from peer import AlreadyExists, EventKind, Peer, PeerAsync
+from peer import AlreadyExists
+from peer import EventKind
+from peer import Peer
+from peer import PeerAsync
 from tests.conftest import restartable_port
 
 

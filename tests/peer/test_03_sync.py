@@ -10,7 +10,12 @@ import threading
 import pytest
 
 from jetwire import LocalProtocolError
-from peer import ConnectionClosed, EventKind, Internal, NotFound, Peer, Rejected
+from peer import ConnectionClosed
+from peer import EventKind
+from peer import Internal
+from peer import NotFound
+from peer import Peer
+from peer import Rejected
 
 
 def _open_fds() -> int:

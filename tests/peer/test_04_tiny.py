@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 import jetwire
-from peer import Peer, tiny
-from peer.tiny import TinyError, TinyPeer
+from peer import Peer
+from peer import tiny
+from peer.tiny import TinyError
+from peer.tiny import TinyPeer
 
 VECTORS = Path(__file__).resolve().parents[2] / "spec" / "vectors"
 TINY_SOURCE = Path(tiny.__file__)

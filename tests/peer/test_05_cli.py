@@ -13,9 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from jetwire import Value, ValueType
+from jetwire import Value
+from jetwire import ValueType
 from peer import Peer
-from peer.cli import EXIT_CODES, UsageError, parse_value
+from peer.cli import EXIT_CODES
+from peer.cli import UsageError
+from peer.cli import parse_value
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}

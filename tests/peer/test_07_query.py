@@ -11,9 +11,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from peer_testlib import run, two_peers
+from peer_testlib import run
+from peer_testlib import two_peers
 
-from peer import EventKind, InvalidQuery, Peer, field, key, value
+from peer import EventKind
+from peer import InvalidQuery
+from peer import Peer
+from peer import field
+from peer import key
+from peer import value
 
 REPO = Path(__file__).resolve().parents[2]
 

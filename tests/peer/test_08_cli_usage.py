@@ -12,9 +12,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_05_cli import ENV, REPO, Streaming
+from test_05_cli import ENV
+from test_05_cli import REPO
+from test_05_cli import Streaming
 
-from peer import Peer, Rejected
+from peer import Peer
+from peer import Rejected
 
 
 def run_jet(*args: str, stdin: str | None = None, timeout: float = 20) -> subprocess.CompletedProcess[str]:

@@ -7,8 +7,12 @@ import asyncio
 import socket
 import threading
 
-from jetwire import FEATURE_LIMITS, Decoder, Info, encode
-from peer import Peer, PeerAsync
+from jetwire import FEATURE_LIMITS
+from jetwire import Decoder
+from jetwire import Info
+from jetwire import encode
+from peer import Peer
+from peer import PeerAsync
 
 
 def test_peer_learns_the_daemons_limits(start_jetd):

@@ -19,10 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_05_cli import ENV, REPO, Streaming
-from test_08_cli_usage import _wait_registered, assert_usage_error
+from test_05_cli import ENV
+from test_05_cli import REPO
+from test_05_cli import Streaming
+from test_08_cli_usage import _wait_registered
+from test_08_cli_usage import assert_usage_error
 
-from peer import Peer, Rejected
+from peer import Peer
+from peer import Rejected
 
 SIGTERM_BIT = 1 << (signal.SIGTERM - 1)
 
@@ -337,7 +341,9 @@ def test_foreign_bytes_say_not_a_jet_daemon_at_once(greeting, words, command):
 
 
 def test_peer_libraries_raise_not_jet_daemon():
-    from peer import ConnectionClosed, NotJetDaemon, PeerAsync
+    from peer import ConnectionClosed
+    from peer import NotJetDaemon
+    from peer import PeerAsync
     from peer.tiny import NotJetDaemon as TinyNotJetDaemon
     from peer.tiny import TinyPeer
 

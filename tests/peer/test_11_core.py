@@ -8,9 +8,15 @@ from typing import Any
 import pytest
 
 import jetwire
-from jetwire.codes import Action, EntryKind
+from jetwire.codes import Action
+from jetwire.codes import EntryKind
 from peer import core
-from peer.errors import Malformed, NotFound, PeerError, Rejected, Timeout, TooLarge
+from peer.errors import Malformed
+from peer.errors import NotFound
+from peer.errors import PeerError
+from peer.errors import Rejected
+from peer.errors import Timeout
+from peer.errors import TooLarge
 
 # --- RequestTable: ids ------------------------------------------------------------------
 

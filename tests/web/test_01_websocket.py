@@ -13,34 +13,37 @@ from pathlib import Path
 from typing import Optional
 
 import pytest
-from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import InvalidStatus
 from websockets.frames import Opcode
-from websockets.protocol import OPEN, Protocol, Side
+from websockets.protocol import OPEN
+from websockets.protocol import Protocol
+from websockets.protocol import Side
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "jetd"))
 
-from jetd_testlib import RawPeer, v
-from webtest import WsPeer, start_web_jetd
+from jetd_testlib import RawPeer
+from jetd_testlib import v
+from webtest import WsPeer
+from webtest import start_web_jetd
 
-from jetwire import (
-    AddMethod,
-    AddState,
-    CallMethod,
-    Close,
-    Decoder,
-    FetchAdd,
-    FetchChange,
-    FetchRemove,
-    FetchStates,
-    GetState,
-    Info,
-    NotifyState,
-    RemoveState,
-    Response,
-    SetState,
-    Status,
-    encode,
-)
+from jetwire import AddMethod
+from jetwire import AddState
+from jetwire import CallMethod
+from jetwire import Close
+from jetwire import Decoder
+from jetwire import FetchAdd
+from jetwire import FetchChange
+from jetwire import FetchRemove
+from jetwire import FetchStates
+from jetwire import GetState
+from jetwire import Info
+from jetwire import NotifyState
+from jetwire import RemoveState
+from jetwire import Response
+from jetwire import SetState
+from jetwire import Status
+from jetwire import encode
 
 
 def test_ws_and_tcp_peers_route_and_fetch_through_each_other(start_jetd):
@@ -365,7 +368,10 @@ def test_same_limits_as_tcp(start_jetd):
 
 
 def test_event_log_records_websocket_peers(start_jetd, tmp_path):
-    from jetwire.log import LogKind, LogRecord, iter_log, parse_record_data
+    from jetwire.log import LogKind
+    from jetwire.log import LogRecord
+    from jetwire.log import iter_log
+    from jetwire.log import parse_record_data
 
     daemon = start_web_jetd(start_jetd, "--log-dir", str(tmp_path / "log"), "--log-fsync", "always")
     ws = WsPeer(daemon.web, "logged")

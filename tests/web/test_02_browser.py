@@ -12,20 +12,19 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import Any
+from typing import NamedTuple
 
 import pytest
-from webtest import (
-    ARTIFACTS,
-    REPO,
-    TIMEOUT_MS,
-    act_from_page,
-    chromium,
-    needs_chromium,
-    page_errors,
-    start_web_jetd,
-    until,
-)
+from webtest import ARTIFACTS
+from webtest import REPO
+from webtest import TIMEOUT_MS
+from webtest import act_from_page
+from webtest import chromium
+from webtest import needs_chromium
+from webtest import page_errors
+from webtest import start_web_jetd
+from webtest import until
 
 from peer import PeerAsync
 from tests.conftest import restartable_port

@@ -8,17 +8,15 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from webtest import (
-    ARTIFACTS,
-    TIMEOUT_MS,
-    act_from_page,
-    chromium,
-    needs_chromium,
-    page_errors,
-    start_web_jetd,
-    until,
-    user_add,
-)
+from webtest import ARTIFACTS
+from webtest import TIMEOUT_MS
+from webtest import act_from_page
+from webtest import chromium
+from webtest import needs_chromium
+from webtest import page_errors
+from webtest import start_web_jetd
+from webtest import until
+from webtest import user_add
 
 from peer import PeerAsync
 

@@ -8,12 +8,20 @@ import asyncio
 import contextlib
 import os
 import socket
-from typing import Any, Optional
+from typing import Any
+from typing import Optional
 
 import pytest
-from webtest import CHROMIUM, TIMEOUT, TIMEOUT_MS, WsPeer, chromium, start_web_jetd, until
+from webtest import CHROMIUM
+from webtest import TIMEOUT
+from webtest import TIMEOUT_MS
+from webtest import WsPeer
+from webtest import chromium
+from webtest import start_web_jetd
+from webtest import until
 
-from jetwire import GetState, Status
+from jetwire import GetState
+from jetwire import Status
 
 PAGES = ("/", "/index.html", "/console.js", "/console.css", "/jet.js", "/registry.json")
 

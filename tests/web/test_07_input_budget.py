@@ -18,10 +18,19 @@ from typing import Union
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "jetd"))
 
-from jetd_testlib import rss_kib, v
-from webtest import WsPeer, start_web_jetd
+from jetd_testlib import rss_kib
+from jetd_testlib import v
+from webtest import WsPeer
+from webtest import start_web_jetd
 
-from jetwire import AddState, Close, Decoder, GetState, Info, Response, Status, encode
+from jetwire import AddState
+from jetwire import Close
+from jetwire import Decoder
+from jetwire import GetState
+from jetwire import Info
+from jetwire import Response
+from jetwire import Status
+from jetwire import encode
 from tools.chaos.websocket import RawWsPeer
 
 MiB = 1 << 20

@@ -13,11 +13,21 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from jetwire import AddState, Authenticate, FetchStates, Request, Response, SetState, Status, Value
-from tests.conftest import REPO, DaemonProcess
+from jetwire import AddState
+from jetwire import Authenticate
+from jetwire import FetchStates
+from jetwire import Request
+from jetwire import Response
+from jetwire import SetState
+from jetwire import Status
+from jetwire import Value
+from tests.conftest import REPO
+from tests.conftest import DaemonProcess
 from tests.jetd.jetd_testlib import RawPeer
 from tests.jetd.test_14_security import write_users
-from tests.web.webtest import WsPeer, start_web_jetd, web_address
+from tests.web.webtest import WsPeer
+from tests.web.webtest import start_web_jetd
+from tests.web.webtest import web_address
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 

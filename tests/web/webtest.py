@@ -9,12 +9,15 @@ import selectors
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
+from typing import Optional
 
 import pytest
-from websockets.sync.client import ClientConnection, connect
+from websockets.sync.client import ClientConnection
+from websockets.sync.client import connect
 
 from jetwire import Close
 from tests.jetd.jetd_testlib import FramedPeer

@@ -32,24 +32,24 @@ import sys
 import tempfile
 import time
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 
-from jetwire import (
-    AddMethod,
-    AddState,
-    CallMethod,
-    Decoder,
-    FetchAdd,
-    FetchChange,
-    FetchStates,
-    NotifyState,
-    Response,
-    Value,
-    encode,
-)
+from jetwire import AddMethod
+from jetwire import AddState
+from jetwire import CallMethod
+from jetwire import Decoder
+from jetwire import FetchAdd
+from jetwire import FetchChange
+from jetwire import FetchStates
+from jetwire import NotifyState
+from jetwire import Response
+from jetwire import Value
+from jetwire import encode
 
-from .daemon_procs import DaemonProcess, _spawn
+from .daemon_procs import DaemonProcess
+from .daemon_procs import _spawn
 
 REPO = Path(__file__).resolve().parents[2]
 PAYLOAD = b"0123456789abcdef"  # 16 bytes

@@ -34,8 +34,19 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from jetwire import Decoder, FetchChange, Message, SetState, Value, encode
-from jetwire.log import LogHeader, LogKind, LogReader, LogRecord, encode_header, encode_record, iter_log
+from jetwire import Decoder
+from jetwire import FetchChange
+from jetwire import Message
+from jetwire import SetState
+from jetwire import Value
+from jetwire import encode
+from jetwire.log import LogHeader
+from jetwire.log import LogKind
+from jetwire.log import LogReader
+from jetwire.log import LogRecord
+from jetwire.log import encode_header
+from jetwire.log import encode_record
+from jetwire.log import iter_log
 from jetwire.schema import FRAME
 
 _HEADER = struct.Struct(">BI")

@@ -22,7 +22,8 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Any, Optional
+from typing import Any
+from typing import Optional
 
 from peer import PeerAsync
 

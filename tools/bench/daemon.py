@@ -22,21 +22,24 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from collections.abc import Iterator
+from collections.abc import Sequence
+from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 
 from . import daemon_procs
-from .daemon_procs import (
-    DEFAULT_NODEJET_PREFIX,
-    REPO,
-    DaemonProcess,
-    DaemonUnavailable,
-    ensure_nodejet,
-    start_daemon,
-)
+from .daemon_procs import DEFAULT_NODEJET_PREFIX
+from .daemon_procs import REPO
+from .daemon_procs import DaemonProcess
+from .daemon_procs import DaemonUnavailable
+from .daemon_procs import ensure_nodejet
+from .daemon_procs import start_daemon
 from .daemon_wire import dialect_for
-from .daemon_workloads import WORKLOADS, Sample, Sizes
+from .daemon_workloads import WORKLOADS
+from .daemon_workloads import Sample
+from .daemon_workloads import Sizes
 
 KIND_LABELS = {
     "jetd": "jetd",

@@ -32,9 +32,19 @@ from pathlib import Path
 
 from jetd.access import Access
 from jetd.config import Config
-from jetd.core import Connection, Daemon
-from jetd.users import Grants, UsersFile
-from jetwire import AddState, FetchChange, FetchStates, NotifyState, Response, SetState, Status, Value, encode
+from jetd.core import Connection
+from jetd.core import Daemon
+from jetd.users import Grants
+from jetd.users import UsersFile
+from jetwire import AddState
+from jetwire import FetchChange
+from jetwire import FetchStates
+from jetwire import NotifyState
+from jetwire import Response
+from jetwire import SetState
+from jetwire import Status
+from jetwire import Value
+from jetwire import encode
 
 IN_FLIGHT = 100  # W1: sets per pipelined batch
 STATES = 100  # W2/W5: states notified in rotation

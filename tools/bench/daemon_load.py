@@ -12,10 +12,13 @@ import selectors
 import socket
 import struct
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from collections.abc import Sequence
 
 from .daemon_procs import DaemonProcess
-from .daemon_wire import BenchError, Dialect, ResponseScanner
+from .daemon_wire import BenchError
+from .daemon_wire import Dialect
+from .daemon_wire import ResponseScanner
 
 IO_TIMEOUT = 30.0
 RECV_SIZE = 1 << 20

@@ -20,17 +20,15 @@ import struct
 from collections.abc import Sequence
 from typing import Protocol
 
-from jetwire import (
-    AddState,
-    FetchChange,
-    FetchStates,
-    GetState,
-    Info,
-    NotifyState,
-    SetState,
-    Value,
-    encode,
-)
+from jetwire import AddState
+from jetwire import FetchChange
+from jetwire import FetchStates
+from jetwire import GetState
+from jetwire import Info
+from jetwire import NotifyState
+from jetwire import SetState
+from jetwire import Value
+from jetwire import encode
 
 _HEADER = struct.Struct(">BI")
 _U32 = struct.Struct(">I")

@@ -15,15 +15,26 @@ import os
 import socket
 import statistics
 import time
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, ExitStack
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from contextlib import ExitStack
+from dataclasses import dataclass
+from dataclasses import field
 
-from jetwire import Decoder, FetchAdd, Response
+from jetwire import Decoder
+from jetwire import FetchAdd
+from jetwire import Response
 
-from .daemon_load import Channel, Pump, add_states, connect, wait_responses
+from .daemon_load import Channel
+from .daemon_load import Pump
+from .daemon_load import add_states
+from .daemon_load import connect
+from .daemon_load import wait_responses
 from .daemon_procs import DaemonProcess
-from .daemon_wire import BenchError, Dialect, EventCounter
+from .daemon_wire import BenchError
+from .daemon_wire import Dialect
+from .daemon_wire import EventCounter
 
 StartDaemon = Callable[[], AbstractContextManager[DaemonProcess]]
 _fetch_tags = itertools.count(1)

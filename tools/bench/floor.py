@@ -21,20 +21,18 @@ import struct
 import sys
 from typing import Optional
 
-from jetwire import (
-    AddMethod,
-    AddState,
-    EventCode,
-    FetchAdd,
-    FetchStates,
-    FrameType,
-    Function,
-    Info,
-    Response,
-    Value,
-    decode_frame,
-    encode,
-)
+from jetwire import AddMethod
+from jetwire import AddState
+from jetwire import EventCode
+from jetwire import FetchAdd
+from jetwire import FetchStates
+from jetwire import FrameType
+from jetwire import Function
+from jetwire import Info
+from jetwire import Response
+from jetwire import Value
+from jetwire import decode_frame
+from jetwire import encode
 
 _HEADER = struct.Struct(">BI")
 # Plain ints for the per-frame comparisons. The function byte follows a REQUEST's 4-byte

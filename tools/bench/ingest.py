@@ -87,8 +87,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="only the whole jet-ingest, this tree against the checkout TREE, interleaved")
     args = parser.parse_args(argv)
 
-    from tools.ingest.session import REPO_ROOT, spark_session
-    from tools.ingest.synth import BASE_NS, write_synthetic_log
+    from tools.ingest.session import REPO_ROOT
+    from tools.ingest.session import spark_session
+    from tools.ingest.synth import BASE_NS
+    from tools.ingest.synth import write_synthetic_log
 
     work = Path(args.keep or tempfile.mkdtemp(prefix="jet-bench-ingest-"))
     logs = work / "logs"

@@ -29,9 +29,21 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from jetwire import FetchChange, GetState, Info, Response, SetState, Status, Value, encode
-from jetwire.log import LogHeader, LogKind, conn_open_data, encode_header, encode_record
-from tools.jetdump.synth import CaptureWriter, TcpSession
+from jetwire import FetchChange
+from jetwire import GetState
+from jetwire import Info
+from jetwire import Response
+from jetwire import SetState
+from jetwire import Status
+from jetwire import Value
+from jetwire import encode
+from jetwire.log import LogHeader
+from jetwire.log import LogKind
+from jetwire.log import conn_open_data
+from jetwire.log import encode_header
+from jetwire.log import encode_record
+from tools.jetdump.synth import CaptureWriter
+from tools.jetdump.synth import TcpSession
 from tools.procs import stop_process
 
 REPO = Path(__file__).resolve().parents[2]

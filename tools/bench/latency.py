@@ -40,38 +40,35 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from jetwire import (
-    AddMethod,
-    AddState,
-    CallMethod,
-    Decoder,
-    FetchChange,
-    FetchStates,
-    FrameType,
-    Message,
-    NotifyState,
-    Response,
-    SetState,
-    Status,
-    Value,
-    encode,
-)
+from jetwire import AddMethod
+from jetwire import AddState
+from jetwire import CallMethod
+from jetwire import Decoder
+from jetwire import FetchChange
+from jetwire import FetchStates
+from jetwire import FrameType
+from jetwire import Message
+from jetwire import NotifyState
+from jetwire import Response
+from jetwire import SetState
+from jetwire import Status
+from jetwire import Value
+from jetwire import encode
 
-from .brokers import (
-    GENERATOR_CPU,
-    _connect,
-    _jet_info,
-    _nats_connect,
-    _read_until,
-    build_compiled,
-    jetd,
-    labelled_dir,
-    nats,
-)
+from .brokers import GENERATOR_CPU
+from .brokers import _connect
+from .brokers import _jet_info
+from .brokers import _nats_connect
+from .brokers import _read_until
+from .brokers import build_compiled
+from .brokers import jetd
+from .brokers import labelled_dir
+from .brokers import nats
 from .daemon_procs import DaemonProcess
 
 REPO = Path(__file__).resolve().parents[2]

@@ -32,7 +32,8 @@ from typing import Any
 
 import uvloop
 
-from peer import Peer, PeerAsync
+from peer import Peer
+from peer import PeerAsync
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -39,27 +39,28 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from pathlib import Path
 
-from jetwire import (
-    SORT_DESCENDING,
-    AddState,
-    Decoder,
-    FetchQuery,
-    FilterOp,
-    GetState,
-    PathMatcher,
-    PathOp,
-    Query,
-    Response,
-    SortBy,
-    Value,
-    ValueFilter,
-    ValueType,
-    encode,
-)
-from tools.bench.daemon_procs import DaemonProcess, _spawn, start_jetd
+from jetwire import SORT_DESCENDING
+from jetwire import AddState
+from jetwire import Decoder
+from jetwire import FetchQuery
+from jetwire import FilterOp
+from jetwire import GetState
+from jetwire import PathMatcher
+from jetwire import PathOp
+from jetwire import Query
+from jetwire import Response
+from jetwire import SortBy
+from jetwire import Value
+from jetwire import ValueFilter
+from jetwire import ValueType
+from jetwire import encode
+from tools.bench.daemon_procs import DaemonProcess
+from tools.bench.daemon_procs import _spawn
+from tools.bench.daemon_procs import start_jetd
 
 NODEJET2_SOURCE = Path(__file__).resolve().parent / "nodejet2"
 NODEJET2_VERSION = "2.1.2"

@@ -26,22 +26,35 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
+from typing import Optional
 
-from websockets.frames import Frame, Opcode
-from websockets.protocol import OPEN, Protocol, Side
+from websockets.frames import Frame
+from websockets.frames import Opcode
+from websockets.protocol import OPEN
+from websockets.protocol import Protocol
+from websockets.protocol import Side
 
 from tools.procs import stop_process
 
 from . import daemon_workloads
 from .daemon_load import connect as tcp_connect
 from .daemon_load import loopback_socket
-from .daemon_procs import REPO, SHUTDOWN_TIMEOUT, DaemonProcess, _exit_stats
-from .daemon_wire import BenchError, Dialect, JetDialect
-from .daemon_workloads import Sample, Sizes, w1_routed_set, w2_fanout
+from .daemon_procs import REPO
+from .daemon_procs import SHUTDOWN_TIMEOUT
+from .daemon_procs import DaemonProcess
+from .daemon_procs import _exit_stats
+from .daemon_wire import BenchError
+from .daemon_wire import Dialect
+from .daemon_wire import JetDialect
+from .daemon_workloads import Sample
+from .daemon_workloads import Sizes
+from .daemon_workloads import w1_routed_set
+from .daemon_workloads import w2_fanout
 
 IO_TIMEOUT = 30.0
 

@@ -10,51 +10,54 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
+from collections.abc import Iterator
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from jetwire import (
-    AddState,
-    Close,
-    FetchStates,
-    FrameType,
-    GetState,
-    NotifyState,
-    Response,
-    SetState,
-    Status,
-    Value,
-    decode_frame,
-    encode,
-)
-from jetwire.log import LogKind, LogRecord, iter_log
+from jetwire import AddState
+from jetwire import Close
+from jetwire import FetchStates
+from jetwire import FrameType
+from jetwire import GetState
+from jetwire import NotifyState
+from jetwire import Response
+from jetwire import SetState
+from jetwire import Status
+from jetwire import Value
+from jetwire import decode_frame
+from jetwire import encode
+from jetwire.log import LogKind
+from jetwire.log import LogRecord
+from jetwire.log import iter_log
 
-from .auth import auth_close, auth_flood
-from .harness import (
-    HEADER,
-    Daemon,
-    Drainer,
-    MiB,
-    PeerGone,
-    RawPeer,
-    Target,
-    Watch,
-    add_states,
-    close_all,
-    closures,
-    describe,
-    open_and_send,
-    owner_with_state,
-    pump_all,
-    send_partial_frame,
-    wait_until,
-    watched,
-)
+from .auth import auth_close
+from .auth import auth_flood
+from .harness import HEADER
+from .harness import Daemon
+from .harness import Drainer
+from .harness import MiB
+from .harness import PeerGone
+from .harness import RawPeer
+from .harness import Target
+from .harness import Watch
+from .harness import add_states
+from .harness import close_all
+from .harness import closures
+from .harness import describe
+from .harness import open_and_send
+from .harness import owner_with_state
+from .harness import pump_all
+from .harness import send_partial_frame
+from .harness import wait_until
+from .harness import watched
 from .tls import tls_handshakes
 from .together import all_at_once
-from .websocket import RawWsPeer, web_address, ws_closures
+from .websocket import RawWsPeer
+from .websocket import web_address
+from .websocket import ws_closures
 
 Row = dict[str, object]
 

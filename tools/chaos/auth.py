@@ -17,9 +17,16 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from jetwire import Authenticate, Decoder, Info, Response, Status, encode
+from jetwire import Authenticate
+from jetwire import Decoder
+from jetwire import Info
+from jetwire import Response
+from jetwire import Status
+from jetwire import encode
 
-from .harness import Daemon, Target, watched
+from .harness import Daemon
+from .harness import Target
+from .harness import watched
 
 Row = dict[str, object]
 
@@ -34,7 +41,9 @@ def users_file(target: Target) -> Path:
     writes it); anonymous peers may do anything, so the health peer works."""
     from argon2 import PasswordHasher
 
-    from jetd.users import Grants, User, UsersFile
+    from jetd.users import Grants
+    from jetd.users import User
+    from jetd.users import UsersFile
 
     path = target.workdir / "chaos-users.toml"
     if not path.exists():

@@ -14,8 +14,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional
 
-from .attacks import ATTACKS, Row, Run, iter_attacks
-from .harness import HOST, NeedsOwnDaemon, Target
+from .attacks import ATTACKS
+from .attacks import Row
+from .attacks import Run
+from .attacks import iter_attacks
+from .harness import HOST
+from .harness import NeedsOwnDaemon
+from .harness import Target
 from .together import ALL_AT_ONCE_PARTS
 
 REPO = Path(__file__).resolve().parents[2]

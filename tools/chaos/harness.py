@@ -17,24 +17,27 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from collections.abc import Iterator
+from collections.abc import Sequence
+from dataclasses import dataclass
+from dataclasses import field
 from pathlib import Path
-from typing import Any, Optional, TypeVar
+from typing import Any
+from typing import Optional
+from typing import TypeVar
 
-from jetwire import (
-    AddState,
-    Close,
-    Decoder,
-    FrameType,
-    GetState,
-    Info,
-    Message,
-    NotifyState,
-    Response,
-    Value,
-    encode,
-)
+from jetwire import AddState
+from jetwire import Close
+from jetwire import Decoder
+from jetwire import FrameType
+from jetwire import GetState
+from jetwire import Info
+from jetwire import Message
+from jetwire import NotifyState
+from jetwire import Response
+from jetwire import Value
+from jetwire import encode
 from tools.procs import stop_process
 
 HOST = "127.0.0.1"

@@ -21,9 +21,15 @@ from collections import Counter
 from pathlib import Path
 from typing import Optional
 
-from jetwire import Decoder, GetState, Info, Response, encode
+from jetwire import Decoder
+from jetwire import GetState
+from jetwire import Info
+from jetwire import Response
+from jetwire import encode
 
-from .harness import Daemon, Target, watched
+from .harness import Daemon
+from .harness import Target
+from .harness import watched
 
 Row = dict[str, object]
 
@@ -37,7 +43,8 @@ def self_signed(workdir: Path) -> tuple[Path, Path]:
     import ipaddress
 
     from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
 

@@ -34,28 +34,41 @@ import statistics
 import threading
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import Optional
 
-from jetwire import FrameType, Status, Value, encode
-from jetwire.messages import AddState, FetchQuery, NotifyState, Query, Response, SetState
-from peer.query import build_query, field
+from jetwire import FrameType
+from jetwire import Status
+from jetwire import Value
+from jetwire import encode
+from jetwire.messages import AddState
+from jetwire.messages import FetchQuery
+from jetwire.messages import NotifyState
+from jetwire.messages import Query
+from jetwire.messages import Response
+from jetwire.messages import SetState
+from peer.query import build_query
+from peer.query import field
 
-from .auth import Flood, login_seconds, users_file
-from .harness import (
-    Drainer,
-    HealthPeer,
-    MiB,
-    RawPeer,
-    _HealthLoop,
-    close_all,
-    closures,
-    describe,
-    open_and_send,
-    send_partial_frame,
-    wait_until,
-    watched,
-)
-from .websocket import RawWsPeer, web_address, ws_closures
+from .auth import Flood
+from .auth import login_seconds
+from .auth import users_file
+from .harness import Drainer
+from .harness import HealthPeer
+from .harness import MiB
+from .harness import RawPeer
+from .harness import _HealthLoop
+from .harness import close_all
+from .harness import closures
+from .harness import describe
+from .harness import open_and_send
+from .harness import send_partial_frame
+from .harness import wait_until
+from .harness import watched
+from .websocket import RawWsPeer
+from .websocket import web_address
+from .websocket import ws_closures
 
 if TYPE_CHECKING:
     from .attacks import Run

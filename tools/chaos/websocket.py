@@ -12,15 +12,20 @@ from collections.abc import Sequence
 from typing import Optional
 
 from websockets.client import ClientProtocol
-from websockets.frames import Frame, Opcode
+from websockets.frames import Frame
+from websockets.frames import Opcode
 from websockets.http11 import Response as HttpResponse
 from websockets.protocol import CONNECTING
 from websockets.typing import Subprotocol
 from websockets.uri import parse_uri
 
-from jetwire import Close, Decoder, Message
+from jetwire import Close
+from jetwire import Decoder
+from jetwire import Message
 
-from .harness import Daemon, NeedsOwnDaemon, stdout_line
+from .harness import Daemon
+from .harness import NeedsOwnDaemon
+from .harness import stdout_line
 
 WEB_LINE_TIMEOUT = 15.0
 _MASKED_BINARY_64 = struct.Struct(">BBQ4s")  # FIN + binary, mask bit + 64-bit length, mask key

@@ -7,7 +7,12 @@ only, and writes console, JSON, JUnit XML and HTML reports.
 
 from __future__ import annotations
 
-from .cases import Case, CaseError, load_cases, select_cases
-from .runner import CaseResult, RunConfig, run_cases
+from .cases import Case
+from .cases import CaseError
+from .cases import load_cases
+from .cases import select_cases
+from .runner import CaseResult
+from .runner import RunConfig
+from .runner import run_cases
 
 __all__ = ["Case", "CaseError", "CaseResult", "RunConfig", "load_cases", "run_cases", "select_cases"]

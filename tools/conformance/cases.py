@@ -13,40 +13,43 @@ import operator
 import re
 import struct
 import sys
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Mapping
+from dataclasses import dataclass
+from dataclasses import field
 from fnmatch import fnmatch
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any
+from typing import Optional
+from typing import Union
 
-from jetwire import (
-    FETCH_EVENT_CLASSES,
-    REQUEST_CLASSES,
-    Authenticate,
-    Close,
-    FetchMethod,
-    FetchNode,
-    FetchQuery,
-    FetchStates,
-    FetchWindow,
-    FilterOp,
-    Info,
-    KeyRequest,
-    KeyValueRequest,
-    Message,
-    PathMatcher,
-    PathOp,
-    Query,
-    QueryEntry,
-    QueryOnce,
-    Response,
-    SortBy,
-    Status,
-    Unfetch,
-    Value,
-    ValueFilter,
-    ValueType,
-)
+from jetwire import FETCH_EVENT_CLASSES
+from jetwire import REQUEST_CLASSES
+from jetwire import Authenticate
+from jetwire import Close
+from jetwire import FetchMethod
+from jetwire import FetchNode
+from jetwire import FetchQuery
+from jetwire import FetchStates
+from jetwire import FetchWindow
+from jetwire import FilterOp
+from jetwire import Info
+from jetwire import KeyRequest
+from jetwire import KeyValueRequest
+from jetwire import Message
+from jetwire import PathMatcher
+from jetwire import PathOp
+from jetwire import Query
+from jetwire import QueryEntry
+from jetwire import QueryOnce
+from jetwire import Response
+from jetwire import SortBy
+from jetwire import Status
+from jetwire import Unfetch
+from jetwire import Value
+from jetwire import ValueFilter
+from jetwire import ValueType
 from jetwire.errors import JetError
 
 __all__ = [

@@ -7,11 +7,20 @@ import asyncio
 import os
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
+from typing import Optional
 
-from .cases import CaseError, default_case_dir, evaluate, load_cases, select_cases
-from .report import add_report_options, write_case_list, write_console, write_report_files
-from .runner import RunConfig, run_cases
+from .cases import CaseError
+from .cases import default_case_dir
+from .cases import evaluate
+from .cases import load_cases
+from .cases import select_cases
+from .report import add_report_options
+from .report import write_case_list
+from .report import write_console
+from .report import write_report_files
+from .runner import RunConfig
+from .runner import run_cases
 
 EXIT_OK = 0
 EXIT_FAILED = 1

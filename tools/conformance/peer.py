@@ -24,38 +24,51 @@ import json
 import shlex
 import sys
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any, Optional
+from collections.abc import Awaitable
+from collections.abc import Callable
+from dataclasses import dataclass
+from dataclasses import field
+from typing import Any
+from typing import Optional
 
-from jetwire import (
-    FEATURE_LIMITS,
-    AddMethod,
-    AddState,
-    CallMethod,
-    Close,
-    Decoder,
-    FetchAdd,
-    FetchChange,
-    FetchRemove,
-    FetchStates,
-    GetState,
-    Info,
-    Message,
-    NotifyState,
-    Response,
-    SetState,
-    Status,
-    Value,
-    decode_body,
-    encode,
-)
+from jetwire import FEATURE_LIMITS
+from jetwire import AddMethod
+from jetwire import AddState
+from jetwire import CallMethod
+from jetwire import Close
+from jetwire import Decoder
+from jetwire import FetchAdd
+from jetwire import FetchChange
+from jetwire import FetchRemove
+from jetwire import FetchStates
+from jetwire import GetState
+from jetwire import Info
+from jetwire import Message
+from jetwire import NotifyState
+from jetwire import Response
+from jetwire import SetState
+from jetwire import Status
+from jetwire import Value
+from jetwire import decode_body
+from jetwire import encode
 from jetwire.errors import RemoteProtocolError
 
-from .agents.script import METHOD_KEY, SET_VALUE, STATE_KEY
-from .cases import Case, describe_message
-from .report import add_report_options, write_case_list, write_console, write_report_files
-from .runner import FAILED, NON_STRICT, OK, CaseLog, CaseResult, RunConfig, StepFailed
+from .agents.script import METHOD_KEY
+from .agents.script import SET_VALUE
+from .agents.script import STATE_KEY
+from .cases import Case
+from .cases import describe_message
+from .report import add_report_options
+from .report import write_case_list
+from .report import write_console
+from .report import write_report_files
+from .runner import FAILED
+from .runner import NON_STRICT
+from .runner import OK
+from .runner import CaseLog
+from .runner import CaseResult
+from .runner import RunConfig
+from .runner import StepFailed
 
 __all__ = ["PEER_CASES", "PeerCase", "PeerRunConfig", "main", "run_peer_cases"]
 

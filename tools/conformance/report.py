@@ -6,22 +6,24 @@ import argparse
 import html
 import json
 import xml.etree.ElementTree as ET
-from collections import Counter, defaultdict
+from collections import Counter
+from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Optional, Protocol, TextIO
+from typing import Any
+from typing import Optional
+from typing import Protocol
+from typing import TextIO
 
-from .runner import (
-    FAILED,
-    INFORMATIONAL,
-    NON_STRICT,
-    OK,
-    OUTCOMES,
-    SKIPPED,
-    CaseResult,
-    ExchangeEntry,
-    RunConfig,
-)
+from .runner import FAILED
+from .runner import INFORMATIONAL
+from .runner import NON_STRICT
+from .runner import OK
+from .runner import OUTCOMES
+from .runner import SKIPPED
+from .runner import CaseResult
+from .runner import ExchangeEntry
+from .runner import RunConfig
 
 __all__ = [
     "EXCHANGE_HEAD",

@@ -13,23 +13,30 @@ import re
 import secrets
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, Optional
+from dataclasses import dataclass
+from dataclasses import field
+from typing import Any
+from typing import Optional
 
-from jetwire import FEATURE_AUTH_REQUIRED, Decoder, Info, Message, Status, decode_body, encode
-from jetwire.errors import JetError, RemoteProtocolError
+from jetwire import FEATURE_AUTH_REQUIRED
+from jetwire import Decoder
+from jetwire import Info
+from jetwire import Message
+from jetwire import Status
+from jetwire import decode_body
+from jetwire import encode
+from jetwire.errors import JetError
+from jetwire.errors import RemoteProtocolError
 
-from .cases import (
-    Case,
-    CaseError,
-    Env,
-    Pattern,
-    build_message,
-    build_raw,
-    describe_message,
-    evaluate,
-    match_message,
-)
+from .cases import Case
+from .cases import CaseError
+from .cases import Env
+from .cases import Pattern
+from .cases import build_message
+from .cases import build_raw
+from .cases import describe_message
+from .cases import evaluate
+from .cases import match_message
 
 __all__ = [
     "OUTCOMES",

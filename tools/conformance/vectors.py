@@ -20,7 +20,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from jetwire import Decoder, FrameType, Info, decode_body
+from jetwire import Decoder
+from jetwire import FrameType
+from jetwire import Info
+from jetwire import decode_body
 from jetwire.errors import RemoteProtocolError
 
 from .cases import default_case_dir

@@ -28,8 +28,16 @@ import argparse
 import sys
 from pathlib import Path
 
-from jetwire import Decoder, RemoteProtocolError, decode_body, encode
-from jetwire.log import Corruption, LogHeader, LogReader, LogRecord, Truncation, encode_header
+from jetwire import Decoder
+from jetwire import RemoteProtocolError
+from jetwire import decode_body
+from jetwire import encode
+from jetwire.log import Corruption
+from jetwire.log import LogHeader
+from jetwire.log import LogReader
+from jetwire.log import LogRecord
+from jetwire.log import Truncation
+from jetwire.log import encode_header
 from jetwire.schema import parse_frame
 
 _MAX_BODIES = (0, 16, 64, 1024, 1 << 20)

@@ -26,9 +26,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
+from typing import Optional
 
 from rich.console import Console
 
@@ -65,7 +67,11 @@ class _Progress:
 
     def __enter__(self) -> _Progress:
         if self.console.is_terminal:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            from rich.progress import BarColumn
+            from rich.progress import MofNCompleteColumn
+            from rich.progress import Progress
+            from rich.progress import TextColumn
+            from rich.progress import TimeElapsedColumn
 
             self._bar = Progress(TextColumn("ingesting"), BarColumn(), MofNCompleteColumn(), TextColumn("files"),
                                  TimeElapsedColumn(), console=self.console, transient=True)
@@ -112,9 +118,14 @@ def _plan(committed: Any, logdir: str) -> tuple[list[tuple[str, int, int]], dict
     Raises:
         WarehouseError: a known segment is now shorter than what was ingested from it.
     """
-    from tools.ingest.parse import JetlogError, infer_runs, read_file_header
+    from tools.ingest.parse import JetlogError
+    from tools.ingest.parse import infer_runs
+    from tools.ingest.parse import read_file_header
     from tools.ingest.source import expand_paths
-    from tools.ingest.warehouse import FileState, WarehouseError, bad_header_key, segment_key
+    from tools.ingest.warehouse import FileState
+    from tools.ingest.warehouse import WarehouseError
+    from tools.ingest.warehouse import bad_header_key
+    from tools.ingest.warehouse import segment_key
 
     def key_of(h: Any) -> str:
         return segment_key(h.name, h.created_ns, h.segment, h.crc)
@@ -180,7 +191,8 @@ def _changed(committed: Any, states: dict[str, Any]) -> bool:
 
 
 def _header_incomplete(path: str) -> bool:
-    from tools.ingest.parse import JetlogError, read_header
+    from tools.ingest.parse import JetlogError
+    from tools.ingest.parse import read_header
 
     try:
         with open(path, "rb") as fh:
@@ -216,7 +228,8 @@ def _complete_live(ranges: list[tuple[str, int, int]], states: dict[str, Any]) -
     record: the daemon may be writing the rest of the last one (JETLOG.md 5), which is
     neither damage nor a reason for FAILFAST to fail. An older segment will not grow
     (the daemon moved on, or restarted): its truncated tail is read and reported."""
-    from tools.ingest.parse import JetlogError, resume_offset
+    from tools.ingest.parse import JetlogError
+    from tools.ingest.parse import resume_offset
     from tools.ingest.source import DEFAULT_CHUNK
 
     newest: dict[str, tuple[int, int, str]] = {}
@@ -237,7 +250,8 @@ def _complete_live(ranges: list[tuple[str, int, int]], states: dict[str, Any]) -
 
 def _resume_offsets(ranges: list[tuple[str, int, int]], chunk: int) -> dict[str, int]:
     """Each range's resume offset, as the reader's last chunk of it ends (no Spark job)."""
-    from tools.ingest.parse import JetlogError, resume_offset
+    from tools.ingest.parse import JetlogError
+    from tools.ingest.parse import resume_offset
 
     out = {}
     for path, start, limit in ranges:
@@ -290,9 +304,15 @@ def ingest_once(spark: Any, logdir: str, warehouse: Path, *, since_ns: Optional[
         WarehouseError: a known segment shrank, or the warehouse cannot be continued.
         JetlogError: (in a Spark exception, from the tasks) damage in FAILFAST mode.
     """
-    from tools.ingest.pipeline import TaskSpec, check_reports, commit, compact
-    from tools.ingest.source import DEFAULT_CHUNK, plan_files, plan_ranges
-    from tools.ingest.warehouse import Warehouse, new_run_id
+    from tools.ingest.pipeline import TaskSpec
+    from tools.ingest.pipeline import check_reports
+    from tools.ingest.pipeline import commit
+    from tools.ingest.pipeline import compact
+    from tools.ingest.source import DEFAULT_CHUNK
+    from tools.ingest.source import plan_files
+    from tools.ingest.source import plan_ranges
+    from tools.ingest.warehouse import Warehouse
+    from tools.ingest.warehouse import new_run_id
 
     console = console or Console(stderr=True)
     committed = Warehouse.load(warehouse)
@@ -381,7 +401,8 @@ def _snapshot(warehouse: str | Path, name: str, version: Optional[int], timestam
     :func:`table_files`, which raises the same)."""
     from deltalake import DeltaTable
 
-    from tools.ingest.warehouse import TABLES, table_path
+    from tools.ingest.warehouse import TABLES
+    from tools.ingest.warehouse import table_path
 
     if name not in TABLES:
         raise ValueError(f"no table {name!r}: one of {', '.join(TABLES)}")
@@ -438,7 +459,8 @@ def commit_micro_batch(committed: Any, listed: dict[str, Any], settled: list[dic
     Raises:
         IngestError: a staged file is missing or holds other rows than reported.
     """
-    from tools.ingest.pipeline import check_reports, commit
+    from tools.ingest.pipeline import check_reports
+    from tools.ingest.pipeline import commit
 
     read = {r["file"] for r in settled if r["rows"]}
     states = {k: s for k, s in listed.items() if k in committed.files or s.path in read}
@@ -464,7 +486,8 @@ def _follow(spark: Any, args: argparse.Namespace, console: Console) -> int:
     record arrived for ``--idle-exit`` seconds; returns the records added."""
     from pyspark.sql import functions as F
 
-    from tools.ingest.warehouse import Warehouse, new_run_id
+    from tools.ingest.warehouse import Warehouse
+    from tools.ingest.warehouse import new_run_id
 
     warehouse = Path(args.out)
     committed = Warehouse.load(warehouse)
@@ -476,7 +499,8 @@ def _follow(spark: Any, args: argparse.Namespace, console: Console) -> int:
     committing = threading.Lock()
 
     def batch(df: Any, batch_id: int) -> None:
-        from tools.ingest.pipeline import compact, follow_task
+        from tools.ingest.pipeline import compact
+        from tools.ingest.pipeline import follow_task
 
         with committing:
             m = Warehouse.load(warehouse)
@@ -649,7 +673,8 @@ def _warehouse_args(command: str, description: str, argv: list[str],
 def history_main(argv: list[str]) -> int:
     """``jet-ingest history WAREHOUSE``: every commit of the warehouse's tables, with what
     each added; returns the exit status (2: not a warehouse)."""
-    from tools.ingest.warehouse import WarehouseError, history
+    from tools.ingest.warehouse import WarehouseError
+    from tools.ingest.warehouse import history
 
     args = _warehouse_args("history", "Every Delta Lake commit of a jet-ingest warehouse's tables, oldest first: "
                            "version, time, what it added and removed, and the log segments each run read "
@@ -676,7 +701,9 @@ def history_main(argv: list[str]) -> int:
 def migrate_main(argv: list[str]) -> int:
     """``jet-ingest migrate WAREHOUSE``: convert a warehouse of the snapshot layout to
     Delta Lake tables in place; returns the exit status (2: not such a warehouse)."""
-    from tools.ingest.warehouse import WarehouseError, locked, migrate
+    from tools.ingest.warehouse import WarehouseError
+    from tools.ingest.warehouse import locked
+    from tools.ingest.warehouse import migrate
 
     args = _warehouse_args("migrate", "Convert a warehouse written by a jet-ingest before Delta Lake (snapshot "
                            "directories and _manifest.json) in place: its current snapshot becomes version 1 of each "
@@ -716,7 +743,10 @@ def maintain_main(command: str, argv: list[str]) -> int:
     """``jet-ingest optimize|vacuum WAREHOUSE``; returns the exit status (2: not a
     warehouse, or another jet-ingest holds it)."""
     from tools.ingest.pipeline import compact
-    from tools.ingest.warehouse import TABLES, Warehouse, WarehouseError, locked
+    from tools.ingest.warehouse import TABLES
+    from tools.ingest.warehouse import Warehouse
+    from tools.ingest.warehouse import WarehouseError
+    from tools.ingest.warehouse import locked
 
     def retention(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--retention-hours", type=int, default=VACUUM_RETENTION_HOURS, metavar="H",
@@ -769,7 +799,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 2
     from contextlib import ExitStack
 
-    from tools.ingest.warehouse import Warehouse, WarehouseError, locked
+    from tools.ingest.warehouse import Warehouse
+    from tools.ingest.warehouse import WarehouseError
+    from tools.ingest.warehouse import locked
 
     started = time.monotonic()
     warehouse = Path(args.out).resolve()
@@ -829,7 +861,9 @@ def run(spark: Any, args: argparse.Namespace, console: Console, *, started: Opti
     tables = load_tables(spark, warehouse)
     console.print(f"added {added:,} record(s) in {time.monotonic() - started:.1f} s")
     if not args.no_report:
-        from tools.ingest.report import collect_summary, print_summary, write_report
+        from tools.ingest.report import collect_summary
+        from tools.ingest.report import print_summary
+        from tools.ingest.report import write_report
         from tools.ingest.warehouse import history_notes
 
         history = list(history_notes(Warehouse.load(warehouse).files.values()).values())

@@ -29,7 +29,8 @@ import os
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
+from typing import Optional
 
 import numpy as np
 import pyarrow as pa

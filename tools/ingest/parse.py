@@ -25,24 +25,40 @@ import mmap
 import os
 import struct
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Iterator
+from collections.abc import Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from enum import IntEnum
-from typing import Final, NamedTuple, Optional
+from typing import Final
+from typing import NamedTuple
+from typing import Optional
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jetwire.codes import EventCode, FrameType, Function, Status, ValueType
+from jetwire.codes import EventCode
+from jetwire.codes import FrameType
+from jetwire.codes import Function
+from jetwire.codes import Status
+from jetwire.codes import ValueType
 from jetwire.errors import RemoteProtocolError
-from jetwire.log import DEFAULT_MAX_RECORD, RECORD_MARKER, LogHeaderIncomplete, LogKind, decode_header
+from jetwire.log import DEFAULT_MAX_RECORD
+from jetwire.log import RECORD_MARKER
+from jetwire.log import LogHeaderIncomplete
+from jetwire.log import LogKind
+from jetwire.log import decode_header
 
-from .chain import CRC_TABLE, NATIVE, walk
+from .chain import CRC_TABLE
 from .chain import FIXED_SIZE as _FIXED_SIZE
 from .chain import HEAD as _HEAD  # JETLOG.md 3: marker | length | crc
 from .chain import HEAD_SIZE as _HEAD_SIZE
+from .chain import NATIVE
+from .chain import walk
 
 __all__ = [
     "ARROW_SCHEMA",

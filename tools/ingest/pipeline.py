@@ -26,9 +26,11 @@ import json
 import os
 import shutil
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
+from typing import Optional
 
 import numpy as np
 import pyarrow as pa
@@ -36,7 +38,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tools.ingest import derive
-from tools.ingest.parse import ARROW_SCHEMA, FRAMES_SCHEMA
+from tools.ingest.parse import ARROW_SCHEMA
+from tools.ingest.parse import FRAMES_SCHEMA
 
 __all__ = ["FRAMES_SCHEMA", "IngestError", "TaskSpec", "check_reports", "commit", "compact", "follow_task", "run_task",
            "spark_ddl"]
@@ -120,7 +123,8 @@ def run_task(index: int, ranges: list[tuple[str, int, Optional[int], int]], spec
             last planned record (the executor sees another copy, or it was replaced).
         JetlogError: damage, in FAILFAST mode.
     """
-    from tools.ingest.parse import check_segment, read_segment
+    from tools.ingest.parse import check_segment
+    from tools.ingest.parse import read_segment
 
     rows = 0
     files: dict[str, dict[str, int]] = {}
@@ -247,7 +251,8 @@ def _end(rows: pa.Table) -> int:
     10 + 13 + size bytes after its start (JETLOG.md 3); a CORRUPT row covers [offset,
     offset + size); a TRUNCATED record is read again, so it ends at its offset. A bad
     segment header: -1 (the whole file is done)."""
-    from tools.ingest.parse import CORRUPT, TRUNCATED
+    from tools.ingest.parse import CORRUPT
+    from tools.ingest.parse import TRUNCATED
 
     if pc.any(pc.starts_with(pc.fill_null(rows.column("corrupt"), ""), "bad segment header")).as_py():
         return -1
@@ -337,7 +342,8 @@ def compact(committed: Any, *, min_files: int = COMPACT_MIN_FILES, small: int = 
     Raises:
         IngestError: a rewritten file would not hold exactly the rows it replaces.
     """
-    from tools.ingest.warehouse import crash_point, new_run_id
+    from tools.ingest.warehouse import crash_point
+    from tools.ingest.warehouse import new_run_id
 
     if not committed.tables:
         return 0

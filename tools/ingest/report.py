@@ -6,9 +6,12 @@ from __future__ import annotations
 import base64
 import html
 import io
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from pathlib import Path
-from typing import Any, Optional, cast
+from typing import Any
+from typing import Optional
+from typing import cast
 
 import pandas as pd
 from pyspark.sql import DataFrame

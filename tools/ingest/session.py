@@ -25,7 +25,8 @@ import tempfile
 import time
 import zipfile
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
+from typing import Optional
 
 __all__ = ["REPO_ROOT", "class_data_sharing", "ship_code", "spark_session"]
 

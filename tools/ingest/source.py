@@ -35,14 +35,20 @@ import glob
 import json
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
+from typing import Optional
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSource
+from pyspark.sql.datasource import DataSourceReader
+from pyspark.sql.datasource import DataSourceStreamReader
+from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import StructType
 
-from jetwire.log import DEFAULT_MAX_RECORD, MAGIC
+from jetwire.log import DEFAULT_MAX_RECORD
+from jetwire.log import MAGIC
 
 __all__ = ["JetlogDataSource", "expand_paths", "plan_files", "plan_ranges", "register", "segment_runs"]
 
@@ -149,7 +155,9 @@ def segment_runs(files: Sequence[str]) -> dict[str, int]:
     Raises:
         OSError: a file cannot be read.
     """
-    from tools.ingest.parse import JetlogError, infer_runs, read_file_header
+    from tools.ingest.parse import JetlogError
+    from tools.ingest.parse import infer_runs
+    from tools.ingest.parse import read_file_header
 
     headers = {}
     for f in files:
@@ -358,7 +366,10 @@ def _read_ranges(partition: JetlogPartition, options: dict[str, str]) -> Iterato
     # Imported here: this runs in the Python worker, which has numpy/pyarrow.
     import pyarrow as pa
 
-    from tools.ingest.parse import CORRUPT, SOURCE_SCHEMA, check_segment, read_segment
+    from tools.ingest.parse import CORRUPT
+    from tools.ingest.parse import SOURCE_SCHEMA
+    from tools.ingest.parse import check_segment
+    from tools.ingest.parse import read_segment
 
     window = TimeWindow.of(options)
     if window.any():
@@ -445,7 +456,10 @@ class JetlogReader(DataSourceReader):
 def _window_ranges(files: list[str], window: TimeWindow, max_record: int) -> list[tuple[str, int, Optional[int]]]:
     """The byte ranges of ``files`` that hold the records of ``window`` (a gzip segment
     is read whole; a file whose header is bad is left out: that row has no time)."""
-    from tools.ingest.parse import JetlogError, open_segment, read_header, time_range
+    from tools.ingest.parse import JetlogError
+    from tools.ingest.parse import open_segment
+    from tools.ingest.parse import read_header
+    from tools.ingest.parse import time_range
 
     hi = None if window.until is None else window.until - 1
     ranges: list[tuple[str, int, Optional[int]]] = []
@@ -469,7 +483,9 @@ def _window_ranges(files: list[str], window: TimeWindow, max_record: int) -> lis
 def _read_limit(options: dict[str, str]) -> Any:
     """``maxFilesPerTrigger`` / ``maxBytesPerTrigger`` as a ReadLimit (as Spark's file
     source, not both)."""
-    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxFiles
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+    from pyspark.sql.streaming.datasource import ReadMaxBytes
+    from pyspark.sql.streaming.datasource import ReadMaxFiles
 
     files, size = options.get("maxfilespertrigger"), options.get("maxbytespertrigger")
     if files is not None and size is not None:
@@ -527,7 +543,10 @@ class JetlogStreamReader(DataSourceStreamReader):
         from ``start`` (a position an earlier read ended at); with ``budget``, the
         furthest such offset at most ``budget`` bytes past ``start`` (at least one
         record or run, so that a stream always advances)."""
-        from tools.ingest.parse import JetlogError, open_segment, read_header, scan_records
+        from tools.ingest.parse import JetlogError
+        from tools.ingest.parse import open_segment
+        from tools.ingest.parse import read_header
+        from tools.ingest.parse import scan_records
 
         try:
             size = os.path.getsize(path)
@@ -559,7 +578,8 @@ class JetlogStreamReader(DataSourceStreamReader):
         return end
 
     def latestOffset(self, start: Optional[dict[str, Any]] = None, limit: Any = None) -> dict[str, Any]:
-        from pyspark.sql.streaming.datasource import ReadMaxBytes, ReadMaxFiles
+        from pyspark.sql.streaming.datasource import ReadMaxBytes
+        from pyspark.sql.streaming.datasource import ReadMaxFiles
 
         done = {f: int(v) for f, v in (start or {}).get("files", {}).items()}
         files = dict(done)

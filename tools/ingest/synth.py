@@ -10,30 +10,26 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from jetwire import (
-    AddMethod,
-    AddState,
-    CallMethod,
-    FetchChange,
-    Info,
-    NotifyState,
-    Response,
-    SetState,
-    Status,
-    Value,
-    encode,
-)
+from jetwire import AddMethod
+from jetwire import AddState
+from jetwire import CallMethod
+from jetwire import FetchChange
+from jetwire import Info
+from jetwire import NotifyState
+from jetwire import Response
+from jetwire import SetState
+from jetwire import Status
+from jetwire import Value
+from jetwire import encode
 from jetwire.codes import Function
-from jetwire.log import (
-    LogHeader,
-    LogKind,
-    conn_close_data,
-    conn_name_data,
-    conn_open_data,
-    encode_header,
-    encode_record,
-    route_data,
-)
+from jetwire.log import LogHeader
+from jetwire.log import LogKind
+from jetwire.log import conn_close_data
+from jetwire.log import conn_name_data
+from jetwire.log import conn_open_data
+from jetwire.log import encode_header
+from jetwire.log import encode_record
+from jetwire.log import route_data
 
 __all__ = ["synthetic_records", "write_synthetic_log"]
 

@@ -45,11 +45,15 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
+from typing import Optional
 
 __all__ = [
     "CRASH_ENV",
@@ -233,7 +237,10 @@ def table_schema(name: str) -> Any:
     plus the ``date`` partition column (UTC date)."""
     import pyarrow as pa
 
-    from tools.ingest.derive import CONNECTIONS_SCHEMA, REQUESTS_SCHEMA, STATE_CHANGES_SCHEMA, TRAFFIC_SCHEMA
+    from tools.ingest.derive import CONNECTIONS_SCHEMA
+    from tools.ingest.derive import REQUESTS_SCHEMA
+    from tools.ingest.derive import STATE_CHANGES_SCHEMA
+    from tools.ingest.derive import TRAFFIC_SCHEMA
     from tools.ingest.parse import FRAMES_SCHEMA
 
     schema = {"frames": FRAMES_SCHEMA, "state_changes": STATE_CHANGES_SCHEMA, "requests": REQUESTS_SCHEMA,
@@ -455,8 +462,11 @@ class Warehouse:
     def _apply(self, plan: dict[str, Any], point: str = "") -> None:
         """Make the commits ``plan`` decided, skipping those already made (a killed run's
         plan is applied again by the next one), then forget the plan."""
-        from deltalake import DeltaTable, Transaction
-        from deltalake.transaction import AddAction, CommitProperties, RemoveAction
+        from deltalake import DeltaTable
+        from deltalake import Transaction
+        from deltalake.transaction import AddAction
+        from deltalake.transaction import CommitProperties
+        from deltalake.transaction import RemoveAction
 
         self._create()
         for move in plan["moves"]:
@@ -564,7 +574,8 @@ def new_columns(table: str, table_dir: Path, files: Iterable[Path], *, compactio
             or a new column that is not nullable (older rows could not be null).
     """
     import pyarrow.parquet as pq
-    from deltalake import DeltaTable, Schema
+    from deltalake import DeltaTable
+    from deltalake import Schema
 
     have = {f.name: f for f in DeltaTable(str(table_dir)).schema().fields if f.name != "date"}
     added: dict[str, Any] = {}
@@ -595,7 +606,8 @@ def new_columns(table: str, table_dir: Path, files: Iterable[Path], *, compactio
 def _add_columns(table_dir: Path, columns: list[str], run_id: str) -> None:
     """Add the fields ``columns`` (Delta field JSON) that the table lacks to its schema,
     in a commit of its own that changes no data (once: a retried plan finds them)."""
-    from deltalake import DeltaTable, Field
+    from deltalake import DeltaTable
+    from deltalake import Field
     from deltalake.transaction import CommitProperties
 
     dt = DeltaTable(str(table_dir))

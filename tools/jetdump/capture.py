@@ -18,13 +18,25 @@ an ACK covers it, or when it is still open after ``DEFAULT_HOLE_BYTES`` of later
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterator
-from typing import BinaryIO, Optional
+from collections.abc import Callable
+from collections.abc import Iterator
+from typing import BinaryIO
+from typing import Optional
 
-from jetwire import RemoteProtocolError, decode_frame
+from jetwire import RemoteProtocolError
+from jetwire import decode_frame
 
-from .events import Data, DataBatch, DataTuple, End, Event, Gap, Note, Open, Origin
-from .packets import CaptureTruncated, read_packets
+from .events import Data
+from .events import DataBatch
+from .events import DataTuple
+from .events import End
+from .events import Event
+from .events import Gap
+from .events import Note
+from .events import Open
+from .events import Origin
+from .packets import CaptureTruncated
+from .packets import read_packets
 
 DEFAULT_JET_PORT = 11124  # PROTOCOL.md 3
 DEFAULT_HOLE_BYTES = 4 * 1024 * 1024  # out-of-order bytes held per direction before a hole is a gap

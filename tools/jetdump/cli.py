@@ -9,22 +9,58 @@ import json
 import re
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
+from collections.abc import Iterator
+from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Any, Optional
+from typing import IO
+from typing import Any
+from typing import Optional
 
-from jetwire import EventCode, FrameType, Function, Status
+from jetwire import EventCode
+from jetwire import FrameType
+from jetwire import Function
+from jetwire import Status
 
 from . import __doc__ as PACKAGE_DOC
-from .capture import DEFAULT_JET_PORT, is_capture, read_capture
-from .dissector import DEFAULT_MAX_BODY, OK, REQUEST_TYPES, Dissector, FrameRecord, NoteRecord, Record
-from .events import Data, End, Event, Gap, InputError, Note, Open, WholeFrame
-from .live import DEFAULT_CAPTURE_FILTER, LiveCapture
-from .logs import LogSource, cut_header_message, expand_log_paths, is_cut_log, is_log
+from .capture import DEFAULT_JET_PORT
+from .capture import is_capture
+from .capture import read_capture
+from .dissector import DEFAULT_MAX_BODY
+from .dissector import OK
+from .dissector import REQUEST_TYPES
+from .dissector import Dissector
+from .dissector import FrameRecord
+from .dissector import NoteRecord
+from .dissector import Record
+from .events import Data
+from .events import End
+from .events import Event
+from .events import Gap
+from .events import InputError
+from .events import Note
+from .events import Open
+from .events import WholeFrame
+from .live import DEFAULT_CAPTURE_FILTER
+from .live import LiveCapture
+from .logs import LogSource
+from .logs import cut_header_message
+from .logs import expand_log_paths
+from .logs import is_cut_log
+from .logs import is_log
 from .packets import peek_head
-from .render import LineFormatter, field_tree, hex_dump, json_record
-from .stats import Stats, function_name, status_name, type_name
-from .tap import DEFAULT_LISTEN_HOST, DEFAULT_OUTPUT_BUFFER, DroppingWriter, serve_tap
+from .render import LineFormatter
+from .render import field_tree
+from .render import hex_dump
+from .render import json_record
+from .stats import Stats
+from .stats import function_name
+from .stats import status_name
+from .stats import type_name
+from .tap import DEFAULT_LISTEN_HOST
+from .tap import DEFAULT_OUTPUT_BUFFER
+from .tap import DroppingWriter
+from .tap import serve_tap
 
 EXIT_UNREADABLE = 1
 EXIT_USAGE = 2

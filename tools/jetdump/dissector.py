@@ -16,36 +16,36 @@ from __future__ import annotations
 
 import struct
 from collections import deque
-from typing import Any, NamedTuple, Optional, Union
+from typing import Any
+from typing import NamedTuple
+from typing import Optional
+from typing import Union
 
-from jetwire import (
-    Decoder,
-    FrameType,
-    Info,
-    Message,
-    RemoteProtocolError,
-    Request,
-    Response,
-    decode_frame,
-)
+from jetwire import Decoder
+from jetwire import FrameType
+from jetwire import Info
+from jetwire import Message
+from jetwire import RemoteProtocolError
+from jetwire import Request
+from jetwire import Response
+from jetwire import decode_frame
 from jetwire import messages as _messages
-from jetwire.codes import HEADER_SIZE, Status
+from jetwire.codes import HEADER_SIZE
+from jetwire.codes import Status
 from jetwire.messages import REQUEST_CLASSES
 
-from .events import (
-    Data,
-    DataBatch,
-    DataTuple,
-    End,
-    Event,
-    FrameBatch,
-    FrameTuple,
-    Gap,
-    Note,
-    Open,
-    Origin,
-    WholeFrame,
-)
+from .events import Data
+from .events import DataBatch
+from .events import DataTuple
+from .events import End
+from .events import Event
+from .events import FrameBatch
+from .events import FrameTuple
+from .events import Gap
+from .events import Note
+from .events import Open
+from .events import Origin
+from .events import WholeFrame
 
 DEFAULT_MAX_BODY = 64 * 1024 * 1024  # accept what any daemon may be configured to carry
 DEFAULT_MAX_PENDING = 100_000  # requests remembered per dump while waiting for their response

@@ -8,7 +8,9 @@ other, 1 the other way.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Union
+from typing import NamedTuple
+from typing import Optional
+from typing import Union
 
 from jetwire import JetError
 

@@ -15,10 +15,22 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Iterator
-from typing import BinaryIO, Optional
+from typing import BinaryIO
+from typing import Optional
 
-from .events import Data, DataBatch, Event, FrameBatch, FrameTuple, InputError, Note, WholeFrame
-from .synth import ACK, FIN, SYN, CaptureWriter, TcpSession
+from .events import Data
+from .events import DataBatch
+from .events import Event
+from .events import FrameBatch
+from .events import FrameTuple
+from .events import InputError
+from .events import Note
+from .events import WholeFrame
+from .synth import ACK
+from .synth import FIN
+from .synth import SYN
+from .synth import CaptureWriter
+from .synth import TcpSession
 
 SEGMENT = 16 * 1024  # payload bytes per synthesised segment (an IPv4 packet holds < 64 KiB)
 TICK = 0.000001  # between synthesised packets that have no record of their own (handshake, FIN)

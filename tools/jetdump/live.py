@@ -13,7 +13,9 @@ import signal
 import subprocess
 import threading
 from types import FrameType
-from typing import IO, Any, Optional
+from typing import IO
+from typing import Any
+from typing import Optional
 
 from .events import InputError
 

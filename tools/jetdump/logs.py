@@ -10,25 +10,31 @@ from __future__ import annotations
 
 import glob
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Optional
+from typing import IO
+from typing import Optional
 
 from jetwire import RemoteProtocolError
-from jetwire.log import (
-    MAGIC,
-    Corruption,
-    LogHeader,
-    LogHeaderIncomplete,
-    LogKind,
-    LogReader,
-    LogRecord,
-    Truncation,
-    decode_header,
-    parse_record_data,
-)
+from jetwire.log import MAGIC
+from jetwire.log import Corruption
+from jetwire.log import LogHeader
+from jetwire.log import LogHeaderIncomplete
+from jetwire.log import LogKind
+from jetwire.log import LogReader
+from jetwire.log import LogRecord
+from jetwire.log import Truncation
+from jetwire.log import decode_header
+from jetwire.log import parse_record_data
 
-from .events import Event, FrameBatch, FrameTuple, InputError, Note, Open, WholeFrame
+from .events import Event
+from .events import FrameBatch
+from .events import FrameTuple
+from .events import InputError
+from .events import Note
+from .events import Open
+from .events import WholeFrame
 
 RUN_STREAM_STRIDE = 1_000_000
 _FRAME_KINDS = {int(LogKind.FRAME_IN): 0, int(LogKind.FRAME_OUT): 1}  # kind -> direction
@@ -264,7 +270,8 @@ def _describe(kind: int, data: bytes) -> str:
         how = {1: "password", 2: "client certificate"}.get(int(str(fields["method"])), f"method {fields['method']}")
         return f"authenticated as {fields['user']!r} ({how})"
     if kind == LogKind.ROUTE:
-        from .render import FUNCTION_NAMES, code_name
+        from .render import FUNCTION_NAMES
+        from .render import code_name
 
         return (
             f"routed {code_name(FUNCTION_NAMES, int(str(fields['function'])))} key={fields['key']!r}: "

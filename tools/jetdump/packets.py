@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
-from typing import BinaryIO, Optional
+from typing import BinaryIO
+from typing import Optional
 
 from .events import InputError
 

@@ -11,40 +11,44 @@ import json
 import math
 import struct
 from collections.abc import Callable
-from typing import Any, Optional
+from typing import Any
+from typing import Optional
 
-from jetwire import (
-    Authenticate,
-    Close,
-    EntryKind,
-    EventCode,
-    FetchAdd,
-    FetchChange,
-    FetchMethod,
-    FetchNode,
-    FetchQuery,
-    FetchRemove,
-    FetchStates,
-    FetchUnmatch,
-    FetchWindow,
-    FrameType,
-    Function,
-    Info,
-    Message,
-    Query,
-    QueryEntry,
-    QueryOnce,
-    Request,
-    Response,
-    Status,
-    Unfetch,
-    Value,
-    ValueType,
-)
+from jetwire import Authenticate
+from jetwire import Close
+from jetwire import EntryKind
+from jetwire import EventCode
+from jetwire import FetchAdd
+from jetwire import FetchChange
+from jetwire import FetchMethod
+from jetwire import FetchNode
+from jetwire import FetchQuery
+from jetwire import FetchRemove
+from jetwire import FetchStates
+from jetwire import FetchUnmatch
+from jetwire import FetchWindow
+from jetwire import FrameType
+from jetwire import Function
+from jetwire import Info
+from jetwire import Message
+from jetwire import Query
+from jetwire import QueryEntry
+from jetwire import QueryOnce
+from jetwire import Request
+from jetwire import Response
+from jetwire import Status
+from jetwire import Unfetch
+from jetwire import Value
+from jetwire import ValueType
 from jetwire.messages import REQUEST_CLASSES
 from jetwire.schema import dissect
 
-from .dissector import MALFORMED, OK, FrameRecord, NoteRecord, Record, RouteTrace
+from .dissector import MALFORMED
+from .dissector import OK
+from .dissector import FrameRecord
+from .dissector import NoteRecord
+from .dissector import Record
+from .dissector import RouteTrace
 
 SUMMARY_TEXT_LIMIT = 60  # characters of a string/JSON value shown in a summary line
 SUMMARY_HEX_LIMIT = 24  # bytes of an opaque value shown in a summary line

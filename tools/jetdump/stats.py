@@ -5,12 +5,22 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from typing import Any, Optional, TypeVar
+from typing import Any
+from typing import Optional
+from typing import TypeVar
 
-from jetwire import Close, Info, Request, Response
+from jetwire import Close
+from jetwire import Info
+from jetwire import Request
+from jetwire import Response
 
-from .dissector import OK, FrameRecord, NoteRecord, Record
-from .render import FUNCTION_NAMES, TYPE_NAMES, code_name
+from .dissector import OK
+from .dissector import FrameRecord
+from .dissector import NoteRecord
+from .dissector import Record
+from .render import FUNCTION_NAMES
+from .render import TYPE_NAMES
+from .render import code_name
 
 PERCENTILES = (50, 90, 99)
 

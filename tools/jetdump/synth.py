@@ -8,7 +8,8 @@ several frames in one segment, retransmissions, overlaps, out-of-order segments,
 from __future__ import annotations
 
 import socket
-from typing import BinaryIO, Optional
+from typing import BinaryIO
+from typing import Optional
 
 import dpkt
 

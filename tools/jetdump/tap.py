@@ -15,9 +15,15 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import IO, Optional, cast
+from typing import IO
+from typing import Optional
+from typing import cast
 
-from .events import Data, End, Event, Note, Open
+from .events import Data
+from .events import End
+from .events import Event
+from .events import Note
+from .events import Open
 
 DEFAULT_LISTEN_HOST = "127.0.0.1"
 WRITE_HIGH_WATER = 1 << 20

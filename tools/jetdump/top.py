@@ -17,15 +17,28 @@ import os
 import signal
 import threading
 import time
-from collections import Counter, deque
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections import deque
+from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any, Optional
+from typing import IO
+from typing import Any
+from typing import Optional
 
-from .dissector import OK, Dissector, FrameRecord, NoteRecord, Record
-from .events import Event, InputError
-from .stats import bounded_entry, is_leg, percentile, status_name
-from .tap import DEFAULT_LISTEN_HOST, serve_tap
+from .dissector import OK
+from .dissector import Dissector
+from .dissector import FrameRecord
+from .dissector import NoteRecord
+from .dissector import Record
+from .events import Event
+from .events import InputError
+from .stats import bounded_entry
+from .stats import is_leg
+from .stats import percentile
+from .stats import status_name
+from .tap import DEFAULT_LISTEN_HOST
+from .tap import serve_tap
 
 WINDOW = 1000  # answers per key (and overall) the latency percentiles are taken over
 TOP = 10  # rows per table
@@ -231,7 +244,10 @@ def run_top(argv: list[str], stdout: IO[str], stderr: IO[str]) -> int:
     from rich.console import Console
     from rich.live import Live
 
-    from .cli import EXIT_UNREADABLE, EXIT_USAGE, _input_events, build_parser
+    from .cli import EXIT_UNREADABLE
+    from .cli import EXIT_USAGE
+    from .cli import _input_events
+    from .cli import build_parser
 
     args = build_top_parser().parse_args(argv)
     deadline = time.monotonic() + args.duration if args.duration is not None else None

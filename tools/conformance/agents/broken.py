@@ -13,22 +13,21 @@ suite must fail each in the cases named (tests/conformance/test_peer_conformance
 from __future__ import annotations
 
 import sys
-from typing import Any, Optional
+from typing import Any
+from typing import Optional
 
-from peer.tiny import (
-    ADD_STATE,
-    EVENT,
-    FETCH_STATES,
-    NOTIFY_STATE,
-    OK,
-    RESPONSE,
-    SET_STATE,
-    FetchCallback,
-    Handler,
-    TinyPeer,
-    encode_frame,
-    to_value,
-)
+from peer.tiny import ADD_STATE
+from peer.tiny import EVENT
+from peer.tiny import FETCH_STATES
+from peer.tiny import NOTIFY_STATE
+from peer.tiny import OK
+from peer.tiny import RESPONSE
+from peer.tiny import SET_STATE
+from peer.tiny import FetchCallback
+from peer.tiny import Handler
+from peer.tiny import TinyPeer
+from peer.tiny import encode_frame
+from peer.tiny import to_value
 
 from .peer_tiny import main
 

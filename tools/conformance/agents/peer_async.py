@@ -9,7 +9,14 @@ from peer import PeerAsync
 from peer.errors import PeerError
 
 from .peer_sync import status_of
-from .script import FETCH_PREFIX, METHOD_KEY, STATE_KEY, TIMEOUT, requests, run_agent, say, say_event
+from .script import FETCH_PREFIX
+from .script import METHOD_KEY
+from .script import STATE_KEY
+from .script import TIMEOUT
+from .script import requests
+from .script import run_agent
+from .script import say
+from .script import say_event
 
 
 async def main(host: str, port: int) -> int:

@@ -5,7 +5,14 @@ from __future__ import annotations
 from peer import Peer
 from peer.errors import PeerError
 
-from .script import FETCH_PREFIX, METHOD_KEY, STATE_KEY, TIMEOUT, run_agent, run_requests, say, say_event
+from .script import FETCH_PREFIX
+from .script import METHOD_KEY
+from .script import STATE_KEY
+from .script import TIMEOUT
+from .script import run_agent
+from .script import run_requests
+from .script import say
+from .script import say_event
 
 
 def status_of(exc: PeerError) -> str:

@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import sys
 
-from peer.tiny import STATUS_NAMES, TinyError, TinyPeer
+from peer.tiny import STATUS_NAMES
+from peer.tiny import TinyError
+from peer.tiny import TinyPeer
 
-from .script import FETCH_PREFIX, METHOD_KEY, STATE_KEY, TIMEOUT, run_requests, say, say_event
+from .script import FETCH_PREFIX
+from .script import METHOD_KEY
+from .script import STATE_KEY
+from .script import TIMEOUT
+from .script import run_requests
+from .script import say
+from .script import say_event
 
 
 def status_of(exc: TinyError) -> str:
