@@ -10,7 +10,8 @@ the daemon's side of authentication.
   per-failure delay, the failure limit and the auth timeout, the checks the handlers
   call, and applying new permissions to a connection (on authentication and on SIGHUP).
 - :class:`FailureRecord` and :class:`PasswordChecks` keep password checks cheap to attack
-  (PROTOCOL.md 15.2): at most :data:`CHECKS_AT_ONCE` run, the rest wait in a bounded
+  (PROTOCOL.md 15.2): at most :data:`CHECKS_AT_ONCE` run (:func:`checks_at_once`: one
+  core is left to the event loop), the rest wait in a bounded
   queue taken round-robin by source address, a waiting check whose connection closed is
   dropped unrun, and a source address or user with many recent failures waits a growing
   delay before its next check may start.
@@ -29,6 +30,7 @@ import hashlib
 import heapq
 import ipaddress
 import logging
+import os
 from collections import deque
 from collections.abc import Callable
 from collections.abc import Iterable
@@ -54,6 +56,7 @@ from .frames import LogHook
 from .frames import close_frame
 from .frames import ok_frame
 from .users import UsersFile
+from .users import verify_password
 
 if TYPE_CHECKING:
     from .querying import Queries
@@ -63,6 +66,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AUTHENTICATE",
     "CHECKS_AT_ONCE",
+    "CHECKS_AT_ONCE_MAX",
     "FREE_FAILURES",
     "MAX_AUTH_FAILURES",
     "QUERY_FUNCTIONS",
@@ -74,9 +78,11 @@ __all__ = [
     "PasswordChecks",
     "Permissions",
     "PrefixSet",
+    "checks_at_once",
     "intersect",
     "mask_authenticate",
     "source_of",
+    "usable_cores",
 ]
 
 log = logging.getLogger("jetd")
@@ -87,8 +93,9 @@ QUERY_FUNCTIONS = frozenset({Function.FETCH_QUERY.value, Function.QUERY_ONCE.val
 MAX_AUTH_FAILURES = 5  # PROTOCOL.md 15.2: CLOSE after the 5th AUTH_FAILED
 AUTH_BUSY = "too many authentications waiting, try again later"  # PROTOCOL.md 15.2, with OVERLOADED
 WRITABLE_CACHE_MAX = 4096  # keys cached per connection; a peer probing many keys resets it
-# PROTOCOL.md 15.2: password checks run at once (the IO layer runs them on as many threads).
-CHECKS_AT_ONCE = 2
+# PROTOCOL.md 15.2: password checks that run at once, at most: each holds its hash's
+# memory (64 MiB at argon2id's default cost), so this bounds what checks hold.
+CHECKS_AT_ONCE_MAX = 2
 # PROTOCOL.md 15.2: failures of one source address or user before its delay starts to grow.
 FREE_FAILURES = MAX_AUTH_FAILURES
 FAILURE_MEMORY = 600.0  # seconds after its last failure that a source or user is forgotten
@@ -100,9 +107,34 @@ REINDEX_SLICE = 256
 AUTH_BY_PASSWORD = 1  # JETLOG.md 4 CONN_AUTH method
 AUTH_BY_CERTIFICATE = 2
 
-Offload = Callable[[Callable[[], bool], Callable[[bool, float], None]], None]
+Offload = Callable[[Callable[[], bool], Callable[[bool], None]], None]
 """``offload(job, done)``: run ``job`` (a slow password check) off the loop, then call
-``done(result, now)`` on it. The IO layer provides one; without it the check runs inline."""
+``done(result)`` on the loop's thread. ``done`` only records the outcome; the next turn
+of the scheduler acts on it (:meth:`AccessControl.finish_checks`, called by
+:meth:`jetd.core.Daemon.work`), so the IO layer must then have the core's work run. The
+IO layer provides one; without it the check runs inline and completes at once."""
+
+
+def checks_at_once(cores: int) -> int:
+    """How many password checks run at once on a machine with ``cores`` usable cores
+    (PROTOCOL.md 15.2, issue 29): one core is left to the event loop, since each check
+    takes one core (:func:`jetd.users.verify_password` runs on one thread); at least
+    one, at most :data:`CHECKS_AT_ONCE_MAX`. Measured on 2 cores (BENCHMARKS.md, issue
+    29): one check at once kept other peers' GET latency during a login flood as a
+    lower CPU priority did, without starving checks when the machine is busy."""
+    return max(1, min(CHECKS_AT_ONCE_MAX, cores - 1))
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the OS tells it)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    if affinity is not None:
+        return len(affinity(0))
+    return os.cpu_count() or 1
+
+
+# This machine's: the IO layer runs the checks on as many threads.
+CHECKS_AT_ONCE = checks_at_once(usable_cores())
 
 
 class PrefixSet:
@@ -251,22 +283,19 @@ class Access:
         return user.password if user is not None else None
 
     def verify(self, name: str, password: str) -> bool:
-        """True if ``name`` is a user with a password and ``password`` is it (argon2id;
-        slow on purpose: run it off the event loop)."""
-        from argon2 import PasswordHasher
-        from argon2.exceptions import Argon2Error
-        from argon2.exceptions import InvalidHashError
-
+        """True if ``name`` is a user with a password and ``password`` is it (argon2id
+        on the calling thread alone, :func:`jetd.users.verify_password`; slow on
+        purpose: run it off the event loop)."""
         user = self.users.users.get(name)
         stored = user.password if user is not None else None
         try:
             if stored is None:
                 if self._dummy_hash is not None:
                     # The same work as for a real user: no timing tells which names exist.
-                    PasswordHasher().verify(self._dummy_hash, password + "\x00not-a-user")
+                    verify_password(self._dummy_hash, password + "\x00not-a-user")
                 return False
-            return bool(PasswordHasher().verify(stored, password))
-        except (Argon2Error, InvalidHashError):
+            return verify_password(stored, password)
+        except ValueError:  # not an argon2id hash (the users file's loader checks the prefix only)
             return False
 
     @property
@@ -360,8 +389,11 @@ class PasswordChecks:
             connection closed while they waited, AUTHENTICATEs refused with a full queue.
     """
 
-    def __init__(self, limit: int, delay: float, delay_max: float) -> None:
+    def __init__(self, limit: int, delay: float, delay_max: float, at_once: int = CHECKS_AT_ONCE) -> None:
+        if at_once < 1:
+            raise ValueError(f"at_once must be at least 1, got {at_once}")
         self.limit = limit
+        self.at_once = at_once
         self.per_source = max(1, limit // 4)
         self.delay = delay
         self.delay_max = delay_max
@@ -411,8 +443,8 @@ class PasswordChecks:
 
     def take(self, now: float) -> Optional[PasswordCheck]:
         """The next check allowed to start now (round-robin by source), or None: none
-        waits, :data:`CHECKS_AT_ONCE` run, or every waiting source or user is delayed."""
-        if self.running >= CHECKS_AT_ONCE or not self.queued:
+        waits, ``at_once`` run, or every waiting source or user is delayed."""
+        if self.running >= self.at_once or not self.queued:
             return None
         for source in list(self.waiting):
             checks = self.waiting[source]
@@ -519,6 +551,9 @@ class AccessControl:
         self._answer_seq = 0
         self.checks = PasswordChecks(config.auth_queue, config.auth_failure_delay, config.auth_failure_delay_max)
         self._pumping = False
+        # Checks whose thread ended, not acted on yet: (check, user, ok), in the order
+        # they ended (finish_checks, in the scheduler's turn).
+        self.completed: deque[tuple[PasswordCheck, str, bool]] = deque()
         self._auth_deadlines: deque[tuple[float, Connection]] = deque()  # auth timeout, in connect order
         # Issue 29: connections still under the permissions of the users file before the
         # last reload, in connect order (reindex_slice); a dict for the membership test.
@@ -632,15 +667,36 @@ class AccessControl:
         user, password = check.user, check.password
         check.password = ""  # held no longer than needed
 
-        def done(ok: bool, when: float) -> None:
-            self.checks.finished()
-            self._auth_done(check.conn, check.rid, user, ok, when, check.frame, check.checked, check.source)
-            self._pump(when)
+        def done(ok: bool) -> None:
+            self.completed.append((check, user, ok))
 
         if self.offload is not None:
             self.offload(lambda: access.verify(user, password), done)
         else:
-            done(access.verify(user, password), now)
+            self._complete(check, user, access.verify(user, password), now)
+            self._pump(now)
+
+    def finish_checks(self, scheduler: Scheduler, now: float) -> int:
+        """Act on the checks whose thread ended (their answers, the input held behind
+        them), until the slice is over (at least one), then start the checks that may
+        start; returns how many were acted on. The daemon's one scheduler runs this in
+        its turn (:meth:`jetd.core.Daemon.work`), like all its deferred work: a login's
+        answer may re-read the input held behind it and apply its new permissions to
+        the connection's fetches."""
+        completed = self.completed
+        done = 0
+        while completed:
+            check, user, ok = completed.popleft()
+            self._complete(check, user, ok, now)
+            done += 1
+            if scheduler.spend(scheduler.check_every):
+                break
+        self._pump(now)
+        return done
+
+    def _complete(self, check: PasswordCheck, user: str, ok: bool, now: float) -> None:
+        self.checks.finished()
+        self._auth_done(check.conn, check.rid, user, ok, now, check.frame, check.checked, check.source)
 
     def _log_request(self, conn: Connection, frame: bytes) -> None:
         if self._log is not None:

@@ -433,7 +433,8 @@ _HELP = {
     ),
     "auth_queue": (
         f"password checks that may wait to run (default {DEFAULT_AUTH_QUEUE}; one source address may hold "
-        "a quarter); an AUTHENTICATE beyond that is answered OVERLOADED after --auth-failure-delay, unchecked"
+        "a quarter); an AUTHENTICATE beyond that is answered OVERLOADED after --auth-failure-delay, unchecked. "
+        "Checks run one per core but one (at least 1, at most 2), each on one thread"
     ),
     "tls_cert": "PEM certificate (chain) of the listener: TLS on (with --tls-key)",
     "tls_key": "PEM private key of --tls-cert",

@@ -322,7 +322,8 @@ class Daemon:
     @property
     def has_work(self) -> bool:
         """True while :meth:`work` has something to do."""
-        return self.scheduler.has_work or self.router.expiring or bool(self.queries.stale) or bool(self.auth.reindex)
+        return (self.scheduler.has_work or self.router.expiring or bool(self.queries.stale) or bool(self.auth.reindex)
+                or bool(self.auth.completed))
 
     def work(self, now: float) -> list[Connection]:
         """One turn of the pending work: route timeouts beyond the last slice, the
@@ -370,6 +371,10 @@ class Daemon:
             # Window updates deferred by full slices (PROTOCOL.md 14.5): one slice a turn.
             scheduler.restart()
             self.queries.refresh_windows()
+        if self.auth.completed:
+            # Password checks that ended in their threads: their answers (PROTOCOL.md 15.2).
+            scheduler.restart()
+            self.auth.finish_checks(scheduler, now)
         if self.auth.reindex:
             # A reload's new permissions, a slice of connections a turn (PROTOCOL.md 15.5).
             scheduler.restart()

@@ -55,7 +55,6 @@ from typing import cast
 
 from jetwire import Status
 
-from .access import CHECKS_AT_ONCE
 from .access import Access
 from .config import Config
 from .core import Connection
@@ -72,9 +71,6 @@ log = logging.getLogger("jetd")
 
 LINGER_QUIET = 0.2  # hang_up: seconds without input after which the socket is closed
 LINGER_MAX = 60.0  # hang_up: seconds a peer that still reads its last bytes is given at most
-# Password checks (argon2id: ~64 MiB and a fraction of a second each) run on as many
-# threads as the access part lets run at once, which bounds their memory.
-PASSWORD_CHECK_THREADS = CHECKS_AT_ONCE
 POLL_GONE = getattr(select, "POLLRDHUP", 0) | select.POLLHUP | select.POLLERR  # jetd.access peer_gone
 DRAIN_CHUNK = 256 * 1024  # bytes handed to a paused transport per write while draining
 # libuv reads up to 32 times per readiness event, so one loop turn can bring megabytes;
@@ -669,25 +665,26 @@ class Server:
 
     # --- authentication (PROTOCOL.md 15.2) -------------------------------------------------
 
-    def _offload(self, job: Callable[[], bool], done: Callable[[bool, float], None]) -> None:
-        """Run a password check (argon2: slow on purpose) in a thread, then its outcome
-        on the loop: other connections are not held up."""
+    def _offload(self, job: Callable[[], bool], done: Callable[[bool], None]) -> None:
+        """Run a password check (argon2: slow on purpose) in a thread: other connections
+        are not held up. Its outcome is handed to the core on the loop and acted on in
+        the next turn of the core's work (``run_work``), like all deferred work."""
 
         def finished(future: asyncio.Future[bool]) -> None:
+            if future.cancelled():
+                return  # closing down
             try:
                 ok = future.result()
             except Exception:
                 log.exception("internal error while checking a password")
                 ok = False
-            try:
-                done(ok, self.loop.time())
-            except Exception:
-                log.exception("internal error after checking a password")
-            self._release_held()
-            self.flush()
+            done(ok)
+            self.schedule_work()
 
         if self._checks is None:
-            self._checks = concurrent.futures.ThreadPoolExecutor(PASSWORD_CHECK_THREADS, "jetd-password")
+            # As many threads as checks may run at once (PasswordChecks.at_once, one core
+            # left to the loop): each check runs on its one thread (jetd.users.verify_password).
+            self._checks = concurrent.futures.ThreadPoolExecutor(self.daemon.auth.checks.at_once, "jetd-password")
         self.loop.run_in_executor(self._checks, job).add_done_callback(finished)
 
     def hold(self, proto: Any) -> None:
@@ -734,11 +731,14 @@ class Server:
         timeouts); then read again from the connections that caught up, and flush
         (which schedules the next slice, after the loop has polled for I/O)."""
         self.work_scheduled = False
+        checks_done = bool(self.daemon.auth.completed)
         try:
             resumed = self.daemon.work(self.loop.time())
         except Exception:  # a bug here must not stop the daemon
             log.exception("internal error in pending work")
             resumed = []
+        if checks_done and self.held:
+            self._release_held()  # the connections whose AUTHENTICATE was answered
         for conn in resumed:
             proto: Any = conn.io
             if proto is None or proto.transport is None or proto.hung_up or proto.write_paused or conn.held:

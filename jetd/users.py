@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 from typing import Optional
 
-__all__ = ["Grants", "User", "UsersFile", "UsersFileError", "hash_password", "main"]
+__all__ = ["Grants", "User", "UsersFile", "UsersFileError", "hash_password", "main", "verify_password"]
 
 PERMISSIONS = ("own", "read", "write")
 ANONYMOUS = "anonymous"
@@ -233,6 +233,57 @@ def hash_password(password: str) -> str:
     from argon2 import PasswordHasher
 
     return PasswordHasher().hash(password)
+
+
+def verify_password(stored: str, password: str) -> bool:
+    """True if ``password`` matches the argon2id hash ``stored``; computed on the calling
+    thread alone, with the hash's own parameters (memory, passes, lanes: never weaker).
+
+    argon2-cffi's ``PasswordHasher.verify`` runs one thread per lane (4 at the default
+    cost), so a single check takes every core of a 2-core machine and leaves none to
+    jetd's event loop (issue 29). The lanes are a parameter of the hash, not of how it
+    is computed: libargon2 fills them one after another when given one thread, with the
+    same result (RFC 9106 3.2). So jetd bounds the cores its checks take by how many run
+    at once (``jetd.access.checks_at_once``).
+
+    Raises:
+        ValueError: ``stored`` is not an argon2id hash (argon2-cffi's ``InvalidHashError``
+            is one).
+    """
+    import base64
+    import hmac
+
+    from argon2 import Type
+    from argon2 import extract_parameters
+    from argon2.low_level import ffi
+    from argon2.low_level import lib  # type: ignore[attr-defined]  # re-exported by argon2-cffi, untyped
+
+    params = extract_parameters(stored)  # checks the form: $argon2id$v=19$m=..,t=..,p=..$salt$hash
+    if params.type is not Type.ID:
+        raise ValueError("not an argon2id hash")
+    try:
+        salt, expected = (base64.b64decode(part + "=" * (-len(part) % 4), validate=True)
+                          for part in stored.rsplit("$", 2)[1:])
+    except ValueError as exc:  # binascii.Error
+        raise ValueError(f"not an argon2id hash: {exc}") from None
+    secret = password.encode("utf-8")
+    out = ffi.new("uint8_t[]", len(expected))
+    c_pwd = ffi.new("uint8_t[]", max(1, len(secret)))
+    ffi.memmove(c_pwd, secret, len(secret))
+    c_salt = ffi.new("uint8_t[]", max(1, len(salt)))
+    ffi.memmove(c_salt, salt, len(salt))
+    context = ffi.new("argon2_context *", {
+        "version": params.version, "out": out, "outlen": len(expected),
+        "pwd": c_pwd, "pwdlen": len(secret), "salt": c_salt, "saltlen": len(salt),
+        "secret": ffi.NULL, "secretlen": 0, "ad": ffi.NULL, "adlen": 0,
+        "t_cost": params.time_cost, "m_cost": params.memory_cost,
+        "lanes": params.parallelism, "threads": 1,  # the whole point: see above
+        "allocate_cbk": ffi.NULL, "free_cbk": ffi.NULL, "flags": lib.ARGON2_DEFAULT_FLAGS,
+    })
+    # cffi releases the GIL during the call: the loop runs on meanwhile.
+    if lib.argon2_ctx(context, Type.ID.value) != lib.ARGON2_OK:
+        raise ValueError("not a valid argon2id hash (its parameters are out of range)")
+    return hmac.compare_digest(bytes(ffi.buffer(out, len(expected))), expected)
 
 
 # --- jetd user add|del|list ------------------------------------------------------------

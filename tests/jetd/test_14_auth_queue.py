@@ -44,12 +44,18 @@ def make_access() -> Access:
     return Access(users)
 
 
+# The in-memory tests count on 2 checks at once, whatever this machine's cores make of
+# CHECKS_AT_ONCE (jetd.access.checks_at_once); the TCP tests below take the daemon's.
+AT_ONCE = 2
+
+
 class Core(Harness):
     """The access tests' in-memory daemon, with alice and bob; password checks are
-    deferred and counted (``run``) until :meth:`finish_checks`."""
+    deferred and counted (``run``) until :meth:`finish_checks`; AT_ONCE run at once."""
 
     def __init__(self, **settings: object) -> None:
         super().__init__(make_access(), **settings)
+        self.daemon.auth.checks.at_once = AT_ONCE
 
 
 def test_source_of_groups_by_host_and_ipv6_slash_64() -> None:
@@ -71,13 +77,13 @@ def test_checks_of_closed_connections_are_not_run() -> None:
         core.tick(0.1)
     core.tick(0.1)
     checks = core.daemon.auth.checks
-    assert core.run == checks.run == CHECKS_AT_ONCE  # not 60
+    assert core.run == checks.run == AT_ONCE  # not 60
     assert checks.dropped == 64 // 4  # one source holds a quarter of the queue
-    assert checks.refused == 60 - CHECKS_AT_ONCE - 64 // 4
+    assert checks.refused == 60 - AT_ONCE - 64 // 4
     assert checks.queued == 0 and checks.running == 0
     # The two that ran still count against the source and the user: closing does not dodge.
-    assert checks.records["s10.0.0.9"].failures == CHECKS_AT_ONCE
-    assert checks.records["ualice"].failures == CHECKS_AT_ONCE
+    assert checks.records["s10.0.0.9"].failures == AT_ONCE
+    assert checks.records["ualice"].failures == AT_ONCE
 
 
 def test_a_full_queue_answers_overloaded_unqueued() -> None:
@@ -85,8 +91,8 @@ def test_a_full_queue_answers_overloaded_unqueued() -> None:
     same = [core.connect(f"10.0.0.1:{i}") for i in range(4)]
     for conn in same:
         core.send(conn, Authenticate(7, "alice", "wrong"))
-    # CHECKS_AT_ONCE run, one waits, the 4th from that address is refused unchecked ...
-    assert core.daemon.auth.checks.refused == 1 and len(core.jobs) == CHECKS_AT_ONCE
+    # AT_ONCE run, one waits, the 4th from that address is refused unchecked ...
+    assert core.daemon.auth.checks.refused == 1 and len(core.jobs) == AT_ONCE
     others = [core.connect(f"10.0.1.{i}:1") for i in range(4)]
     for conn in others:
         core.send(conn, Authenticate(8, "bob", "wrong"))
@@ -98,7 +104,7 @@ def test_a_full_queue_answers_overloaded_unqueued() -> None:
     assert core.recv(same[3]) == [Response(7, Status.OVERLOADED, message=BUSY)]
     assert core.recv(others[3]) == [Response(8, Status.OVERLOADED, message=BUSY)]
     assert [core.recv(c) for c in [*same[:3], *others[:3]]] == [[]] * 6
-    assert len(core.jobs) == CHECKS_AT_ONCE  # nothing more was checked
+    assert len(core.jobs) == AT_ONCE  # nothing more was checked
     # A refused connection is released, not counted as failing: it may try again.
     assert not same[3].held and not same[3].closing and same[3].auth_failures == 0
 
@@ -111,11 +117,11 @@ def test_another_address_goes_before_a_flooding_one() -> None:
         core.send(conn, Authenticate(1, "bob", "wrong"))
     alice = core.connect("10.0.0.7:1")
     core.send(alice, Authenticate(2, "alice", "a"))
-    assert core.finish_checks() == CHECKS_AT_ONCE  # two of the flood
+    assert core.finish_checks() == AT_ONCE  # two of the flood
     assert core.recv(alice) == []
     core.finish_checks()  # alice's and one more of the flood
     assert core.recv(alice) == [Response(2, Status.OK)]
-    assert core.daemon.auth.checks.queued == 18 + 1 - 3 * CHECKS_AT_ONCE  # each finished check starts one
+    assert core.daemon.auth.checks.queued == 18 + 1 - 3 * AT_ONCE  # each finished check starts one
 
 
 def _fail_and_time(core: Core, address: str, user: str) -> float:
@@ -195,6 +201,50 @@ def test_the_fifth_failure_on_one_connection_still_closes() -> None:
             answers = core.recv(conn)
         assert answers[0] == Response(attempt, Status.AUTH_FAILED, message=FAILED)
     assert answers[1:] == [Close(Status.AUTH_FAILED, "too many failed authentications")]
+
+
+def test_an_ended_check_is_acted_on_in_the_schedulers_turn() -> None:
+    """Issue 29: one design runs all deferred work. A check whose thread ended only
+    records its outcome; its answer, and the input held behind it, come in the next turn
+    of the core's work (Daemon.work, which the IO layer runs as for any deferred work),
+    not inside the IO layer's callback."""
+    core = Core()
+    conn = core.connect("10.0.0.3:1")
+    core.send(conn, Authenticate(1, "alice", "a"), Authenticate(2, "alice", "a"))
+    [(job, done)] = core.jobs
+    core.jobs.clear()
+    done(job())
+    assert core.daemon.auth.completed and core.daemon.has_work
+    assert core.recv(conn) == [] and conn.held and conn.user is None  # not acted on yet
+    assert core.daemon.auth.checks.running == 1  # still counted until then: no other starts
+    core.daemon.work(core.now)
+    assert not core.daemon.auth.completed and not core.daemon.has_work
+    assert conn.user == "alice" and not conn.held
+    # The frame held behind it was read in the same turn.
+    assert core.recv(conn) == [Response(1, Status.OK),
+                               Response(2, Status.NOT_AUTHORIZED, message="already authenticated as alice")]
+
+
+def test_ended_checks_are_acted_on_a_slice_at_a_time() -> None:
+    """The answers of checks that ended together are sliced like all the scheduler's
+    work: a turn acts on at least one, and stops once the slice's time is up (here at
+    once, by a clock that jumps a second a reading); the rest come in later turns, so
+    that other connections' work interleaves."""
+    core = Core(auth_queue=64)
+    core.daemon.auth.checks.at_once = 4  # as on a machine with 5 cores or more
+    ticks = iter(range(10**6))
+    core.daemon.scheduler.clock = lambda: float(next(ticks))
+    conns = [core.connect(f"10.0.1.{i}:1") for i in range(4)]
+    for conn in conns:
+        core.send(conn, Authenticate(1, "bob", "b"))
+    assert len(core.jobs) == 4
+    for job, done in core.jobs:
+        done(job())
+    core.jobs.clear()
+    for turn in range(1, 5):
+        core.daemon.work(core.now)
+        assert [c.user for c in conns] == ["bob"] * turn + [None] * (4 - turn)
+    assert not core.daemon.has_work
 
 
 # --- end to end: a real jetd over TCP ---------------------------------------------------

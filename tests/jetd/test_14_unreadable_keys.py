@@ -139,12 +139,14 @@ def test_a_reload_fails_the_checks_in_flight_of_a_changed_user() -> None:
     reloaded.users["blind"].password = old.users.users["blind"].password  # unchanged
     h.daemon.set_access(Access(reloaded), h.now)  # ... and a reload came before they report
     for ok, done in checked:
-        done(ok, h.now)
+        done(ok)
+    h.work()
     while h.jobs:  # the check that waited starts now, asked under the file in force before
         started = list(h.jobs)
         h.jobs.clear()
         for job, done in started:
-            done(job(), h.now)
+            done(job())
+        h.work()
     h.tick(1.0)  # past the failure delay
     assert h.recv(changed) == [Response(1, Status.AUTH_FAILED, message="authentication failed")]
     assert h.recv(removed) == [Response(2, Status.AUTH_FAILED, message="authentication failed")]

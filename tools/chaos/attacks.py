@@ -35,6 +35,7 @@ from jetwire.log import iter_log
 
 from .auth import auth_close
 from .auth import auth_flood
+from .auth import auth_logins
 from .harness import HEADER
 from .harness import Daemon
 from .harness import Drainer
@@ -610,6 +611,8 @@ ATTACKS: dict[str, tuple[str, Callable[[Run], Row]]] = {
                    lambda r: auth_close(r.target, r.n(60))),
     "auth-flood": ("60 connections repeat wrong AUTHENTICATEs for 30 s; a real login from another address every 2 s",
                    lambda r: auth_flood(r.target, r.n(60), r.seconds(30.0, 3.0))),
+    "auth-logins": ("8 clients log in with the right password back to back for 20 s: password checks never idle",
+                    lambda r: auth_logins(r.target, r.n(8), r.seconds(20.0, 3.0))),
     # Issue 29's figure that matters (tools/chaos/together.py): sorted windows, a 1M-state
     # seed, the auth flood and partial TCP and WebSocket frames together, probed.
     "all-at-once": ("every issue-29 scenario at once; a probe's GET and routed SET p50/p99/max, PASS/FAIL per target",

@@ -217,3 +217,36 @@ def auth_flood(target: Target, connections: int = 60, seconds: float = 30.0) -> 
         answers = ", ".join(f"{n} {name}" for name, n in sorted(flood.answers.items()))
         row["outcome"] = (f"{flood.sent} wrong AUTHENTICATE ({answers}); {_checks(daemon)}; " + _logins(times))
     return row
+
+
+def auth_logins(target: Target, clients: int = 8, seconds: float = 20.0) -> Row:
+    """ISSUE 29: ``clients`` real users log in with the right password, each again as
+    soon as it is answered, from 127.0.0.1: no failure delay holds a check back, so
+    checks run back to back, as many at once as jetd runs (what an attacker with many
+    addresses and a password list would cause). Figures: the health peer's latency
+    while the checks take what CPU jetd gives them, and the logins' times."""
+    row: Row = {}
+    users = users_file(target)
+    times: list[Optional[float]] = []
+    lock = threading.Lock()
+    end = time.monotonic() + seconds
+
+    with target.daemon("--auth", str(users), own=True) as daemon:
+
+        def client() -> None:
+            while time.monotonic() < end:
+                took = login_seconds(daemon.address)
+                with lock:
+                    times.append(took)
+
+        with watched(daemon, row):
+            threads = [threading.Thread(target=client, name=f"login-{i}", daemon=True) for i in range(clients)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(seconds + LOGIN_TIMEOUT)
+        done = sorted(t for t in times if t is not None)
+        rate = f"{len(done) / seconds:.1f}/s"
+        row["outcome"] = f"{clients} clients logging in back to back: {rate}; " + _logins(times).replace(
+            "real logins from another address", "logins")
+    return row
