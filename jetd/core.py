@@ -329,7 +329,8 @@ class Daemon:
         """One turn of the pending work: route timeouts beyond the last slice, the
         next slice of initial adds of each ready connection (then its held input),
         round-robin until the turn's time is up, then a slice of deferred window updates
-        of sorted query fetches and one of connections waiting for a reload's
+        of sorted query fetches, one of the password checks that ended in their
+        threads (their answers) and one of connections waiting for a reload's
         permissions. Returns the connections that caught up: the IO layer
         may read them again."""
         self.clock.now = now
