@@ -405,6 +405,7 @@ class PasswordChecks:
         self.dropped = 0
         self.refused = 0
         self.busy = False  # offered a check since the queue was last idle
+        self.last_source = ""  # whose check started last (round-robin, take)
 
     def offer(self, check: PasswordCheck) -> bool:
         """Queue ``check``; False (not queued) when the queue or its source's share is full."""
@@ -446,7 +447,13 @@ class PasswordChecks:
         waits, ``at_once`` run, or every waiting source or user is delayed."""
         if self.running >= self.at_once or not self.queued:
             return None
-        for source in list(self.waiting):
+        waiting = self.waiting
+        last = self.last_source
+        if len(waiting) > 1 and next(iter(waiting)) == last:
+            # Its queue ran empty when its check started and has filled again since:
+            # it goes after the sources that were waiting meanwhile, not before them.
+            waiting[last] = waiting.pop(last)
+        for source in list(waiting):
             checks = self.waiting[source]
             if self.blocked_until(checks[0], now) > now:
                 continue
@@ -457,6 +464,7 @@ class PasswordChecks:
             self.queued -= 1
             self.running += 1
             self.run += 1
+            self.last_source = source
             return check
         return None
 

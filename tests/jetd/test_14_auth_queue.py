@@ -124,6 +124,23 @@ def test_another_address_goes_before_a_flooding_one() -> None:
     assert core.daemon.auth.checks.queued == 18 + 1 - 3 * AT_ONCE  # each finished check starts one
 
 
+def test_round_robin_goes_on_after_a_source_whose_queue_ran_empty() -> None:
+    """With one check at once (jetd on 2 cores): the flood's first check starts at once,
+    emptying its address's queue; the 17 that follow fill it again before alice's
+    arrives. Alice's check still starts next, not after a second one of the flood."""
+    core = Core(auth_queue=64)
+    core.daemon.auth.checks.at_once = 1
+    flood = [core.connect(f"10.0.0.66:{i}") for i in range(18)]
+    for conn in flood:
+        core.send(conn, Authenticate(1, "bob", "wrong"))
+    alice = core.connect("10.0.0.7:1")
+    core.send(alice, Authenticate(2, "alice", "a"))
+    assert core.finish_checks() == 1  # the flood's first
+    assert core.finish_checks() == 1  # alice's
+    assert core.recv(alice) == [Response(2, Status.OK)]
+    assert core.daemon.auth.checks.queued == 16 + 1 - 2  # the flood's share of 16 waited, and alice
+
+
 def _fail_and_time(core: Core, address: str, user: str) -> float:
     """One wrong AUTHENTICATE from a new connection: how long its AUTH_FAILED took
     (ticks of 1/8 s: exact in binary), with its check started at once."""
