@@ -781,6 +781,9 @@ class Daemon:
                 conn.stalled = conn.stalled and not conn.closing
                 conn.need = 5
                 break
+            if self.scheduler.spent():  # issue 29: the slice is over
+                self._next_turn(conn)
+                break
         else:
             conn.need = 5
         self.stats.frames_in += frames
@@ -791,6 +794,16 @@ class Daemon:
         if frames:
             conn.heard = True
         return pos
+
+    def _next_turn(self, conn: Connection) -> None:
+        """Issue 29: the slice is over after one of ``conn``'s frames (each careful frame
+        counts as an item, and work that grows, such as a sorted window's rows, counts
+        its items): the rest of its input waits for its next turn of :meth:`work`, and
+        other peers are served in between."""
+        conn.stalled = True
+        conn.need = 5
+        if not conn.out and not conn.paused:
+            self.scheduler.wake(conn)  # else take_dirty() wakes it once its output is written
 
     def _refuse_frames(self, conn: Connection, buf: bytes) -> int:
         """JETLOG.md 6.5, while ``refusing``: every REQUEST is answered INTERNAL and
