@@ -251,9 +251,9 @@ class Registry:
             return None
         kv = buf[pos + 10 : end]
         self.table.add_state(key, kv, conn)
-        # PROTOCOL.md 10.5: the fetch events a request causes go out before its OK.
-        self.subscriptions.fanout(key, FETCH_ADD, kv)
-        self.out.send(conn, ok_frame(rid))
+        # PROTOCOL.md 10.5: the fetch events a request causes go out before its OK (to
+        # many fetches in slices, issue 29: the OK then follows the last).
+        self.subscriptions.fanout(key, FETCH_ADD, kv, conn, ok_frame(rid))
         return None
 
     def remove_state(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
@@ -263,9 +263,8 @@ class Registry:
         if not self._removable(conn, key, rid, self.states, "state"):
             return None
         kv = self.table.remove_state(key)
-        self.subscriptions.fanout(key, FETCH_REMOVE, kv)  # PROTOCOL.md 10.5: before the OK
+        self.subscriptions.fanout(key, FETCH_REMOVE, kv, conn, ok_frame(rid))  # PROTOCOL.md 10.5: before the OK
         self.subscriptions.forget(key)
-        self.out.send(conn, ok_frame(rid))
         return None
 
     def _removable(self, conn: Connection, key: bytes, rid: int, owners: dict[bytes, Connection], kind: str) -> bool:
@@ -323,10 +322,12 @@ class Registry:
         if owner is not conn:
             return self.out.reply(conn, rid, Status.NOT_OWNER, "only the owner may notify")
         kv = conn.states[key] = buf[pos + 10 : end]
-        self.subscriptions.fanout(key, FETCH_CHANGE, kv)  # PROTOCOL.md 10.5: before the OK
         if conn.parked:
+            self.subscriptions.fanout(key, FETCH_CHANGE, kv)
             self.subscriptions.catch_up_on(conn, key, kv)  # it fetches its own state: the change first
-        self.out.send(conn, ok_frame(rid))
+            self.out.send(conn, ok_frame(rid))
+        else:  # PROTOCOL.md 10.5: the events before the OK (many: in slices, issue 29)
+            self.subscriptions.fanout(key, FETCH_CHANGE, kv, conn, ok_frame(rid))
         return None
 
     def get(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
