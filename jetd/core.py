@@ -270,6 +270,18 @@ class Daemon:
         self._finish_closes()
         self.connections.pop(conn.conn_id, None)
         self.subscriptions.gone(conn)
+        self.note_call(now)
+
+    def note_call(self, now: float) -> None:
+        """A call from the IO layer that began at ``now`` ends: the longest of the last
+        second is ``longest_call_ms`` in ``$jet/daemon`` and /metrics (PROTOCOL.md 16.2,
+        issue 29). One reading of the clock (none without one)."""
+        clock = self.scheduler.clock
+        if clock is not None:
+            took = clock() - now
+            metrics = self.metrics
+            if took > metrics.call_max:
+                metrics.call_max = took
 
     def end_of_input(self, conn: Connection, now: float) -> None:
         """The peer closed its sending side: it is gone (PROTOCOL.md 10.6) once the
@@ -375,6 +387,7 @@ class Daemon:
             scheduler.restart()
             self.auth.reindex_slice(scheduler)
         self._finish_closes()
+        self.note_call(now)
         return resumed
 
     def _go_on(self, conn: Connection, now: float) -> bool:
@@ -504,6 +517,7 @@ class Daemon:
             self.out.overload(conn, f"output stuck above the soft limit for more than {deadline:g} s")
         self.metrics.tick(now)  # PROTOCOL.md 16: $jet/, at most once a second
         self._finish_closes()
+        self.note_call(now)
 
     def _input_timeout(self, conn: Connection, message: str) -> None:
         """PROTOCOL.md 10.7: a peer too slow to send a frame is closed TIMEOUT."""
@@ -579,6 +593,7 @@ class Daemon:
             self.partial.pop(conn, None)
         if self.out.to_close:
             self._finish_closes()
+        self.note_call(now)
 
     # The frame loop, per frame in the order of PROTOCOL.md: the header (9.2: a bad type
     # or a body above max_body is fatal before any of the body is buffered); then the
