@@ -263,6 +263,7 @@ class Daemon:
     def disconnect(self, conn: Connection, now: float, reason: str = "peer disconnected") -> None:
         """The peer's connection is gone (EOF, reset, or we closed it)."""
         self.clock.now = now
+        self.scheduler.begin(now)
         if not conn.closing:
             conn.closing = True
             conn.close_reason = reason
@@ -334,7 +335,8 @@ class Daemon:
     @property
     def has_work(self) -> bool:
         """True while :meth:`work` has something to do."""
-        return self.scheduler.has_work or self.router.expiring or bool(self.queries.stale) or bool(self.auth.reindex)
+        return (self.scheduler.has_work or self.router.expiring or bool(self.queries.stale) or bool(self.auth.reindex)
+                or bool(self.registry.leaving))
 
     def work(self, now: float) -> list[Connection]:
         """One turn of the pending work: route timeouts beyond the last slice, the
@@ -386,6 +388,10 @@ class Daemon:
             # A reload's new permissions, a slice of connections a turn (PROTOCOL.md 15.5).
             scheduler.restart()
             self.auth.reindex_slice(scheduler)
+        if self.registry.leaving:
+            # Closed owners' states, a slice a turn (PROTOCOL.md 10.6).
+            scheduler.restart()
+            self.registry.leave_slice(scheduler.spend)
         self._finish_closes()
         self.note_call(now)
         return resumed
@@ -886,7 +892,8 @@ class Daemon:
         # FETCH_REMOVE of its own states, may follow its CLOSE.
         self.subscriptions.drop_fetches(conn)
         self.queries.teardown(conn)
-        self.registry.drop_owner(conn)
+        # Its states: a slice now, the rest in the next turns of work() (issue 29).
+        self.registry.drop_owner(conn, self.scheduler.spend)
         # The IO layer closes the transport after the flush; being listed twice is harmless
         # (and cheaper than searching the list when thousands of peers go at once).
         self.out.dirty.append(conn)
