@@ -263,6 +263,7 @@ class Daemon:
     def disconnect(self, conn: Connection, now: float, reason: str = "peer disconnected") -> None:
         """The peer's connection is gone (EOF, reset, or we closed it)."""
         self.clock.now = now
+        self.scheduler.begin(now)
         if not conn.closing:
             conn.closing = True
             conn.close_reason = reason
@@ -270,6 +271,18 @@ class Daemon:
         self._finish_closes()
         self.connections.pop(conn.conn_id, None)
         self.subscriptions.gone(conn)
+        self.note_call(now)
+
+    def note_call(self, now: float) -> None:
+        """A call from the IO layer that began at ``now`` ends: the longest of the last
+        second is ``longest_call_ms`` in ``$jet/daemon`` and /metrics (PROTOCOL.md 16.2,
+        issue 29). One reading of the clock (none without one)."""
+        clock = self.scheduler.clock
+        if clock is not None:
+            took = clock() - now
+            metrics = self.metrics
+            if took > metrics.call_max:
+                metrics.call_max = took
 
     def end_of_input(self, conn: Connection, now: float) -> None:
         """The peer closed its sending side: it is gone (PROTOCOL.md 10.6) once the
@@ -323,7 +336,7 @@ class Daemon:
     def has_work(self) -> bool:
         """True while :meth:`work` has something to do."""
         return (self.scheduler.has_work or self.router.expiring or bool(self.queries.stale) or bool(self.auth.reindex)
-                or bool(self.auth.completed))
+                or bool(self.auth.completed) or bool(self.registry.leaving))
 
     def work(self, now: float) -> list[Connection]:
         """One turn of the pending work: route timeouts beyond the last slice, the
@@ -380,7 +393,12 @@ class Daemon:
             # A reload's new permissions, a slice of connections a turn (PROTOCOL.md 15.5).
             scheduler.restart()
             self.auth.reindex_slice(scheduler)
+        if self.registry.leaving:
+            # Closed owners' states, a slice a turn (PROTOCOL.md 10.6).
+            scheduler.restart()
+            self.registry.leave_slice(scheduler.spend)
         self._finish_closes()
+        self.note_call(now)
         return resumed
 
     def _go_on(self, conn: Connection, now: float) -> bool:
@@ -510,6 +528,7 @@ class Daemon:
             self.out.overload(conn, f"output stuck above the soft limit for more than {deadline:g} s")
         self.metrics.tick(now)  # PROTOCOL.md 16: $jet/, at most once a second
         self._finish_closes()
+        self.note_call(now)
 
     def _input_timeout(self, conn: Connection, message: str) -> None:
         """PROTOCOL.md 10.7: a peer too slow to send a frame is closed TIMEOUT."""
@@ -585,6 +604,7 @@ class Daemon:
             self.partial.pop(conn, None)
         if self.out.to_close:
             self._finish_closes()
+        self.note_call(now)
 
     # The frame loop, per frame in the order of PROTOCOL.md: the header (9.2: a bad type
     # or a body above max_body is fatal before any of the body is buffered); then the
@@ -787,6 +807,9 @@ class Daemon:
                 conn.stalled = conn.stalled and not conn.closing
                 conn.need = 5
                 break
+            if self.scheduler.spent():  # issue 29: the slice is over
+                self._next_turn(conn)
+                break
         else:
             conn.need = 5
         self.stats.frames_in += frames
@@ -797,6 +820,16 @@ class Daemon:
         if frames:
             conn.heard = True
         return pos
+
+    def _next_turn(self, conn: Connection) -> None:
+        """Issue 29: the slice is over after one of ``conn``'s frames (each careful frame
+        counts as an item, and work that grows, such as a sorted window's rows, counts
+        its items): the rest of its input waits for its next turn of :meth:`work`, and
+        other peers are served in between."""
+        conn.stalled = True
+        conn.need = 5
+        if not conn.out and not conn.paused:
+            self.scheduler.wake(conn)  # else take_dirty() wakes it once its output is written
 
     def _refuse_frames(self, conn: Connection, buf: bytes) -> int:
         """JETLOG.md 6.5, while ``refusing``: every REQUEST is answered INTERNAL and
@@ -864,7 +897,8 @@ class Daemon:
         # FETCH_REMOVE of its own states, may follow its CLOSE.
         self.subscriptions.drop_fetches(conn)
         self.queries.teardown(conn)
-        self.registry.drop_owner(conn)
+        # Its states: a slice now, the rest in the next turns of work() (issue 29).
+        self.registry.drop_owner(conn, self.scheduler.spend)
         # The IO layer closes the transport after the flush; being listed twice is harmless
         # (and cheaper than searching the list when thousands of peers go at once).
         self.out.dirty.append(conn)

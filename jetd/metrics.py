@@ -190,6 +190,10 @@ class Metrics:
         self._daemon_at = 0.0
         self._route_seen: list[int] = [0] * (len(ROUTE_BUCKETS) + 1)
         self._route_recent = (0.0, 0.0)  # p50, p99 (ms) of the routes answered in the last interval
+        # Issue 29: the longest call into the core (seconds) since the last interval, kept
+        # by jetd.core.Daemon (note_call), and the figure of the last interval (ms).
+        self.call_max = 0.0
+        self.longest_call_ms = 0.0
 
     # --- figures ------------------------------------------------------------------------
 
@@ -251,6 +255,7 @@ class Metrics:
             "fsync_p99_ms": fsync_p99_ms(log_stats) if log_stats is not None else 0.0,
             "fsync_errors": log_stats.failures if log_stats is not None else 0,
             "rss_bytes": self.resident(),
+            "longest_call_ms": self.longest_call_ms,
         }
 
     def frames_in(self) -> dict[tuple[str, str], int]:
@@ -319,6 +324,8 @@ class Metrics:
             return
         self._next_at = now + self.interval
         self._recent_routes()
+        self.longest_call_ms = round(self.call_max * 1000, 1)
+        self.call_max = 0.0
         self._sync_peers(now)
         self._publish_daemon(now)
 
@@ -464,6 +471,9 @@ class _Collector:
         yield _gauge("jetd_fetches", "Live fetches and query fetches", m.fetch_count())
         yield _gauge("jetd_query_groups", "Distinct live queries", len(m.queries.index.by_signature))
         yield _gauge("jetd_resident_memory_bytes", "Resident memory of the daemon", m.resident())
+        yield _gauge("jetd_longest_call_seconds",
+                     "The longest call into the daemon's core (one read, work turn, tick or disconnect) in the last second",
+                     m.longest_call_ms / 1000)
         started = m.started
         yield _gauge("jetd_uptime_seconds", "Seconds since the daemon started", self.now - started if started else 0.0)
 

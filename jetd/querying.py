@@ -287,6 +287,7 @@ class Queries:
                 fetch.size = max(0, min(fetch.high, len(group) - 1) - fetch.low + 1)
                 fetch.pending = False
                 self._send_window(fetch, fetch.low, fetch.low + fetch.size - 1)
+                self.scheduler.spend(fetch.size)  # issue 29: the rows count against the slice
             else:
                 registry = self.registry
                 for position in range(query.window_from - 1, min(query.window_to, len(group))):
@@ -297,6 +298,7 @@ class Queries:
                     if conn.closing:
                         return None
                 self.out.send(conn, ok_frame(delivery.rid))
+                self.scheduler.spend(max(0, min(query.window_to, len(group)) - query.window_from + 1))
             return self._query_delivered(conn)
         after = delivery.cursor if fetch is None else fetch.cursor
         entries, upto = self._entries_after(group, after, delivery.nodes)

@@ -9,7 +9,10 @@ removed, and the access part for ``own``/``read``; everything it sends goes thro
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from collections.abc import Iterator
+from heapq import heapify
+from heapq import heappop
 from typing import TYPE_CHECKING
 from typing import Optional
 
@@ -135,6 +138,9 @@ class Registry:
         self.states = self.table.states
         self.methods = self.table.methods
         self.max_key = config.max_key_length
+        # Issue 29: closed owners whose states are still being removed, in slices: the
+        # keys left, a heap (byte order of key, PROTOCOL.md 10.6).
+        self.leaving: dict[Connection, list[bytes]] = {}
 
     # --- what the other parts may ask -------------------------------------------------
 
@@ -187,18 +193,52 @@ class Registry:
         self.out.reply(conn, rid, Status.NOT_AUTHORIZED,
                        f"not authorized: {RESERVED_PREFIX.decode()} is reserved for the daemon's own states")
 
-    def drop_owner(self, conn: Connection) -> None:
-        """PROTOCOL.md 10.6: a closing owner's states go (FETCH_REMOVE in byte order of
-        key), then its methods."""
+    def drop_owner(self, conn: Connection, spend: Optional[Callable[[int], bool]] = None) -> bool:
+        """PROTOCOL.md 10.6: a closed owner's states go (FETCH_REMOVE in byte order of
+        key), then its methods. With ``spend`` (:meth:`jetd.scheduler.Scheduler.spend`)
+        only until the slice is over (issue 29): False then, and the rest waits in
+        ``leaving`` for :meth:`leave_slice`; True once all are gone."""
+        keys = self.leaving.pop(conn, None)
+        if keys is None:
+            keys = list(conn.states)
+            heapify(keys)
         subscriptions = self.subscriptions
-        for key in sorted(conn.states):
+        states = self.states
+        while keys:
+            key = heappop(keys)
+            if states.get(key) is not conn:
+                continue  # taken over meanwhile (_check_new_key removed it)
             subscriptions.fanout(key, FETCH_REMOVE, self.table.remove_state(key))
             subscriptions.forget(key)
+            if keys and spend is not None and spend(1):
+                self.leaving[conn] = keys
+                return False
         queries = self.queries
         for key in conn.methods:
             del self.methods[key]
             queries.method_changed(key, False)
         conn.methods.clear()
+        return True
+
+    def leave_slice(self, spend: Callable[[int], bool]) -> None:
+        """The next slice of the closed owners' removals, one owner at a time, in the
+        order they closed (from :meth:`jetd.core.Daemon.work`)."""
+        while self.leaving:
+            if not self.drop_owner(next(iter(self.leaving)), spend):
+                return
+
+    def _leave_now(self, key: bytes) -> None:
+        """A peer wants ``key``: if it is a state or method of a closed owner still
+        being removed (``leaving``), it goes now (a state's FETCH_REMOVE first)."""
+        owner = self.states.get(key)
+        if owner is not None and owner in self.leaving:
+            self.subscriptions.fanout(key, FETCH_REMOVE, self.table.remove_state(key))
+            self.subscriptions.forget(key)
+        owner = self.methods.get(key)
+        if owner is not None and owner in self.leaving:
+            del self.methods[key]
+            owner.methods.discard(key)
+            self.queries.method_changed(key, False)
 
     # --- requests ---------------------------------------------------------------------
 
@@ -221,6 +261,8 @@ class Registry:
         return message
 
     def _check_new_key(self, conn: Connection, key: bytes, rid: int) -> bool:
+        if self.leaving:
+            self._leave_now(key)  # PROTOCOL.md 10.6: a closed owner's key goes now (issue 29)
         if key.startswith(RESERVED_PREFIX):
             self.reserved(conn, rid, key)
         elif len(key) > self.max_key:
@@ -251,9 +293,9 @@ class Registry:
             return None
         kv = buf[pos + 10 : end]
         self.table.add_state(key, kv, conn)
-        # PROTOCOL.md 10.5: the fetch events a request causes go out before its OK.
-        self.subscriptions.fanout(key, FETCH_ADD, kv)
-        self.out.send(conn, ok_frame(rid))
+        # PROTOCOL.md 10.5: the fetch events a request causes go out before its OK (to
+        # many fetches in slices, issue 29: the OK then follows the last).
+        self.subscriptions.fanout(key, FETCH_ADD, kv, conn, ok_frame(rid))
         return None
 
     def remove_state(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:
@@ -263,9 +305,8 @@ class Registry:
         if not self._removable(conn, key, rid, self.states, "state"):
             return None
         kv = self.table.remove_state(key)
-        self.subscriptions.fanout(key, FETCH_REMOVE, kv)  # PROTOCOL.md 10.5: before the OK
+        self.subscriptions.fanout(key, FETCH_REMOVE, kv, conn, ok_frame(rid))  # PROTOCOL.md 10.5: before the OK
         self.subscriptions.forget(key)
-        self.out.send(conn, ok_frame(rid))
         return None
 
     def _removable(self, conn: Connection, key: bytes, rid: int, owners: dict[bytes, Connection], kind: str) -> bool:
@@ -323,10 +364,12 @@ class Registry:
         if owner is not conn:
             return self.out.reply(conn, rid, Status.NOT_OWNER, "only the owner may notify")
         kv = conn.states[key] = buf[pos + 10 : end]
-        self.subscriptions.fanout(key, FETCH_CHANGE, kv)  # PROTOCOL.md 10.5: before the OK
         if conn.parked:
+            self.subscriptions.fanout(key, FETCH_CHANGE, kv)
             self.subscriptions.catch_up_on(conn, key, kv)  # it fetches its own state: the change first
-        self.out.send(conn, ok_frame(rid))
+            self.out.send(conn, ok_frame(rid))
+        else:  # PROTOCOL.md 10.5: the events before the OK (many: in slices, issue 29)
+            self.subscriptions.fanout(key, FETCH_CHANGE, kv, conn, ok_frame(rid))
         return None
 
     def get(self, conn: Connection, buf: bytes, pos: int, end: int, rid: int) -> None:

@@ -182,6 +182,9 @@ class Router:
             return None
         if owner.conn_id == 0:  # PROTOCOL.md 16: the daemon's own states ($jet/) are read-only
             return self.registry.reserved(conn, rid, key)
+        if owner.closed:  # PROTOCOL.md 10.6: gone, its states removed in slices (issue 29)
+            self.stats.owners_gone += 1
+            return self.out.reply(conn, rid, Status.OWNER_GONE, "the owner disconnected")
         if len(owner.routes) >= self.config.max_pending_per_owner:
             return self.out.reply(
                 conn,

@@ -3,7 +3,8 @@ of it is over (PROTOCOL.md 10.5, 10.8, 14.5).
 
 Work that grows with the bus is done in slices: a fetch's initial adds and a query's
 initial entries, seeding a query group, a burst of route timeouts, a NOTIFY_STATE
-event's fan-out to many fetches. A slice ends when the
+event's or request's fan-out to many fetches, a run of pipelined requests (the frame
+loop counts each careful frame), a closed owner's states. A slice ends when the
 clock passes ``slice_seconds`` (about 1 ms, like redis's ``activeExpireCycle``) after it
 began, or at the item count of its kind (``delivery_slice``, ``seed_slice``,
 ``expire_slice``, ``fan_slice``), whichever comes first: a count alone is 8 ms on one machine and 80 on

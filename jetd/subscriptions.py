@@ -122,13 +122,16 @@ class Delivery:
 
 
 class FanOut:
-    """The rest of a NOTIFY_STATE event's fan-out to many fetches, past a slice (issue
-    29): the FETCH_CHANGE of ``kv`` (body ``body_length``, frame head ``head``) for
-    ``targets[next:]``, the live fetches the change matched. It waits in
+    """The rest of an owner's fan-out to many fetches, past a slice (issue 29): the
+    fetch event ``code`` (FETCH_CHANGE of a NOTIFY_STATE; FETCH_ADD of an ADD_STATE;
+    FETCH_REMOVE of a REMOVE_STATE) of ``kv`` (body ``body_length``, frame head
+    ``head``) for ``targets[next:]``, the live fetches the change matched. It waits in
     ``Subscriptions.fanning`` under its owner, whose input stalls until it is done, so
-    no later change of the key (only the owner changes it) overtakes it."""
+    no later change of the key (only the owner changes it) overtakes it; ``reply``, the
+    request's OK, goes to the owner after the last slice (PROTOCOL.md 10.5: the events
+    a request causes precede its OK)."""
 
-    __slots__ = ("body_length", "generation", "head", "key", "kv", "next", "targets")
+    __slots__ = ("body_length", "generation", "head", "key", "kv", "next", "reply", "targets")
 
     def __init__(self, key: bytes, code: int, kv: bytes, targets: list[Fetch], generation: int) -> None:
         self.key = key
@@ -144,6 +147,7 @@ class FanOut:
                      else EVT_HEAD_PACK(EVENT, self.body_length, code))
         self.targets = targets  # the index's cached list: read, never changed
         self.next = 0
+        self.reply: Optional[bytes] = None
 
 
 class FetchRegistry:
@@ -431,11 +435,13 @@ class Subscriptions:
             out.append(fetch.change_prefix)
             out.append(kv)
 
-    def fanout(self, key: bytes, code: int, kv: bytes, owner: Optional[Connection] = None) -> None:
+    def fanout(self, key: bytes, code: int, kv: bytes, owner: Optional[Connection] = None,
+               reply: Optional[bytes] = None) -> None:
         """Send one fetch event for ``key`` to every matching fetch: the frame is
         encoded once as (head, kv); each fetcher gets head + its fetch id + kv. With
-        ``owner`` (a NOTIFY_STATE event's), a fan-out to many live fetches is sliced
-        (:meth:`fan_live`)."""
+        ``owner`` (the connection whose ADD_STATE, NOTIFY_STATE or REMOVE_STATE this
+        is), a fan-out to many live fetches is sliced (:meth:`fan_live`); ``reply``
+        (the request's OK, for ``owner``) follows the last event (PROTOCOL.md 10.5)."""
         self.queries.state_changed(key, code, kv)  # PROTOCOL.md 14.2 (jetd.querying)
         if self.delivering_count:
             self.hold(key, code, kv)
@@ -445,13 +451,16 @@ class Subscriptions:
                 self.changed[key] = self.seq
             else:
                 self._fanout_parked(key, code, kv)
-        if not self.fetches.lengths:
-            return
-        targets = self.fetches.targets(key)
-        if targets:
-            self.fan_live(key, code, kv, targets, owner)
+        if self.fetches.lengths:
+            targets = self.fetches.targets(key)
+            if targets:
+                self.fan_live(key, code, kv, targets, owner, reply)
+                return
+        if reply is not None and owner is not None:
+            self.out.send(owner, reply)
 
-    def fan_live(self, key: bytes, code: int, kv: bytes, targets: list[Fetch], owner: Optional[Connection] = None) -> None:
+    def fan_live(self, key: bytes, code: int, kv: bytes, targets: list[Fetch], owner: Optional[Connection] = None,
+                 reply: Optional[bytes] = None) -> None:
         """The fetch event of ``key`` (value ``kv``) to the live fetches ``targets``.
 
         Issue 29: with an ``owner`` (a NOTIFY_STATE event) and more than
@@ -462,9 +471,12 @@ class Subscriptions:
         if owner is not None and len(targets) > DEFAULT_FAN_CHUNK:
             rest = FanOut(key, code, kv, targets, self.fetches.generation)
             if not self._fan_slice(rest, True):
+                rest.reply = reply
                 self.fanning[owner] = rest
                 owner.stalled = True
                 self.scheduler.wake(owner)
+            elif reply is not None:
+                self.out.send(owner, reply)
             return
         body_length = 5 + len(kv)
         head = EVT_HEAD_PACK(EVENT, body_length, code)
@@ -486,6 +498,8 @@ class Subscriptions:
         if self._log_events and self._log is not None:
             for fetch in targets:
                 self._log(fetch.conn.conn_id, FRAME_OUT, head + fetch.fid_bytes + kv)
+        if reply is not None and owner is not None:
+            self.out.send(owner, reply)
 
     def fan_on(self, owner: Connection) -> bool:
         """The next slice of ``owner``'s waiting fan-out (:meth:`jetd.core.Daemon.work`);
@@ -493,6 +507,8 @@ class Subscriptions:
         rest = self.fanning[owner]
         if self._fan_slice(rest, True):
             del self.fanning[owner]
+            if rest.reply is not None:
+                self.out.send(owner, rest.reply)  # PROTOCOL.md 10.5: after its events
             return True
         self.scheduler.wake(owner)
         return False

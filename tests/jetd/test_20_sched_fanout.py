@@ -163,7 +163,7 @@ def test_a_change_held_for_a_delivering_fetch_is_held_once_with_small_body_peers
     # max_body) held the change for fetches still receiving initial adds a second time.
     h = ClockHarness(0.0004)
     owner = h.connect()
-    h.send(owner, *(AddState(i + 1, f"k{i:05d}", Value.of(i)) for i in range(3000)))
+    h.send_all(owner, *(AddState(i + 1, f"k{i:05d}", Value.of(i)) for i in range(3000)))
     h.recv(owner)
     small = h.connect()
     h.send(small, Info(max_body=100_000))
