@@ -17,6 +17,7 @@ from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import accumulate
+from typing import Final
 from typing import Optional
 
 from jetwire import Status
@@ -70,9 +71,11 @@ class DaemonStats:
 ROUTE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 
-TABLE_STEP = 0.00005  # seconds: RouteTimes.observe_ok's lookup table's step (every bound is a multiple)
-TABLE_STEPS_PER_SECOND = 20000.0
-TABLE_LIMIT = 0.1  # seconds: above it, bisect
+# Final: compiled (mypyc), a plain module constant is a dict lookup on every use; this
+# one was a third of observe_ok's cost (BENCHMARKS.md, issue 28).
+TABLE_STEP: Final = 0.00005  # seconds: RouteTimes.observe_ok's lookup table's step (every bound is a multiple)
+TABLE_STEPS_PER_SECOND: Final = 20000.0
+TABLE_STEPS: Final = 2000  # the table covers 0 to 100 ms; above it, bisect
 
 
 class RouteTimes:
@@ -84,10 +87,15 @@ class RouteTimes:
     the timeout, and ``sums`` the sums of ``now - deadline``; :meth:`histogram` adds the
     timeout back. The dispatcher's fast path (an owner's OK, jetd.core) calls
     :meth:`observe_ok`: below 100 ms a table lookup by 50 µs step, no ``bisect``
-    (compiled, a ``bisect`` per answer cost W1 a third: BENCHMARKS.md).
+    (compiled, a ``bisect`` per answer cost W1 a third: BENCHMARKS.md), and the OKs of
+    one bucket in a row are counted in a native integer (``run_length``), added to the
+    bucket's list entry only when the bucket changes: a list entry past 256 is a new
+    ``int`` object on every increment (issue 28: 29 ns a call before, 4 ns in a run).
+    ``ok`` (the counts of OK answers per bucket) includes the run so far.
     """
 
-    __slots__ = ("answers_in", "bucket_of", "careful_ok", "counts", "ok", "ok_sum", "shifted", "sums", "timeout")
+    __slots__ = ("answers_in", "bucket_of", "careful_ok", "counts", "ok_counts", "ok_sum", "run_bucket",
+                 "run_length", "shifted", "sums", "timeout")
 
     def __init__(self, timeout: float) -> None:
         self.timeout = timeout
@@ -95,14 +103,22 @@ class RouteTimes:
         # status -> counts per bucket (the last one: above every bound), unsummed.
         self.counts: dict[int, list[int]] = {}
         self.sums: dict[int, float] = {}
-        self.ok = self.counts_for(0)
+        self.ok_counts = self.counts_for(0)  # without the run in progress: read ``ok``
         self.ok_sum = 0.0  # the sums of OK answers (sums[0] is not used)
         self.careful_ok = 0  # OKs observed here; the rest of ``ok`` the fast path counted
+        self.run_bucket = 0  # the bucket of the fast path's last OK
+        self.run_length = 0  # OKs in a row in run_bucket, not yet in ok_counts
         # The bucket of a latency below 100 ms by its 50 us step: every bound below is a
         # multiple of the step, so the step's bucket is the first bound above its start.
-        steps = round(TABLE_LIMIT / TABLE_STEP)
-        self.bucket_of = [bisect_right(ROUTE_BUCKETS, (step + 0.5) * TABLE_STEP) for step in range(steps)]
+        self.bucket_of = [bisect_right(ROUTE_BUCKETS, (step + 0.5) * TABLE_STEP) for step in range(TABLE_STEPS)]
         self.answers_in = 0  # RESPONSE frames the careful way took (jetd.routes)
+
+    @property
+    def ok(self) -> list[int]:
+        """The counts of OK answers per bucket (the last: above every bound), unsummed."""
+        self.ok_counts[self.run_bucket] += self.run_length
+        self.run_length = 0
+        return self.ok_counts
 
     def counts_for(self, status: int) -> list[int]:
         counts = self.counts.get(status)
@@ -113,18 +129,23 @@ class RouteTimes:
 
     def observe_ok(self, since_deadline: float) -> None:
         """An OK the dispatcher's fast path passed on, ``now - deadline`` after the deadline."""
-        step = int((since_deadline + self.timeout) * TABLE_STEPS_PER_SECOND)
-        table = self.bucket_of
-        if 0 <= step < len(table):
-            self.ok[table[step]] += 1
-        else:
-            self.ok[bisect_right(self.shifted, since_deadline)] += 1
         self.ok_sum += since_deadline
+        step = int((since_deadline + self.timeout) * TABLE_STEPS_PER_SECOND)
+        if 0 <= step < TABLE_STEPS:
+            bucket = self.bucket_of[step]
+        else:
+            bucket = bisect_right(self.shifted, since_deadline)
+        if bucket == self.run_bucket:
+            self.run_length += 1
+        else:
+            self.ok_counts[self.run_bucket] += self.run_length
+            self.run_bucket = bucket
+            self.run_length = 1
 
     def observe(self, status: int, since_deadline: float) -> None:
         """One answer with ``status``, ``now - deadline`` seconds after the deadline."""
         if status == 0:
-            self.ok[bisect_right(self.shifted, since_deadline)] += 1
+            self.ok_counts[bisect_right(self.shifted, since_deadline)] += 1
             self.ok_sum += since_deadline
             self.careful_ok += 1
             return
@@ -137,7 +158,7 @@ class RouteTimes:
 
     def histogram(self, status: int) -> tuple[list[int], float]:
         """Cumulative counts per bucket (the last: all) and the sum of latencies, in seconds."""
-        counts = self.counts.get(status)
+        counts = self.ok if status == 0 else self.counts.get(status)
         if counts is None:
             return [0] * (len(ROUTE_BUCKETS) + 1), 0.0
         cumulative = list(accumulate(counts))

@@ -75,6 +75,19 @@ class ConfigError(ValueError):
     """A setting is invalid (bad value, unknown key, unreadable config file)."""
 
 
+# The settings checked alike by Config.validate (one check a kind, not one a setting).
+_AT_LEAST_ONE = (
+    "max_connections", "max_states_per_connection", "max_fetches_per_connection", "max_pending_per_owner",
+    "soft_limit", "hard_limit", "log_rotate_size", "log_writer_backlog", "max_input_buffer", "max_query_size",
+    "max_query_terms", "max_window", "max_field_depth", "auth_queue",
+)
+_POSITIVE_SECONDS = (
+    "route_timeout", "slow_deadline", "frame_timeout", "auth_timeout", "http_handshake_timeout",
+    "tls_handshake_timeout",
+)
+_NOT_NEGATIVE_SECONDS = ("first_frame_timeout", "auth_failure_delay", "shutdown_grace")
+
+
 @dataclass
 class Config:
     """Every setting of jetd.
@@ -214,10 +227,6 @@ class Config:
             raise ConfigError(f"port must be 0..65535, got {self.port}")
         if self.http_port is not None and not 0 <= self.http_port <= 65535:
             raise ConfigError(f"http_port must be 0..65535, got {self.http_port}")
-        if not self.http_handshake_timeout > 0:
-            raise ConfigError(f"http_handshake_timeout must be positive, got {self.http_handshake_timeout}")
-        if not self.tls_handshake_timeout > 0:
-            raise ConfigError(f"tls_handshake_timeout must be positive, got {self.tls_handshake_timeout}")
         for origin in self.allowed_origins():
             # A browser's Origin is scheme://host[:port], nothing more: an entry with a path,
             # userinfo or no host could never match, and its host would not join the Host list.
@@ -237,55 +246,33 @@ class Config:
             )
         if not 1 <= self.max_key_length <= 0xFFFF:
             raise ConfigError(f"max_key_length must be 1..65535, got {self.max_key_length}")
-        for name in (
-            "max_connections",
-            "max_states_per_connection",
-            "max_fetches_per_connection",
-            "max_pending_per_owner",
-            "soft_limit",
-            "hard_limit",
-            "log_rotate_size",
-            "max_input_buffer",
-            "max_query_size",
-            "max_query_terms",
-            "max_window",
-            "max_field_depth",
-        ):
+        for name in _AT_LEAST_ONE:
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
+        for name in _POSITIVE_SECONDS:
+            if not getattr(self, name) > 0:  # not "<= 0": NaN is refused too
+                raise ConfigError(f"{name} must be positive (above 0 seconds), got {getattr(self, name)}")
+        for name in _NOT_NEGATIVE_SECONDS:
+            if not getattr(self, name) >= 0:
+                raise ConfigError(f"{name} must not be negative, got {getattr(self, name)}")
         if self.hard_limit < self.soft_limit:
             raise ConfigError(f"hard_limit ({self.hard_limit}) must not be below soft_limit ({self.soft_limit})")
         if self.max_input_buffer < self.max_body + 5:
             raise ConfigError(
                 f"max_input_buffer ({self.max_input_buffer}) must hold at least one frame (max_body + 5)"
             )
-        if self.first_frame_timeout < 0:
-            raise ConfigError(f"first_frame_timeout must not be negative, got {self.first_frame_timeout}")
-        for name in ("route_timeout", "slow_deadline", "frame_timeout"):
-            if not getattr(self, name) > 0:
-                raise ConfigError(f"{name} must be above 0 seconds, got {getattr(self, name)}")
-        if not self.auth_timeout > 0:
-            raise ConfigError(f"auth_timeout must be above 0 seconds, got {self.auth_timeout}")
-        if self.auth_failure_delay < 0:
-            raise ConfigError(f"auth_failure_delay must not be negative, got {self.auth_failure_delay}")
         if self.auth_failure_delay_max < self.auth_failure_delay:
             raise ConfigError(
                 f"auth_failure_delay_max ({self.auth_failure_delay_max}) must not be below "
                 f"auth_failure_delay ({self.auth_failure_delay})"
             )
-        if self.auth_queue < 1:
-            raise ConfigError(f"auth_queue must be at least 1, got {self.auth_queue}")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ConfigError(
                 "--tls-cert and --tls-key go together (tls_cert and tls_key in a --config file): give both, or neither"
             )
         if self.tls_client_ca is not None and self.tls_cert is None:
             raise ConfigError("--tls-client-ca needs --tls-cert and --tls-key (tls_client_ca, tls_cert, tls_key)")
-        if self.shutdown_grace < 0:
-            raise ConfigError(f"shutdown_grace must not be negative, got {self.shutdown_grace}")
         # The event log's retention and backlog (JETLOG.md 6.3, 6.4).
-        if self.log_writer_backlog < 1:
-            raise ConfigError(f"log_writer_backlog must be at least 1, got {self.log_writer_backlog}")
         if self.log_max_bytes is not None and self.log_max_bytes < 0:
             raise ConfigError(f"log_max_bytes must not be negative (0: no limit), got {self.log_max_bytes}")
         if self.log_max_bytes is not None and 0 < self.log_max_bytes < self.log_rotate_size:

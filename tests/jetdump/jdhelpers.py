@@ -95,6 +95,13 @@ CONVERSATION: list[tuple[int, Message]] = [
 ]
 
 
+def kill_if_running(proc: subprocess.Popen[Any]) -> None:
+    """The cleanup of a test's jetdump process: killed if still running, always reaped."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+
+
 def run_jetdump(*args: str, stdin: Optional[bytes] = None, timeout: float = RUN_TIMEOUT) -> subprocess.CompletedProcess[str]:
     """``python -m tools.jetdump ARGS`` from the repository root."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}

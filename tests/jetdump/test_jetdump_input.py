@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from jdhelpers import CONVERSATION
 from jdhelpers import REPO
+from jdhelpers import kill_if_running
 from jdhelpers import run_jetdump
 from test_jetdump_tap import exchange
 from test_jetdump_tap import read_line
@@ -120,9 +121,7 @@ def test_live_capture_on_loopback(start_jetd: Callable[..., Any]) -> None:
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        kill_if_running(proc)
     assert proc.returncode == 0, err
     text = seen + out.decode()
     assert 'INFO "live-test"' in text

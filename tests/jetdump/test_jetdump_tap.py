@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from jdhelpers import REPO
+from jdhelpers import kill_if_running
 
 from jetwire import AddState
 from jetwire import Decoder
@@ -49,9 +50,7 @@ def tap(upstream: str, *options: str, stdout: Any = subprocess.PIPE) -> Iterator
         port = int(line.split("127.0.0.1:")[1].split(",")[0])
         yield proc, port
     finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
+        kill_if_running(proc)
 
 
 def read_line(fd: int, timeout: float) -> str:

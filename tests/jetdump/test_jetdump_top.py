@@ -13,6 +13,7 @@ from typing import Any
 
 from jdhelpers import CONVERSATION
 from jdhelpers import REPO
+from jdhelpers import kill_if_running
 from jdhelpers import run_jetdump
 from test_jetdump_tap import exchange
 from test_jetdump_tap import read_line
@@ -66,9 +67,7 @@ def test_top_through_the_tap(start_jetd: Callable[..., Any]) -> None:
         exchange(port, requests, 41)
         out, err = proc.communicate(timeout=60)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        kill_if_running(proc)
     text = out.decode()
     assert proc.returncode == 0, err
     missing = [row for row in text.splitlines() if "top/missing" in row]
@@ -88,9 +87,7 @@ def test_top_follows_a_growing_log_directory(tmp_path: Path, start_jetd: Callabl
         exchange(daemon.port, [Info("follow-b")] + [GetState(i, "follow/x") for i in range(6, 11)], 5)
         out, err = proc.communicate(timeout=60)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        kill_if_running(proc)
     assert proc.returncode == 0, err
     rows = [row for row in out.decode().splitlines() if "follow/x" in row]
     assert rows and " 10 " in rows[-1]

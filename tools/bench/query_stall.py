@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import re
 import statistics
 import subprocess
 import sys
@@ -23,19 +22,14 @@ from pathlib import Path
 from peer import PeerAsync
 from peer.query import field
 
+from .daemon_procs import start_jetd
+
 REPO = Path(__file__).resolve().parents[2]
 
 
 async def _one(kind: str, states: int) -> tuple[float, float]:
-    daemon = subprocess.Popen(
-        [sys.executable, "-m", "jetd", "--port", "0", "--max-states-per-connection", str(states + 10)],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )
-    try:
-        assert daemon.stdout is not None
-        found = re.search(r":(\d+)", daemon.stdout.readline())
-        assert found is not None
-        port = int(found.group(1))
+    with start_jetd(["--max-states-per-connection", str(states + 10)]) as daemon:
+        port = daemon.port
         owner = await PeerAsync.connect("127.0.0.1", port, name="owner")
         for start in range(0, states, 5000):
             await asyncio.gather(*(owner.add_state(f"p/{i:07d}", {"score": i % 1000, "gender": "f" if i % 2 else "m"})
@@ -62,9 +56,6 @@ async def _one(kind: str, states: int) -> tuple[float, float]:
         for peer in (owner, fetcher):
             await peer.close()
         return answered, worst
-    finally:
-        daemon.terminate()
-        daemon.wait(10)
 
 
 _PROBE = """

@@ -351,15 +351,21 @@ def _is_candidate(buf: bytes | mmap.mmap, pos: int, have: int, max_record: int) 
     return bool(zlib.crc32(buf[pos + _HEAD_SIZE : end], zlib.crc32(buf[pos + 2 : pos + 6])) == crc)
 
 
-def _next_candidate(buf: bytes | mmap.mmap, pos: int, have: int, max_record: int) -> int:
-    """The first resync candidate at or after ``pos`` (JETLOG.md 5), or ``have``."""
+def _first_marker(buf: bytes | mmap.mmap, pos: int, have: int, max_record: int,
+                  accept: Callable[[bytes | mmap.mmap, int, int, int], bool]) -> int:
+    """The first record marker at or after ``pos`` that ``accept`` takes (JETLOG.md 5), or ``have``."""
     while True:
         pos = buf.find(_MARKER_BYTES, pos, have)
         if pos < 0:
             return have
-        if _is_candidate(buf, pos, have, max_record):
+        if accept(buf, pos, have, max_record):
             return pos
         pos += 1
+
+
+def _next_candidate(buf: bytes | mmap.mmap, pos: int, have: int, max_record: int) -> int:
+    """The first resync candidate at or after ``pos`` (JETLOG.md 5), or ``have``."""
+    return _first_marker(buf, pos, have, max_record, _is_candidate)
 
 
 def _is_sync_point(buf: bytes | mmap.mmap, pos: int, have: int, max_record: int) -> bool:
@@ -384,14 +390,7 @@ def find_boundary(
     end of ``buf``). The chunk before scans up to exactly there (:func:`scan_records`)."""
     if pos <= header_size:
         return header_size
-    have = len(buf)
-    while True:
-        pos = buf.find(_MARKER_BYTES, pos, have)
-        if pos < 0:
-            return have
-        if _is_sync_point(buf, pos, have, max_record):
-            return pos
-        pos += 1
+    return _first_marker(buf, pos, len(buf), max_record, _is_sync_point)
 
 
 _CRC_TABLE = np.array(CRC_TABLE, dtype=np.uint32)
