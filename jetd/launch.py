@@ -135,9 +135,12 @@ async def serve(config: Config, ready: Optional[asyncio.Future[tuple[str, int]]]
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     # Issue 29: no collection walks the long-lived heap (jetd.gcpolicy); started last,
-    # so that what was set up before is frozen.
+    # so that what was set up before is frozen. On uvloop only: asyncio's own selector
+    # transports hold a bound method of themselves, a cycle per connection that a
+    # frozen heap would keep (tests/jetd/test_21_gc_cycles.py).
     collector = GcPolicy()
-    collector.start(loop.time())
+    if type(loop).__module__.startswith("uvloop"):
+        collector.start(loop.time())
     collecting = _drive(loop, collector)
     loop.add_signal_handler(signal.SIGUSR1, lambda: log.info("stats: %s", _stats(server, collector)))
     loop.add_signal_handler(signal.SIGHUP, server.reload_access)
