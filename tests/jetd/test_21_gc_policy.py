@@ -89,7 +89,7 @@ def test_each_tick_collects_what_is_young_and_freezes_it(fake: tuple[GcPolicy, F
     for step in range(5):
         assert policy.tick(100.1 + step * 0.1) == "young"
     # The frozen heap is never unfrozen for a young collection: it walks only what is new.
-    assert collector.calls == ["collect 2 frozen", "freeze"] * 5
+    assert collector.calls == ["collect 1 frozen", "freeze"] * 5
     assert policy.young_runs == 5 and policy.full_runs == 0
     assert policy.collected == 3 * 6  # the start's collection counts too
 
@@ -134,6 +134,24 @@ def test_bad_settings_are_refused() -> None:
     with pytest.raises(ValueError):
         GcPolicy(full_interval=0)
     assert DEFAULT_FULL_INTERVAL >= 600  # the full pause is rare
+
+
+def test_a_frozen_index_of_tuples_is_not_walked_again() -> None:
+    """A dict whose values are all untracked tuples (a sorted index) is untracked by a
+    full collection and re-tracked, into generation 0, by the next tuple stored: the
+    policy's young collections must not untrack it, or each tick walks it whole again."""
+    policy = GcPolicy()
+    policy.start(0.0)
+    try:
+        index = {i: (i, "k") for i in range(20_000)}
+        policy.tick(0.1)
+        index[1] = (2, "k" + str(len(index)))  # a new tuple: tracked
+        policy.tick(0.2)
+        index[2] = (3, "k" + str(len(index)))
+        assert gc.is_tracked(index)
+        assert not any(o is index for o in gc.get_objects())  # frozen: no collection walks it
+    finally:
+        policy.stop()
 
 
 def test_with_the_real_gc_a_tick_walks_only_what_is_not_frozen() -> None:
