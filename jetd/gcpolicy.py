@@ -120,7 +120,7 @@ class GcPolicy:
         self.full_interval = full_interval
         self.cpu_clock = cpu_clock
         self.next_full = float("inf")
-        self.young_runs = 0  # collections of generation 2 over the unfrozen objects
+        self.young_runs = 0  # the ticks' collections (generations 0 and 1, then all frozen)
         self.full_runs = 0  # safety-net collections over everything
         self.collected = 0  # unreachable objects found by the policy's collections
         # The longest pause (seconds) of each kind: "0" and "1" (CPython's automatic
