@@ -22,6 +22,8 @@ from .build import jet_version
 from .config import Config
 from .config import ConfigError
 from .eventlog import EventLog
+from .gcpolicy import DEFAULT_CHECK_INTERVAL
+from .gcpolicy import GcPolicy
 from .server import Server
 from .server import _threadsafe
 from .server import _warn_exposed
@@ -43,11 +45,29 @@ _ON_ERROR_TEXT = {
 }
 
 
-def _stats(server: Server) -> str:
+def _stats(server: Server, collector: GcPolicy) -> str:
     """The counters of the SIGUSR1 and exit lines: the core's, then the listeners' (refused
-    connections, TLS handshakes closed for --tls-handshake-timeout, PROTOCOL.md 15.6)."""
+    connections, TLS handshakes closed for --tls-handshake-timeout, PROTOCOL.md 15.6),
+    then the garbage collector's (jetd.gcpolicy)."""
     return (f"{server.daemon.stats.summary()} refused={server.refused_total} "
-            f"tls_handshake_timeouts={server.tls_timeouts_total}")
+            f"tls_handshake_timeouts={server.tls_timeouts_total} {collector.summary()}")
+
+
+def _drive(loop: asyncio.AbstractEventLoop, collector: GcPolicy) -> list[asyncio.TimerHandle]:
+    """Call ``collector.tick`` every DEFAULT_CHECK_INTERVAL seconds, as a loop callback of
+    its own (between two other callbacks, never inside a slice); returns a one-element
+    list holding the pending timer, for cancelling it."""
+    handle: list[asyncio.TimerHandle] = []
+
+    def tick() -> None:
+        try:
+            collector.tick(loop.time())
+        except Exception:  # a bug here must not stop the collections for good
+            log.exception("internal error in the garbage-collector policy")
+        handle[0] = loop.call_later(DEFAULT_CHECK_INTERVAL, tick)
+
+    handle.append(loop.call_later(DEFAULT_CHECK_INTERVAL, tick))
+    return handle
 
 
 async def serve(config: Config, ready: Optional[asyncio.Future[tuple[str, int]]] = None) -> int:
@@ -114,7 +134,15 @@ async def serve(config: Config, ready: Optional[asyncio.Future[tuple[str, int]]]
             return 1
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGUSR1, lambda: log.info("stats: %s", _stats(server)))
+    # Issue 29: no collection walks the long-lived heap (jetd.gcpolicy); started last,
+    # so that what was set up before is frozen. On uvloop only: asyncio's own selector
+    # transports hold a bound method of themselves, a cycle per connection that a
+    # frozen heap would keep (tests/jetd/test_21_gc_cycles.py).
+    collector = GcPolicy()
+    if type(loop).__module__.startswith("uvloop"):
+        collector.start(loop.time())
+    collecting = _drive(loop, collector)
+    loop.add_signal_handler(signal.SIGUSR1, lambda: log.info("stats: %s", _stats(server, collector)))
     loop.add_signal_handler(signal.SIGHUP, server.reload_access)
     print(f"jetd listening on {host}:{port}", flush=True)
     log.info(
@@ -139,5 +167,7 @@ async def serve(config: Config, ready: Optional[asyncio.Future[tuple[str, int]]]
         eventlog.close()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGHUP):
         loop.remove_signal_handler(sig)
-    log.info("stopped; stats: %s", _stats(server))
+    collecting[0].cancel()
+    log.info("stopped; stats: %s", _stats(server, collector))
+    collector.stop()
     return exit_code

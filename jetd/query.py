@@ -345,7 +345,7 @@ class CompiledQuery:
     with (for the index)."""
 
     __slots__ = (
-        "base",
+        "_base",
         "descending",
         "filters",
         "limits",
@@ -362,10 +362,18 @@ class CompiledQuery:
         "sorted",
     )
 
+    @property
+    def base(self) -> CompiledQuery:
+        """The query without a connection's read restriction (this one if unrestricted)."""
+        base = self._base
+        return self if base is None else base
+
     def __init__(self, query: Query, limits: QueryLimits) -> None:
         self.query = query
         self.limits = limits
-        self.base = self  # the query without a connection's read restriction (restrict())
+        # The query without a connection's read restriction (restrict()); None: this one
+        # (not ``self``: a cycle per query, kept forever by jetd.gcpolicy's frozen heap).
+        self._base: Optional[CompiledQuery] = None
         self.readable: Optional[tuple[bytes, ...]] = None
         terms = query_terms(query)
         if terms > limits.max_query_terms:
@@ -451,7 +459,7 @@ def restrict(compiled: CompiledQuery, readable: tuple[bytes, ...]) -> CompiledQu
     :meth:`jetd.access.PrefixSet.narrow` gives for ``compiled.prefix`` (possibly ())."""
     base = compiled.base
     restricted = CompiledQuery(base.query, base.limits)  # compiled again: a copy, cheaply
-    restricted.base = base
+    restricted._base = base
     inner = base.match_key
     restricted.match_key = lambda key: key.startswith(readable) and inner(key)
     restricted.readable = readable

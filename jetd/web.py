@@ -31,6 +31,7 @@ import re
 import socket
 import struct
 import sys
+import weakref
 from collections.abc import Generator
 from collections.abc import Iterable
 from pathlib import Path
@@ -129,15 +130,18 @@ class WebSocketTransport:
     flow control and :meth:`WebProtocol.drain` see it: duck-typed like the asyncio
     transport of ``jetd.server.PeerProtocol``."""
 
-    __slots__ = ("_proto", "_raw")
+    __slots__ = ("_proto", "_raw", "_ws")
 
     def __init__(self, proto: WebProtocol, raw: asyncio.Transport) -> None:
-        self._proto = proto
+        # The shell holds this transport: a strong reference back would make a cycle per
+        # WebSocket peer, which jetd.gcpolicy's frozen heap would keep forever (issue 29).
+        self._proto = weakref.ref(proto)
+        self._ws = proto.ws
         self._raw = raw
 
     def write(self, data: bytes) -> None:
         """Send ``data`` (jet bytes) as binary messages of at most 1 MiB (PROTOCOL.md 13.2)."""
-        if self._proto.ws.state is not OPEN:
+        if self._ws.state is not OPEN:
             return  # a WebSocket close frame went out: nothing may follow it
         n = len(data)
         raw = self._raw
@@ -166,7 +170,7 @@ class WebSocketTransport:
             self._raw.resume_reading()
 
     def is_closing(self) -> bool:
-        return self._raw.is_closing() or self._proto.ws.state is not OPEN
+        return self._raw.is_closing() or self._ws.state is not OPEN
 
     def can_write_eof(self) -> bool:
         return False  # PROTOCOL.md 13.4: the WebSocket closing handshake replaces it
@@ -175,7 +179,9 @@ class WebSocketTransport:
         raise NotImplementedError("a WebSocket peer is closed with hang_up()")
 
     def close(self) -> None:
-        self._proto.hang_up()
+        proto = self._proto()
+        if proto is not None:
+            proto.hang_up()
 
     def abort(self) -> None:
         self._raw.abort()
