@@ -122,11 +122,37 @@ def _metadata_only() -> bool:
                                   not cmd.isidentifier() for cmd in commands)
 
 
+def _compiler_failure() -> str:
+    """Why the C compiler that build_ext would use cannot build an extension (a file that
+    includes Python.h), or "" when it can. Asked before mypyc translates: translating
+    takes minutes of CPU on a busy 2-core machine, thrown away when nothing compiles."""
+    import tempfile
+    from distutils.ccompiler import new_compiler  # setuptools' copy (it is imported above)
+    from distutils.sysconfig import customize_compiler
+    from distutils.sysconfig import get_python_inc
+
+    with tempfile.TemporaryDirectory(prefix="jet-cc-probe-") as work:
+        source = os.path.join(work, "probe.c")
+        with open(source, "w") as out:
+            out.write("#include <Python.h>\nint jet_probe(void) { return 0; }\n")
+        try:
+            compiler: Any = new_compiler()
+            customize_compiler(compiler)  # CC, CFLAGS, ... as build_ext would take them
+            compiler.compile([source], output_dir=work, include_dirs=[get_python_inc()])
+        except Exception as exc:  # distutils raises several unrelated types here
+            return str(exc).strip() or type(exc).__name__
+    return ""
+
+
 def ext_modules() -> list[object]:
     if _metadata_only():
         return []
     if os.environ.get("JET_PURE_PYTHON", "") not in ("", "0"):
         _say("JET_PURE_PYTHON is set: installing pure Python")
+        return []
+    failure = _compiler_failure()
+    if failure:
+        _say(f"the compiled hot path could not be built (no working C compiler: {failure}); installing pure Python")
         return []
     try:
         from mypyc.build import mypycify

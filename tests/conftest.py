@@ -149,10 +149,38 @@ def jetd(start_jetd: Callable[..., DaemonProcess]) -> DaemonProcess:
 _LONGEST_FIRST = ("tests/ingest/test_cluster.py", "tests/compiled/test_compiled.py")
 
 
+# In that re-run on the compiled build each hypothesis test runs this fraction of its
+# examples (at least COMPILED_RERUN_MIN_EXAMPLES): every property is still exercised on
+# the compiled modules, and the full counts run on the pure build in the same suite,
+# while tests/compiled's differential test feeds both builds the same 300 byte streams.
+COMPILED_RERUN_EXAMPLES_DIVISOR = 5
+COMPILED_RERUN_MIN_EXAMPLES = 10
+
+
+def _fewer_examples_on_the_compiled_build(items: list[pytest.Item]) -> None:
+    from hypothesis import settings
+
+    done: set[int] = set()
+    for item in items:
+        test = getattr(item, "obj", None)
+        test = getattr(test, "__func__", test)  # a method of a test class
+        current = getattr(test, "_hypothesis_internal_use_settings", None)  # what @given runs with
+        if test is None or current is None or id(test) in done:
+            continue
+        done.add(id(test))
+        fewer = max(COMPILED_RERUN_MIN_EXAMPLES, current.max_examples // COMPILED_RERUN_EXAMPLES_DIVISOR)
+        test._hypothesis_internal_use_settings = settings(current, max_examples=min(fewer, current.max_examples))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Longest files first. Under ``make test`` (``--dist loadfile``) each worker takes
     the next file when it is free, so a long file collected last sets the suite's end;
-    taken first, the short ones fill in around it. The order within a file is kept."""
+    taken first, the short ones fill in around it. The order within a file is kept.
+
+    In tests/compiled's re-run (``JET_TEST_SITE`` set), hypothesis tests run fewer
+    examples (see COMPILED_RERUN_EXAMPLES_DIVISOR)."""
+    if BUILD_SITE:
+        _fewer_examples_on_the_compiled_build(items)
 
     def rank(item: pytest.Item) -> int:
         path = item.nodeid.split("::", 1)[0]

@@ -122,6 +122,15 @@ def _resumed_count(getters: list[_Getter]) -> int:
     return sum(len(ids) for g in getters for ids in list(g.ok_after_refusal.values()))
 
 
+def _progress(getters: list[_Getter]) -> str:
+    """What each getter saw, for a failure's message."""
+    return "; ".join(
+        f"{g.base}: {g.connections} connections, {sum(map(len, list(g.ok.values())))} OK, "
+        f"{len(g.refusals)} refused, {len(g.closes)} closed, {len(g.others)} other"
+        for g in getters
+    )
+
+
 def _stop(getters: list[_Getter]) -> None:
     for g in getters:
         g.stop = True
@@ -268,7 +277,10 @@ def test_full_disk(start_jetd, tmp_path, fsync, option, mode):
                     _wait_for("a refusal", lambda: any(g.refusals for g in getters), daemon)
                     before = _ok_count(getters)
                     time.sleep(0.5)
-                    assert _ok_count(getters) - before <= 3 * 20, "OK answers while the disk is full"
+                    assert _ok_count(getters) - before <= 3 * 20, (
+                        f"OK answers while the disk is full: {_ok_count(getters) - before}; "
+                        f"{_progress(getters)}\n{daemon.stderr()[-4000:]}"
+                    )
                 if mode == "continue":
                     before = _ok_count(getters)
                     _wait_for("answers while the disk is full", lambda: _ok_count(getters) > before + 200, daemon)
@@ -276,7 +288,7 @@ def test_full_disk(start_jetd, tmp_path, fsync, option, mode):
                     daemon.proc.wait(WAIT)
                     assert daemon.proc.returncode == 1, daemon.stderr()[-4000:]
                 else:
-                    assert daemon.proc.poll() is None
+                    assert daemon.proc.poll() is None, daemon.stderr()[-4000:]
                     (disk / "filler").unlink()
                     _wait_for("the resume", lambda: "event log: writing again" in daemon.stderr(), daemon)
                     if mode == "refuse":
@@ -293,9 +305,9 @@ def test_full_disk(start_jetd, tmp_path, fsync, option, mode):
             refusals = [m for g in getters for m in g.refusals]
             closes = [c for g in getters for c in g.closes]
             if mode == "refuse":
-                assert refusals and all("event log cannot be written" in m for m in refusals)
+                assert refusals and all("event log cannot be written" in m for m in refusals), refusals[:5]
             else:
-                assert not refusals
+                assert not refusals, refusals[:5]
             if mode == "stop":
                 assert closes and all(status == Status.INTERNAL for status, _ in closes), closes
             if fsync == "always" and mode != "continue":
