@@ -486,6 +486,7 @@ class Server:
         # listener), with the task that runs it and its time-out; they count like peers
         # (over_limit).
         self.handshaking: dict[PeerShell, tuple[asyncio.Task[Any], asyncio.TimerHandle]] = {}
+        self.tls_port: Optional[int] = None  # the --tls-port listener's port, once listening
         self.refused_total = 0  # connections refused since start (any listener)
         self.tls_timeouts_total = 0  # TLS handshakes closed for --tls-handshake-timeout
         self._tls_timeouts = 0  # not logged yet
@@ -537,8 +538,14 @@ class Server:
                 max(self.fd_budget, 0),
                 self.config.max_connections,
             )
+        tls_port = self.config.tls_port
         sockets = self.add_listener(self.config.host, self.config.port, lambda: PeerProtocol(self),
-                                    self.ssl_context, self._jet_refusal)
+                                    self.ssl_context if tls_port is None else None, self._jet_refusal)
+        if tls_port is not None and self.ssl_context is not None:
+            # PROTOCOL.md 15.6: --tls-port, TLS peers on a port of their own beside the plain one.
+            tls_sockets = self.add_listener(self.config.host, tls_port, lambda: PeerProtocol(self),
+                                            self.ssl_context, self._jet_refusal)
+            self.tls_port = tls_sockets[0].getsockname()[1]
         self._reserve_fd = _open_reserve()
         port = sockets[0].getsockname()[1]
         self._tick_handle = self.loop.call_later(self.tick_interval, self._tick)

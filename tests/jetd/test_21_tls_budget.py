@@ -13,7 +13,9 @@ fast; waits are generous.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
+import select
 import socket
 import ssl
 import struct
@@ -181,3 +183,37 @@ def test_records_behind_a_paused_peer_are_charged(start_jetd: Callable[..., Daem
     # fit, at least 3 are closed; without the charge none (the core holds nothing of them).
     assert overflows >= 3, log
     assert counter(log, "input_overflows") >= 3, log
+
+
+def stdout_line(daemon: DaemonProcess) -> str:
+    """jetd's next stdout line."""
+    stdout = daemon.proc.stdout
+    assert stdout is not None
+    line = b""
+    deadline = time.monotonic() + WAIT
+    while not line.endswith(b"\n"):
+        assert time.monotonic() < deadline and select.select([stdout], [], [], WAIT)[0], daemon.stderr()
+        chunk = os.read(stdout.fileno(), 1)
+        assert chunk, f"jetd exited: {daemon.stderr()}"
+        line += chunk
+    return line.decode().strip()
+
+
+def test_a_tls_port_beside_the_plain_one(start_jetd: Callable[..., DaemonProcess], pki: dict[str, Path]) -> None:
+    """--tls-port: TLS peers on a port of their own (printed as ``tls on HOST:PORT``),
+    and --port stays plain TCP; both reach the same bus."""
+    from peer import Peer
+
+    daemon = start_jetd(*budget_args(pki, "--tls-port", "0"))
+    line = stdout_line(daemon)
+    assert line.startswith("tls on 127.0.0.1:"), line
+    tls_address = ("127.0.0.1", int(line.rpartition(":")[2]))
+    with Peer(*daemon.address, timeout=WAIT) as plain, Peer(*tls_address, ssl=_client_context(pki), timeout=WAIT) as tls:
+        plain.add_state("both/t", 2.5)
+        assert tls.get("both/t") == 2.5
+    # A plaintext peer on the TLS port gets no jet byte (PROTOCOL.md 15.6).
+    with socket.create_connection(tls_address, timeout=WAIT) as raw:
+        raw.sendall(encode(Info("plain")))
+        raw.setblocking(False)
+        got = ended(raw)
+        assert got is not None and (got == b"" or got[:1] == b"\x15"), got  # a close or an alert
