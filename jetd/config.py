@@ -164,6 +164,8 @@ class Config:
             it, whose CN is then their user (PROTOCOL.md 15.6).
         tls_handshake_timeout: seconds a connection to a TLS listener has to complete its
             handshake; until then it counts against ``max_connections`` (PROTOCOL.md 15.6).
+        tls_port: with TLS, the jet port for TLS peers; ``port`` then stays plain TCP
+            (for peers on this machine beside TLS peers). None: ``port`` speaks TLS.
     """
 
     host: str = DEFAULT_HOST
@@ -216,6 +218,7 @@ class Config:
     tls_key: Optional[str] = None
     tls_client_ca: Optional[str] = None
     tls_handshake_timeout: float = DEFAULT_TLS_HANDSHAKE_TIMEOUT
+    tls_port: Optional[int] = None
 
     def validate(self) -> Config:
         """Check every value; returns self.
@@ -270,6 +273,8 @@ class Config:
             raise ConfigError(
                 "--tls-cert and --tls-key go together (tls_cert and tls_key in a --config file): give both, or neither"
             )
+        if self.tls_port is not None and (self.tls_cert is None or not 0 <= self.tls_port <= 65535):
+            raise ConfigError(f"tls_port needs --tls-cert and --tls-key and must be 0..65535, got {self.tls_port}")
         if self.tls_client_ca is not None and self.tls_cert is None:
             raise ConfigError("--tls-client-ca needs --tls-cert and --tls-key (tls_client_ca, tls_cert, tls_key)")
         # The event log's retention and backlog (JETLOG.md 6.3, 6.4).
@@ -430,6 +435,8 @@ _HELP = {
         f"seconds a connection to a TLS port (jet or --http-port) has to complete its handshake; until then it "
         f"counts against --max-connections, after it is closed (default {DEFAULT_TLS_HANDSHAKE_TIMEOUT:g})"
     ),
+    "tls_port": ("with --tls-cert: TLS peers on this jet port (0 for a free one, printed as 'tls on HOST:PORT'), "
+                 "and --port stays plain TCP; without it --port speaks TLS"),
 }
 
 

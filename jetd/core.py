@@ -189,6 +189,8 @@ class Daemon:
         # Bytes a transport holds for a connection before they are jet bytes (a WebSocket
         # frame under assembly): in input_buffered too (transport_holds).
         self.transport_held: dict[Connection, int] = {}
+        # And TLS handshakes in progress, by the IO layer's key (handshake_holds).
+        self.handshake_held: dict[object, int] = {}
         self._silent: deque[tuple[float, Connection]] = deque()
         self._log = log_hook
         self._log_events = log_hook is not None and config.log_events
@@ -467,13 +469,14 @@ class Daemon:
         if conn.at_eof and not (conn.closing or conn.stalled or conn.held):
             self.disconnect(conn, now, "peer closed its side")
 
-    def transport_holds(self, conn: Connection, held: int, now: float) -> bool:
+    def transport_holds(self, conn: Connection, held: int, now: float, clocked: bool = True) -> bool:
         """The IO layer holds ``held`` bytes of ``conn``'s input that are not jet bytes yet
-        (a WebSocket frame under assembly, PROTOCOL.md 13.2). They are charged to the
-        same budget as an incomplete frame over TCP (PROTOCOL.md 10.7): they count against
-        ``max_input_buffer``, and while there are any the ``frame_timeout`` clock runs
-        (from when they began, unless the connection is stalled or held, when nothing is
-        read from it). Call it after each read with what is held then, 0 included.
+        (a WebSocket frame under assembly, PROTOCOL.md 13.2; TLS records not yet
+        decrypted, 15.6). They are charged to the same budget as an incomplete frame over
+        TCP (PROTOCOL.md 10.7): they count against ``max_input_buffer``, and while there
+        are any the ``frame_timeout`` clock runs (from when they began, unless the
+        connection is stalled or held, or not ``clocked``: the IO layer is not reading
+        it). Call it after each read with what is held then, 0 included.
 
         Returns False if ``conn`` is closing: already, or now because ``held`` would pass
         the budget (CLOSE LIMIT_EXCEEDED, as a TCP peer's input would)."""
@@ -488,12 +491,35 @@ class Daemon:
         self.input_buffered += more
         if held:
             transport_held[conn] = held
-            if not (conn.stalled or conn.held or conn in self.partial):
+            if clocked and not (conn.stalled or conn.held or conn in self.partial):
                 self.partial[conn] = now  # PROTOCOL.md 10.7: frame_timeout from its first bytes
         elif more:
             del transport_held[conn]
             if not conn.rest:
                 self.partial.pop(conn, None)
+        return True
+
+    def handshake_holds(self, handshake: object, held: int) -> bool:
+        """A TLS handshake in progress (PROTOCOL.md 15.6), not a connection yet, has sent
+        ``held`` bytes in all. How many of them the SSL layer still holds cannot be
+        asked, so all are charged to ``max_input_buffer`` until the handshake ends (the IO
+        layer calls this with 0 then); its time limit is ``tls_handshake_timeout``.
+
+        Returns False, charging nothing, if they would pass the budget: the IO layer
+        closes the handshake (a close, never plaintext)."""
+        charged = self.handshake_held.get(handshake, 0)
+        more = held - charged
+        if more > 0 and self.input_buffered + more > self.config.max_input_buffer:
+            log.warning("input buffer full: a TLS handshake in progress would add %d bytes to %d: closed",
+                        more, self.input_buffered)
+            self.stats.input_overflows += 1
+            self.input_buffered -= self.handshake_held.pop(handshake, 0)
+            return False
+        self.input_buffered += more
+        if held:
+            self.handshake_held[handshake] = held
+        else:
+            self.handshake_held.pop(handshake, None)
         return True
 
     def _drop_input(self, conn: Connection) -> None:

@@ -156,6 +156,9 @@ async def serve(config: Config, ready: Optional[asyncio.Future[tuple[str, int]]]
     if web is not None:
         print(web_line, flush=True)
         log.info("%s", web_line)
+    if server.tls_port is not None:  # --tls-port (after the web line, which readers take second)
+        print(f"tls on {host}:{server.tls_port}", flush=True)
+        log.info("tls on %s:%d", host, server.tls_port)
     if ready is not None:
         ready.set_result((host, port))
     await stop.wait()

@@ -62,7 +62,11 @@ from .core import Daemon
 from .eventlog import RETRY_INTERVAL
 from .eventlog import EventLog
 from .frames import close_frame
+from .tls import TLS_READ_CHUNK
+from .tls import TlsInput
 from .tls import certificate_user
+from .tls import ssl_protocol
+from .tls import tls_buffered
 from .users import UsersFileError
 
 __all__ = ["PeerProtocol", "PeerShell", "Server", "new_event_loop"]
@@ -168,6 +172,12 @@ class PeerShell(asyncio.Protocol):
         self.heard = False  # input arrived since the last linger check
         self.linger_left = 0  # bytes still to write at the last linger check
         self.linger_until = 0.0  # the latest a lingering peer is given, however it reads
+        # TLS (PROTOCOL.md 15.6): the socket's protocol under the SSL layer, the bytes the
+        # handshake got (all charged while it runs), and those the SSL layer held at the
+        # last charge (issue 29: one input budget, TLS included).
+        self.tls_input: Optional[TlsInput] = None
+        self.handshake_bytes = 0
+        self.tls_held = 0
 
     def prepare(self, transport: asyncio.BaseTransport) -> str:
         """Set up a new socket transport; returns the peer's ``host:port``."""
@@ -178,6 +188,10 @@ class PeerShell(asyncio.Protocol):
         soft = self.server.config.soft_limit
         # NOTES.md: uvloop's default low-water mark is tiny; set both marks explicitly.
         raw.set_write_buffer_limits(high=soft, low=soft // 4)
+        if self.tls_input is not None:
+            # What the SSL layer reads while we do not is charged (charge_transport): keep
+            # it small, as the kernel holds the rest for a TCP peer.
+            cast(Any, raw).set_read_buffer_limits(high=TLS_READ_CHUNK, low=TLS_READ_CHUNK // 4)
         sock = raw.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
@@ -203,12 +217,46 @@ class PeerShell(asyncio.Protocol):
                 server.daemon.authenticate_certificate(self.conn, user)
         server.schedule_flush()
 
+    def frame_held(self) -> int:
+        """Bytes of a frame of the transport's own under assembly (jetd.web: WebSocket)."""
+        return 0
+
+    def charge_transport(self) -> bool:
+        """PROTOCOL.md 10.7, 15.6: charge the core's input budget with what the transports
+        hold of this peer's input: the frame under assembly (:meth:`frame_held`) and the
+        TLS records the SSL layer has not decrypted yet. Those records wait only while we
+        do not read the peer (a slow consumer, a held AUTHENTICATE): no frame clock for
+        them then. Returns False if the peer is closing (now, for passing the budget)."""
+        conn = self.conn
+        if conn is None:
+            return True
+        server = self.server
+        frame = self.frame_held()
+        raw = self.raw
+        tls = tls_buffered(raw) if self.tls_input is not None and raw is not None and not raw.is_closing() else 0
+        self.tls_held = tls
+        clocked = frame > 0 or raw is None or cast(Any, raw).is_reading()
+        if not server.daemon.transport_holds(conn, frame + tls, server.loop.time(), clocked):
+            self.tls_held = 0
+            server.schedule_flush()
+            return False
+        return True
+
+    def tls_settled(self) -> None:
+        """After the SSL layer took a read (TlsInput): charge what it holds now."""
+        raw = self.raw
+        if self.conn is not None and raw is not None and (self.tls_held or tls_buffered(raw)):
+            self.charge_transport()
+
     def feed(self, data: bytes) -> None:
         """Hand the core the jet bytes the peer sent."""
         server = self.server
         conn = self.conn
         if conn is None:
             return
+        if self.tls_held:
+            # Reading again after a pause: the SSL layer handed on what it held.
+            self.charge_transport()
         eventlog = server.eventlog
         if eventlog is not None:
             eventlog.turn_ns = time.time_ns()  # one timestamp for the records of this read
@@ -434,6 +482,7 @@ class Server:
         # listener), with the task that runs it and its time-out; they count like peers
         # (over_limit).
         self.handshaking: dict[PeerShell, tuple[asyncio.Task[Any], asyncio.TimerHandle]] = {}
+        self.tls_port: Optional[int] = None  # the --tls-port listener's port, once listening
         self.refused_total = 0  # connections refused since start (any listener)
         self.tls_timeouts_total = 0  # TLS handshakes closed for --tls-handshake-timeout
         self._tls_timeouts = 0  # not logged yet
@@ -485,8 +534,14 @@ class Server:
                 max(self.fd_budget, 0),
                 self.config.max_connections,
             )
+        tls_port = self.config.tls_port
         sockets = self.add_listener(self.config.host, self.config.port, lambda: PeerProtocol(self),
-                                    self.ssl_context, self._jet_refusal)
+                                    self.ssl_context if tls_port is None else None, self._jet_refusal)
+        if tls_port is not None and self.ssl_context is not None:
+            # PROTOCOL.md 15.6: --tls-port, TLS peers on a port of their own beside the plain one.
+            tls_sockets = self.add_listener(self.config.host, tls_port, lambda: PeerProtocol(self),
+                                            self.ssl_context, self._jet_refusal)
+            self.tls_port = tls_sockets[0].getsockname()[1]
         self._reserve_fd = _open_reserve()
         port = sockets[0].getsockname()[1]
         self._tick_handle = self.loop.call_later(self.tick_interval, self._tick)
@@ -575,19 +630,57 @@ class Server:
         # The loops' own handshake clock only backs ours up (both close the socket when
         # the task is cancelled).
         backstop = 2 * self.config.tls_handshake_timeout
+        loop = self.loop
+        waiter: asyncio.Future[Any] = loop.create_future()
+        # The loop's own SSL protocol, under which TlsInput counts what the peer sends
+        # (issue 29: the handshake's bytes are charged to the input budget).
+        shell.tls_input = tls_input = TlsInput(ssl_protocol(loop, shell, context, waiter, backstop),
+                                               lambda nbytes: self._tls_admit(shell, nbytes), shell.tls_settled)
+        transport: Optional[asyncio.Transport] = None
         try:
-            await self.loop.connect_accepted_socket(lambda: shell, sock, ssl=context, ssl_handshake_timeout=backstop)
+            transport = (await loop.connect_accepted_socket(lambda: tls_input, sock))[0]
+            await waiter
         except OSError as exc:
             log.info("TLS handshake failed: %s", exc)
-            sock.close()
+            if transport is None:
+                sock.close()
+            else:
+                transport.abort()
+        except asyncio.CancelledError:
+            if transport is not None:
+                transport.abort()  # the handshake expired: a close, never plaintext
+            raise
+        except Exception:
+            # A bug here must cost this connection only, and not leave its socket open.
+            log.exception("internal error in a TLS handshake")
+            if transport is None:
+                sock.close()
+            else:
+                transport.abort()
         finally:
             self.end_handshake(shell)
+
+    def _tls_admit(self, shell: PeerShell, nbytes: int) -> bool:
+        """TlsInput: may the SSL layer of ``shell`` take ``nbytes`` more? During the
+        handshake all its bytes are charged to the input budget (Daemon.handshake_holds);
+        one that would pass it is closed. After it, always: charge_transport charges
+        what the SSL layer then holds."""
+        if shell not in self.handshaking:
+            return True
+        shell.handshake_bytes += nbytes
+        if self.daemon.handshake_holds(shell, shell.handshake_bytes):
+            return True
+        self.end_handshake(shell)
+        return False
 
     def end_handshake(self, shell: PeerShell) -> None:
         """``shell`` is no longer a handshake in progress (it is a connection now, or gone)."""
         entry = self.handshaking.pop(shell, None)
         if entry is not None:
             entry[1].cancel()
+        if shell.handshake_bytes:
+            shell.handshake_bytes = 0
+            self.daemon.handshake_holds(shell, 0)
 
     def _handshake_expired(self, shell: PeerShell) -> None:
         """PROTOCOL.md 15.6: a handshake not completed within ``--tls-handshake-timeout`` is

@@ -366,16 +366,16 @@ class WebProtocol(PeerShell):
         ws.reader.buffer.clear()
         return True
 
+    def frame_held(self) -> int:
+        return self.held
+
     def _hold(self, held: int) -> None:
         """Tell the core how many bytes websockets holds in an incomplete frame; past the
         input budget the core closes the peer (CLOSE LIMIT_EXCEEDED, PROTOCOL.md 13.4)."""
-        conn = self.conn
-        assert conn is not None
-        server = self.server
+        assert self.conn is not None
         self.held = held
-        if not server.daemon.transport_holds(conn, held, server.loop.time()):
+        if not self.charge_transport():  # with what TLS holds of it, if any (PROTOCOL.md 15.6)
             self.held = 0
-            server.schedule_flush()
 
     def _feed(self, stream: list[bytes]) -> None:
         if stream:

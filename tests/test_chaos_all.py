@@ -37,17 +37,20 @@ def test_all_at_once_runs_and_reports_counts() -> None:
     assert all(verdict.startswith(("PASS", "FAIL")) for verdict in row["targets"].values()), row
     assert row["targets"]["every fetch answered"].startswith("PASS")
     assert "CLOSE" in row["outcome"]  # the partial frames' connections were closed (TIMEOUT or LIMIT_EXCEEDED)
+    # The TLS part (a --tls-port beside the plain one): its attackers ran, a real TLS peer tried.
+    assert "TLS: 3 idle handshakes + 1 of 100 KiB" in row["outcome"] and "real TLS peer: " in row["outcome"], row
     assert not _jetd_processes(marker)
 
 
 def test_all_at_once_leaves_out_what_it_is_told() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "tools.chaos", "--attack", "all-at-once", "--scale", "0.01", "--json",
-         "--without", "auth", "--without", "seed"],
+         "--without", "auth", "--without", "seed", "--without", "tls"],
         capture_output=True, text=True, timeout=300, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
     )
     assert result.returncode == 0, result.stderr[-3000:]
     [row] = [json.loads(line) for line in result.stdout.splitlines()]
-    assert row["outcome"].startswith("without auth, seed; "), row
+    assert row["outcome"].startswith("without auth, seed, tls; "), row
+    assert "TLS: 0 idle handshakes + 0 of 100 KiB" in row["outcome"], row
     assert row["fetches_answered"] == "1 of 1", row  # the window fetch only
     assert "0 wrong AUTHENTICATE from 0 connections" in row["outcome"], row

@@ -188,3 +188,36 @@ def _flood(daemon: Daemon, connections: int, window: float) -> str:
     shown = ", ".join(f"{n} {what}" for what, n in endings.most_common() if n)
     return (f"{len(socks)} idle handshakes opened in {opened:.1f} s; {held}; {shown}; {when}; "
             f"real TLS peer during: {during}; after {time.monotonic() - started:.0f} s: {after}")
+
+
+def huge_client_hello(size: int = 100 * 1024, announced: int = 120_000) -> bytes:
+    """The first ``size`` bytes of a ClientHello announcing ``announced`` bytes (under
+    OpenSSL's own limit, 131,396, so that OpenSSL waits for the rest), in 16 KiB
+    handshake records: bytes a TLS layer holds for the handshake timeout unless they
+    are charged to an input budget (issue 29)."""
+    body = (b"\x01" + announced.to_bytes(3, "big") + b"\x03\x03" + bytes(announced - 2))[:size]
+    return b"".join(b"\x16\x03\x01" + len(body[at:at + 16384]).to_bytes(2, "big") + body[at:at + 16384]
+                    for at in range(0, len(body), 16384))
+
+
+def tls_endings(socks: list[socket.socket], timeout: float) -> Counter[str]:
+    """How each connection to a TLS port ended within ``timeout`` (see ``_ending``)."""
+    got: dict[socket.socket, bytes] = {sock: b"" for sock in socks}
+    ended: set[socket.socket] = set()
+    deadline = time.monotonic() + timeout
+    while len(ended) < len(socks) and time.monotonic() < deadline:
+        live = [sock for sock in socks if sock not in ended]
+        for sock in select.select(live, [], [], 0.1)[0]:
+            try:
+                data = sock.recv(65536)
+            except BlockingIOError:
+                continue
+            except OSError:
+                data = b""
+            if data:
+                got[sock] += data
+            else:
+                ended.add(sock)
+    endings = Counter(_ending(got[sock]) for sock in ended)
+    endings["still open"] = len(socks) - len(ended)
+    return endings

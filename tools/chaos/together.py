@@ -13,23 +13,27 @@ query. Then, all at the same time for ``seconds``:
   every 2 s;
 - W WebSocket connections each send all but one byte of a 1 MiB WebSocket frame;
 - P TCP connections each send all but one byte of a max_body frame;
+- with TLS (a ``--tls-port`` beside the plain one): H idle handshakes (no ClientHello)
+  and K handshakes each sending 100 KiB of a ClientHello never completed, charged to
+  the input budget; a real TLS peer tries at the end;
 - a probe peer in its own process GETs a state and sets another one (routed to its owner,
   which answers) every 20 ms: p50, p99 and max of each.
 
-``--without PART`` (windows, seed, auth, ws, tcp) leaves a part out, to see which one
+``--without PART`` (windows, seed, auth, ws, tcp, tls) leaves a part out, to see which one
 costs the probe its waits.
 
 The row says whether the targets hold: probe p99 <= 20 ms and max <= 50 ms, the daemon's
 RSS growth during the attacks within its configured budgets (``max_input_buffer`` for
 every held input together, ``hard_limit`` of output for each of the two fetching
 connections, and argon2id's 64 MiB for each password check running: jetd runs two at
-once), every fetch answered. TLS handshakes are not among them (no TLS scenario
-in chaos yet).
+once), every fetch answered.
 """
 
 from __future__ import annotations
 
+import contextlib
 import selectors
+import socket
 import statistics
 import threading
 import time
@@ -64,8 +68,13 @@ from .harness import closures
 from .harness import describe
 from .harness import open_and_send
 from .harness import send_partial_frame
+from .harness import stdout_line
 from .harness import wait_until
 from .harness import watched
+from .tls import huge_client_hello
+from .tls import real_tls_peer
+from .tls import self_signed
+from .tls import tls_endings
 from .websocket import RawWsPeer
 from .websocket import web_address
 from .websocket import ws_closures
@@ -76,7 +85,7 @@ if TYPE_CHECKING:
 Row = dict[str, object]
 
 PROBE_PERIOD = 0.02
-ALL_AT_ONCE_PARTS = ("windows", "seed", "auth", "ws", "tcp")  # what --without can leave out
+ALL_AT_ONCE_PARTS = ("windows", "seed", "auth", "ws", "tcp", "tls")  # what --without can leave out
 TARGET_P99_MS = 20.0  # ISSUE 29, on 2 cores
 TARGET_MAX_MS = 50.0
 DEFAULT_MAX_INPUT_BUFFER = 64 * MiB  # jetd's defaults (jetd/config.py), which chaos does not change
@@ -196,12 +205,22 @@ def all_at_once(run: Run) -> Row:
     windowed, seeded = part("windows", run.n(100_000, 100)), part("seed", run.n(1_000_000, 100))
     fetches, attackers = part("windows", run.n(100)), part("auth", run.n(60))
     ws_count, partial_count = part("ws", run.n(100)), part("tcp", run.n(400))
+    idle_handshakes, hellos = part("tls", run.n(300)), part("tls", run.n(100))
     seconds = run.seconds(30.0, 3.0)
     flags = ["--auth", str(users_file(target)), "--http-port", "0"]
     if run.scale < 1:  # the partial frames must outlive their timeout, as at full size
         flags += ["--frame-timeout", f"{max(1.0, 10 * run.scale):g}"]
+    if "tls" not in run.without:
+        cert, key = self_signed(target.workdir)
+        flags += ["--tls-cert", str(cert), "--tls-key", str(key), "--tls-port", "0"]
     with target.daemon(*flags, own=True) as daemon:
         web = web_address(daemon)
+        tls_address: Optional[tuple[str, int]] = None
+        if "tls" not in run.without and daemon.proc is not None:
+            line = stdout_line(daemon.proc, 15.0).decode().strip()  # "tls on HOST:PORT", after the web line
+            tls_address = (daemon.address[0], int(line.rpartition(":")[2]))
+        tls_socks: list[socket.socket] = []
+        tls_after = "not tried"
         owners = _json_states(daemon.address, "q/", windowed)
         owners += _json_states(daemon.address, "s/", seeded)
         window_peer = RawPeer(daemon.address)
@@ -234,6 +253,18 @@ def all_at_once(run: Run) -> Row:
                                   lambda peer, timeout: peer.send_frame_start(MiB, MiB - 1, timeout))
                     open_and_send(tcp_peers, partial_count, seconds, lambda: RawPeer(daemon.address),
                                   send_partial_frame)
+                    if tls_address is not None:
+                        hello = huge_client_hello()
+                        for index in range(idle_handshakes + hellos):
+                            try:
+                                sock = socket.create_connection(tls_address, timeout=5)
+                            except OSError:
+                                continue
+                            tls_socks.append(sock)
+                            if index >= idle_handshakes:
+                                with contextlib.suppress(OSError):
+                                    sock.sendall(hello)
+                            sock.setblocking(False)
                     end = started + seconds
                     while time.monotonic() < end:
                         if attackers:
@@ -252,7 +283,12 @@ def all_at_once(run: Run) -> Row:
                         changer.stop()
             ws_ends = ws_closures(ws_peers, 1.0)
             tcp_ends = closures(tcp_peers, 1.0)
+            tls_ends = tls_endings(tls_socks, 1.0)
+            if tls_address is not None:
+                tls_after = real_tls_peer(tls_address)
         finally:
+            for sock in tls_socks:
+                sock.close()
             drainer.stop()
             for ws in ws_peers:
                 ws.close()
@@ -272,6 +308,7 @@ def all_at_once(run: Run) -> Row:
         f"{row['changes']:,} owner changes; {flood.sent} wrong AUTHENTICATE from {attackers} connections, "
         f"real logins {len(done)} of {len(logins)} OK (max {row['login_max_s']} s); "
         f"WebSocket partial frames: {describe(ws_ends)}; TCP partial frames: {describe(tcp_ends)}; "
+        f"TLS: {idle_handshakes} idle handshakes + {hellos} of 100 KiB: {describe(tls_ends)}, real TLS peer: {tls_after}; "
         f"probe timeouts {row.get('health_timeouts')}{'; ' + str(row['health_lost']) if row.get('health_lost') else ''}")
     return row
 
