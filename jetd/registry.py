@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from collections.abc import Iterator
-from heapq import merge
+from heapq import heapify
+from heapq import heappop
+from heapq import heapreplace
 from typing import TYPE_CHECKING
 from typing import Optional
 
@@ -49,15 +51,17 @@ LEAVE_RUN = 1024
 class _Leaving:
     """A closed owner's keys on their way out (issue 29, PROTOCOL.md 10.6): ``keys`` as
     they sat in its table, sorted ``LEAVE_RUN`` at a time into ``runs`` (``sorted`` keys
-    so far), then ``merged`` in byte order of key."""
+    so far, each run in reverse byte order), then merged through ``heads`` (a heap of
+    each run's smallest key and the run's index). A key leaves its run as it goes, so
+    no call frees them all at once (100,000 keys: ~2.5 ms)."""
 
-    __slots__ = ("keys", "merged", "runs", "sorted")
+    __slots__ = ("heads", "keys", "runs", "sorted")
 
     def __init__(self, keys: list[bytes]) -> None:
         self.keys = keys
         self.runs: list[list[bytes]] = []
         self.sorted = 0
-        self.merged: Optional[Iterator[bytes]] = None
+        self.heads: Optional[list[tuple[bytes, int]]] = None
 
 
 def reserved_hidden(prefix: bytes, key: bytes) -> bool:
@@ -218,16 +222,16 @@ class Registry:
         if leaving is None:
             # One copy in C (~1 ms per 100,000 keys here): the table changes meanwhile.
             leaving = _Leaving(list(conn.states))
-        while leaving.merged is None:
+        while leaving.heads is None:
             keys = leaving.keys
             done = leaving.sorted
             if done >= len(keys):
-                runs = leaving.runs
-                leaving.merged = iter(runs[0]) if len(runs) == 1 else merge(*runs)
+                leaving.heads = [(run[-1], i) for i, run in enumerate(leaving.runs)]
+                heapify(leaving.heads)
                 leaving.keys = []
                 break
             run = keys[done : done + LEAVE_RUN]
-            run.sort()
+            run.sort(reverse=True)
             leaving.runs.append(run)
             leaving.sorted = done + len(run)
             if spend is not None and spend(len(run)):
@@ -235,12 +239,21 @@ class Registry:
                 return False
         subscriptions = self.subscriptions
         states = self.states
-        for key in leaving.merged:
+        heads = leaving.heads
+        runs = leaving.runs
+        while heads:
+            key, index = heads[0]
+            run = runs[index]
+            run.pop()
+            if run:
+                heapreplace(heads, (run[-1], index))
+            else:
+                heappop(heads)
             if states.get(key) is not conn:
                 continue  # taken over meanwhile (_check_new_key removed it)
             subscriptions.fanout(key, FETCH_REMOVE, self.table.remove_state(key))
             subscriptions.forget(key)
-            if spend is not None and spend(1):
+            if heads and spend is not None and spend(1):
                 self.leaving[conn] = leaving
                 return False
         queries = self.queries
