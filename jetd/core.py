@@ -177,6 +177,7 @@ class Daemon:
         self.metrics.registry = self.registry
         self.metrics.subscriptions = self.subscriptions
         self.metrics.queries = self.queries
+        self.metrics.scheduler = self.scheduler
         self.auth.subscriptions = self.subscriptions
         self.auth.queries = self.queries
         self.out.end_delivery = self.subscriptions.end_delivery

@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from .eventlog import EventLogStats
     from .querying import Queries
     from .registry import Registry
+    from .scheduler import Scheduler
     from .subscriptions import Subscriptions
 
 __all__ = [
@@ -164,6 +165,7 @@ class Metrics:
     registry: Registry  # wired by jetd.core.Daemon: publish and withdraw its states
     subscriptions: Subscriptions  # who fetches what (is a state watched?)
     queries: Queries  # query groups (they may match any key)
+    scheduler: Scheduler  # issue 29: the $jet/peers updates of one interval go in slices
 
     def __init__(self, config: Config, stats: DaemonStats, route_times: RouteTimes, frame_counts: FrameCounts,
                  connections: dict[int, Connection]) -> None:
@@ -186,6 +188,10 @@ class Metrics:
         self.started: Optional[float] = None
         self._next_at = 0.0
         self._peers: dict[int, _Peer] = {}
+        # Issue 29: the connections whose $jet/peers state this interval's sync has yet
+        # to bring up to date (gone ones first), handled a slice per tick.
+        self._gone: list[int] = []
+        self._todo: list[int] = []
         self._daemon_fields: Optional[tuple[Any, ...]] = None
         self._daemon_at = 0.0
         self._route_seen: list[int] = [0] * (len(ROUTE_BUCKETS) + 1)
@@ -317,10 +323,13 @@ class Metrics:
     def tick(self, now: float) -> None:
         """Called with every tick of the dispatcher; at most once per ``interval`` it
         brings ``$jet/`` up to date: a state per new connection, none for a gone one,
-        and the changed ones re-published."""
+        and the changed ones re-published. The peers' states go in slices of the
+        scheduler (issue 29, PROTOCOL.md 16.3): what a slice leaves waits for the next ticks."""
         if self.started is None:
             self.started = now
         if now < self._next_at:
+            if self._gone or self._todo:
+                self._sync_slice(now)
             return
         self._next_at = now + self.interval
         self._recent_routes()
@@ -344,14 +353,37 @@ class Metrics:
         return now - published_at >= self.unwatched_interval or self._watched(key)
 
     def _sync_peers(self, now: float) -> None:
+        """Start this interval's sync (the rest of the last one's is folded in)."""
+        peers = self._peers
+        live = self.connections
+        self._gone = [cid for cid in peers if cid not in live or live[cid].closing]
+        self._todo = [cid for cid, conn in live.items() if not conn.closing]
+        self._sync_slice(now)
+
+    def _sync_slice(self, now: float) -> None:
+        """One slice of the sync: withdraw gone peers' states, then publish new and
+        changed ones, until the scheduler says the slice is over (at least one each
+        call, so that the sync always ends)."""
         peers = self._peers
         live = self.connections
         registry = self.registry
-        for conn_id in [cid for cid, peer in peers.items() if cid not in live or live[cid].closing]:
-            registry.withdraw(peers.pop(conn_id).key)
+        spend = self.scheduler.spend
+        # A state costs tens of microseconds (a JSON document and its fan-out): the
+        # clock is read after each one.
+        cost = self.scheduler.check_every
+        gone = self._gone
+        while gone:
+            peer = peers.pop(gone.pop(), None)
+            if peer is not None:
+                registry.withdraw(peer.key)
+                if spend(cost):
+                    return
+        todo = self._todo
         new = 0
-        for conn_id, conn in live.items():
-            if conn.closing:
+        while todo:
+            conn_id = todo.pop()
+            conn = live.get(conn_id)
+            if conn is None or conn.closing:
                 continue
             peer = peers.get(conn_id)
             if peer is None:
@@ -366,6 +398,8 @@ class Metrics:
             peer.fields = fields
             peer.published_at = now
             registry.publish(self.owner, peer.key, json_kv(peer.key, self.peer_figures(conn, peer.transport)))
+            if spend(cost):
+                return
 
     def _publish_daemon(self, now: float) -> None:
         figures = self.daemon_figures(now)

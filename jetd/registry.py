@@ -13,6 +13,7 @@ from collections.abc import Callable
 from collections.abc import Iterator
 from heapq import heapify
 from heapq import heappop
+from heapq import heapreplace
 from typing import TYPE_CHECKING
 from typing import Optional
 
@@ -38,10 +39,29 @@ if TYPE_CHECKING:
     from .querying import Queries
     from .subscriptions import Subscriptions
 
-__all__ = ["RESERVED_PREFIX", "Registry", "StateRegistry"]
+__all__ = ["LEAVE_RUN", "RESERVED_PREFIX", "Registry", "StateRegistry"]
 
 # PROTOCOL.md 16: the daemon's own states (jetd.metrics); no peer may own a key under it.
 RESERVED_PREFIX = b"$jet/"
+# Issue 29: a closed owner's keys are put in byte order this many at a time (a sort of
+# ~0.13 ms here), then the runs are merged: no call sorts all of a big owner's keys.
+LEAVE_RUN = 1024
+
+
+class _Leaving:
+    """A closed owner's keys on their way out (issue 29, PROTOCOL.md 10.6): ``keys`` as
+    they sat in its table, sorted ``LEAVE_RUN`` at a time into ``runs`` (``sorted`` keys
+    so far, each run in reverse byte order), then merged through ``heads`` (a heap of
+    each run's smallest key and the run's index). A key leaves its run as it goes, so
+    no call frees them all at once (100,000 keys: ~2.5 ms)."""
+
+    __slots__ = ("heads", "keys", "runs", "sorted")
+
+    def __init__(self, keys: list[bytes]) -> None:
+        self.keys = keys
+        self.runs: list[list[bytes]] = []
+        self.sorted = 0
+        self.heads: Optional[list[tuple[bytes, int]]] = None
 
 
 def reserved_hidden(prefix: bytes, key: bytes) -> bool:
@@ -138,9 +158,9 @@ class Registry:
         self.states = self.table.states
         self.methods = self.table.methods
         self.max_key = config.max_key_length
-        # Issue 29: closed owners whose states are still being removed, in slices: the
-        # keys left, a heap (byte order of key, PROTOCOL.md 10.6).
-        self.leaving: dict[Connection, list[bytes]] = {}
+        # Issue 29: closed owners whose states are still being removed, in slices, and
+        # their keys (byte order of key, PROTOCOL.md 10.6).
+        self.leaving: dict[Connection, _Leaving] = {}
 
     # --- what the other parts may ask -------------------------------------------------
 
@@ -198,20 +218,43 @@ class Registry:
         key), then its methods. With ``spend`` (:meth:`jetd.scheduler.Scheduler.spend`)
         only until the slice is over (issue 29): False then, and the rest waits in
         ``leaving`` for :meth:`leave_slice`; True once all are gone."""
-        keys = self.leaving.pop(conn, None)
-        if keys is None:
-            keys = list(conn.states)
-            heapify(keys)
+        leaving = self.leaving.pop(conn, None)
+        if leaving is None:
+            # One copy in C (~1 ms per 100,000 keys here): the table changes meanwhile.
+            leaving = _Leaving(list(conn.states))
+        while leaving.heads is None:
+            keys = leaving.keys
+            done = leaving.sorted
+            if done >= len(keys):
+                leaving.heads = [(run[-1], i) for i, run in enumerate(leaving.runs)]
+                heapify(leaving.heads)
+                leaving.keys = []
+                break
+            run = keys[done : done + LEAVE_RUN]
+            run.sort(reverse=True)
+            leaving.runs.append(run)
+            leaving.sorted = done + len(run)
+            if spend is not None and spend(len(run)):
+                self.leaving[conn] = leaving
+                return False
         subscriptions = self.subscriptions
         states = self.states
-        while keys:
-            key = heappop(keys)
+        heads = leaving.heads
+        runs = leaving.runs
+        while heads:
+            key, index = heads[0]
+            run = runs[index]
+            run.pop()
+            if run:
+                heapreplace(heads, (run[-1], index))
+            else:
+                heappop(heads)
             if states.get(key) is not conn:
                 continue  # taken over meanwhile (_check_new_key removed it)
             subscriptions.fanout(key, FETCH_REMOVE, self.table.remove_state(key))
             subscriptions.forget(key)
-            if keys and spend is not None and spend(1):
-                self.leaving[conn] = keys
+            if heads and spend is not None and spend(1):
+                self.leaving[conn] = leaving
                 return False
         queries = self.queries
         for key in conn.methods:
