@@ -37,6 +37,9 @@ def test_all_at_once_runs_and_reports_counts() -> None:
     assert all(verdict.startswith(("PASS", "FAIL")) for verdict in row["targets"].values()), row
     assert row["targets"]["every fetch answered"].startswith("PASS")
     assert "CLOSE" in row["outcome"]  # the partial frames' connections were closed (TIMEOUT or LIMIT_EXCEEDED)
+    # The WebSocket part really ran (over wss, since jetd has a certificate here): every
+    # attacker connected and sent its frame start (with TLS on, it once connected none, silently).
+    assert "WebSocket partial frames (1 of 1 sent): " in row["outcome"], row
     # The TLS part (a --tls-port beside the plain one): its attackers ran, a real TLS peer tried.
     assert "TLS: 3 idle handshakes + 1 of 100 KiB" in row["outcome"] and "real TLS peer: " in row["outcome"], row
     assert not _jetd_processes(marker)

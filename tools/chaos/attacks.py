@@ -173,7 +173,8 @@ def ws_partial_frames(run: Run) -> Row:
         web = web_address(daemon)
         try:
             with watched(daemon, row):
-                sent = open_and_send(peers, count, run.seconds(60, 5), lambda: RawWsPeer(web),
+                sent = open_and_send(peers, count, run.seconds(60, 5),
+                                     lambda: RawWsPeer((web.host, web.port), tls=web.tls),
                                      lambda peer, timeout: peer.send_frame_start(MiB, MiB - 1, timeout))
                 early = ws_closures(peers, run.seconds(1, 0.5))
                 early_text = describe(early)

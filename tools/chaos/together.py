@@ -228,6 +228,7 @@ def all_at_once(run: Run) -> Row:
         drainer = Drainer([window_peer, seed_peer])
         tcp_peers: list[RawPeer] = []
         ws_peers: list[RawWsPeer] = []
+        ws_sent = 0
         logins: list[Optional[float]] = []
         flood = Flood(daemon.address, attackers, repeat=True)
         changer: Optional[_Changer] = None
@@ -249,8 +250,9 @@ def all_at_once(run: Run) -> Row:
                         changer = _Changer(owners[0], "q/", min(windowed, 100_000))
                     if seeded:
                         seed_peer.sock.sendall(encode(FetchQuery(1, _sorted_query("s/"))))
-                    open_and_send(ws_peers, ws_count, seconds, lambda: RawWsPeer(web),
-                                  lambda peer, timeout: peer.send_frame_start(MiB, MiB - 1, timeout))
+                    ws_sent = open_and_send(ws_peers, ws_count, seconds,
+                                            lambda: RawWsPeer((web.host, web.port), tls=web.tls),
+                                            lambda peer, timeout: peer.send_frame_start(MiB, MiB - 1, timeout))
                     open_and_send(tcp_peers, partial_count, seconds, lambda: RawPeer(daemon.address),
                                   send_partial_frame)
                     if tls_address is not None:
@@ -307,7 +309,7 @@ def all_at_once(run: Run) -> Row:
         f"{got} of {wanted} answered; "
         f"{row['changes']:,} owner changes; {flood.sent} wrong AUTHENTICATE from {attackers} connections, "
         f"real logins {len(done)} of {len(logins)} OK (max {row['login_max_s']} s); "
-        f"WebSocket partial frames: {describe(ws_ends)}; TCP partial frames: {describe(tcp_ends)}; "
+        f"WebSocket partial frames ({ws_sent} of {ws_count} sent): {describe(ws_ends)}; TCP partial frames: {describe(tcp_ends)}; "
         f"TLS: {idle_handshakes} idle handshakes + {hellos} of 100 KiB: {describe(tls_ends)}, real TLS peer: {tls_after}; "
         f"probe timeouts {row.get('health_timeouts')}{'; ' + str(row['health_lost']) if row.get('health_lost') else ''}")
     return row

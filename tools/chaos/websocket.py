@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import select
 import socket
+import ssl
 import struct
 import time
 from collections import Counter
 from collections.abc import Sequence
+from typing import NamedTuple
 from typing import Optional
 
 from websockets.client import ClientProtocol
@@ -31,9 +33,18 @@ WEB_LINE_TIMEOUT = 15.0
 _MASKED_BINARY_64 = struct.Struct(">BBQ4s")  # FIN + binary, mask bit + 64-bit length, mask key
 
 
-def web_address(daemon: Daemon) -> tuple[str, int]:
+class WebAddress(NamedTuple):
+    """Where a daemon's HTTP listener is, and whether it speaks TLS (``web on https://``:
+    jetd serves its web port over TLS when it has a certificate)."""
+
+    host: str
+    port: int
+    tls: bool
+
+
+def web_address(daemon: Daemon) -> WebAddress:
     """The HTTP listener of a daemon chaos started with ``--http-port 0``: its second
-    stdout line, ``web on http://HOST:PORT/``."""
+    stdout line, ``web on http://HOST:PORT/`` (or ``https://``)."""
     proc = daemon.proc
     if proc is None or proc.stdout is None:
         raise NeedsOwnDaemon("needs a daemon chaos starts (its HTTP port)")
@@ -41,8 +52,11 @@ def web_address(daemon: Daemon) -> tuple[str, int]:
     if not line.endswith(b"\n"):
         raise RuntimeError("jetd printed no 'web on' line")
     text = line.decode().strip()
-    host, _, port = text.removeprefix("web on http://").rstrip("/").rpartition(":")
-    return host.strip("[]"), int(port)
+    scheme, _, rest = text.removeprefix("web on ").partition("://")
+    if scheme not in ("http", "https"):
+        raise RuntimeError(f"not a 'web on' line: {text!r}")
+    host, _, port = rest.rstrip("/").rpartition(":")
+    return WebAddress(host.strip("[]"), int(port), scheme == "https")
 
 
 class RawWsPeer:
@@ -50,10 +64,17 @@ class RawWsPeer:
     is parsed by websockets' sans-IO client; the jet messages are kept in ``messages``
     and the jet CLOSE, if any, in ``close_frame``."""
 
-    def __init__(self, web: tuple[str, int], timeout: float = 10.0, early: bytes = b"") -> None:
-        """Upgrade; ``early``: bytes sent right behind the request, in the same write."""
+    def __init__(self, web: tuple[str, int], timeout: float = 10.0, early: bytes = b"", tls: bool = False) -> None:
+        """Upgrade; ``early``: bytes sent right behind the request, in the same write;
+        ``tls``: over TLS (wss), the daemon's certificate not checked (an attacker's view)."""
         self.sock = socket.create_connection(web, timeout=timeout)
-        self.proto = ClientProtocol(parse_uri(f"ws://{web[0]}:{web[1]}/jet"), subprotocols=[Subprotocol("jet")],
+        if tls:
+            context = ssl.create_default_context()
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+            self.sock = context.wrap_socket(self.sock, server_hostname=web[0])
+        scheme = "wss" if tls else "ws"
+        self.proto = ClientProtocol(parse_uri(f"{scheme}://{web[0]}:{web[1]}/jet"), subprotocols=[Subprotocol("jet")],
                                     max_size=None)
         self.proto.send_request(self.proto.connect())
         self.sock.sendall(b"".join(self.proto.data_to_send()) + early)
@@ -69,7 +90,7 @@ class RawWsPeer:
         """One read (blocking up to the socket's timeout); False at the end."""
         try:
             data = self.sock.recv(1 << 16)
-        except (ConnectionResetError, BrokenPipeError):
+        except (ConnectionResetError, BrokenPipeError, ssl.SSLError):
             data = b""
         if not data:
             self.eof = True
