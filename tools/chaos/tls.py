@@ -156,18 +156,8 @@ def _flood(daemon: Daemon, connections: int, window: float) -> str:
         while time.monotonic() < deadline and len(ended) < len(socks):
             if during is None and time.monotonic() - started >= 1.0:
                 during = real_tls_peer(daemon.address)
-            live = [sock for sock in socks if sock not in ended]
-            for sock in select.select(live, [], [], 0.2)[0]:
-                try:
-                    data = sock.recv(65536)
-                except BlockingIOError:
-                    continue
-                except OSError:
-                    data = b""
-                if data:
-                    got[sock] += data
-                else:
-                    ended[sock] = time.monotonic() - started
+            for sock in _read_ready([sock for sock in socks if sock not in ended], got, 0.2):
+                ended[sock] = time.monotonic() - started
             fds = _fds(daemon.pid)
             if fds is not None and (peak is None or fds > peak):
                 peak = fds
@@ -200,24 +190,31 @@ def huge_client_hello(size: int = 100 * 1024, announced: int = 120_000) -> bytes
                     for at in range(0, len(body), 16384))
 
 
+def _read_ready(live: list[socket.socket], got: dict[socket.socket, bytes], wait: float) -> list[socket.socket]:
+    """One read of each of ``live`` that is ready within ``wait``, appended to ``got``;
+    returns those that ended (EOF or an error)."""
+    ended: list[socket.socket] = []
+    for sock in select.select(live, [], [], wait)[0]:
+        try:
+            data = sock.recv(65536)
+        except BlockingIOError:
+            continue
+        except OSError:
+            data = b""
+        if data:
+            got[sock] += data
+        else:
+            ended.append(sock)
+    return ended
+
+
 def tls_endings(socks: list[socket.socket], timeout: float) -> Counter[str]:
     """How each connection to a TLS port ended within ``timeout`` (see ``_ending``)."""
     got: dict[socket.socket, bytes] = {sock: b"" for sock in socks}
     ended: set[socket.socket] = set()
     deadline = time.monotonic() + timeout
     while len(ended) < len(socks) and time.monotonic() < deadline:
-        live = [sock for sock in socks if sock not in ended]
-        for sock in select.select(live, [], [], 0.1)[0]:
-            try:
-                data = sock.recv(65536)
-            except BlockingIOError:
-                continue
-            except OSError:
-                data = b""
-            if data:
-                got[sock] += data
-            else:
-                ended.add(sock)
+        ended.update(_read_ready([sock for sock in socks if sock not in ended], got, 0.1))
     endings = Counter(_ending(got[sock]) for sock in ended)
     endings["still open"] = len(socks) - len(ended)
     return endings
