@@ -127,20 +127,23 @@ class RouteTimes:
             self.sums[status] = 0.0
         return counts
 
-    def observe_ok(self, since_deadline: float) -> None:
-        """An OK the dispatcher's fast path passed on, ``now - deadline`` after the deadline."""
-        self.ok_sum += since_deadline
+    def observe_ok(self, since_deadline: float, count: int = 1) -> None:
+        """``count`` OKs the dispatcher's fast path passed on, ``now - deadline`` after
+        their deadline (0: none)."""
+        if not count:
+            return
+        self.ok_sum += since_deadline * count
         step = int((since_deadline + self.timeout) * TABLE_STEPS_PER_SECOND)
         if 0 <= step < TABLE_STEPS:
             bucket = self.bucket_of[step]
         else:
             bucket = bisect_right(self.shifted, since_deadline)
         if bucket == self.run_bucket:
-            self.run_length += 1
+            self.run_length += count
         else:
             self.ok_counts[self.run_bucket] += self.run_length
             self.run_bucket = bucket
-            self.run_length = 1
+            self.run_length = count
 
     def observe(self, status: int, since_deadline: float) -> None:
         """One answer with ``status``, ``now - deadline`` seconds after the deadline."""
