@@ -699,21 +699,21 @@ class Daemon:
                 self._log_frame_in(conn, buf, pos, end)
             frames += 1
             # --- the fast check: where the payload starts, and whether it is plain ----------
-            vat = 0  # where the value starts, or 0: the careful way
+            fast = 0  # the frame's type while it may take a fast path, else 0: the careful way
             if ftype == EVENT:
                 if length >= 8 and buf[pos + 5] == 4:  # EV_NOTIFY_STATE
                     kend = pos + 8 + (buf[pos + 6] << 8 | buf[pos + 7])
                     if kend > pos + 8 and kend + 5 <= end:
-                        vat = kend
+                        vat, fast = kend, EVENT  # vat: where the value starts
             elif ftype == REQUEST:
                 function = buf[pos + 9] if fast_route and length >= 12 else 0
                 if function in (SET_STATE, CALL_METHOD):
                     kend = pos + 12 + (buf[pos + 10] << 8 | buf[pos + 11])
                     if kend > pos + 12 and kend + 5 <= end:
-                        vat = kend
+                        vat, fast = kend, REQUEST
             elif ftype == RESPONSE and fast_route and length >= 15 and buf[pos + 9] == 0:
-                vat = pos + 10
-            if vat:
+                vat, fast = pos + 10, RESPONSE
+            if fast:
                 if native:
                     vtype = buf[vat]
                     vn = buf[vat + 1] << 24 | buf[vat + 2] << 16 | buf[vat + 3] << 8 | buf[vat + 4]
@@ -721,8 +721,8 @@ class Daemon:
                     vtype, vn = VHEAD_FROM(buf, vat)
                 check = VTYPE_CHECK[vtype]
                 if not (vat + 5 + vn == end and (check == OPAQUE or (vn == check and (vtype != 1 or buf[vat + 5] < 2)))):
-                    vat = 0
-            if vat and ftype == EVENT:  # --- the fast paths ------------------------------
+                    fast = 0
+            if fast == EVENT:  # --- the fast paths ------------------------------
                 # PROTOCOL.md 7.2, 10.5: the owner's NOTIFY_STATE event, the busiest frame
                 # of all: the cached value, then a FETCH_CHANGE to every matching fetch.
                 key = buf[pos + 8 : kend]
@@ -770,7 +770,7 @@ class Daemon:
                         conn.need = 5
                         break
                     continue
-            elif vat and ftype == REQUEST:
+            elif fast == REQUEST:
                 # PROTOCOL.md 10.3: routed to a live owner with room for it, under our own id.
                 key = buf[pos + 12 : kend]
                 owner = (states if function == SET_STATE else methods).get(key)
@@ -794,7 +794,7 @@ class Daemon:
                     out.append(buf[pos + 9 : end])
                     pos = end
                     continue
-            elif vat:
+            elif fast:
                 # PROTOCOL.md 10.3: an owner's OK goes back to a live requester under its id.
                 oid = (buf[pos + 5] << 24 | buf[pos + 6] << 16 | buf[pos + 7] << 8 | buf[pos + 8]
                        if native else U32_FROM(buf, pos + 5)[0])
