@@ -740,7 +740,7 @@ class Daemon:
                             targets = fetches.targets(key)
                         if not targets:
                             pass
-                        elif inline_fanout and len(targets) <= fan_chunk:
+                        elif inline_fanout and (count := len(targets)) <= fan_chunk:
                             # Subscriptions.fanout inlined: head + fetch id + kv per fetcher
                             # (live fetches only: a paused peer's are parked).
                             size = len(kv)
@@ -760,7 +760,7 @@ class Daemon:
                                     out.append(head)
                                     out.append(fetch.fid_bytes)
                                     out.append(kv)
-                            fanned += len(targets)
+                            fanned += count
                         else:  # the careful way; many targets: sliced, conn may stall (issue 29)
                             subscriptions.fan_live(key, FETCH_CHANGE, kv, targets, conn)
                     if query_groups:
