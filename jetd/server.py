@@ -1221,6 +1221,12 @@ def _warn_exposed(config: Config) -> None:
             "(--tls-cert/--tls-key): data and passwords travel in clear text",
             file=sys.stderr,
         )
+    elif config.tls_port is not None and not _is_loopback(config.host):
+        print(
+            f"jetd: WARNING: plain TCP on {config.host} port {config.port} (not loopback) beside "
+            "--tls-port: data and passwords sent to that port travel in clear text",
+            file=sys.stderr,
+        )
 
 
 def _tls_refusal(_reason: str) -> bytes:

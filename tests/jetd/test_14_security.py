@@ -417,6 +417,15 @@ def test_warnings_when_exposed(capsys: pytest.CaptureFixture[str]) -> None:
     _warn_exposed(Config(host="127.0.0.1", http_port=8080, http_host="0.0.0.0"))  # the WebSocket listener
     err = capsys.readouterr().err
     assert "listening on 0.0.0.0" in err and "without --auth" in err
+    tls = {"tls_cert": "c.pem", "tls_key": "k.pem"}
+    _warn_exposed(Config(host="0.0.0.0", auth="u.toml", **tls))  # type: ignore[arg-type]
+    assert capsys.readouterr().err == ""
+    # --tls-port: TLS peers get a port of their own and --port stays plain TCP.
+    _warn_exposed(Config(host="0.0.0.0", port=7000, auth="u.toml", tls_port=7001, **tls))  # type: ignore[arg-type]
+    err = capsys.readouterr().err
+    assert "without --auth" not in err and "plain TCP on 0.0.0.0 port 7000" in err and "--tls-port" in err
+    _warn_exposed(Config(host="127.0.0.1", auth="u.toml", tls_port=7001, **tls))  # type: ignore[arg-type]
+    assert capsys.readouterr().err == ""
 
 
 # --- the users file and its commands ----------------------------------------------------------
