@@ -4,9 +4,7 @@ through real TCP against a real jetd started with a users file."""
 from __future__ import annotations
 
 import asyncio
-import datetime
 import signal
-import ssl
 import subprocess
 import sys
 import time
@@ -44,6 +42,8 @@ from tests.conftest import REPO
 from tests.conftest import DaemonProcess
 from tests.conftest import restartable_port
 from tests.jetd.jetd_testlib import RawPeer
+from tests.jetd.tls_testlib import client_context
+from tests.jetd.tls_testlib import make_pki
 
 DELAY = 0.2  # --auth-failure-delay in these tests
 
@@ -465,90 +465,35 @@ def test_user_commands(tmp_path: Path) -> None:
 # --- TLS --------------------------------------------------------------------------------------
 
 
-def _make_pki(tmp: Path) -> dict[str, Path]:
-    """A CA, a server certificate for 127.0.0.1 and client certificates (CN boiler; one from
-    another CA), made with the cryptography package."""
-    import ipaddress
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    now = datetime.datetime.now(datetime.UTC)
-    out: dict[str, Path] = {}
-
-    def key_pem(key: Any, name: str) -> None:
-        out[name] = tmp / f"{name}.pem"
-        out[name].write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                serialization.NoEncryption()))
-
-    def cert(name: str, cn: str, key: Any, issuer_key: Any, issuer: Any, *, ca: bool = False,
-             san: Any = None) -> x509.Certificate:
-        subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
-        builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer or subject)
-                   .public_key(key.public_key()).serial_number(x509.random_serial_number())
-                   .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
-                   .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
-        if san is not None:
-            builder = builder.add_extension(san, critical=False)
-        made = builder.sign(issuer_key, hashes.SHA256())
-        out[name] = tmp / f"{name}.pem"
-        out[name].write_bytes(made.public_bytes(serialization.Encoding.PEM))
-        return made
-
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca = cert("ca", "jet test CA", ca_key, ca_key, None, ca=True)
-    other_key = ec.generate_private_key(ec.SECP256R1())
-    other = cert("other-ca", "other CA", other_key, other_key, None, ca=True)
-    server_key = ec.generate_private_key(ec.SECP256R1())
-    key_pem(server_key, "server-key")
-    cert("server", "127.0.0.1", server_key, ca_key, ca.subject,
-         san=x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]))
-    client_key = ec.generate_private_key(ec.SECP256R1())
-    key_pem(client_key, "client-key")
-    cert("client", "boiler", client_key, ca_key, ca.subject)
-    cert("rogue", "boiler", client_key, other_key, other.subject)
-    return out
-
-
-def _client_context(pki: dict[str, Path], cert: str | None = None) -> ssl.SSLContext:
-    context = ssl.create_default_context(cafile=str(pki["ca"]))
-    if cert is not None:
-        context.load_cert_chain(str(pki[cert]), str(pki["client-key"]))
-    return context
-
-
 def test_tls_with_and_without_client_certificates(start_jetd: Callable[..., DaemonProcess], users_path: Path,
                                                   tmp_path: Path) -> None:
     from peer import AuthFailed
     from peer import NotAuthorized
     from peer import PeerAsync
 
-    pki = _make_pki(tmp_path)
+    pki = make_pki(tmp_path)
     daemon = start_jetd("--auth", str(users_path), "--auth-failure-delay", "0", "--tls-cert", str(pki["server"]),
                         "--tls-key", str(pki["server-key"]), "--tls-client-ca", str(pki["ca"]))
 
     async def scenario() -> None:
         # A verified client certificate: its CN (boiler) is the user, no password.
-        async with await PeerAsync.connect(*daemon.address, ssl=_client_context(pki, "client")) as boiler:
+        async with await PeerAsync.connect(*daemon.address, ssl=client_context(pki, "client")) as boiler:
             await boiler.add_state("plant/boiler/t", 20.5)
             # No certificate: a password over TLS.
-            async with await PeerAsync.connect(*daemon.address, ssl=_client_context(pki), user="operator",
+            async with await PeerAsync.connect(*daemon.address, ssl=client_context(pki), user="operator",
                                                password="op-pw") as operator:
                 assert await operator.get("plant/boiler/t") == 20.5
                 with pytest.raises(NotAuthorized, match="write plant/boiler/t"):
                     await operator.set("plant/boiler/t", 1.0)
             with pytest.raises(AuthFailed):
-                await PeerAsync.connect(*daemon.address, ssl=_client_context(pki), user="operator", password="no")
+                await PeerAsync.connect(*daemon.address, ssl=client_context(pki), user="operator", password="no")
             # No certificate and no password: anonymous, who may do nothing here.
-            async with await PeerAsync.connect(*daemon.address, ssl=_client_context(pki)) as anonymous:
+            async with await PeerAsync.connect(*daemon.address, ssl=client_context(pki)) as anonymous:
                 with pytest.raises(NotAuthorized, match="authentication required"):
                     await anonymous.get("plant/boiler/t")
         # A certificate from another CA fails the handshake.
         with pytest.raises(Exception):  # noqa: B017 - ConnectionClosed or ssl.SSLError, by platform
-            peer = await PeerAsync.connect(*daemon.address, ssl=_client_context(pki, "rogue"), timeout=5)
+            peer = await PeerAsync.connect(*daemon.address, ssl=client_context(pki, "rogue"), timeout=5)
             await peer.get("plant/boiler/t")
         # Plain TCP to a TLS listener gets nowhere.
         with pytest.raises(Exception):  # noqa: B017
@@ -565,19 +510,19 @@ def test_sync_and_tiny_peers_authenticate(start_jetd: Callable[..., DaemonProces
     from peer.tiny import TinyError
     from peer.tiny import TinyPeer
 
-    pki = _make_pki(tmp_path)
+    pki = make_pki(tmp_path)
     daemon = start_jetd("--auth", str(users_path), "--tls-cert", str(pki["server"]), "--tls-key",
                         str(pki["server-key"]))
-    with Peer(*daemon.address, user="boiler", password="boiler-pw", ssl=_client_context(pki)) as boiler:
+    with Peer(*daemon.address, user="boiler", password="boiler-pw", ssl=client_context(pki)) as boiler:
         boiler.add_state("plant/boiler/t", 1.5)
-        tiny = TinyPeer(*daemon.address, user="narrow", password="n-pw", ssl=_client_context(pki))
+        tiny = TinyPeer(*daemon.address, user="narrow", password="n-pw", ssl=client_context(pki))
         try:
             with pytest.raises(TinyError) as caught:
                 tiny.get("plant/boiler/t")
             assert caught.value.status == NOT_AUTHORIZED
         finally:
             tiny.close()
-        with Peer(*daemon.address, user="operator", password="op-pw", ssl=_client_context(pki)) as operator:
+        with Peer(*daemon.address, user="operator", password="op-pw", ssl=client_context(pki)) as operator:
             assert operator.get("plant/boiler/t") == 1.5
             with pytest.raises(NotAuthorized):
                 operator.add_state("plant/x", 1)
@@ -597,11 +542,11 @@ def _jet(daemon: DaemonProcess, *args: str, password: str | None = None) -> subp
 def test_jet_cli_user_and_tls(start_jetd: Callable[..., DaemonProcess], users_path: Path, tmp_path: Path) -> None:
     from peer import Peer
 
-    pki = _make_pki(tmp_path)
+    pki = make_pki(tmp_path)
     daemon = start_jetd("--auth", str(users_path), "--auth-failure-delay", "0", "--tls-cert", str(pki["server"]),
                         "--tls-key", str(pki["server-key"]), "--tls-client-ca", str(pki["ca"]))
     ca = ("--ca", str(pki["ca"]))
-    with Peer(*daemon.address, ssl=_client_context(pki, "client")) as boiler:  # CN boiler
+    with Peer(*daemon.address, ssl=client_context(pki, "client")) as boiler:  # CN boiler
         boiler.add_state("plant/boiler/t", 21.5)
         done = _jet(daemon, *ca, "--user", "operator", "get", "plant/boiler/t", password="op-pw")
         assert (done.returncode, done.stdout) == (0, "21.5\n"), done.stderr
@@ -722,7 +667,7 @@ def test_websocket_listener_uses_the_same_tls_and_authentication(start_jetd: Cal
 
     from jetwire import Decoder
 
-    pki = _make_pki(tmp_path)
+    pki = make_pki(tmp_path)
     daemon = start_jetd("--auth", str(users_path), "--tls-cert", str(pki["server"]), "--tls-key",
                         str(pki["server-key"]), "--tls-client-ca", str(pki["ca"]), "--http-port", "0",
                         "--tls-handshake-timeout", "60")  # a loaded machine: not what this test is about
@@ -748,13 +693,13 @@ def test_websocket_listener_uses_the_same_tls_and_authentication(start_jetd: Cal
                 got.append(message)
         return got
 
-    with connect(url, ssl=_client_context(pki, "client"), subprotocols=["jet"], open_timeout=30) as boiler:
+    with connect(url, ssl=client_context(pki, "client"), subprotocols=["jet"], open_timeout=30) as boiler:
         decoder = Decoder()
         info = messages(boiler, decoder, 1)[0]
         assert isinstance(info, Info) and info.features & FEATURE_AUTH_REQUIRED
         boiler.send(encode(AddState(1, "plant/boiler/ws", f64(3))))
         assert messages(boiler, decoder, 1) == [Response(1)]  # CN boiler: may own plant/boiler/
-        with connect(url, ssl=_client_context(pki), subprotocols=["jet"], open_timeout=30) as operator:
+        with connect(url, ssl=client_context(pki), subprotocols=["jet"], open_timeout=30) as operator:
             decoder2 = Decoder()
             messages(operator, decoder2, 1)
             operator.send(encode(Authenticate(1, "operator", "op-pw")) + encode(GetState(2, "plant/boiler/ws"))

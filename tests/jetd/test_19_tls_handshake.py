@@ -20,7 +20,6 @@ import socket
 import ssl
 import time
 from collections.abc import Callable
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,8 +30,7 @@ from jetwire import Info
 from jetwire import Status
 from tests.conftest import REPO
 from tests.conftest import DaemonProcess
-from tests.jetd.test_14_security import _client_context
-from tests.jetd.test_14_security import _make_pki
+from tests.jetd.tls_testlib import client_context
 
 LIMIT = 8  # --max-connections in these tests: small, so that the tests stay small
 WAIT = 30.0  # seconds we wait for something jetd must do (generous: the machine is shared)
@@ -42,18 +40,6 @@ ALERT = b"\x15\x03\x03\x00\x02\x02\x50"
 FD_LIMIT = 64
 
 
-@pytest.fixture
-def pki(tmp_path: Path) -> dict[str, Path]:
-    return _make_pki(tmp_path)
-
-
-@pytest.fixture
-def sockets() -> Iterator[list[socket.socket]]:
-    """Client sockets of a test, all closed at its end."""
-    opened: list[socket.socket] = []
-    yield opened
-    for sock in opened:
-        sock.close()
 
 
 def tls_args(pki: dict[str, Path], *more: str) -> tuple[str, ...]:
@@ -119,7 +105,7 @@ def tls_refusal(address: tuple[str, int], pki: dict[str, Path]) -> BaseException
     """A real TLS client's handshake against a full jetd: returns the error it got."""
     raw = socket.create_connection(address, timeout=WAIT)
     try:
-        _client_context(pki).wrap_socket(raw, server_hostname="127.0.0.1").close()
+        client_context(pki).wrap_socket(raw, server_hostname="127.0.0.1").close()
     except (ssl.SSLError, ConnectionError) as exc:
         return exc
     finally:
@@ -185,7 +171,7 @@ def test_idle_handshakes_time_out_and_a_real_peer_gets_in(start_jetd: Callable[.
         time.sleep(0.05)
     # At once: jetd's count lets go of a handshake when it expires, before its socket closes.
     try:
-        with Peer(*daemon.address, ssl=_client_context(pki), timeout=WAIT) as real:
+        with Peer(*daemon.address, ssl=client_context(pki), timeout=WAIT) as real:
             real.add_state("tls/t", 1.5)
             assert real.get("tls/t") == 1.5
     except Exception as exc:
@@ -254,7 +240,7 @@ def test_websocket_tls_handshakes_share_the_count_and_the_timeout(start_jetd: Ca
     # Then both ports serve again: a wss peer gets its INFO.
     from websockets.sync.client import connect
 
-    with connect(f"wss://127.0.0.1:{web[1]}/jet", ssl=_client_context(pki), subprotocols=["jet"],
+    with connect(f"wss://127.0.0.1:{web[1]}/jet", ssl=client_context(pki), subprotocols=["jet"],
                  open_timeout=WAIT) as ws:
         decoder = Decoder()
         decoder.receive_data(ws.recv(timeout=WAIT))
@@ -269,12 +255,12 @@ def test_a_tls_peer_beyond_a_limit_full_of_peers_is_told_inside_tls(start_jetd: 
     from peer import Peer
 
     daemon = start_jetd(*tls_args(pki, "--max-connections", "2"))
-    with Peer(*daemon.address, ssl=_client_context(pki), timeout=WAIT) as first, \
-            Peer(*daemon.address, ssl=_client_context(pki), timeout=WAIT) as second:
+    with Peer(*daemon.address, ssl=client_context(pki), timeout=WAIT) as first, \
+            Peer(*daemon.address, ssl=client_context(pki), timeout=WAIT) as second:
         first.add_state("tls/a", 1)
         assert second.get("tls/a") == 1
         raw = socket.create_connection(daemon.address, timeout=WAIT)
-        with _client_context(pki).wrap_socket(raw, server_hostname="127.0.0.1") as third:
+        with client_context(pki).wrap_socket(raw, server_hostname="127.0.0.1") as third:
             decoder = Decoder()
             got: list[object] = []
             while len(got) < 2:

@@ -21,7 +21,6 @@ import ssl
 import struct
 import time
 from collections.abc import Callable
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,10 +29,9 @@ from jetwire import Authenticate
 from jetwire import Info
 from jetwire import encode
 from tests.conftest import DaemonProcess
-from tests.jetd.test_14_security import _client_context
-from tests.jetd.test_14_security import _make_pki
 from tests.jetd.test_14_security import write_users
 from tests.jetd.test_19_tls_handshake import ended
+from tests.jetd.tls_testlib import client_context
 
 WAIT = 30.0  # seconds we wait for something jetd must do (generous: the machine is shared)
 BUDGET = 256 * 1024  # --max-input-buffer of these tests
@@ -45,17 +43,6 @@ SENT = 100 * 1024
 ATTACKERS = 6  # 6 x 100 KiB: more than twice the budget
 
 
-@pytest.fixture
-def pki(tmp_path: Path) -> dict[str, Path]:
-    return _make_pki(tmp_path)
-
-
-@pytest.fixture
-def sockets() -> Iterator[list[socket.socket]]:
-    opened: list[socket.socket] = []
-    yield opened
-    for sock in opened:
-        sock.close()
 
 
 def budget_args(pki: dict[str, Path], *more: str) -> tuple[str, ...]:
@@ -120,7 +107,7 @@ def test_handshake_bytes_are_charged_to_the_input_budget(start_jetd: Callable[..
     for sock in sockets:
         sock.close()
     try:
-        with Peer(*daemon.address, ssl=_client_context(pki), timeout=WAIT) as real:
+        with Peer(*daemon.address, ssl=client_context(pki), timeout=WAIT) as real:
             real.add_state("tls/t", 1.5)
             assert real.get("tls/t") == 1.5
     except Exception as exc:
@@ -133,7 +120,7 @@ def test_handshake_bytes_are_charged_to_the_input_budget(start_jetd: Callable[..
 
 def tls_socket(address: tuple[str, int], pki: dict[str, Path]) -> ssl.SSLSocket:
     raw = socket.create_connection(address, timeout=WAIT)
-    return _client_context(pki).wrap_socket(raw, server_hostname="127.0.0.1")
+    return client_context(pki).wrap_socket(raw, server_hostname="127.0.0.1")
 
 
 # Each holds at least 64 KiB behind its paused transport once that is charged: 320 KiB
@@ -208,7 +195,7 @@ def test_a_tls_port_beside_the_plain_one(start_jetd: Callable[..., DaemonProcess
     line = stdout_line(daemon)
     assert line.startswith("tls on 127.0.0.1:"), line
     tls_address = ("127.0.0.1", int(line.rpartition(":")[2]))
-    with Peer(*daemon.address, timeout=WAIT) as plain, Peer(*tls_address, ssl=_client_context(pki), timeout=WAIT) as tls:
+    with Peer(*daemon.address, timeout=WAIT) as plain, Peer(*tls_address, ssl=client_context(pki), timeout=WAIT) as tls:
         plain.add_state("both/t", 2.5)
         assert tls.get("both/t") == 2.5
     # A plaintext peer on the TLS port gets no jet byte (PROTOCOL.md 15.6).
