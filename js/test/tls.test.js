@@ -18,8 +18,8 @@ let jetd;
 
 before(async () => {
   const made = execFileSync(process.env.JET_PYTHON ?? "python3", ["-c", [
-    "import json, sys", "from pathlib import Path", "from tests.jetd.test_14_security import _make_pki",
-    "print(json.dumps({k: str(v) for k, v in _make_pki(Path(sys.argv[1])).items()}))",
+    "import json, sys", "from pathlib import Path", "from tests.jetd.tls_testlib import make_pki",
+    "print(json.dumps({k: str(v) for k, v in make_pki(Path(sys.argv[1])).items()}))",
   ].join("\n"), dir], { cwd: repo, env: { ...process.env, PYTHONPATH: repo } });
   pki = JSON.parse(made.toString());
   jetd = await startJetd("--tls-cert", pki.server, "--tls-key", pki["server-key"]);
