@@ -32,9 +32,10 @@ venv: $(VPY)
 # One worker more than cores (many tests wait on a JVM, a browser or a time-out rather
 # than compute: with one worker a core, 2 cores were 55% busy over the suite), one test
 # file at a time per worker (a file's fixtures, such as its SparkSession or the compiled
-# wheel, are made once).
+# wheel, are made once), the files in tests/conftest.py's order (longest first; xdist
+# would otherwise re-sort them by their number of tests).
 test: system-deps venv
-	$(VPY) -m pytest -n $$(( $$(nproc) + 1 )) --dist loadfile
+	$(VPY) -m pytest -n $$(( $$(nproc) + 1 )) --dist loadfile --no-loadscope-reorder
 
 lint: venv
 	$(VPY) -m ruff check .

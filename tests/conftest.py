@@ -144,9 +144,23 @@ def jetd(start_jetd: Callable[..., DaemonProcess]) -> DaemonProcess:
     return start_jetd()
 
 
-# Files known to take minutes (a standalone Spark cluster, the compiled wheel's builds),
-# then the other Spark files: they go first.
-_LONGEST_FIRST = ("tests/ingest/test_cluster.py", "tests/compiled/test_compiled.py")
+# The longest files, longest first (seconds each at 5abd833, a fresh clone's CI run on
+# 2 quiet cores, from its junit XML): they go first, in this order, then the other Spark
+# and slow files, then the rest. ``make test`` passes --no-loadscope-reorder: without it
+# xdist re-sorts the files by their number of tests, and the cluster file (5 tests, 346 s)
+# started 59th of 119 files, the compiled one (10 tests, 405 s) 32nd.
+_LONGEST_FIRST = (
+    "tests/compiled/test_compiled.py",  # 405
+    "tests/ingest/test_cluster.py",  # 346
+    "tests/ingest/test_spark.py",  # 158
+    "tests/ingest/test_schema_evolution.py",  # 89
+    "tests/ingest/test_commit.py",  # 58
+    "tests/ingest/test_report.py",  # 54
+    "tests/web/test_10_console_views.py",  # 47
+    "tests/test_chaos_smoke.py",  # 46
+    "tests/ingest/test_queries.py",  # 38
+    "tests/peer/test_10_cli_issue32.py",  # 37
+)
 
 
 # In that re-run on the compiled build each hypothesis test runs this fraction of its
@@ -185,7 +199,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     def rank(item: pytest.Item) -> int:
         path = item.nodeid.split("::", 1)[0]
         if path in _LONGEST_FIRST:
-            return 0
-        return 1 if item.get_closest_marker("spark") or item.get_closest_marker("slow") else 2
+            return _LONGEST_FIRST.index(path)
+        slow = item.get_closest_marker("spark") or item.get_closest_marker("slow")
+        return len(_LONGEST_FIRST) + (0 if slow else 1)
 
     items.sort(key=rank)  # stable
+
+
+# JET_TEST_TIMELINE=FILE: each test's start and end (wall clock) and its xdist worker, one
+# line each, appended to FILE by the workers of a ``-n`` run: to see how the files were
+# spread over them (junit XML does not say which worker ran a test).
+_TIMELINE = os.environ.get("JET_TEST_TIMELINE") if os.environ.get("PYTEST_XDIST_WORKER") else None
+
+
+def pytest_runtest_logstart(nodeid: str, location: tuple[str, int | None, str]) -> None:
+    if _TIMELINE:
+        _timeline_line("start", nodeid)
+
+
+def pytest_runtest_logfinish(nodeid: str, location: tuple[str, int | None, str]) -> None:
+    if _TIMELINE:
+        _timeline_line("end", nodeid)
+
+
+def _timeline_line(event: str, nodeid: str) -> None:
+    assert _TIMELINE is not None
+    line = f"{time.time():.3f} {os.environ['PYTEST_XDIST_WORKER']} {event} {nodeid}\n"
+    with open(_TIMELINE, "a") as fh:
+        fh.write(line)
