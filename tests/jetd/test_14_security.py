@@ -670,7 +670,8 @@ def test_websocket_listener_uses_the_same_tls_and_authentication(start_jetd: Cal
     pki = make_pki(tmp_path)
     daemon = start_jetd("--auth", str(users_path), "--tls-cert", str(pki["server"]), "--tls-key",
                         str(pki["server-key"]), "--tls-client-ca", str(pki["ca"]), "--http-port", "0",
-                        "--tls-handshake-timeout", "60")  # a loaded machine: not what this test is about
+                        "--tls-handshake-timeout", "60",  # a loaded machine: not what this test is about
+                        "--http-handshake-timeout", "60")
     assert daemon.proc.stdout is not None
     selector = selectors.DefaultSelector()
     selector.register(daemon.proc.stdout, selectors.EVENT_READ)
