@@ -447,8 +447,7 @@ class Subscriptions:
             self.hold(key, code, kv)
         if self.parked:
             if code == FETCH_CHANGE:
-                self.seq += 1
-                self.changed[key] = self.seq
+                self.note_change(key)
             else:
                 self._fanout_parked(key, code, kv)
         if self.fetches.lengths:

@@ -63,7 +63,10 @@ WORKER = Path(__file__).with_name("differential_worker.py")
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "JET_PURE_PYTHON", "JET_TEST_SITE")}
+    # JET_TEST_TIMELINE (tests/conftest.py): a re-run's tests would be logged under this
+    # worker's name, as if they ran beside this file.
+    dropped = ("PYTHONPATH", "JET_PURE_PYTHON", "JET_TEST_SITE", "JET_TEST_TIMELINE")
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
     env.update(extra)
     return env
 

@@ -3,6 +3,7 @@ JVM options every JVM these tests start runs with."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,8 +22,6 @@ TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
 @pytest.fixture(scope="session", autouse=True)
 def _test_jvm_options() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as mp:
-        import os
-
         given = os.environ.get("JAVA_TOOL_OPTIONS", "")
         if TEST_JVM_OPTIONS not in given:
             mp.setenv("JAVA_TOOL_OPTIONS", f"{given} {TEST_JVM_OPTIONS}".strip())
@@ -32,8 +31,6 @@ def _test_jvm_options() -> Iterator[None]:
 @pytest.fixture(scope="session")
 def spark(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     pytest.importorskip("pyspark")
-    import os
-
     from tools.ingest.session import spark_session
 
     # The driver's class-data-sharing archive (opt-in, tools/ingest/README.md): the first

@@ -4,11 +4,9 @@ tests/conftest.py orders them. A long file handed out late sets the suite's end.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from tests.conftest import _LONGEST_FIRST
-
-REPO = Path(__file__).resolve().parent.parent
+from tests.conftest import REPO
 
 
 def _test_recipe() -> str:
