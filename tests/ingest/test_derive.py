@@ -428,6 +428,33 @@ def test_an_owners_close_is_remembered_for_the_requests_it_leaves_open(tmp_path:
         assert t["requests"].column("status").to_pylist() == ["UNANSWERED"], groups
 
 
+def test_a_new_owner_whose_add_answer_is_damaged_is_known_after_the_old_owners_close(tmp_path: Path) -> None:
+    """The owner adds a state and closes; another peer adds the same key, but the OK of
+    its ADD is damaged; its accepted NOTIFY request says it owns the state, so its NOTIFY
+    event that follows is a change, and its close a DISCONNECT, wherever a run begins.
+    (Found by the property test below, seed 396: the whole history had taken the NOTIFY
+    request for the closed owner's and dropped the event; a run begun after the first
+    owner's close counted it.)"""
+    other = INTRUDER + 1  # a peer of its own
+    log = owner_and_client("plant/a")
+    log.close(OWNER)
+    cut = len(log.records)
+    log.open(other, "other")
+    log.into(other, AddState(1, "plant/a", Value.of(1)))
+    log.out(other, Response(1))
+    log.records[-1] = log.records[-1][:-1] + bytes([log.records[-1][-1] ^ 0xFF])  # a CRC mismatch
+    log.into(other, NotifyState(2, "plant/a", Value.of(2)))
+    log.out(other, Response(2))
+    log.into(other, NotifyState(None, "plant/a", Value.of(3)))
+    log.close(other)
+    frames = frames_of(log.write(tmp_path / "n.jetlog"))
+    frames = frames.filter(pc.is_valid(frames.column("kind")))  # rows stay in seq order
+    for groups in ([], [1]):
+        changes = derive_split(frames, [cut], groups, {RUN})["state_changes"]
+        assert [(c["change"], c["value_after"]) for c in changes.to_pylist() if c["owner_conn"] == other] == [
+            ("NOTIFY", "2"), ("NOTIFY", "3"), ("DISCONNECT", None)], groups
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 10**6), damaged=st.integers(0, 4), data=st.data())
 def test_logs_jetd_writes_give_the_same_tables_however_cut(tmp_path: Path, seed: int, damaged: int,

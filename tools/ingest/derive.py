@@ -608,7 +608,8 @@ def _timeline(cands: pa.Table, owners: pa.Table, last: pa.Table) -> tuple[pa.Tab
             "owner": pc.if_else(pc.equal(adds.column("op"), "ADD_STATE"), adds.column("conn_id"),
                                 pa.scalar(-1, _I64))}, schema=_POINTS_SCHEMA)])
         at = np.flatnonzero(evidence)
-        unknown = at[_owner_at(known, cands.take(pa.array(at))) == -1]
+        owners_then = _closed_to_none(_owner_at(known, cands.take(pa.array(at))), cands, at, _eq(ops, "CLOSE"))
+        unknown = at[owners_then == -1]
         if len(unknown):
             runs, keys = _ints(cands.column("run_ns"))[unknown], cands.column("key").take(pa.array(unknown))
             codes = _ints(pc.dictionary_encode(keys).combine_chunks().indices if isinstance(keys, pa.ChunkedArray)
@@ -724,6 +725,28 @@ def with_history(rows: pa.Table, notes: dict[int, str]) -> pa.Table:
     at = pc.index_in(rows.column("run_ns"), value_set=runs)
     column = pa.array([notes[r] for r in sorted(notes)], _STR).take(at)
     return rows.set_column(rows.schema.get_field_index("history"), "history", column)
+
+
+def _closed_to_none(owners: np.ndarray, cands: pa.Table, at: np.ndarray, is_close: np.ndarray) -> np.ndarray:
+    """``owners`` (the owner of the state of each candidate row ``at``, -1: none), with
+    -1 where that owner closed before the row (PROTOCOL.md 10.6: its close removed the
+    state). The ADD and REMOVE points say who owned a state, but a close removes every
+    state its connection owned, which only the fold knows: without this, evidence after
+    an owner's close (an accepted NOTIFY of a new owner whose ADD's answer was damaged)
+    was taken for the closed owner's, and the answer depended on where a run began."""
+    closes = np.flatnonzero(is_close)
+    if not len(closes) or not len(at):
+        return owners
+    runs, conns, seqs = (_ints(cands.column(c)) for c in ("run_ns", "conn_id", "seq"))
+    # (run, connection) as one integer: the run's index among the runs here, then the id.
+    _, run_index = np.unique(np.concatenate([runs[closes], runs[at]]), return_inverse=True)
+    close_keys = run_index[: len(closes)] << 32 | conns[closes]
+    owner_keys = run_index[len(closes) :] << 32 | np.maximum(owners, 0)
+    order = np.argsort(close_keys, kind="stable")
+    sorted_keys, close_seqs = close_keys[order], seqs[closes][order]
+    pos = np.minimum(np.searchsorted(sorted_keys, owner_keys), len(closes) - 1)
+    closed = (owners >= 0) & (sorted_keys[pos] == owner_keys) & (close_seqs[pos] < seqs[at])
+    return np.where(closed, -1, owners)
 
 
 def _owner_at(points: pa.Table, events: pa.Table) -> np.ndarray:
