@@ -393,7 +393,8 @@ class _HealthLoop:
                     self.kinds.append(kind)
                     if not answered:
                         self.timeouts += 1
-                        self.lost = "still waiting for an answer at the end"
+                        self.lost = (f"still waiting for the answer to a {kind} sent "
+                                     f"{time.monotonic() - started:.1f} s before the end")
                         return
                 self.stop.wait(max(0.0, cycle + self.PERIOD - time.monotonic()))
         except (PeerGone, OSError) as exc:
