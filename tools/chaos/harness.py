@@ -403,21 +403,29 @@ class _HealthLoop:
             self.close()
 
     def _wait_for(self, rid: int) -> bool:
-        """Wait for the answer to ``rid`` however long it takes, and at most
+        """Wait for the answer to ``rid``, as :meth:`_wait` says."""
+        def answered(timeout: float) -> bool:
+            try:
+                self.peer.answer(rid, timeout)
+            except TimeoutError:
+                return False
+            return True
+        return self._wait(answered)
+
+    def _wait(self, answered: Callable[[float], bool]) -> bool:
+        """Call ``answered(timeout)`` (True once the answer is in; it reads for at most
+        ``timeout`` seconds) however long the answer takes, and for at most
         ``STOP_GRACE`` seconds once the attack has ended; False if it has not come by
         then (its wait is then a lower bound). A request in flight when the attack ends
         is measured, not counted lost."""
         stopped_at: Optional[float] = None
-        while True:
-            try:
-                self.peer.answer(rid, 0.5)
-                return True
-            except TimeoutError:
-                if self.stop.is_set():
-                    now = time.monotonic()
-                    stopped_at = now if stopped_at is None else stopped_at
-                    if now - stopped_at >= STOP_GRACE:
-                        return False
+        while not answered(0.5):
+            if self.stop.is_set():
+                now = time.monotonic()
+                stopped_at = now if stopped_at is None else stopped_at
+                if now - stopped_at >= STOP_GRACE:
+                    return False
+        return True
 
     def result(self) -> dict[str, Any]:
         """What the parent process gets back (picklable)."""
