@@ -878,8 +878,6 @@ function renderOps() {
   else if (view === "daemon") renderDaemon();
 }
 
-const openPeers = new Set(); // peers whose key list is unfolded (kept across redraws)
-
 function renderPeers() {
   const pane = $("peers-pane");
   // This console is a peer itself: an empty list means none is published or readable.
@@ -888,6 +886,10 @@ function renderPeers() {
       : ops.fetch ? NO_PEERS : "connecting…");
   const peers = [...ops.peers.entries()].sort(([a, x], [b, y]) =>
     String(x.name ?? "").localeCompare(String(y.name ?? "")) || Number(a) - Number(b));
+  // Which key lists are unfolded is read from the page, not from their toggle events: a
+  // click opens one at once, its toggle event is a later task, maybe after this redraw.
+  const unfolded = new Set([...$("peers").querySelectorAll(".peer")]
+    .filter((card) => card.querySelector("details")?.open).map((card) => card.dataset.id));
   $("peers").replaceChildren(...peers.map(([id, p]) => {
     const card = el("article", "peer");
     card.dataset.id = id;
@@ -908,8 +910,7 @@ function renderPeers() {
       const dd = el("dd", "owned");
       const list = el("details");
       const total = (Number(p.states) || 0) + (Number(p.methods) || 0);
-      list.open = openPeers.has(id);
-      list.addEventListener("toggle", () => { if (list.open) openPeers.add(id); else openPeers.delete(id); });
+      list.open = unfolded.has(id);
       list.append(el("summary", null, total > owned.length ? `first ${owned.length} of ${count(total)}` : `all ${owned.length}`));
       for (const key of owned) {
         const a = el("a", null, String(key));

@@ -209,6 +209,35 @@ def test_peers_view_lists_a_known_peer(start_jetd):
     asyncio.run(run())
 
 
+def test_a_key_list_opened_just_before_a_redraw_stays_open(start_jetd):
+    """A click on a peer's key list opens it at once; the list's toggle event comes as a
+    later task, and the Peers view redraws every second. A redraw in between once
+    closed the list again (a busy run saw the keys empty right after the click)."""
+    daemon = start_web_jetd(start_jetd)
+
+    async def run() -> None:
+        owner = await PeerAsync.connect(*daemon.address, name="plant-owner")
+        await owner.add_state("plant/a", 1)
+        async with _console(daemon.web, VIEWPORTS["desktop"]) as page:
+            await page.click("#views button[data-view=peers]")
+            card = page.locator(".peer", has=page.locator(".pname", has_text="plant-owner"))
+            await card.wait_for(timeout=TIMEOUT_MS)
+            # The toggle event held back (as if still queued), then a redraw: the view's
+            # tab asks for one; two animation frames later it has happened.
+            await page.evaluate("""() => new Promise((resolve) => {
+                window.addEventListener("toggle", (e) => e.stopImmediatePropagation(), { capture: true, once: true });
+                [...document.querySelectorAll(".peer")].find((c) => c.textContent.includes("plant-owner"))
+                    .querySelector("summary").click();
+                document.querySelector("#views button[data-view=peers]").click();
+                requestAnimationFrame(() => requestAnimationFrame(resolve));
+            })""")
+            assert await card.locator("details").evaluate("(d) => d.open")
+            assert await card.locator(".owned a").all_inner_texts() == ["plant/a"]
+            await owner.close()
+
+    asyncio.run(run())
+
+
 def test_daemon_panel_shows_the_connections_and_rates(start_jetd):
     """The Daemon panel counts connections by transport as peers come and go, and shows
     rates from two samples of the cumulative counters (frames; routed sets, with their
