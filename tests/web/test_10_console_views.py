@@ -178,6 +178,20 @@ def test_views_open_at_both_viewports_without_sideways_scroll(start_jetd):
     asyncio.run(run())
 
 
+async def _peer_card(page: Any, name: str, *shown: str) -> Any:
+    """The Peers view's card of the peer ``name``, once it shows each of ``shown``.
+    $jet/peers/ states change at most once a second (PROTOCOL.md 16): a card may first
+    show its peer as it was before its AUTHENTICATE and ADD_STATEs."""
+    card = page.locator(".peer", has=page.locator(".pname", has_text=name))
+    await card.wait_for(timeout=TIMEOUT_MS)
+    await page.wait_for_function(
+        """([name, shown]) => [...document.querySelectorAll('#peers-pane .peer')].some((c) =>
+            c.querySelector('.pname')?.textContent.includes(name) && shown.every((t) => c.innerText.includes(t)))""",
+        arg=[name, list(shown)], timeout=TIMEOUT_MS,
+    )
+    return card
+
+
 def test_peers_view_lists_a_known_peer(start_jetd):
     """The Peers view lists the owner by its name, with its transport and owned keys, and
     the console's own connection; a peer that leaves leaves the list."""
@@ -189,8 +203,7 @@ def test_peers_view_lists_a_known_peer(start_jetd):
         await owner.add_state("plant/b", 2)
         async with _console(daemon.web, VIEWPORTS["desktop"]) as page:
             await page.click("#views button[data-view=peers]")
-            card = page.locator(".peer", has=page.locator(".pname", has_text="plant-owner"))
-            await card.wait_for(timeout=TIMEOUT_MS)
+            card = await _peer_card(page, "plant-owner", "2 states, 0 methods")
             text = await card.inner_text()
             assert "tcp" in text and "127.0.0.1" in text and "2 states, 0 methods" in text, text
             await card.locator("summary").click()
@@ -220,8 +233,7 @@ def test_a_key_list_opened_just_before_a_redraw_stays_open(start_jetd):
         await owner.add_state("plant/a", 1)
         async with _console(daemon.web, VIEWPORTS["desktop"]) as page:
             await page.click("#views button[data-view=peers]")
-            card = page.locator(".peer", has=page.locator(".pname", has_text="plant-owner"))
-            await card.wait_for(timeout=TIMEOUT_MS)
+            card = await _peer_card(page, "plant-owner", "1 state, 0 methods")
             # The toggle event held back (as if still queued), then a redraw: the view's
             # tab asks for one; two animation frames later it has happened.
             await page.evaluate("""() => new Promise((resolve) => {
@@ -299,13 +311,7 @@ def test_a_user_granted_read_of_jet_sees_the_views_after_logging_in(start_jetd, 
             await page.fill("#login input[name=password]", "operator-pw")
             await page.click("#login button")
             await until(page, "document.getElementById('status').textContent === 'live as operator'")
-            card = page.locator(".peer", has=page.locator(".pname", has_text="plant"))
-            await card.wait_for(timeout=TIMEOUT_MS)
-            # $jet/peers/ states change at most once a second (PROTOCOL.md 16): the card may
-            # first show the owner as it was before its AUTHENTICATE and ADD_STATE.
-            await until(page, "[...document.querySelectorAll('#peers-pane .peer')].some(c =>"
-                              " c.querySelector('.pname')?.textContent.includes('plant')"
-                              " && c.innerText.includes('admin') && c.innerText.includes('1 state'))")
+            await _peer_card(page, "plant", "admin", "1 state")
             assert await page.text_content("#peers-pane .unavailable") == ""
             await page.click("#views button[data-view=daemon]")
             # The owner and this console's connection both authenticated.
