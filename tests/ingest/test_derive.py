@@ -78,6 +78,10 @@ class Log:
     def close(self, conn: int) -> None:
         self.rec(conn, LogKind.CONN_CLOSE, conn_close_data(Status.OK, "closed by peer"))
 
+    def damage_last(self) -> None:
+        """The last record's CRC no longer matches (its last byte flipped)."""
+        self.records[-1] = self.records[-1][:-1] + bytes([self.records[-1][-1] ^ 0xFF])
+
     def write(self, path: Path, records: Optional[list[bytes]] = None) -> Path:
         path.write_bytes(encode_header(LogHeader("jetd", RUN, 0)) + b"".join(self.records if records is None
                                                                                 else records))
@@ -290,7 +294,7 @@ def test_a_state_operation_whose_answer_is_damaged_holds_nothing_back(tmp_path: 
     log = owner_and_client("plant/a")
     log.into(OWNER, NotifyState(2, "plant/a", Value.of(1)))
     log.out(OWNER, Response(2))
-    log.records[-1] = log.records[-1][:-1] + bytes([log.records[-1][-1] ^ 0xFF])  # a CRC mismatch
+    log.damage_last()
     log.into(CLIENT, AddState(1, "other/b", Value.of(0)))
     log.out(CLIENT, Response(1))
     log.into(OWNER, NotifyState(None, "plant/a", Value.of(2)))
@@ -416,7 +420,7 @@ def test_an_owners_close_is_remembered_for_the_requests_it_leaves_open(tmp_path:
     log = owner_and_client()
     log.routed(10, 100, SetState(10, "plant/a", Value.of(5)), Function.SET_STATE, "plant/a")
     log.out(CLIENT, Response(10, Status.OWNER_GONE, message="the owner disconnected"))
-    log.records[-1] = log.records[-1][:-1] + bytes([log.records[-1][-1] ^ 0xFF])  # a CRC mismatch
+    log.damage_last()
     log.close(OWNER)
     cut = len(log.records) - 1  # after the owner's close (the damaged record gives no row)
     log.close(CLIENT)
@@ -442,7 +446,7 @@ def test_a_new_owner_whose_add_answer_is_damaged_is_known_after_the_old_owners_c
     log.open(other, "other")
     log.into(other, AddState(1, "plant/a", Value.of(1)))
     log.out(other, Response(1))
-    log.records[-1] = log.records[-1][:-1] + bytes([log.records[-1][-1] ^ 0xFF])  # a CRC mismatch
+    log.damage_last()
     log.into(other, NotifyState(2, "plant/a", Value.of(2)))
     log.out(other, Response(2))
     log.into(other, NotifyState(None, "plant/a", Value.of(3)))

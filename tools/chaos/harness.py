@@ -393,8 +393,8 @@ class _HealthLoop:
                     self.kinds.append(kind)
                     if not answered:
                         self.timeouts += 1
-                        self.lost = (f"still waiting for the answer to a {kind} sent "
-                                     f"{time.monotonic() - started:.1f} s before the end")
+                        self.lost = (f"no answer to a {kind} {time.monotonic() - started:.1f} s after it "
+                                     f"was sent ({STOP_GRACE:g} s after the attack's end at least)")
                         return
                 self.stop.wait(max(0.0, cycle + self.PERIOD - time.monotonic()))
         except (PeerGone, OSError) as exc:
